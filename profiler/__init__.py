@@ -1,0 +1,1 @@
+"""profiler: measurement (timers, probes, ceilings, sweeps, timelines, result files) and the CLI."""

@@ -1,0 +1,68 @@
+"""The ``roofline`` command line: a thin click group.
+
+Commands live in ``profiler/commands/`` and are imported only when run, so
+``roofline explain`` answers without importing torch. Bad input raises
+``RooflineError``; the group prints it as one line and exits 2 (never a traceback).
+Progress goes to stderr; stdout stays parseable.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import click
+
+from roofline.errors import RooflineError
+
+# command name -> "module:attribute"
+COMMANDS = {
+    "devices": "profiler.commands.analytic:devices",
+    "explain": "profiler.commands.analytic:explain",
+    "check": "profiler.commands.check:check",            # kernels vs references
+    "env": "profiler.commands.measure:env",              # versions and device state
+    "ceilings": "profiler.commands.measure:ceilings",    # measured peaks and bandwidth
+    "profile": "profiler.commands.profile:profile",      # batch x context sweeps
+    "report": "profiler.commands.report:report",         # PNG + HTML + markdown from results
+    "latency": "profiler.commands.latency:latency",      # TTFT/TPOT timelines, serving loop
+    "diagnose": "profiler.commands.latency:diagnose",    # evidence -> bound -> what to try
+}
+
+
+def _available(name: str) -> bool:
+    return importlib.util.find_spec(COMMANDS[name].split(":")[0]) is not None
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(n for n in COMMANDS if _available(n))
+
+    def get_command(self, ctx, name):
+        target = COMMANDS.get(name)
+        if target is None or not _available(name):
+            return None
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except RooflineError as e:
+            click.echo(f"Error: {e}", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="roofline")
+def main():
+    """Why is my LLM inference slow? Roofline profiling of prefill and decode.
+
+    \b
+    Start here:  roofline explain --model llama-3-8b --device h100 --phase decode --batch 1 --context 1024
+    On a GPU:    roofline profile --quick && roofline report roofline-out/results.jsonl
+    """
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Analytic commands, no hardware needed: ``roofline devices`` and ``roofline explain``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from roofline import units as U
+from roofline import workload as W
+from roofline.devices import CATALOGUE, COMPUTE_DTYPES
+from roofline.errors import RooflineError
+from roofline.explain import explain_linear, explain_phase, phase_table_text
+from roofline.models import PRESETS
+
+from ..cli_args import device_options, dtype_option, model_option, resolve_device
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="print one JSON array")
+def devices(as_json):
+    """The device catalogue: dense datasheet peaks, bandwidth, ridge, and sources."""
+    if as_json:
+        out = []
+        for d in CATALOGUE.values():
+            row = d.to_dict()
+            row["ridge"] = {k: v / d.bandwidth for k, v in d.peak_flops.items()}
+            row["aliases"] = list(d.aliases)
+            row["nvml_names"] = list(d.nvml_names)
+            out.append(row)
+        click.echo(json.dumps(out, indent=1))
+        return
+    hdr = (f"{'key':<16}{'name':<26}{'bf16':>10}{'fp8':>10}{'fp32':>8}{'bandwidth':>11}{'ridge':>7}"
+           f"{'memory':>8}{'L2':>7}")
+    click.echo(hdr)
+    click.echo("-" * len(hdr))
+    for d in CATALOGUE.values():
+        tf = lambda k: f"{d.peak_flops[k] / 1e12:g}" if k in d.peak_flops else "-"  # noqa: E731
+        click.echo(f"{d.key:<16}{d.name[:25]:<26}{tf('bf16'):>10}{tf('fp8'):>10}{tf('fp32'):>8}"
+                   f"{d.bandwidth / 1e12:>9.3g}TB{d.ridge('bf16'):>7.0f}{d.memory_bytes / 1e9:>6.0f}GB"
+                   f"{d.l2_bytes / 1e6:>5.0f}MB")
+    click.echo("\nTFLOP/s are dense (no 2:4 sparsity); ridge = bf16 peak / bandwidth in FLOP/byte.")
+    click.echo("Sources: " + "; ".join(sorted({d.provenance for d in CATALOGUE.values()})) + ".")
+    notes = [f"  {d.key}: {d.notes}" for d in CATALOGUE.values() if d.notes]
+    if notes:
+        click.echo("Notes:\n" + "\n".join(notes))
+    click.echo(f"Model presets: {', '.join(PRESETS)}. Compute dtypes: {', '.join(COMPUTE_DTYPES)}.")
+
+
+@click.command()
+@click.argument("what", required=False, type=click.Choice(["linear", "phase"]), default="phase")
+@model_option(default="llama-3-8b")
+@device_options
+@click.option("--phase", type=click.Choice(["prefill", "decode"]), default="decode", show_default=True)
+@click.option("--batch", type=int, default=1, show_default=True, help="sequences in the step")
+@click.option("--context", type=int, default=1024, show_default=True,
+              help="prefill: prompt length; decode: tokens already in the KV cache")
+@click.option("--cached", type=int, default=0, show_default=True, help="prefill: cached prefix tokens reused")
+@click.option("--chunk", type=int, default=None, help="prefill: chunk size in tokens (chunked prefill)")
+@dtype_option("--weight-dtype", help="weight dtype")
+@dtype_option("--act-dtype", help="activation dtype (fp32, bf16, fp16)")
+@dtype_option("--kv-dtype", help="KV-cache dtype")
+@click.option("--tokens", type=int, default=None, help="linear: tokens (rows) sharing the weight")
+@click.option("--in", "in_features", type=int, default=None, help="linear: input features K")
+@click.option("--out", "out_features", type=int, default=None, help="linear: output features N")
+@dtype_option("--dtype", help="linear: dtype of weights and activations")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, phase, batch, context, cached,
+            chunk, weight_dtype, act_dtype, kv_dtype, tokens, in_features, out_features, dtype, as_json):
+    """Analytic roofline of one linear layer or one model step (no hardware).
+
+    \b
+    roofline explain linear --tokens 1024 --in 4096 --out 4096 --dtype bf16 --device h100
+    roofline explain --model llama-2-7b --device h100 --phase decode --batch 1 --context 1024
+    """
+    device = resolve_device(device_name, device_file, peak_tflops, bandwidth_gbs,
+                            dtype=dtype if what == "linear" else act_dtype)
+    if what == "linear":
+        missing = [n for n, v in (("--tokens", tokens), ("--in", in_features), ("--out", out_features)) if v is None]
+        if missing:
+            raise RooflineError(f"`explain linear` needs {', '.join(missing)} "
+                                "(e.g. --tokens 1024 --in 4096 --out 4096).")
+        d = explain_linear(tokens, in_features, out_features, dtype, device)
+        click.echo(json.dumps({k: v for k, v in d.items() if k != "text"}) if as_json else d["text"])
+        return
+    kw = dict(weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype)
+    if phase == "prefill":
+        ph = W.prefill(model, batch, context, cached_tokens=cached, chunk=chunk, **kw)
+    else:
+        if cached or chunk:
+            raise RooflineError("--cached and --chunk apply to --phase prefill only.")
+        ph = W.decode(model, batch, context, **kw)
+    d = explain_phase(ph, device)
+    if as_json:
+        click.echo(json.dumps(d))
+        return
+    click.echo(f"{d['model']} {d['phase']} on {d['device']} ({device.source} ceilings), "
+               f"weights {weight_dtype}, activations {act_dtype}, KV cache {kv_dtype}")
+    click.echo(phase_table_text(d))
+    if ph.phase == "decode":
+        click.echo(f"KV cache read: {U.nbytes(ph.kv_cache_read_bytes)} ({ph.kv_cache_read_bytes:,.0f} bytes); "
+                   f"weights read: {U.nbytes(ph.weight_bytes)}.")
+    click.echo(d["verdict"])

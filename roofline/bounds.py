@@ -1,0 +1,145 @@
+"""Roofline math: attainable FLOP/s, predicted time, bound labels, ridge crossings.
+
+attainable(I) = min(peak, I x bandwidth); predicted time = max(flops/peak, bytes/bw).
+An op is compute-bound when its intensity is at or above the ridge (peak / bandwidth)
+of the dtype it computes in, memory-bound below it. Measured: roof fraction =
+achieved FLOP/s / attainable; under ``OVERHEAD_FRACTION`` of its roof a kernel is not
+honestly memory- or compute-bound: launches, latency or the kernel itself limit it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .cost import Cost
+from .devices import Device
+
+MEMORY, COMPUTE, OVERHEAD = "memory", "compute", "overhead"
+OVERHEAD_FRACTION = 0.25  # the seed's "small models may instead spend the step on launches"
+
+
+def attainable(intensity: float, peak: float, bandwidth: float) -> float:
+    """FLOP/s the roofline allows at this intensity."""
+    return min(peak, intensity * bandwidth)
+
+
+def predicted_time(cost: Cost, peak: float, bandwidth: float) -> float:
+    """Seconds at the roof: the slower of the arithmetic and the data movement."""
+    return max(cost.flops / peak if peak else 0.0, cost.bytes / bandwidth if bandwidth else 0.0)
+
+
+def bound(intensity: float, ridge: float) -> str:
+    return COMPUTE if intensity >= ridge else MEMORY
+
+
+def roof_fraction(achieved_flops: float, intensity: float, peak: float, bandwidth: float) -> float:
+    """Achieved / attainable FLOP/s. For a 0-FLOP op (a copy) use bytes/s over bandwidth."""
+    roof = attainable(intensity, peak, bandwidth)
+    return achieved_flops / roof if roof > 0 else 0.0
+
+
+def measured_label(intensity: float, fraction: float, ridge: float) -> str:
+    """memory / compute by the ridge, or overhead when far under the roof."""
+    if fraction < OVERHEAD_FRACTION:
+        return OVERHEAD
+    return bound(intensity, ridge)
+
+
+@dataclass(frozen=True)
+class OpVerdict:
+    name: str
+    count: int
+    cost: Cost           # one instance
+    ridge: float
+    peak: float
+    time_s: float        # one instance, predicted
+    bound: str
+
+    @property
+    def total_time_s(self) -> float:
+        return self.time_s * self.count
+
+
+@dataclass(frozen=True)
+class PhaseVerdict:
+    ops: tuple           # OpVerdict per op
+    total: Cost
+    ridge: float         # of the phase's compute dtype
+    time_s: float        # sum of the ops' predicted times (ops run one after another)
+    bound_by_sum: str    # from the summed cost's intensity vs the ridge
+    compute_time_share: float  # share of predicted time spent in compute-bound ops
+
+    @property
+    def bound_by_mix(self) -> str:
+        return COMPUTE if self.compute_time_share >= 0.5 else MEMORY
+
+    @property
+    def bound(self) -> str:
+        """The summed-cost label; ``bound_by_mix`` is shown beside it."""
+        return self.bound_by_sum
+
+
+def analyze_phase(phase, device: Device) -> PhaseVerdict:
+    """Predicted time and bound for each op of a workload Phase and for the whole step."""
+    verdicts = []
+    for op in phase.ops:
+        peak = device.peak(op.compute_dtype)
+        ridge = peak / device.bandwidth
+        verdicts.append(OpVerdict(op.name, op.count, op.cost, ridge, peak,
+                                  predicted_time(op.cost, peak, device.bandwidth), bound(op.cost.intensity, ridge)))
+    total = phase.total
+    ridge = device.ridge(phase.dtypes.act)
+    t = sum(v.total_time_s for v in verdicts)
+    t_compute = sum(v.total_time_s for v in verdicts if v.bound == COMPUTE)
+    return PhaseVerdict(tuple(verdicts), total, ridge, t, bound(total.intensity, ridge), t_compute / t if t else 0.0)
+
+
+def crossing(intensity_at, ridge: float, limit: int = 1 << 22) -> int | None:
+    """Smallest integer n >= 1 with intensity_at(n) >= ridge, or None if not by ``limit``.
+
+    ``intensity_at`` must be non-decreasing in n (true of batch for linear layers and of
+    tokens for prefill ops); doubling then bisection.
+    """
+    if intensity_at(1) >= ridge:
+        return 1
+    hi = 2
+    while intensity_at(hi) < ridge:
+        if hi >= limit:
+            return None
+        hi *= 2
+    lo = hi // 2  # intensity_at(lo) < ridge <= intensity_at(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if intensity_at(mid) >= ridge:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def ridge_crossings(model, device: Device, phase: str, *, context: int = 1024, batch: int = 1,
+                    weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16") -> dict:
+    """For each op: the decode batch (phase="decode", at ``context``) or the prefill token
+    count (phase="prefill", at ``batch``) at which it crosses the ridge; None if never."""
+    from . import workload as W
+
+    kw = dict(weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype)
+    if phase == "decode":
+        make = lambda n: W.decode(model, n, context, **kw)  # noqa: E731
+    else:
+        make = lambda n: W.prefill(model, batch, n, **kw)  # noqa: E731
+    out = {}
+    for name in W.OP_NAMES:
+        probe = make(1).op(name)
+        ridge = device.peak(probe.compute_dtype) / device.bandwidth
+
+        def f(n, name=name):
+            if phase == "prefill" and n > model.max_context:
+                return math.inf  # past the model's context: treat as "never within range"
+            return make(n).op(name).cost.intensity
+        n = crossing(f, ridge, limit=(1 << 16) if phase == "decode" else model.max_context)
+        if n is not None and phase == "prefill" and n > model.max_context:
+            n = None
+        out[name] = n
+    return out

@@ -1,0 +1,246 @@
+"""Devices and their ceilings: a datasheet catalogue, custom devices, the CPU.
+
+Every peak is *dense* (never the 2:4-sparse figure vendors print beside it) and every
+device names where its figures come from. ``find_device`` accepts forgiving names
+(``h100``, ``H100-SXM``, ``nvidia_h100_sxm``) and the names NVML reports
+(``NVIDIA H100 80GB HBM3``). Measured ceilings replace datasheet ones through
+``Device.with_ceilings``; the record keeps which is which.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from .dtypes import normalize_dtype
+from .errors import RooflineError
+
+T = 1e12  # TFLOP/s and TB/s to base units
+GB = 1e9
+MB = 1e6
+MiB = 2**20
+
+COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+
+
+@dataclass(frozen=True)
+class Device:
+    """A processor's ceilings in SI base units (FLOP/s, byte/s, bytes).
+
+    ``peak_flops`` maps a compute dtype to dense FLOP/s ("fp32" is the non-tensor rate).
+    ``source`` is "datasheet", "measured", "custom" or "nvml-derived"; ``provenance``
+    says where the numbers come from in words.
+    """
+
+    key: str
+    name: str
+    kind: str  # "gpu" or "cpu"
+    peak_flops: dict = field(default_factory=dict)
+    bandwidth: float = 0.0
+    memory_bytes: float = 0.0
+    l2_bytes: float = 0.0
+    sms: int = 0
+    source: str = "datasheet"
+    provenance: str = ""
+    notes: str = ""
+    aliases: tuple = ()
+    nvml_names: tuple = ()
+
+    def peak(self, dtype: str) -> float:
+        d = normalize_dtype(dtype)
+        if d in ("int4",):
+            d = "int8"
+        if d not in self.peak_flops:
+            have = ", ".join(self.peak_flops) or "none yet"
+            hint = ("run `roofline ceilings` to measure them" if self.kind == "cpu"
+                    else "pick a dtype it has or give --peak-tflops")
+            raise RooflineError(f"{self.name} has no {d} peak (it has: {have}); {hint}.")
+        return self.peak_flops[d]
+
+    def ridge(self, dtype: str) -> float:
+        """Ridge point in FLOP/byte: peak FLOP/s / memory bandwidth."""
+        if self.bandwidth <= 0:
+            raise RooflineError(f"{self.name} has no memory bandwidth; run `roofline ceilings` or give --bandwidth-gbs.")
+        return self.peak(dtype) / self.bandwidth
+
+    def with_ceilings(self, peak_flops: dict | None = None, bandwidth: float | None = None,
+                      source: str = "measured", provenance: str = "") -> "Device":
+        """A copy whose ceilings are replaced (e.g. by measured ones)."""
+        peaks = dict(self.peak_flops)
+        peaks.update({normalize_dtype(k): float(v) for k, v in (peak_flops or {}).items()})
+        return replace(self, peak_flops=peaks,
+                       bandwidth=self.bandwidth if bandwidth is None else float(bandwidth),
+                       source=source, provenance=provenance or self.provenance)
+
+    def to_dict(self) -> dict:
+        return {
+            "key": self.key, "name": self.name, "kind": self.kind,
+            "peak_flops": dict(self.peak_flops), "bandwidth": self.bandwidth,
+            "memory_bytes": self.memory_bytes, "l2_bytes": self.l2_bytes, "sms": self.sms,
+            "source": self.source, "provenance": self.provenance, "notes": self.notes,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Device":
+        try:
+            return cls(
+                key=str(d.get("key") or _norm(d["name"])), name=str(d["name"]),
+                kind=str(d.get("kind", "gpu")),
+                peak_flops={normalize_dtype(k): float(v) for k, v in d.get("peak_flops", {}).items()},
+                bandwidth=float(d.get("bandwidth", 0.0)), memory_bytes=float(d.get("memory_bytes", 0.0)),
+                l2_bytes=float(d.get("l2_bytes", 0.0)), sms=int(d.get("sms", 0)),
+                source=str(d.get("source", "custom")), provenance=str(d.get("provenance", "")),
+                notes=str(d.get("notes", "")),
+            )
+        except KeyError as e:
+            raise RooflineError(f"device description is missing the key {e.args[0]!r}") from None
+        except (TypeError, ValueError) as e:
+            raise RooflineError(f"device description has a bad value: {e}") from None
+
+
+_NV = "NVIDIA datasheet (dense = half the 2:4-sparse figure), as tabulated in stas00/ml-engineering compute/accelerator and torchtitan's peak table"
+
+
+def _gpu(key, name, *, fp32, tf32, fp16, bf16, fp8, int8, bw_tbs, mem_gb, l2_mb, sms,
+         provenance=_NV, notes="", aliases=(), nvml=()):
+    peaks = {k: v * T for k, v in dict(fp32=fp32, tf32=tf32, fp16=fp16, bf16=bf16, fp8=fp8, int8=int8).items()
+             if v is not None}
+    return Device(key=key, name=name, kind="gpu", peak_flops=peaks, bandwidth=bw_tbs * T,
+                  memory_bytes=mem_gb * GB, l2_bytes=l2_mb * MB, sms=sms, source="datasheet",
+                  provenance=provenance, notes=notes, aliases=tuple(aliases), nvml_names=tuple(nvml))
+
+
+CATALOGUE: dict[str, Device] = {d.key: d for d in [
+    _gpu("h100-sxm", "NVIDIA H100 SXM5 80GB", fp32=67, tf32=494.5, fp16=989, bf16=989, fp8=1979, int8=1979,
+         bw_tbs=3.35, mem_gb=80, l2_mb=50, sms=132,
+         notes="bf16 989 TF is at 1830 MHz; PyTorch inductor's 1979 is the sparse figure.",
+         aliases=("h100", "h100-sxm5", "h100-80gb"), nvml=("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB")),
+    _gpu("h100-pcie", "NVIDIA H100 PCIe 80GB", fp32=51, tf32=378, fp16=756, bf16=756, fp8=1513, int8=1513,
+         bw_tbs=2.0, mem_gb=80, l2_mb=50, sms=114, nvml=("NVIDIA H100 PCIe",)),
+    _gpu("h100-nvl", "NVIDIA H100 NVL 94GB", fp32=60, tf32=417.5, fp16=835.5, bf16=835.5, fp8=1670.5, int8=None,
+         bw_tbs=3.9, mem_gb=94, l2_mb=50, sms=132, nvml=("NVIDIA H100 NVL",)),
+    _gpu("h200", "NVIDIA H200 SXM 141GB", fp32=67, tf32=494.5, fp16=989, bf16=989, fp8=1979, int8=1979,
+         bw_tbs=4.8, mem_gb=141, l2_mb=50, sms=132, aliases=("h200-sxm",), nvml=("NVIDIA H200",)),
+    _gpu("a100-sxm-40gb", "NVIDIA A100 SXM 40GB", fp32=19.5, tf32=156, fp16=312, bf16=312, fp8=None, int8=624,
+         bw_tbs=1.555, mem_gb=40, l2_mb=40, sms=108, aliases=("a100-40gb",),
+         nvml=("NVIDIA A100-SXM4-40GB",)),
+    _gpu("a100-sxm-80gb", "NVIDIA A100 SXM 80GB", fp32=19.5, tf32=156, fp16=312, bf16=312, fp8=None, int8=624,
+         bw_tbs=2.039, mem_gb=80, l2_mb=40, sms=108, aliases=("a100", "a100-80gb", "a100-sxm"),
+         nvml=("NVIDIA A100-SXM4-80GB",)),
+    _gpu("a100-pcie-80gb", "NVIDIA A100 PCIe 80GB", fp32=19.5, tf32=156, fp16=312, bf16=312, fp8=None, int8=624,
+         bw_tbs=1.935, mem_gb=80, l2_mb=40, sms=108, aliases=("a100-pcie",), nvml=("NVIDIA A100 80GB PCIe",)),
+    _gpu("l4", "NVIDIA L4", fp32=30.3, tf32=60, fp16=121, bf16=121, fp8=242.5, int8=242.5,
+         bw_tbs=0.300, mem_gb=24, l2_mb=48, sms=58,
+         notes="Tensor rates are halves of the datasheet's sparse figures (unverified): measure. "
+               "PyTorch inductor's 3350 GB/s for L4 is wrong.", nvml=("NVIDIA L4",)),
+    _gpu("l40s", "NVIDIA L40S", fp32=91.6, tf32=183, fp16=362, bf16=362, fp8=733, int8=733,
+         bw_tbs=0.864, mem_gb=48, l2_mb=96, sms=142, nvml=("NVIDIA L40S",)),
+    _gpu("a10g", "NVIDIA A10G", fp32=31.2, tf32=62.5, fp16=125, bf16=125, fp8=None, int8=250,
+         bw_tbs=0.600, mem_gb=24, l2_mb=6, sms=80,
+         provenance="NVIDIA A10 datasheet (dense); the A10G is AWS's variant with other clocks",
+         notes="Tensor rates are the A10's and unverified for the A10G (reported lower, ~70 TF): "
+               "run `roofline ceilings` and trust the measured figures.", nvml=("NVIDIA A10G",)),
+    _gpu("rtx-4090", "NVIDIA GeForce RTX 4090", fp32=82.6, tf32=82.6, fp16=165.2, bf16=165.2, fp8=330.3,
+         int8=660.6, bw_tbs=1.008, mem_gb=24, l2_mb=72, sms=128,
+         provenance="NVIDIA Ada Lovelace architecture whitepaper (dense)",
+         notes="fp16/bf16/fp8 at fp32 accumulate (the fp16-accumulate rates are 2x).",
+         aliases=("4090",), nvml=("NVIDIA GeForce RTX 4090",)),
+    _gpu("b200", "NVIDIA B200", fp32=75, tf32=1100, fp16=2250, bf16=2250, fp8=4500, int8=4500,
+         bw_tbs=8.0, mem_gb=180, l2_mb=126, sms=148,
+         provenance="NVIDIA DGX B200 / HGX B200 datasheet (dense)",
+         notes="SKUs differ: fp32 75-80 TF, tf32 1100-1125 TF, 7.7-8.0 TB/s. L2 size unverified.",
+         nvml=("NVIDIA B200",)),
+    _gpu("mi300x", "AMD Instinct MI300X", fp32=163.4, tf32=653.7, fp16=1307.4, bf16=1307.4, fp8=2614.9,
+         int8=2614.9, bw_tbs=5.3, mem_gb=192, l2_mb=32, sms=304,
+         provenance="AMD Instinct MI300X datasheet (dense)",
+         notes="'sms' holds compute units; l2 is 4 MB per XCD (x8), plus a 256 MB Infinity Cache.",
+         nvml=("AMD Instinct MI300X",)),
+]}
+
+
+def _norm(s: str) -> str:
+    s = s.lower().replace("nvidia", "").replace("geforce", "").replace("amd", "").replace("instinct", "")
+    return re.sub(r"[^a-z0-9]+", "", s)
+
+
+def _index() -> dict[str, str]:
+    idx = {}
+    for d in CATALOGUE.values():
+        for n in (d.key, d.name, *d.aliases, *d.nvml_names):
+            idx.setdefault(_norm(n), d.key)
+    return idx
+
+
+def find_device(name: str) -> Device:
+    """Catalogue look-up by a forgiving name or an NVML name; RooflineError lists the choices."""
+    if name is None or not str(name).strip():
+        raise RooflineError("No device name given: " + _choices())
+    key = _norm(str(name))
+    if key in ("cpu", "thiscpu", "host"):
+        return cpu_device()
+    idx = _index()
+    if key in idx:
+        return CATALOGUE[idx[key]]
+    # NVML names carry memory sizes and suffixes: match the longest known name inside.
+    hits = sorted((k for k in idx if len(k) >= 4 and k in key), key=len, reverse=True)
+    if hits:
+        return CATALOGUE[idx[hits[0]]]
+    raise RooflineError(f"Unknown device {name!r}. " + _choices())
+
+
+def _choices() -> str:
+    return ("Known devices: " + ", ".join(CATALOGUE) + ", cpu; or describe one with "
+            "--device-file FILE.json or --peak-tflops/--bandwidth-gbs.")
+
+
+def cpu_device(name: str = "CPU", peak_flops: dict | None = None, bandwidth: float = 0.0) -> Device:
+    """This machine's CPU. Its ceilings are measured (``roofline ceilings``), never from a datasheet."""
+    return Device(key="cpu", name=name, kind="cpu", peak_flops=dict(peak_flops or {}), bandwidth=bandwidth,
+                  source="measured" if peak_flops else "unmeasured",
+                  provenance="measured on this machine (achievable, not peak)" if peak_flops
+                  else "ceilings not measured yet: run `roofline ceilings`")
+
+
+def custom_device(peak_tflops: float, bandwidth_gbs: float, name: str = "custom",
+                  dtype: str = "bf16") -> Device:
+    """A device from two numbers: a peak for ``dtype`` in TFLOP/s and bandwidth in GB/s."""
+    if not (peak_tflops and peak_tflops > 0) or not (bandwidth_gbs and bandwidth_gbs > 0):
+        raise RooflineError("--peak-tflops and --bandwidth-gbs must both be given and positive, "
+                            f"but got {peak_tflops!r} and {bandwidth_gbs!r}.")
+    d = normalize_dtype(dtype)
+    peaks = {d: peak_tflops * T}
+    if d in ("bf16", "fp16"):
+        peaks.setdefault("bf16", peak_tflops * T)
+        peaks.setdefault("fp16", peak_tflops * T)
+    return Device(key=_norm(name) or "custom", name=name, kind="gpu", peak_flops=peaks,
+                  bandwidth=bandwidth_gbs * GB, source="custom",
+                  provenance=f"given on the command line: {peak_tflops} TFLOP/s {d}, {bandwidth_gbs} GB/s")
+
+
+def load_device_file(path: str | Path) -> Device:
+    """A device from JSON: {"name", "peak_tflops": {"bf16": 989, ...}, "bandwidth_gbs": 3350, ...}.
+
+    Base-unit keys ("peak_flops", "bandwidth") are accepted too.
+    """
+    p = Path(path)
+    try:
+        d = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise RooflineError(f"device file {p} does not exist.") from None
+    except json.JSONDecodeError as e:
+        raise RooflineError(f"device file {p} is not valid JSON (line {e.lineno}): {e.msg}.") from None
+    if not isinstance(d, dict) or "name" not in d:
+        raise RooflineError(f"device file {p} must hold a JSON object with at least 'name', "
+                            "'peak_tflops' {dtype: value} and 'bandwidth_gbs'.")
+    d = dict(d)
+    if "peak_tflops" in d:
+        d["peak_flops"] = {k: float(v) * T for k, v in d.pop("peak_tflops").items()}
+    if "bandwidth_gbs" in d:
+        d["bandwidth"] = float(d.pop("bandwidth_gbs")) * GB
+    if not d.get("peak_flops") or not d.get("bandwidth"):
+        raise RooflineError(f"device file {p} needs 'peak_tflops' (e.g. {{\"bf16\": 989}}) and 'bandwidth_gbs'.")
+    d.setdefault("source", "custom")
+    d.setdefault("provenance", f"from {p}")
+    return Device.from_dict(d)

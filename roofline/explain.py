@@ -1,0 +1,89 @@
+"""Analytic explanations, no hardware: the seed's arithmetic for one linear layer, and a
+phase's per-op table with its verdict. Returns data and plain text; the CLI prints."""
+
+from __future__ import annotations
+
+from . import formulas as F
+from . import units as U
+from .bounds import COMPUTE, analyze_phase
+from .devices import Device
+from .dtypes import bytes_per_element, normalize_dtype
+from .errors import check_positive_int
+
+
+def explain_linear(tokens: int, in_features: int, out_features: int, dtype: str, device: Device) -> dict:
+    """The seed's walk-through for y[T, N] = x[T, K] @ W[K, N]: returns figures and ``text``."""
+    T = check_positive_int("--tokens", tokens)
+    K = check_positive_int("--in", in_features)
+    N = check_positive_int("--out", out_features)
+    dt = normalize_dtype(dtype)
+    b = bytes_per_element(dt)
+    w_bytes = K * N * b
+    cost = F.linear(T, K, N, weight_dtype=dt, act_dtype=dt if dt in ("fp32", "bf16", "fp16") else "bf16")
+    wi = F.weight_only_intensity(T, K, N, weight_dtype=dt)
+    compute_dt = dt if dt in device.peak_flops else "bf16"
+    peak, bw = device.peak(compute_dt), device.bandwidth
+    ridge = peak / bw
+    verdict = COMPUTE if cost.intensity >= ridge else "memory"
+    tm = max(cost.flops / peak, cost.bytes / bw)
+    lines = [
+        f"Linear layer: x[{T:,}, {K:,}] @ W[{K:,}, {N:,}] in {dt} ({b:g} bytes per element)",
+        f"  weight bytes      = {K:,} x {N:,} x {b:g} = {w_bytes:,.0f} bytes ({U.nbytes(w_bytes)})",
+        f"  FLOPs, 1 token    = 2 x {K:,} x {N:,} = {2 * K * N:,} FLOPs",
+        f"  FLOPs, {T:,} tokens = {T:,} x {2 * K * N:,} = {cost.flops:,.0f} FLOPs",
+        f"  weight-only intensity = {cost.flops:,.0f} / {w_bytes:,.0f} = {wi:,.1f} FLOP/byte",
+        f"  with activations  = {cost.flops:,.0f} / {cost.bytes:,.0f} bytes = {cost.intensity:,.1f} FLOP/byte "
+        f"(adds x and y: {T:,} x ({K:,} + {N:,}) x {bytes_per_element(cost_act(dt)):g} bytes)",
+        f"  {device.name} ridge ({compute_dt}) = {U.flops_rate(peak)} / {U.bandwidth(bw)} = {ridge:,.1f} FLOP/byte "
+        f"[{device.source}]",
+        f"  verdict: {cost.intensity:,.1f} {'>=' if verdict == COMPUTE else '<'} {ridge:,.1f}, so it is "
+        f"{verdict}-bound; at the roof it takes {U.seconds(tm)}.",
+        "  (weight-only is the seed's number; real kernels also move activations and attention state.)",
+    ]
+    return {"tokens": T, "in": K, "out": N, "dtype": dt, "device": device.name, "weight_bytes": w_bytes,
+            "flops": cost.flops, "bytes": cost.bytes, "weight_only_intensity": wi, "intensity": cost.intensity,
+            "ridge": ridge, "bound": verdict, "time_s": tm, "text": "\n".join(lines)}
+
+
+def cost_act(dt: str) -> str:
+    return dt if dt in ("fp32", "bf16", "fp16") else "bf16"
+
+
+def explain_phase(phase, device: Device) -> dict:
+    """The per-op table and the one-sentence verdict; the dict is what ``--json`` prints."""
+    v = analyze_phase(phase, device)
+    ops = [{"name": o.name, "count": o.count, "flops": o.cost.flops, "bytes": o.cost.bytes,
+            "intensity": o.cost.intensity, "bound": o.bound, "time_s": o.time_s} for o in v.ops]
+    total = {"flops": v.total.flops, "bytes": v.total.bytes, "intensity": v.total.intensity,
+             "bound": v.bound, "bound_by_mix": v.bound_by_mix, "compute_time_share": v.compute_time_share,
+             "time_s": v.time_s}
+    m = phase.model
+    what = (f"prefill of {phase.batch} x {phase.context:,} tokens"
+            + (f" ({phase.cached_tokens:,} cached)" if phase.cached_tokens else "")
+            + (f" in {len(phase.chunks)} chunks" if len(phase.chunks) > 1 else "")
+            if phase.phase == "prefill" else
+            f"decode step at batch {phase.batch}, context {phase.context:,}")
+    sentence = (f"{m.name} {what} on {device.name} is {v.bound}-bound: {U.intensity(v.total.intensity)} FLOP/byte "
+                f"against a ridge of {U.intensity(v.ridge)} ({phase.dtypes.act}, {device.source}); "
+                f"{U.percent(v.compute_time_share)} of its predicted {U.seconds(v.time_s)} is in compute-bound ops "
+                f"(time-weighted mix: {v.bound_by_mix}-bound).")
+    return {"phase": phase.phase, "device": device.name, "device_source": device.source, "model": m.name,
+            "batch": phase.batch, "context": phase.context, "cached": phase.cached_tokens,
+            "chunks": list(phase.chunks),
+            "dtypes": {"weight": phase.dtypes.weight, "act": phase.dtypes.act, "kv": phase.dtypes.kv},
+            "ridge": v.ridge, "ops": ops, "total": total, "verdict": sentence}
+
+
+def phase_table_text(d: dict) -> str:
+    """Plain-text table of ``explain_phase``'s dict (one instance per row; count beside)."""
+    hdr = f"{'op':<14}{'count':>6}{'FLOPs':>14}{'bytes':>13}{'FLOP/B':>10}  {'bound':<8}{'time':>11}"
+    rows = [hdr, "-" * len(hdr)]
+    for o in d["ops"]:
+        rows.append(f"{o['name']:<14}{o['count']:>6}{U.flops(o['flops']):>14}{U.nbytes(o['bytes']):>13}"
+                    f"{U.intensity(o['intensity']):>10}  {o['bound']:<8}{U.seconds(o['time_s']):>11}")
+    t = d["total"]
+    rows.append("-" * len(hdr))
+    rows.append(f"{'step total':<14}{'':>6}{U.flops(t['flops']):>14}{U.nbytes(t['bytes']):>13}"
+                f"{U.intensity(t['intensity']):>10}  {t['bound']:<8}{U.seconds(t['time_s']):>11}")
+    rows.append("(FLOPs, bytes and time are for one instance; the total counts every instance.)")
+    return "\n".join(rows)

@@ -1,0 +1,175 @@
+"""Cost formulas, one small function per op: the single source of truth.
+
+Kernels call these from their ``cost()``; the workload model sums them per phase.
+Conventions (also printed in reports):
+
+* A multiply-add is 2 FLOPs: GEMM [M, K] x [K, N] = 2*M*N*K.
+* Bytes are the minimal DRAM/HBM traffic of the op *as our kernels implement it*: each
+  input read once, each output written once, weights once per call. Fusions are stated
+  in the docstring of the op that does them.
+* Exponentials, reciprocals and square roots are not counted as FLOPs (the
+  FlashAttention convention); the elementwise FLOP counts below say what is counted.
+* Weights, activations and the KV cache each have their own dtype, so quantized weights
+  (int8/int4/fp8) and an 8-bit KV cache cost the right bytes. Scales and zero points of
+  quantized formats are NB: not counted (under 1% for group size >= 128).
+* ``tokens`` always means all rows processed by the op: batch x new tokens.
+"""
+
+from __future__ import annotations
+
+from .cost import Cost
+from .dtypes import bytes_per_element as _b
+
+# Every formula returns a Cost; arguments are element counts and dtype names.
+
+
+def linear(tokens: int, in_features: int, out_features: int, *,
+           weight_dtype: str = "bf16", act_dtype: str = "bf16") -> Cost:
+    """y[T, N] = x[T, K] @ W[K, N].
+
+    FLOPs = 2*T*K*N. Bytes = weight K*N (weight dtype, read once per call) +
+    input T*K + output T*N (activation dtype). No bias (Llama has none).
+    """
+    flops = 2 * tokens * in_features * out_features
+    nbytes = (in_features * out_features * _b(weight_dtype)
+              + tokens * in_features * _b(act_dtype)
+              + tokens * out_features * _b(act_dtype))
+    return Cost(flops, nbytes)
+
+
+def weight_only_intensity(tokens: int, in_features: int, out_features: int, *,
+                          weight_dtype: str = "bf16") -> float:
+    """The seed's weight-only FLOP/byte: 2*T*K*N / (K*N*bytes_w). Activations ignored."""
+    return 2 * tokens * in_features * out_features / (in_features * out_features * _b(weight_dtype))
+
+
+def rmsnorm(tokens: int, hidden: int, *, act_dtype: str = "bf16", weight_dtype: str = "bf16") -> Cost:
+    """y = x / sqrt(mean(x^2) + eps) * w.
+
+    FLOPs = 4 per element (square, sum, scale, weight); the rsqrt is not counted.
+    Bytes = read x, write y (activations) + the weight vector once.
+    """
+    flops = 4 * tokens * hidden
+    nbytes = 2 * tokens * hidden * _b(act_dtype) + hidden * _b(weight_dtype)
+    return Cost(flops, nbytes)
+
+
+def add_rmsnorm(tokens: int, hidden: int, *, act_dtype: str = "bf16", weight_dtype: str = "bf16") -> Cost:
+    """Fused residual add + RMSNorm: h = x + r; y = rmsnorm(h).
+
+    FLOPs = 5 per element (the add, then rmsnorm's 4). Bytes = read x and r, write h
+    (the new residual stream) and y, plus the weight once: 4 activation passes instead
+    of the 3 + 2 = 5 of the unfused pair.
+    """
+    flops = 5 * tokens * hidden
+    nbytes = 4 * tokens * hidden * _b(act_dtype) + hidden * _b(weight_dtype)
+    return Cost(flops, nbytes)
+
+
+def rope(tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, *,
+         act_dtype: str = "bf16") -> Cost:
+    """Rotary embedding (Hugging Face half-rotation layout) applied to q and k in place.
+
+    FLOPs = 3 per element of q and k (x*cos, rotate_half(x)*sin, their sum).
+    Bytes = read and write q [T, Hq, D] and k [T, Hkv, D] (activations) + the cos and sin
+    tables for each token's position, D/2 values each in fp32 (4*D bytes per token).
+    """
+    elems = tokens * (n_heads + n_kv_heads) * head_dim
+    flops = 3 * elems
+    nbytes = 2 * elems * _b(act_dtype) + tokens * head_dim * 4
+    return Cost(flops, nbytes)
+
+
+def swiglu(tokens: int, intermediate: int, *, act_dtype: str = "bf16") -> Cost:
+    """y = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
+
+    FLOPs = 5 per element (negate, add 1, divide, multiply by g, multiply by up); the exp
+    is not counted. Bytes = read gate and up, write y.
+    """
+    flops = 5 * tokens * intermediate
+    nbytes = 3 * tokens * intermediate * _b(act_dtype)
+    return Cost(flops, nbytes)
+
+
+def residual_add(tokens: int, hidden: int, *, act_dtype: str = "bf16") -> Cost:
+    """h = x + r: 1 FLOP per element; read two, write one."""
+    return Cost(tokens * hidden, 3 * tokens * hidden * _b(act_dtype))
+
+
+def embedding(tokens: int, hidden: int, *, weight_dtype: str = "bf16", act_dtype: str = "bf16") -> Cost:
+    """Gather rows of the [vocab, H] table: 0 FLOPs.
+
+    Bytes = the T gathered rows (weight dtype, NB: not the whole table) + the output
+    [T, H] (activations) + the int64 token ids (8 bytes each).
+    """
+    nbytes = tokens * hidden * _b(weight_dtype) + tokens * hidden * _b(act_dtype) + 8 * tokens
+    return Cost(0, nbytes)
+
+
+def lm_head(rows: int, hidden: int, vocab: int, *, weight_dtype: str = "bf16", act_dtype: str = "bf16") -> Cost:
+    """Logits for ``rows`` positions: a linear [rows, H] x [H, vocab].
+
+    In prefill only the last position of each sequence needs logits, so rows = batch
+    (NB: frameworks that compute logits for every prompt position pay prompt x more).
+    """
+    return linear(rows, hidden, vocab, weight_dtype=weight_dtype, act_dtype=act_dtype)
+
+
+def kv_append(tokens: int, n_kv_heads: int, head_dim: int, *,
+              act_dtype: str = "bf16", kv_dtype: str = "bf16") -> Cost:
+    """Write the new tokens' K and V into the cache: 0 FLOPs.
+
+    Bytes = read k and v [T, Hkv, D] (activations) + write them into the cache (KV dtype).
+    """
+    elems = 2 * tokens * n_kv_heads * head_dim
+    return Cost(0, elems * _b(act_dtype) + elems * _b(kv_dtype))
+
+
+def causal_pairs(new_tokens: int, cached_tokens: int = 0) -> float:
+    """(query, key) pairs that causal attention computes, by the halving convention.
+
+    New queries at positions p..p+n-1 see the whole cached prefix (n*p pairs) and each
+    other causally. The causal block is counted as n*n/2, the FlashAttention and Triton
+    tutorial convention (the exact count is n*(n+1)/2; the diagonal is NB: ignored).
+    """
+    return new_tokens * cached_tokens + new_tokens * new_tokens / 2
+
+
+def prefill_attention(batch: int, new_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, *,
+                      cached_tokens: int = 0, causal: bool = True,
+                      act_dtype: str = "bf16", kv_dtype: str = "bf16") -> Cost:
+    """softmax(q k^T / sqrt(D)) v for ``new_tokens`` queries over the prefix and themselves.
+
+    FLOPs = 4 * B * Hq * D * pairs (2 for q.k, 2 for p.v per pair); pairs =
+    S_q * S_kv non-causal, causal_pairs(S_q, prefix) causal (halved: the convention
+    FlopCounterMode does NOT follow, so it reports twice ours for causal attention).
+    Bytes = q read and o written (activations, Hq heads) + K and V of all
+    S_kv = prefix + new tokens read once per KV head from the cache (KV dtype): under
+    GQA a KV tile is shared by the Hq/Hkv query heads of its group.
+    """
+    s_kv = cached_tokens + new_tokens
+    pairs = causal_pairs(new_tokens, cached_tokens) if causal else new_tokens * s_kv
+    flops = 4 * batch * n_heads * head_dim * pairs
+    q_o = 2 * batch * new_tokens * n_heads * head_dim * _b(act_dtype)
+    kv = 2 * batch * s_kv * n_kv_heads * head_dim * _b(kv_dtype)
+    return Cost(flops, q_o + kv)
+
+
+def decode_attention(batch: int, kv_len: int, n_heads: int, n_kv_heads: int, head_dim: int, *,
+                     act_dtype: str = "bf16", kv_dtype: str = "bf16") -> Cost:
+    """One new query per sequence over ``kv_len`` cached keys (the new token's included).
+
+    FLOPs = 4 * B * Hq * S_kv * D, no causal halving (one query sees every key).
+    Bytes = K and V, B * S_kv * Hkv * D each, read once per KV head (KV dtype) + q read
+    and o written (activations). Intensity ~ Hq/Hkv FLOP per KV element: it does not grow
+    with context, and batching does not share KV reads between sequences.
+    """
+    flops = 4 * batch * n_heads * kv_len * head_dim
+    kv = 2 * batch * kv_len * n_kv_heads * head_dim * _b(kv_dtype)
+    q_o = 2 * batch * n_heads * head_dim * _b(act_dtype)
+    return Cost(flops, kv + q_o)
+
+
+def kv_cache_bytes(tokens: int, n_layers: int, n_kv_heads: int, head_dim: int, *, kv_dtype: str = "bf16") -> float:
+    """Bytes that ``tokens`` cached tokens occupy across the model: 2 (K, V) * L * Hkv * D * bytes."""
+    return 2 * tokens * n_layers * n_kv_heads * head_dim * _b(kv_dtype)
