@@ -84,7 +84,9 @@ def analyze_phase(phase, device: Device) -> PhaseVerdict:
     """Predicted time and bound for each op of a workload Phase and for the whole step."""
     verdicts = []
     for op in phase.ops:
-        peak = device.peak(op.compute_dtype)
+        # vector ops use the fp32 (non-tensor) peak; a custom device may only know its tensor peak
+        dt = op.compute_dtype if op.compute_dtype in device.peak_flops else phase.dtypes.act
+        peak = device.peak(dt)
         ridge = peak / device.bandwidth
         verdicts.append(OpVerdict(op.name, op.count, op.cost, ridge, peak,
                                   predicted_time(op.cost, peak, device.bandwidth), bound(op.cost.intensity, ridge)))
@@ -132,7 +134,8 @@ def ridge_crossings(model, device: Device, phase: str, *, context: int = 1024, b
     out = {}
     for name in W.OP_NAMES:
         probe = make(1).op(name)
-        ridge = device.peak(probe.compute_dtype) / device.bandwidth
+        dt = probe.compute_dtype if probe.compute_dtype in device.peak_flops else act_dtype
+        ridge = device.peak(dt) / device.bandwidth
 
         def f(n, name=name):
             if phase == "prefill" and n > model.max_context:

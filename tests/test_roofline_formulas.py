@@ -1,0 +1,122 @@
+"""Cost formulas pinned to exact integers, arithmetic beside each number."""
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from roofline import formulas as F
+from roofline.cost import Cost
+
+
+def test_seed_weight_bytes_and_intensity():
+    # 4,096 x 4,096 x 2 bytes = 33,554,432 bytes
+    c1 = F.linear(1, 4096, 4096)
+    assert 4096 * 4096 * 2 == 33_554_432
+    # 1 token: 2 x 4,096 x 4,096 = 33,554,432 FLOPs
+    assert c1.flops == 33_554_432
+    assert F.weight_only_intensity(1, 4096, 4096) == 1.0
+    # 1,024 tokens: 1,024 x 33,554,432 = 34,359,738,368 FLOPs; / 33,554,432 bytes = 1,024
+    c = F.linear(1024, 4096, 4096)
+    assert c.flops == 34_359_738_368
+    assert F.weight_only_intensity(1024, 4096, 4096) == 1024.0
+    # full bytes add x and y: 33,554,432 + 1,024 x (4,096 + 4,096) x 2 = 50,331,648
+    assert c.bytes == 50_331_648
+
+
+def test_quantized_weights_cost_fewer_bytes():
+    # int4: 4,096 x 4,096 x 0.5 = 8,388,608 weight bytes; x and y stay bf16: 2 x 4,096 x 2 = 16,384
+    assert F.linear(1, 4096, 4096, weight_dtype="int4").bytes == 8_388_608 + 16_384
+    # int8 weights: 16,777,216 + 16,384
+    assert F.linear(1, 4096, 4096, weight_dtype="int8").bytes == 16_777_216 + 16_384
+
+
+def test_elementwise_ops():
+    # rmsnorm: 4 FLOPs/elem: 4 x 3 x 8 = 96; bytes 2 x 3 x 8 x 2 + 8 x 2 = 112
+    assert F.rmsnorm(3, 8) == Cost(96, 112)
+    # fused add+rmsnorm: 5 x 24 = 120 FLOPs; 4 x 24 x 2 + 16 = 208 bytes
+    assert F.add_rmsnorm(3, 8) == Cost(120, 208)
+    # swiglu: 5 x 2 x 10 = 100 FLOPs; 3 x 20 x 2 = 120 bytes
+    assert F.swiglu(2, 10) == Cost(100, 120)
+    # residual: 1 x 24 FLOPs; 3 x 24 x 2 = 144 bytes
+    assert F.residual_add(3, 8) == Cost(24, 144)
+    # rope: elems = 2 x (4 + 2) x 8 = 96; 3 x 96 = 288 FLOPs; 2 x 96 x 2 + 2 x 8 x 4 = 448 bytes
+    assert F.rope(2, 4, 2, 8) == Cost(288, 448)
+    # embedding: 0 FLOPs; 5 x 16 x 2 (rows) + 5 x 16 x 2 (out) + 5 x 8 (ids) = 360 bytes
+    assert F.embedding(5, 16) == Cost(0, 360)
+    # kv_append: elems = 2 x 3 x 2 x 8 = 96; read bf16 + write fp8: 96 x 2 + 96 x 1 = 288
+    assert F.kv_append(3, 2, 8, kv_dtype="fp8") == Cost(0, 288)
+
+
+def test_prefill_attention_causal_gqa_prefix():
+    B, S, Hq, Hkv, D = 2, 16, 8, 2, 64
+    # non-causal: 4 x B x Hq x S x S x D = 4 x 2 x 8 x 16 x 16 x 64 = 1,048,576
+    nc = F.prefill_attention(B, S, Hq, Hkv, D, causal=False)
+    assert nc.flops == 1_048_576
+    # causal: halved: 524,288
+    assert F.prefill_attention(B, S, Hq, Hkv, D).flops == 524_288
+    # bytes: q,o: 2 x 2 x 16 x 8 x 64 x 2 = 65,536; K,V once per KV head: 2 x 2 x 16 x 2 x 64 x 2 = 16,384
+    assert nc.bytes == 65_536 + 16_384
+    # cached prefix p=32: pairs = 16 x 32 + 16 x 16 / 2 = 640; flops = 4 x 2 x 8 x 64 x 640 = 2,621,440
+    c = F.prefill_attention(B, S, Hq, Hkv, D, cached_tokens=32)
+    assert c.flops == 2_621_440
+    # K,V for 48 tokens: 2 x 2 x 48 x 2 x 64 x 2 = 49,152
+    assert c.bytes == 65_536 + 49_152
+
+
+def test_decode_attention():
+    # 4 x B x Hq x S x D = 4 x 1 x 32 x 1,024 x 128 = 16,777,216
+    c = F.decode_attention(1, 1024, 32, 32, 128)
+    assert c.flops == 16_777_216
+    # KV: 2 x 1 x 1,024 x 32 x 128 x 2 = 16,777,216; q,o: 2 x 32 x 128 x 2 = 16,384
+    assert c.bytes == 16_777_216 + 16_384
+
+
+def test_gqa_kv_bytes_are_a_quarter():
+    # llama-3-8b: 8 KV heads of 128 vs 32: a quarter of the bytes per token
+    gqa = F.kv_cache_bytes(1, 32, 8, 128)
+    mha = F.kv_cache_bytes(1, 32, 32, 128)
+    assert gqa == 2 * 32 * 8 * 128 * 2 == 131_072
+    assert gqa * 4 == mha
+
+
+def test_cost_adds_and_scales():
+    a, b = Cost(10, 4), Cost(6, 4)
+    assert a + b == Cost(16, 8)
+    assert sum([a, b]) == Cost(16, 8)
+    assert 3 * a == Cost(30, 12) == a * 3
+    assert (a + b).intensity == 2.0
+    assert Cost(5, 0).intensity == math.inf
+    with pytest.raises(ValueError):
+        Cost(-1, 0)
+
+
+sizes = st.integers(min_value=1, max_value=8192)
+
+
+@given(t=sizes, k=sizes, n=sizes)
+def test_linear_flops_linear_in_tokens(t, k, n):
+    assert F.linear(2 * t, k, n).flops == 2 * F.linear(t, k, n).flops
+
+
+@given(t1=sizes, t2=sizes, k=sizes, n=sizes)
+def test_weight_bytes_independent_of_tokens(t1, t2, k, n):
+    # bytes minus activation traffic = weight bytes, the same for any token count
+    w = lambda t: F.linear(t, k, n).bytes - t * (k + n) * 2  # noqa: E731
+    assert w(t1) == w(t2) == k * n * 2
+
+
+@given(b=st.integers(1, 4096), k=sizes, n=sizes)
+def test_decode_linear_intensity_grows_with_batch(b, k, n):
+    assert F.linear(b + 1, k, n).intensity > F.linear(b, k, n).intensity
+
+
+@given(s=st.integers(1, 100_000), hq=st.sampled_from([8, 32, 64]), g=st.sampled_from([1, 4, 8]))
+def test_decode_attention_intensity_does_not_grow_with_context(s, hq, g):
+    hkv = hq // g
+    i1 = F.decode_attention(1, s, hq, hkv, 128).intensity
+    i2 = F.decode_attention(1, 2 * s, hq, hkv, 128).intensity
+    assert i2 <= i1 * (1 + 1e-9) or i2 < hq / hkv + 1e-9
+    # bounded by Hq/Hkv FLOP per KV byte-pair: 4 x Hq x D per token / (2 x Hkv x D x 2 bytes) = Hq/Hkv
+    assert i2 <= hq / hkv
