@@ -1,0 +1,317 @@
+"""Diagnosis: evidence from result files -> what bounds each phase -> what to try next (pure).
+
+``diagnose(result_files)`` reads profile files (measurements) and latency files
+(``request`` and ``latency-summary`` lines) and returns ``Finding``s: a claim, the
+evidence line it rests on, and an action from the seed's table ("Choose a change from
+evidence"):
+
+* ``latency-split``      where TTFT and E2E go: queue, prefill, delivery, decode.
+* ``queue-dominates``    queueing is most of TTFT: faster prefill will not help.
+* ``chunk-stalls``       ITL spikes coincide with other requests' prefill chunks: smaller chunk budget.
+* ``prefix-reuse``       prompts share full blocks the run did not reuse: turn prefix caching on.
+* ``phase-bound``        per phase, memory / compute / overhead by time-weighted kernel labels
+                         (``Measurement.label``: under ``OVERHEAD_FRACTION`` of the roof is overhead).
+* ``decode-weight-bound`` memory-bound linear layers dominate decode: quantize weights or more bandwidth.
+* ``prefill-compute-bound`` compute-bound kernels dominate prefill: more compute.
+* ``overhead-bound``     a phase far under its roof: launches and latency, not the hardware limits.
+* ``decode-batch``       decode throughput grows with batch: batch more, but check TPOT against its target.
+
+Thresholds are named constants below, each with its reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .bounds import COMPUTE, MEMORY, OVERHEAD, OVERHEAD_FRACTION
+from .dtypes import bytes_per_element
+from .errors import RooflineError
+from .latency import LatencySummary, RequestTimeline, ms, summarize
+from .models import ModelConfig
+from .workload import LINEAR_OPS, PER_LAYER_OPS
+
+DOMINANT = 0.5        # a share of time above half "dominates"
+SPIKE_FACTOR = 2.0    # an ITL gap over 2x the pooled median is a spike (a skipped beat, not noise)
+MIN_GAPS = 4          # too few gaps to call anything a spike
+BATCH_GAIN = 1.5      # decode tokens/s at the largest batch vs the smallest: worth batching above this
+BLOCK = 16            # prefix-cache block (tokens) when a file does not say
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    claim: str
+    evidence: str
+    action: str = ""
+    source: str = ""
+
+    def to_dict(self) -> dict:
+        return {"rule": self.rule, "claim": self.claim, "evidence": self.evidence, "action": self.action,
+                "source": self.source}
+
+    def text(self) -> str:
+        out = [f"- {self.claim}", f"    evidence: {self.evidence}"]
+        if self.action:
+            out.append(f"    try: {self.action}")
+        return "\n".join(out)
+
+
+def diagnose(result_files) -> list:
+    """All findings for ``result_files`` (``records.ResultFile``), file by file."""
+    out = []
+    for rf in result_files:
+        src = str(getattr(rf, "path", ""))
+        if rf.measurements:
+            out += profile_findings(rf, src)
+        requests = [d for d in rf.extra if d.get("type") == "request"]
+        if requests:
+            out += latency_findings(rf, src)
+    return out
+
+
+# ----------------------------------------------------------------- latency rules
+
+def latency_groups(rf) -> dict:
+    """config -> (timelines, LatencySummary): recomputed from the request lines, SLO from the summary line."""
+    reqs, sums = defaultdict(list), {}
+    for d in rf.extra:
+        if d.get("type") == "request":
+            reqs[d.get("config", "")].append(RequestTimeline.from_dict(d))
+        elif d.get("type") == "latency-summary":
+            sums[d.get("config", "")] = LatencySummary.from_dict(d)
+    out = {}
+    for cfg, ts in reqs.items():
+        old = sums.get(cfg)
+        out[cfg] = (ts, summarize(ts, old.slo if old else {}, cfg, old.settings if old else {}))
+    return out
+
+
+def latency_findings(rf, src: str = "") -> list:
+    out = []
+    for cfg, (ts, s) in latency_groups(rf).items():
+        tag = f"[{cfg}] " if cfg else ""
+        out += [f for f in (_split(tag, ts, s, src), _queue(tag, s, src), _stalls(tag, ts, s, src),
+                            _prefix(tag, ts, s, rf.header.settings, src)) if f]
+    return out
+
+
+def _split(tag, ts, s: LatencySummary, src):
+    st = s.stages
+    if not st or math.isnan(st.get("queue", math.nan)):
+        return None
+    ttft = st["queue"] + st["prefill"] + st["delivery"]
+    e2e = ttft + st["decode"]
+    pct = lambda x, tot: f"{100 * x / tot:.0f}%" if tot > 0 else "n/a"  # noqa: E731
+    claim = (f"{tag}Mean TTFT {ms(ttft)} = queue {ms(st['queue'])} ({pct(st['queue'], ttft)}) + prefill "
+             f"{ms(st['prefill'])} ({pct(st['prefill'], ttft)}) + delivery {ms(st['delivery'])}; mean E2E {ms(e2e)} "
+             f"= queue {pct(st['queue'], e2e)}, prefill {pct(st['prefill'], e2e)}, decode {pct(st['decode'], e2e)}.")
+    ev = (f"{s.requests - s.failed} ok requests ({s.failed} failed); stages from each request's timestamps: queue = "
+          f"arrival -> first prefill chunk, prefill = first chunk -> first token selected, decode = first -> last delivery")
+    return Finding("latency-split", claim, ev, "", src)
+
+
+def _queue(tag, s: LatencySummary, src):
+    st = s.stages
+    if not st or math.isnan(st.get("queue", math.nan)):
+        return None
+    ttft = st["queue"] + st["prefill"] + st["delivery"]
+    if ttft <= 0 or st["queue"] / ttft < DOMINANT:
+        return None
+    return Finding("queue-dominates", f"{tag}Queueing dominates TTFT: faster prefill will not help much.",
+                   f"queue {ms(st['queue'])} is {100 * st['queue'] / ttft:.0f}% of mean TTFT {ms(ttft)}; prefill is "
+                   f"{ms(st['prefill'])} ({100 * st['prefill'] / ttft:.0f}%)",
+                   "add serving capacity or admit more work per step (larger token budget, more slots), or lower the "
+                   "arrival rate; tune prefill only after the queue is short", src)
+
+
+def stall_evidence(ts) -> dict:
+    """ITL spikes (gap > SPIKE_FACTOR x pooled median) and how many overlap another request's prefill chunk."""
+    gaps = [(t, a, b) for t in ts if t.ok for a, b in zip(t.deliveries, t.deliveries[1:])]
+    if len(gaps) < MIN_GAPS:
+        return {"gaps": len(gaps), "spikes": 0, "overlapping": 0}
+    sizes = sorted(b - a for _, a, b in gaps)
+    median = sizes[len(sizes) // 2] if len(sizes) % 2 else 0.5 * (sizes[len(sizes) // 2 - 1] + sizes[len(sizes) // 2])
+    spikes = [(t, a, b) for t, a, b in gaps if b - a > SPIKE_FACTOR * median]
+    overlap, worst = 0, None
+    for t, a, b in spikes:
+        toks = sum(c[2] for o in ts if o.id != t.id for c in o.chunks if c[0] < b and c[1] > a)
+        if toks:
+            overlap += 1
+            if worst is None or b - a > worst[0]:
+                worst = (b - a, t.id, toks)
+    return {"gaps": len(gaps), "median": median, "spikes": len(spikes), "overlapping": overlap, "worst": worst}
+
+
+def _stalls(tag, ts, s: LatencySummary, src):
+    e = stall_evidence(ts)
+    if not e["overlapping"] or e["overlapping"] < DOMINANT * e["spikes"]:
+        return None
+    gap, rid, toks = e["worst"]
+    budget = s.settings.get("chunk_budget")
+    now = f" (now {budget} tokens per step)" if budget else ""
+    return Finding("chunk-stalls", f"{tag}Long prompts interrupt running streams: inter-token gaps spike while "
+                   "other requests prefill.",
+                   f"{e['spikes']} of {e['gaps']} gaps exceed {SPIKE_FACTOR:g}x the median ITL {ms(e['median'])}; "
+                   f"{e['overlapping']} of them overlap another request's prefill chunk; worst {ms(gap)} in request "
+                   f"{rid}, during {toks} prefill tokens",
+                   f"inspect the scheduler timeline and try a smaller prefill chunk budget{now}: it shortens the stalls "
+                   "and lengthens TTFT (see the chunk sweep)", src)
+
+
+def _prefix(tag, ts, s: LatencySummary, settings: dict, src):
+    block = int(s.settings.get("block_size") or settings.get("block_size") or BLOCK)
+    seen, shared_tokens, sharing = set(), 0, 0
+    for t in sorted(ts, key=lambda t: t.arrival):
+        k = 0
+        for h in t.block_hashes:
+            if h not in seen:
+                break
+            k += 1
+        if k:
+            sharing += 1
+            shared_tokens += min(k * block, max(t.prompt_tokens - 1, 0))
+        seen.update(t.block_hashes)
+    cached = sum(t.cached_tokens for t in ts)
+    if not sharing or cached >= DOMINANT * shared_tokens:
+        return None
+    return Finding("prefix-reuse", f"{tag}Prompts share a prefix the run recomputed: prefix reuse would cut TTFT.",
+                   f"{sharing} of {len(ts)} requests begin with full {block}-token blocks seen in an earlier prompt "
+                   f"({shared_tokens} reusable tokens in all), but {cached} prompt tokens came from the prefix cache",
+                   "enable prefix caching (only full blocks are reused; the last prompt token is always recomputed); "
+                   "expect TTFT to fall and TPOT to stay", src)
+
+
+# ----------------------------------------------------------------- profile rules
+
+def phase_shares(rf) -> dict:
+    """phase -> {"time": s, "memory"/"compute"/"overhead": share, "linear_memory": share, "top": Measurement}.
+
+    Weighted by step time (median x instances) over the file's ok measurements (per-op ones, or whole-layer ones when
+    only those exist). Raises RooflineError when the device has no ceilings to judge by.
+    """
+    dev = rf.header.device
+    n_layers = int(rf.header.model.get("n_layers", 1) or 1)
+    w = lambda m: step_seconds(m, n_layers)  # noqa: E731
+    by_phase = defaultdict(list)
+    for m in rf.measurements:
+        if m.ok:
+            by_phase[m.point.phase].append(m)
+    out = {}
+    for phase, ms_ in by_phase.items():
+        per_op = [m for m in ms_ if m.point.op != "layer"]
+        use = per_op or ms_
+        total = sum(w(m) for m in use)
+        if total <= 0:
+            continue
+        shares = {MEMORY: 0.0, COMPUTE: 0.0, OVERHEAD: 0.0}
+        weight_mem = 0.0
+        for m in use:
+            lab = m.label(dev)
+            shares[lab] += w(m) / total
+            if lab == MEMORY and _weight_share(m, rf.header.model) >= DOMINANT:
+                weight_mem += w(m) / total
+        shares.update(time=total, weight_memory=weight_mem, top=max(use, key=w))
+        out[phase] = shares
+    return out
+
+
+def step_seconds(m, n_layers: int) -> float:
+    """Seconds of one step a measurement stands for: median x instances per step (layers for per-layer ops)."""
+    return m.median_s * (n_layers if m.point.op in PER_LAYER_OPS or m.point.op == "layer" else 1)
+
+
+def _weight_share(m, model: dict) -> float:
+    """Share of a measurement's bytes that are linear-layer weights."""
+    if m.point.op in LINEAR_OPS:
+        return 1.0
+    if m.point.op != "layer" or not model:
+        return 0.0
+    try:
+        c = ModelConfig.from_dict(model)
+    except (RooflineError, TypeError):
+        return 0.0
+    w = (c.hidden * c.q_dim + 2 * c.hidden * c.kv_dim + c.q_dim * c.hidden + 3 * c.hidden * c.intermediate)
+    b = m.point.cost.bytes
+    return w * bytes_per_element(m.point.weight_dtype) / b if b else 0.0
+
+
+def profile_findings(rf, src: str = "") -> list:
+    dev = rf.header.device
+    try:
+        shares = phase_shares(rf)
+    except RooflineError as e:
+        return [Finding("phase-bound", "Cannot say what bounds each phase: the device has no ceilings.", str(e),
+                        "run `roofline ceilings` and profile again, or pass a device with known peaks", src)]
+    out = []
+    for phase in ("prefill", "decode"):
+        sh = shares.get(phase)
+        if not sh:
+            continue
+        label = max((MEMORY, COMPUTE, OVERHEAD), key=lambda k: sh[k])
+        top = sh["top"]
+        ev = (f"{phase}: {100 * sh[MEMORY]:.0f}% of measured time in memory-bound kernels, {100 * sh[COMPUTE]:.0f}% "
+              f"compute-bound, {100 * sh[OVERHEAD]:.0f}% under {OVERHEAD_FRACTION:.0%} of their roof; largest: "
+              f"{top.point.op} (batch {top.point.batch}, context {top.point.context}) {ms(top.median_s)}, intensity "
+              f"{top.intensity:.1f} FLOP/B vs ridge {dev.ridge(top.point.compute_dtype):.0f}, "
+              f"{100 * top.roof_fraction(dev):.0f}% of its roof on {dev.name}")
+        out.append(Finding("phase-bound", f"{phase.capitalize()} is {label}-bound.", ev, "", src))
+        if phase == "decode" and sh["weight_memory"] >= DOMINANT:
+            out.append(Finding("decode-weight-bound", "Decode is waiting on weight movement.",
+                               f"{100 * sh['weight_memory']:.0f}% of decode time is memory-bound linear layers "
+                               "(bytes dominated by weights)",
+                               "test weight quantization (w8/w4) or a device with more memory bandwidth, checking "
+                               "output quality and latency under the same workload", src))
+        if phase == "prefill" and sh[COMPUTE] >= DOMINANT:
+            out.append(Finding("prefill-compute-bound", "Prefill is limited by arithmetic.",
+                               f"{100 * sh[COMPUTE]:.0f}% of prefill time is in compute-bound kernels near their roof",
+                               "more compute helps prefill (a faster GPU, tensor-core dtypes); reverse this if "
+                               "queueing or decode dominate what users wait for", src))
+        if sh[OVERHEAD] >= DOMINANT:
+            out.append(Finding("overhead-bound", f"{phase.capitalize()} kernels run far under their roof: neither "
+                               "bandwidth nor compute is the limit.",
+                               f"{100 * sh[OVERHEAD]:.0f}% of {phase} time is in kernels under "
+                               f"{OVERHEAD_FRACTION:.0%} of their roof",
+                               "look at launches, synchronisation and small shapes: CUDA graphs, fused kernels, a larger "
+                               "batch; more bandwidth or FLOP/s will not show", src))
+    f = decode_batch_finding(rf, src)
+    if f:
+        out.append(f)
+    return out
+
+
+def step_times(rf, phase: str = "decode") -> dict:
+    """(batch, context) -> seconds per step: whole-layer points x n_layers, else per-op points x count."""
+    n_layers = int(rf.header.model.get("n_layers", 1) or 1)
+    layer, ops = defaultdict(float), defaultdict(float)
+    for m in rf.measurements:
+        if not m.ok or m.point.phase != phase:
+            continue
+        k = (m.point.batch, m.point.context)
+        (layer if m.point.op == "layer" else ops)[k] += step_seconds(m, n_layers)
+    return dict(layer) if layer else dict(ops)
+
+
+def decode_batch_finding(rf, src: str = "", tpot=None, tpot_target=None):
+    """Fires when decode tokens/s at the largest measured batch beat the smallest by BATCH_GAIN."""
+    steps = step_times(rf)
+    by_ctx = defaultdict(dict)
+    for (b, c), t in steps.items():
+        by_ctx[c][b] = t
+    best = None
+    for c, bt in by_ctx.items():
+        if len(bt) < 2:
+            continue
+        b0, b1 = min(bt), max(bt)
+        gain = (b1 / bt[b1]) / (b0 / bt[b0])
+        if best is None or gain > best[0]:
+            best = (gain, c, b0, bt[b0], b1, bt[b1])
+    if best is None or best[0] < BATCH_GAIN:
+        return None
+    gain, c, b0, t0, b1, t1 = best
+    return Finding("decode-batch", "A larger decode batch would raise throughput.",
+                   f"decode at context {c}: batch {b0} takes {ms(t0)} per step, batch {b1} takes {ms(t1)} "
+                   f"({t1 / t0:.2f}x the time for {b1 / b0:g}x the tokens: {gain:.1f}x tokens/s)",
+                   "batch more decoding sequences, but measure TPOT against its target: each user waits longer "
+                   "between tokens as the step grows", src)
