@@ -1,0 +1,10 @@
+"""Triton kernels of a Llama-style transformer, their torch references and costs.
+
+One file per op (linear, rmsnorm, rope, swiglu, prefill_attention, decode_attention,
+kv_append, embedding, residual), a model assembled from them (``kernels.model``), a
+validation suite (``kernels.check``, CLI ``roofline check``) and profiling runners
+(``kernels.runners``). ``_env`` is imported first: with no GPU it switches Triton to its
+interpreter (TRITON_INTERPRET=1) before triton is imported.
+"""
+
+from . import _env  # noqa: F401  (must run before triton is imported)

@@ -1,0 +1,69 @@
+"""Helpers shared by the kernel launchers: dtype names, input checks, launch sizing.
+
+Every launcher checks its inputs in one place (``check_tensor``) and raises ValueError naming
+the tensor, the expected and the received shape or dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._env import HAS_CUDA, INTERPRET  # noqa: F401
+
+TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
+FLOAT_DTYPES = tuple(TORCH_DTYPES.values())
+
+
+def torch_dtype(name) -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        if name not in DTYPE_NAMES:
+            raise ValueError(f"dtype {name} is not supported: use one of {', '.join(TORCH_DTYPES)}.")
+        return name
+    key = str(name).lower().removeprefix("torch.")
+    key = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "half": "fp16"}.get(key, key)
+    if key not in TORCH_DTYPES:
+        raise ValueError(f"dtype {name!r} is not supported: use one of {', '.join(TORCH_DTYPES)}.")
+    return TORCH_DTYPES[key]
+
+
+def dtype_name(dt: torch.dtype) -> str:
+    return DTYPE_NAMES[dt]
+
+
+def check_tensor(name: str, t, shape=None, dtype=None, *, dtypes=None, device=None, contiguous_last=True):
+    """Raise ValueError naming ``name`` if ``t`` is not a tensor of ``shape`` / dtype.
+
+    ``shape`` entries may be None (any size). ``dtypes`` is a tuple of allowed dtypes.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
+    if shape is not None:
+        ok = t.dim() == len(shape) and all(s is None or s == r for s, r in zip(shape, t.shape))
+        if not ok:
+            exp = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+            raise ValueError(f"{name} must have shape {exp}, got {list(t.shape)}.")
+    if dtype is not None and t.dtype != dtype:
+        raise ValueError(f"{name} must have dtype {dtype}, got {t.dtype}.")
+    if dtypes is not None and t.dtype not in dtypes:
+        raise ValueError(f"{name} must have a dtype in {[str(d) for d in dtypes]}, got {t.dtype}.")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} must be on {device}, got {t.device}.")
+    if contiguous_last and t.dim() and t.stride(-1) != 1 and t.shape[-1] > 1:
+        raise ValueError(f"{name} must be contiguous in its last dimension (stride {t.stride()}).")
+    return t
+
+
+def num_sms(device) -> int:
+    """Streaming multiprocessors of a CUDA device (132 on an H100 SXM); 4 under the interpreter."""
+    if HAS_CUDA and torch.device(device).type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)

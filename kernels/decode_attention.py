@@ -1,0 +1,194 @@
+"""Decode attention: split-KV flash-decoding over a KV cache, GQA-grouped, ragged lengths.
+
+One new query per sequence, q [B, Hq, D]; sequence b's keys are rows 0..lengths[b]-1 of
+cache slot slots[b] in k_cache/v_cache [n_slots, Hkv, L, D] (the new token already appended).
+
+Stage 1, grid (B, Hkv, SPLITS): a program takes ALL Hq/Hkv query heads of one KV head as the
+rows of a [BLOCK_G, D] tile (BLOCK_G >= 16 so tl.dot is legal on a GPU), so each KV tile is
+read from HBM once per KV head, and streams its split's keys [start, start + SPLIT_SIZE)
+with an online softmax. It writes a partial output (normalised) and its log2-sum-exp.
+Stage 2, grid (B, Hq): merges the splits' partials weighted by exp2(lse - max lse).
+
+The split count comes from batch, KV heads and the longest length: enough programs for about
+two per SM, each split at least 4 key tiles long (``decode_config``). Splits past a short
+sequence's end do no work (lse = -inf, weight 0), so ragged batches are handled in-kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from roofline import formulas as F
+
+from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name, next_pow2, num_sms
+
+
+@triton.jit
+def _decode_split_kernel(q_ptr, k_ptr, v_ptr, len_ptr, slot_ptr, mid_o_ptr, mid_lse_ptr,
+                         GROUP, D, SPLIT_SIZE, qk_scale,
+                         stride_qb, stride_qh, stride_ks, stride_kh, stride_kn,
+                         stride_mb, stride_mh, stride_ms, stride_lb, stride_lh,
+                         BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
+    b = tl.program_id(0)
+    kvh = tl.program_id(1)
+    sp = tl.program_id(2)
+    seq_len = tl.load(len_ptr + b).to(tl.int32)
+    slot = tl.load(slot_ptr + b).to(tl.int64)
+    lo = sp * SPLIT_SIZE
+    hi = tl.minimum(lo + SPLIT_SIZE, seq_len)
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_d = tl.arange(0, BLOCK_D)
+    gmask = offs_g < GROUP
+    dmask = offs_d < D
+    heads = kvh * GROUP + offs_g                                                   # query heads of the group
+    q = tl.load(q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+                mask=gmask[:, None] & dmask[None, :], other=0.0)                  # [BLOCK_G, D]
+    if UPCAST:
+        q = q.to(tl.float32)
+    k_base = k_ptr + slot * stride_ks + kvh.to(tl.int64) * stride_kh
+    v_base = v_ptr + slot * stride_ks + kvh.to(tl.int64) * stride_kh
+    m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_G,), tl.float32)
+    acc = tl.zeros((BLOCK_G, BLOCK_D), tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        offs_n = start + tl.arange(0, BLOCK_N)
+        nmask = offs_n < hi
+        k = tl.load(k_base + offs_n[None, :].to(tl.int64) * stride_kn + offs_d[:, None],
+                    mask=nmask[None, :] & dmask[:, None], other=0.0)              # [D, BLOCK_N]
+        if UPCAST:
+            k = k.to(tl.float32)
+        s = tl.dot(q, k, input_precision=DOT_PREC) * qk_scale                     # [BLOCK_G, BLOCK_N]
+        s = tl.where(nmask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + offs_n[:, None].to(tl.int64) * stride_kn + offs_d[None, :],
+                    mask=nmask[:, None] & dmask[None, :], other=0.0)              # [BLOCK_N, D]
+        if UPCAST:
+            v = v.to(tl.float32)
+        else:
+            p = p.to(v.dtype)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PREC)
+        m_i = m_new
+    nonempty = l_i > 0
+    out = acc / tl.where(nonempty, l_i, 1.0)[:, None]
+    lse = tl.where(nonempty, m_i + tl.math.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
+    mo = mid_o_ptr + b.to(tl.int64) * stride_mb + heads[:, None] * stride_mh + sp * stride_ms + offs_d[None, :]
+    tl.store(mo, out, mask=gmask[:, None] & dmask[None, :])
+    tl.store(mid_lse_ptr + b.to(tl.int64) * stride_lb + heads * stride_lh + sp, lse, mask=gmask)
+
+
+@triton.jit
+def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, HQ, D, SPLITS,
+                         stride_mb, stride_mh, stride_ms, stride_lb, stride_lh, stride_ob, stride_oh,
+                         BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_D)
+    smask = offs_s < SPLITS
+    lse = tl.load(mid_lse_ptr + b * stride_lb + h * stride_lh + offs_s, mask=smask, other=float("-inf"))
+    m = tl.max(lse, 0)
+    w = tl.math.exp2(lse - m)                                                      # 0 for empty splits
+    part = tl.load(mid_o_ptr + b * stride_mb + h * stride_mh + offs_s[:, None] * stride_ms + offs_d[None, :],
+                   mask=smask[:, None] & (offs_d[None, :] < D), other=0.0)
+    o = tl.sum(part * w[:, None], 0) / tl.sum(w, 0)
+    tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d, o.to(o_ptr.dtype.element_ty), mask=offs_d < D)
+
+
+def decode_config(batch: int, n_kv_heads: int, max_len: int, device="cpu", *, block_n=None, splits=None) -> dict:
+    """Split-KV count and tile: about 2 programs per SM, each split >= 4 key tiles, at most 64."""
+    bn = block_n or 64
+    if splits is None:
+        want = cdiv(2 * num_sms(device), max(1, batch * n_kv_heads))
+        splits = max(1, min(want, cdiv(max_len, 4 * bn), 64))
+    splits = max(1, min(int(splits), cdiv(max_len, bn)))
+    split_size = cdiv(cdiv(max_len, splits), bn) * bn
+    return dict(block_n=bn, splits=cdiv(max_len, split_size), split_size=split_size, num_warps=4, num_stages=2)
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lengths: torch.Tensor,
+                     slots: torch.Tensor, *, max_len: int | None = None, sm_scale: float | None = None,
+                     out=None, **config) -> torch.Tensor:
+    """o [B, Hq, D]: each query over its sequence's ``lengths[b]`` cached keys.
+
+    ``max_len`` (the largest of ``lengths``, known to the caller) avoids a device sync.
+    """
+    # q: [B, Hq, D]   k_cache, v_cache: [S, Hkv, L, D]   lengths, slots: [B]   o: [B, Hq, D]
+    check_tensor("q", q, (None, None, None), dtypes=FLOAT_DTYPES)
+    B, HQ, D = q.shape
+    check_tensor("k_cache", k_cache, (None, None, None, D), dtype=q.dtype, device=q.device)
+    check_tensor("v_cache", v_cache, tuple(k_cache.shape), dtype=q.dtype, device=q.device)
+    if k_cache.stride() != v_cache.stride():
+        raise ValueError("k_cache and v_cache must have the same strides.")
+    _, HKV, L, _ = k_cache.shape
+    if HQ % HKV:
+        raise ValueError(f"q's heads ({HQ}) must be a multiple of the cache's KV heads ({HKV}).")
+    check_tensor("lengths", lengths, (B,), dtypes=(torch.int32, torch.int64), device=q.device)
+    check_tensor("slots", slots, (B,), dtypes=(torch.int32, torch.int64), device=q.device)
+    if max_len is None:
+        max_len = int(lengths.max().item()) if B else 0
+    if max_len > L:
+        raise ValueError(f"lengths up to {max_len} exceed the cache length {L}.")
+    out = torch.empty_like(q) if out is None else out
+    check_tensor("out", out, (B, HQ, D), dtype=q.dtype)
+    if B == 0 or max_len == 0:
+        return out
+    c = decode_config(B, HKV, max_len, q.device, **config)
+    G = HQ // HKV
+    BD = max(16, next_pow2(D))
+    mid_o = torch.empty(B, HQ, c["splits"], BD, dtype=torch.float32, device=q.device)
+    mid_lse = torch.empty(B, HQ, c["splits"], dtype=torch.float32, device=q.device)
+    scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * 1.4426950408889634
+    prec = "ieee" if (q.dtype == torch.float32 or INTERPRET) else "tf32"
+    _decode_split_kernel[(B, HKV, c["splits"])](
+        q, k_cache, v_cache, lengths, slots, mid_o, mid_lse, G, D, c["split_size"], scale,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
+        BLOCK_G=max(16, next_pow2(G)), BLOCK_N=c["block_n"], BLOCK_D=BD, UPCAST=INTERPRET, DOT_PREC=prec,
+        num_warps=c["num_warps"], num_stages=c["num_stages"])
+    _decode_merge_kernel[(B, HQ)](mid_o, mid_lse, out, HQ, D, c["splits"], mid_o.stride(0), mid_o.stride(1),
+                                  mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1), out.stride(0), out.stride(1),
+                                  BLOCK_S=max(2, next_pow2(c["splits"])), BLOCK_D=BD)
+    return out
+
+
+def reference(q, k_cache, v_cache, lengths, slots, *, sm_scale=None):
+    """Plain torch, one sequence at a time (ragged lengths), math in fp32 (fp64 for fp64 inputs)."""
+    B, HQ, D = q.shape
+    HKV = k_cache.shape[1]
+    ct = torch.float64 if q.dtype == torch.float64 else torch.float32
+    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
+    outs = []
+    for b in range(B):
+        n = int(lengths[b])
+        k = k_cache[int(slots[b]), :, :n].to(ct).repeat_interleave(HQ // HKV, dim=0)   # [Hq, n, D]
+        v = v_cache[int(slots[b]), :, :n].to(ct).repeat_interleave(HQ // HKV, dim=0)
+        s = (k @ q[b].to(ct)[:, :, None])[..., 0] * scale                              # [Hq, n]
+        outs.append((s.softmax(-1)[:, None, :] @ v)[:, 0])                              # [Hq, D]
+    return torch.stack(outs).to(q.dtype)
+
+
+def torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None):
+    """The batched torch peer: gather, pad to the longest, mask, matmul in the inputs' dtype."""
+    B, HQ, D = q.shape
+    HKV = k_cache.shape[1]
+    S = max_len if max_len is not None else int(lengths.max())
+    k = k_cache[slots, :, :S]                                                        # [B, Hkv, S, D]
+    v = v_cache[slots, :, :S]
+    qg = q.view(B, HKV, HQ // HKV, D)                                                # [B, Hkv, G, D]
+    s = (qg @ k.transpose(-1, -2)).float() / math.sqrt(D)                           # [B, Hkv, G, S]
+    keep = torch.arange(S, device=q.device)[None, :] < lengths[:, None]              # [B, S]
+    s = s.masked_fill(~keep[:, None, None, :], float("-inf"))
+    return (s.softmax(-1).to(v.dtype) @ v).reshape(B, HQ, D)
+
+
+def cost(batch: int, kv_len: int, n_heads: int, n_kv_heads: int, head_dim: int, dtype="bf16"):
+    d = dtype if isinstance(dtype, str) else dtype_name(dtype)
+    return F.decode_attention(batch, kv_len, n_heads, n_kv_heads, head_dim, act_dtype=d, kv_dtype=d)

@@ -1,0 +1,183 @@
+"""Prefill attention: FlashAttention-2 style, causal, GQA, over a KV cache with a cached prefix.
+
+New queries q [B, n, Hq, D] sit at positions p..p+n-1 of their sequence; their keys and
+values (prefix and new tokens, already appended) are read from the cache
+k_cache/v_cache [n_slots, Hkv, L, D] rows slots[b]. Query i attends to keys 0..p+i.
+Non-causal (``causal=False``) attends to all p+n keys.
+
+Grid: (cdiv(n, BLOCK_M), B*Hq). Each program holds a BLOCK_M x D query tile and streams
+BLOCK_N-key tiles with an online softmax (running max m, sum l, fp32 accumulator; exp2 with
+log2(e) folded into the scale). Key tiles wholly below the diagonal run unmasked; only the
+tiles that cross it apply the causal mask (the FA2 / Triton tutorial split). Under GQA a
+query head reads its group's KV head; the Hq/Hkv programs of a group share those tiles in L2.
+
+GPU: bf16/fp16 dots run natively on tensor cores (p is cast to v's dtype for the second
+dot); under the interpreter (no bf16 math) every load is upcast to fp32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from roofline import formulas as F
+
+from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name, next_pow2
+
+
+@triton.jit
+def _attn_tile(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, lo, hi, qpos0, stride_kn, D,
+               BLOCK_N: tl.constexpr, MASKED: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
+               qk_scale):
+    dmask = offs_d < D
+    for start in range(lo, hi, BLOCK_N):
+        offs_n = start + tl.arange(0, BLOCK_N)
+        kv_mask = (offs_n < hi)
+        k = tl.load(k_base + offs_n[None, :].to(tl.int64) * stride_kn + offs_d[:, None],
+                    mask=kv_mask[None, :] & dmask[:, None], other=0.0)           # [D, BLOCK_N]
+        if UPCAST:
+            k = k.to(tl.float32)
+        s = tl.dot(q, k, input_precision=DOT_PREC) * qk_scale                    # [BLOCK_M, BLOCK_N]
+        if MASKED:
+            keep = ((qpos0 + offs_m)[:, None] >= offs_n[None, :]) & kv_mask[None, :]
+            s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + offs_n[:, None].to(tl.int64) * stride_kn + offs_d[None, :],
+                    mask=kv_mask[:, None] & dmask[None, :], other=0.0)           # [BLOCK_N, D]
+        if UPCAST:
+            v = v.to(tl.float32)
+        else:
+            p = p.to(v.dtype)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PREC)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, slot_ptr, N_NEW, P, HQ, GROUP, D, qk_scale,
+                         stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh,
+                         stride_ks, stride_kh, stride_kn,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                         CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // HQ
+    h = pid_bh % HQ
+    kvh = h // GROUP
+    slot = tl.load(slot_ptr + b).to(tl.int64)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    qmask = (offs_m[:, None] < N_NEW) & (offs_d[None, :] < D)
+    q = tl.load(q_ptr + b.to(tl.int64) * stride_qb + offs_m[:, None] * stride_qn + h * stride_qh + offs_d[None, :],
+                mask=qmask, other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    k_base = k_ptr + slot * stride_ks + kvh.to(tl.int64) * stride_kh
+    v_base = v_ptr + slot * stride_ks + kvh.to(tl.int64) * stride_kh
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    if CAUSAL:
+        # keys below every query of this tile: no mask; then the diagonal band, masked
+        diag_lo = ((P + pid_m * BLOCK_M) // BLOCK_N) * BLOCK_N
+        hi = tl.minimum(P + (pid_m + 1) * BLOCK_M, P + N_NEW)
+        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, 0, diag_lo, P,
+                                   stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC, qk_scale)
+        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, diag_lo, hi, P,
+                                   stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, qk_scale)
+    else:
+        S_KV = P + N_NEW
+        full = (S_KV // BLOCK_N) * BLOCK_N
+        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, 0, full, S_KV,
+                                   stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC, qk_scale)
+        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, full, S_KV, S_KV,
+                                   stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, qk_scale)
+    acc = acc / l_i[:, None]
+    o = o_ptr + b.to(tl.int64) * stride_ob + offs_m[:, None] * stride_on + h * stride_oh + offs_d[None, :]
+    tl.store(o, acc.to(o_ptr.dtype.element_ty), mask=qmask)
+
+
+def attention_config(n_new: int, head_dim: int, dtype=torch.bfloat16, *, block_m=None, block_n=None) -> dict:
+    fp32 = dtype == torch.float32
+    bm = block_m or (64 if fp32 or head_dim > 128 else 128)
+    bn = block_n or (32 if fp32 else 64)
+    return dict(block_m=bm, block_n=bn, num_warps=8 if bm >= 128 else 4, num_stages=3 if head_dim <= 128 else 2)
+
+
+def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
+                      cached: int = 0, *, causal: bool = True, sm_scale: float | None = None, out=None,
+                      **config) -> torch.Tensor:
+    """o [B, n, Hq, D] for new queries at positions cached..cached+n-1 over cache rows ``slots``."""
+    # q: [B, n, Hq, D]   k_cache, v_cache: [S, Hkv, L, D] (any strides but D contiguous)   slots: [B]
+    check_tensor("q", q, (None, None, None, None), dtypes=FLOAT_DTYPES)
+    B, n, HQ, D = q.shape
+    check_tensor("k_cache", k_cache, (None, None, None, D), dtype=q.dtype, device=q.device)
+    check_tensor("v_cache", v_cache, tuple(k_cache.shape), dtype=q.dtype, device=q.device)
+    if k_cache.stride() != v_cache.stride():
+        raise ValueError("k_cache and v_cache must have the same strides.")
+    _, HKV, L, _ = k_cache.shape
+    if HQ % HKV:
+        raise ValueError(f"q's heads ({HQ}) must be a multiple of the cache's KV heads ({HKV}).")
+    check_tensor("slots", slots, (B,), dtypes=(torch.int32, torch.int64), device=q.device)
+    if cached < 0 or cached + n > L:
+        raise ValueError(f"positions {cached}..{cached + n - 1} do not fit the cache length {L}.")
+    out = torch.empty_like(q) if out is None else out
+    check_tensor("out", out, (B, n, HQ, D), dtype=q.dtype)
+    if B * n == 0:
+        return out
+    c = attention_config(n, D, q.dtype, **config)
+    scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * 1.4426950408889634  # log2(e)
+    prec = "ieee" if (q.dtype == torch.float32 or INTERPRET) else "tf32"
+    grid = (cdiv(n, c["block_m"]), B * HQ)
+    _prefill_attn_kernel[grid](q, k_cache, v_cache, out, slots, n, int(cached), HQ, HQ // HKV, D, scale,
+                               q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1), out.stride(2),
+                               k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+                               BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], BLOCK_D=max(16, next_pow2(D)),
+                               CAUSAL=causal, UPCAST=INTERPRET, DOT_PREC=prec,
+                               num_warps=c["num_warps"], num_stages=c["num_stages"])
+    return out
+
+
+def reference(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True, sm_scale=None):
+    """Plain torch: softmax(q k^T * scale + mask) v, math in q's dtype (fp32 when q is lower)."""
+    B, n, HQ, D = q.shape
+    HKV = k_cache.shape[1]
+    ct = torch.float64 if q.dtype == torch.float64 else torch.float32
+    S = cached + n
+    k = k_cache[slots][:, :, :S].to(ct).repeat_interleave(HQ // HKV, dim=1)      # [B, Hq, S, D]
+    v = v_cache[slots][:, :, :S].to(ct).repeat_interleave(HQ // HKV, dim=1)
+    qq = q.to(ct).transpose(1, 2)                                                 # [B, Hq, n, D]
+    s = qq @ k.transpose(-1, -2) * (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D))
+    if causal:
+        keep = torch.arange(S, device=q.device)[None, :] <= (cached + torch.arange(n, device=q.device))[:, None]
+        s = s.masked_fill(~keep, float("-inf"))
+    return (s.softmax(-1) @ v).transpose(1, 2).to(q.dtype)                       # [B, n, Hq, D]
+
+
+def sdpa(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True):
+    """The fast torch peer: F.scaled_dot_product_attention in the inputs' dtype (flash on a GPU)."""
+    B, n, HQ, D = q.shape
+    HKV = k_cache.shape[1]
+    S = cached + n
+    k = k_cache[slots][:, :, :S].repeat_interleave(HQ // HKV, dim=1)
+    v = v_cache[slots][:, :, :S].repeat_interleave(HQ // HKV, dim=1)
+    qq = q.transpose(1, 2)
+    if causal and cached:
+        keep = torch.arange(S, device=q.device)[None, :] <= (cached + torch.arange(n, device=q.device))[:, None]
+        o = torch.nn.functional.scaled_dot_product_attention(qq, k, v, attn_mask=keep)
+    else:
+        o = torch.nn.functional.scaled_dot_product_attention(qq, k, v, is_causal=causal)
+    return o.transpose(1, 2)
+
+
+def cost(batch: int, new_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, *, cached: int = 0,
+         causal: bool = True, dtype="bf16"):
+    d = dtype if isinstance(dtype, str) else dtype_name(dtype)
+    return F.prefill_attention(batch, new_tokens, n_heads, n_kv_heads, head_dim, cached_tokens=cached,
+                               causal=causal, act_dtype=d, kv_dtype=d)
