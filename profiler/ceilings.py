@@ -1,0 +1,298 @@
+"""Measured ceilings: the memory bandwidth and peak FLOP/s this device actually reaches.
+
+* Bandwidth, two ways, over a working set of at least 8x the L2 (GPU) or the
+  last-level cache (CPU, read from /sys or lscpu, 32 MiB if neither says):
+  a large copy (bytes read + bytes written) and a read-only reduction (bytes read).
+  The ceiling used for classification is the higher of the two: a roof must be an
+  upper bound, and a read-mostly kernel (decode) can beat a copy's figure.
+* Compute: a large GEMM per dtype (GPU: bf16, fp16, tf32, fp32; CPU: fp32, bf16), the
+  best over a few shapes, on random data (zeros run faster on GPUs: never time them).
+  tf32 is fp32 storage with ``torch.set_float32_matmul_precision("high")``; "fp32" with
+  "highest".
+* Next to the datasheet figures with the ratio measured / datasheet (a CPU has no
+  datasheet here: its figures are labelled "achievable").
+
+Results are cached per device and software versions as JSON under
+``$ROOFLINE_CACHE_DIR`` (default ``~/.cache/roofline``); ``remeasure=True`` ignores the
+cache. ``get_ceilings`` returns a ``Ceilings``: the Device with measured ceilings
+(``Device.with_ceilings``), the datasheet Device (or None), and details for
+``RunHeader.ceilings``.
+
+Run ``python -m profiler.ceilings`` (or ``roofline ceilings``) to measure this machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from roofline.devices import Device, cpu_device, find_device
+from roofline.errors import RooflineError
+
+from . import probes
+from .timing import measure
+
+METHOD_VERSION = 1        # bump when the measurement changes: old cache entries are ignored
+WORKING_SET_X_CACHE = 8   # working set / cache size
+GPU_MIN_WORKING_SET = 2 * 2**30
+GPU_SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 4096, 8192))   # (M, N, K)
+CPU_SHAPES = ((1024, 1024, 1024), (2048, 2048, 2048))
+GPU_DTYPES = ("bf16", "fp16", "tf32", "fp32")
+CPU_DTYPES = ("fp32", "bf16")
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    device: Device              # measured ceilings (datasheet ones kept for unmeasured dtypes)
+    datasheet: Device | None    # the catalogue entry; None for a CPU or an unknown GPU
+    details: dict               # method, sizes, raw figures, ratios: RunHeader.ceilings
+    cached: bool = False
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ROOFLINE_CACHE_DIR") or Path.home() / ".cache" / "roofline")
+
+
+def _torch_device(device) -> str:
+    return "cuda" if str(device) == "gpu" else str(device)
+
+
+def cache_key(device: str, name: str, threads: int) -> dict:
+    v = probes.versions()
+    return {"method": METHOD_VERSION, "device": name, "kind": "gpu" if device.startswith("cuda") else "cpu",
+            "torch": v["torch"], "triton": v["triton"], "cuda": v["cuda"], "driver": v["driver"],
+            "threads": threads if not device.startswith("cuda") else None}
+
+
+def _cache_path(key: dict) -> Path:
+    slug = re.sub(r"[^a-z0-9]+", "-", key["device"].lower()).strip("-")[:40]
+    h = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+    return cache_dir() / f"ceilings-{slug}-{h}.json"
+
+
+def get_ceilings(device="cpu", *, remeasure: bool = False, dtypes=None, quick: bool = False,
+                 working_set_bytes: int | None = None) -> Ceilings:
+    """Cached measured ceilings for ``device`` ("cpu" or "cuda[:i]"), measuring if needed.
+
+    ``dtypes``: GEMM dtypes to measure (default per device kind); ``working_set_bytes``
+    overrides the 8x-cache rule (tests use it to stay fast; the details say so).
+    """
+    import torch
+
+    device = _torch_device(device)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RooflineError("no CUDA GPU is visible to torch; measure the CPU with --device cpu.")
+    gpu = device.startswith("cuda")
+    dtypes = tuple(dtypes or (GPU_DTYPES if gpu else CPU_DTYPES))
+    name = torch.cuda.get_device_name(device) if gpu else probes.cpu_model_name()
+    key = cache_key(device, name, torch.get_num_threads())
+    path = _cache_path(key)
+    if not remeasure and working_set_bytes is None:
+        hit = _load(path, key, dtypes)
+        if hit is not None:
+            return hit
+    c = _measure(device, name, dtypes, quick, working_set_bytes)
+    details = dict(c.details, cache_key=key, cache_file=str(path))
+    c = replace(c, details=details)
+    if working_set_bytes is None:
+        _save(path, key, c)
+    return c
+
+
+def _load(path: Path, key: dict, dtypes) -> Ceilings | None:
+    try:
+        d = json.loads(path.read_text())
+        if d.get("key") != key or any(t not in d["device"]["peak_flops"] for t in dtypes):
+            return None
+        return Ceilings(Device.from_dict(d["device"]),
+                        Device.from_dict(d["datasheet"]) if d.get("datasheet") else None,
+                        dict(d["details"], cached=True), cached=True)
+    except (OSError, ValueError, KeyError, TypeError, RooflineError):
+        return None  # missing or corrupt: measure again (and overwrite)
+
+
+def _save(path: Path, key: dict, c: Ceilings) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"key": key, "device": c.device.to_dict(),
+                                   "datasheet": c.datasheet.to_dict() if c.datasheet else None,
+                                   "details": c.details}, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass  # an unwritable cache only costs a re-measurement next time
+
+
+def _mem_available() -> int:
+    try:
+        m = re.search(r"MemAvailable:\s+(\d+) kB", Path("/proc/meminfo").read_text())
+        return int(m.group(1)) * 1024 if m else 0
+    except OSError:
+        return 0
+
+
+def _measure(device: str, name: str, dtypes, quick: bool, working_set_bytes) -> Ceilings:
+    import torch
+
+    gpu = device.startswith("cuda")
+    if gpu:
+        props = torch.cuda.get_device_properties(device)
+        cache_bytes, cache_src = int(getattr(props, "L2_cache_size", 0) or 50 * 2**20), "L2 (torch)"
+        free = torch.cuda.mem_get_info(device)[0]
+        ws = max(WORKING_SET_X_CACHE * cache_bytes, GPU_MIN_WORKING_SET)
+        limit = free // 3
+    else:
+        cache_bytes, cache_src = probes.llc_bytes()
+        ws = WORKING_SET_X_CACHE * cache_bytes
+        limit = (_mem_available() or 8 * 2**30) // 3
+    note = ""
+    if working_set_bytes is not None:
+        ws, note = int(working_set_bytes), "working set overridden by the caller (not 8x the cache)"
+    elif ws > limit:
+        ws, note = limit, f"working set capped at a third of free memory ({limit / 2**30:.1f} GiB)"
+    bw = measure_bandwidth(device, ws, quick=quick)
+    flops = {dt: measure_gemm(device, dt, quick=quick) for dt in dtypes}
+
+    peaks = {dt: r["best_flops"] for dt, r in flops.items()}
+    bandwidth = max(bw["copy_bytes_per_s"], bw["read_bytes_per_s"])
+    details = {"method": {"bandwidth": "max(copy: bytes read + written, read-only sum: bytes read) over the "
+                                       "working set", "gemm": "best of the shapes, random normal data"},
+               "cache_bytes": cache_bytes, "cache_source": cache_src, "working_set_bytes": ws,
+               "bandwidth": bw, "gemm": flops, "label": "measured" if gpu else "achievable"}
+    if note:
+        details["note"] = note
+    if gpu:
+        datasheet = _datasheet(name)
+        probe = probes.open_probe(device)
+        details["nvml"] = probe.static()
+        probe.close()
+        prov = f"measured on this {name}: " + ", ".join(dtypes) + " GEMM and bandwidth"
+        if datasheet is not None:
+            dev = datasheet.with_ceilings(peaks, bandwidth, source="measured",
+                                          provenance=prov + "; other dtypes from the datasheet")
+            details["vs_datasheet"] = _ratios(dev, datasheet, dtypes)
+        else:
+            dev = Device(key=re.sub(r"[^a-z0-9]+", "-", name.lower()), name=name, kind="gpu", peak_flops=peaks,
+                         bandwidth=bandwidth, memory_bytes=float(props.total_memory), l2_bytes=float(cache_bytes),
+                         sms=int(props.multi_processor_count), source="measured", provenance=prov)
+        return Ceilings(dev, datasheet, details)
+    dev = cpu_device(name, peaks, bandwidth)
+    dev = replace(dev, l2_bytes=float(cache_bytes), memory_bytes=float(_mem_total()),
+                  provenance=f"measured on this machine with {torch.get_num_threads()} threads "
+                             "(achievable, not peak: no CPU datasheet)")
+    return Ceilings(dev, None, details)
+
+
+def _mem_total() -> int:
+    try:
+        m = re.search(r"MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text())
+        return int(m.group(1)) * 1024 if m else 0
+    except OSError:
+        return 0
+
+
+def _datasheet(name: str) -> Device | None:
+    try:
+        return find_device(name)
+    except RooflineError:
+        return None
+
+
+def _ratios(measured: Device, datasheet: Device, dtypes) -> dict:
+    out = {"bandwidth": measured.bandwidth / datasheet.bandwidth if datasheet.bandwidth else None}
+    for dt in dtypes:
+        if dt in datasheet.peak_flops:
+            out[dt] = measured.peak_flops[dt] / datasheet.peak_flops[dt]
+    return out
+
+
+def measure_bandwidth(device: str, working_set_bytes: int, *, quick: bool = False) -> dict:
+    """Copy (src -> dst, half the working set each) and read-only sum over the whole set, in bytes/s."""
+    import torch
+
+    n = max(1, int(working_set_bytes) // 2 // 4)  # fp32 elements per half
+    buf = torch.empty(2 * n, dtype=torch.float32, device=device)  # one allocation: first touch is slow on VMs
+    buf.fill_(1.5)  # touch every page before timing; contents do not matter for a copy or a sum
+    src, dst = buf[:n], buf[n:]
+    budget = 0.3 if quick else 0.6
+    timer = "cuda-events" if device.startswith("cuda") else "auto"
+    t_copy = measure(lambda: dst.copy_(src), device, budget_s=budget, warmup_s=0.0, min_reps=3, max_reps=50,
+                     timer=timer)
+    t_read = measure(lambda: buf.sum(), device, budget_s=budget, warmup_s=0.0, min_reps=3, max_reps=50,
+                     timer=timer)
+    del buf, src, dst
+    copy_bytes, read_bytes = 2 * n * 4, 2 * n * 4
+    return {"copy_bytes_per_s": copy_bytes / t_copy.median_s, "read_bytes_per_s": read_bytes / t_read.median_s,
+            "copy_bytes": copy_bytes, "read_bytes": read_bytes,
+            "copy_times_s": list(t_copy.times_s), "read_times_s": list(t_read.times_s), "timer": t_copy.timer}
+
+
+_TORCH_DTYPE = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def measure_gemm(device: str, dtype: str, *, quick: bool = False, shapes=None) -> dict:
+    """Best FLOP/s of C = A @ B over ``shapes`` (M, N, K) in ``dtype``: 2MNK per call."""
+    import torch
+
+    gpu = device.startswith("cuda")
+    shapes = shapes or (GPU_SHAPES if gpu else CPU_SHAPES)
+    if quick:
+        shapes = shapes[:2]
+    td = getattr(torch, _TORCH_DTYPE[dtype])
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if dtype == "tf32" else "highest")
+    g = torch.Generator(device=device).manual_seed(0)
+    rows = []
+    try:
+        for m, n, k in shapes:
+            a = torch.randn(m, k, device=device, generator=g).to(td)  # random: never zeros
+            b = torch.randn(k, n, device=device, generator=g).to(td)
+            t = measure(lambda: torch.mm(a, b), device, budget_s=0.2 if quick else 0.5, warmup_s=0.02,
+                        min_reps=3, max_reps=200)
+            rows.append({"shape": [m, n, k], "median_s": t.median_s, "flops_per_s": 2 * m * n * k / t.median_s})
+            del a, b
+    finally:
+        torch.set_float32_matmul_precision(precision)
+    best = max(rows, key=lambda r: r["flops_per_s"])
+    return {"best_flops": best["flops_per_s"], "best_shape": best["shape"], "shapes": rows}
+
+
+def ceilings_table(c: Ceilings) -> str:
+    """Plain-text table: measured beside datasheet with the ratio."""
+    from roofline import units as U
+
+    d, ds = c.device, c.datasheet
+    label = c.details.get("label", "measured")
+    lines = [f"device: {d.name} ({d.kind})  {'[cached]' if c.cached else '[measured now]'}",
+             f"{'ceiling':<22}{label:>14}{'datasheet':>14}{'ratio':>8}"]
+    bw = c.details["bandwidth"]
+    ds_bw = ds.bandwidth if ds else None
+
+    def row(what, val, ref, unit):
+        r = f"{val / ref:.0%}" if ref else "-"
+        lines.append(f"{what:<22}{U.si(val, unit):>14}{U.si(ref, unit) if ref else '-':>14}{r:>8}")
+
+    row("bandwidth (copy)", bw["copy_bytes_per_s"], ds_bw, "B/s")
+    row("bandwidth (read)", bw["read_bytes_per_s"], ds_bw, "B/s")
+    for dt, g in c.details["gemm"].items():
+        ref = ds.peak_flops.get(dt) if ds else None
+        row(f"{dt} GEMM {'x'.join(map(str, g['best_shape']))}", g["best_flops"], ref, "FLOP/s")
+    lines.append(f"working set {U.nbytes(c.details['working_set_bytes'])} = "
+                 f"{c.details['working_set_bytes'] / c.details['cache_bytes']:.1f}x the cache "
+                 f"({U.nbytes(c.details['cache_bytes'])}, {c.details['cache_source']})")
+    if c.details.get("note"):
+        lines.append("note: " + c.details["note"])
+    if not ds:
+        lines.append("no datasheet for this device: figures are what it achieves here, not a peak.")
+    lines.append("ceilings used: bandwidth = the higher of copy and read; cache: " + c.details.get("cache_file", "-"))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import torch
+
+    print(ceilings_table(get_ceilings("cuda" if torch.cuda.is_available() else "cpu")))

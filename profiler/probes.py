@@ -1,0 +1,310 @@
+"""Device probes: what the machine is and what state it is in (read-only, never a setter).
+
+* GPU through NVML (``import pynvml``, the nvidia-ml-py package): name, compute
+  capability, SM and memory clocks (current and max), memory bus width and the
+  bandwidth it implies (max memory clock x bus bytes x 2, DDR), power limit and draw,
+  temperature, and the clock-event ("throttle") reasons decoded. ``GpuProbe.sample()``
+  is taken before and after every measured point; ``point_flags`` turns the two
+  samples into ``Measurement.flags`` ("throttled:sw-thermal", "sm-clock-low").
+* CPU: model name, cores, the torch threads in use, the last-level cache size.
+* ``versions()`` and ``git_sha()`` for run headers and ``roofline env``.
+
+No NVML (a CPU machine, a container without the driver) is not an error: ``open_probe``
+returns a ``CpuProbe`` whose ``note`` says why, for the caller to print once.
+Clocks, power limits and modes are never changed here.
+
+Run ``python -m profiler.probes`` to print a snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+
+MiB = 2**20
+FALLBACK_LLC_BYTES = 32 * MiB
+SM_CLOCK_LOW = 0.85  # a busy SM clock under this fraction of its max is flagged
+
+# NVML clock-event reasons (nvmlClocksEventReason*): the bits that mean "held back".
+CLOCK_EVENT_REASONS = {
+    0x1: "idle",
+    0x2: "applications-clocks-setting",
+    0x4: "sw-power-cap",
+    0x8: "hw-slowdown",
+    0x20: "sw-thermal",
+    0x40: "hw-thermal",
+    0x80: "power-brake",
+}
+THROTTLE_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+def decode_reasons(mask: int) -> list:
+    """0x24 -> ['sw-power-cap', 'sw-thermal']; unknown bits as hex."""
+    out, rest = [], int(mask)
+    for bit, name in CLOCK_EVENT_REASONS.items():
+        if rest & bit:
+            out.append(name)
+            rest &= ~bit
+    if rest:
+        out.append(hex(rest))
+    return out
+
+
+class CpuProbe:
+    """The CPU path: static facts only, samples are empty."""
+
+    kind = "cpu"
+
+    def __init__(self, note: str = ""):
+        self.note = note
+
+    def static(self) -> dict:
+        return cpu_info()
+
+    def sample(self) -> dict:
+        return {}
+
+    def close(self):
+        pass
+
+
+class GpuProbe:
+    """NVML for one GPU. Build it with ``open_probe``."""
+
+    kind = "gpu"
+    note = ""
+
+    def __init__(self, pynvml, handle):
+        self.nv, self.h = pynvml, handle
+        self._static = None
+
+    def _try(self, f, *args, default=None):
+        try:
+            return f(self.h, *args)
+        except (self.nv.NVMLError, AttributeError):
+            return default
+
+    def static(self) -> dict:
+        if self._static is None:
+            nv = self.nv
+            name = self._try(nv.nvmlDeviceGetName, default="unknown GPU")
+            name = name.decode() if isinstance(name, bytes) else name
+            cc = self._try(nv.nvmlDeviceGetCudaComputeCapability, default=None)
+            max_mem = self._try(nv.nvmlDeviceGetMaxClockInfo, nv.NVML_CLOCK_MEM)
+            bus = self._try(nv.nvmlDeviceGetMemoryBusWidth)
+            mem = self._try(nv.nvmlDeviceGetMemoryInfo)
+            limit = self._try(nv.nvmlDeviceGetEnforcedPowerLimit)
+            self._static = {
+                "name": name,
+                "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
+                "sm_clock_max_mhz": self._try(nv.nvmlDeviceGetMaxClockInfo, nv.NVML_CLOCK_SM),
+                "mem_clock_max_mhz": max_mem,
+                "memory_bus_bits": bus,
+                # DDR: two transfers per clock. NB: HBM parts report a memory clock for which
+                # this formula gives the datasheet figure; treat it as a cross-check, not a ceiling.
+                "bandwidth_implied": (max_mem * 1e6 * bus / 8 * 2) if max_mem and bus else None,
+                "memory_total_bytes": getattr(mem, "total", None),
+                "power_limit_w": limit / 1000 if limit else None,
+            }
+        return dict(self._static)
+
+    def sample(self) -> dict:
+        nv = self.nv
+        get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+        mask = self._try(get_reasons) if get_reasons else None
+        power = self._try(nv.nvmlDeviceGetPowerUsage)
+        return {
+            "sm_clock_mhz": self._try(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM),
+            "mem_clock_mhz": self._try(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_MEM),
+            "power_w": power / 1000 if power is not None else None,
+            "temperature_c": self._try(nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU),
+            "clock_event_mask": mask,
+            "clock_events": decode_reasons(mask) if mask is not None else [],
+        }
+
+    def close(self):
+        try:
+            self.nv.nvmlShutdown()
+        except self.nv.NVMLError:
+            pass
+
+
+def open_probe(device="cpu"):
+    """A GpuProbe for a CUDA device when NVML answers, else a CpuProbe whose ``note`` says why."""
+    if not str(device).startswith("cuda"):
+        return CpuProbe()
+    try:
+        import pynvml
+    except ImportError:
+        return CpuProbe("nvidia-ml-py is not installed (pip install nvidia-ml-py): no clocks or throttle "
+                        "reasons will be recorded.")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
+        return CpuProbe(f"NVML is not available ({e}): no GPU clocks or throttle reasons will be recorded.")
+    try:
+        handle = _nvml_handle(pynvml, device)
+    except pynvml.NVMLError as e:
+        pynvml.nvmlShutdown()
+        return CpuProbe(f"NVML cannot find {device} ({e}): no GPU clocks will be recorded.")
+    return GpuProbe(pynvml, handle)
+
+
+def _nvml_handle(pynvml, device):
+    """NVML's handle for a torch CUDA device: by PCI bus id (CUDA_VISIBLE_DEVICES renumbers)."""
+    index = int(str(device).partition(":")[2] or 0)
+    try:
+        import torch
+
+        p = torch.cuda.get_device_properties(index)
+        bus = getattr(p, "pci_bus_id", None)
+        if bus is not None:
+            dom = getattr(p, "pci_domain_id", 0)
+            dev = getattr(p, "pci_device_id", 0)
+            return pynvml.nvmlDeviceGetHandleByPciBusId(f"{dom:08x}:{bus:02x}:{dev:02x}.0")
+    except Exception:  # noqa: BLE001 - fall back to the index below
+        pass
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+    if index < len(visible) and visible[index].strip().isdigit():
+        index = int(visible[index])
+    return pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
+def point_flags(before: dict, after: dict, static: dict) -> tuple:
+    """Flags for a point from the samples taken around it: throttling, or a low busy SM clock."""
+    flags = []
+    for s in (before, after):
+        mask = s.get("clock_event_mask") or 0
+        for name in decode_reasons(mask & THROTTLE_BITS):
+            f = f"throttled:{name}"
+            if f not in flags:
+                flags.append(f)
+    top = static.get("sm_clock_max_mhz") or 0
+    for s in (before, after):
+        sm, mask = s.get("sm_clock_mhz"), s.get("clock_event_mask") or 0
+        if top and sm and not (mask & 0x1) and sm < SM_CLOCK_LOW * top and "sm-clock-low" not in flags:
+            flags.append("sm-clock-low")
+    return tuple(flags)
+
+
+# ---- CPU facts ----
+
+def cpu_model_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def _parse_size(text: str) -> int | None:
+    m = re.match(r"\s*([\d.]+)\s*([KMG]?)(i?B)?", text.strip(), re.I)
+    if not m:
+        return None
+    mult = {"": 1, "K": 1024, "M": MiB, "G": 1024 * MiB}[m.group(2).upper()]
+    return int(float(m.group(1)) * mult)
+
+
+def llc_bytes(sys_dir: str = "/sys/devices/system/cpu/cpu0/cache") -> tuple[int, str]:
+    """(size of the last-level cache in bytes, where it came from); 32 MiB if nothing says."""
+    best = (0, 0)
+    for idx in sorted(Path(sys_dir).glob("index*")):
+        try:
+            if (idx / "type").read_text().strip() == "Instruction":
+                continue
+            level = int((idx / "level").read_text())
+            size = _parse_size((idx / "size").read_text())
+        except (OSError, ValueError):
+            continue
+        if size and level >= best[0]:
+            best = (level, size)
+    if best[1]:
+        return best[1], f"{sys_dir} (L{best[0]})"
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=5).stdout
+        for level in ("L3", "L2"):
+            m = re.search(rf"^{level} cache:\s*(.+)$", out, re.M)
+            if m and _parse_size(m.group(1)):
+                return _parse_size(m.group(1)), f"lscpu ({level})"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return FALLBACK_LLC_BYTES, "fallback (32 MiB: no cache size found)"
+
+
+def cpu_info() -> dict:
+    import torch
+
+    llc, src = llc_bytes()
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        usable = os.cpu_count()
+    return {"name": cpu_model_name(), "logical_cpus": os.cpu_count(), "usable_cpus": usable,
+            "torch_threads": torch.get_num_threads(), "llc_bytes": llc, "llc_source": src,
+            "machine": platform.machine()}
+
+
+# ---- versions ----
+
+def git_sha(repo_dir: str | Path | None = None) -> str:
+    """The checkout's commit, "+dirty" when tracked files changed; "" outside git."""
+    cwd = Path(repo_dir) if repo_dir else Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                             timeout=5).stdout.strip()
+        if not sha:
+            return ""
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def versions() -> dict:
+    """python, torch, triton, CUDA (torch's build), driver (NVML), roofline."""
+    import importlib.metadata as md
+
+    import torch
+
+    out = {"python": platform.python_version(), "torch": torch.__version__,
+           "cuda": torch.version.cuda or "none (CPU build)"}
+    try:
+        import triton
+
+        out["triton"] = triton.__version__
+    except ImportError:
+        out["triton"] = "not installed"
+    try:
+        out["roofline"] = md.version("roofline")
+    except md.PackageNotFoundError:
+        out["roofline"] = "not installed"
+    out["driver"] = _driver_version()
+    return out
+
+
+def _driver_version() -> str:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            v = pynvml.nvmlSystemGetDriverVersion()
+            return v.decode() if isinstance(v, bytes) else str(v)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no driver is the CPU path, not an error
+        return "none (no NVIDIA driver)"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import json
+
+    p = open_probe("cuda" if __import__("torch").cuda.is_available() else "cpu")
+    print(json.dumps({"versions": versions(), "static": p.static(), "sample": p.sample(), "note": p.note}, indent=1))
