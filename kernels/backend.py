@@ -1,0 +1,57 @@
+"""The two backends behind one interface: ``get_ops("triton")`` or ``get_ops("torch")``.
+
+Every op has the same signature in both; the model and the runners call only these. The
+torch backend is the "best plain PyTorch" peer: cuBLAS matmul, SDPA for prefill attention,
+a batched gather-and-matmul decode attention, fp32 math for the vector ops.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from roofline.errors import RooflineError
+
+from . import decode_attention as DA
+from . import embedding as E
+from . import kv_append as KV
+from . import linear as L
+from . import prefill_attention as PA
+from . import residual as R
+from . import rmsnorm as N
+from . import rope as P
+from . import swiglu as S
+
+BACKENDS = ("triton", "torch")
+
+
+def _torch_rope(q, k, cos, sin, pos):
+    q.copy_(P.reference(q, cos, sin, pos))
+    k.copy_(P.reference(k, cos, sin, pos))
+    return q, k
+
+
+def _torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None):
+    return DA.torch_decode(q, k_cache, v_cache, lengths, slots, max_len=max_len)
+
+
+def _torch_prefill(q, k_cache, v_cache, slots, cached=0, *, causal=True):
+    return PA.sdpa(q, k_cache, v_cache, slots, cached, causal=causal)
+
+
+_OPS = {
+    "triton": SimpleNamespace(
+        name="triton", embedding=E.embedding, rmsnorm=N.rmsnorm, add_rmsnorm=N.add_rmsnorm, linear=L.linear,
+        rope=P.rope, kv_append=KV.kv_append, prefill_attention=PA.prefill_attention,
+        decode_attention=DA.decode_attention, residual_add=R.residual_add, swiglu=S.swiglu),
+    "torch": SimpleNamespace(
+        name="torch", embedding=E.reference, rmsnorm=N.reference, add_rmsnorm=N.add_reference, linear=L.reference,
+        rope=_torch_rope, kv_append=KV.reference, prefill_attention=_torch_prefill,
+        decode_attention=_torch_decode, residual_add=R.reference, swiglu=S.reference),
+}
+
+
+def get_ops(backend: str) -> SimpleNamespace:
+    key = str(backend).strip().lower()
+    if key not in _OPS:
+        raise RooflineError(f"Unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}.")
+    return _OPS[key]

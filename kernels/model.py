@@ -1,0 +1,220 @@
+"""A Llama-style transformer assembled from our kernels, with a preallocated slot KV cache.
+
+    from kernels.model import LlamaModel
+    m = LlamaModel(load_model("tiny"), dtype="fp32", backend="triton")
+    logits = m.prefill(torch.tensor([1, 2, 3]), slot=0)       # [vocab] fp32, last position
+    nxt = m.greedy(logits)
+    logits = m.decode_step(nxt[None], torch.tensor([0]))     # [1, vocab]
+
+KV cache: k_cache, v_cache [n_layers, max_slots, Hkv, max_len, D]; a slot holds one sequence
+and ``lengths[slot]`` tokens of it (``lengths`` lives on the host, so no call syncs the
+device to learn it). ``prefill`` appends a chunk after the slot's length (repeated calls =
+chunked prefill; after ``copy_prefix`` = prefix reuse). ``decode_step`` adds one token to
+each of several slots of different lengths. Weights are random from a seed (no checkpoint
+is loaded): enough to time and validate kernels, and logits are deterministic.
+Layers: attn_norm, q/k/v_proj, rope, kv_append, attention, o_proj, residual, mlp_norm,
+gate/up_proj, swiglu, down_proj, residual: exactly roofline.workload.PER_LAYER_OPS.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from roofline.errors import RooflineError
+from roofline.models import ModelConfig
+
+from ._common import torch_dtype
+from .backend import get_ops
+from .rope import rope_tables
+
+
+def init_weights(cfg: ModelConfig, dtype: torch.dtype, device, seed: int = 0) -> dict:
+    """Random weights: linear [in, out] ~ N(0, 1/in) (activations stay O(1)); norms ~ 1 + N(0, 0.1)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+
+    def rnd(*shape, std=1.0, mean=0.0):
+        return (torch.randn(*shape, generator=g, device=device, dtype=torch.float32) * std + mean).to(dtype)
+
+    H, I, V = cfg.hidden, cfg.intermediate, cfg.vocab
+    lin = lambda k, n: rnd(k, n, std=1.0 / math.sqrt(k))  # noqa: E731
+    w = {"embed": rnd(V, H), "final_norm": rnd(H, std=0.1, mean=1.0), "layers": []}
+    for _ in range(cfg.n_layers):
+        w["layers"].append({
+            "attn_norm": rnd(H, std=0.1, mean=1.0), "wq": lin(H, cfg.q_dim), "wk": lin(H, cfg.kv_dim),
+            "wv": lin(H, cfg.kv_dim), "wo": lin(cfg.q_dim, H), "mlp_norm": rnd(H, std=0.1, mean=1.0),
+            "w_gate": lin(H, I), "w_up": lin(H, I), "w_down": lin(I, H)})
+    w["lm_head"] = w["embed"].t() if cfg.tie_embeddings else lin(H, V)
+    return w
+
+
+def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend):
+    """One layer on T token rows; ``attend(q, k_cache, v_cache) -> o`` is the prefill or decode attention."""
+    # x: [T, H]   pos, tok_slot: [T]   k_cache, v_cache: [slots, Hkv, L, D]
+    T, D = x.shape[0], cfg.head_dim
+    h = ops.rmsnorm(x, w["attn_norm"], cfg.rms_eps)
+    q = ops.linear(h, w["wq"]).view(T, cfg.n_heads, D)                  # q: [T, Hq, D]
+    k = ops.linear(h, w["wk"]).view(T, cfg.n_kv_heads, D)               # k: [T, Hkv, D]
+    v = ops.linear(h, w["wv"]).view(T, cfg.n_kv_heads, D)               # v: [T, Hkv, D]
+    ops.rope(q, k, cos, sin, pos)
+    ops.kv_append(k, v, k_cache, v_cache, tok_slot, pos)
+    o = attend(q, k_cache, v_cache)                                      # o: [T, Hq, D]
+    x = ops.residual_add(x, ops.linear(o.reshape(T, cfg.q_dim), w["wo"]))
+    h = ops.rmsnorm(x, w["mlp_norm"], cfg.rms_eps)
+    a = ops.swiglu(ops.linear(h, w["w_gate"]), ops.linear(h, w["w_up"]))  # a: [T, I]
+    return ops.residual_add(x, ops.linear(a, w["w_down"]))
+
+
+class LlamaModel:
+    def __init__(self, cfg: ModelConfig, *, dtype="bf16", backend="triton", device="cpu", seed=0, max_slots=8,
+                 max_len=None):
+        self.cfg = cfg
+        self.dtype = torch_dtype(dtype)
+        self.backend = get_ops(backend).name
+        self.ops = get_ops(backend)
+        self.device = torch.device(device)
+        self.max_len = int(max_len or cfg.max_context)
+        if self.max_len < 1 or max_slots < 1:
+            raise RooflineError(f"max_len ({self.max_len}) and max_slots ({max_slots}) must be at least 1.")
+        self.max_slots = int(max_slots)
+        self.w = init_weights(cfg, self.dtype, self.device, seed)
+        self.cos, self.sin = rope_tables(self.max_len, cfg.head_dim, cfg.rope_theta, self.device)
+        shape = (cfg.n_layers, self.max_slots, cfg.n_kv_heads, self.max_len, cfg.head_dim)
+        self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)   # [L, slots, Hkv, max_len, D]
+        self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.lengths = torch.zeros(self.max_slots, dtype=torch.long)             # host-side, per slot
+
+    # ---- checks -------------------------------------------------------------------------
+    def _slot(self, slot) -> int:
+        s = int(slot)
+        if not 0 <= s < self.max_slots:
+            raise RooflineError(f"slot {s} does not exist: slots are 0..{self.max_slots - 1} (max_slots).")
+        return s
+
+    def _tokens(self, tokens, name="tokens") -> torch.Tensor:
+        t = torch.as_tensor(tokens)
+        if t.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"{name} must be integer token ids, got dtype {t.dtype}.")
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.cfg.vocab):
+            raise RooflineError(f"{name} must be token ids in 0..{self.cfg.vocab - 1} (the vocabulary).")
+        return t.to(self.device, torch.long)
+
+    def _logits(self, x) -> torch.Tensor:
+        h = self.ops.rmsnorm(x, self.w["final_norm"], self.cfg.rms_eps)
+        return self.ops.linear(h, self.w["lm_head"]).float()
+
+    # ---- phases -------------------------------------------------------------------------
+    def prefill(self, tokens, slot: int) -> torch.Tensor:
+        """Append ``tokens`` [n] to ``slot`` after its current length; return the last position's logits [vocab]."""
+        s = self._slot(slot)
+        tokens = self._tokens(tokens)
+        if tokens.dim() != 1:
+            raise ValueError(f"tokens must have shape [n], got {list(tokens.shape)}.")
+        n, p = tokens.shape[0], int(self.lengths[s])
+        if n == 0:
+            raise RooflineError("prefill got a chunk of zero tokens: pass at least one token.")
+        if p + n > self.max_len:
+            raise RooflineError(f"slot {s} would hold {p + n} tokens, past the KV cache capacity of {self.max_len} "
+                                "(max_len): shorten the prompt or build the model with a larger max_len.")
+        cfg, ops = self.cfg, self.ops
+        pos = torch.arange(p, p + n, device=self.device)                   # pos: [n]
+        tok_slot = torch.full((n,), s, dtype=torch.long, device=self.device)
+        slots = tok_slot[:1]                                               # slots: [B=1]
+
+        def attend(q, kc, vc):                                             # q: [n, Hq, D] -> [1, n, Hq, D]
+            return ops.prefill_attention(q.view(1, n, cfg.n_heads, cfg.head_dim), kc, vc, slots, p).view(q.shape)
+
+        x = ops.embedding(tokens, self.w["embed"])                         # x: [n, H]
+        for i, w in enumerate(self.w["layers"]):
+            x = transformer_layer(ops, cfg, w, x, self.cos, self.sin, pos, tok_slot, self.k_cache[i],
+                                  self.v_cache[i], attend)
+        self.lengths[s] = p + n
+        return self._logits(x[-1:])[0]                                     # [vocab] fp32
+
+    def decode_step(self, tokens, slots) -> torch.Tensor:
+        """One new token for each of ``slots`` [B] (their lengths may differ); returns logits [B, vocab]."""
+        tokens = self._tokens(tokens)
+        slots_h = torch.as_tensor(slots, dtype=torch.long).cpu()
+        if tokens.dim() != 1 or slots_h.shape != tokens.shape:
+            raise ValueError(f"tokens and slots must both have shape [B], got {list(tokens.shape)} and "
+                             f"{list(slots_h.shape)}.")
+        B = tokens.shape[0]
+        if B == 0:
+            raise RooflineError("decode_step got no sequences: pass at least one token and slot.")
+        for s in slots_h.tolist():
+            self._slot(s)
+        if len(set(slots_h.tolist())) != B:
+            raise RooflineError(f"decode_step got a slot twice ({slots_h.tolist()}): one token per slot per step.")
+        pos_h = self.lengths[slots_h]                                      # tokens already cached
+        if int(pos_h.max()) + 1 > self.max_len:
+            raise RooflineError(f"a decode step would grow a slot past the KV cache capacity of {self.max_len} "
+                                "(max_len): finish or reset that sequence.")
+        cfg, ops = self.cfg, self.ops
+        pos = pos_h.to(self.device)                                        # pos: [B]
+        slots_d = slots_h.to(self.device)
+        lens = pos + 1                                                     # keys per sequence, new one included
+        max_len = int(pos_h.max()) + 1
+
+        def attend(q, kc, vc):                                             # q: [B, Hq, D]
+            return ops.decode_attention(q, kc, vc, lens, slots_d, max_len=max_len)
+
+        x = ops.embedding(tokens, self.w["embed"])                         # x: [B, H]
+        for i, w in enumerate(self.w["layers"]):
+            x = transformer_layer(ops, cfg, w, x, self.cos, self.sin, pos, slots_d, self.k_cache[i],
+                                  self.v_cache[i], attend)
+        self.lengths[slots_h] = pos_h + 1
+        return self._logits(x)                                             # [B, vocab] fp32
+
+    def forward_full(self, tokens) -> torch.Tensor:
+        """Reference forward over tokens [1, S] with no cache (K/V kept in temporaries): logits [S, vocab]."""
+        tokens = self._tokens(tokens)
+        if tokens.dim() != 2 or tokens.shape[0] != 1 or tokens.shape[1] == 0:
+            raise ValueError(f"tokens must have shape [1, S] with S >= 1, got {list(tokens.shape)}.")
+        S = tokens.shape[1]
+        if S > self.max_len:
+            raise RooflineError(f"{S} tokens exceed the model's max_len of {self.max_len}.")
+        cfg, ops = self.cfg, self.ops
+        pos = torch.arange(S, device=self.device)
+        zero = torch.zeros(S, dtype=torch.long, device=self.device)
+        shape = (1, cfg.n_kv_heads, S, cfg.head_dim)                      # k: [B=1, Hkv, S, D]
+
+        def attend(q, kc, vc):
+            return ops.prefill_attention(q.view(1, S, cfg.n_heads, cfg.head_dim), kc, vc, zero[:1], 0).view(q.shape)
+
+        x = ops.embedding(tokens[0], self.w["embed"])
+        for w in self.w["layers"]:
+            kc = torch.empty(shape, dtype=self.dtype, device=self.device)
+            vc = torch.empty(shape, dtype=self.dtype, device=self.device)
+            x = transformer_layer(ops, cfg, w, x, self.cos, self.sin, pos, zero, kc, vc, attend)
+        return self._logits(x)                                             # [S, vocab] fp32
+
+    # ---- cache management ---------------------------------------------------------------
+    def copy_prefix(self, src_slot: int, dst_slot: int, n: int) -> None:
+        """Reuse the first ``n`` cached tokens of ``src_slot`` in ``dst_slot`` (its length becomes n)."""
+        src, dst, n = self._slot(src_slot), self._slot(dst_slot), int(n)
+        have = int(self.lengths[src])
+        if n < 0 or n > have:
+            raise RooflineError(f"cannot reuse a prefix of {n} tokens: slot {src} holds {have}; "
+                                f"give 0..{have}.")
+        if src != dst and n:
+            self.k_cache[:, dst, :, :n].copy_(self.k_cache[:, src, :, :n])
+            self.v_cache[:, dst, :, :n].copy_(self.v_cache[:, src, :, :n])
+        self.lengths[dst] = n
+
+    def prefill_with_prefix(self, tokens, slot: int, src_slot: int, prefix: int) -> torch.Tensor:
+        """Prefix reuse in one call: take ``prefix`` tokens' K/V from ``src_slot``, prefill the rest."""
+        tokens = self._tokens(tokens)
+        if prefix >= tokens.shape[0]:
+            raise RooflineError(f"the reused prefix ({prefix}) must be shorter than the prompt ({tokens.shape[0]}): "
+                                "at least the last prompt token is always recomputed.")
+        self.copy_prefix(src_slot, slot, prefix)
+        return self.prefill(tokens[prefix:], slot)
+
+    def reset(self, slot: int) -> None:
+        self.lengths[self._slot(slot)] = 0
+
+    @staticmethod
+    def greedy(logits: torch.Tensor) -> torch.Tensor:
+        """Greedy sampling: argmax over the last dim ([vocab] -> scalar, [B, vocab] -> [B])."""
+        return logits.argmax(dim=-1)
