@@ -1,0 +1,132 @@
+"""Profiling interface: one ``OpRunner`` per op of a phase, inputs preallocated, costs from the workload.
+
+    from kernels.runners import make_runners
+    for r in make_runners(load_model("tiny"), "decode", batch=2, context=16, dtype="fp32"):
+        r.fn(); print(r.name, r.cost, r.config)
+
+Conventions are roofline.workload's, so ``cost`` is exactly ``workload.prefill/decode(...).op(name).cost``:
+prefill: ``context`` is the prompt length, no cached prefix, B*context rows; decode: ``context``
+tokens already cached, one new token per sequence, attention over context + 1 keys.
+"layer" runs one whole transformer layer (the model's own ``transformer_layer``); its cost is the
+sum of the PER_LAYER_OPS instance costs. Inputs have the shapes the model uses and random values
+from ``seed``; ``fn`` only runs the op (timing belongs to the profiler).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from roofline import workload as W
+from roofline.cost import ZERO, Cost
+from roofline.errors import RooflineError
+from roofline.models import ModelConfig
+
+from ._common import dtype_name, torch_dtype
+from .backend import get_ops
+from .decode_attention import decode_config
+from .linear import linear_config
+from .model import init_weights, transformer_layer
+from .prefill_attention import attention_config
+from .rope import rope_tables
+
+_LINEAR_W = {"q_proj": "wq", "k_proj": "wk", "v_proj": "wv", "o_proj": "wo", "gate_proj": "w_gate",
+             "up_proj": "w_up", "down_proj": "w_down"}
+
+
+@dataclass
+class OpRunner:
+    name: str                  # an entry of roofline.workload.OP_NAMES, or "layer"
+    fn: Callable[[], object]   # runs the op once on preallocated inputs
+    cost: Cost                 # one instance, from roofline.workload
+    compute_dtype: str         # the Phase op's compute_dtype ("layer": the activation dtype)
+    config: dict = field(default_factory=dict)  # backend, block sizes, split count ...
+
+
+def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtype="bf16", backend="triton",
+                 device="cpu", seed=0, ops=None) -> list[OpRunner]:
+    """Runners for every op of ``phase`` (or only ``ops``), in OP_NAMES order then "layer"."""
+    if phase not in ("prefill", "decode"):
+        raise RooflineError(f"phase must be 'prefill' or 'decode', not {phase!r}.")
+    names = list(W.OP_NAMES) + ["layer"]
+    if ops is not None:
+        bad = [o for o in ops if o not in names]
+        if bad:
+            raise RooflineError(f"unknown op {bad[0]!r}: choose from {', '.join(names)}.")
+        names = [n for n in names if n in ops]
+    dt = torch_dtype(dtype)
+    dname = dtype_name(dt)
+    kw = dict(weight_dtype=dname, act_dtype=dname, kv_dtype=dname)
+    ph = W.prefill(cfg, batch, context, **kw) if phase == "prefill" else W.decode(cfg, batch, context, **kw)
+    K = get_ops(backend)
+    dev = torch.device(device)
+    g = torch.Generator(device=dev).manual_seed(seed + 1)
+    rnd = lambda *s: torch.randn(*s, generator=g, device=dev, dtype=torch.float32).to(dt)  # noqa: E731
+
+    B, H, I, D = batch, cfg.hidden, cfg.intermediate, cfg.head_dim
+    Hq, Hkv = cfg.n_heads, cfg.n_kv_heads
+    n = context if phase == "prefill" else 1          # new tokens per sequence
+    T = B * n
+    kv_len = context if phase == "prefill" else context + 1
+    w = init_weights(cfg.with_layers(1), dt, dev, seed)
+    lw = w["layers"][0]
+    cos, sin = rope_tables(kv_len, D, cfg.rope_theta, dev)
+    x, r, h = rnd(T, H), rnd(T, H), rnd(T, H)                                    # [T, H]
+    q, k, v = rnd(T, Hq, D), rnd(T, Hkv, D), rnd(T, Hkv, D)                       # [T, heads, D]
+    o = rnd(T, Hq * D)
+    gate, up, act = rnd(T, I), rnd(T, I), rnd(T, I)
+    k_cache, v_cache = rnd(B, Hkv, kv_len, D), rnd(B, Hkv, kv_len, D)           # k: [B, Hkv, S, D]
+    slots = torch.arange(B, device=dev)
+    if phase == "prefill":
+        pos = torch.arange(n, device=dev).repeat(B)                               # [T]
+        tok_slot = slots.repeat_interleave(n)
+        attn_cfg = attention_config(n, D, dt)
+
+        def attend(qq, kc, vc):
+            return K.prefill_attention(qq.view(B, n, Hq, D), kc, vc, slots, 0).view(qq.shape)
+    else:
+        pos = torch.full((B,), context, dtype=torch.long, device=dev)
+        tok_slot = slots
+        lens = pos + 1
+        attn_cfg = decode_config(B, Hkv, kv_len, dev)
+
+        def attend(qq, kc, vc):
+            return K.decode_attention(qq, kc, vc, lens, slots, max_len=kv_len)
+    ids = torch.randint(0, cfg.vocab, (T,), generator=g, device=dev)
+    last = rnd(B, H)                                                              # final_norm / lm_head rows
+
+    def lin_cfg(M, Kd, N):
+        return linear_config(M, N, Kd, dt, dev) if K.name == "triton" else {}
+
+    table = {
+        "embedding": (lambda: K.embedding(ids, w["embed"]), {}),
+        "attn_norm": (lambda: K.rmsnorm(x, lw["attn_norm"], cfg.rms_eps), {}),
+        "mlp_norm": (lambda: K.rmsnorm(x, lw["mlp_norm"], cfg.rms_eps), {}),
+        "rope": (lambda: K.rope(q, k, cos, sin, pos), {}),
+        "kv_append": (lambda: K.kv_append(k, v, k_cache, v_cache, tok_slot, pos), {}),
+        "attention": (lambda: attend(q, k_cache, v_cache), attn_cfg if K.name == "triton" else {}),
+        "attn_residual": (lambda: K.residual_add(x, r), {}),
+        "mlp_residual": (lambda: K.residual_add(x, r), {}),
+        "swiglu": (lambda: K.swiglu(gate, up), {}),
+        "final_norm": (lambda: K.rmsnorm(last, w["final_norm"], cfg.rms_eps), {}),
+        "lm_head": (lambda: K.linear(last, w["lm_head"]), lin_cfg(B, H, cfg.vocab)),
+        "layer": (lambda: transformer_layer(K, cfg, lw, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend),
+                  {"attention": attn_cfg} if K.name == "triton" else {}),
+    }
+    for name, wkey in _LINEAR_W.items():
+        src = {"o_proj": o, "down_proj": act}.get(name, h)
+        wt = lw[wkey]
+        table[name] = ((lambda s=src, wt=wt: K.linear(s, wt)), lin_cfg(T, wt.shape[0], wt.shape[1]))
+
+    out = []
+    for name in names:
+        fn, conf = table[name]
+        if name == "layer":
+            cost = sum((ph.op(p).cost for p in W.PER_LAYER_OPS), ZERO)
+            cdt = dname
+        else:
+            cost, cdt = ph.op(name).cost, ph.op(name).compute_dtype
+        out.append(OpRunner(name, fn, cost, cdt, {"backend": K.name, "dtype": dname, **conf}))
+    return out
