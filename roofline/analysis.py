@@ -213,7 +213,12 @@ def _with_sentence(s: PhaseSummary) -> PhaseSummary:
                 f"it reaches only {U.percent(s.roof_fraction)} of {roof} that would limit it ({side})")
     else:
         head = f"{s.title} is {s.label}-bound: {U.percent(s.roof_fraction)} of {roof} ({side})"
-    mix = f"{U.percent(s.compute_time_share)} of its measured {U.seconds(s.time_s)} is in compute-bound ops"
+    share = s.compute_time_share
+    if share == 0 or share == 1:
+        mix = (f"all of its measured {U.seconds(s.time_s)} is in "
+               f"{'compute' if share == 1 else 'memory'}-bound ops")
+    else:
+        mix = f"{U.percent(share)} of its measured {U.seconds(s.time_s)} is in compute-bound ops"
     if s.bound_by_mix != s.bound_by_sum:
         mix += f", so by time-weighted op mix it is {s.bound_by_mix}-bound"
     extra = []

@@ -1,0 +1,134 @@
+"""Reports: figures (PNG and SVG), one self-contained HTML file and a markdown summary.
+
+Rendering only: takes recorded results, never measures. ::
+
+    from reports import write_report
+    paths = write_report(["roofline-out/results.jsonl"], "roofline-report")
+    paths["html"], paths["markdown"], paths["png:roofline"]
+
+Several files are reported side by side (one colour per run/device); files whose models
+differ are still reported, with a note saying so. Bad input raises ``RooflineError``
+naming the file (and line) at fault.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from roofline.analysis import phase_summaries
+from roofline.errors import RooflineError
+from roofline.records import ResultFile, read_results
+
+__all__ = ["write_report", "load", "ReportData", "RunData"]
+
+
+@dataclass
+class RunData:
+    index: int
+    name: str
+    rf: ResultFile
+    summaries: list
+    figures: list = field(default_factory=list)   # (ReportFigure, {fmt: Path})
+    notes: list = field(default_factory=list)
+
+
+@dataclass
+class ReportData:
+    runs: list
+    compare: list = field(default_factory=list)   # (ReportFigure, {fmt: Path})
+    notes: list = field(default_factory=list)
+
+
+def load(paths_or_result_files) -> list[ResultFile]:
+    items = [paths_or_result_files] if isinstance(paths_or_result_files, (str, Path, ResultFile)) \
+        else list(paths_or_result_files)
+    if not items:
+        raise RooflineError("no result files given: pass one or more results .jsonl files.")
+    return [x if isinstance(x, ResultFile) else read_results(x) for x in items]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "run"
+
+
+def _run_notes(rf) -> list[str]:
+    dev = rf.header.device
+    notes = []
+    skipped = [m for m in rf.measurements if not m.ok]
+    if skipped:
+        reasons = sorted({m.reason or m.status for m in skipped})
+        notes.append(f"{len(skipped)} point(s) skipped ({'; '.join(reasons)}): "
+                     + ", ".join(f"{m.point.phase} {m.point.op} b{m.point.batch} c{m.point.context}"
+                                 for m in skipped[:6]) + (" ..." if len(skipped) > 6 else "") + ".")
+    above = [m for m in rf.measurements if m.above_roof(dev)]
+    if above:
+        notes.append(f"{len(above)} point(s) run above their roof, which no kernel can: a byte-count error or "
+                     "cache reuse (a working set served from L2), not a win: "
+                     + ", ".join(f"{m.point.phase} {m.point.op} b{m.point.batch} c{m.point.context}" for m in above[:6])
+                     + ".")
+    wide = [m for m in rf.measurements if m.wide_spread]
+    if wide:
+        notes.append(f"{len(wide)} point(s) have a wide spread (p80 - p20 over 10% of the median): "
+                     "treat their roof fraction with care.")
+    torn = [d for d in rf.extra if d.get("type") == "torn-line"]
+    if torn:
+        notes.append(f"the last line of {rf.path} was cut off (an interrupted run); everything before it is reported.")
+    if dev.source not in ("measured",):
+        notes.append(f"classified against {dev.source} ceilings (nothing measured): run `roofline ceilings` for "
+                     "the ceilings this device actually reaches.")
+    if rf.header.kind == "latency":
+        try:
+            from . import latency_figures  # noqa: F401
+        except ImportError:
+            notes.append("this is a latency run; the latency figures module is not installed, so only its "
+                         "kernel measurements (if any) are shown.")
+    return notes
+
+
+def write_report(paths_or_result_files, out_dir="roofline-report") -> dict[str, Path]:
+    """Render figures, ``report.html`` and ``report.md`` into ``out_dir``; returns {name: path}.
+
+    Names: "html", "markdown", and "png:<figure>" / "svg:<figure>" per figure (prefixed by
+    the run's slug when there are several runs).
+    """
+    from . import html, markdown
+    from .figures import compare_figures, run_figures
+    from .style import save
+
+    rfs = load(paths_or_result_files)
+    out = Path(out_dir)
+    try:
+        (out / "figures").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RooflineError(f"cannot create the report folder {out}: {e.strerror}.") from None
+    several = len(rfs) > 1
+    runs, written = [], {}
+    for i, rf in enumerate(rfs, start=1):
+        name = f"{rf.header.device.name} - {rf.path.name}" if several else rf.header.device.name
+        run = RunData(i, name, rf, phase_summaries(rf), notes=_run_notes(rf))
+        prefix = f"{i}-{_slug(rf.header.device.key or rf.header.device.name)}-" if several else ""
+        for fig in run_figures(rf):
+            paths = save(fig.figure, out / "figures" / f"{prefix}{fig.key}")
+            run.figures.append((fig, paths))
+            for fmt, p in paths.items():
+                written[f"{fmt}:{prefix}{fig.key}"] = p
+        runs.append(run)
+    report = ReportData(runs)
+    models = sorted({rf.header.model_name for rf in rfs})
+    if len(models) > 1:
+        report.notes.append(f"These files profile different models ({', '.join(models)}): they are reported side "
+                            "by side, but their step times are not comparable.")
+    if len({rf.header.dtype for rf in rfs}) > 1:
+        report.notes.append("These files use different dtypes: "
+                            + ", ".join(f"{rf.path.name}: {rf.header.dtype}" for rf in rfs) + ".")
+    for fig in compare_figures(rfs):
+        paths = save(fig.figure, out / "figures" / fig.key)
+        report.compare.append((fig, paths))
+        for fmt, p in paths.items():
+            written[f"{fmt}:{fig.key}"] = p
+    html_path, md_path = out / "report.html", out / "report.md"
+    html_path.write_text(html.render(report), encoding="utf-8")
+    md_path.write_text(markdown.render(report, out), encoding="utf-8")
+    return {"html": html_path, "markdown": md_path, **written}

@@ -1,0 +1,142 @@
+"""Assemble the report's figures: which plots, on which axes, with which caption.
+
+``run_figures(rf)`` returns ``ReportFigure``s for one result file (roofline, time
+breakdown, sweep view, predicted vs measured; or the latency section for a latency run);
+``compare_figures(rfs)`` the side-by-side view of several runs. Each figure is a
+``matplotlib.figure.Figure`` on an Agg canvas; ``reports.style.save`` writes it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from roofline.bounds import OVERHEAD_FRACTION
+from roofline import units as U
+from roofline.workload import OP_NAMES
+
+from .roofline_plot import plot_roofline, plotted, zero_flop_ops
+from .style import new_figure, op_color
+from .sweep_plot import plot_compare, plot_fraction_sweep, plot_intensity_sweep, sweep_slices
+from .time_plot import plot_predicted_vs_measured, plot_time_breakdown, step_times
+
+
+@dataclass
+class ReportFigure:
+    key: str        # file stem: "roofline", "time_decode", ...
+    title: str
+    figure: object  # matplotlib Figure
+    caption: str
+
+
+def _op_legend(fig, ops):
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=op_color(o), label=o) for o in ops]
+    fig.legend(handles=handles, loc="outside right center", frameon=False, title="op")
+
+
+def roofline_figure(rf) -> ReportFigure:
+    fig, ax = new_figure(10, 6.4)
+    plot_roofline(ax, rf)
+    dev = rf.header.device
+    zero = zero_flop_ops(rf)
+    above = [m for m in plotted(rf) if m.above_roof(dev)]
+    cap = (f"{len(plotted(rf))} measured points at (arithmetic intensity, achieved FLOP/s = FLOPs / median time); "
+           "error bars span the p20-p80 times. Marker shape: phase; colour: batch; size: context. "
+           f"Solid: the ceilings used to classify ({dev.source} where measured); dashed: datasheet. "
+           "Vector ops (norms, rope, residuals, swiglu) compute in fp32 and sit under the fp32 roof.")
+    if zero:
+        cap += (f" {', '.join(zero)} do no FLOPs, so they cannot sit on a FLOP/s roofline: they are left off "
+                "this chart and appear in the table with their bytes/s.")
+    if above:
+        cap += (f" {len(above)} point(s) circled in red run above their roof: that is a counting error or cache "
+                "reuse (e.g. data served from L2), not a win.")
+    return ReportFigure("roofline", "Roofline", fig, cap)
+
+
+def time_figure(rf, phase) -> ReportFigure | None:
+    keys, per = step_times(rf, phase)
+    if not keys:
+        return None
+    fig, ax = new_figure(min(4 + 0.45 * len(keys), 13), 4.2)
+    plot_time_breakdown(ax, rf, phase)
+    ops = [o for o in dict.fromkeys(op for k in keys for op in per[k])]
+    _op_legend(fig, [o for o in OP_NAMES if o in ops])
+    cap = (f"{phase.capitalize()}: each bar is one step of the sweep; segments are each op's share of the measured "
+           "step time (median x instances per step; per-layer ops count n_layers times). The whole-layer op, "
+           "when measured, is not stacked.")
+    return ReportFigure(f"time_{phase}", f"Where {phase} time goes", fig, cap)
+
+
+def sweep_figure(rf) -> ReportFigure | None:
+    slices = sweep_slices(rf)
+    if not slices:
+        return None
+    fig, axes = new_figure(12.5, 3.4 * len(slices), nrows=len(slices), ncols=2, squeeze=False)
+    ops = set()
+    for row, (phase, vary, fixed) in zip(axes, slices):
+        plot_intensity_sweep(row[0], rf, phase, vary, fixed)
+        plot_fraction_sweep(row[1], rf, phase, vary, fixed)
+        ops |= {ln.get_label() for ln in row[1].lines if not ln.get_label().startswith("_")}
+    _op_legend(fig, [o for o in OP_NAMES + ("layer",) if o in ops])
+    cap = ("Left: each op's arithmetic intensity along the sweep; the horizontal lines are the ridges "
+           f"({rf.header.dtype} solid, fp32 dotted for vector ops); a star marks where an op first reaches its "
+           "ridge, i.e. turns compute-bound. Right: the fraction of its roof each op reaches; under "
+           f"{U.percent(OVERHEAD_FRACTION)} it is limited by launches, latency or the kernel, not by memory.")
+    return ReportFigure("sweep", "Sweep view", fig, cap)
+
+
+def predicted_figure(rf) -> ReportFigure:
+    fig, ax = new_figure(7.6, 6.2)
+    plot_predicted_vs_measured(ax, rf)
+    ops = {m.point.op for m in rf.measurements if m.ok}
+    _op_legend(fig, [o for o in OP_NAMES + ("layer",) if o in ops])
+    cap = ("Each op instance's median time against the roofline's prediction with this file's ceilings: "
+           "max(FLOPs / peak, bytes / bandwidth). On the diagonal an op runs at its roof; above the dashed "
+           "line it runs under a quarter of it. Points below the diagonal beat the roof (circled): check "
+           "the byte count or cache reuse. Circles: decode; triangles: prefill.")
+    return ReportFigure("predicted", "Measured vs predicted", fig, cap)
+
+
+def latency_figures(rf) -> list[ReportFigure]:
+    """The latency engineer's section, when ``reports.latency_figures.latency_section`` exists."""
+    try:
+        mod = importlib.import_module("reports.latency_figures")
+    except ImportError:
+        return []
+    fn = getattr(mod, "latency_section", None)
+    if fn is None:
+        return []
+    out = []
+    for i, (title, fig, caption) in enumerate(fn(rf) or []):
+        out.append(ReportFigure(f"latency_{i + 1}", str(title), fig, str(caption)))
+    return out
+
+
+def run_figures(rf) -> list[ReportFigure]:
+    """Every figure for one result file, in report order."""
+    out = []
+    if rf.header.kind == "latency":
+        out += latency_figures(rf)
+    if any(m.ok for m in rf.measurements):
+        out.append(roofline_figure(rf))
+        out += [f for f in (time_figure(rf, "prefill"), time_figure(rf, "decode"), sweep_figure(rf)) if f]
+        out.append(predicted_figure(rf))
+    return out
+
+
+def compare_figures(rfs) -> list[ReportFigure]:
+    """Several runs side by side, one colour per run/device."""
+    phases = [p for p in ("decode", "prefill") if any(m.ok and m.point.phase == p for rf in rfs
+                                                      for m in rf.measurements)]
+    if len(rfs) < 2 or not phases:
+        return []
+    fig, axes = new_figure(12, 3.8 * len(phases), nrows=len(phases), ncols=2, squeeze=False)
+    for row, phase in zip(axes, phases):
+        plot_compare(row[0], rfs, phase, "time")
+        plot_compare(row[1], rfs, phase, "fraction")
+    cap = ("Each run in its own colour: the measured step time (sum of the measured ops, median x instances) and "
+           "the step's fraction of its roof, against batch (decode, at the context most runs share) and "
+           "prompt tokens (prefill). Each run is judged against its own device's ceilings.")
+    return [ReportFigure("compare", "Runs side by side", fig, cap)]

@@ -1,0 +1,203 @@
+"""One self-contained HTML report: works offline, nothing fetched from the network.
+
+Figures are inlined as base64 SVG ``<img>`` (isolated: no id clashes, no script); styles
+and the small sort/filter script are inline. Every piece of text that comes from a result
+file, a config, a file name or a command line goes through ``html.escape``.
+
+``render(report) -> str`` takes the ``reports.ReportData`` built by ``write_report``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from html import escape
+
+from roofline import formulas
+from roofline import units as U
+from roofline.analysis import headline
+
+from .tables import PHASE_COLUMNS, POINT_COLUMNS, ceiling_rows, phase_rows, point_rows
+
+CSS = """
+body{font:14px/1.45 -apple-system,"Segoe UI",Helvetica,Arial,sans-serif;color:#1d1d1f;margin:0;background:#fafafa}
+main{max-width:1320px;margin:0 auto;padding:20px 28px 60px}
+h1{font-size:22px;margin:8px 0 2px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+h3{font-size:15px;margin:18px 0 6px}.sub{color:#666;margin:0 0 12px}
+.card{background:#fff;border:1px solid #e2e2e2;border-radius:6px;padding:12px 16px;margin:10px 0}
+.verdicts li{margin:4px 0}.tag{display:inline-block;padding:0 6px;border-radius:3px;font-size:12px;color:#fff;margin-right:6px}
+.memory{background:#1f77b4}.compute{background:#d62728}.overhead{background:#7f7f7f}
+table{border-collapse:collapse;font-size:12.5px;background:#fff}th,td{border:1px solid #e4e4e4;padding:3px 7px;text-align:right;white-space:nowrap}
+th{background:#f1f1f1;position:sticky;top:0;cursor:pointer;user-select:none}td.t,th.t{text-align:left}
+tr.warn td{background:#fff4f4}tr.skip td{color:#999}
+figure{margin:14px 0;background:#fff;border:1px solid #e2e2e2;border-radius:6px;padding:10px}
+figure img{max-width:100%;height:auto;display:block;margin:0 auto}figcaption{color:#444;font-size:13px;margin-top:6px}
+.note{background:#fff8e1;border:1px solid #f0d98a;border-radius:6px;padding:8px 12px;margin:10px 0}
+.scroll{max-height:560px;overflow:auto;border:1px solid #e2e2e2}pre{white-space:pre-wrap;font-size:12px}
+.controls{margin:6px 0}.controls input,.controls select{font:inherit;padding:2px 6px;margin-right:8px}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:0}dt{color:#666}dd{margin:0;word-break:break-all}
+"""
+
+JS = """
+(function(){
+  var t=document.getElementById('points'); if(!t) return;
+  var body=t.tBodies[0], rows=Array.prototype.slice.call(body.rows);
+  var q=document.getElementById('q'), ph=document.getElementById('phase'), lb=document.getElementById('label');
+  var shown=document.getElementById('shown');
+  function filter(){
+    var s=q.value.toLowerCase(), p=ph.value, l=lb.value, n=0;
+    rows.forEach(function(r){
+      var ok=(!s||r.textContent.toLowerCase().indexOf(s)>=0)&&(!p||r.dataset.phase===p)&&(!l||r.dataset.label===l);
+      r.style.display=ok?'':'none'; if(ok) n++;
+    });
+    shown.textContent=n+' of '+rows.length+' points';
+  }
+  [q,ph,lb].forEach(function(e){e.addEventListener('input',filter);});
+  Array.prototype.forEach.call(t.tHead.rows[0].cells,function(th,i){
+    th.addEventListener('click',function(){
+      var asc=th.dataset.dir!=='asc'; th.dataset.dir=asc?'asc':'desc';
+      rows.sort(function(a,b){
+        var x=a.cells[i].dataset.v, y=b.cells[i].dataset.v, nx=parseFloat(x), ny=parseFloat(y);
+        var c=(!isNaN(nx)&&!isNaN(ny))?nx-ny:String(x).localeCompare(String(y));
+        return asc?c:-c;
+      });
+      rows.forEach(function(r){body.appendChild(r);});
+    });
+  });
+  filter();
+})();
+"""
+
+
+LABEL = POINT_COLUMNS.index("label")
+
+
+def _e(x) -> str:
+    return escape(str(x), quote=True)
+
+
+def _table(columns, rows, *, table_id="", text_cols=(), row_attrs=None) -> str:
+    head = "".join(f'<th class="{"t" if c in text_cols else ""}">{_e(c)}</th>' for c in columns)
+    tid = f' id="{table_id}"' if table_id else ""
+    out = [f"<table{tid}><thead><tr>{head}</tr></thead><tbody>"]
+    for i, row in enumerate(rows):
+        attrs = row_attrs(i) if row_attrs else ""
+        cells = "".join(
+            f'<td class="{"t" if c in text_cols else ""}" data-v="{_e(v if not isinstance(v, float) else repr(v))}">'
+            f"{_e(text)}</td>" for c, (text, v) in zip(columns, row))
+        out.append(f"<tr{attrs}>{cells}</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _figure(fig, paths) -> str:
+    svg = paths["svg"].read_bytes()
+    data = base64.b64encode(svg).decode("ascii")
+    return (f'<figure id="fig-{_e(fig.key)}"><img alt="{_e(fig.title)}" src="data:image/svg+xml;base64,{data}">'
+            f"<figcaption><b>{_e(fig.title)}.</b> {_e(fig.caption)}</figcaption></figure>")
+
+
+def _tag(label: str) -> str:
+    return f'<span class="tag {_e(label)}">{_e(label)}</span>'
+
+
+def _run_top(run) -> str:
+    rf, h = run.rf, run.rf.header
+    dev = h.device
+    out = [f'<h2 id="run-{run.index}">{_e(run.name)}</h2>',
+           f'<p class="sub">{_e(h.model_name)} &middot; {_e(dev.name)} ({_e(dev.kind)}) &middot; {_e(h.dtype)} '
+           f"&middot; {len(rf.measurements)} measurements from <code>{_e(rf.path)}</code></p>"]
+    crow = ceiling_rows(h)
+    ceil = _table(("ceiling", "used to classify", "datasheet", "used / datasheet"),
+                  [[(a, a), (b, b), (c, c), (d, d)] for a, b, c, d in crow], text_cols=("ceiling", "used to classify"))
+    prov = f"<p class='sub'>Ceilings: {_e(dev.provenance or dev.source)}</p>"
+    out.append(f'<div class="card"><h3>Device and ceilings</h3>{ceil}{prov}</div>')
+    if run.summaries:
+        items = "".join(f"<li>{_tag(s.label)}{_e(s.sentence)}</li>" for s in headline(run.summaries))
+        out.append(f'<div class="card"><h3>Verdicts</h3><ul class="verdicts">{items}</ul>')
+        table = _table(PHASE_COLUMNS, phase_rows(run.summaries), text_cols=("phase", "backend", "label", "by sum",
+                                                                              "by mix"))
+        out.append(f"<details><summary>Every step of the sweep ({len(run.summaries)})</summary>"
+                   f'<div class="scroll">{table}</div></details></div>')
+    else:
+        out.append('<div class="note">No ok measurements in this file: nothing to classify.</div>')
+    for n in run.notes:
+        out.append(f'<div class="note">{_e(n)}</div>')
+    return "".join(out)
+
+
+def _points_table(runs) -> str:
+    rows, attrs = [], []
+    for run in runs:
+        for r, m in zip(point_rows(run.rf, run.name), run.rf.measurements):
+            rows.append(r)
+            cls = " class='skip'" if not m.ok else (" class='warn'" if m.above_roof(run.rf.header.device) else "")
+            attrs.append(f' data-phase="{_e(m.point.phase)}" data-label="{_e(r[LABEL][0])}"{cls}')
+    phases = sorted({r[1][0] for r in rows})
+    labels = sorted({r[LABEL][0] for r in rows})
+    opts = lambda xs: "".join(f'<option value="{_e(x)}">{_e(x)}</option>' for x in xs)  # noqa: E731
+    controls = (f'<div class="controls"><input id="q" placeholder="filter: op, flag, device..." size="32">'
+                f'<select id="phase"><option value="">all phases</option>{opts(phases)}</select>'
+                f'<select id="label"><option value="">all labels</option>{opts(labels)}</select>'
+                f'<span id="shown" class="sub"></span> <span class="sub">(click a header to sort)</span></div>')
+    table = _table(POINT_COLUMNS, rows, table_id="points", text_cols=("run", "phase", "op", "backend", "label",
+                                                                       "flags"),
+                   row_attrs=lambda i: attrs[i])
+    return controls + f'<div class="scroll">{table}</div>'
+
+
+def _metadata(run) -> str:
+    h = run.rf.header
+    timers = sorted({m.timer for m in run.rf.measurements})
+    l2 = sorted({m.l2_policy for m in run.rf.measurements})
+    items = [("command", h.command), ("started", h.started), ("git sha", h.git_sha), ("kind", h.kind),
+             ("timers", ", ".join(timers)), ("L2 policy", ", ".join(l2)),
+             ("versions", ", ".join(f"{k} {v}" for k, v in h.versions.items())),
+             ("host / clocks", ", ".join(f"{k}={v}" for k, v in h.host.items())),
+             ("settings", json.dumps(h.settings)), ("measured ceilings", json.dumps(h.ceilings)),
+             ("model", json.dumps(h.model))]
+    if h.flop_check:
+        items.append(("FLOP check", json.dumps(h.flop_check)))
+    dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v) if v else '-'}</dd>" for k, v in items)
+    return f'<div class="card"><h3>{_e(run.name)}</h3><dl>{dl}</dl></div>'
+
+
+def conventions_text() -> str:
+    """The cost conventions, from roofline/formulas.py's module docstring (one place)."""
+    doc = formulas.__doc__ or ""
+    i = doc.find("Conventions")
+    return doc[i:].strip() if i >= 0 else doc.strip()
+
+
+def render(report) -> str:
+    runs = report.runs
+    title = "Roofline report: " + "; ".join(f"{r.rf.header.model_name} on {r.rf.header.device.name}" for r in runs)
+    body = [f"<h1>{_e(title)}</h1>",
+            f'<p class="sub">{len(runs)} result file(s): {_e(", ".join(str(r.rf.path) for r in runs))}</p>']
+    for n in report.notes:
+        body.append(f'<div class="note">{_e(n)}</div>')
+    for run in runs:
+        body.append(_run_top(run))
+    if report.compare:
+        body.append("<h2>Runs side by side</h2>")
+        body += [_figure(f, p) for f, p in report.compare]
+    for run in runs:
+        if run.figures:
+            body.append(f"<h2>Figures: {_e(run.name)}</h2>")
+            body += [_figure(f, p) for f, p in run.figures]
+    n = sum(len(r.rf.measurements) for r in runs)
+    body.append(f"<h2>All points ({n})</h2>")
+    body.append('<p class="sub">Times are per op instance (one layer); count = instances per step. '
+                "0-FLOP ops are judged by bytes/s against bandwidth. Roof % = achieved / attainable at the "
+                f"op's intensity; labels: memory/compute by the ridge, overhead under 25% of the roof.</p>")
+    body.append(_points_table(runs))
+    body.append("<h2>Run metadata</h2>")
+    body += [_metadata(r) for r in runs]
+    body.append("<h2>Cost conventions</h2>")
+    body.append(f'<div class="card"><pre>{_e(conventions_text())}</pre>'
+                f'<p class="sub">From roofline/formulas.py. Units: {_e(U.si(1e12, "FLOP/s"))} = 10^12 FLOP/s; '
+                "bandwidth in bytes/s (SI).</p></div>")
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>"
+            + "".join(body) + f"</main><script>{JS}</script></body></html>")

@@ -1,0 +1,58 @@
+"""The markdown summary written beside the HTML report: verdicts, ceilings, step table,
+notes, links to the PNG figures, run metadata and the cost conventions.
+
+``render(report, out_dir) -> str``; figure links are relative to ``out_dir``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from roofline.analysis import headline
+
+from .html import conventions_text
+from .tables import PHASE_COLUMNS, ceiling_rows, phase_rows
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(columns, rows) -> list[str]:
+    out = ["| " + " | ".join(_cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def _rel(p: Path, out_dir: Path) -> str:
+    try:
+        return p.relative_to(out_dir).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
+def render(report, out_dir: Path) -> str:
+    lines = ["# Roofline report", ""]
+    lines += [f"> {_cell(n)}" for n in report.notes] + ([""] if report.notes else [])
+    for run in report.runs:
+        h = run.rf.header
+        lines += [f"## {_cell(run.name)}", "",
+                  f"{_cell(h.model_name)} on {_cell(h.device.name)} ({h.dtype}); {len(run.rf.measurements)} "
+                  f"measurements from `{_cell(run.rf.path)}`.", ""]
+        lines += _table(("ceiling", "used to classify", "datasheet", "used / datasheet"), ceiling_rows(h)) + [""]
+        if run.summaries:
+            lines += ["**Verdicts**", ""] + [f"- **{s.label}**: {_cell(s.sentence)}" for s in headline(run.summaries)]
+            lines += ["", "<details><summary>Every step of the sweep</summary>", ""]
+            lines += _table(PHASE_COLUMNS, [[t for t, _ in r] for r in phase_rows(run.summaries)])
+            lines += ["", "</details>", ""]
+        lines += [f"- {_cell(n)}" for n in run.notes] + ([""] if run.notes else [])
+        for fig, paths in run.figures:
+            lines += [f"![{_cell(fig.title)}]({_rel(paths['png'], out_dir)})", "", f"*{_cell(fig.caption)}*", ""]
+        lines += [f"Command: `{_cell(h.command) or '-'}`  ", f"Started: {_cell(h.started) or '-'}, git "
+                  f"{_cell(h.git_sha[:12]) or '-'}; versions: "
+                  f"{_cell(', '.join(f'{k} {v}' for k, v in h.versions.items())) or '-'}", ""]
+    for fig, paths in report.compare:
+        lines += ["## Runs side by side", "", f"![{_cell(fig.title)}]({_rel(paths['png'], out_dir)})", "",
+                  f"*{_cell(fig.caption)}*", ""]
+    lines += ["## Cost conventions", "", "```", conventions_text(), "```", ""]
+    return "\n".join(lines)

@@ -1,0 +1,188 @@
+"""The roofline chart: ceilings, the ridge, and one point per measured op.
+
+``plot_roofline(ax, result_file)`` draws on log-log axes (x: arithmetic intensity in
+FLOP/byte, y: FLOP/s):
+
+* ceilings used for classification solid, datasheet ceilings dashed, each labelled with
+  value, unit and source; every bandwidth roof runs up to its elbow with the highest peak
+  drawn, every peak from its own elbow to the right;
+* the ridge of the run's dtype (peak / bandwidth) marked with its FLOP/byte value;
+* each ok measurement with FLOPs at (intensity, achieved FLOP/s): marker shape = phase,
+  colour = batch (log ramp), size = context; error bars from the p20/p80 times;
+* a point above its roof circled in red and named: a counting error or cache reuse.
+
+0-FLOP ops (embedding, kv_append) are left off (``zero_flop_ops`` names them for the
+caption). Artists carry gids ("ceiling:bandwidth:measured", "ridge:bf16", "points:decode",
+"above-roof", ...) so tests read back what was drawn. Rendering never measures.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from matplotlib.colors import LogNorm
+from matplotlib.cm import ScalarMappable
+from matplotlib.lines import Line2D
+
+from roofline import units as U
+from roofline.analysis import ceilings
+
+from .style import (ABOVE_ROOF_COLOR, BATCH_CMAP, DATASHEET_COLOR, MEASURED_COLOR, PHASE_MARKER, styled)
+
+
+def plotted(result_file) -> list:
+    """Measurements that belong on a FLOP/s roofline: ok and with FLOPs."""
+    return [m for m in result_file.measurements if m.ok and m.point.cost.flops > 0]
+
+
+def zero_flop_ops(result_file) -> list[str]:
+    """Names of measured ops that do no FLOPs (kept off the chart)."""
+    return sorted({m.point.op for m in result_file.measurements if m.ok and m.point.cost.flops == 0})
+
+
+def context_size(context, lo: float = 128) -> float:
+    """Marker area for a context length: grows with log2(context)."""
+    return 16 + 9 * max(0.0, math.log2(max(context, 1) / lo))
+
+
+def _label(ax, x, y, text, color, gid, *, va="bottom", ha="left"):
+    t = ax.text(x, y, text, color=color, fontsize=7.5, va=va, ha=ha, gid=gid, zorder=5,
+                bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
+    return t
+
+
+@styled
+def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None = None):
+    """Draw ``result_file`` on ``ax`` (see the module docstring); returns ``ax``."""
+    header = result_file.header
+    dev = header.device
+    ms = plotted(result_file)
+    dtypes = sorted({m.point.compute_dtype for m in ms} | {header.dtype})
+    used, sheet = ceilings(header, dtypes)
+    xs = np.array([m.intensity for m in ms]) if ms else np.array([1.0])
+    ys = np.array([m.achieved_flops for m in ms]) if ms else np.array([1e12])
+    peaks = [c.value for c in used + sheet if c.kind == "peak"]
+    bws = [c.value for c in used + sheet if c.kind == "bandwidth" and c.value > 0]
+    elbows = [p / b for p in peaks for b in bws] or [1.0]
+    x_lo = 10 ** math.floor(math.log10(min(xs.min(), min(elbows)) / 2))
+    x_hi = 10 ** math.ceil(math.log10(max(xs.max(), max(elbows)) * 3))
+    y_hi = 10 ** math.ceil(math.log10(max(peaks + [ys.max()]) * 2))
+    y_lo = 10 ** math.floor(math.log10(max(min(ys.min(), x_lo * min(bws or [1.0])), 1.0)))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_ylim(y_lo, y_hi)
+
+    # a datasheet ceiling the run also classifies with is drawn once, solid, labelled "datasheet"
+    sheet = [c for c in sheet if not any(u.kind == c.kind and u.dtype == c.dtype and
+                                         math.isclose(u.value, c.value, rel_tol=1e-9) for u in used)]
+    slope_labels = []
+
+    def higher(c):  # the upper of two close lines is labelled above it, the lower one below
+        rivals = [o.value for o in used + sheet if o.kind == c.kind and o.dtype == c.dtype and o is not c]
+        return all(c.value >= v for v in rivals)
+
+    for group, solid in ((sheet, False), (used, True)):
+        color = MEASURED_COLOR if solid else DATASHEET_COLOR
+        ls = "-" if solid else (0, (5, 3))
+        top = max((c.value for c in group if c.kind == "peak"), default=None)
+        for c in group:
+            if c.kind == "bandwidth":
+                if c.value <= 0 or top is None:
+                    continue
+                elbow = top / c.value
+                ax.plot([x_lo, elbow], [x_lo * c.value, top], color=color, ls=ls, lw=1.6 if solid else 1.1,
+                        gid=f"ceiling:bandwidth:{'used' if solid else 'datasheet'}")
+                lx = max(x_lo * 2.5, y_lo * 3 / c.value)
+                t = ax.text(lx, lx * c.value, f"  {U.si(c.value, 'B/s')} ({c.source})", color=color, fontsize=7.5,
+                            va="bottom" if higher(c) else "top", ha="left", rotation_mode="anchor", zorder=5,
+                            gid=f"ceiling-label:bandwidth:{'used' if solid else 'datasheet'}")
+                slope_labels.append(t)
+            else:
+                bw = next((b.value for b in group if b.kind == "bandwidth" and b.value > 0), None)
+                start = c.value / bw if bw else x_lo
+                ax.plot([start, x_hi], [c.value, c.value], color=color, ls=ls, lw=1.6 if solid else 1.1,
+                        gid=f"ceiling:peak:{c.dtype}:{'used' if solid else 'datasheet'}")
+                up = higher(c)
+                _label(ax, x_hi / 1.15, c.value * (1.12 if up else 0.9),
+                       f"{c.dtype} {U.si(c.value, 'FLOP/s')} ({c.source})", color,
+                       f"ceiling-label:peak:{c.dtype}:{'used' if solid else 'datasheet'}",
+                       ha="right", va="bottom" if up else "top")
+
+    if dev.bandwidth > 0 and header.dtype in dev.peak_flops:
+        peak = dev.peak_flops[header.dtype]
+        ridge = peak / dev.bandwidth
+        ax.plot([ridge], [peak], marker="D", ms=6, color=MEASURED_COLOR, ls="none", zorder=6,
+                gid=f"ridge:{header.dtype}")
+        ax.plot([ridge, ridge], [y_lo, peak], color=MEASURED_COLOR, lw=0.7, ls=":", zorder=1)
+        ax.annotate(f"ridge {U.intensity(ridge)} FLOP/byte ({header.dtype})", (ridge, peak),
+                    xytext=(-8, 6), textcoords="offset points", fontsize=8, color=MEASURED_COLOR, ha="right",
+                    gid=f"ridge-label:{header.dtype}",
+                    bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
+
+    batches = sorted({m.point.batch for m in ms}) or [1]
+    norm = LogNorm(vmin=batches[0], vmax=max(batches[-1], batches[0] * 2))
+    ctx_lo = min((m.point.context for m in ms), default=128)
+    for phase, marker in PHASE_MARKER.items():
+        sel = [m for m in ms if m.point.phase == phase]
+        if not sel:
+            continue
+        x = np.array([m.intensity for m in sel])
+        y = np.array([m.achieved_flops for m in sel])
+        lo = np.array([m.point.cost.flops / m.p80_s for m in sel])
+        hi = np.array([m.point.cost.flops / m.p20_s for m in sel])
+        ax.errorbar(x, y, yerr=[np.clip(y - lo, 0, None), np.clip(hi - y, 0, None)], fmt="none",
+                    ecolor="#9a9a9a", elinewidth=0.6, capsize=0, zorder=2, gid=f"errorbars:{phase}")
+        ax.scatter(x, y, c=[m.point.batch for m in sel], cmap=BATCH_CMAP, norm=norm, marker=marker,
+                   s=[context_size(m.point.context, ctx_lo) for m in sel], edgecolors="white", linewidths=0.4,
+                   alpha=0.9, zorder=3, gid=f"points:{phase}")
+
+    above = [m for m in ms if m.above_roof(dev)]
+    if above:
+        ax.scatter([m.intensity for m in above], [m.achieved_flops for m in above], s=150, facecolors="none",
+                   edgecolors=ABOVE_ROOF_COLOR, linewidths=1.4, zorder=4, gid="above-roof")
+        for m in above[:4]:
+            ax.annotate(f"{m.point.op} b{m.point.batch} c{m.point.context}: {U.percent(m.roof_fraction(dev))} "
+                        "of roof\n(above roof: byte count or cache reuse)", (m.intensity, m.achieved_flops),
+                        xytext=(10, 10), textcoords="offset points", fontsize=7.5, color=ABOVE_ROOF_COLOR,
+                        arrowprops=dict(arrowstyle="-", color=ABOVE_ROOF_COLOR, lw=0.6))
+
+    if colorbar and ms:
+        cb = ax.figure.colorbar(ScalarMappable(norm=norm, cmap=BATCH_CMAP), ax=ax, pad=0.01, aspect=30)
+        cb.set_label("batch")
+        cb.set_ticks(batches)
+        cb.set_ticklabels([str(b) for b in batches])
+        cb.minorticks_off()
+    handles = [Line2D([], [], marker=PHASE_MARKER[p], ls="none", color="#555555", label=p, ms=6)
+               for p in PHASE_MARKER if any(m.point.phase == p for m in ms)]
+    ctxs = sorted({m.point.context for m in ms})
+    for c in ctxs[:1] + ctxs[-1:] if len(ctxs) > 1 else ctxs:
+        handles.append(Line2D([], [], marker="o", ls="none", color="#bbbbbb",
+                              ms=math.sqrt(context_size(c, ctx_lo)), label=f"context {c:,}"))
+    handles.append(Line2D([], [], color=MEASURED_COLOR, label=f"{dev.source} ceilings"))
+    if sheet:
+        handles.append(Line2D([], [], color=DATASHEET_COLOR, ls=(0, (5, 3)), label="datasheet ceilings"))
+    if above:
+        handles.append(Line2D([], [], marker="o", mfc="none", mec=ABOVE_ROOF_COLOR, ls="none", ms=9,
+                              label="above its roof"))
+    ax.legend(handles=handles, loc="lower right", frameon=True, framealpha=0.9)
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("achieved FLOP/s")
+    ax.set_title(title or f"Roofline: {header.model_name} on {dev.name}")
+    _align_to_slope(ax, slope_labels)
+    return ax
+
+
+def _align_to_slope(ax, texts):
+    """Rotate bandwidth labels to lie along their (slope 1, log-log) roof on screen."""
+    if not texts:
+        return
+    fig = ax.figure
+    engine = fig.get_layout_engine()
+    if engine is not None:
+        engine.execute(fig)
+    (x0, y0), (x1, y1) = ax.transData.transform([(1.0, 1.0), (10.0, 10.0)])
+    angle = math.degrees(math.atan2(y1 - y0, x1 - x0))
+    for t in texts:
+        t.set_rotation(angle)

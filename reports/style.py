@@ -1,0 +1,80 @@
+"""Shared look of every figure: rc settings, colours, markers, figure creation and saving.
+
+Figures are made with ``matplotlib.figure.Figure`` and the Agg canvas directly (no pyplot
+state), so rendering is thread-safe and never leaks windows. Colours: a ramp for batch
+size, a fixed palette for devices, one colour per op (tab20, in OP_NAMES order).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from roofline.workload import OP_NAMES
+
+RC = {
+    "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
+    "xtick.labelsize": 8, "ytick.labelsize": 8, "axes.spines.top": False, "axes.spines.right": False,
+    "axes.grid": True, "grid.color": "#e6e6e6", "grid.linewidth": 0.6, "axes.axisbelow": True,
+    "svg.fonttype": "path", "svg.hashsalt": "roofline", "figure.dpi": 100, "savefig.dpi": 110,
+    "font.family": "DejaVu Sans",
+}
+
+PHASE_MARKER = {"decode": "o", "prefill": "^"}
+PHASE_LINESTYLE = {"decode": "-", "prefill": "--"}
+BATCH_CMAP = "viridis"
+DEVICE_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+MEASURED_COLOR = "#222222"
+DATASHEET_COLOR = "#888888"
+ABOVE_ROOF_COLOR = "#d62728"
+
+_TAB20 = matplotlib.colormaps["tab20"]
+OP_COLORS = {name: _TAB20(i % 20) for i, name in enumerate(OP_NAMES + ("layer",))}
+
+
+def op_color(op: str):
+    return OP_COLORS.get(op, "#555555")
+
+
+def device_color(i: int) -> str:
+    return DEVICE_COLORS[i % len(DEVICE_COLORS)]
+
+
+def new_figure(width: float, height: float, **subplots) -> tuple[Figure, object]:
+    """A Figure on an Agg canvas and its axes (``Figure.subplots`` arguments)."""
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(width, height), layout="constrained")
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(**subplots) if subplots else fig.add_subplot()
+    return fig, axes
+
+
+def styled(fn):
+    """Run a plotting function under the report's rc settings."""
+    def wrapper(*args, **kwargs):
+        with matplotlib.rc_context(RC):
+            return fn(*args, **kwargs)
+    wrapper.__name__, wrapper.__doc__, wrapper.__wrapped__ = fn.__name__, fn.__doc__, fn
+    return wrapper
+
+
+def save(fig: Figure, stem: Path, formats=("png", "svg")) -> dict[str, Path]:
+    """Write ``stem.png`` and ``stem.svg``; returns {format: path}."""
+    out = {}
+    with matplotlib.rc_context(RC):
+        for fmt in formats:
+            p = stem.with_suffix("." + fmt)
+            fig.savefig(p, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
+            out[fmt] = p
+    return out
+
+
+def svg_bytes(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    with matplotlib.rc_context(RC):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    return buf.getvalue()

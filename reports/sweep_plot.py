@@ -1,0 +1,188 @@
+"""The sweep view, and several runs side by side.
+
+* ``sweep_slices(result_file)``: the one-dimensional slices a sweep holds: decode against
+  batch (at one context), decode and prefill against context (at one batch).
+* ``plot_intensity_sweep(ax, rf, phase, vary, fixed)``: each op's intensity along the slice,
+  log-log, with the ridge of the run's dtype (and of fp32, for vector ops) drawn across; a
+  star marks the first sweep value at which an op reaches its ridge.
+* ``plot_fraction_sweep(ax, ...)``: each op's roof fraction along the same slice, with the
+  roof (100%) and the overhead threshold (25%) drawn.
+* ``plot_compare(ax, result_files, phase, what)``: phase step time or roof fraction against
+  batch (decode) or prompt tokens (prefill), one colour per run/device.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from matplotlib.ticker import NullLocator
+
+from roofline import units as U
+from roofline.analysis import LAYER_OP, phase_summaries
+from roofline.bounds import OVERHEAD_FRACTION
+
+from .style import PHASE_LINESTYLE, device_color, op_color, styled
+
+
+def _axis_name(vary: str) -> str:
+    return {"batch": "batch", "context": "context (tokens)"}[vary]
+
+
+def sweep_slices(result_file) -> list[tuple[str, str, int]]:
+    """(phase, vary, fixed) slices with at least two values; vary in {batch, context}.
+
+    The fixed value is the one with most distinct values along the slice (ties: the smaller).
+    """
+    ms = [m for m in result_file.measurements if m.ok]
+    out = []
+    for phase, vary in (("decode", "batch"), ("decode", "context"), ("prefill", "context"), ("prefill", "batch")):
+        other = "context" if vary == "batch" else "batch"
+        per_fixed = {}
+        for m in ms:
+            if m.point.phase == phase:
+                per_fixed.setdefault(getattr(m.point, other), set()).add(getattr(m.point, vary))
+        if not per_fixed:
+            continue
+        fixed = max(sorted(per_fixed), key=lambda k: len(per_fixed[k]))
+        if len(per_fixed[fixed]) >= 2 and not (phase == "prefill" and vary == "batch" and
+                                                any(s[0] == "prefill" for s in out)):
+            out.append((phase, vary, fixed))
+    return out
+
+
+def _series(result_file, phase, vary, fixed):
+    """{(op, backend): [(x, measurement), ...]} sorted by x."""
+    other = "context" if vary == "batch" else "batch"
+    out: dict = {}
+    for m in result_file.measurements:
+        p = m.point
+        if m.ok and p.phase == phase and getattr(p, other) == fixed:
+            out.setdefault((p.op, p.backend), []).append((getattr(p, vary), m))
+    return {k: sorted(v, key=lambda t: t[0]) for k, v in out.items()}
+
+
+def _backend_style(backends) -> dict:
+    styles = ["-", "--", ":", "-."]
+    return {b: styles[i % 4] for i, b in enumerate(sorted(backends))}
+
+
+@styled
+def plot_intensity_sweep(ax, result_file, phase: str, vary: str, fixed: int):
+    """Intensity of each op along a slice, with ridges and crossing stars; returns ``ax``."""
+    dev, dtype = result_file.header.device, result_file.header.dtype
+    series = _series(result_file, phase, vary, fixed)
+    ls = _backend_style({b for _, b in series})
+    ridges = {d: dev.peak_flops[d] / dev.bandwidth for d in (dtype, "fp32") if d in dev.peak_flops and dev.bandwidth}
+    for (op, backend), pts in series.items():
+        if pts[0][1].point.cost.flops == 0:
+            continue  # 0 FLOP/byte cannot sit on a log axis
+        xs = [x for x, _ in pts]
+        ys = [m.intensity for _, m in pts]
+        lw = 2.2 if op == LAYER_OP else 1.3
+        ax.plot(xs, ys, ls=ls[backend], color="black" if op == LAYER_OP else op_color(op), lw=lw, marker=".",
+                ms=4, label=op, gid=f"intensity:{op}:{backend}")
+        ridge = ridges.get(pts[0][1].point.compute_dtype)
+        if ridge is not None:
+            cross = next(((x, y) for x, y in zip(xs, ys) if y >= ridge), None)
+            if cross is not None and ys[0] < ridge:
+                ax.plot(*cross, marker="*", ms=11, color=op_color(op), mec="black", mew=0.5, zorder=5,
+                        gid=f"crossing:{op}:{backend}")
+    for d, r in ridges.items():
+        ax.axhline(r, color="#444444", lw=1.0, ls="-" if d == dtype else ":", gid=f"ridge:{d}")
+        ax.annotate(f"ridge {U.intensity(r)} ({d})", (0.01, r), xycoords=("axes fraction", "data"),
+                    xytext=(0, 2), textcoords="offset points", fontsize=7.5, color="#444444")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(_axis_name(vary))
+    ax.set_ylabel("intensity (FLOP/byte)")
+    other = "context" if vary == "batch" else "batch"
+    ax.set_title(f"{phase}: intensity vs {vary} ({other} {fixed:,})")
+    _int_ticks(ax, series)
+    return ax
+
+
+@styled
+def plot_fraction_sweep(ax, result_file, phase: str, vary: str, fixed: int):
+    """Roof fraction of each op along a slice; returns ``ax``."""
+    dev = result_file.header.device
+    series = _series(result_file, phase, vary, fixed)
+    ls = _backend_style({b for _, b in series})
+    top = 1.1
+    for (op, backend), pts in series.items():
+        xs = [x for x, _ in pts]
+        ys = [m.roof_fraction(dev) for _, m in pts]
+        top = max(top, max(ys) * 1.05)
+        ax.plot(xs, ys, ls=ls[backend], color="black" if op == LAYER_OP else op_color(op),
+                lw=2.2 if op == LAYER_OP else 1.3, marker=".", ms=4, label=op, gid=f"fraction:{op}:{backend}")
+    ax.axhline(1.0, color="#444444", lw=1.0)
+    ax.axhline(OVERHEAD_FRACTION, color="#b0b0b0", lw=1.0, ls="--")
+    ax.annotate("roof", (0.01, 1.0), xycoords=("axes fraction", "data"), xytext=(0, 2),
+                textcoords="offset points", fontsize=7.5, color="#444444")
+    ax.annotate(f"overhead below {U.percent(OVERHEAD_FRACTION)}", (0.01, OVERHEAD_FRACTION),
+                xycoords=("axes fraction", "data"), xytext=(0, 2), textcoords="offset points", fontsize=7.5,
+                color="#808080")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0, top)
+    ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
+    ax.set_xlabel(_axis_name(vary))
+    ax.set_ylabel("fraction of roof")
+    other = "context" if vary == "batch" else "batch"
+    ax.set_title(f"{phase}: roof fraction vs {vary} ({other} {fixed:,})")
+    _int_ticks(ax, series)
+    return ax
+
+
+def _int_ticks(ax, series):
+    xs = sorted({x for pts in series.values() for x, _ in pts})
+    if xs:
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"{x:,}" for x in xs])
+        ax.xaxis.set_minor_locator(NullLocator())
+
+
+def _common_fixed(summaries_per_file, phase: str, attr: str):
+    """The fixed value (context for decode, batch for prefill) most files share, most points first."""
+    counts = Counter(getattr(s, attr) for ss in summaries_per_file for s in ss if s.phase == phase)
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def run_label(result_file) -> str:
+    return f"{result_file.header.device.name} ({result_file.path.name})"
+
+
+@styled
+def plot_compare(ax, result_files, phase: str, what: str = "time"):
+    """Phase step time (what="time") or roof fraction ("fraction") per run, coloured by device."""
+    summaries = [phase_summaries(rf) for rf in result_files]
+    attr, vary = ("context", "batch") if phase == "decode" else ("batch", "context")
+    fixed = _common_fixed(summaries, phase, attr)
+    for i, (rf, ss) in enumerate(zip(result_files, summaries)):
+        pts = sorted((getattr(s, vary), s) for s in ss if s.phase == phase and getattr(s, attr) == fixed)
+        if not pts:
+            continue
+        xs = [x for x, _ in pts]
+        ys = [s.time_s if what == "time" else s.roof_fraction for _, s in pts]
+        ax.plot(xs, ys, color=device_color(i), ls=PHASE_LINESTYLE[phase], marker="o", ms=4, lw=1.6,
+                label=run_label(rf), gid=f"compare:{phase}:{what}:{i}")
+    ax.set_xscale("log", base=2)
+    if what == "time":
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(lambda v, _: U.seconds(v))
+        ax.set_ylabel("measured step time")
+    else:
+        ax.axhline(1.0, color="#444444", lw=1.0)
+        ax.axhline(OVERHEAD_FRACTION, color="#b0b0b0", lw=1.0, ls="--")
+        ax.set_ylim(0, 1.1)
+        ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
+        ax.set_ylabel("step fraction of roof")
+    other = "context" if phase == "decode" else "batch"
+    ax.set_xlabel(_axis_name(vary))
+    ax.set_title(f"{phase}: {'step time' if what == 'time' else 'roof fraction'} vs {vary} ({other} {fixed:,})"
+                 if fixed is not None else phase)
+    xs = sorted({getattr(s, vary) for ss in summaries for s in ss if s.phase == phase and getattr(s, attr) == fixed})
+    if xs:
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"{x:,}" for x in xs])
+        ax.xaxis.set_minor_locator(NullLocator())
+    ax.legend(loc="best")
+    return ax

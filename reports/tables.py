@@ -1,0 +1,77 @@
+"""Rows of the report's tables, as (display text, sort key) cells: shared by HTML and markdown.
+
+``point_rows(rf, run)`` has one row per measurement (skipped ones included, with their
+reason); ``phase_rows(summaries)`` one per phase group; ``ceiling_rows(header)`` the
+ceilings used next to the datasheet's. Text is plain here; the HTML writer escapes it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from roofline import units as U
+from roofline.analysis import ceilings, op_count, predicted_s
+
+POINT_COLUMNS = ("run", "phase", "op", "batch", "context", "backend", "count", "FLOPs", "bytes", "FLOP/byte",
+                 "median", "p20", "p80", "FLOP/s", "bytes/s", "predicted", "roof %", "label", "flags")
+PHASE_COLUMNS = ("phase", "batch", "context", "backend", "step time", "at the roof", "FLOP/byte", "ridge",
+                 "roof %", "label", "by sum", "by mix", "compute-op time")
+
+
+def _num(x) -> float:
+    return -math.inf if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def point_rows(rf, run: str) -> list[list[tuple[str, float | str]]]:
+    dev, model = rf.header.device, rf.header.model
+    rows = []
+    for m in rf.measurements:
+        p = m.point
+        ok = m.ok
+        frac = m.roof_fraction(dev) if ok else math.nan
+        label = m.label(dev) if ok else "skipped"
+        flags = list(m.all_flags)
+        if ok and m.above_roof(dev):
+            flags.insert(0, "above-roof")
+        if not ok:
+            flags.append(f"{m.status}: {m.reason}" if m.reason else m.status)
+        pred = predicted_s(m, dev)
+        rows.append([
+            (run, run), (p.phase, p.phase), (p.op, p.op), (f"{p.batch:,}", p.batch), (f"{p.context:,}", p.context),
+            (p.backend, p.backend), (str(op_count(p.op, model)), op_count(p.op, model)),
+            (U.flops(p.cost.flops), p.cost.flops), (U.nbytes(p.cost.bytes), p.cost.bytes),
+            (U.intensity(p.cost.intensity), p.cost.intensity),
+            (U.seconds(m.median_s), _num(m.median_s)), (U.seconds(m.p20_s), _num(m.p20_s)),
+            (U.seconds(m.p80_s), _num(m.p80_s)),
+            (U.flops_rate(m.achieved_flops) if ok and p.cost.flops else "-", _num(m.achieved_flops)),
+            (U.bandwidth(m.achieved_bytes_per_s) if ok else "-", _num(m.achieved_bytes_per_s)),
+            (U.seconds(pred), pred), (U.percent(frac), _num(frac)), (label, label),
+            (", ".join(flags), ", ".join(flags)),
+        ])
+    return rows
+
+
+def phase_rows(summaries) -> list[list[tuple[str, float | str]]]:
+    rows = []
+    for s in summaries:
+        rows.append([
+            (s.phase, s.phase), (f"{s.batch:,}", s.batch), (f"{s.context:,}", s.context), (s.backend, s.backend),
+            (U.seconds(s.time_s), s.time_s), (U.seconds(s.predicted_s), s.predicted_s),
+            (U.intensity(s.intensity), s.intensity), (U.intensity(s.ridge), s.ridge),
+            (U.percent(s.roof_fraction), s.roof_fraction), (s.label, s.label), (s.bound_by_sum, s.bound_by_sum),
+            (s.bound_by_mix, s.bound_by_mix), (U.percent(s.compute_time_share), s.compute_time_share),
+        ])
+    return rows
+
+
+def ceiling_rows(header) -> list[tuple[str, str, str, str]]:
+    """(ceiling, used with its source, datasheet, used / datasheet) per bandwidth and peak."""
+    used, sheet = ceilings(header)
+    ref = {(c.kind, c.dtype): c for c in sheet}
+    out = []
+    for c in used:
+        name = "memory bandwidth" if c.kind == "bandwidth" else f"{c.dtype} peak"
+        d = ref.get((c.kind, c.dtype))
+        ratio = U.percent(c.value / d.value) if d and d.value else "-"
+        out.append((name, f"{U.si(c.value, c.unit)} ({c.source})", U.si(d.value, d.unit) if d else "-", ratio))
+    return out

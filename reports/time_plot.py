@@ -1,0 +1,106 @@
+"""Where the time goes, and measured against predicted time.
+
+* ``plot_time_breakdown(ax, rf, phase)``: one bar per step of the sweep (batch x context),
+  each op's share of the measured step time stacked (count x median; the ``layer`` op is
+  left out), the step's total written above the bar.
+* ``plot_predicted_vs_measured(ax, rf)``: each op instance's median time against the time
+  the roofline allows with the file's ceilings (``roofline.bounds.predicted_time``);
+  the diagonal is the roof, the line at 4x is the overhead threshold (25% of roof).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from roofline import units as U
+from roofline.analysis import LAYER_OP, op_count, predicted_s
+from roofline.bounds import OVERHEAD_FRACTION
+from roofline.workload import OP_NAMES
+
+from .style import ABOVE_ROOF_COLOR, PHASE_MARKER, op_color, styled
+
+
+def step_times(result_file, phase: str) -> tuple[list[tuple], dict]:
+    """(sorted step keys (batch, context, backend), {key: {op: count x median seconds}})."""
+    model = result_file.header.model
+    per: dict = defaultdict(dict)
+    for m in result_file.measurements:
+        p = m.point
+        if m.ok and p.phase == phase and p.op != LAYER_OP:
+            per[(p.batch, p.context, p.backend)][p.op] = m.median_s * op_count(p.op, model)
+    keys = sorted(per, key=lambda k: (k[2], k[0], k[1]))
+    return keys, per
+
+
+@styled
+def plot_time_breakdown(ax, result_file, phase: str):
+    """Stacked share of step time per op across the sweep; returns ``ax``."""
+    keys, per = step_times(result_file, phase)
+    ops = [o for o in OP_NAMES if any(o in per[k] for k in keys)]
+    x = np.arange(len(keys))
+    bottom = np.zeros(len(keys))
+    totals = np.array([sum(per[k].values()) for k in keys])
+    for op in ops:
+        share = np.array([per[k].get(op, 0.0) for k in keys]) / np.where(totals > 0, totals, 1)
+        ax.bar(x, share, bottom=bottom, color=op_color(op), width=0.8, label=op, edgecolor="white",
+               linewidth=0.3, gid=f"time:{phase}:{op}")
+        bottom += share
+    for xi, t in zip(x, totals):
+        ax.text(xi, 1.01, U.seconds(t), ha="center", va="bottom", fontsize=7, rotation=90 if len(keys) > 12 else 0)
+    backends = {k[2] for k in keys}
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"b{b}\n{c:,}" + (f"\n{be}" if len(backends) > 1 else "") for b, c, be in keys],
+                       fontsize=7)
+    ax.set_xlim(-0.6, len(keys) - 0.4)
+    ax.set_ylim(0, 1.12 if len(keys) <= 12 else 1.25)
+    ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}" if v <= 1.0001 else "")
+    ax.set_ylabel("share of measured step time")
+    ax.set_xlabel("batch, context" if phase == "decode" else "batch, prompt tokens")
+    ax.set_title(f"{phase}: where the step time goes (total above each bar)")
+    ax.grid(axis="x", visible=False)
+    return ax
+
+
+@styled
+def plot_predicted_vs_measured(ax, result_file):
+    """Measured median vs roofline-predicted time per op instance; returns ``ax``."""
+    dev = result_file.header.device
+    ms = [m for m in result_file.measurements if m.ok]
+    lo, hi = math.inf, 0.0
+    for phase, marker in PHASE_MARKER.items():
+        sel = [m for m in ms if m.point.phase == phase]
+        if not sel:
+            continue
+        xs = np.array([predicted_s(m, dev) for m in sel])
+        ys = np.array([m.median_s for m in sel])
+        ax.scatter(xs, ys, c=[op_color(m.point.op) for m in sel], marker=marker, s=18, edgecolors="white",
+                   linewidths=0.3, alpha=0.9, zorder=3, gid=f"pred:{phase}")
+        lo, hi = min(lo, xs.min(), ys.min()), max(hi, xs.max(), ys.max())
+    above = [m for m in ms if m.above_roof(dev)]
+    if above:
+        ax.scatter([predicted_s(m, dev) for m in above], [m.median_s for m in above], s=110, facecolors="none",
+                   edgecolors=ABOVE_ROOF_COLOR, linewidths=1.3, zorder=4, gid="pred-above-roof")
+    if hi == 0:
+        return ax
+    lo, hi = 10 ** math.floor(math.log10(lo)), 10 ** math.ceil(math.log10(hi))
+    ref = np.array([lo, hi])
+    ax.plot(ref, ref, color="#222222", lw=1.2, gid="pred:roof")
+    ax.plot(ref, ref / OVERHEAD_FRACTION, color="#999999", lw=1.0, ls="--", gid="pred:overhead")
+    ax.annotate("at the roof (measured = predicted)", (hi / 3, hi / 3), rotation=0, fontsize=7.5, ha="right",
+                va="top", xytext=(0, -4), textcoords="offset points")
+    ax.annotate(f"{U.percent(OVERHEAD_FRACTION)} of roof: overhead above", (lo * 3, lo * 3 / OVERHEAD_FRACTION),
+                fontsize=7.5, color="#808080", ha="left", va="bottom", xytext=(0, 4), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_aspect("equal")
+    ax.xaxis.set_major_formatter(lambda v, _: U.seconds(v))
+    ax.yaxis.set_major_formatter(lambda v, _: U.seconds(v))
+    ax.set_xlabel("predicted time at the roof (per instance)")
+    ax.set_ylabel("measured median time (per instance)")
+    ax.set_title("Measured against predicted time per op")
+    return ax

@@ -1,0 +1,162 @@
+"""Regenerate the recorded result files the report and analysis tests read.
+
+    python tests/data/make_fixtures.py      # rewrites tests/data/reports_*.jsonl
+
+* ``reports_h100.jsonl``: synthetic GPU-like run. Device h100 with "measured" ceilings
+  (3.0 TB/s copy, 800 TFLOP/s bf16 GEMM; fp32 left at the datasheet), llama-3-8b, every op
+  of ``roofline.workload`` over decode batches 1..128 x contexts 128..4096 and prefill
+  batches 1, 8 x prompts 128..4096. Times = roof time / an efficiency that varies by op
+  and size + a 3.5 us launch, with 1% seeded noise. Deliberately interesting points: decode
+  attention at batch 8, context 128 runs *above* its roof (KV cache held in L2), prefill
+  attention at batch 8 x 4096 is skipped ("out of memory"), one point has a wide spread,
+  and decode batch 1 also measures the whole ``layer`` op.
+* ``reports_a100.jsonl``: the same model on an a100, fewer points, for side by side.
+* ``reports_exact.jsonl``: a hand-made device and costs with round numbers, so the
+  analysis tests can show their arithmetic (see tests/test_reports_analysis.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from roofline import workload as W
+from roofline.bounds import predicted_time
+from roofline.cost import Cost
+from roofline.devices import Device, find_device
+from roofline.models import PRESETS
+from roofline.records import Measurement, ResultWriter, RunHeader, WorkloadPoint
+
+HERE = Path(__file__).parent
+LAUNCH_S = 3.5e-6
+
+
+def _sig(x: float, n: int = 4) -> float:
+    return float(f"{x:.{n}g}")
+
+
+def _efficiency(op: str, cost: Cost, ridge: float) -> float:
+    """Fraction of the roof a plausible kernel reaches: big GEMMs near 80%, small vector ops less."""
+    if op in W.LINEAR_OPS:
+        return 0.72 if cost.intensity >= ridge else 0.86
+    if op == "attention":
+        return 0.55 if cost.intensity >= ridge else 0.78
+    return 0.65  # elementwise and norms: memory-bound, modest
+
+
+def _header(device: Device, datasheet: Device, model, settings, command, gpu_name, clocks) -> RunHeader:
+    return RunHeader(
+        device=device, datasheet=datasheet, model=model.to_dict(), kind="profile", dtype="bf16",
+        ceilings={"bandwidth": {"value": device.bandwidth, "method": "device-to-device copy of 4 GiB, "
+                                "bytes read + written, median of 20"},
+                  "bf16": {"value": device.peak_flops["bf16"], "method": "8192^3 GEMM, random normal data"}},
+        settings=settings, versions={"roofline": "0.1.0", "torch": "2.4.1+cu124", "triton": "3.0.0",
+                                     "cuda": "12.4", "driver": "550.90.07", "python": "3.11.9"},
+        git_sha="0123456789abcdef0123456789abcdef01234567", command=command,
+        started="2025-01-15T10:00:00+00:00",
+        host={"gpu": gpu_name, "sm_clock_mhz": clocks[0], "sm_clock_max_mhz": clocks[1],
+              "mem_clock_mhz": clocks[2], "power_limit_w": clocks[3], "temperature_c": 41, "throttle_reasons": 0},
+    )
+
+
+def _sweep(path, device, datasheet, gpu_name, clocks, decode_grid, prefill_grid, rng, specials=True):
+    model = PRESETS["llama-3-8b"]
+    settings = {"phases": ["prefill", "decode"], "decode_batches": sorted({b for b, _ in decode_grid}),
+                "decode_contexts": sorted({c for _, c in decode_grid}),
+                "prefill_batches": sorted({b for b, _ in prefill_grid}),
+                "prefill_contexts": sorted({c for _, c in prefill_grid}), "backends": ["torch"], "reps": 3}
+    command = (f"roofline profile --model llama-3-8b --device {device.key} --phases prefill,decode "
+               f"--batches {','.join(map(str, settings['decode_batches']))} "
+               f"--contexts {','.join(map(str, settings['decode_contexts']))} --out roofline-out")
+    header = _header(device, datasheet, model, settings, command, gpu_name, clocks)
+    steps = [W.prefill(model, b, c) for b, c in prefill_grid] + [W.decode(model, b, c) for b, c in decode_grid]
+    with ResultWriter(path, header) as w:
+        for ph in steps:
+            ops = list(ph.ops)
+            for op in ops:
+                point = WorkloadPoint(model=model.name, op=op.name, phase=ph.phase, batch=ph.batch,
+                                      new_tokens=ph.new_tokens, context=ph.context, cost=op.cost, dtype="bf16",
+                                      backend="torch", compute_dtype=op.compute_dtype)
+                peak, bw = device.peak(op.compute_dtype), device.bandwidth
+                t = predicted_time(op.cost, peak, bw) / _efficiency(op.name, op.cost, peak / bw) + LAUNCH_S
+                spread = 0.01
+                status, reason = "ok", ""
+                if specials and ph.phase == "decode" and (ph.batch, ph.context) == (8, 128) and op.name == "attention":
+                    t = predicted_time(op.cost, peak, bw) * 0.62  # KV cache (4 MiB/layer) served from L2
+                if specials and ph.phase == "decode" and (ph.batch, ph.context) == (32, 1024) and op.name == "swiglu":
+                    spread = 0.2
+                if specials and ph.phase == "prefill" and (ph.batch, ph.context) == (8, 4096) and op.name == "attention":
+                    status, reason = "skipped", "out of memory"
+                times = () if status != "ok" else tuple(_sig(t * (1 + spread * rng.standard_normal())) for _ in range(3))
+                w.write(Measurement(point=point, times_s=times, timer="cuda-events", l2_policy="flushed",
+                                    config={"impl": "torch"}, device=gpu_name,
+                                    clocks={"sm_mhz": clocks[0], "mem_mhz": clocks[2]},
+                                    status=status, reason=reason))
+            if specials and ph.phase == "decode" and ph.batch == 1:
+                layer = sum((o.cost for o in ops if o.name in W.PER_LAYER_OPS), Cost(0, 0))
+                t_layer = sum(predicted_time(o.cost, device.peak(o.compute_dtype), device.bandwidth)
+                              / _efficiency(o.name, o.cost, 300) for o in ops if o.name in W.PER_LAYER_OPS) + 8e-6
+                point = WorkloadPoint(model=model.name, op="layer", phase="decode", batch=ph.batch, new_tokens=1,
+                                      context=ph.context, cost=layer, compute_dtype="bf16")
+                w.write(Measurement(point=point, times_s=tuple(_sig(t_layer * (1 + 0.01 * rng.standard_normal()))
+                                                              for _ in range(3)),
+                                    timer="cuda-graph", l2_policy="flushed", device=gpu_name))
+
+
+def make_gpu_files():
+    rng = np.random.default_rng(20250115)
+    sheet = find_device("h100")
+    h100 = sheet.with_ceilings({"bf16": 800e12}, bandwidth=3.0e12, source="measured",
+                               provenance="measured: 4 GiB device copy and 8192^3 bf16 GEMM")
+    decode = [(b, c) for b in (1, 8, 32, 128) for c in (128, 1024, 4096)]
+    prefill = [(b, c) for b in (1, 8) for c in (128, 1024, 4096)]
+    _sweep(HERE / "reports_h100.jsonl", h100, sheet, "NVIDIA H100 80GB HBM3", (1980, 1980, 2619, 700),
+           decode, prefill, rng)
+    sheet = find_device("a100")
+    a100 = sheet.with_ceilings({"bf16": 280e12}, bandwidth=1.75e12, source="measured",
+                               provenance="measured: 4 GiB device copy and 8192^3 bf16 GEMM")
+    decode = [(b, 1024) for b in (1, 8, 32, 128)]
+    prefill = [(1, c) for c in (128, 1024, 4096)]
+    _sweep(HERE / "reports_a100.jsonl", a100, sheet, "NVIDIA A100-SXM4-80GB", (1410, 1410, 1593, 400),
+           decode, prefill, rng, specials=False)
+
+
+def make_exact_file():
+    """Round numbers: bandwidth 1e12 B/s, bf16 peak 1e14 FLOP/s (ridge 100), fp32 1e13, 2 layers."""
+    sheet = Device(key="testdev", name="Test device", kind="gpu",
+                   peak_flops={"bf16": 2e14, "fp32": 1e13}, bandwidth=2e12, source="datasheet", provenance="made up")
+    dev = sheet.with_ceilings({"bf16": 1e14}, bandwidth=1e12, source="measured", provenance="made up, measured")
+    model = PRESETS["tiny"]  # n_layers = 2
+    header = RunHeader(device=dev, datasheet=sheet, model=model.to_dict(), dtype="bf16",
+                       command="roofline profile --model tiny", versions={"roofline": "0.1.0"})
+
+    def m(op, phase, batch, context, flops, nbytes, t, compute="bf16", status="ok", reason=""):
+        p = WorkloadPoint(model="tiny", op=op, phase=phase, batch=batch, new_tokens=1 if phase == "decode" else context,
+                          context=context, cost=Cost(flops, nbytes), compute_dtype=compute)
+        return Measurement(point=p, times_s=(t, t, t) if status == "ok" else (), timer="cuda-events",
+                           status=status, reason=reason)
+
+    rows = [
+        # decode, batch 1, context 100
+        m("embedding", "decode", 1, 100, 0, 4e7, 5e-5, compute="fp32"),
+        m("q_proj", "decode", 1, 100, 2e9, 1e9, 1.25e-3),
+        m("attention", "decode", 1, 100, 4e8, 1.8e8, 2.25e-4),
+        m("layer", "decode", 1, 100, 9e9, 9e9, 1.0),          # left out of the sum
+        m("lm_head", "decode", 1, 100, 1e9, 5e8, 0, status="skipped", reason="out of memory"),
+        # prefill, batch 1, 1000 tokens
+        m("q_proj", "prefill", 1, 1000, 2e12, 1.5e10, 0.045),
+        m("kv_append", "prefill", 1, 1000, 0, 1e9, 5e-3, compute="fp32"),
+        # decode, batch 2, context 100: only the layer op
+        m("layer", "decode", 2, 100, 1e9, 1e9, 1e-2),
+    ]
+    with ResultWriter(HERE / "reports_exact.jsonl", header) as w:
+        for r in rows:
+            w.write(r)
+
+
+if __name__ == "__main__":
+    make_gpu_files()
+    make_exact_file()
+    for p in sorted(HERE.glob("reports_*.jsonl")):
+        print(f"{p}  {p.stat().st_size / 1e3:.0f} kB  {sum(1 for _ in open(p)) - 1} records")
