@@ -21,13 +21,14 @@ def _embedding_kernel(ids_ptr, table_ptr, out_ptr, H, stride_t, stride_o, BLOCK_
     tl.store(out_ptr + t * stride_o + offs, row.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def embedding(ids: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+def embedding(ids: torch.Tensor, table: torch.Tensor, *, out=None) -> torch.Tensor:
     """ids [T] int -> [T, H]. Ids are not range-checked here (that would sync); the model checks them."""
     # ids: [T]   table: [V, H]   out: [T, H]
     check_tensor("table", table, (None, None), dtypes=FLOAT_DTYPES)
     check_tensor("ids", ids, (None,), dtypes=(torch.int32, torch.int64), device=table.device)
     T, H = ids.shape[0], table.shape[1]
-    out = torch.empty(T, H, dtype=table.dtype, device=table.device)
+    out = torch.empty(T, H, dtype=table.dtype, device=table.device) if out is None else out
+    check_tensor("out", out, (T, H), dtype=table.dtype)
     if T:
         _embedding_kernel[(T,)](ids, table, out, H, table.stride(0), out.stride(0), BLOCK_H=next_pow2(H))
     return out

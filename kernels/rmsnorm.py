@@ -60,13 +60,15 @@ def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5, *, out=None) ->
     return out
 
 
-def add_rmsnorm(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, eps: float = 1e-5):
-    """Returns (h, y): h = x + r, y = rmsnorm(h) * w."""
+def add_rmsnorm(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, eps: float = 1e-5, *, out=None):
+    """Returns (h, y): h = x + r, y = rmsnorm(h) * w (written into ``out=(h, y)`` if given)."""
     # x, r: [..., H]   w: [H]   h, y: [..., H]
     H = _check(x, w)
     check_tensor("residual", r, tuple(x.shape), dtype=x.dtype)
     x2, r2 = x.reshape(-1, H), r.reshape(-1, H)
-    h, y = torch.empty_like(x), torch.empty_like(x)
+    h, y = (torch.empty_like(x), torch.empty_like(x)) if out is None else out
+    check_tensor("out[0] (h)", h, tuple(x.shape), dtype=x.dtype)
+    check_tensor("out[1] (y)", y, tuple(x.shape), dtype=x.dtype)
     h2, y2 = h.view(-1, H), y.view(-1, H)
     if x2.shape[0]:
         _rmsnorm_kernel[(x2.shape[0],)](x2, r2, h2, w, y2, H, x2.stride(0), r2.stride(0), h2.stride(0),

@@ -1,0 +1,177 @@
+"""Validate every kernel and the model against plain references before anything is timed.
+
+    python -c "from kernels.check import run_checks; [print(r) for r in run_checks()]"
+    roofline check --backend triton --dtype bf16
+
+Kernel checks: fresh random inputs (seeded), shapes that are not multiples of the block sizes,
+block overrides that force several tiles / splits, outputs poisoned with NaN before the
+launch (an element the kernel forgets to write fails). The reference runs in float64 on the
+same (dtype-rounded) inputs. Error = max |out - ref| / max |ref| (NaN anywhere -> inf).
+Model checks (model "tiny", 2 layers): prefill + decode steps equal one forward_full over the
+sequence (two slots of different lengths decoded in one batch); chunked prefill equals
+unchunked; prefix reuse equals a full prefill; the triton backend equals the torch backend.
+With no GPU, kernels/_env.py has already switched Triton to its interpreter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from roofline.models import load_model
+
+from . import decode_attention as DA
+from . import embedding as E
+from . import kv_append as KV
+from . import linear as L
+from . import prefill_attention as PA
+from . import residual as R
+from . import rmsnorm as N
+from . import rope as P
+from . import swiglu as S
+from ._common import HAS_CUDA, dtype_name, torch_dtype
+from .backend import get_ops
+from .model import LlamaModel
+
+# Kernel tolerances (relative to max |ref|): fp32 exact up to summation order; fp16 10 bits of
+# mantissa; bf16 8 bits (the interpreter also truncates fp32->bf16 instead of rounding).
+KERNEL_TOL = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1.6e-2}
+# Model logits pass through every op twice (2 layers) and different kernels (split-K, decode).
+MODEL_TOL = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 6e-2}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    max_rel_err: float
+    tol: float
+    passed: bool
+    detail: str = ""
+
+    def __str__(self):
+        mark = "ok  " if self.passed else "FAIL"
+        return f"{mark} {self.name:<34} max rel err {self.max_rel_err:9.2e}  tol {self.tol:7.1e}  {self.detail}"
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    if out.shape != ref.shape or not torch.isfinite(out).all():
+        return math.inf
+    return float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+
+def _result(name, err, tol, detail=""):
+    return CheckResult(name, err, tol, bool(err <= tol), detail)
+
+
+def _kernel_checks(ops, dt, dev, quick):
+    """Yield (name, out, ref, detail) per kernel."""
+    g = torch.Generator(device=dev).manual_seed(1234)
+    rnd = lambda *s: torch.randn(*s, generator=g, device=dev).to(dt)  # noqa: E731
+    nan = lambda *s: torch.full(s, float("nan"), dtype=dt, device=dev)  # noqa: E731
+    tri = ops.name == "triton"
+    small = dict(block_m=16, block_n=32, block_k=16)
+
+    def run(fn, *args, out=None, **cfg):
+        if tri:
+            return fn(*args, out=out, **cfg) if out is not None else fn(*args, **cfg)
+        return fn(*args)
+
+    dbl = lambda *ts: [t.double() for t in ts]  # noqa: E731
+    lin_cases = [(37, 70, 90, small), (3, 200, 300, dict(block_k=32, split_k=3)), (1, 48, 40, {})]
+    if not quick:
+        lin_cases += [(1000, 1100, 700, {}), (16, 4096, 1000, {})]
+    for M, Nn, K, cfg in lin_cases:
+        x, w = rnd(M, K), rnd(K, Nn)
+        y = run(ops.linear, x, w, out=nan(M, Nn), **(cfg if tri else {}))
+        yield f"linear M={M} N={Nn} K={K}", y, L.reference(*dbl(x, w)), ", ".join(f"{k}={v}" for k, v in cfg.items())
+    x, r, w = rnd(7, 50), rnd(7, 50), rnd(50)
+    yield "rmsnorm T=7 H=50", run(ops.rmsnorm, x, w, 1e-5, out=nan(7, 50)), N.reference(*dbl(x, w)), ""
+    h, y = ops.add_rmsnorm(x, r, w, 1e-5, out=(nan(7, 50), nan(7, 50))) if tri else ops.add_rmsnorm(x, r, w)
+    hr = x.double() + r.double()
+    yield "add_rmsnorm h T=7 H=50", h, hr, ""
+    yield "add_rmsnorm y T=7 H=50", y, N.reference(h.double(), w.double()), "norm of h as stored"
+    cos, sin = P.rope_tables(40, 12, 10000.0, dev)
+    q, k, pos = rnd(5, 6, 12), rnd(5, 3, 12), torch.tensor([0, 3, 7, 39, 2], device=dev)
+    qr, kr = P.reference(q.double(), cos, sin, pos), P.reference(k.double(), cos, sin, pos)
+    ops.rope(q, k, cos, sin, pos)
+    yield "rope q T=5 Hq=6 D=12", q, qr, "positions 0,3,7,39,2"
+    yield "rope k T=5 Hkv=3 D=12", k, kr, ""
+    gt, up = rnd(3, 1500), rnd(3, 1500)
+    yield "swiglu T=3 I=1500", run(ops.swiglu, gt, up, out=nan(3, 1500)), S.reference(*dbl(gt, up)), ""
+    yield "residual_add T=3 H=1500", run(ops.residual_add, gt, up, out=nan(3, 1500)), R.reference(*dbl(gt, up)), ""
+    tab, ids = rnd(30, 20), torch.tensor([3, 29, 0, 3], device=dev)
+    yield "embedding T=4 H=20", run(ops.embedding, ids, tab, out=nan(4, 20)), E.reference(ids, tab.double()), ""
+    kc, vc = nan(3, 2, 10, 12), nan(3, 2, 10, 12)
+    kk, vv = rnd(4, 2, 12), rnd(4, 2, 12)
+    sl, ps = torch.tensor([0, 2, 2, 1], device=dev), torch.tensor([9, 0, 1, 5], device=dev)
+    kc2, vc2 = kc.double(), vc.double()
+    ops.kv_append(kk, vv, kc, vc, sl, ps)
+    KV.reference(kk.double(), vv.double(), kc2, vc2, sl, ps)
+    written = ~torch.isnan(kc2)
+    same_holes = torch.equal(torch.isnan(kc), ~written) and torch.equal(torch.isnan(vc), ~written)
+    kv_out = torch.stack([kc[written], vc[written]]) if same_holes else kc
+    yield "kv_append T=4 Hkv=2 D=12", kv_out, torch.stack([kc2[written], vc2[written]]), "other cache rows untouched"
+    acfg = dict(block_m=16, block_n=16) if tri else {}
+    for B, n, Hq, Hkv, D, p, causal in [(2, 37, 4, 2, 16, 0, True), (1, 21, 4, 1, 24, 13, True),
+                                        (2, 19, 2, 2, 16, 5, False)]:
+        kc, vc, q = rnd(3, Hkv, 64, D), rnd(3, Hkv, 64, D), rnd(B, n, Hq, D)
+        slots = torch.tensor([2, 0][:B], device=dev)
+        o = ops.prefill_attention(q, kc, vc, slots, p, causal=causal, **(dict(acfg, out=nan(B, n, Hq, D))
+                                                                           if tri else {}))
+        ref = PA.reference(*dbl(q, kc, vc), slots, p, causal=causal)
+        yield (f"prefill_attn B={B} n={n} p={p} Hq/Hkv={Hq}/{Hkv} D={D}" + ("" if causal else " noncausal"),
+               o, ref, ", ".join(f"{k}={v}" for k, v in acfg.items()))
+    for Hq, Hkv, D, lens, cfg in [(4, 2, 16, [37, 1, 60], dict(block_n=16)),
+                                  (8, 1, 24, [50, 13], dict(block_n=16, splits=3)), (2, 2, 16, [5], {})]:
+        B = len(lens)
+        kc, vc, q = rnd(4, Hkv, 64, D), rnd(4, Hkv, 64, D), rnd(B, Hq, D)
+        slots, ln = torch.tensor([3, 0, 1][:B], device=dev), torch.tensor(lens, device=dev)
+        o = ops.decode_attention(q, kc, vc, ln, slots, **(dict(cfg, out=nan(B, Hq, D)) if tri else {}))
+        yield (f"decode_attn lens={lens} Hq/Hkv={Hq}/{Hkv} D={D}", o, DA.reference(*dbl(q, kc, vc), ln, slots),
+               ", ".join(f"{k}={v}" for k, v in cfg.items()))
+
+
+def _model_checks(backend, dt, dev, quick):
+    cfg = load_model("tiny")
+    make = lambda be=backend: LlamaModel(cfg, dtype=dt, backend=be, device=dev, seed=7, max_slots=4,  # noqa: E731
+                                         max_len=64)
+    g = torch.Generator().manual_seed(99)
+    toks = torch.randint(0, cfg.vocab, (1, 21), generator=g).to(dev)
+    other = torch.randint(0, cfg.vocab, (1, 11), generator=g).to(dev)
+    m = make()
+    full = m.forward_full(toks)                                         # [21, vocab]
+    full_o = m.forward_full(other)
+    # prefill 17 tokens in slot 0 and 7 in slot 1, then decode both in one batch (lengths differ)
+    out, ref = [m.prefill(toks[0, :17], 0), m.prefill(other[0, :7], 1)], [full[16], full_o[6]]
+    for i in range(4):
+        lg = m.decode_step(torch.stack([toks[0, 17 + i], other[0, 7 + i]]), torch.tensor([0, 1]))
+        out += [lg[0], lg[1]]
+        ref += [full[17 + i], full_o[7 + i]]
+    yield "model prefill+decode = forward_full", torch.stack(out), torch.stack(ref), "2 slots, lengths 17 and 7, 4 steps"
+    m2 = make()
+    m2.prefill(toks[0, :5], 2), m2.prefill(toks[0, 5:12], 2)
+    chunked = m2.prefill(toks[0, 12:21], 2)
+    whole = m2.prefill(toks[0], 3)
+    yield "model chunked prefill = unchunked", chunked, whole, "chunks 5+7+9 vs 21"
+    m2.copy_prefix(3, 1, 13)
+    reused = m2.prefill(toks[0, 13:], 1)
+    yield "model prefix reuse = full prefill", reused, whole, "13 of 21 tokens reused"
+    other_be = "torch" if backend == "triton" else "triton"
+    yield f"model {backend} = {other_be} backend", make(other_be).forward_full(toks), full, "forward_full logits"
+
+
+def run_checks(backend="triton", dtype="fp32", device=None, quick=True) -> list:
+    """Every kernel and the model against their references; returns CheckResults (never raises on a miss)."""
+    dt = torch_dtype(dtype)
+    dname = dtype_name(dt)
+    dev = torch.device(device or ("cuda" if HAS_CUDA else "cpu"))
+    ops = get_ops(backend)
+    results = []
+    for name, out, ref, detail in _kernel_checks(ops, dt, dev, quick):
+        results.append(_result(name, rel_err(out, ref), KERNEL_TOL[dname], detail))
+    for name, out, ref, detail in _model_checks(ops.name, dt, dev, quick):
+        results.append(_result(name, rel_err(out, ref), MODEL_TOL[dname], detail))
+    return results
