@@ -65,7 +65,11 @@ class CpuProbe:
         return cpu_info()
 
     def sample(self) -> dict:
-        return {}
+        """The 1-minute load average: other processes on a small CPU distort every timing."""
+        try:
+            return {"loadavg_1m": os.getloadavg()[0], "usable_cpus": _usable_cpus()}
+        except OSError:  # pragma: no cover
+            return {}
 
     def close(self):
         pass
@@ -183,6 +187,10 @@ def point_flags(before: dict, after: dict, static: dict) -> tuple:
             f = f"throttled:{name}"
             if f not in flags:
                 flags.append(f)
+    load = [s.get("loadavg_1m") for s in (before, after) if s.get("loadavg_1m") is not None]
+    cpus = (after or before).get("usable_cpus") or 0
+    if load and cpus and max(load) > cpus + 0.5:
+        flags.append("host-busy")  # more runnable processes than CPUs: the timing shares the cores
     top = static.get("sm_clock_max_mhz") or 0
     for s in (before, after):
         sm, mask = s.get("sm_clock_mhz"), s.get("clock_event_mask") or 0
@@ -237,14 +245,18 @@ def llc_bytes(sys_dir: str = "/sys/devices/system/cpu/cpu0/cache") -> tuple[int,
     return FALLBACK_LLC_BYTES, "fallback (32 MiB: no cache size found)"
 
 
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def cpu_info() -> dict:
     import torch
 
     llc, src = llc_bytes()
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        usable = os.cpu_count()
+    usable = _usable_cpus()
     return {"name": cpu_model_name(), "logical_cpus": os.cpu_count(), "usable_cpus": usable,
             "torch_threads": torch.get_num_threads(), "llc_bytes": llc, "llc_source": src,
             "machine": platform.machine()}
@@ -275,16 +287,13 @@ def versions() -> dict:
 
     out = {"python": platform.python_version(), "torch": torch.__version__,
            "cuda": torch.version.cuda or "none (CPU build)"}
-    try:
-        import triton
-
-        out["triton"] = triton.__version__
-    except ImportError:
-        out["triton"] = "not installed"
-    try:
-        out["roofline"] = md.version("roofline")
-    except md.PackageNotFoundError:
-        out["roofline"] = "not installed"
+    # NB: triton's version from its metadata, never by importing it: kernels._env must pick the
+    # interpreter before triton is first imported.
+    for pkg in ("triton", "roofline"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = "not installed"
     out["driver"] = _driver_version()
     return out
 

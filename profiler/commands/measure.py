@@ -1,0 +1,100 @@
+"""``roofline env`` (versions and device state for a bug report) and ``roofline ceilings``.
+
+    roofline env [--json]
+    roofline ceilings [--json] [--remeasure] [--device cpu|cuda] [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+
+import click
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def device_choice(f):
+    return click.option("--device", "device", default=None,
+                        help="cpu or cuda[:i] (default: cuda when a GPU is visible, else cpu)")(f)
+
+
+def env_report(device: str) -> dict:
+    from .. import probes
+
+    probe = probes.open_probe(device)
+    try:
+        out = {"versions": probes.versions(), "git_sha": probes.git_sha() or "unknown",
+               "os": platform.platform(), "device": device, "probe": probe.kind,
+               "static": probe.static(), "state": probe.sample()}
+        if probe.note:
+            out["note"] = probe.note
+        if probe.kind == "gpu":
+            out["cpu"] = probes.cpu_info()
+        return out
+    finally:
+        probe.close()
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="one JSON object instead of text")
+@device_choice
+def env(as_json, device):
+    """Versions and device state, made to paste into a bug report."""
+    device = device or default_device()
+    r = env_report(device)
+    if as_json:
+        click.echo(json.dumps(r, indent=1))
+        return
+    lines = ["roofline environment (paste this into a bug report)", ""]
+    for k, v in r["versions"].items():
+        lines.append(f"{k + ':':<22}{v}")
+    lines += [f"{'git sha:':<22}{r['git_sha']}", f"{'os:':<22}{r['os']}", f"{'device:':<22}{r['device']}", ""]
+    if r.get("note"):
+        lines += [f"note: {r['note']}", ""]
+    for k, v in r["static"].items():
+        lines.append(f"{k.replace('_', ' ') + ':':<22}{_fmt(v)}")
+    for k, v in r["state"].items():
+        lines.append(f"{k.replace('_', ' ') + ':':<22}{_fmt(v)}")
+    if "cpu" in r:
+        lines.append(f"{'host cpu:':<22}{r['cpu']['name']} ({r['cpu']['usable_cpus']} usable)")
+    click.echo("\n".join(lines))
+
+
+def _fmt(v) -> str:
+    if isinstance(v, list):
+        return ", ".join(map(str, v)) or "none"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "unknown" if v is None else str(v)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="one JSON object: device, datasheet, details")
+@click.option("--remeasure", is_flag=True, help="ignore the cache and measure again")
+@click.option("--quick", is_flag=True, help="fewer shapes and repetitions")
+@device_choice
+def ceilings(as_json, remeasure, quick, device):
+    """Measured memory bandwidth and GEMM FLOP/s of this device, beside the datasheet.
+
+    Cached per device and software versions under $ROOFLINE_CACHE_DIR (default
+    ~/.cache/roofline); --remeasure forces a new measurement.
+    """
+    from ..ceilings import ceilings_table, get_ceilings
+
+    device = device or default_device()
+    if not as_json and not remeasure:
+        click.echo(f"ceilings of {device}: from the cache, or measured now (a few seconds)...", err=True)
+    c = get_ceilings(device, remeasure=remeasure, quick=quick)
+    if as_json:
+        click.echo(json.dumps({"device": c.device.to_dict(),
+                               "datasheet": c.datasheet.to_dict() if c.datasheet else None,
+                               "details": c.details, "cached": c.cached}, indent=1))
+    else:
+        click.echo(ceilings_table(c))
+    sys.stdout.flush()

@@ -1,0 +1,224 @@
+"""Sweeps: time every op of one transformer layer, the lm_head and the whole layer, over a grid.
+
+A ``SweepPlan`` is the grid (phases x backends x batches x contexts for one model,
+dtype and device); ``run_sweep`` walks it and writes one ``Measurement`` per op and
+point through a ``ResultWriter``, flushed as each finishes:
+
+* op callables come from ``kernels.runners.make_runners`` (injectable, so tests can
+  pass a fake list); each ``OpRunner`` carries its formula ``Cost``.
+* points already in the file (``writer.done``, from ``--resume``) are skipped, and a
+  grid point whose ops are all done is not even built;
+* an out-of-memory error while building or timing is recorded as ``status="skipped"``
+  with the reason, and the sweep goes on;
+* the device is probed before and after each op (``probes.point_flags``);
+* KeyboardInterrupt propagates after the last finished line is on disk.
+
+Run a sweep with ``roofline profile`` (profiler/commands/profile.py).
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+
+from roofline.cost import ZERO
+from roofline.errors import RooflineError
+from roofline.models import ModelConfig
+from roofline.records import Measurement, WorkloadPoint
+from roofline.workload import OP_NAMES, PER_LAYER_OPS
+
+from . import probes
+from .timing import measure, now
+
+EXPECTED_OPS = OP_NAMES + ("layer",)   # what kernels.runners.make_runners builds
+PHASES = ("prefill", "decode")
+BACKENDS = ("triton", "torch")
+# The Triton interpreter runs programs one by one in Python: only tiny shapes finish.
+INTERPRETER_MAX_HIDDEN = 128
+INTERPRETER_MAX_TOKENS = 256     # batch x context
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    model: ModelConfig
+    phases: tuple = PHASES
+    batches: tuple = (1,)
+    contexts: tuple = (128,)
+    backends: tuple = ("torch",)
+    dtype: str = "fp32"
+    device: str = "cpu"            # "cpu" | "cuda[:i]"
+    budget_s: float = 0.1          # timed repetitions per op
+    warmup_s: float = 0.025
+    ops: tuple | None = None       # None: every op the runners provide
+
+    def combos(self) -> list:
+        """(phase, backend, batch, context) in the order they run: small first, so early lines are cheap."""
+        return [(ph, be, b, c) for ph in self.phases for be in self.backends
+                for b in self.batches for c in self.contexts]
+
+    @property
+    def op_names(self) -> tuple:
+        return tuple(self.ops) if self.ops else EXPECTED_OPS
+
+    def settings(self) -> dict:
+        return {"phases": list(self.phases), "batches": list(self.batches), "contexts": list(self.contexts),
+                "backends": list(self.backends), "dtype": self.dtype, "device": self.device,
+                "budget_s": self.budget_s, "warmup_s": self.warmup_s, "ops": list(self.op_names)}
+
+    def validate(self) -> None:
+        """RooflineError naming the rule, before anything runs."""
+        m = self.model
+        for ph in self.phases:
+            if ph not in PHASES:
+                raise RooflineError(f"phase must be one of {', '.join(PHASES)}, but {ph!r} was given.")
+        for be in self.backends:
+            if be not in BACKENDS:
+                raise RooflineError(f"backend must be one of {', '.join(BACKENDS)}, but {be!r} was given.")
+        for c in self.contexts:
+            if "prefill" in self.phases and c > m.max_context:
+                raise RooflineError(f"context {c} is longer than {m.name}'s maximum context of {m.max_context}.")
+            if "decode" in self.phases and c + 1 > m.max_context:
+                raise RooflineError(f"a decode step at context {c} needs {c + 1} positions, past {m.name}'s "
+                                    f"maximum context of {m.max_context}.")
+        if "triton" in self.backends and not self.device.startswith("cuda"):
+            big = max(self.batches) * max(self.contexts)
+            if m.hidden > INTERPRETER_MAX_HIDDEN or big > INTERPRETER_MAX_TOKENS:
+                raise RooflineError(
+                    "the triton backend on a CPU runs in the Triton interpreter (one program at a time, in "
+                    f"Python): only tiny shapes finish. Use --model tiny with batch x context <= "
+                    f"{INTERPRETER_MAX_TOKENS} (got {m.name}, hidden {m.hidden}, batch x context {big}), "
+                    "or --backends torch.")
+
+
+def point_for(plan: SweepPlan, name: str, phase: str, backend: str, batch: int, context: int, cost,
+              compute_dtype: str = "") -> WorkloadPoint:
+    return WorkloadPoint(model=plan.model.name, op=name, phase=phase, batch=batch,
+                         new_tokens=context if phase == "prefill" else 1, context=context, cost=cost,
+                         dtype=plan.dtype, backend=backend, cached=0, weight_dtype=plan.dtype,
+                         kv_dtype=plan.dtype, compute_dtype=compute_dtype)
+
+
+def formula_cost(plan: SweepPlan, name: str, phase: str, batch: int, context: int):
+    """(Cost, compute dtype) of one op instance (or the whole layer) from roofline.workload."""
+    from roofline import workload as W
+
+    kw = dict(weight_dtype=plan.dtype, act_dtype=plan.dtype, kv_dtype=plan.dtype)
+    ph = W.prefill(plan.model, batch, context, **kw) if phase == "prefill" else W.decode(plan.model, batch, context, **kw)
+    if name == "layer":
+        return sum((ph.op(n).cost for n in PER_LAYER_OPS), ZERO), plan.dtype
+    o = ph.op(name)
+    return o.cost, o.compute_dtype
+
+
+def is_oom(e: BaseException) -> bool:
+    """A device or host out-of-memory error (torch.OutOfMemoryError, or a RuntimeError saying so)."""
+    if isinstance(e, MemoryError):
+        return True
+    try:
+        import torch
+
+        if isinstance(e, torch.OutOfMemoryError):
+            return True
+    except (ImportError, AttributeError):  # pragma: no cover
+        pass
+    msg = str(e).lower()
+    return isinstance(e, RuntimeError) and ("out of memory" in msg or "can't allocate memory" in msg)
+
+
+def _free_memory(device: str) -> None:
+    gc.collect()
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+@dataclass
+class SweepStats:
+    measured: int = 0
+    skipped: int = 0
+    resumed: int = 0         # already in the file
+    kernel_time_s: float = 0.0   # sum of every timed sample
+    wall_s: float = 0.0
+    notes: list = field(default_factory=list)
+
+
+def _default_make_runners():
+    try:
+        from kernels.runners import make_runners
+    except ImportError as e:
+        raise RooflineError(f"the kernels' runners are not available ({e}); is kernels/runners.py installed?") from None
+    return make_runners
+
+
+def run_sweep(plan: SweepPlan, writer, *, make_runners=None, probe=None, progress=None,
+              device_name: str = "") -> SweepStats:
+    """Measure every op of ``plan`` not yet in ``writer.done``; returns counts and the time spent.
+
+    ``progress(advance, description)`` is called after each op (advance = ops finished).
+    """
+    make_runners = make_runners or _default_make_runners()
+    probe = probe or probes.CpuProbe()
+    static = probe.static() if probe.kind == "gpu" else {}  # the CPU's static facts carry no clocks
+    stats, t_start = SweepStats(), now()
+    progress = progress or (lambda n, d: None)
+    for phase, backend, batch, context in plan.combos():
+        label = f"{phase} {backend} b={batch} ctx={context}"
+        # the key ignores the cost: ZERO stands in until the runner brings the real one
+        keys = {n: point_for(plan, n, phase, backend, batch, context, ZERO).key for n in plan.op_names}
+        remaining = [n for n, k in keys.items() if k not in writer.done]
+        stats.resumed += len(keys) - len(remaining)
+        progress(len(keys) - len(remaining), label)
+        if not remaining:
+            continue
+        try:
+            runners = make_runners(plan.model, phase, batch, context, dtype=plan.dtype, backend=backend,
+                                   device=plan.device, seed=0, ops=list(remaining) if plan.ops or
+                                   len(remaining) < len(keys) else None)
+        except Exception as e:  # noqa: BLE001 - only OOM is survivable; anything else is re-raised
+            if not is_oom(e):
+                raise
+            _free_memory(plan.device)
+            for n in remaining:
+                cost, cdt = formula_cost(plan, n, phase, batch, context)
+                _skip(writer, plan, stats, point_for(plan, n, phase, backend, batch, context, cost, cdt),
+                      f"out of memory while allocating inputs: {_short(e)}", device_name)
+            progress(len(remaining), label)
+            continue
+        for r in runners:
+            point = point_for(plan, r.name, phase, backend, batch, context, r.cost, r.compute_dtype)
+            if point.key in writer.done or (plan.ops and r.name not in plan.ops):
+                continue
+            before = probe.sample()
+            try:
+                t = measure(r.fn, plan.device, budget_s=plan.budget_s, warmup_s=plan.warmup_s)
+            except Exception as e:  # noqa: BLE001
+                if not is_oom(e):
+                    raise
+                _free_memory(plan.device)
+                _skip(writer, plan, stats, point, f"out of memory while running: {_short(e)}", device_name)
+                progress(1, label)
+                continue
+            after = probe.sample()
+            m = Measurement(point=point, times_s=t.times_s, timer=t.timer, l2_policy=t.l2_policy,
+                            config={**dict(r.config), **t.config}, device=device_name,
+                            clocks={"before": before, "after": after} if before or after else {},
+                            flags=probes.point_flags(before, after, static))
+            writer.write(m)
+            stats.measured += 1
+            stats.kernel_time_s += sum(t.times_s)
+            progress(1, label)
+        del runners
+        _free_memory(plan.device)
+    stats.wall_s = now() - t_start
+    return stats
+
+
+def _short(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+
+
+def _skip(writer, plan, stats, point, reason, device_name):
+    writer.write(Measurement(point=point, status="skipped", reason=reason, device=device_name,
+                             timer="cuda-events" if plan.device.startswith("cuda") else "cpu-clock"))
+    stats.skipped += 1
