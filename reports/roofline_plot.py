@@ -24,6 +24,7 @@ import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.cm import ScalarMappable
 from matplotlib.lines import Line2D
+from matplotlib.ticker import NullFormatter
 
 from roofline import units as U
 from roofline.analysis import ceilings
@@ -167,6 +168,10 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
         handles.append(Line2D([], [], marker="o", mfc="none", mec=ABOVE_ROOF_COLOR, ls="none", ms=9,
                               label="above its roof"))
     ax.legend(handles=handles, loc="lower right", frameon=True, framealpha=0.9)
+    ax.xaxis.set_major_formatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(lambda v, _: U.si(v, "FLOP/s"))
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved FLOP/s")
     ax.set_title(title or f"Roofline: {header.model_name} on {dev.name}")

@@ -65,12 +65,23 @@ def styled(fn):
 def save(fig: Figure, stem: Path, formats=("png", "svg")) -> dict[str, Path]:
     """Write ``stem.png`` and ``stem.svg``; returns {format: path}."""
     out = {}
+    freeze_layout(fig)
     with matplotlib.rc_context(RC):
         for fmt in formats:
             p = stem.with_suffix("." + fmt)
             fig.savefig(p, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
             out[fmt] = p
     return out
+
+
+def freeze_layout(fig: Figure) -> None:
+    """Run the constrained layout once and keep it: every later save reuses the positions
+    instead of solving the layout again (it dominates rendering time)."""
+    engine = fig.get_layout_engine()
+    if engine is not None:
+        with matplotlib.rc_context(RC):
+            engine.execute(fig)
+        fig.set_layout_engine("none")
 
 
 def svg_bytes(fig: Figure) -> bytes:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from matplotlib.ticker import NullLocator
+from matplotlib.ticker import LogLocator, NullFormatter, NullLocator
 
 from roofline import units as U
 from roofline.analysis import LAYER_OP, phase_summaries
@@ -93,6 +93,8 @@ def plot_intensity_sweep(ax, result_file, phase: str, vary: str, fixed: int):
                     xytext=(0, 2), textcoords="offset points", fontsize=7.5, color="#444444")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(_axis_name(vary))
     ax.set_ylabel("intensity (FLOP/byte)")
     other = "context" if vary == "batch" else "batch"
@@ -167,7 +169,9 @@ def plot_compare(ax, result_files, phase: str, what: str = "time"):
     ax.set_xscale("log", base=2)
     if what == "time":
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(lambda v, _: U.seconds(v))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_ylabel("measured step time")
     else:
         ax.axhline(1.0, color="#444444", lw=1.0)

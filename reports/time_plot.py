@@ -14,6 +14,8 @@ import math
 from collections import defaultdict
 
 import numpy as np
+from matplotlib.collections import PolyCollection
+from matplotlib.ticker import NullFormatter
 
 from roofline import units as U
 from roofline.analysis import LAYER_OP, op_count, predicted_s
@@ -45,8 +47,11 @@ def plot_time_breakdown(ax, result_file, phase: str):
     totals = np.array([sum(per[k].values()) for k in keys])
     for op in ops:
         share = np.array([per[k].get(op, 0.0) for k in keys]) / np.where(totals > 0, totals, 1)
-        ax.bar(x, share, bottom=bottom, color=op_color(op), width=0.8, label=op, edgecolor="white",
-               linewidth=0.3, gid=f"time:{phase}:{op}")
+        # one PolyCollection per op (not a Rectangle per bar): 100 steps x 18 ops stay fast
+        verts = [[(xi - 0.4, b), (xi + 0.4, b), (xi + 0.4, b + h), (xi - 0.4, b + h)]
+                 for xi, b, h in zip(x, bottom, share)]
+        ax.add_collection(PolyCollection(verts, facecolors=[op_color(op)], edgecolors="white", linewidths=0.3,
+                                         label=op, gid=f"time:{phase}:{op}"))
         bottom += share
     for xi, t in zip(x, totals):
         ax.text(xi, 1.01, U.seconds(t), ha="center", va="bottom", fontsize=7, rotation=90 if len(keys) > 12 else 0)
@@ -89,17 +94,19 @@ def plot_predicted_vs_measured(ax, result_file):
     ref = np.array([lo, hi])
     ax.plot(ref, ref, color="#222222", lw=1.2, gid="pred:roof")
     ax.plot(ref, ref / OVERHEAD_FRACTION, color="#999999", lw=1.0, ls="--", gid="pred:overhead")
-    ax.annotate("at the roof (measured = predicted)", (hi / 3, hi / 3), rotation=0, fontsize=7.5, ha="right",
-                va="top", xytext=(0, -4), textcoords="offset points")
+    ax.annotate("at the roof: measured = predicted", (lo * 30, lo * 30), rotation=45, fontsize=7.5, ha="left",
+                va="top", rotation_mode="anchor", xytext=(3, -3), textcoords="offset points")
     ax.annotate(f"{U.percent(OVERHEAD_FRACTION)} of roof: overhead above", (lo * 3, lo * 3 / OVERHEAD_FRACTION),
-                fontsize=7.5, color="#808080", ha="left", va="bottom", xytext=(0, 4), textcoords="offset points")
+                rotation=45, fontsize=7.5, color="#808080", ha="left", va="bottom", rotation_mode="anchor",
+                xytext=(-3, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     ax.set_aspect("equal")
-    ax.xaxis.set_major_formatter(lambda v, _: U.seconds(v))
-    ax.yaxis.set_major_formatter(lambda v, _: U.seconds(v))
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(lambda v, _: U.seconds(v))
+        axis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("predicted time at the roof (per instance)")
     ax.set_ylabel("measured median time (per instance)")
     ax.set_title("Measured against predicted time per op")
