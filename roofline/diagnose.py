@@ -34,7 +34,7 @@ from .workload import LINEAR_OPS, PER_LAYER_OPS
 
 DOMINANT = 0.5        # a share of time above half "dominates"
 SPIKE_FACTOR = 2.0    # an ITL gap over 2x the pooled median is a spike (a skipped beat, not noise)
-MIN_GAPS = 4          # too few gaps to call anything a spike
+MIN_GAPS = 4          # fewer clean gaps than this: no baseline, no call
 BATCH_GAIN = 1.5      # decode tokens/s at the largest batch vs the smallest: worth batching above this
 BLOCK = 16            # prefix-cache block (tokens) when a file does not say
 
@@ -127,35 +127,49 @@ def _queue(tag, s: LatencySummary, src):
 
 
 def stall_evidence(ts) -> dict:
-    """ITL spikes (gap > SPIKE_FACTOR x pooled median) and how many overlap another request's prefill chunk."""
-    gaps = [(t, a, b) for t in ts if t.ok for a, b in zip(t.deliveries, t.deliveries[1:])]
-    if len(gaps) < MIN_GAPS:
-        return {"gaps": len(gaps), "spikes": 0, "overlapping": 0}
-    sizes = sorted(b - a for _, a, b in gaps)
-    median = sizes[len(sizes) // 2] if len(sizes) % 2 else 0.5 * (sizes[len(sizes) // 2 - 1] + sizes[len(sizes) // 2])
-    spikes = [(t, a, b) for t, a, b in gaps if b - a > SPIKE_FACTOR * median]
-    overlap, worst = 0, None
-    for t, a, b in spikes:
-        toks = sum(c[2] for o in ts if o.id != t.id for c in o.chunks if c[0] < b and c[1] > a)
-        if toks:
-            overlap += 1
-            if worst is None or b - a > worst[0]:
-                worst = (b - a, t.id, toks)
-    return {"gaps": len(gaps), "median": median, "spikes": len(spikes), "overlapping": overlap, "worst": worst}
+    """ITL spikes against a clean baseline, split by whether another request's prefill chunk overlaps the gap.
+
+    baseline = median of gaps that overlap no other request's prefill; a spike is a gap over
+    SPIKE_FACTOR x baseline. Spikes caused by prefill show up as a higher spike rate among
+    overlapping gaps than among clean ones (noise, e.g. a busy machine, hits both alike).
+    """
+    over, clean, worst = [], [], None
+    for t in ts:
+        if not t.ok:
+            continue
+        for a, b in zip(t.deliveries, t.deliveries[1:]):
+            toks = sum(c[2] for o in ts if o.id != t.id for c in o.chunks if c[0] < b and c[1] > a)
+            (over if toks else clean).append((b - a, t.id, toks))
+    out = {"gaps": len(over) + len(clean), "overlapping_gaps": len(over), "spikes": 0, "overlapping": 0,
+           "clean_spikes": 0, "baseline": math.nan, "worst": None}
+    if len(clean) < MIN_GAPS:
+        return out
+    base = sorted(g for g, _, _ in clean)
+    n = len(base)
+    baseline = base[n // 2] if n % 2 else 0.5 * (base[n // 2 - 1] + base[n // 2])
+    spikes_o = [x for x in over if x[0] > SPIKE_FACTOR * baseline]
+    spikes_c = [x for x in clean if x[0] > SPIKE_FACTOR * baseline]
+    worst = max(spikes_o, default=None)
+    out.update(baseline=baseline, spikes=len(spikes_o) + len(spikes_c), overlapping=len(spikes_o),
+               clean_spikes=len(spikes_c), worst=worst,
+               rate_overlapping=len(spikes_o) / len(over) if over else 0.0, rate_clean=len(spikes_c) / len(clean))
+    return out
 
 
 def _stalls(tag, ts, s: LatencySummary, src):
     e = stall_evidence(ts)
-    if not e["overlapping"] or e["overlapping"] < DOMINANT * e["spikes"]:
+    if not e["overlapping"] or e["overlapping"] < DOMINANT * e["spikes"] or \
+            e["rate_overlapping"] < SPIKE_FACTOR * e["rate_clean"]:
         return None
     gap, rid, toks = e["worst"]
     budget = s.settings.get("chunk_budget")
     now = f" (now {budget} tokens per step)" if budget else ""
     return Finding("chunk-stalls", f"{tag}Long prompts interrupt running streams: inter-token gaps spike while "
                    "other requests prefill.",
-                   f"{e['spikes']} of {e['gaps']} gaps exceed {SPIKE_FACTOR:g}x the median ITL {ms(e['median'])}; "
-                   f"{e['overlapping']} of them overlap another request's prefill chunk; worst {ms(gap)} in request "
-                   f"{rid}, during {toks} prefill tokens",
+                   f"{e['overlapping']} of {e['overlapping_gaps']} gaps that overlap another request's prefill "
+                   f"chunk exceed {SPIKE_FACTOR:g}x the clean median ITL {ms(e['baseline'])}, against "
+                   f"{e['clean_spikes']} of {e['gaps'] - e['overlapping_gaps']} other gaps; worst {ms(gap)} in "
+                   f"request {rid}, during {toks} prefill tokens",
                    f"inspect the scheduler timeline and try a smaller prefill chunk budget{now}: it shortens the stalls "
                    "and lengthens TTFT (see the chunk sweep)", src)
 

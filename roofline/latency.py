@@ -148,13 +148,14 @@ def timeline_from_stages(queue: float, prefill: float, first_delivery: float, ga
 
 
 def stats(xs) -> dict:
-    """p50, p90, p99 (linear interpolation, numpy's default) and mean; NaN when empty."""
+    """p50, p90, p99 (linear interpolation, numpy's default), mean and max; NaN when empty."""
     a = np.asarray([x for x in xs if not math.isnan(x)], dtype=float)
     if a.size == 0:
-        return {"n": 0, **{k: math.nan for k, _ in QUANTILES}, "mean": math.nan}
+        return {"n": 0, **{k: math.nan for k, _ in QUANTILES}, "mean": math.nan, "max": math.nan}
     out = {"n": int(a.size)}
     out.update({k: float(np.quantile(a, q)) for k, q in QUANTILES})
     out["mean"] = float(a.mean())
+    out["max"] = float(a.max())
     return out
 
 
@@ -283,11 +284,11 @@ def ms(x: float) -> str:
 
 def summary_lines(s: LatencySummary) -> list:
     """A plain-text table of one summary, formulas included once by the caller."""
-    head = f"{'metric':<6}{'p50':>11}{'p90':>11}{'p99':>11}{'mean':>11}{'n':>6}"
+    head = f"{'metric':<6}{'p50':>12}{'p90':>12}{'p99':>12}{'mean':>12}{'n':>6}"
     rows = [head]
     for name in ("ttft", "tpot", "itl", "e2e"):
         st = getattr(s, name)
-        rows.append(f"{name.upper():<6}" + "".join(f"{ms(st.get(k, math.nan)):>11}" for k in ("p50", "p90", "p99", "mean"))
+        rows.append(f"{name.upper():<6}" + "".join(f"{ms(st.get(k, math.nan)):>12}" for k in ("p50", "p90", "p99", "mean"))
                     + f"{st.get('n', 0):>6}")
     und = f"; TPOT undefined (n = 1) for {s.tpot_undefined}" if s.tpot_undefined else ""
     rows.append(f"requests {s.requests}, failed {s.failed}{und}; prefilled {s.prefilled_tokens} tokens, "

@@ -131,7 +131,9 @@ def test_chunk_stalls_fire_when_spikes_overlap_prefill(tmp_path):
     b = stream(1, 0.06, [0.01] * 3, chunks=((0.052, 0.148, 512),), arrival=0.05)
     rf = latency_file(tmp_path, "diagnose_stalls.jsonl", [a, b], settings={"chunk_budget": 512})
     f = [f for f in diagnose([rf]) if f.rule == "chunk-stalls"]
-    assert len(f) == 1 and "1 of 13 gaps" in f[0].evidence and "512 prefill tokens" in f[0].evidence
+    # 1 overlapping gap (100 ms > 2 x 10 ms), 12 clean gaps, none of them spikes
+    assert len(f) == 1 and "1 of 1 gaps" in f[0].evidence and "0 of 12 other gaps" in f[0].evidence
+    assert "worst 100.0 ms in request 0, during 512 prefill tokens" in f[0].evidence
     assert "now 512 tokens" in f[0].action
 
 
@@ -142,8 +144,18 @@ def test_chunk_stalls_silent_on_even_gaps_and_unrelated_spikes(tmp_path):
     # a spike with no prefill anywhere near it (e.g. a GC pause) is not blamed on chunking
     c = stream(0, 0.0, [0.01] * 5 + [0.1] + [0.01] * 4)
     d = stream(1, 0.5, [0.01] * 3, chunks=((0.4, 0.45, 512),), arrival=0.4)
-    assert stall_evidence([c, d])["spikes"] == 1
+    e = stall_evidence([c, d])
+    assert e["spikes"] == 1 and e["clean_spikes"] == 1 and e["overlapping"] == 0
     assert "chunk-stalls" not in rules(latency_file(tmp_path, "diagnose_gc.jsonl", [c, d]))
+
+
+def test_chunk_stalls_silent_when_spikes_hit_all_gaps_alike(tmp_path):
+    # a noisy machine: every other gap is 50 ms, with or without a prefill chunk in it
+    a = stream(0, 0.0, [0.01, 0.05] * 10)
+    b = stream(1, 0.1, [0.01] * 3, chunks=((0.0, 0.3, 256),), arrival=0.0)   # overlaps a's first ~10 gaps
+    e = stall_evidence([a, b])
+    assert e["overlapping"] > 0 and e["rate_overlapping"] < 2 * e["rate_clean"]
+    assert "chunk-stalls" not in rules(latency_file(tmp_path, "diagnose_noise.jsonl", [a, b]))
 
 
 def test_prefix_reuse_fires_when_shared_blocks_were_recomputed(tmp_path):
