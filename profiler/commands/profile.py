@@ -171,6 +171,7 @@ def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_d
     if probe.note:
         say(f"note: {probe.note}")
     resume_cmd = resume_command(model_arg, plan, out, budget_ms, threads)
+    _CANONICAL["cmd"] = resume_cmd.removesuffix(" --resume") + (" --resume" if resume else "")
     writer = None
     try:
         with cpu_threads(threads if not gpu else None) as n_threads:
@@ -217,8 +218,18 @@ def _header(plan, probe, cfg, dtype, device, n_threads, quick, budget_ms, say):
     return RunHeader(device=c.device, datasheet=c.datasheet, ceilings=c.details, model=cfg.to_dict(), kind="profile",
                      dtype=dtype, settings={**plan.settings(), "threads": n_threads, "quick": quick,
                                             "budget_ms": budget_ms},
-                     versions=probes.versions(), git_sha=probes.git_sha(), command=shlex.join(["roofline", *sys.argv[1:]]),
+                     versions=probes.versions(), git_sha=probes.git_sha(), command=_command_line(plan),
                      started=datetime.now(timezone.utc).isoformat(timespec="seconds"), host=host, flop_check=fc)
+
+
+def _command_line(plan) -> str:
+    """The command as typed when run as `roofline`; else (in-process, tests) the equivalent one."""
+    if sys.argv and Path(sys.argv[0]).name == "roofline":
+        return shlex.join(["roofline", *sys.argv[1:]])
+    return _CANONICAL.get("cmd", "")
+
+
+_CANONICAL: dict = {}
 
 
 def _run(plan, writer, probe, dev_name, quiet):

@@ -1,0 +1,64 @@
+"""profiler.ceilings on the CPU: positive figures, the 8x-cache working set, the cache and --remeasure."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from profiler import ceilings as C
+from profiler import probes
+from profiler.cli import main
+
+
+@pytest.fixture
+def small_cpu(tmp_path, monkeypatch):
+    """A pretend 1 MiB last-level cache and small GEMMs, so a measurement takes a fraction of a second."""
+    monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(probes, "llc_bytes", lambda *a: (2**20, "test"))
+    monkeypatch.setattr(C, "CPU_SHAPES", ((128, 128, 128), (256, 128, 192)))
+    return tmp_path / "cache"
+
+
+def test_cpu_ceilings_are_positive_and_over_8x_the_cache(small_cpu):
+    c = C.get_ceilings("cpu", quick=True)
+    d = c.device
+    assert d.kind == "cpu" and d.source == "measured" and c.datasheet is None
+    assert d.peak_flops["fp32"] > 0 and d.peak_flops["bf16"] > 0 and d.bandwidth > 0
+    bw = c.details["bandwidth"]
+    assert d.bandwidth == max(bw["copy_bytes_per_s"], bw["read_bytes_per_s"])
+    assert c.details["working_set_bytes"] == 8 * 2**20 and c.details["label"] == "achievable"
+    # the GEMM figure is 2MNK / median of the best shape
+    g = c.details["gemm"]["fp32"]
+    best = max(g["shapes"], key=lambda r: r["flops_per_s"])
+    m, n, k = best["shape"]
+    assert best["flops_per_s"] == pytest.approx(2 * m * n * k / best["median_s"])
+    assert "achievable" in C.ceilings_table(c)
+
+
+def test_cache_hit_then_remeasure(small_cpu):
+    first = C.get_ceilings("cpu", quick=True)
+    assert not first.cached
+    files = list(small_cpu.glob("ceilings-*.json"))
+    assert len(files) == 1
+    again = C.get_ceilings("cpu", quick=True)
+    assert again.cached and again.device.peak_flops == first.device.peak_flops
+    fresh = C.get_ceilings("cpu", quick=True, remeasure=True)
+    assert not fresh.cached
+    files[0].write_text("{ not json")          # a corrupt cache is measured again, not an error
+    assert not C.get_ceilings("cpu", quick=True).cached
+
+
+def test_cache_key_carries_versions():
+    key = C.cache_key("cpu", "X", 2)
+    assert {"torch", "triton", "cuda", "driver", "threads", "method"} <= set(key)
+    other = dict(key, torch="0.0")
+    assert C._cache_path(key) != C._cache_path(other)
+
+
+def test_ceilings_command_json(small_cpu):
+    r = CliRunner().invoke(main, ["ceilings", "--json", "--device", "cpu", "--quick"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["device"]["bandwidth"] > 0 and d["datasheet"] is None
+    r = CliRunner().invoke(main, ["ceilings", "--device", "cpu", "--quick"])
+    assert "[cached]" in r.output and "fp32 GEMM" in r.output

@@ -1,0 +1,106 @@
+"""profiler.probes: NVML decoding with a fake pynvml, the no-NVML path, CPU facts, and `roofline env`."""
+
+import json
+import sys
+import types
+
+from click.testing import CliRunner
+
+from profiler import probes
+from profiler.cli import main
+
+
+def test_clock_event_reasons_are_decoded():
+    assert probes.decode_reasons(0x0) == []
+    assert probes.decode_reasons(0x24) == ["sw-power-cap", "sw-thermal"]
+    assert probes.decode_reasons(0x1 | 0x80 | 0x1000) == ["idle", "power-brake", "0x1000"]
+
+
+def test_point_flags_from_samples():
+    static = {"sm_clock_max_mhz": 1980}
+    busy = {"sm_clock_mhz": 1980, "clock_event_mask": 0}
+    assert probes.point_flags(busy, busy, static) == ()
+    hot = {"sm_clock_mhz": 1500, "clock_event_mask": 0x40}      # hw thermal, 1500 < 0.85 * 1980
+    assert probes.point_flags(busy, hot, static) == ("throttled:hw-thermal", "sm-clock-low")
+    idle = {"sm_clock_mhz": 345, "clock_event_mask": 0x1}       # an idle GPU idles its clock: no flag
+    assert probes.point_flags(idle, busy, static) == ()
+    crowded = {"loadavg_1m": 4.2, "usable_cpus": 2}
+    assert probes.point_flags(crowded, crowded, {}) == ("host-busy",)
+
+
+def test_no_nvml_is_the_cpu_path_with_a_note(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)           # import pynvml -> ImportError
+    p = probes.open_probe("cuda")
+    assert p.kind == "cpu" and "nvidia-ml-py" in p.note
+    assert p.static()["logical_cpus"] >= 1
+
+
+def test_nvml_without_a_driver_is_the_cpu_path(monkeypatch):
+    fake = types.ModuleType("pynvml")
+    fake.NVMLError = type("NVMLError", (Exception,), {})
+
+    def init():
+        raise fake.NVMLError("Driver Not Loaded")
+    fake.nvmlInit = init
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    p = probes.open_probe("cuda:0")
+    assert p.kind == "cpu" and "Driver Not Loaded" in p.note
+    assert probes.open_probe("cpu").note == ""
+
+
+def _fake_nvml():
+    nv = types.ModuleType("pynvml")
+    nv.NVMLError = type("NVMLError", (Exception,), {})
+    nv.NVML_CLOCK_SM, nv.NVML_CLOCK_MEM, nv.NVML_TEMPERATURE_GPU = 0, 1, 0
+    nv.nvmlInit = nv.nvmlShutdown = lambda: None
+    nv.nvmlDeviceGetHandleByIndex = lambda i: "h"
+    nv.nvmlDeviceGetHandleByPciBusId = lambda b: "h"
+    nv.nvmlDeviceGetName = lambda h: b"NVIDIA H100 80GB HBM3"
+    nv.nvmlDeviceGetCudaComputeCapability = lambda h: (9, 0)
+    nv.nvmlDeviceGetMaxClockInfo = lambda h, k: {0: 1980, 1: 2619}[k]
+    nv.nvmlDeviceGetClockInfo = lambda h, k: {0: 1755, 1: 2619}[k]
+    nv.nvmlDeviceGetMemoryBusWidth = lambda h: 5120
+    nv.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=80 * 2**30)
+    nv.nvmlDeviceGetEnforcedPowerLimit = lambda h: 700_000
+    nv.nvmlDeviceGetPowerUsage = lambda h: 650_000
+    nv.nvmlDeviceGetTemperature = lambda h, k: 71
+    nv.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0x4
+    return nv
+
+
+def test_gpu_probe_reads_nvml(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml())
+    p = probes.open_probe("cuda")
+    assert p.kind == "gpu"
+    s = p.static()
+    assert s["name"] == "NVIDIA H100 80GB HBM3" and s["compute_capability"] == "9.0"
+    # 2619 MHz x 5120 bits / 8 x 2 (DDR) = 3.352 TB/s, the H100 SXM datasheet's 3.35
+    assert s["bandwidth_implied"] == 2619e6 * 5120 / 8 * 2
+    assert s["power_limit_w"] == 700.0
+    smp = p.sample()
+    assert smp["power_w"] == 650.0 and smp["clock_events"] == ["sw-power-cap"]
+    assert probes.point_flags(smp, smp, s) == ("throttled:sw-power-cap",)
+
+
+def test_llc_from_sys_and_fallback(tmp_path, monkeypatch):
+    for name, level, kind, size in [("index0", 1, "Data", "48K"), ("index1", 1, "Instruction", "32K"),
+                                    ("index2", 2, "Unified", "2048K"), ("index3", 3, "Unified", "30720K")]:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(kind + "\n")
+        (d / "size").write_text(size + "\n")
+    assert probes.llc_bytes(str(tmp_path))[0] == 30720 * 1024
+    monkeypatch.setattr(probes.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(OSError("no lscpu")))
+    size, src = probes.llc_bytes(str(tmp_path / "missing"))
+    assert size == 32 * 2**20 and "fallback" in src
+
+
+def test_env_text_and_json():
+    r = CliRunner().invoke(main, ["env", "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    for key in ("python:", "torch:", "triton:", "cuda:", "driver:", "roofline:", "git sha:", "name:"):
+        assert key in r.output
+    r = CliRunner().invoke(main, ["env", "--json", "--device", "cpu"])
+    d = json.loads(r.output)
+    assert d["probe"] == "cpu" and d["versions"]["torch"] and "loadavg_1m" in d["state"]
