@@ -7,8 +7,8 @@ Kernel checks: fresh random inputs (seeded), shapes that are not multiples of th
 block overrides that force several tiles / splits, outputs poisoned with NaN before the
 launch (an element the kernel forgets to write fails). The reference runs in float64 on the
 same (dtype-rounded) inputs. Error = max |out - ref| / max |ref| (NaN anywhere -> inf).
-Model checks (model "tiny", 2 layers): prefill + decode steps equal one forward_full over the
-sequence (two slots of different lengths decoded in one batch); chunked prefill equals
+Model checks (model "tiny", 2 layers, 12 tokens quick): prefill + decode steps equal one
+forward_full over the sequence (two slots of different lengths decoded in one batch); chunked prefill equals
 unchunked; prefix reuse equals a full prefill; the triton backend equals the torch backend.
 With no GPU, kernels/_env.py has already switched Triton to its interpreter.
 """
@@ -139,39 +139,47 @@ def _model_checks(backend, dt, dev, quick):
     make = lambda be=backend: LlamaModel(cfg, dtype=dt, backend=be, device=dev, seed=7, max_slots=4,  # noqa: E731
                                          max_len=64)
     g = torch.Generator().manual_seed(99)
-    toks = torch.randint(0, cfg.vocab, (1, 21), generator=g).to(dev)
-    other = torch.randint(0, cfg.vocab, (1, 11), generator=g).to(dev)
+    S, S2, steps = (12, 8, 3) if quick else (40, 25, 8)
+    p1, p2 = S - steps, S2 - steps
+    toks = torch.randint(0, cfg.vocab, (1, S), generator=g).to(dev)
+    other = torch.randint(0, cfg.vocab, (1, S2), generator=g).to(dev)
     m = make()
-    full = m.forward_full(toks)                                         # [21, vocab]
+    full = m.forward_full(toks)                                         # [S, vocab]
     full_o = m.forward_full(other)
-    # prefill 17 tokens in slot 0 and 7 in slot 1, then decode both in one batch (lengths differ)
-    out, ref = [m.prefill(toks[0, :17], 0), m.prefill(other[0, :7], 1)], [full[16], full_o[6]]
-    for i in range(4):
-        lg = m.decode_step(torch.stack([toks[0, 17 + i], other[0, 7 + i]]), torch.tensor([0, 1]))
+    # prefill two prompts of different lengths in slots 0 and 1, then decode both in one batch
+    out, ref = [m.prefill(toks[0, :p1], 0), m.prefill(other[0, :p2], 1)], [full[p1 - 1], full_o[p2 - 1]]
+    for i in range(steps):
+        lg = m.decode_step(torch.stack([toks[0, p1 + i], other[0, p2 + i]]), torch.tensor([0, 1]))
         out += [lg[0], lg[1]]
-        ref += [full[17 + i], full_o[7 + i]]
-    yield "model prefill+decode = forward_full", torch.stack(out), torch.stack(ref), "2 slots, lengths 17 and 7, 4 steps"
+        ref += [full[p1 + i], full_o[p2 + i]]
+    yield ("model prefill+decode = forward_full", torch.stack(out), torch.stack(ref),
+           f"2 slots, lengths {p1} and {p2}, {steps} steps")
     m2 = make()
-    m2.prefill(toks[0, :5], 2), m2.prefill(toks[0, 5:12], 2)
-    chunked = m2.prefill(toks[0, 12:21], 2)
+    c1, c2 = S // 4, S // 3
+    m2.prefill(toks[0, :c1], 2), m2.prefill(toks[0, c1:c1 + c2], 2)
+    chunked = m2.prefill(toks[0, c1 + c2:], 2)
     whole = m2.prefill(toks[0], 3)
-    yield "model chunked prefill = unchunked", chunked, whole, "chunks 5+7+9 vs 21"
-    m2.copy_prefix(3, 1, 13)
-    reused = m2.prefill(toks[0, 13:], 1)
-    yield "model prefix reuse = full prefill", reused, whole, "13 of 21 tokens reused"
+    yield "model chunked prefill = unchunked", chunked, whole, f"chunks {c1}+{c2}+{S - c1 - c2} vs {S}"
+    reuse = S // 2 + 1
+    reused = m2.prefill_with_prefix(toks[0], 1, 3, reuse)
+    yield "model prefix reuse = full prefill", reused, whole, f"{reuse} of {S} tokens reused"
     other_be = "torch" if backend == "triton" else "triton"
     yield f"model {backend} = {other_be} backend", make(other_be).forward_full(toks), full, "forward_full logits"
 
 
-def run_checks(backend="triton", dtype="fp32", device=None, quick=True) -> list:
-    """Every kernel and the model against their references; returns CheckResults (never raises on a miss)."""
+def run_checks(backend="triton", dtype="fp32", device=None, quick=True, *, parts=("kernels", "model")) -> list:
+    """Every kernel and the model against their references; returns CheckResults (never raises on a miss).
+
+    ``quick``: small shapes (the only sensible choice under the interpreter); ``quick=False`` adds
+    larger shapes with the default (GPU) block sizes and longer model sequences.
+    """
     dt = torch_dtype(dtype)
     dname = dtype_name(dt)
     dev = torch.device(device or ("cuda" if HAS_CUDA else "cpu"))
     ops = get_ops(backend)
     results = []
-    for name, out, ref, detail in _kernel_checks(ops, dt, dev, quick):
+    for name, out, ref, detail in (_kernel_checks(ops, dt, dev, quick) if "kernels" in parts else ()):
         results.append(_result(name, rel_err(out, ref), KERNEL_TOL[dname], detail))
-    for name, out, ref, detail in _model_checks(ops.name, dt, dev, quick):
+    for name, out, ref, detail in (_model_checks(ops.name, dt, dev, quick) if "model" in parts else ()):
         results.append(_result(name, rel_err(out, ref), MODEL_TOL[dname], detail))
     return results

@@ -1,0 +1,22 @@
+"""``roofline check`` through click: exit codes and the printed numbers."""
+
+import json
+
+from click.testing import CliRunner
+
+from profiler.cli import main
+
+
+def test_check_json_torch_backend():
+    res = CliRunner().invoke(main, ["check", "--backend", "torch", "--dtype", "fp32", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)
+    assert len(rows) == 22
+    assert all(r["passed"] and r["max_rel_err"] <= r["tol"] for r in rows)
+    assert rows[0]["name"].startswith("linear") and rows[0]["tol"] == 1e-5
+
+
+def test_check_bad_dtype_runs_nothing():
+    res = CliRunner().invoke(main, ["check", "--dtype", "int4"])
+    assert res.exit_code == 2
+    assert "'int4' is not one of 'fp32', 'fp16', 'bf16'" in res.output
