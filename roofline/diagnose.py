@@ -68,6 +68,25 @@ def diagnose(result_files) -> list:
         requests = [d for d in rf.extra if d.get("type") == "request"]
         if requests:
             out += latency_findings(rf, src)
+    return _with_tpot_targets(out, result_files)
+
+
+def _with_tpot_targets(findings, result_files) -> list:
+    """A decode-batch finding quotes the TPOT the latency runs given alongside measured, and its target."""
+    notes = []
+    for rf in result_files:
+        if any(d.get("type") == "request" for d in rf.extra):
+            for cfg, (_, s) in latency_groups(rf).items():
+                target = s.slo.get("tpot")
+                notes.append(f"[{cfg}] TPOT p90 {ms(s.tpot.get('p90', math.nan))}"
+                             + (f" vs target {ms(target)}" if target else " (no TPOT target given)"))
+    if not notes:
+        return findings
+    out = []
+    for f in findings:
+        if f.rule == "decode-batch":
+            f = Finding(f.rule, f.claim, f.evidence + "; latency runs: " + "; ".join(notes), f.action, f.source)
+        out.append(f)
     return out
 
 
@@ -200,34 +219,36 @@ def _prefix(tag, ts, s: LatencySummary, settings: dict, src):
 # ----------------------------------------------------------------- profile rules
 
 def phase_shares(rf) -> dict:
-    """phase -> {"time": s, "memory"/"compute"/"overhead": share, "linear_memory": share, "top": Measurement}.
+    """(phase, batch, context) -> {"time", "memory"/"compute"/"overhead": share, "weight_memory": share, "top"}.
 
-    Weighted by step time (median x instances) over the file's ok measurements (per-op ones, or whole-layer ones when
-    only those exist). Raises RooflineError when the device has no ceilings to judge by.
+    Shares are of the group's step time (median x instances per step) over its ok measurements
+    (per-op ones, or whole-layer ones when only those exist). Raises RooflineError when the
+    device has no ceilings to judge by.
     """
     dev = rf.header.device
     n_layers = int(rf.header.model.get("n_layers", 1) or 1)
     w = lambda m: step_seconds(m, n_layers)  # noqa: E731
-    by_phase = defaultdict(list)
+    groups = defaultdict(list)
     for m in rf.measurements:
         if m.ok:
-            by_phase[m.point.phase].append(m)
+            groups[(m.point.phase, m.point.batch, m.point.context)].append(m)
     out = {}
-    for phase, ms_ in by_phase.items():
-        per_op = [m for m in ms_ if m.point.op != "layer"]
-        use = per_op or ms_
+    for key in sorted(groups):
+        ms_ = groups[key]
+        use = [m for m in ms_ if m.point.op != "layer"] or ms_
         total = sum(w(m) for m in use)
         if total <= 0:
             continue
-        shares = {MEMORY: 0.0, COMPUTE: 0.0, OVERHEAD: 0.0}
+        sh = {MEMORY: 0.0, COMPUTE: 0.0, OVERHEAD: 0.0}
         weight_mem = 0.0
         for m in use:
             lab = m.label(dev)
-            shares[lab] += w(m) / total
+            sh[lab] += w(m) / total
             if lab == MEMORY and _weight_share(m, rf.header.model) >= DOMINANT:
                 weight_mem += w(m) / total
-        shares.update(time=total, weight_memory=weight_mem, top=max(use, key=w))
-        out[phase] = shares
+        sh.update(time=total, weight_memory=weight_mem, top=max(use, key=w),
+                  label=max((MEMORY, COMPUTE, OVERHEAD), key=lambda k: sh[k]))
+        out[key] = sh
     return out
 
 
@@ -251,42 +272,59 @@ def _weight_share(m, model: dict) -> float:
     return w * bytes_per_element(m.point.weight_dtype) / b if b else 0.0
 
 
+def _where(keys) -> str:
+    return ", ".join(f"b{b}/ctx{c}" for _, b, c in keys)
+
+
 def profile_findings(rf, src: str = "") -> list:
     dev = rf.header.device
     try:
-        shares = phase_shares(rf)
+        groups = phase_shares(rf)
     except RooflineError as e:
         return [Finding("phase-bound", "Cannot say what bounds each phase: the device has no ceilings.", str(e),
                         "run `roofline ceilings` and profile again, or pass a device with known peaks", src)]
     out = []
     for phase in ("prefill", "decode"):
-        sh = shares.get(phase)
-        if not sh:
+        keys = [k for k in groups if k[0] == phase]
+        if not keys:
             continue
-        label = max((MEMORY, COMPUTE, OVERHEAD), key=lambda k: sh[k])
-        top = sh["top"]
-        ev = (f"{phase}: {100 * sh[MEMORY]:.0f}% of measured time in memory-bound kernels, {100 * sh[COMPUTE]:.0f}% "
-              f"compute-bound, {100 * sh[OVERHEAD]:.0f}% under {OVERHEAD_FRACTION:.0%} of their roof; largest: "
-              f"{top.point.op} (batch {top.point.batch}, context {top.point.context}) {ms(top.median_s)}, intensity "
-              f"{top.intensity:.1f} FLOP/B vs ridge {dev.ridge(top.point.compute_dtype):.0f}, "
-              f"{100 * top.roof_fraction(dev):.0f}% of its roof on {dev.name}")
-        out.append(Finding("phase-bound", f"{phase.capitalize()} is {label}-bound.", ev, "", src))
-        if phase == "decode" and sh["weight_memory"] >= DOMINANT:
-            out.append(Finding("decode-weight-bound", "Decode is waiting on weight movement.",
-                               f"{100 * sh['weight_memory']:.0f}% of decode time is memory-bound linear layers "
-                               "(bytes dominated by weights)",
-                               "test weight quantization (w8/w4) or a device with more memory bandwidth, checking "
-                               "output quality and latency under the same workload", src))
-        if phase == "prefill" and sh[COMPUTE] >= DOMINANT:
-            out.append(Finding("prefill-compute-bound", "Prefill is limited by arithmetic.",
-                               f"{100 * sh[COMPUTE]:.0f}% of prefill time is in compute-bound kernels near their roof",
-                               "more compute helps prefill (a faster GPU, tensor-core dtypes); reverse this if "
-                               "queueing or decode dominate what users wait for", src))
-        if sh[OVERHEAD] >= DOMINANT:
-            out.append(Finding("overhead-bound", f"{phase.capitalize()} kernels run far under their roof: neither "
-                               "bandwidth nor compute is the limit.",
-                               f"{100 * sh[OVERHEAD]:.0f}% of {phase} time is in kernels under "
-                               f"{OVERHEAD_FRACTION:.0%} of their roof",
+        by_label = {lab: [k for k in keys if groups[k]["label"] == lab] for lab in (MEMORY, COMPUTE, OVERHEAD)}
+        label = max(by_label, key=lambda lab: (len(by_label[lab]), sum(groups[k]["time"] for k in by_label[lab])))
+        big = max(keys, key=lambda k: groups[k]["time"])
+        sh, top = groups[big], groups[big]["top"]
+        where = "; ".join(f"{lab} at {_where(ks)}" for lab, ks in by_label.items() if ks)
+        claim = (f"{phase.capitalize()} is {label}-bound"
+                 + (" at every measured batch and context." if len(by_label[label]) == len(keys) else
+                    f" at {len(by_label[label])} of {len(keys)} measured (batch, context) points."))
+        ev = (f"{where} (label = the kernel label holding most of the step's time). Largest step, batch {big[1]} "
+              f"context {big[2]}: {100 * sh[MEMORY]:.0f}% memory-bound, {100 * sh[COMPUTE]:.0f}% compute-bound, "
+              f"{100 * sh[OVERHEAD]:.0f}% under {OVERHEAD_FRACTION:.0%} of the roof; its largest kernel "
+              f"{top.point.op} {ms(top.median_s)}, intensity {top.intensity:.1f} FLOP/B vs ridge "
+              f"{dev.ridge(top.point.compute_dtype):.0f}, {100 * top.roof_fraction(dev):.0f}% of its roof on {dev.name}")
+        out.append(Finding("phase-bound", claim, ev + _analysis_note(rf, phase), "", src))
+        if phase == "decode":
+            wb = [k for k in keys if groups[k]["weight_memory"] >= DOMINANT]
+            if wb:
+                shares = ", ".join(f"b{k[1]}/ctx{k[2]} {100 * groups[k]['weight_memory']:.0f}%" for k in wb)
+                out.append(Finding("decode-weight-bound", f"Decode is waiting on weight movement at {_where(wb)}.",
+                                   f"share of the decode step in memory-bound linear layers (bytes dominated by "
+                                   f"weights): {shares}",
+                                   "test weight quantization (w8/w4) or a device with more memory bandwidth, checking "
+                                   "output quality and latency under the same workload", src))
+        if phase == "prefill":
+            cb = [k for k in keys if groups[k][COMPUTE] >= DOMINANT]
+            if cb:
+                shares = ", ".join(f"b{k[1]}/ctx{k[2]} {100 * groups[k][COMPUTE]:.0f}%" for k in cb)
+                out.append(Finding("prefill-compute-bound", f"Prefill is limited by arithmetic at {_where(cb)}.",
+                                   f"share of the prefill step in compute-bound kernels: {shares}",
+                                   "more compute helps prefill (a faster GPU, tensor-core dtypes); reverse this if "
+                                   "queueing or decode dominate what users wait for", src))
+        ob = [k for k in keys if groups[k][OVERHEAD] >= DOMINANT]
+        if ob:
+            shares = ", ".join(f"b{k[1]}/ctx{k[2]} {100 * groups[k][OVERHEAD]:.0f}%" for k in ob)
+            out.append(Finding("overhead-bound", f"{phase.capitalize()} kernels run far under their roof at {_where(ob)}: "
+                               "neither bandwidth nor compute is the limit there.",
+                               f"share of the step in kernels under {OVERHEAD_FRACTION:.0%} of their roof: {shares}",
                                "look at launches, synchronisation and small shapes: CUDA graphs, fused kernels, a larger "
                                "batch; more bandwidth or FLOP/s will not show", src))
     f = decode_batch_finding(rf, src)
@@ -295,24 +333,40 @@ def profile_findings(rf, src: str = "") -> list:
     return out
 
 
+def _analysis_note(rf, phase: str) -> str:
+    """The reports' phase verdicts (roofline.analysis), when that module is present and agrees to run."""
+    try:
+        from .analysis import phase_summaries
+    except ImportError:
+        return ""
+    try:
+        labels = [(s.batch, s.context, s.label) for s in phase_summaries(rf) if s.phase == phase]
+    except Exception:  # noqa: BLE001 - a second opinion must never break diagnosis
+        return ""
+    if not labels:
+        return ""
+    return "; summed-step verdicts (roofline.analysis): " + ", ".join(f"b{b}/ctx{c} {lab}" for b, c, lab in labels)
+
+
 def step_times(rf, phase: str = "decode") -> dict:
-    """(batch, context) -> seconds per step: whole-layer points x n_layers, else per-op points x count."""
+    """(backend, batch, context) -> seconds per step: per-op points x instances, or the layer op x n_layers
+    where a group measured nothing else (as roofline.analysis does)."""
     n_layers = int(rf.header.model.get("n_layers", 1) or 1)
     layer, ops = defaultdict(float), defaultdict(float)
     for m in rf.measurements:
         if not m.ok or m.point.phase != phase:
             continue
-        k = (m.point.batch, m.point.context)
+        k = (m.point.backend, m.point.batch, m.point.context)
         (layer if m.point.op == "layer" else ops)[k] += step_seconds(m, n_layers)
-    return dict(layer) if layer else dict(ops)
+    return {k: ops.get(k, layer.get(k)) for k in set(layer) | set(ops)}
 
 
 def decode_batch_finding(rf, src: str = "", tpot=None, tpot_target=None):
     """Fires when decode tokens/s at the largest measured batch beat the smallest by BATCH_GAIN."""
     steps = step_times(rf)
     by_ctx = defaultdict(dict)
-    for (b, c), t in steps.items():
-        by_ctx[c][b] = t
+    for (backend, b, c), t in steps.items():
+        by_ctx[c if len({k[0] for k in steps}) == 1 else f"{c} ({backend})"][b] = t
     best = None
     for c, bt in by_ctx.items():
         if len(bt) < 2:

@@ -279,7 +279,9 @@ def arrival_times(n: int, rate: float, process: str = "poisson", seed: int = 0) 
 
 def ms(x: float) -> str:
     """Seconds -> '105.0 ms' (or 'undefined' for NaN)."""
-    return "undefined" if x is None or math.isnan(x) else f"{x * 1e3:.1f} ms"
+    if x is None or math.isnan(x):
+        return "undefined"
+    return f"{x * 1e3:.3f} ms" if 0 < abs(x) < 1e-3 else f"{x * 1e3:.1f} ms"
 
 
 def summary_lines(s: LatencySummary) -> list:

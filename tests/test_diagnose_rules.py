@@ -1,5 +1,7 @@
 """Each diagnosis rule fires on a fixture built from records, and stays silent on one where it must not."""
 
+from pathlib import Path
+
 import pytest
 
 from roofline.cost import Cost
@@ -12,6 +14,7 @@ from roofline.records import Measurement, ResultWriter, RunHeader, WorkloadPoint
 # ridge bf16 = 100e12 / 1e12 = 100 FLOP/B; fp32 ridge 10
 DEV = Device(key="toy", name="toy", kind="gpu", peak_flops={"bf16": 100e12, "fp32": 10e12}, bandwidth=1e12)
 TINY = PRESETS["tiny"].to_dict()  # n_layers = 2
+DATA = Path(__file__).parent / "data"
 
 
 def meas(op, phase, t, flops, nbytes, batch=1, context=512, dtype="bf16"):
@@ -32,6 +35,17 @@ def rules(rf):
     return [f.rule for f in diagnose([rf])]
 
 
+def test_recorded_cpu_latency_fixture_splits_every_configuration():
+    rf = read_results(DATA / "latency_sweep_cpu.jsonl")
+    found = diagnose([rf])
+    splits = [f for f in found if f.rule == "latency-split"]
+    configs = {d["config"] for d in rf.extra if d["type"] == "latency-summary"}
+    assert len(splits) == len(configs) == 6
+    # the recorded run reused the shared prefix only where the cache was on
+    prefix = [f for f in found if f.rule == "prefix-reuse"]
+    assert prefix and all("prefix-cache=off" in f.claim for f in prefix)
+
+
 # decode linear: 2e6 FLOP over 2e6 B, intensity 1; roof 1e12 FLOP/s -> 2 us at the roof
 MEM_LINEAR = dict(flops=2e6, nbytes=2e6, t=2.5e-6)          # 80% of roof -> memory
 SLOW_LINEAR = dict(flops=2e6, nbytes=2e6, t=2e-5)           # 10% of roof -> overhead
@@ -46,9 +60,10 @@ def test_decode_weight_bound_fires_and_phase_label(tmp_path):
                 meas("attention", "decode", **KV_ATTN)])
     found = diagnose([rf])
     assert [f.rule for f in found] == ["phase-bound", "decode-weight-bound"]
-    assert found[0].claim == "Decode is memory-bound."
+    assert found[0].claim == "Decode is memory-bound at every measured batch and context."
     # 2 layers x (2.5 + 2.5) us linear vs 2 x 5 us attention: linear share = 10 / 20 = 50%
-    assert "50% of decode time" in found[1].evidence and "quantization" in found[1].action
+    assert found[1].claim == "Decode is waiting on weight movement at b1/ctx512."
+    assert "b1/ctx512 50%" in found[1].evidence and "quantization" in found[1].action
 
 
 def test_decode_weight_bound_silent_when_kv_dominates(tmp_path):
@@ -61,7 +76,8 @@ def test_prefill_compute_bound_fires_and_not_on_memory(tmp_path):
     rf = write(tmp_path, "diagnose_prefill_compute.jsonl", [meas("up_proj", "prefill", **COMPUTE_LINEAR)])
     found = diagnose([rf])
     assert [f.rule for f in found] == ["phase-bound", "prefill-compute-bound"]
-    assert found[0].claim == "Prefill is compute-bound." and "intensity 200.0" in found[0].evidence
+    assert found[0].claim == "Prefill is compute-bound at every measured batch and context."
+    assert "intensity 200.0 FLOP/B vs ridge 100, 80% of its roof" in found[0].evidence
     rf2 = write(tmp_path, "diagnose_prefill_memory.jsonl", [meas("up_proj", "prefill", **MEM_LINEAR)])
     assert "prefill-compute-bound" not in rules(rf2)
 
@@ -70,8 +86,20 @@ def test_far_under_roof_is_overhead_not_memory(tmp_path):
     rf = write(tmp_path, "diagnose_overhead.jsonl", [meas("q_proj", "decode", **SLOW_LINEAR)])
     found = diagnose([rf])
     assert [f.rule for f in found] == ["phase-bound", "overhead-bound"]
-    assert found[0].claim == "Decode is overhead-bound."
+    assert found[0].claim == "Decode is overhead-bound at every measured batch and context."
     assert "10% of its roof" in found[0].evidence
+
+
+def test_labels_are_per_batch_and_context(tmp_path):
+    # batch 1: a weight-bound linear; batch 256 at intensity 200 (ridge 100) runs compute-bound
+    rf = write(tmp_path, "diagnose_groups.jsonl",
+               [meas("q_proj", "decode", batch=1, **MEM_LINEAR),
+                meas("q_proj", "decode", 6.4e-6, 512e6, 2.56e6, batch=256)])    # 200 FLOP/B, 5.12 us = 80% of roof
+    found = {f.rule: f for f in diagnose([rf])}
+    # one point each: the tie goes to the label holding more time (6.4 us > 2.5 us)
+    assert found["phase-bound"].claim == "Decode is compute-bound at 1 of 2 measured (batch, context) points."
+    assert "memory at b1/ctx512; compute at b256/ctx512" in found["phase-bound"].evidence
+    assert found["decode-weight-bound"].claim == "Decode is waiting on weight movement at b1/ctx512."
 
 
 def test_decode_batch_fires_on_sublinear_step_time_only(tmp_path):
@@ -83,6 +111,13 @@ def test_decode_batch_fires_on_sublinear_step_time_only(tmp_path):
     linear = write(tmp_path, "diagnose_batch_linear.jsonl",
                    [meas("layer", "decode", 1e-5, 2e6, 2e6, batch=1), meas("layer", "decode", 8e-5, 16e6, 2.1e6, batch=8)])
     assert "decode-batch" not in rules(linear)
+    # beside a latency run, the finding quotes its TPOT and target
+    lat = latency_file(tmp_path, "diagnose_batch_latency.jsonl",
+                       [timeline_from_stages(queue=0.02, prefill=0.08, first_delivery=0.005, gaps=(0.025,) * 3)],
+                       slo={"tpot": 0.05})
+    f = [f for f in diagnose([rf, lat]) if f.rule == "decode-batch"]
+    assert "TPOT p90 25.0 ms vs target 50.0 ms" in f[0].evidence
+    assert "batch 1 takes 0.020 ms per step, batch 8 takes 0.030 ms" in f[0].evidence
     single = write(tmp_path, "diagnose_batch_single.jsonl", [meas("layer", "decode", 1e-5, 2e6, 2e6, batch=1)])
     assert "decode-batch" not in rules(single)
 
@@ -98,8 +133,8 @@ def test_no_ceilings_says_so(tmp_path):
 
 # ------------------------------------------------------------------ latency rules
 
-def latency_file(tmp_path, name, timelines, settings=None):
-    s = summarize(timelines, {}, "c", settings or {})
+def latency_file(tmp_path, name, timelines, settings=None, slo=None):
+    s = summarize(timelines, slo or {}, timelines[0].config, settings or {})
     return write(tmp_path, name, [t.to_dict() for t in timelines] + [s.to_dict()], kind="latency",
                  settings=settings)
 

@@ -79,7 +79,8 @@ def test_real_model_prefix_reuse_cuts_prefilled_tokens_and_ttft(tmp_path):
     ttft = {cfg: sorted(RequestTimeline.from_dict(d).ttft for d in rf.extra
                         if d["type"] == "request" and d["config"] == cfg and d["id"] > 0)
             for cfg in (off["config"], on["config"])}
-    assert ttft[on["config"]][1] < 0.7 * ttft[off["config"]][1]             # median of the reusing requests
+    # noise on a shared CPU only adds time, so compare the fastest: 16 tokens vs 400 tokens of prefill
+    assert min(ttft[on["config"]]) < 0.7 * min(ttft[off["config"]])
     assert not math.isnan(on["tpot"]["p50"])
 
 
