@@ -92,3 +92,17 @@ def test_bad_backend_and_dtype():
         LlamaModel(TINY, backend="cuda")
     with pytest.raises(ValueError, match="dtype 'int8' is not supported"):
         LlamaModel(TINY, dtype="int8")
+
+
+def test_model_check_catches_a_decode_that_misses_the_new_key(monkeypatch):
+    # A decode attention that forgets the token just appended (lengths - 1) must fail the check.
+    from kernels.backend import get_ops
+
+    ops = get_ops("torch")
+    good = ops.decode_attention
+    monkeypatch.setattr(ops, "decode_attention",
+                        lambda q, kc, vc, lens, slots, max_len=None: good(q, kc, vc, lens - 1, slots, max_len=max_len))
+    res = {r.name: r for r in run_checks("torch", "fp32", parts=("model",))}
+    assert not res["model prefill+decode = forward_full"].passed
+    assert res["model prefill+decode = forward_full"].max_rel_err > 1e-2
+    assert res["model chunked prefill = unchunked"].passed
