@@ -37,7 +37,7 @@ from .errors import RooflineError
 FORMULAS = (
     "TTFT = first token delivered - arrival",
     "TPOT = (last delivery - first delivery) / (n - 1) per request (undefined for n = 1)",
-    "ITL = each gap between consecutive deliveries (pooled over requests)",
+    "ITL = each gap between consecutive deliveries (pooled over requests, and per request)",
     "E2E = finish - arrival",
     "goodput = requests meeting every SLO / (last finish - first arrival)",
 )
@@ -130,7 +130,7 @@ class RequestTimeline:
 
 
 def timeline_from_stages(queue: float, prefill: float, first_delivery: float, gaps=(), *, tokenize: float = 0.0,
-                         arrival: float = 0.0, prompt_tokens: int = 0) -> RequestTimeline:
+                         arrival: float = 0.0, prompt_tokens: int = 0, id: int = 0) -> RequestTimeline:
     """A timeline from stage durations (seconds) with no overlap, as in the seed's table."""
     t = arrival
     tok = (t, t + tokenize)
@@ -142,7 +142,7 @@ def timeline_from_stages(queue: float, prefill: float, first_delivery: float, ga
     deliveries = [selected + first_delivery]
     for g in gaps:
         deliveries.append(deliveries[-1] + g)
-    return RequestTimeline(id=0, arrival=arrival, tokenize=tok, queue=q, chunks=chunks, first_selected=selected,
+    return RequestTimeline(id=id, arrival=arrival, tokenize=tok, queue=q, chunks=chunks, first_selected=selected,
                            deliveries=tuple(deliveries), finish=deliveries[-1], prompt_tokens=prompt_tokens,
                            output_tokens=len(deliveries))
 
@@ -213,7 +213,8 @@ class LatencySummary:
     duration_s: float = math.nan
     ttft: dict = field(default_factory=dict)
     tpot: dict = field(default_factory=dict)
-    itl: dict = field(default_factory=dict)
+    itl: dict = field(default_factory=dict)          # pooled over every gap of every ok request
+    itl_by_request: dict = field(default_factory=dict)  # request id -> stats of its own gaps
     e2e: dict = field(default_factory=dict)
     stages: dict = field(default_factory=dict)  # mean seconds per stage over ok requests
     slo: dict = field(default_factory=dict)
@@ -256,7 +257,8 @@ def summarize(timelines, slo: dict | None = None, config: str = "", settings: di
         config=config, settings=dict(settings or {}), requests=len(ts), failed=len(ts) - len(ok),
         tpot_undefined=sum(1 for t in ok if t.n < 2), duration_s=duration,
         ttft=stats(t.ttft for t in ok), tpot=stats(t.tpot for t in ok),
-        itl=stats(g for t in ok for g in t.itls), e2e=stats(t.e2e for t in ok), stages=stages,
+        itl=stats(g for t in ok for g in t.itls),
+        itl_by_request={str(t.id): stats(t.itls) for t in ok if t.n > 1}, e2e=stats(t.e2e for t in ok), stages=stages,
         slo=slo, met_slo=met, goodput_rps=rate(met), throughput_rps=rate(len(ok)),
         output_tok_per_s=rate(sum(t.n for t in ok)),
         prefilled_tokens=sum(t.prefilled_tokens for t in ts), cached_tokens=sum(t.cached_tokens for t in ts))
@@ -293,6 +295,12 @@ def summary_lines(s: LatencySummary) -> list:
         rows.append(f"{name.upper():<6}" + "".join(f"{ms(st.get(k, math.nan)):>12}" for k in ("p50", "p90", "p99", "mean"))
                     + f"{st.get('n', 0):>6}")
     und = f"; TPOT undefined (n = 1) for {s.tpot_undefined}" if s.tpot_undefined else ""
+    worst = max(s.itl_by_request.items(), key=lambda kv: kv[1].get("max", -1), default=None)
+    if worst:
+        w = worst[1]
+        rows.append(f"ITL per request: worst is request {worst[0]} (mean {ms(w['mean'])}, max {ms(w['max'])}); "
+                    f"per-request means range {ms(min(v['mean'] for v in s.itl_by_request.values()))} to "
+                    f"{ms(max(v['mean'] for v in s.itl_by_request.values()))}")
     rows.append(f"requests {s.requests}, failed {s.failed}{und}; prefilled {s.prefilled_tokens} tokens, "
                 f"{s.cached_tokens} from the prefix cache")
     st = s.stages

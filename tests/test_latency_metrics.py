@@ -48,8 +48,8 @@ def test_percentiles_linear_interpolation():
 
 def test_goodput_counts_requests_meeting_every_slo_and_failures():
     fast = seed_timeline(arrival=0.0)                               # ttft 105, tpot 25, e2e 180 ms
-    slow_ttft = timeline_from_stages(queue=0.3, prefill=0.08, first_delivery=0.0, gaps=(0.01,), arrival=0.5)
-    slow_tpot = timeline_from_stages(queue=0.01, prefill=0.01, first_delivery=0.0, gaps=(0.1, 0.1), arrival=1.0)
+    slow_ttft = timeline_from_stages(queue=0.3, prefill=0.08, first_delivery=0.0, gaps=(0.01,), arrival=0.5, id=1)
+    slow_tpot = timeline_from_stages(queue=0.01, prefill=0.01, first_delivery=0.0, gaps=(0.1, 0.1), arrival=1.0, id=2)
     failed = RequestTimeline(id=9, arrival=1.5, finish=1.6, status="failed", error="boom")
     slo = parse_slo("ttft=200ms,tpot=50ms")
     assert [meets_slo(t, slo) for t in (fast, slow_ttft, slow_tpot, failed)] == [True, False, False, False]
@@ -63,6 +63,9 @@ def test_goodput_counts_requests_meeting_every_slo_and_failures():
     assert s.ttft["n"] == 3
     # pooled ITL: 3 x 25 ms + 10 ms + 2 x 100 ms
     assert s.itl["n"] == 6 and s.itl["mean"] == pytest.approx((0.075 + 0.01 + 0.2) / 6)
+    # per request: the same gaps, kept apart
+    assert s.itl_by_request["0"]["mean"] == pytest.approx(0.025) and s.itl_by_request["0"]["n"] == 3
+    assert s.itl_by_request[str(slow_tpot.id)]["max"] == pytest.approx(0.1)
 
 
 def test_summary_roundtrip_and_timeline_roundtrip():

@@ -120,19 +120,22 @@ def _label(budget, cache: bool) -> str:
 @click.option("--prefix-cache/--no-prefix-cache", default=True, show_default=True)
 @click.option("--block-size", type=int, default=16, show_default=True, help="prefix-cache block (tokens)")
 @click.option("--max-slots", type=int, default=8, show_default=True, help="KV-cache slots: most concurrent requests")
+@click.option("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice; recorded)")
 @click.option("--slo", default=None, help="targets for goodput, e.g. ttft=200ms,tpot=50ms,e2e=2s")
 @click.option("--out", "out_dir", default="roofline-out", show_default=True, type=click.Path(file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="print the summaries as one JSON object")
 def latency(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n_requests, rate, arrival, seed, chunk,
-            sweep_chunks, shared_prefix, prefix_cache, block_size, max_slots, slo, out_dir, as_json):
+            sweep_chunks, shared_prefix, prefix_cache, block_size, max_slots, threads, slo, out_dir, as_json):
     """Serve several requests through a continuous-batching loop; measure TTFT, TPOT, ITL, goodput."""
     budgets, slo_s = validate(rate=rate, output_tokens=output_tokens, prompt_tokens=prompt_tokens,
                               requests=n_requests, chunk=chunk, sweep=sweep_chunks, slo=slo,
                               shared_prefix=shared_prefix, cfg=model)
-    if block_size < 1 or max_slots < 1:
-        raise RooflineError("--block-size and --max-slots must be at least 1.")
+    if block_size < 1 or max_slots < 1 or (threads is not None and threads < 1):
+        raise RooflineError("--block-size, --max-slots and --threads must be at least 1.")
     import torch
 
+    if threads:
+        torch.set_num_threads(threads)
     from kernels.model import LlamaModel
     from roofline.records import ResultWriter, RunHeader
 
