@@ -9,11 +9,6 @@ import, so this must run before anything imports triton.
 from __future__ import annotations
 
 import os
-import sys
-
-if "triton" in sys.modules and "TRITON_INTERPRET" not in os.environ:  # pragma: no cover
-    # Triton was imported before us; the interpreter switch may no longer take effect.
-    pass
 
 import torch
 
