@@ -217,13 +217,16 @@ def serve(model, specs, *, chunk_budget: int | None = None, prefix_cache: bool =
         src, n = cache.match(r.hashes, len(r.ids)) if cache is not None else (None, 0)
         r.slot = take_slot(src)
         r.queue_end = now()
-        model.reset(r.slot)
-        if n and src != r.slot:
-            if src in parked:              # just used: last in line for eviction
-                parked.remove(src)
-                parked.append(src)
-            model.copy_prefix(src, r.slot, n)
-            r.done = r.cached = n
+        if n and src == r.slot:            # the only slot to take holds the prefix: keep its first n tokens
+            model.copy_prefix(src, src, n)
+        else:
+            model.reset(r.slot)
+            if n:
+                if src in parked:          # just used: last in line for eviction
+                    parked.remove(src)
+                    parked.append(src)
+                model.copy_prefix(src, r.slot, n)
+        r.done = r.cached = n
         running.append(r)
 
     while pending or waiting or running:

@@ -191,3 +191,34 @@ def test_streaming_callback_sees_every_token_in_order():
                 on_token=lambda rid, tid, text: seen.append(rid))
     assert sorted(seen) == [0, 0, 0, 0, 1, 1, 1] and {t.id: t.n for t in run.timelines} == {0: 4, 1: 3}
     assert BLOCK_SIZE == 16
+
+
+def test_single_slot_reuses_its_own_parked_prefix():
+    clock = FakeClock()
+    m = FakeModel(clock, max_slots=1)
+    reqs = specs([(50, 2), (50, 2)], arrivals=[0.0, 1.0], shared=40)     # 40 shared: 2 full blocks
+    a, b = serve(m, reqs, chunk_budget=64, clock=clock).timelines
+    assert (a.cached_tokens, b.cached_tokens) == (0, 32) and b.prefilled_tokens == 18
+    assert ("copy", 0, 0, 32) in m.calls
+    tok = ByteTokenizer()
+    assert m.content[0][:50] == tok.to_model(tok.encode(reqs[1].prompt), 300)
+
+
+def test_real_model_streams_the_same_tokens_with_and_without_prefix_reuse():
+    from kernels.model import LlamaModel
+    from roofline.models import load_model
+
+    m = LlamaModel(load_model("tiny"), dtype="fp32", backend="torch", max_slots=3, max_len=200, seed=1)
+    reqs = [RequestSpec(i, 0.0, make_prompt(100, seed=i, shared_prefix=70), 12) for i in range(5)]
+    streams, cached = {}, {}
+    for on in (False, True):
+        got = {}
+        for s in range(3):
+            m.reset(s)
+        run = serve(m, reqs, chunk_budget=24, prefix_cache=on,
+                    on_token=lambda rid, tid, text: got.setdefault(rid, []).append(tid))
+        streams[on], cached[on] = got, [t.cached_tokens for t in run.timelines]
+        assert all(t.ok and t.n == 12 and ordered(t) for t in run.timelines)
+    # requests 0 and 1 prefill side by side (blocks register when a prompt completes); 2-4 reuse 64 = 4 blocks
+    assert cached == {False: [0] * 5, True: [0, 0, 64, 64, 64]}
+    assert streams[True] == streams[False]          # reused KV gives the same greedy tokens
