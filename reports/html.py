@@ -35,6 +35,7 @@ figure img{max-width:100%;height:auto;display:block;margin:0 auto}figcaption{col
 .note{background:#fff8e1;border:1px solid #f0d98a;border-radius:6px;padding:8px 12px;margin:10px 0}
 .scroll{max-height:560px;overflow:auto;border:1px solid #e2e2e2}pre{white-space:pre-wrap;font-size:12px}
 .controls{margin:6px 0}.controls input,.controls select{font:inherit;padding:2px 6px;margin-right:8px}
+.runs{display:grid;grid-template-columns:repeat(auto-fit,minmax(600px,1fr));gap:0 22px}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:0}dt{color:#666}dd{margin:0;word-break:break-all}
 """
 
@@ -107,7 +108,7 @@ def _run_top(run) -> str:
     out = [f'<h2 id="run-{run.index}">{_e(run.name)}</h2>',
            f'<p class="sub">{_e(h.model_name)} &middot; {_e(dev.name)} ({_e(dev.kind)}) &middot; {_e(h.dtype)} '
            f"&middot; {len(rf.measurements)} measurements from <code>{_e(rf.path)}</code></p>"]
-    crow = ceiling_rows(h)
+    crow = ceiling_rows(h, used_dtypes(rf))
     ceil = _table(("ceiling", "used to classify", "datasheet", "used / datasheet"),
                   [[(a, a), (b, b), (c, c), (d, d)] for a, b, c, d in crow], text_cols=("ceiling", "used to classify"))
     prov = f"<p class='sub'>Ceilings: {_e(dev.provenance or dev.source)}</p>"
@@ -162,6 +163,11 @@ def _metadata(run) -> str:
     return f'<div class="card"><h3>{_e(run.name)}</h3><dl>{dl}</dl></div>'
 
 
+def used_dtypes(rf) -> list[str]:
+    """The run's dtype and every compute dtype its points use (the ceilings worth showing)."""
+    return sorted({rf.header.dtype} | {m.point.compute_dtype for m in rf.measurements})
+
+
 def conventions_text() -> str:
     """The cost conventions, from roofline/formulas.py's module docstring (one place)."""
     doc = formulas.__doc__ or ""
@@ -176,8 +182,8 @@ def render(report) -> str:
             f'<p class="sub">{len(runs)} result file(s): {_e(", ".join(str(r.rf.path) for r in runs))}</p>']
     for n in report.notes:
         body.append(f'<div class="note">{_e(n)}</div>')
-    for run in runs:
-        body.append(_run_top(run))
+    tops = "".join(f"<section>{_run_top(run)}</section>" for run in runs)
+    body.append(f'<div class="runs">{tops}</div>' if len(runs) > 1 else tops)
     if report.compare:
         body.append("<h2>Runs side by side</h2>")
         body += [_figure(f, p) for f, p in report.compare]

@@ -6,16 +6,18 @@ notes, links to the PNG figures, run metadata and the cost conventions.
 
 from __future__ import annotations
 
+from html import escape
 from pathlib import Path
 
 from roofline.analysis import headline
 
-from .html import conventions_text
+from .html import conventions_text, used_dtypes
 from .tables import PHASE_COLUMNS, ceiling_rows, phase_rows
 
 
 def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """Table-safe and HTML-safe (markdown viewers render inline HTML): escape | < > &."""
+    return escape(str(text), quote=False).replace("|", "\\|").replace("\n", " ")
 
 
 def _table(columns, rows) -> list[str]:
@@ -39,7 +41,7 @@ def render(report, out_dir: Path) -> str:
         lines += [f"## {_cell(run.name)}", "",
                   f"{_cell(h.model_name)} on {_cell(h.device.name)} ({h.dtype}); {len(run.rf.measurements)} "
                   f"measurements from `{_cell(run.rf.path)}`.", ""]
-        lines += _table(("ceiling", "used to classify", "datasheet", "used / datasheet"), ceiling_rows(h)) + [""]
+        lines += _table(("ceiling", "used to classify", "datasheet", "used / datasheet"), ceiling_rows(h, used_dtypes(run.rf))) + [""]
         if run.summaries:
             lines += ["**Verdicts**", ""] + [f"- **{s.label}**: {_cell(s.sentence)}" for s in headline(run.summaries)]
             lines += ["", "<details><summary>Every step of the sweep</summary>", ""]

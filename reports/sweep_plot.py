@@ -31,7 +31,8 @@ def _axis_name(vary: str) -> str:
 def sweep_slices(result_file) -> list[tuple[str, str, int]]:
     """(phase, vary, fixed) slices with at least two values; vary in {batch, context}.
 
-    The fixed value is the one with most distinct values along the slice (ties: the smaller).
+    The fixed value is the one with most distinct values along the slice; among ties, the
+    middle context for a batch sweep and the smallest batch for a context sweep.
     """
     ms = [m for m in result_file.measurements if m.ok]
     out = []
@@ -43,7 +44,9 @@ def sweep_slices(result_file) -> list[tuple[str, str, int]]:
                 per_fixed.setdefault(getattr(m.point, other), set()).add(getattr(m.point, vary))
         if not per_fixed:
             continue
-        fixed = max(sorted(per_fixed), key=lambda k: len(per_fixed[k]))
+        most = max(len(v) for v in per_fixed.values())
+        tied = sorted(k for k, v in per_fixed.items() if len(v) == most)
+        fixed = tied[len(tied) // 2] if vary == "batch" else tied[0]
         if len(per_fixed[fixed]) >= 2 and not (phase == "prefill" and vary == "batch" and
                                                 any(s[0] == "prefill" for s in out)):
             out.append((phase, vary, fixed))

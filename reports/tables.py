@@ -64,9 +64,10 @@ def phase_rows(summaries) -> list[list[tuple[str, float | str]]]:
     return rows
 
 
-def ceiling_rows(header) -> list[tuple[str, str, str, str]]:
-    """(ceiling, used with its source, datasheet, used / datasheet) per bandwidth and peak."""
-    used, sheet = ceilings(header)
+def ceiling_rows(header, dtypes=None) -> list[tuple[str, str, str, str]]:
+    """(ceiling, used with its source, datasheet, used / datasheet) per bandwidth and peak
+    (peaks of ``dtypes`` only, when given)."""
+    used, sheet = ceilings(header, dtypes)
     ref = {(c.kind, c.dtype): c for c in sheet}
     out = []
     for c in used:
