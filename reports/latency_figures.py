@@ -97,12 +97,47 @@ def plot_chunk_tradeoff(ax, summaries):
     return ax
 
 
+SUMMARY_COLUMNS = ("configuration", "TTFT p50", "TTFT p90", "TTFT p99", "TPOT p50", "TPOT p90", "ITL p50",
+                   "ITL p99", "E2E p50", "goodput", "failed")
+
+
+def summary_rows(summaries) -> list:
+    """One row of strings per configuration, in SUMMARY_COLUMNS order (times in ms)."""
+    f = lambda x: "n/a" if x is None or math.isnan(x) else f"{x * MS:.1f}"  # noqa: E731
+    rows = []
+    for s in summaries:
+        g = "n/a" if math.isnan(s.goodput_rps) else f"{s.goodput_rps:.2f}/s ({s.met_slo}/{s.requests})"
+        rows.append([s.config, f(s.ttft.get("p50")), f(s.ttft.get("p90")), f(s.ttft.get("p99")), f(s.tpot.get("p50")),
+                     f(s.tpot.get("p90")), f(s.itl.get("p50")), f(s.itl.get("p99")), f(s.e2e.get("p50")), g,
+                     str(s.failed)])
+    return rows
+
+
+@styled
+def plot_summary_table(ax, summaries):
+    """The per-configuration numbers as a table (ms), with no axes."""
+    ax.axis("off")
+    tab = ax.table(cellText=summary_rows(summaries), colLabels=SUMMARY_COLUMNS, loc="center", cellLoc="right")
+    tab.auto_set_font_size(False)
+    tab.set_fontsize(7)
+    tab.auto_set_column_width(list(range(len(SUMMARY_COLUMNS))))
+    return ax
+
+
 def latency_section(result_file) -> list:
     """[(title, Figure, caption)] for a kind="latency" result file."""
     groups = latency_groups(result_file)
     if not groups:
         return []
-    out = []
+    summaries = [s for _, s in groups.values()]
+    fig, ax = new_figure(9.0, 0.6 + 0.25 * len(summaries))
+    plot_summary_table(ax, summaries)
+    slo = summaries[0].slo
+    out = [("Latency summary", fig,
+            "Milliseconds per configuration. " + "; ".join(FORMULAS) + ". Goodput counts requests meeting every SLO "
+            + ("(" + ", ".join(f"{k} <= {v * MS:g} ms" for k, v in slo.items()) + ")" if slo else "(none given: "
+               "every completed request counts)") + "; failed requests stay in the counts. Timestamps are taken "
+            "after a device sync; arrival is the scheduled time.")]
     labels = list(groups)
     shown = labels[:6]
     fig, axes = new_figure(7.5, 1.2 + 0.35 * sum(len(groups[c][0]) for c in shown) + 0.6 * len(shown),
@@ -122,7 +157,6 @@ def latency_section(result_file) -> list:
     a2.legend(fontsize=7)
     out.append(("TTFT and ITL distributions", fig,
                 "Empirical CDFs per configuration. " + FORMULAS[0] + "; " + FORMULAS[2] + "."))
-    summaries = [s for _, s in groups.values()]
     if len({_budget_label(s.settings.get("chunk_budget")) for s in summaries}) > 1:
         fig, ax = new_figure(6.0, 3.2)
         plot_chunk_tradeoff(ax, summaries)

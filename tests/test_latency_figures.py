@@ -58,7 +58,16 @@ def test_chunk_tradeoff_plots_ttft_and_itl_in_budget_order():
 def test_latency_section_on_the_recorded_sweep():
     rf = read_results(DATA / "latency_sweep_cpu.jsonl")
     section = latency_section(rf)
-    assert [t for t, _, _ in section] == ["Request timelines", "TTFT and ITL distributions", "Chunk-budget trade-off"]
+    assert [t for t, _, _ in section] == ["Latency summary", "Request timelines", "TTFT and ITL distributions",
+                                          "Chunk-budget trade-off"]
+    table = section[0][1].axes[0].tables[0]
+    cells = table.get_celld()
+    assert cells[(0, 0)].get_text().get_text() == "configuration"
+    summary = [d for d in rf.extra if d["type"] == "latency-summary"][0]
+    assert cells[(1, 0)].get_text().get_text() == summary["config"]
+    assert cells[(1, 1)].get_text().get_text() == f"{summary['ttft']['p50'] * 1e3:.1f}"
+    assert "TPOT = (last delivery - first delivery) / (n - 1)" in section[0][2]
+    section = section[1:]
     timelines_fig = section[0][1]
     assert len(timelines_fig.axes) == 6                                  # one per configuration
     n_req = rf.header.settings["requests"]
