@@ -165,23 +165,27 @@ def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_d
         say("note: triton on a CPU runs in the Triton interpreter: its times measure the interpreter, not a kernel.")
 
     from .. import probes
-    from ..timing import cpu_threads
+    from ..timing import cpu_threads, now
 
     probe = probes.open_probe(device)
     if probe.note:
         say(f"note: {probe.note}")
     resume_cmd = resume_command(model_arg, plan, out, budget_ms, threads)
+    stages = {}
     _CANONICAL["cmd"] = resume_cmd.removesuffix(" --resume") + (" --resume" if resume else "")
     writer = None
     try:
         with cpu_threads(threads if not gpu else None) as n_threads:
             say(f"validating kernels ({', '.join(plan.backends)}, {dtype}) ...")
+            t = now()
             validate_kernels(plan.backends, dtype, device)
-            header = _header(plan, probe, cfg, dtype, device, n_threads, quick, budget_ms, say)
+            stages["checks"] = now() - t
+            header = _header(plan, probe, cfg, dtype, device, n_threads, quick, budget_ms, say, stages)
             writer = ResultWriter(path, header, resume=resume)
             if writer.done:
                 say(f"resuming: {len(writer.done)} points already in {path}")
             stats = _run(plan, writer, probe, header.device.name, quiet)
+            stages["sweep"] = stats.wall_s
     except KeyboardInterrupt:
         if writer is not None:
             writer.close()
@@ -193,25 +197,30 @@ def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_d
     finally:
         probe.close()
     writer.close()
-    _finish(path, out, stats, csv_out, no_report, say)
+    _finish(path, out, stats, csv_out, no_report, say, stages)
 
 
-def _header(plan, probe, cfg, dtype, device, n_threads, quick, budget_ms, say):
+def _header(plan, probe, cfg, dtype, device, n_threads, quick, budget_ms, say, stages):
     from roofline.records import RunHeader
 
     from .. import probes
     from ..ceilings import CPU_DTYPES, GPU_DTYPES, get_ceilings
     from ..flopcheck import flop_check
+    from ..timing import now
 
     gpu = device.startswith("cuda")
     wanted = tuple(dict.fromkeys((GPU_DTYPES if gpu else CPU_DTYPES) + (dtype,)))
     say("ceilings: from the cache, or measured now ...")
+    t = now()
     c = get_ceilings(device, dtypes=wanted, quick=quick)
+    stages["ceilings"] = now() - t
+    t = now()
     try:
         fc = flop_check(cfg, dtype=dtype, device=device, prompt=min(plan.contexts))
     except Exception as e:  # noqa: BLE001 - a cross-check must never stop a sweep; say why it is missing
         fc = {"error": f"{type(e).__name__}: {e}"}
         say(f"note: FLOP cross-check failed ({fc['error']}); continuing without it.")
+    stages["flop check"] = now() - t
     host = {"probe": probe.kind, "static": probe.static(), "state": probe.sample()}
     if gpu:
         host["cpu"] = probes.cpu_info()
@@ -248,10 +257,11 @@ def _run(plan, writer, probe, dev_name, quiet):
                          progress=lambda n, desc: bar.update(task, advance=n, description=desc))
 
 
-def _finish(path, out, stats, csv_out, no_report, say):
+def _finish(path, out, stats, csv_out, no_report, say, stages):
     from roofline.records import read_results
 
     from ..export import phase_table, write_csv
+    from ..timing import now
 
     rf = read_results(path)
     click.echo(f"results: {path} ({stats.measured} measured, {stats.skipped} skipped, {stats.resumed} resumed; "
@@ -267,10 +277,14 @@ def _finish(path, out, stats, csv_out, no_report, say):
                 f"{path}` once it does.")
         else:
             try:
+                t = now()
                 written = write_report([path], out)
+                stages["report"] = now() - t
                 shown = written.get("html", out) if isinstance(written, dict) else out
                 click.echo(f"report: {shown}")
             except Exception as e:  # noqa: BLE001 - the measurements are safe; say what failed
                 say(f"report failed ({type(e).__name__}: {e}); the results are intact: "
                     f"`roofline report {path}` retries it.")
+    click.echo("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items())
+               + f" (of the sweep, {stats.kernel_time_s:.1f} s in timed samples)")
     click.echo(phase_table(rf))
