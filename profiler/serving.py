@@ -17,8 +17,9 @@ so the chunk trade-off is deterministic.
 
 Prefix cache (vLLM's rule): only full blocks (16 tokens by default) are reused, matched by a
 chained hash of the block contents; at least the last prompt token is always recomputed.
-A finished request's slot keeps its KV (and its blocks stay matchable) until the slot is
-needed again (least recently used first).
+A prompt's blocks become matchable when its prefill completes (two prompts prefilling side
+by side do not share); a finished request's slot keeps its KV (and its blocks stay
+matchable) until the slot is needed again (least recently used first).
 
 Failures: a request whose prefill or decode raises, or which cannot fit ``max_len``, is
 marked failed with the error and stays in the metrics.
