@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from roofline.latency import RequestTimeline
 
+from .timing import timestamp
 from .tokenizer import ByteTokenizer, StreamDecoder
 
 BLOCK_SIZE = 16
@@ -55,7 +56,6 @@ class WallClock:
         self.device = device
 
     def now(self) -> float:
-        from .timing import timestamp
         return timestamp(self.device)
 
     def sleep_until(self, t: float) -> None:
@@ -165,6 +165,8 @@ def serve(model, specs, *, chunk_budget: int | None = None, prefix_cache: bool =
     (a prompt is prefilled whole). ``on_token(request_id, model_id, text)`` is the streaming
     callback; a token counts as delivered when it returns.
     """
+    import torch
+
     if chunk_budget is not None and chunk_budget < 1:
         raise ValueError("the chunk budget must be at least one token per step.")
     clock = clock or WallClock(getattr(model, "device", None))
@@ -278,7 +280,6 @@ def serve(model, specs, *, chunk_budget: int | None = None, prefix_cache: bool =
         # ---- run
         step = {"start": now(), "decode": len(decoders), "prefill": sum(n for _, n in plan)}
         if decoders:
-            import torch
             toks = torch.tensor([r.last for r in decoders], dtype=torch.long)
             slots = torch.tensor([r.slot for r in decoders], dtype=torch.long)
             try:
@@ -290,7 +291,6 @@ def serve(model, specs, *, chunk_budget: int | None = None, prefix_cache: bool =
                 for r, t in zip(decoders, nxt):
                     deliver(r, int(t))
         for r, n in plan:
-            import torch
             start = now()
             try:
                 logits = model.prefill(torch.tensor(r.ids[r.done:r.done + n], dtype=torch.long), r.slot)
