@@ -74,6 +74,18 @@ def _cache_path(key: dict) -> Path:
     return cache_dir() / f"ceilings-{slug}-{h}.json"
 
 
+def device_name(device="cpu") -> str:
+    """The name results carry for ``device``: the catalogue's name for a known GPU, else what it reports."""
+    import torch
+
+    device = _torch_device(device)
+    if not device.startswith("cuda"):
+        return probes.cpu_model_name()
+    raw = torch.cuda.get_device_name(device)
+    ds = _datasheet(raw)
+    return ds.name if ds else raw
+
+
 def get_ceilings(device="cpu", *, remeasure: bool = False, dtypes=None, quick: bool = False,
                  working_set_bytes: int | None = None) -> Ceilings:
     """Cached measured ceilings for ``device`` ("cpu" or "cuda[:i]"), measuring if needed.
@@ -108,6 +120,8 @@ def _load(path: Path, key: dict, dtypes) -> Ceilings | None:
         d = json.loads(path.read_text())
         if d.get("key") != key or any(t not in d["device"]["peak_flops"] for t in dtypes):
             return None
+        if "host-busy" in d["details"].get("flags", ()) and not _host_busy():
+            return None  # measured while the host was busy and it is quiet now: measure again
         return Ceilings(Device.from_dict(d["device"]),
                         Device.from_dict(d["datasheet"]) if d.get("datasheet") else None,
                         dict(d["details"], cached=True), cached=True)
@@ -154,8 +168,10 @@ def _measure(device: str, name: str, dtypes, quick: bool, working_set_bytes) -> 
         ws, note = int(working_set_bytes), "working set overridden by the caller (not 8x the cache)"
     elif ws > limit:
         ws, note = limit, f"working set capped at a third of free memory ({limit / 2**30:.1f} GiB)"
+    busy_before = _host_busy()
     bw = measure_bandwidth(device, ws, quick=quick)
     flops = {dt: measure_gemm(device, dt, quick=quick) for dt in dtypes}
+    busy = busy_before or _host_busy()
 
     peaks = {dt: r["best_flops"] for dt, r in flops.items()}
     bandwidth = max(bw["copy_bytes_per_s"], bw["read_bytes_per_s"])
@@ -165,6 +181,8 @@ def _measure(device: str, name: str, dtypes, quick: bool, working_set_bytes) -> 
                "bandwidth": bw, "gemm": flops, "label": "measured" if gpu else "achievable"}
     if note:
         details["note"] = note
+    details["flags"] = ["host-busy"] if busy else []
+    details["quick"] = quick
     if gpu:
         datasheet = _datasheet(name)
         probe = probes.open_probe(device)
@@ -185,6 +203,12 @@ def _measure(device: str, name: str, dtypes, quick: bool, working_set_bytes) -> 
                   provenance=f"measured on this machine with {torch.get_num_threads()} threads "
                              "(achievable, not peak: no CPU datasheet)")
     return Ceilings(dev, None, details)
+
+
+def _host_busy() -> bool:
+    """More runnable processes than CPUs (1-minute load average): ceilings measured now are low."""
+    s = probes.CpuProbe().sample()
+    return bool(s) and s["loadavg_1m"] > s["usable_cpus"] + 0.5
 
 
 def _mem_total() -> int:
@@ -288,6 +312,10 @@ def ceilings_table(c: Ceilings) -> str:
         lines.append("note: " + c.details["note"])
     if not ds:
         lines.append("no datasheet for this device: figures are what it achieves here, not a peak.")
+    if "host-busy" in c.details.get("flags", ()):
+        lines.append("warning: measured while other processes were busy on this machine (load above the CPU "
+                     "count): these ceilings are low. `roofline ceilings --remeasure` when it is quiet "
+                     "(a cached busy measurement is retaken automatically once the load drops).")
     lines.append("ceilings used: bandwidth = the higher of copy and read; cache: " + c.details.get("cache_file", "-"))
     return "\n".join(lines)
 

@@ -50,6 +50,7 @@ class SweepPlan:
     budget_s: float = 0.1          # timed repetitions per op
     warmup_s: float = 0.025
     ops: tuple | None = None       # None: every op the runners provide
+    flush_bytes: int = 0           # CPU: write this many bytes between repetitions (GPU: always flushed)
 
     def combos(self) -> list:
         """(phase, backend, batch, context) in the order they run: small first, so early lines are cheap."""
@@ -63,7 +64,8 @@ class SweepPlan:
     def settings(self) -> dict:
         return {"phases": list(self.phases), "batches": list(self.batches), "contexts": list(self.contexts),
                 "backends": list(self.backends), "dtype": self.dtype, "device": self.device,
-                "budget_s": self.budget_s, "warmup_s": self.warmup_s, "ops": list(self.op_names)}
+                "budget_s": self.budget_s, "warmup_s": self.warmup_s, "ops": list(self.op_names),
+                "cpu_flush_bytes": self.flush_bytes}
 
     def validate(self) -> None:
         """RooflineError naming the rule, before anything runs."""
@@ -191,7 +193,8 @@ def run_sweep(plan: SweepPlan, writer, *, make_runners=None, probe=None, progres
                 continue
             before = probe.sample()
             try:
-                t = measure(r.fn, plan.device, budget_s=plan.budget_s, warmup_s=plan.warmup_s)
+                t = measure(r.fn, plan.device, budget_s=plan.budget_s, warmup_s=plan.warmup_s,
+                            flush_bytes=plan.flush_bytes)
             except Exception as e:  # noqa: BLE001
                 if not is_oom(e):
                     raise

@@ -16,6 +16,7 @@ def small_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(probes, "llc_bytes", lambda *a: (2**20, "test"))
     monkeypatch.setattr(C, "CPU_SHAPES", ((128, 128, 128), (256, 128, 192)))
+    monkeypatch.setattr(C, "_host_busy", lambda: False)   # the real load average must not decide these tests
     return tmp_path / "cache"
 
 
@@ -62,3 +63,13 @@ def test_ceilings_command_json(small_cpu):
     assert d["device"]["bandwidth"] > 0 and d["datasheet"] is None
     r = CliRunner().invoke(main, ["ceilings", "--device", "cpu", "--quick"])
     assert "[cached]" in r.output and "fp32 GEMM" in r.output
+
+
+def test_a_busy_measurement_is_flagged_and_retaken_when_quiet(small_cpu, monkeypatch):
+    monkeypatch.setattr(C, "_host_busy", lambda: True)
+    busy = C.get_ceilings("cpu", quick=True)
+    assert busy.details["flags"] == ["host-busy"] and "warning: measured while" in C.ceilings_table(busy)
+    assert C.get_ceilings("cpu", quick=True).cached                   # still busy: the cache stands
+    monkeypatch.setattr(C, "_host_busy", lambda: False)
+    quiet = C.get_ceilings("cpu", quick=True)
+    assert not quiet.cached and quiet.details["flags"] == []

@@ -49,6 +49,13 @@ def test_cpu_threads_are_fixed_and_restored():
     assert torch.get_num_threads() == before
 
 
+def test_cpu_cache_flush_between_repetitions():
+    a = torch.randn(64, 64)
+    t = timing.measure(lambda: a @ a, budget_s=0.01, warmup_s=0.0, flush_bytes=4 * 2**20)
+    assert t.l2_policy == "flushed" and t.config["flush_bytes"] == 4 * 2**20
+    assert timing.measure(lambda: a @ a, budget_s=0.002).l2_policy == "warm"
+
+
 def test_a_gpu_timer_on_the_cpu_is_refused():
     with pytest.raises(ValueError, match="needs a CUDA device"):
         timing.measure(lambda: None, "cpu", timer="cuda-graph")

@@ -44,6 +44,12 @@ def _names(choices):
     return cb
 
 
+def _llc() -> int:
+    from ..probes import llc_bytes
+
+    return llc_bytes()[0]
+
+
 def _writable(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -82,6 +88,8 @@ def resume_command(model_arg, plan, out, budget_ms, threads) -> str:
             "--out", str(out), "--budget-ms", f"{budget_ms:g}"]
     if threads:
         args += ["--threads", str(threads)]
+    if plan.flush_bytes:
+        args += ["--flush-cache"]
     return shlex.join(args + ["--resume"])
 
 
@@ -106,9 +114,12 @@ def resume_command(model_arg, plan, out, budget_ms, threads) -> str:
 @click.option("--budget-ms", type=click.FloatRange(min=1.0), default=None,
               help="timed repetitions per op, in ms of run time [GPU 50, CPU 40; --quick 20/15]")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU: torch threads (fixed, recorded)")
+@click.option("--flush-cache", is_flag=True,
+              help="CPU: write 2x the last-level cache between repetitions, so weights come from DRAM "
+                   "(slower; a GPU's L2 is always flushed)")
 @click.option("--no-report", is_flag=True, help="skip the report at the end")
 def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_dir, resume, quick, quiet, csv_out,
-            budget_ms, threads, no_report):
+            budget_ms, threads, flush_cache, no_report):
     """Sweep prefill and decode over batch sizes and context lengths, timing every op of one layer.
 
     Each point times every op of one transformer layer, the embedding, final norm and
@@ -144,7 +155,8 @@ def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_d
     budget_ms = budget_ms or BUDGET_MS[("quick-" if quick else "") + ("gpu" if gpu else "cpu")]
     plan = SweepPlan(model=cfg, phases=phases, batches=tuple(batches or d["batches"]),
                      contexts=tuple(contexts or d["contexts"]), backends=tuple(backends or d["backends"]),
-                     dtype=dtype, device=device, budget_s=budget_ms / 1e3, warmup_s=budget_ms / 4e3)
+                     dtype=dtype, device=device, budget_s=budget_ms / 1e3, warmup_s=budget_ms / 4e3,
+                     flush_bytes=2 * _llc() if flush_cache and not gpu else 0)
     try:
         plan.validate()
     except RooflineError as e:
@@ -288,3 +300,11 @@ def _finish(path, out, stats, csv_out, no_report, say, stages):
     click.echo("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items())
                + f" (of the sweep, {stats.kernel_time_s:.1f} s in timed samples)")
     click.echo(phase_table(rf))
+    warm_above = [m for m in rf.measurements if m.l2_policy == "warm" and m.above_roof(rf.device)]
+    if warm_above:
+        say(f"note: {len(warm_above)} ops ran above the memory roof with warm caches: their working set fits in "
+            "this CPU's last-level cache, so they never touched DRAM. --flush-cache times them cold.")
+    busy = sum("host-busy" in m.flags for m in rf.measurements)
+    if busy:
+        say(f"note: {busy} of {len(rf.measurements)} points were measured while other processes wanted the CPUs "
+            "(flag host-busy): their times include waiting for a core.")
