@@ -109,9 +109,11 @@ def latency_groups(rf) -> dict:
 
 def latency_findings(rf, src: str = "") -> list:
     out = []
-    for cfg, (ts, s) in latency_groups(rf).items():
+    groups = latency_groups(rf)
+    for cfg, (ts, s) in groups.items():
         tag = f"[{cfg}] " if cfg else ""
-        out += [f for f in (_split(tag, ts, s, src), _queue(tag, s, src), _stalls(tag, ts, s, src),
+        others = [o for _, o in groups.values()]
+        out += [f for f in (_split(tag, ts, s, src), _queue(tag, s, src), _stalls(tag, ts, s, src, others),
                             _prefix(tag, ts, s, rf.header.settings, src)) if f]
     return out
 
@@ -175,7 +177,12 @@ def stall_evidence(ts) -> dict:
     return out
 
 
-def _stalls(tag, ts, s: LatencySummary, src):
+def _budget(s: LatencySummary) -> float:
+    b = s.settings.get("chunk_budget")
+    return math.inf if b in (None, "none") else float(b)
+
+
+def _stalls(tag, ts, s: LatencySummary, src, others=()):
     e = stall_evidence(ts)
     if not e["overlapping"] or e["overlapping"] < DOMINANT * e["spikes"] or \
             e["rate_overlapping"] < SPIKE_FACTOR * e["rate_clean"]:
@@ -183,14 +190,27 @@ def _stalls(tag, ts, s: LatencySummary, src):
     gap, rid, toks = e["worst"]
     budget = s.settings.get("chunk_budget")
     now = f" (now {budget} tokens per step)" if budget else ""
+    ev = (f"{e['overlapping']} of {e['overlapping_gaps']} gaps that overlap another request's prefill "
+          f"chunk exceed {SPIKE_FACTOR:g}x the clean median ITL {ms(e['baseline'])}, against "
+          f"{e['clean_spikes']} of {e['gaps'] - e['overlapping_gaps']} other gaps; worst {ms(gap)} in "
+          f"request {rid}, during {toks} prefill tokens")
+    # the same file may hold the experiment: the next smaller budget with the same prefix-cache setting
+    same = [o for o in others if _budget(o) < _budget(s)
+            and bool(o.settings.get("prefix_cache")) == bool(s.settings.get("prefix_cache"))]
+    if same:
+        o = max(same, key=_budget)
+        ev += (f"; at chunk budget {o.settings.get('chunk_budget')} in this file: ITL p99 {ms(s.itl['p99'])} -> "
+               f"{ms(o.itl['p99'])}, TTFT p90 {ms(s.ttft['p90'])} -> {ms(o.ttft['p90'])}")
+        action = (f"a smaller prefill chunk budget{now} shortens these stalls at the cost of TTFT, as measured here; "
+                  "pick the largest budget whose ITL meets the target")
+    elif others and all(_budget(o) >= _budget(s) for o in others) and len({_budget(o) for o in others}) > 1:
+        action = (f"this is the smallest budget tried{now}: a smaller one shortens the stalls further but lengthens "
+                  "TTFT more; check both against their targets")
+    else:
+        action = (f"inspect the scheduler timeline and try a smaller prefill chunk budget{now}: it shortens the "
+                  "stalls and lengthens TTFT (sweep it with --sweep-chunks)")
     return Finding("chunk-stalls", f"{tag}Long prompts interrupt running streams: inter-token gaps spike while "
-                   "other requests prefill.",
-                   f"{e['overlapping']} of {e['overlapping_gaps']} gaps that overlap another request's prefill "
-                   f"chunk exceed {SPIKE_FACTOR:g}x the clean median ITL {ms(e['baseline'])}, against "
-                   f"{e['clean_spikes']} of {e['gaps'] - e['overlapping_gaps']} other gaps; worst {ms(gap)} in "
-                   f"request {rid}, during {toks} prefill tokens",
-                   f"inspect the scheduler timeline and try a smaller prefill chunk budget{now}: it shortens the stalls "
-                   "and lengthens TTFT (see the chunk sweep)", src)
+                   "other requests prefill.", ev, action, src)
 
 
 def _prefix(tag, ts, s: LatencySummary, settings: dict, src):

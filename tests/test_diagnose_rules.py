@@ -145,7 +145,7 @@ def stream(rid, start, gaps, chunks=((0.0, 0.01, 64),), arrival=None, **kw):
     for g in gaps:
         d.append(d[-1] + g)
     return RequestTimeline(id=rid, arrival=arrival, chunks=tuple(chunks), first_selected=start, deliveries=tuple(d),
-                           finish=d[-1], config="c", prompt_tokens=64, output_tokens=len(d), **kw)
+                           finish=d[-1], config=kw.pop("config", "c"), prompt_tokens=64, output_tokens=len(d), **kw)
 
 
 def test_queue_dominates_fires_only_when_queue_is_most_of_ttft(tmp_path):
@@ -210,3 +210,20 @@ def test_split_and_phase_rules_stay_silent_without_their_evidence(tmp_path):
     assert rules(rf) == []                                  # no ok request: nothing to split
     seed = timeline_from_stages(queue=0.020, prefill=0.080, first_delivery=0.005, gaps=(0.025,) * 3)
     assert "phase-bound" not in rules(latency_file(tmp_path, "diagnose_latency_only.jsonl", [seed]))
+
+
+def test_chunk_stalls_quote_the_smaller_budget_measured_in_the_same_file(tmp_path):
+    a = stream(0, 0.0, [0.01] * 5 + [0.1] + [0.01] * 4)
+    b = stream(1, 0.06, [0.01] * 3, chunks=((0.052, 0.148, 512),), arrival=0.05)
+    small_a = stream(0, 0.0, [0.01] * 5 + [0.03] * 3 + [0.01] * 4, config="d")
+    small_b = stream(1, 0.2, [0.01] * 3, chunks=tuple((0.05 + 0.03 * i, 0.07 + 0.03 * i, 64) for i in range(8)),
+                     arrival=0.05, config="d")
+    big = summarize([a, b], {}, "c", {"chunk_budget": None, "prefix_cache": True})
+    small = summarize([small_a, small_b], {}, "d", {"chunk_budget": 64, "prefix_cache": True})
+    rf = write(tmp_path, "diagnose_stalls_sweep.jsonl",
+               [t.to_dict() for t in (a, b, small_a, small_b)] + [big.to_dict(), small.to_dict()], kind="latency")
+    found = {f.claim.split("]")[0]: f for f in diagnose([rf]) if f.rule == "chunk-stalls"}
+    assert "at chunk budget 64 in this file" in found["[c"].evidence
+    assert "as measured here" in found["[c"].action
+    # budget 64 still stalls (3 of 7 overlapping gaps at 30 ms); being the smallest tried, it says so
+    assert "smallest budget tried (now 64 tokens per step)" in found["[d"].action
