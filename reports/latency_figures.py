@@ -33,8 +33,8 @@ def plot_request_timeline(ax, timelines, title: str = ""):
         if not math.isnan(start):
             ax.broken_barh([(t.arrival * MS, (start - t.arrival) * MS)], (row - 0.3, 0.6), color=QUEUE_COLOR,
                            label="queue" if row == 0 else None)
-        ax.broken_barh([(s * MS, (e - s) * MS) for s, e, _ in t.chunks], (row - 0.3, 0.6), color=PREFILL_COLOR,
-                       label="prefill chunk" if row == 0 else None)
+        ax.broken_barh([(s * MS, (e - s) * MS) for s, e, _ in t.chunks], (row - 0.3, 0.6), facecolor=PREFILL_COLOR,
+                       edgecolor="white", linewidth=0.4, label="prefill chunk" if row == 0 else None)
         if t.deliveries:
             first = t.deliveries[0]
             ax.broken_barh([(first * MS, (t.finish - first) * MS)], (row - 0.15, 0.3), color=DECODE_COLOR,
