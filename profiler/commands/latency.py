@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import subprocess
 import sys
@@ -120,7 +121,8 @@ def _label(budget, cache: bool) -> str:
 @click.option("--prefix-cache/--no-prefix-cache", default=True, show_default=True)
 @click.option("--block-size", type=int, default=16, show_default=True, help="prefix-cache block (tokens)")
 @click.option("--max-slots", type=int, default=8, show_default=True, help="KV-cache slots: most concurrent requests")
-@click.option("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice; recorded)")
+@click.option("--threads", type=int, default=None,
+              help="CPU threads for torch; default on a CPU: one less than the cores (recorded)")
 @click.option("--slo", default=None, help="targets for goodput, e.g. ttft=200ms,tpot=50ms,e2e=2s")
 @click.option("--out", "out_dir", default="roofline-out", show_default=True, type=click.Path(file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="print the summaries as one JSON object")
@@ -134,16 +136,32 @@ def latency(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n
         raise RooflineError("--block-size, --max-slots and --threads must be at least 1.")
     import torch
 
+    if torch_device == "auto":
+        torch_device = "cuda" if torch.cuda.is_available() else "cpu"
+    old_threads = torch.get_num_threads()
+    if threads is None and torch_device == "cpu":
+        # NB: torch's OpenMP threads spin-wait; with every core busy, one other process on the
+        # machine stretches each step many times over (measured here: 3 s -> 25 s on 2 cores).
+        threads = min(old_threads, max(1, (os.cpu_count() or 2) - 1))
     if threads:
         torch.set_num_threads(threads)
+    try:
+        _run(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n_requests, rate, arrival, seed,
+             budgets, shared_prefix, prefix_cache, block_size, max_slots, slo_s, out_dir, as_json)
+    finally:
+        torch.set_num_threads(old_threads)     # in-process callers (tests) get their setting back
+
+
+def _run(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n_requests, rate, arrival, seed,
+         budgets, shared_prefix, prefix_cache, block_size, max_slots, slo_s, out_dir, as_json):
+    import torch
+
     from kernels.model import LlamaModel
     from roofline.records import ResultWriter, RunHeader
 
     from ..serving import RequestSpec, serve, warmup
     from ..tokenizer import make_prompt
 
-    if torch_device == "auto":
-        torch_device = "cuda" if torch.cuda.is_available() else "cpu"
     caches = [False, True] if (prefix_cache and shared_prefix >= block_size) else [prefix_cache]
     configs = [(b, c) for b in budgets for c in caches]
     settings = {"prompt_tokens": prompt_tokens, "output_tokens": output_tokens, "requests": n_requests,
