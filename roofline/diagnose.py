@@ -114,7 +114,7 @@ def latency_findings(rf, src: str = "") -> list:
         tag = f"[{cfg}] " if cfg else ""
         others = [o for _, o in groups.values()]
         out += [f for f in (_split(tag, ts, s, src), _queue(tag, s, src), _stalls(tag, ts, s, src, others),
-                            _prefix(tag, ts, s, rf.header.settings, src)) if f]
+                            _prefix(tag, ts, s, rf.header.settings, src, others)) if f]
     return out
 
 
@@ -213,7 +213,7 @@ def _stalls(tag, ts, s: LatencySummary, src, others=()):
                    "other requests prefill.", ev, action, src)
 
 
-def _prefix(tag, ts, s: LatencySummary, settings: dict, src):
+def _prefix(tag, ts, s: LatencySummary, settings: dict, src, others=()):
     block = int(s.settings.get("block_size") or settings.get("block_size") or BLOCK)
     seen, shared_tokens, sharing = set(), 0, 0
     for t in sorted(ts, key=lambda t: t.arrival):
@@ -229,9 +229,15 @@ def _prefix(tag, ts, s: LatencySummary, settings: dict, src):
     cached = sum(t.cached_tokens for t in ts)
     if not sharing or cached >= DOMINANT * shared_tokens:
         return None
-    return Finding("prefix-reuse", f"{tag}Prompts share a prefix the run recomputed: prefix reuse would cut TTFT.",
-                   f"{sharing} of {len(ts)} requests begin with full {block}-token blocks seen in an earlier prompt "
-                   f"({shared_tokens} reusable tokens in all), but {cached} prompt tokens came from the prefix cache",
+    ev = (f"{sharing} of {len(ts)} requests begin with full {block}-token blocks seen in an earlier prompt "
+          f"({shared_tokens} reusable tokens in all), but {cached} prompt tokens came from the prefix cache")
+    twin = [o for o in others if o.cached_tokens and _budget(o) == _budget(s)]
+    if twin:
+        o = twin[0]
+        ev += (f"; with the cache on in this file: TTFT p50 {ms(s.ttft['p50'])} -> {ms(o.ttft['p50'])}, TPOT p50 "
+               f"{ms(s.tpot['p50'])} -> {ms(o.tpot['p50'])}, prefilled tokens {s.prefilled_tokens} -> "
+               f"{o.prefilled_tokens}")
+    return Finding("prefix-reuse", f"{tag}Prompts share a prefix the run recomputed: prefix reuse would cut TTFT.", ev,
                    "enable prefix caching (only full blocks are reused; the last prompt token is always recomputed); "
                    "expect TTFT to fall and TPOT to stay", src)
 

@@ -44,6 +44,8 @@ def test_recorded_cpu_latency_fixture_splits_every_configuration():
     # the recorded run reused the shared prefix only where the cache was on
     prefix = [f for f in found if f.rule == "prefix-reuse"]
     assert prefix and all("prefix-cache=off" in f.claim for f in prefix)
+    # each quotes its twin with the cache on: 960 prefilled tokens -> 480 (6 x 160 -> 160 + 5 x 64)
+    assert all("prefilled tokens 960 -> 480" in f.evidence for f in prefix)
 
 
 # decode linear: 2e6 FLOP over 2e6 B, intensity 1; roof 1e12 FLOP/s -> 2 us at the roof
