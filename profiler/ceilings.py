@@ -168,10 +168,11 @@ def _measure(device: str, name: str, dtypes, quick: bool, working_set_bytes) -> 
         ws, note = int(working_set_bytes), "working set overridden by the caller (not 8x the cache)"
     elif ws > limit:
         ws, note = limit, f"working set capped at a third of free memory ({limit / 2**30:.1f} GiB)"
-    busy_before = _host_busy()
+    before = probes.CpuProbe().sample()
     bw = measure_bandwidth(device, ws, quick=quick)
     flops = {dt: measure_gemm(device, dt, quick=quick) for dt in dtypes}
-    busy = busy_before or _host_busy()
+    # others' share of the CPU time while we measured (on a GPU box: a busy host CPU starves launches)
+    busy = _measured_busy(before, probes.CpuProbe().sample())
 
     peaks = {dt: r["best_flops"] for dt, r in flops.items()}
     bandwidth = max(bw["copy_bytes_per_s"], bw["read_bytes_per_s"])
@@ -205,10 +206,14 @@ def _measure(device: str, name: str, dtypes, quick: bool, working_set_bytes) -> 
     return Ceilings(dev, None, details)
 
 
+def _measured_busy(before: dict, after: dict) -> bool:
+    return probes.others_share(before, after) > probes.OTHERS_BUSY
+
+
 def _host_busy() -> bool:
     """More runnable processes than CPUs (1-minute load average): ceilings measured now are low."""
     s = probes.CpuProbe().sample()
-    return bool(s) and s["loadavg_1m"] > s["usable_cpus"] + 0.5
+    return s.get("loadavg_1m", 0.0) > s["usable_cpus"] + 0.5
 
 
 def _mem_total() -> int:

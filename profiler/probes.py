@@ -6,7 +6,10 @@
   temperature, and the clock-event ("throttle") reasons decoded. ``GpuProbe.sample()``
   is taken before and after every measured point; ``point_flags`` turns the two
   samples into ``Measurement.flags`` ("throttled:sw-thermal", "sm-clock-low").
-* CPU: model name, cores, the torch threads in use, the last-level cache size.
+* CPU: model name, cores, the torch threads in use, the last-level cache size; its
+  samples hold CPU-time counters (/proc/stat, /proc/self/stat) and the load average, and
+  a point during which other processes (or a hypervisor's steal) took over a quarter of
+  the machine's CPU time is flagged "host-busy" (its times include waiting for a core).
 * ``versions()`` and ``git_sha()`` for run headers and ``roofline env``.
 
 No NVML (a CPU machine, a container without the driver) is not an error: ``open_probe``
@@ -65,11 +68,19 @@ class CpuProbe:
         return cpu_info()
 
     def sample(self) -> dict:
-        """The 1-minute load average: other processes on a small CPU distort every timing."""
+        """CPU time counters (machine and this process, in clock ticks) and the load average.
+
+        Between two samples, the machine's busy ticks minus this process's own are what
+        other processes (and, in a VM, the hypervisor's "steal") took from the cores.
+        """
+        out = {}
         try:
-            return {"loadavg_1m": os.getloadavg()[0], "usable_cpus": _usable_cpus()}
+            out["loadavg_1m"] = os.getloadavg()[0]
         except OSError:  # pragma: no cover
-            return {}
+            pass
+        out["usable_cpus"] = _usable_cpus()
+        out.update(_cpu_ticks())
+        return out
 
     def close(self):
         pass
@@ -178,6 +189,36 @@ def _nvml_handle(pynvml, device):
     return pynvml.nvmlDeviceGetHandleByIndex(index)
 
 
+OTHERS_BUSY = 0.25  # share of the machine's CPU time taken by others during a point
+
+
+def _cpu_ticks() -> dict:
+    """Machine-wide (all CPUs) busy / total / steal ticks from /proc/stat; this process's from /proc/self/stat."""
+    try:
+        f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        idle = f[3] + (f[4] if len(f) > 4 else 0)             # idle + iowait
+        total = sum(f[:8])                                    # guest time is already inside user
+        stat = Path("/proc/self/stat").read_text()
+        own = stat[stat.rindex(")") + 2:].split()             # fields after "(comm)"; utime, stime = 14, 15
+        return {"ticks_total": total, "ticks_busy": total - idle, "ticks_steal": f[7] if len(f) > 7 else 0,
+                "ticks_self": int(own[11]) + int(own[12])}
+    except (OSError, ValueError, IndexError):
+        return {}
+
+
+def others_share(before: dict, after: dict) -> float:
+    """Share of the machine's CPU time that went to other processes (and steal) between two samples."""
+    try:
+        total = after["ticks_total"] - before["ticks_total"]
+        if total <= 0:
+            return 0.0
+        others = (after["ticks_busy"] - before["ticks_busy"]) - (after["ticks_self"] - before["ticks_self"])
+        others += after["ticks_steal"] - before["ticks_steal"]
+        return max(0.0, others / total)
+    except (KeyError, TypeError):
+        return 0.0
+
+
 def point_flags(before: dict, after: dict, static: dict) -> tuple:
     """Flags for a point from the samples taken around it: throttling, or a low busy SM clock."""
     flags = []
@@ -187,10 +228,8 @@ def point_flags(before: dict, after: dict, static: dict) -> tuple:
             f = f"throttled:{name}"
             if f not in flags:
                 flags.append(f)
-    load = [s.get("loadavg_1m") for s in (before, after) if s.get("loadavg_1m") is not None]
-    cpus = (after or before).get("usable_cpus") or 0
-    if load and cpus and max(load) > cpus + 0.5:
-        flags.append("host-busy")  # more runnable processes than CPUs: the timing shares the cores
+    if others_share(before, after) > OTHERS_BUSY:
+        flags.append("host-busy")  # other processes (or the hypervisor) took the cores during the timing
     top = static.get("sm_clock_max_mhz") or 0
     for s in (before, after):
         sm, mask = s.get("sm_clock_mhz"), s.get("clock_event_mask") or 0

@@ -16,7 +16,8 @@ def small_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(probes, "llc_bytes", lambda *a: (2**20, "test"))
     monkeypatch.setattr(C, "CPU_SHAPES", ((128, 128, 128), (256, 128, 192)))
-    monkeypatch.setattr(C, "_host_busy", lambda: False)   # the real load average must not decide these tests
+    monkeypatch.setattr(C, "_host_busy", lambda: False)   # the real load must not decide these tests
+    monkeypatch.setattr(C, "_measured_busy", lambda a, b: False)
     return tmp_path / "cache"
 
 
@@ -66,6 +67,7 @@ def test_ceilings_command_json(small_cpu):
 
 
 def test_a_busy_measurement_is_flagged_and_retaken_when_quiet(small_cpu, monkeypatch):
+    monkeypatch.setattr(C, "_measured_busy", lambda a, b: True)
     monkeypatch.setattr(C, "_host_busy", lambda: True)
     busy = C.get_ceilings("cpu", quick=True)
     assert busy.details["flags"] == ["host-busy"] and "warning: measured while" in C.ceilings_table(busy)

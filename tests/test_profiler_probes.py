@@ -24,8 +24,13 @@ def test_point_flags_from_samples():
     assert probes.point_flags(busy, hot, static) == ("throttled:hw-thermal", "sm-clock-low")
     idle = {"sm_clock_mhz": 345, "clock_event_mask": 0x1}       # an idle GPU idles its clock: no flag
     assert probes.point_flags(idle, busy, static) == ()
-    crowded = {"loadavg_1m": 4.2, "usable_cpus": 2}
-    assert probes.point_flags(crowded, crowded, {}) == ("host-busy",)
+    # 200 ticks passed on the machine (2 CPUs x 100); 150 were busy, 50 of them ours: others took 50%
+    t0 = {"ticks_total": 1000, "ticks_busy": 500, "ticks_self": 100, "ticks_steal": 0}
+    t1 = {"ticks_total": 1200, "ticks_busy": 650, "ticks_self": 150, "ticks_steal": 0}
+    assert probes.others_share(t0, t1) == 0.5
+    assert probes.point_flags(t0, t1, {}) == ("host-busy",)
+    alone = dict(t1, ticks_self=240)                                  # 140 of the 150 were ours: 5%
+    assert probes.others_share(t0, alone) == 0.05 and probes.point_flags(t0, alone, {}) == ()
 
 
 def test_no_nvml_is_the_cpu_path_with_a_note(monkeypatch):
@@ -103,4 +108,4 @@ def test_env_text_and_json():
         assert key in r.output
     r = CliRunner().invoke(main, ["env", "--json", "--device", "cpu"])
     d = json.loads(r.output)
-    assert d["probe"] == "cpu" and d["versions"]["torch"] and "loadavg_1m" in d["state"]
+    assert d["probe"] == "cpu" and d["versions"]["torch"] and d["state"]["ticks_total"] > 0

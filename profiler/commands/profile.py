@@ -28,7 +28,7 @@ GPU_DEFAULTS = dict(model="llama-3-8b", batches=(1, 2, 4, 8, 16, 32, 64, 128),
 GPU_QUICK = dict(model="llama-3-8b", batches=(1, 16), contexts=(512, 2048), backends=("triton", "torch"), dtype="bf16")
 CPU_DEFAULTS = dict(model="small", batches=(1, 4, 16), contexts=(64, 256), backends=("torch",), dtype="fp32")
 CPU_QUICK = dict(model="small", batches=(1, 4), contexts=(64, 256), backends=("torch",), dtype="fp32")
-BUDGET_MS = {"gpu": 50.0, "cpu": 40.0, "quick-gpu": 20.0, "quick-cpu": 15.0}
+BUDGET_MS = {"gpu": 50.0, "cpu": 40.0, "quick-gpu": 20.0, "quick-cpu": 25.0}
 
 
 def _names(choices):
@@ -97,7 +97,8 @@ def resume_command(model_arg, plan, out, budget_ms, threads) -> str:
 @click.option("--model", "model_arg", default=None,
               help="preset (llama-3-8b, small, tiny, ...) or a local config.json [default: llama-3-8b on a GPU, "
                    "small on a CPU]")
-@click.option("--phases", default="prefill,decode", show_default=True, callback=_names(("prefill", "decode")))
+@click.option("--phases", default="prefill,decode", show_default=True, callback=_names(("prefill", "decode")),
+              help="prefill and/or decode")
 @click.option("--batches", default=None, callback=int_list, help="e.g. 1,4,16 [GPU: 1..128 by 2x; CPU: 1,4,16]")
 @click.option("--contexts", default=None, callback=int_list,
               help="prompt length (prefill) / cached tokens (decode) [GPU: 128..8192 by 2x; CPU: 64,256]")
@@ -112,7 +113,7 @@ def resume_command(model_arg, plan, out, budget_ms, threads) -> str:
 @click.option("--quiet", is_flag=True, help="no progress bar or notes on stderr")
 @click.option("--csv", "csv_out", is_flag=True, help="also write OUT/results.csv")
 @click.option("--budget-ms", type=click.FloatRange(min=1.0), default=None,
-              help="timed repetitions per op, in ms of run time [GPU 50, CPU 40; --quick 20/15]")
+              help="timed repetitions per op, in ms of run time [GPU 50, CPU 40; --quick 20/25]")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU: torch threads (fixed, recorded)")
 @click.option("--flush-cache", is_flag=True,
               help="CPU: write 2x the last-level cache between repetitions, so weights come from DRAM "
@@ -155,7 +156,8 @@ def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_d
     budget_ms = budget_ms or BUDGET_MS[("quick-" if quick else "") + ("gpu" if gpu else "cpu")]
     plan = SweepPlan(model=cfg, phases=phases, batches=tuple(batches or d["batches"]),
                      contexts=tuple(contexts or d["contexts"]), backends=tuple(backends or d["backends"]),
-                     dtype=dtype, device=device, budget_s=budget_ms / 1e3, warmup_s=budget_ms / 4e3,
+                     dtype=dtype, device=device, budget_s=budget_ms / 1e3,
+                     warmup_s=budget_ms / (4e3 if gpu else 8e3),  # a GPU also ramps its clocks
                      flush_bytes=2 * _llc() if flush_cache and not gpu else 0)
     try:
         plan.validate()
