@@ -12,6 +12,7 @@ op and point, flushed as each finishes); --csv adds OUT/results.csv.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from datetime import datetime, timezone
@@ -309,4 +310,5 @@ def _finish(path, out, stats, csv_out, no_report, say, stages):
     busy = sum("host-busy" in m.flags for m in rf.measurements)
     if busy:
         say(f"note: {busy} of {len(rf.measurements)} points were measured while other processes wanted the CPUs "
-            "(flag host-busy): their times include waiting for a core.")
+            "(flag host-busy): their times include waiting for a core. On a shared machine, --threads "
+            f"{max(1, (os.cpu_count() or 2) - 1)} keeps OpenMP from waiting on a busy core.")
