@@ -193,10 +193,8 @@ def run_sweep(plan: SweepPlan, writer, *, make_runners=None, probe=None, progres
             point = point_for(plan, r.name, phase, backend, batch, context, r.cost, r.compute_dtype)
             if point.key in writer.done or (plan.ops and r.name not in plan.ops):
                 continue
-            before = probe.sample()
             try:
-                t = measure(r.fn, plan.device, budget_s=plan.budget_s, warmup_s=plan.warmup_s,
-                            flush_bytes=plan.flush_bytes)
+                t, spent, before, after, flags, tries = _timed(plan, r.fn, probe, static)
             except Exception as e:  # noqa: BLE001
                 if not is_oom(e):
                     raise
@@ -204,19 +202,40 @@ def run_sweep(plan: SweepPlan, writer, *, make_runners=None, probe=None, progres
                 _skip(writer, plan, stats, point, f"out of memory while running: {_short(e)}", device_name)
                 progress(1, label)
                 continue
-            after = probe.sample()
-            m = Measurement(point=point, times_s=t.times_s, timer=t.timer, l2_policy=t.l2_policy,
-                            config={**dict(r.config), **t.config}, device=device_name,
-                            clocks={"before": before, "after": after} if before or after else {},
-                            flags=probes.point_flags(before, after, static))
+            config = {**dict(r.config), **t.config, **({"tries": tries} if tries > 1 else {})}
+            m = Measurement(point=point, times_s=t.times_s, timer=t.timer, l2_policy=t.l2_policy, config=config,
+                            device=device_name, clocks={"before": before, "after": after} if before or after else {},
+                            flags=flags)
             writer.write(m)
             stats.measured += 1
-            stats.kernel_time_s += sum(t.times_s)
+            stats.kernel_time_s += spent
             progress(1, label)
         del runners
         _free_memory(plan.device)
     stats.wall_s = now() - t_start
     return stats
+
+
+RETRY_FLAGS = ("host-busy",)  # transient: measure once more and keep the retry
+RETRIES = 1
+
+
+def _timed(plan: SweepPlan, fn, probe, static):
+    """Time ``fn`` with probe samples around it; a point disturbed by other processes is timed once more.
+
+    Throttling is not retried (a hot GPU stays hot): it is flagged. Returns the last timing,
+    the kernel time of every try (for the overhead figures), the samples, flags and tries.
+    """
+    spent, tries = 0.0, 0
+    while True:
+        tries += 1
+        before = probe.sample()
+        t = measure(fn, plan.device, budget_s=plan.budget_s, warmup_s=plan.warmup_s, flush_bytes=plan.flush_bytes)
+        after = probe.sample()
+        spent += sum(t.times_s)
+        flags = probes.point_flags(before, after, static)
+        if tries > RETRIES or not any(f in RETRY_FLAGS for f in flags):
+            return t, spent, before, after, flags, tries
 
 
 def _short(e: BaseException) -> str:
