@@ -54,7 +54,8 @@ def overhead(out: Path) -> dict:
     kernel = sum(sum(m.times_s) for m in rf.measurements if m.ok)
     m = re.search(r"([\d.]+) s of sweep", r.stdout)
     sweep = float(m.group(1)) if m else float("nan")
-    return {"command": " ".join(cmd), "wall_s": wall, "sweep_s": sweep, "kernel_s": kernel,
+    stages = {k: float(v) for k, v in re.findall(r"(checks|ceilings|flop check|report) ([\d.]+) s", r.stdout)}
+    return {"command": " ".join(cmd), "wall_s": wall, "sweep_s": sweep, "kernel_s": kernel, "stages": stages,
             "points": len(rf.measurements), "ratio": wall / kernel, "sweep_ratio": sweep / kernel,
             "stdout": r.stdout}
 
@@ -90,7 +91,9 @@ def main():
     load1 = os.getloadavg()[0]
     lines = [f"`{o['command']}`: wall {o['wall_s']:.1f} s, sweep {o['sweep_s']:.1f} s, timed samples "
              f"{o['kernel_s']:.1f} s over {o['points']} points -> wall / kernel = **{o['ratio']:.2f}x** "
-             f"(target <= {TARGET_OVERHEAD}x), sweep / kernel = {o['sweep_ratio']:.2f}x"]
+             f"(target <= {TARGET_OVERHEAD}x), sweep / kernel = {o['sweep_ratio']:.2f}x; the rest: "
+             + ", ".join(f"{k} {v:.1f} s" for k, v in o["stages"].items())
+             + f", start-up and imports {o['wall_s'] - o['sweep_s'] - sum(o['stages'].values()):.1f} s"]
     for r in rep:
         lines.append(f"same point twice ({r['point']}): {r['first_s'] * 1e3:.3f} ms vs {r['second_s'] * 1e3:.3f} ms "
                      f"-> **{r['diff']:.1%}** apart (target <= {TARGET_REPEAT:.0%})")

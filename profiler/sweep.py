@@ -10,7 +10,8 @@ point through a ``ResultWriter``, flushed as each finishes:
   grid point whose ops are all done is not even built;
 * an out-of-memory error while building or timing is recorded as ``status="skipped"``
   with the reason, and the sweep goes on;
-* the device is probed before and after each op (``probes.point_flags``);
+* the device is probed before and after each op (``probes.point_flags``); an op
+  disturbed by other processes ("host-busy") is timed once more, a throttled one flagged;
 * KeyboardInterrupt propagates after the last finished line is on disk.
 
 Run a sweep with ``roofline profile`` (profiler/commands/profile.py).
