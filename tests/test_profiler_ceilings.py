@@ -76,3 +76,14 @@ def test_a_busy_measurement_is_flagged_and_retaken_when_quiet(small_cpu, monkeyp
     monkeypatch.setattr(C, "_measured_busy", lambda a, b: False)
     quiet = C.get_ceilings("cpu", quick=True)
     assert not quiet.cached and quiet.details["flags"] == []
+
+
+@pytest.mark.gpu
+def test_gpu_ceilings_beside_the_datasheet(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path))
+    c = C.get_ceilings("cuda", quick=True, remeasure=True)
+    assert c.device.kind == "gpu" and c.details["working_set_bytes"] >= 8 * c.details["cache_bytes"]
+    assert set(C.GPU_DTYPES) <= set(c.device.peak_flops)
+    if c.datasheet is not None:   # a catalogued GPU: measured / datasheet, HBM copies reach 60-100%
+        r = c.details["vs_datasheet"]
+        assert 0.5 < r["bandwidth"] < 1.05 and 0.3 < r["bf16"] < 1.05

@@ -155,3 +155,20 @@ def test_a_busy_point_is_timed_once_more(tmp_path, monkeypatch):
         S.run_sweep(p, w, make_runners=fake_make_runners(), probe=probe)
     (m,) = read_results(path).measurements
     assert m.flags == () and m.config["tries"] == 2 and m.clocks["before"] == {"n": 2}
+
+
+@pytest.mark.gpu
+def test_gpu_sweep_with_the_real_triton_runners(tmp_path):
+    from profiler.probes import open_probe
+
+    p = plan(phases=("prefill", "decode"), batches=(2,), contexts=(64,), backends=("triton",), dtype="bf16",
+             device="cuda", ops=None, budget_s=0.01)
+    path = tmp_path / "r.jsonl"
+    probe = open_probe("cuda")
+    with ResultWriter(path, header(p, dtype="bf16")) as w:
+        stats = S.run_sweep(p, w, probe=probe)
+    ms = read_results(path).measurements
+    assert stats.measured == 2 * len(S.EXPECTED_OPS) and all(m.ok for m in ms)
+    assert {m.timer for m in ms} <= {"cuda-events", "cuda-graph"} and {m.l2_policy for m in ms} == {"flushed"}
+    if probe.kind == "gpu":
+        assert ms[0].clocks["before"]["sm_clock_mhz"] > 0
