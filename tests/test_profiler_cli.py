@@ -90,6 +90,11 @@ def test_resume_refuses_another_model_and_reports_corrupt_lines(ran, tmp_path):
     assert r.exit_code == 2 and "model 'tiny', this run is model 'small'" in r.output and ran == []
     path = out / "results.jsonl"
     lines = path.read_text().splitlines()
+    h = json.loads(lines[0])
+    h["device"]["name"] = "NVIDIA H100 SXM5 80GB"
+    path.write_text("\n".join([json.dumps(h)] + lines[1:]) + "\n")
+    r = invoke([*TINY, "--out", str(out), "--resume"])
+    assert r.exit_code == 2 and "device 'NVIDIA H100 SXM5 80GB', this run is device" in r.output and ran == []
     lines[3] = '{"type": "measurement", "point": '
     path.write_text("\n".join(lines) + "\n")
     r = invoke([*TINY, "--out", str(out), "--resume"])
