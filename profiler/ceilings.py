@@ -247,7 +247,7 @@ def measure_bandwidth(device: str, working_set_bytes: int, *, quick: bool = Fals
     buf = torch.empty(2 * n, dtype=torch.float32, device=device)  # one allocation: first touch is slow on VMs
     buf.fill_(1.5)  # touch every page before timing; contents do not matter for a copy or a sum
     src, dst = buf[:n], buf[n:]
-    budget = 0.3 if quick else 0.6
+    budget = 0.2 if quick else 0.4
     timer = "cuda-events" if device.startswith("cuda") else "auto"
     t_copy = measure(lambda: dst.copy_(src), device, budget_s=budget, warmup_s=0.0, min_reps=3, max_reps=50,
                      timer=timer)
@@ -280,7 +280,7 @@ def measure_gemm(device: str, dtype: str, *, quick: bool = False, shapes=None) -
         for m, n, k in shapes:
             a = torch.randn(m, k, device=device, generator=g).to(td)  # random: never zeros
             b = torch.randn(k, n, device=device, generator=g).to(td)
-            t = measure(lambda: torch.mm(a, b), device, budget_s=0.2 if quick else 0.5, warmup_s=0.02,
+            t = measure(lambda: torch.mm(a, b), device, budget_s=0.1 if quick else 0.25, warmup_s=0.02,
                         min_reps=3, max_reps=200)
             rows.append({"shape": [m, n, k], "median_s": t.median_s, "flops_per_s": 2 * m * n * k / t.median_s})
             del a, b
