@@ -187,7 +187,7 @@ def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_d
         say(f"note: {probe.note}")
     resume_cmd = resume_command(model_arg, plan, out, budget_ms, threads)
     stages = {}
-    _CANONICAL["cmd"] = resume_cmd.removesuffix(" --resume") + (" --resume" if resume else "")
+    same = resume_cmd.removesuffix(" --resume") + (" --resume" if resume else "")  # equivalent to what was typed
     writer = None
     try:
         with cpu_threads(threads if not gpu else None) as n_threads:
@@ -195,7 +195,7 @@ def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_d
             t = now()
             validate_kernels(plan.backends, dtype, device)
             stages["checks"] = now() - t
-            header = _header(plan, probe, cfg, dtype, device, n_threads, quick, budget_ms, say, stages)
+            header = _header(plan, probe, cfg, dtype, device, n_threads, quick, budget_ms, say, stages, same)
             writer = ResultWriter(path, header, resume=resume)
             if writer.done:
                 say(f"resuming: {len(writer.done)} points already in {path}")
@@ -215,7 +215,7 @@ def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_d
     _finish(path, out, stats, csv_out, no_report, say, stages)
 
 
-def _header(plan, probe, cfg, dtype, device, n_threads, quick, budget_ms, say, stages):
+def _header(plan, probe, cfg, dtype, device, n_threads, quick, budget_ms, say, stages, equivalent):
     from roofline.records import RunHeader
 
     from .. import probes
@@ -242,18 +242,15 @@ def _header(plan, probe, cfg, dtype, device, n_threads, quick, budget_ms, say, s
     return RunHeader(device=c.device, datasheet=c.datasheet, ceilings=c.details, model=cfg.to_dict(), kind="profile",
                      dtype=dtype, settings={**plan.settings(), "threads": n_threads, "quick": quick,
                                             "budget_ms": budget_ms},
-                     versions=probes.versions(), git_sha=probes.git_sha(), command=_command_line(plan),
+                     versions=probes.versions(), git_sha=probes.git_sha(), command=_command_line(equivalent),
                      started=datetime.now(timezone.utc).isoformat(timespec="seconds"), host=host, flop_check=fc)
 
 
-def _command_line(plan) -> str:
+def _command_line(equivalent: str) -> str:
     """The command as typed when run as `roofline`; else (in-process, tests) the equivalent one."""
     if sys.argv and Path(sys.argv[0]).name == "roofline":
         return shlex.join(["roofline", *sys.argv[1:]])
-    return _CANONICAL.get("cmd", "")
-
-
-_CANONICAL: dict = {}
+    return equivalent
 
 
 def _run(plan, writer, probe, dev_name, quiet):
