@@ -109,3 +109,22 @@ def test_env_text_and_json():
     r = CliRunner().invoke(main, ["env", "--json", "--device", "cpu"])
     d = json.loads(r.output)
     assert d["probe"] == "cpu" and d["versions"]["torch"] and d["state"]["ticks_total"] > 0
+
+
+def test_env_on_a_gpu_box_with_fake_nvml(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml())
+    r = CliRunner().invoke(main, ["env", "--device", "cuda"])
+    assert r.exit_code == 0, r.output
+    assert "NVIDIA H100 80GB HBM3" in r.output and "sw-power-cap" in r.output and "host cpu:" in r.output
+    d = json.loads(CliRunner().invoke(main, ["env", "--json", "--device", "cuda"]).output)
+    assert d["probe"] == "gpu" and d["state"]["sm_clock_mhz"] == 1755 and d["static"]["power_limit_w"] == 700.0
+
+
+def test_gpu_check_script_is_executable_and_parses():
+    import os
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.sh"
+    assert os.access(script, os.X_OK)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
