@@ -31,8 +31,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# benchmarks/kernels.py (another benchmark) would shadow the kernels package: drop this folder from the path
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 
 from profiler.timing import now  # noqa: E402
 TARGET_OVERHEAD = 1.5

@@ -1,7 +1,7 @@
 """Kernel benchmark: our Triton kernels beside their best PyTorch peers, against the measured roof.
 
-    python benchmarks/kernels.py            # GPU: llama-3-8b prefill/decode shapes, bf16
-    python benchmarks/kernels.py --quick    # fewer shapes
+    python benchmarks/kernel_speed.py            # GPU: llama-3-8b prefill/decode shapes, bf16
+    python benchmarks/kernel_speed.py --quick    # fewer shapes
     On a CPU it times the torch backend on model "small" shapes (the interpreter is not worth timing).
 
 For each case it prints the median time, the roofline Cost (kernels' cost() = roofline.formulas),
