@@ -6,7 +6,6 @@ notes, links to the PNG figures, run metadata and the cost conventions.
 
 from __future__ import annotations
 
-from html import escape
 from pathlib import Path
 
 from roofline.analysis import headline
@@ -16,8 +15,9 @@ from .tables import PHASE_COLUMNS, ceiling_rows, phase_rows
 
 
 def _cell(text: str) -> str:
-    """Table-safe and HTML-safe (markdown viewers render inline HTML): escape | < > &."""
-    return escape(str(text), quote=False).replace("|", "\\|").replace("\n", " ")
+    """Table-safe and HTML-safe: markdown viewers render inline HTML, so a ``<`` could open a
+    tag; escaping it alone keeps ">= ridge" readable as plain text. Pipes would split cells."""
+    return str(text).replace("<", "&lt;").replace("|", "\\|").replace("\n", " ")
 
 
 def _table(columns, rows) -> list[str]:
@@ -40,7 +40,7 @@ def render(report, out_dir: Path) -> str:
         h = run.rf.header
         lines += [f"## {_cell(run.name)}", "",
                   f"{_cell(h.model_name)} on {_cell(h.device.name)} ({h.dtype}); {len(run.rf.measurements)} "
-                  f"measurements from `{_cell(run.rf.path)}`.", ""]
+                  f"measurements from {_cell(run.rf.path)}.", ""]
         lines += _table(("ceiling", "used to classify", "datasheet", "used / datasheet"), ceiling_rows(h, used_dtypes(run.rf))) + [""]
         if run.summaries:
             lines += ["**Verdicts**", ""] + [f"- **{s.label}**: {_cell(s.sentence)}" for s in headline(run.summaries)]
@@ -50,7 +50,7 @@ def render(report, out_dir: Path) -> str:
         lines += [f"- {_cell(n)}" for n in run.notes] + ([""] if run.notes else [])
         for fig, paths in run.figures:
             lines += [f"![{_cell(fig.title)}]({_rel(paths['png'], out_dir)})", "", f"*{_cell(fig.caption)}*", ""]
-        lines += [f"Command: `{_cell(h.command) or '-'}`  ", f"Started: {_cell(h.started) or '-'}, git "
+        lines += [f"Command: {_cell(h.command) or '-'}  ", f"Started: {_cell(h.started) or '-'}, git "
                   f"{_cell(h.git_sha[:12]) or '-'}; versions: "
                   f"{_cell(', '.join(f'{k} {v}' for k, v in h.versions.items())) or '-'}", ""]
     for fig, paths in report.compare:
