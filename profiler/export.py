@@ -46,6 +46,9 @@ def write_csv(result_file, path) -> int:
     return len(result_file.measurements)
 
 
+ABOVE_ROOF = 1.05  # the same tolerance as Measurement.above_roof
+
+
 def phase_table(result_file) -> str:
     try:
         from roofline.analysis import phase_summaries
@@ -56,10 +59,16 @@ def phase_table(result_file) -> str:
         return "no phase verdicts: no op was measured."
     head = f"{'phase':<8}{'backend':<8}{'batch':>6}{'context':>8}{'step':>11}{'FLOP/B':>9}{'roof':>7}  verdict"
     out = [head, "-" * len(head)]
+    above = False
     for s in rows:
+        star = "*" if s.roof_fraction > ABOVE_ROOF else ""
+        above = above or bool(star)
         out.append(f"{s.phase:<8}{s.backend:<8}{s.batch:>6}{s.context:>8}{U.seconds(s.time_s):>11}"
-                   f"{U.intensity(s.intensity):>9}{U.percent(s.roof_fraction):>7}  {s.label}"
+                   f"{U.intensity(s.intensity):>9}{U.percent(s.roof_fraction):>7}  {s.label}{star}"
                    + (f" (by op mix: {s.bound_by_mix})" if s.bound_by_mix != s.bound_by_sum else ""))
+    if above:
+        out.append("* above its roof: no kernel can beat the roof, so either the byte count is too high or the "
+                   "working set was served from cache, not DRAM; the label is the roofline's, the speed is not.")
     return "\n".join(out)
 
 
