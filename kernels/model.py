@@ -105,8 +105,12 @@ class LlamaModel:
         return self.ops.linear(h, self.w["lm_head"]).float()
 
     # ---- phases -------------------------------------------------------------------------
-    def prefill(self, tokens, slot: int) -> torch.Tensor:
-        """Append ``tokens`` [n] to ``slot`` after its current length; return the last position's logits [vocab]."""
+    def prefill(self, tokens, slot: int, logits: bool = True) -> torch.Tensor | None:
+        """Append ``tokens`` [n] to ``slot`` after its current length; return the last position's logits [vocab].
+
+        ``logits=False`` skips the final norm and lm_head (None is returned): a non-final chunk of a
+        chunked prefill needs no prediction, and the workload model charges lm_head once per prompt.
+        """
         s = self._slot(slot)
         tokens = self._tokens(tokens)
         if tokens.dim() != 1:
@@ -130,7 +134,7 @@ class LlamaModel:
             x = transformer_layer(ops, cfg, w, x, self.cos, self.sin, pos, tok_slot, self.k_cache[i],
                                   self.v_cache[i], attend)
         self.lengths[s] = p + n
-        return self._logits(x[-1:])[0]                                     # [vocab] fp32
+        return self._logits(x[-1:])[0] if logits else None                 # [vocab] fp32
 
     def decode_step(self, tokens, slots) -> torch.Tensor:
         """One new token for each of ``slots`` [B] (their lengths may differ); returns logits [B, vocab]."""

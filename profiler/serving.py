@@ -293,7 +293,9 @@ def serve(model, specs, *, chunk_budget: int | None = None, prefix_cache: bool =
         for r, n in plan:
             start = now()
             try:
-                logits = model.prefill(torch.tensor(r.ids[r.done:r.done + n], dtype=torch.long), r.slot)
+                last = r.done + n >= len(r.ids)  # only the final chunk's logits pick the first token
+                logits = model.prefill(torch.tensor(r.ids[r.done:r.done + n], dtype=torch.long), r.slot,
+                                       logits=last)
             except Exception as e:  # noqa: BLE001
                 r.chunks.append((start, now(), n))
                 finish(r, "failed", f"prefill: {type(e).__name__}: {e}")

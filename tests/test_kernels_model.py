@@ -106,3 +106,13 @@ def test_model_check_catches_a_decode_that_misses_the_new_key(monkeypatch):
     assert not res["model prefill+decode = forward_full"].passed
     assert res["model prefill+decode = forward_full"].max_rel_err > 1e-2
     assert res["model chunked prefill = unchunked"].passed
+
+
+def test_non_final_chunks_skip_the_lm_head():
+    m = LlamaModel(TINY, dtype="fp32", backend="torch", seed=3, max_slots=2, max_len=32)
+    ids = torch.arange(1, 12) % TINY.vocab
+    whole = m.prefill(ids, 0)
+    assert m.prefill(ids[:7], 1, logits=False) is None   # no prediction for a non-final chunk
+    last = m.prefill(ids[7:], 1)
+    assert int(m.lengths[1]) == 11
+    torch.testing.assert_close(last, whole, rtol=1e-5, atol=1e-5)

@@ -31,7 +31,7 @@ class FakeModel:
         out[(sum(seq) * 31 + len(seq)) % self.cfg.vocab] = 1.0
         return out
 
-    def prefill(self, tokens, slot):
+    def prefill(self, tokens, slot, logits=True):
         toks = tokens.tolist()
         if self.fail_prefill_slot_len is not None and len(toks) + int(self.lengths[slot]) == self.fail_prefill_slot_len:
             raise RuntimeError("injected prefill failure")
@@ -40,7 +40,7 @@ class FakeModel:
         self.clock.advance(PREFILL_FIXED + PREFILL_PER_TOKEN * len(toks))
         self.content[slot] += toks
         self.lengths[slot] += len(toks)
-        return self._logits(self.content[slot])
+        return self._logits(self.content[slot]) if logits else None
 
     def decode_step(self, tokens, slots):
         if self.fail_decode:
