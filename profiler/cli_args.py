@@ -76,3 +76,21 @@ def resolve_device(device_name, device_file, peak_tflops, bandwidth_gbs, dtype="
     if peak_tflops is not None or bandwidth_gbs is not None:
         return custom_device(peak_tflops, bandwidth_gbs, dtype=dtype)
     return find_device(device_name)
+
+
+def torch_device(ctx, param, value):
+    """--device for measuring commands: None/auto (cuda when visible), cpu, cuda or cuda:N."""
+    import re
+
+    if value is None or value == "auto":
+        return value
+    v = str(value).strip().lower()
+    if v != "cpu" and not re.fullmatch(r"cuda(:\d+)?", v):
+        raise click.BadParameter(f"must be cpu, cuda or cuda:N (a torch device), but {value!r} was given; "
+                                 "catalogue names like h100 belong to `roofline explain --device`.")
+    if v.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise click.BadParameter(f"{value!r}: no CUDA GPU is visible to torch here; use cpu.")
+    return v

@@ -95,3 +95,10 @@ def test_hf_config_loads(tmp_path):
     assert d["model"] == "my-model"
     k = next(o for o in d["ops"] if o["name"] == "k_proj")
     assert k["flops"] == 2 * 256 * 128  # kv_dim = 2 heads x 64
+
+
+@pytest.mark.parametrize("cmd", [["ceilings"], ["env"], ["latency"]])
+def test_measuring_commands_refuse_a_catalogue_name_as_torch_device(cmd):
+    r = run(*cmd, "--device", "h100")
+    assert r.exit_code == 2
+    assert "must be cpu, cuda or cuda:N" in r.output and "Traceback" not in r.output

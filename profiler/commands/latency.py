@@ -28,7 +28,7 @@ import click
 from roofline.errors import RooflineError
 from roofline.latency import FORMULAS, arrival_times, format_slo, ms, parse_slo, summarize, summary_lines
 
-from ..cli_args import dtype_option, model_option
+from ..cli_args import dtype_option, model_option, torch_device
 
 
 def _budget_list(text: str | None) -> list:
@@ -106,7 +106,8 @@ def _label(budget, cache: bool) -> str:
 @click.option("--backend", type=click.Choice(["torch", "triton"]), default="torch", show_default=True,
               help="kernels: torch (fast on a CPU) or our Triton kernels (the interpreter is far too slow on a CPU)")
 @dtype_option(default="fp32")
-@click.option("--device", "torch_device", default="auto", show_default=True, help="auto, cpu or cuda[:N]")
+@click.option("--device", "torch_device", default="auto", show_default=True, callback=torch_device,
+              help="auto, cpu or cuda[:N]")
 @click.option("--prompt-tokens", type=int, default=256, show_default=True, help="tokens per prompt (<bos> included)")
 @click.option("--output-tokens", type=int, default=32, show_default=True, help="tokens generated per request")
 @click.option("--requests", "n_requests", type=int, default=8, show_default=True)

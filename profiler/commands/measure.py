@@ -20,7 +20,9 @@ def default_device() -> str:
 
 
 def device_choice(f):
-    return click.option("--device", "device", default=None,
+    from ..cli_args import torch_device
+
+    return click.option("--device", "device", default=None, callback=torch_device,
                         help="cpu or cuda[:i] (default: cuda when a GPU is visible, else cpu)")(f)
 
 
