@@ -86,7 +86,9 @@ def _device_header(torch_device: str):
             return find_device(name)
         except RooflineError:
             return Device(key="gpu", name=name, kind="gpu", source="unknown", provenance="not in the catalogue")
-    return cpu_device(name=platform.processor() or platform.machine() or "CPU")
+    from ..probes import cpu_model_name
+
+    return cpu_device(name=cpu_model_name())  # the same name `roofline profile` records
 
 
 def _git_sha() -> str:
