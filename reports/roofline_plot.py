@@ -143,11 +143,20 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
     if above:
         ax.scatter([m.intensity for m in above], [m.achieved_flops for m in above], s=150, facecolors="none",
                    edgecolors=ABOVE_ROOF_COLOR, linewidths=1.4, zorder=4, gid="above-roof")
-        for m in above[:4]:
+        # Name the worst few, skipping points that sit on top of one already named (labels would overlap).
+        named = []
+        for m in sorted(above, key=lambda m: -m.roof_fraction(dev)):
+            xy = (m.intensity, m.achieved_flops)
+            if len(named) == 3 or any(math.hypot(math.log10(xy[0] / a), math.log10(xy[1] / b)) < 0.8
+                                      for a, b in named):
+                continue
             ax.annotate(f"{m.point.op} b{m.point.batch} c{m.point.context}: {U.percent(m.roof_fraction(dev))} "
-                        "of roof\n(above roof: byte count or cache reuse)", (m.intensity, m.achieved_flops),
-                        xytext=(10, 10), textcoords="offset points", fontsize=7.5, color=ABOVE_ROOF_COLOR,
-                        arrowprops=dict(arrowstyle="-", color=ABOVE_ROOF_COLOR, lw=0.6))
+                        "of roof\n(above roof: byte count or cache reuse)", xy,
+                        # right of the ridge the label goes left, clear of the colour bar
+                        xytext=(-10, 8) if m.bound(dev) == "compute" else (10, 8),
+                        ha="right" if m.bound(dev) == "compute" else "left", textcoords="offset points", fontsize=7.5,
+                        color=ABOVE_ROOF_COLOR, arrowprops=dict(arrowstyle="-", color=ABOVE_ROOF_COLOR, lw=0.6))
+            named.append(xy)
 
     if colorbar and ms:
         cb = ax.figure.colorbar(ScalarMappable(norm=norm, cmap=BATCH_CMAP), ax=ax, pad=0.01, aspect=30)
@@ -166,7 +175,7 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
         handles.append(Line2D([], [], color=DATASHEET_COLOR, ls=(0, (5, 3)), label="datasheet ceilings"))
     if above:
         handles.append(Line2D([], [], marker="o", mfc="none", mec=ABOVE_ROOF_COLOR, ls="none", ms=9,
-                              label="above its roof"))
+                              label=f"above its roof ({len(above)})"))
     ax.legend(handles=handles, loc="lower right", frameon=True, framealpha=0.9)
     ax.xaxis.set_major_formatter(lambda v, _: f"{v:g}")
     ax.yaxis.set_major_formatter(lambda v, _: U.si(v, "FLOP/s"))
