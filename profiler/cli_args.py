@@ -78,8 +78,17 @@ def resolve_device(device_name, device_file, peak_tflops, bandwidth_gbs, dtype="
     return find_device(device_name)
 
 
+def torch_device_name(ctx, param, value):
+    """--device as a torch device name (cpu, cuda, cuda:N), not checked against the hardware."""
+    return _torch_device(value, require=False)
+
+
 def torch_device(ctx, param, value):
     """--device for measuring commands: None/auto (cuda when visible), cpu, cuda or cuda:N."""
+    return _torch_device(value, require=True)
+
+
+def _torch_device(value, require: bool):
     import re
 
     if value is None or value == "auto":
@@ -88,7 +97,7 @@ def torch_device(ctx, param, value):
     if v != "cpu" and not re.fullmatch(r"cuda(:\d+)?", v):
         raise click.BadParameter(f"must be cpu, cuda or cuda:N (a torch device), but {value!r} was given; "
                                  "catalogue names like h100 belong to `roofline explain --device`.")
-    if v.startswith("cuda"):
+    if require and v.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():

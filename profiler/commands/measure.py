@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import platform
 import sys
@@ -19,10 +20,11 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def device_choice(f):
-    from ..cli_args import torch_device
+def device_choice(f, strict: bool = True):
+    from ..cli_args import torch_device, torch_device_name
 
-    return click.option("--device", "device", default=None, callback=torch_device,
+    # env reports on a box whose torch cannot see the GPU too (NVML alone); ceilings must run on it
+    return click.option("--device", "device", default=None, callback=torch_device if strict else torch_device_name,
                         help="cpu or cuda[:i] (default: cuda when a GPU is visible, else cpu)")(f)
 
 
@@ -45,7 +47,7 @@ def env_report(device: str) -> dict:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="one JSON object instead of text")
-@device_choice
+@functools.partial(device_choice, strict=False)
 def env(as_json, device):
     """Versions and device state, made to paste into a bug report."""
     device = device or default_device()
