@@ -141,12 +141,17 @@ def _save(path: Path, key: dict, c: Ceilings) -> None:
         pass  # an unwritable cache only costs a re-measurement next time
 
 
-def _mem_available() -> int:
+def _meminfo(key: str) -> int:
+    """A /proc/meminfo field in bytes (0 where there is no /proc)."""
     try:
-        m = re.search(r"MemAvailable:\s+(\d+) kB", Path("/proc/meminfo").read_text())
+        m = re.search(rf"{key}:\s+(\d+) kB", Path("/proc/meminfo").read_text())
         return int(m.group(1)) * 1024 if m else 0
     except OSError:
         return 0
+
+
+def _mem_available() -> int:
+    return _meminfo("MemAvailable")
 
 
 def _measure(device: str, name: str, dtypes, quick: bool, working_set_bytes) -> Ceilings:
@@ -217,11 +222,7 @@ def _host_busy() -> bool:
 
 
 def _mem_total() -> int:
-    try:
-        m = re.search(r"MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text())
-        return int(m.group(1)) * 1024 if m else 0
-    except OSError:
-        return 0
+    return _meminfo("MemTotal")
 
 
 def _datasheet(name: str) -> Device | None:
