@@ -206,7 +206,7 @@ def run_sweep(plan: SweepPlan, writer, *, make_runners=None, probe=None, progres
             config = {**dict(r.config), **t.config, **({"tries": tries} if tries > 1 else {})}
             m = Measurement(point=point, times_s=t.times_s, timer=t.timer, l2_policy=t.l2_policy, config=config,
                             device=device_name, clocks={"before": before, "after": after} if before or after else {},
-                            flags=flags)
+                            flags=flags + _backend_flags(plan, backend))
             writer.write(m)
             stats.measured += 1
             stats.kernel_time_s += spent
@@ -237,6 +237,11 @@ def _timed(plan: SweepPlan, fn, probe, static):
         flags = probes.point_flags(before, after, static)
         if tries > RETRIES or not any(f in RETRY_FLAGS for f in flags):
             return t, spent, before, after, flags, tries
+
+
+def _backend_flags(plan: SweepPlan, backend: str) -> tuple:
+    """Triton off a GPU runs in its interpreter: say so in every record it produces."""
+    return ("triton-interpreter",) if backend == "triton" and not plan.device.startswith("cuda") else ()
 
 
 def _short(e: BaseException) -> str:

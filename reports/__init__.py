@@ -68,6 +68,10 @@ def _run_notes(rf) -> list[str]:
                      "cache reuse (a working set served from L2), not a win: "
                      + ", ".join(f"{m.point.phase} {m.point.op} b{m.point.batch} c{m.point.context}" for m in above[:6])
                      + ".")
+    interp = [m for m in rf.measurements if "triton-interpreter" in m.flags]
+    if interp:
+        notes.append(f"{len(interp)} triton point(s) ran in the Triton interpreter (no GPU): their times measure "
+                     "Python running the kernel, not the kernel; compare their FLOPs and bytes, not their speed.")
     wide = [m for m in rf.measurements if m.wide_spread]
     if wide:
         notes.append(f"{len(wide)} point(s) have a wide spread (p80 - p20 over 10% of the median): "

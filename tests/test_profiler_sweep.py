@@ -172,3 +172,13 @@ def test_gpu_sweep_with_the_real_triton_runners(tmp_path):
     assert {m.timer for m in ms} <= {"cuda-events", "cuda-graph"} and {m.l2_policy for m in ms} == {"flushed"}
     if probe.kind == "gpu":
         assert ms[0].clocks["before"]["sm_clock_mhz"] > 0
+
+
+def test_triton_off_a_gpu_is_flagged_as_the_interpreter():
+    from profiler.sweep import SweepPlan, _backend_flags
+    from roofline.models import load_model
+
+    plan = SweepPlan(model=load_model("tiny"), backends=("triton", "torch"))
+    assert _backend_flags(plan, "triton") == ("triton-interpreter",)
+    assert _backend_flags(plan, "torch") == ()
+    assert _backend_flags(SweepPlan(model=load_model("tiny"), device="cuda"), "triton") == ()

@@ -158,3 +158,17 @@ def test_report_opens_in_headless_chromium(report, tmp_path):
     img = matplotlib.image.imread(shot)
     assert img.shape[:2] == (3000, 1400)
     assert img[..., :3].std() > 0.05                            # not blank
+
+
+def test_interpreter_runs_are_named_in_the_report(tmp_path):
+    from dataclasses import replace
+
+    from roofline.records import ResultWriter, read_results
+
+    rf = read_results(Path(__file__).parent / "data" / "reports_exact.jsonl")
+    src = tmp_path / "interp.jsonl"
+    with ResultWriter(src, rf.header) as w:
+        for m in rf.measurements:
+            w.write(replace(m, flags=tuple(m.flags) + ("triton-interpreter",)))
+    html = write_report([src], tmp_path / "out")["html"].read_text()
+    assert f"{len(rf.measurements)} triton point(s) ran in the Triton interpreter" in html
