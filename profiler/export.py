@@ -12,6 +12,7 @@ import csv
 import math
 
 from roofline import units as U
+from roofline.records import ABOVE_ROOF
 
 CSV_COLUMNS = ("model", "op", "phase", "batch", "new_tokens", "context", "dtype", "backend", "status", "reason",
                "flops", "bytes", "intensity", "median_s", "p20_s", "p80_s", "spread", "wide_spread", "reps",
@@ -44,9 +45,6 @@ def write_csv(result_file, path) -> int:
         for m in result_file.measurements:
             w.writerow(measurement_row(m, dev))
     return len(result_file.measurements)
-
-
-ABOVE_ROOF = 1.05  # the same tolerance as Measurement.above_roof
 
 
 def phase_table(result_file) -> str:

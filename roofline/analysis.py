@@ -31,6 +31,7 @@ from . import units as U
 from .bounds import COMPUTE, MEMORY, OVERHEAD, attainable, bound, measured_label, predicted_time
 from .cost import ZERO, Cost
 from .devices import Device
+from .records import ABOVE_ROOF
 from .workload import OP_NAMES, PER_LAYER_OPS
 
 LAYER_OP = "layer"
@@ -211,6 +212,10 @@ def _with_sentence(s: PhaseSummary) -> PhaseSummary:
     if s.label == OVERHEAD:
         head = (f"{s.title} is overhead-bound (launches, latency or the kernels, not {s.bound_by_sum}): "
                 f"it reaches only {U.percent(s.roof_fraction)} of {roof} that would limit it ({side})")
+    elif s.roof_fraction > ABOVE_ROOF:
+        head = (f"{s.title} is {s.label}-bound by its intensity ({side}) but runs at {U.percent(s.roof_fraction)} "
+                f"of {roof}, which no step can: its working set came from cache, or a byte count is too high, "
+                "so the roof does not bound it here")
     else:
         head = f"{s.title} is {s.label}-bound: {U.percent(s.roof_fraction)} of {roof} ({side})"
     share = s.compute_time_share

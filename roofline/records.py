@@ -31,6 +31,7 @@ from .errors import RooflineError
 FORMAT = "roofline-results"
 FORMAT_VERSION = 1
 WIDE_SPREAD = 0.10  # (p80 - p20) / median above this is flagged
+ABOVE_ROOF = 1.05   # a roof fraction above this is faster than the roof allows (5% for timer noise)
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ class Measurement:
         peak, bw = self.ceilings(device)
         return measured_label(self.intensity, self.roof_fraction(device), peak / bw)
 
-    def above_roof(self, device: Device, tolerance: float = 1.05) -> bool:
+    def above_roof(self, device: Device, tolerance: float = ABOVE_ROOF) -> bool:
         """Faster than the roof allows: a counting error or cache reuse, never a win."""
         return self.ok and self.roof_fraction(device) > tolerance
 

@@ -97,3 +97,15 @@ def test_gpu_fixture_flags_the_above_roof_point():
     s = next(s for s in phase_summaries(rf) if (s.phase, s.batch, s.context) == ("decode", 8, 128))
     assert s.above_roof == ("attention",)
     assert "attention above the roof" in s.sentence
+
+
+def test_a_step_above_its_roof_is_not_called_plainly_bound():
+    from dataclasses import replace
+
+    from roofline.analysis import _with_sentence, phase_summaries
+    from roofline.records import read_results
+
+    s = phase_summaries(read_results(DATA / "reports_exact.jsonl"))[0]
+    hot = _with_sentence(replace(s, roof_fraction=1.5))
+    assert "runs at 150% of" in hot.sentence and "the roof does not bound it here" in hot.sentence
+    assert "runs at" not in _with_sentence(replace(s, roof_fraction=0.8)).sentence
