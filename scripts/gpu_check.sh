@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check for an H100/H200 box, under 5 minutes: environment, `roofline check` in bf16 (both
-# backends), the GPU-marked tests, measured ceilings, a short sweep with its report, and a short
-# table of phase verdicts printed last.
+# backends), the GPU-marked tests, measured ceilings, a short sweep with its report, the kernel
+# benchmark against cuBLAS / SDPA (its MET/MISS lines), and a short table of phase verdicts printed last.
 #
 #   scripts/gpu_check.sh                  # results in gpu-check-out/
 #   OUT=/tmp/gc scripts/gpu_check.sh
@@ -44,10 +44,13 @@ step check-pt 60  $RUN check --backend torch --dtype bf16
 step tests    120 python -m pytest -q -m gpu tests/
 step ceilings 60  $RUN ceilings --remeasure
 step profile  150 $RUN profile --quick --out "$OUT" --csv --quiet
+step bench    90  python benchmarks/kernel_speed.py --quick
 
 cat "$OUT/env.log" | head -n 12
 echo
 cat "$OUT/ceilings.log"
+echo
+grep -E "MET|MISS|peer" "$OUT/bench.log" | head -n 30
 echo
 echo "step       status  time"
 printf '%s\n' "${SUMMARY[@]}"
