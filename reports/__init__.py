@@ -79,7 +79,7 @@ def _run_notes(rf) -> list[str]:
     torn = [d for d in rf.extra if d.get("type") == "torn-line"]
     if torn:
         notes.append(f"the last line of {rf.path} was cut off (an interrupted run); everything before it is reported.")
-    if dev.source not in ("measured",):
+    if dev.source not in ("measured",) and rf.measurements:
         notes.append(f"classified against {dev.source} ceilings (nothing measured): run `roofline ceilings` for "
                      "the ceilings this device actually reaches.")
     if rf.header.kind == "latency":

@@ -98,6 +98,11 @@ def _figure(fig, paths) -> str:
             f"<figcaption><b>{_e(fig.title)}.</b> {_e(fig.caption)}</figcaption></figure>")
 
 
+def latency_only(rf) -> bool:
+    """A latency run with no kernel measurements: it has timelines, not a roofline."""
+    return rf.header.kind == "latency" and not rf.measurements
+
+
 def _tag(label: str) -> str:
     return f'<span class="tag {_e(label)}">{_e(label)}</span>'
 
@@ -108,6 +113,14 @@ def _run_top(run) -> str:
     out = [f'<h2 id="run-{run.index}">{_e(run.name)}</h2>',
            f'<p class="sub">{_e(h.model_name)} &middot; {_e(dev.name)} ({_e(dev.kind)}) &middot; {_e(h.dtype)} '
            f"&middot; {len(rf.measurements)} measurements from <code>{_e(rf.path)}</code></p>"]
+    if latency_only(rf):
+        n_req = sum(1 for d in rf.extra if d.get("type") == "request")
+        n_cfg = sum(1 for d in rf.extra if d.get("type") == "latency-summary")
+        out.append(f'<div class="card"><h3>Latency run</h3><p>{n_req} request timelines over {n_cfg} '
+                   "configuration(s); their figures and formulas follow. No kernel was profiled in this file, so "
+                   "it has no roofline of its own.</p></div>")
+        out += [f'<div class="note">{_e(n)}</div>' for n in run.notes]
+        return "".join(out)
     crow = ceiling_rows(h, used_dtypes(rf))
     ceil = _table(("ceiling", "used to classify", "datasheet", "used / datasheet"),
                   [[(a, a), (b, b), (c, c), (d, d)] for a, b, c, d in crow], text_cols=("ceiling", "used to classify"))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from roofline.analysis import headline
 
-from .html import conventions_text, used_dtypes
+from .html import conventions_text, latency_only, used_dtypes
 from .tables import PHASE_COLUMNS, ceiling_rows, phase_rows
 
 
@@ -41,7 +41,9 @@ def render(report, out_dir: Path) -> str:
         lines += [f"## {_cell(run.name)}", "",
                   f"{_cell(h.model_name)} on {_cell(h.device.name)} ({h.dtype}); {len(run.rf.measurements)} "
                   f"measurements from {_cell(run.rf.path)}.", ""]
-        lines += _table(("ceiling", "used to classify", "datasheet", "used / datasheet"), ceiling_rows(h, used_dtypes(run.rf))) + [""]
+        if not latency_only(run.rf):
+            lines += _table(("ceiling", "used to classify", "datasheet", "used / datasheet"),
+                            ceiling_rows(h, used_dtypes(run.rf))) + [""]
         if run.summaries:
             lines += ["**Verdicts**", ""] + [f"- **{s.label}**: {_cell(s.sentence)}" for s in headline(run.summaries)]
             lines += ["", "<details><summary>Every step of the sweep</summary>", ""]

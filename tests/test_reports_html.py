@@ -172,3 +172,11 @@ def test_interpreter_runs_are_named_in_the_report(tmp_path):
             w.write(replace(m, flags=tuple(m.flags) + ("triton-interpreter",)))
     html = write_report([src], tmp_path / "out")["html"].read_text()
     assert f"{len(rf.measurements)} triton point(s) ran in the Triton interpreter" in html
+
+
+def test_a_latency_only_file_gets_timelines_not_an_empty_roofline(tmp_path):
+    paths = write_report([Path(__file__).parent / "data" / "latency_sweep_cpu.jsonl"], tmp_path / "lat")
+    html = paths["html"].read_text()
+    assert "<h3>Latency run</h3>" in html and "Device and ceilings" not in html
+    assert "nothing to classify" not in html and "unmeasured ceilings" not in html
+    assert "| ceiling |" not in paths["markdown"].read_text()
