@@ -208,7 +208,7 @@ def render(report) -> str:
     body.append(f"<h2>All points ({n})</h2>")
     body.append('<p class="sub">Times are per op instance (one layer); count = instances per step. '
                 "0-FLOP ops are judged by bytes/s against bandwidth. Roof % = achieved / attainable at the "
-                f"op's intensity; labels: memory/compute by the ridge, overhead under 25% of the roof.</p>")
+                "op's intensity; labels: memory/compute by the ridge, overhead under 25% of the roof.</p>")
     body.append(_points_table(runs))
     body.append("<h2>Run metadata</h2>")
     body += [_metadata(r) for r in runs]

@@ -2,7 +2,6 @@
 
 from pathlib import Path
 
-import pytest
 
 from roofline.cost import Cost
 from roofline.devices import Device

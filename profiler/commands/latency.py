@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
-import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -78,25 +76,18 @@ def validate(*, rate, output_tokens, prompt_tokens, requests, chunk, sweep, slo,
 
 
 def _device_header(torch_device: str):
+    """The device as `roofline profile` records it: the catalogue entry for a known GPU, else its name."""
     from roofline.devices import Device, cpu_device, find_device
-    if torch_device.startswith("cuda"):
-        import torch
-        name = torch.cuda.get_device_name(torch_device)
-        try:
-            return find_device(name)
-        except RooflineError:
-            return Device(key="gpu", name=name, kind="gpu", source="unknown", provenance="not in the catalogue")
-    from ..probes import cpu_model_name
 
-    return cpu_device(name=cpu_model_name())  # the same name `roofline profile` records
+    from ..ceilings import device_name
 
-
-def _git_sha() -> str:
+    name = device_name(torch_device)
+    if not torch_device.startswith("cuda"):
+        return cpu_device(name=name)
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              timeout=5, cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
+        return find_device(name)
+    except RooflineError:
+        return Device(key="gpu", name=name, kind="gpu", source="unknown", provenance="not in the catalogue")
 
 
 def _label(budget, cache: bool) -> str:
@@ -162,6 +153,7 @@ def _run(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n_re
     from kernels.model import LlamaModel
     from roofline.records import ResultWriter, RunHeader
 
+    from ..probes import git_sha, versions
     from ..serving import RequestSpec, serve, warmup
     from ..tokenizer import make_prompt
 
@@ -174,8 +166,8 @@ def _run(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n_re
                 "slo": slo_s, "timestamps": "profiler.timing.timestamp after a device sync; seconds since the "
                 "loop started; arrival = scheduled offset"}
     header = RunHeader(device=_device_header(torch_device), model=model.to_dict(), kind="latency", dtype=dtype,
-                       settings=settings, versions={"torch": torch.__version__, "python": platform.python_version()},
-                       git_sha=_git_sha(), command="roofline " + " ".join(sys.argv[1:]),
+                       settings=settings, versions=versions(), git_sha=git_sha(),
+                       command="roofline " + " ".join(sys.argv[1:]),
                        started=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     try:
         m = LlamaModel(model, dtype=dtype, backend=backend, device=torch_device, seed=seed, max_slots=max_slots,
