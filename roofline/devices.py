@@ -10,12 +10,15 @@ device names where its figures come from. ``find_device`` accepts forgiving name
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .dtypes import normalize_dtype
-from .errors import RooflineError
+from .errors import RooflineError, check_positive_int
+from .models import read_json_file, show_value
 
 T = 1e12  # TFLOP/s and TB/s to base units
 GB = 1e9
@@ -83,21 +86,70 @@ class Device:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Device":
+    def from_dict(cls, d: dict, *, where: str | None = None) -> "Device":
+        """The inverse of ``to_dict`` (result-file headers); ceilings must be finite and not negative.
+
+        ``where`` names the input in error messages (default: "device description NAME").
+        """
+        if not isinstance(d, dict):
+            raise RooflineError(f"{where or 'device description'} must be a JSON object with at least 'name', "
+                                f"but {show_value(d)} was given.")
+        if "name" not in d:
+            raise RooflineError(f"{where or 'device description'} is missing the key 'name'.")
+        name = d["name"]
+        if not isinstance(name, str) or not name.strip():
+            raise RooflineError(f"{where or 'device description'}: name must be a non-empty string, "
+                                f"but {show_value(name)} was given.")
+        where = where or f"device description {name!r}"
+        peaks = _peak_map(d.get("peak_flops", {}), where, "peak_flops", "a finite number of FLOP/s, zero or more",
+                          scale=1.0, allow_zero=True)
+        sizes = {k: _positive_finite(d.get(k, 0.0), f"{where}: {k} must be {rule}", allow_zero=True)
+                 for k, rule in (("bandwidth", "a finite number of byte/s, zero or more"),
+                                 ("memory_bytes", "a finite number of bytes, zero or more"),
+                                 ("l2_bytes", "a finite number of bytes, zero or more"))}
+        sms = check_positive_int(f"{where}: sms", d.get("sms", 0), allow_zero=True)
+        return cls(key=str(d.get("key") or _norm(name)), name=name, kind=str(d.get("kind", "gpu")),
+                   peak_flops=peaks, sms=sms, source=str(d.get("source", "custom")),
+                   provenance=str(d.get("provenance", "")), notes=str(d.get("notes", "")), **sizes)
+
+
+def _positive_finite(value, rule: str, shown: str | None = None, *, allow_zero: bool = False) -> float:
+    """``value`` as a finite float above zero (or zero, with ``allow_zero``); else RooflineError.
+
+    The message is ``f"{rule}, but {shown} was given."``: ``rule`` names the input and the allowed form,
+    ``shown`` the bad value (default: as JSON writes it).
+    """
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if ok:
         try:
-            return cls(
-                key=str(d.get("key") or _norm(d["name"])), name=str(d["name"]),
-                kind=str(d.get("kind", "gpu")),
-                peak_flops={normalize_dtype(k): float(v) for k, v in d.get("peak_flops", {}).items()},
-                bandwidth=float(d.get("bandwidth", 0.0)), memory_bytes=float(d.get("memory_bytes", 0.0)),
-                l2_bytes=float(d.get("l2_bytes", 0.0)), sms=int(d.get("sms", 0)),
-                source=str(d.get("source", "custom")), provenance=str(d.get("provenance", "")),
-                notes=str(d.get("notes", "")),
-            )
-        except KeyError as e:
-            raise RooflineError(f"device description is missing the key {e.args[0]!r}") from None
-        except (TypeError, ValueError) as e:
-            raise RooflineError(f"device description has a bad value: {e}") from None
+            v = float(value)
+        except OverflowError:
+            v = math.inf
+        ok = math.isfinite(v) and (v > 0 or (allow_zero and v == 0))
+    if not ok:
+        raise RooflineError(f"{rule}, but {shown if shown is not None else show_value(value)} was given.")
+    return v
+
+
+def _peak_map(peaks, where: str, key: str, form: str, *, scale: float, allow_zero: bool = False) -> dict:
+    """{dtype: peak} checked (known dtypes, finite numbers above zero) and multiplied by ``scale``.
+
+    ``form`` is the allowed value in words, e.g. 'a positive number of TFLOP/s, e.g. {"bf16": 989}'.
+    """
+    rule = f"{where}: {key} must map a dtype to {form}"
+    if not isinstance(peaks, dict):
+        raise RooflineError(f"{rule}, but {show_value(peaks)} was given.")
+    out, seen = {}, {}
+    for k, v in peaks.items():
+        try:
+            dt = normalize_dtype(k)
+        except RooflineError as e:
+            raise RooflineError(f"{where}: {key} names an unknown dtype: {e}") from None
+        if dt in out:
+            raise RooflineError(f"{where}: {key} gives {dt} twice ({seen[dt]!r} and {k!r}): keep one.")
+        shown = (json.dumps(k) if isinstance(k, str) else repr(k)) + f": {show_value(v)}"
+        out[dt], seen[dt] = _positive_finite(v, rule, shown, allow_zero=allow_zero) * scale, k
+    return out
 
 
 _NV = "NVIDIA datasheet (dense = half the 2:4-sparse figure), as tabulated in stas00/ml-engineering compute/accelerator and torchtitan's peak table"
@@ -206,41 +258,64 @@ def cpu_device(name: str = "CPU", peak_flops: dict | None = None, bandwidth: flo
 def custom_device(peak_tflops: float, bandwidth_gbs: float, name: str = "custom",
                   dtype: str = "bf16") -> Device:
     """A device from two numbers: a peak for ``dtype`` in TFLOP/s and bandwidth in GB/s."""
-    if not (peak_tflops and peak_tflops > 0) or not (bandwidth_gbs and bandwidth_gbs > 0):
-        raise RooflineError("--peak-tflops and --bandwidth-gbs must both be given and positive, "
-                            f"but got {peak_tflops!r} and {bandwidth_gbs!r}.")
+    if peak_tflops is None or bandwidth_gbs is None:
+        given = ("nothing" if peak_tflops is None and bandwidth_gbs is None else
+                 f"only --bandwidth-gbs {bandwidth_gbs!r}" if peak_tflops is None else
+                 f"only --peak-tflops {peak_tflops!r}")
+        lacking = " and ".join(f for f, v in (("--peak-tflops", peak_tflops), ("--bandwidth-gbs", bandwidth_gbs))
+                               if v is None)
+        raise RooflineError(f"a custom device needs both --peak-tflops (dense TFLOP/s, e.g. 989) and --bandwidth-gbs "
+                            f"(GB/s, e.g. 3350), but {given} was given: add {lacking}.")
+    peak = _positive_finite(peak_tflops, f"--peak-tflops must be a positive, finite number of dense TFLOP/s "
+                                         f"(e.g. 989)", repr(peak_tflops))
+    bw = _positive_finite(bandwidth_gbs, "--bandwidth-gbs must be a positive, finite number of GB/s (e.g. 3350)",
+                          repr(bandwidth_gbs))
     d = normalize_dtype(dtype)
-    peaks = {d: peak_tflops * T}
+    peaks = {d: peak * T}
     if d in ("bf16", "fp16"):
-        peaks.setdefault("bf16", peak_tflops * T)
-        peaks.setdefault("fp16", peak_tflops * T)
+        peaks.setdefault("bf16", peak * T)
+        peaks.setdefault("fp16", peak * T)
     return Device(key=_norm(name) or "custom", name=name, kind="gpu", peak_flops=peaks,
-                  bandwidth=bandwidth_gbs * GB, source="custom",
+                  bandwidth=bw * GB, source="custom",
                   provenance=f"given on the command line: {peak_tflops} TFLOP/s {d}, {bandwidth_gbs} GB/s")
+
+
+_FILE_FORM = "a JSON object with at least 'name', 'peak_tflops' {dtype: value} and 'bandwidth_gbs'"
 
 
 def load_device_file(path: str | Path) -> Device:
     """A device from JSON: {"name", "peak_tflops": {"bf16": 989, ...}, "bandwidth_gbs": 3350, ...}.
 
-    Base-unit keys ("peak_flops", "bandwidth") are accepted too.
+    Base-unit keys ("peak_flops" in FLOP/s, "bandwidth" in byte/s) are accepted too. Every value is
+    checked here: a bad one is a one-line RooflineError naming the key, the value and the allowed form.
     """
     p = Path(path)
-    try:
-        d = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise RooflineError(f"device file {p} does not exist.") from None
-    except json.JSONDecodeError as e:
-        raise RooflineError(f"device file {p} is not valid JSON (line {e.lineno}): {e.msg}.") from None
+    where = f"device file {p}"
+    d = read_json_file(p, "device file")
     if not isinstance(d, dict) or "name" not in d:
-        raise RooflineError(f"device file {p} must hold a JSON object with at least 'name', "
-                            "'peak_tflops' {dtype: value} and 'bandwidth_gbs'.")
+        raise RooflineError(f"{where} must hold {_FILE_FORM}.")
     d = dict(d)
+    for a, b in (("peak_tflops", "peak_flops"), ("bandwidth_gbs", "bandwidth")):
+        if a in d and b in d:
+            raise RooflineError(f"{where} gives both {a!r} and {b!r}: keep one ({a} is in "
+                                f"{'TFLOP/s' if a == 'peak_tflops' else 'GB/s'}, {b} in base units).")
+    if not any(k in d for k in ("peak_tflops", "peak_flops")) or not any(k in d for k in ("bandwidth_gbs", "bandwidth")):
+        raise RooflineError(f"{where} needs 'peak_tflops' (e.g. {{\"bf16\": 989}}) and 'bandwidth_gbs' (e.g. 3350).")
     if "peak_tflops" in d:
-        d["peak_flops"] = {k: float(v) * T for k, v in d.pop("peak_tflops").items()}
+        d["peak_flops"] = _peak_map(d.pop("peak_tflops"), where, "peak_tflops",
+                                    'a positive number of TFLOP/s, e.g. {"bf16": 989}', scale=T)
+    else:
+        d["peak_flops"] = _peak_map(d["peak_flops"], where, "peak_flops",
+                                    'a positive number of FLOP/s, e.g. {"bf16": 9.89e14}', scale=1.0)
+    if not d["peak_flops"]:
+        raise RooflineError(f"{where}: peak_tflops must map at least one dtype to its peak, e.g. {{\"bf16\": 989}}, "
+                            "but {} was given.")
     if "bandwidth_gbs" in d:
-        d["bandwidth"] = float(d.pop("bandwidth_gbs")) * GB
-    if not d.get("peak_flops") or not d.get("bandwidth"):
-        raise RooflineError(f"device file {p} needs 'peak_tflops' (e.g. {{\"bf16\": 989}}) and 'bandwidth_gbs'.")
+        d["bandwidth"] = _positive_finite(d.pop("bandwidth_gbs"), f"{where}: bandwidth_gbs must be a positive "
+                                          "number of GB/s, e.g. 3350") * GB
+    else:
+        d["bandwidth"] = _positive_finite(d["bandwidth"], f"{where}: bandwidth must be a positive number of "
+                                          "byte/s, e.g. 3.35e12")
     d.setdefault("source", "custom")
     d.setdefault("provenance", f"from {p}")
-    return Device.from_dict(d)
+    return Device.from_dict(d, where=where)

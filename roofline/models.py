@@ -1,15 +1,169 @@
 """Llama-style model configs: presets with their reasons, and local HF config.json files.
 
 Nothing is downloaded: ``load_model`` takes a preset name or a path to a config.json.
+
+Every input is checked where it enters, in one place (``_checked``, used by
+``ModelConfig.__post_init__`` -- hence by ``from_dict`` -- and by the config.json reader),
+and a bad one is a one-line ``RooflineError`` naming the field, the value, the rule and
+what to do. What the model does not implement (RoPE scaling) is kept as a sentence in
+``ModelConfig.notes``, never silently dropped.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+import math
+import numbers
+from dataclasses import MISSING, asdict, dataclass, field, replace
 from pathlib import Path
 
 from .errors import RooflineError
+
+# ---- input helpers (shared with roofline.devices) ---------------------------------------------
+
+
+class _Written(float):
+    """A JSON number that does not fit a finite float (1e400): remembers how it was written."""
+
+    def __new__(cls, text: str):
+        obj = super().__new__(cls, text)
+        obj.text = text
+        return obj
+
+
+def _parse_float(text: str) -> float:
+    v = float(text)
+    return v if math.isfinite(v) else _Written(text)
+
+
+def show_value(v, limit: int = 80) -> str:
+    """A value as the user wrote it in JSON (true, null, "4096", Infinity), with its kind where that is the problem."""
+    if isinstance(v, bool):
+        return f"{'true' if v else 'false'} (a boolean)"
+    if v is None:
+        return "null"
+    if isinstance(v, _Written):
+        return f"{v.text} (too large for a number)"
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+    try:
+        s = json.dumps(v, allow_nan=True)
+    except (TypeError, ValueError):
+        s = repr(v)
+    if len(s) > limit:
+        s = s[: limit - 3] + "..."
+    if isinstance(v, str):
+        return f"{s} (a string)"
+    if isinstance(v, (list, tuple)):
+        return f"{s} (a list)"
+    return s
+
+
+def read_json_file(path, what: str):
+    """The parsed JSON of a file, or a one-line RooflineError: missing, a folder, unreadable, not text, not JSON."""
+    p = Path(path)
+    where = f"{what} {p}"
+    if p.is_dir():
+        raise RooflineError(f"{where} is a folder, not a file: give the path of the JSON file itself.")
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise RooflineError(f"{where} does not exist.") from None
+    except PermissionError:
+        raise RooflineError(f"{where} cannot be read (permission denied): check its permissions.") from None
+    except OSError as e:
+        raise RooflineError(f"{where} cannot be read ({e.strerror or e}): give a readable JSON file.") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise RooflineError(f"{where} is not a UTF-8 text file (byte 0x{raw[e.start]:02x} at offset {e.start}): "
+                            "give a JSON file.") from None
+    try:
+        return json.loads(text, parse_float=_parse_float)
+    except json.JSONDecodeError as e:
+        raise RooflineError(f"{where} is not valid JSON (line {e.lineno}): {e.msg}.") from None
+    except RecursionError:
+        raise RooflineError(f"{where} is nested too deeply to be a config: give a flat JSON object.") from None
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _int_field(where: str, name: str, value, minimum: int = 1, hint: str = "") -> int:
+    """``value`` as an int >= ``minimum`` (an integral float such as 4096.0 counts), else RooflineError."""
+    ok = False
+    if _is_number(value):
+        try:
+            ok = float(value).is_integer() and int(value) >= minimum
+        except OverflowError:  # an int too large for a float is still an int
+            ok = isinstance(value, int) and value >= minimum
+    if not ok:
+        rule = "a positive integer" if minimum == 1 else f"an integer of at least {minimum}"
+        raise RooflineError(f"{where}: {name} must be {rule}{hint}, but {show_value(value)} was given.")
+    return int(value)
+
+
+def _float_field(where: str, name: str, value, hint: str = "") -> float:
+    """``value`` as a positive, finite float, else RooflineError."""
+    try:
+        ok = _is_number(value) and math.isfinite(float(value)) and float(value) > 0
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise RooflineError(f"{where}: {name} must be a positive finite number{hint}, but {show_value(value)} "
+                            "was given.")
+    return float(value)
+
+
+def _bool_field(where: str, name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise RooflineError(f"{where}: {name} must be true or false (a JSON boolean, not a string or number), "
+                            f"but {show_value(value)} was given.")
+    return value
+
+
+_INT_FIELDS = ("hidden", "intermediate", "n_layers", "n_heads", "n_kv_heads", "vocab", "max_context")
+_CHECKED = _INT_FIELDS + ("head_dim", "rope_theta", "rms_eps", "tie_embeddings")
+
+# Field names and hints as a user of the dataclass sees them, and as a config.json spells them.
+_OWN_NAMES = {f: f for f in _CHECKED}
+_OWN_HINTS = {"head_dim": " (0 means hidden / n_heads)"}
+_HF_NAMES = {"hidden": "hidden_size", "intermediate": "intermediate_size", "n_layers": "num_hidden_layers",
+             "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads", "vocab": "vocab_size",
+             "max_context": "max_position_embeddings", "head_dim": "head_dim", "rope_theta": "rope_theta",
+             "rms_eps": "rms_norm_eps", "tie_embeddings": "tie_word_embeddings"}
+_HF_HINTS = {"n_kv_heads": " (absent means num_attention_heads)",
+             "head_dim": " (absent means hidden_size / num_attention_heads)"}
+
+
+def _checked(v: dict, where: str, names: dict, hints: dict) -> dict:
+    """The one validation of a model's sizes: ``v`` (our field names) -> normalised values, or RooflineError.
+
+    ``names``/``hints`` say how the fields are spelled where they came from (the dataclass or a config.json).
+    """
+    out = {f: _int_field(where, names[f], v[f], 1, hints.get(f, "")) for f in _INT_FIELDS}
+    hd = _int_field(where, names["head_dim"], v["head_dim"], 0, hints.get("head_dim", ""))
+    h, nh, nkv = out["hidden"], out["n_heads"], out["n_kv_heads"]
+    N = names.get
+    derived = hd == 0
+    if derived:
+        if h % nh:
+            raise RooflineError(f"{where}: {N('hidden')} ({h}) must be a multiple of {N('n_heads')} ({nh}) when no "
+                                f"head_dim is given; give head_dim explicitly or fix the sizes.")
+        hd = h // nh
+    if hd % 2:
+        how = f" ({N('hidden')} {h} / {N('n_heads')} {nh})" if derived else ""
+        raise RooflineError(f"{where}: head_dim must be even (RoPE rotates pairs of dimensions), but it is {hd}{how}; "
+                            "give an even head_dim.")
+    if nh % nkv:
+        raise RooflineError(f"{where}: {N('n_heads')} ({nh}) must be a multiple of {N('n_kv_heads')} ({nkv}) "
+                            "(each key/value head serves a whole group of query heads); fix one of them.")
+    out["head_dim"] = hd
+    out["rope_theta"] = _float_field(where, N("rope_theta"), v["rope_theta"], " (the RoPE base, e.g. 10000)")
+    out["rms_eps"] = _float_field(where, N("rms_eps"), v["rms_eps"], " (e.g. 1e-05)")
+    out["tie_embeddings"] = _bool_field(where, N("tie_embeddings"), v["tie_embeddings"])
+    return out
 
 
 @dataclass(frozen=True)
@@ -22,21 +176,25 @@ class ModelConfig:
     n_kv_heads: int        # key/value heads (GQA when < n_heads)
     vocab: int
     max_context: int       # max_position_embeddings
-    head_dim: int = 0      # 0: hidden // n_heads
+    head_dim: int = 0      # 0: hidden // n_heads (which must then divide exactly); always even (RoPE)
     rope_theta: float = 10000.0
     rms_eps: float = 1e-5
     tie_embeddings: bool = False
+    # Sentences about what the config holds and the model does not implement (e.g. RoPE scaling).
+    notes: tuple = field(default=(), compare=False)
 
     def __post_init__(self):
-        if self.head_dim == 0:
-            object.__setattr__(self, "head_dim", self.hidden // max(self.n_heads, 1))
-        for f in ("hidden", "intermediate", "n_layers", "n_heads", "n_kv_heads", "vocab", "max_context", "head_dim"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or v < 1:
-                raise RooflineError(f"model {self.name!r}: {f} must be a positive integer, got {v!r}.")
-        if self.n_heads % self.n_kv_heads:
-            raise RooflineError(f"model {self.name!r}: n_heads ({self.n_heads}) must be a multiple of "
-                                f"n_kv_heads ({self.n_kv_heads}).")
+        if not isinstance(self.name, str):
+            raise RooflineError(f"model description: name must be a string, but {show_value(self.name)} was given.")
+        where = f"model {self.name!r}"
+        values = _checked({f: getattr(self, f) for f in _CHECKED}, where, _OWN_NAMES, _OWN_HINTS)
+        for k, v in values.items():
+            object.__setattr__(self, k, v)
+        notes = self.notes
+        if not isinstance(notes, (list, tuple)) or not all(isinstance(n, str) for n in notes):
+            raise RooflineError(f"{where}: notes must be a list of sentences (strings), but {show_value(notes)} "
+                                "was given.")
+        object.__setattr__(self, "notes", tuple(notes))
 
     @property
     def q_dim(self) -> int:
@@ -57,10 +215,22 @@ class ModelConfig:
         return replace(self, n_layers=n_layers, name=f"{self.name} ({n_layers} layers)")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["notes"] = list(self.notes)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
+        """The inverse of ``to_dict`` (result-file headers): unknown keys are ignored, bad values are errors."""
+        if not isinstance(d, dict):
+            raise RooflineError(f"model description must be a JSON object (as ModelConfig.to_dict() writes), "
+                                f"but {show_value(d)} was given.")
+        required = [f.name for f in cls.__dataclass_fields__.values()
+                    if f.default is MISSING and f.default_factory is MISSING]
+        missing = [k for k in required if k not in d]
+        if missing:
+            raise RooflineError(f"model description {d.get('name', '')!r} is missing the key {missing[0]!r} "
+                                f"(it needs {', '.join(required)}).")
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
@@ -81,13 +251,7 @@ PRESETS: dict[str, ModelConfig] = {m.name: m for m in [
     ModelConfig("tiny", 64, 176, 2, 4, 2, 256, 512),
 ]}
 
-_HF_KEYS = {  # our field: (HF key, default or None when required)
-    "hidden": ("hidden_size", None),
-    "intermediate": ("intermediate_size", None),
-    "n_layers": ("num_hidden_layers", None),
-    "n_heads": ("num_attention_heads", None),
-    "vocab": ("vocab_size", None),
-}
+_HF_REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 
 
 def load_model(name_or_path: str) -> ModelConfig:
@@ -97,6 +261,9 @@ def load_model(name_or_path: str) -> ModelConfig:
         return PRESETS[key]
     p = Path(name_or_path)
     if p.is_dir():
+        if p.name == "config.json" and not (p / "config.json").exists():
+            raise RooflineError(f"model config {p} is a folder, not a file: give the path of a Hugging Face "
+                                "config.json file (or of the folder that holds one).")
         p = p / "config.json"
     if p.suffix == ".json" or p.exists():
         return _from_hf_config(p)
@@ -104,29 +271,77 @@ def load_model(name_or_path: str) -> ModelConfig:
                         "or give the path to a local Hugging Face config.json.")
 
 
+def _brief(v, limit: int = 240) -> str:
+    s = json.dumps(v, default=str)
+    return s if len(s) <= limit else s[: limit - 4] + " ...}"
+
+
+def _rope(d: dict, where: str, notes: list) -> float:
+    """rope_theta from the top level or from ``rope_parameters`` (current transformers); scaling becomes a note."""
+    params = d.get("rope_parameters")
+    if params is not None and not isinstance(params, dict):
+        raise RooflineError(f"{where}: rope_parameters must be an object such as "
+                            f'{{"rope_theta": 500000.0, "rope_type": "default"}}, but {show_value(params)} was given.')
+    scaling = d.get("rope_scaling")
+    if scaling is not None and not isinstance(scaling, dict):
+        raise RooflineError(f"{where}: rope_scaling must be an object such as "
+                            f'{{"rope_type": "llama3", "factor": 8.0}} or null, but {show_value(scaling)} was given.')
+    top = d.get("rope_theta")
+    nested = (params or {}).get("rope_theta")
+    theta = 10000.0
+    if top is not None:
+        theta = _float_field(where, "rope_theta", top, " (the RoPE base, e.g. 10000)")
+    if nested is not None:
+        inner = _float_field(where, "rope_parameters.rope_theta", nested, " (the RoPE base, e.g. 10000)")
+        if top is None:
+            theta = inner
+        elif inner != theta:
+            notes.append(f"rope_theta {theta:g} and rope_parameters.rope_theta {inner:g} disagree: "
+                         f"the top-level {theta:g} is used.")
+    unmodelled = []
+    for key, spec in (("rope_parameters", params), ("rope_scaling", scaling)):
+        if not spec:
+            continue
+        kind = spec.get("rope_type", spec.get("type"))
+        if kind == "default" or (kind is None and set(spec) <= {"rope_theta"}):
+            continue
+        rest = {k: v for k, v in spec.items() if k != "rope_theta"}
+        if any(rest == {k: v for k, v in s.items() if k != "rope_theta"} for _, s in unmodelled):
+            continue  # the same scaling written under both keys: one note
+        unmodelled.append((key, spec))
+    for key, spec in unmodelled:
+        notes.append(f"{key} {_brief(spec)} is not modelled: RoPE uses plain theta={theta:g}; "
+                     "costs are unaffected, logits differ from the real model.")
+    return theta
+
+
 def _from_hf_config(p: Path) -> ModelConfig:
-    try:
-        d = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise RooflineError(f"model config {p} does not exist.") from None
-    except json.JSONDecodeError as e:
-        raise RooflineError(f"model config {p} is not valid JSON (line {e.lineno}): {e.msg}.") from None
+    where = f"model config {p}"
+    d = read_json_file(p, "model config")
     if not isinstance(d, dict):
-        raise RooflineError(f"model config {p} must hold a JSON object.")
-    missing = [hf for hf, _ in _HF_KEYS.values() if hf not in d]
+        raise RooflineError(f"{where} must hold a JSON object (a Hugging Face config.json), "
+                            f"but it holds {show_value(d)}.")
+    missing = [k for k in _HF_REQUIRED if k not in d]
     if missing:
-        raise RooflineError(f"model config {p} is missing the key {missing[0]!r} "
+        raise RooflineError(f"{where} is missing the key {missing[0]!r} "
                             "(a Llama-style config.json needs hidden_size, intermediate_size, "
                             "num_hidden_layers, num_attention_heads and vocab_size).")
-    try:
-        return ModelConfig(
-            name=str(d.get("_name_or_path") or d.get("model_type") or p.parent.name or "custom"),
-            hidden=int(d["hidden_size"]), intermediate=int(d["intermediate_size"]),
-            n_layers=int(d["num_hidden_layers"]), n_heads=int(d["num_attention_heads"]),
-            n_kv_heads=int(d.get("num_key_value_heads") or d["num_attention_heads"]),
-            vocab=int(d["vocab_size"]), max_context=int(d.get("max_position_embeddings", 4096)),
-            head_dim=int(d.get("head_dim") or 0), rope_theta=float(d.get("rope_theta", 10000.0)),
-            rms_eps=float(d.get("rms_norm_eps", 1e-5)), tie_embeddings=bool(d.get("tie_word_embeddings", False)),
-        )
-    except (TypeError, ValueError) as e:
-        raise RooflineError(f"model config {p} has a bad value: {e}") from None
+
+    def opt(key, default):  # absent and null both mean the default
+        v = d.get(key)
+        return default if v is None else v
+
+    notes: list[str] = []
+    head_dim = d.get("head_dim")
+    raw = {
+        "hidden": d["hidden_size"], "intermediate": d["intermediate_size"], "n_layers": d["num_hidden_layers"],
+        "n_heads": d["num_attention_heads"], "n_kv_heads": opt("num_key_value_heads", d["num_attention_heads"]),
+        "vocab": d["vocab_size"], "max_context": opt("max_position_embeddings", 4096),
+        "head_dim": 0 if head_dim is None else _int_field(where, "head_dim", head_dim, 1, _HF_HINTS["head_dim"]),
+        "rope_theta": 10000.0, "rms_eps": opt("rms_norm_eps", 1e-5),
+        "tie_embeddings": opt("tie_word_embeddings", False),
+    }
+    values = _checked(raw, where, _HF_NAMES, _HF_HINTS)  # sizes first, so their errors come first
+    values["rope_theta"] = _rope(d, where, notes)
+    name = d.get("_name_or_path") or d.get("model_type") or p.parent.name or "custom"
+    return ModelConfig(name=str(name), **values, notes=tuple(notes))
