@@ -222,3 +222,21 @@ def test_real_model_streams_the_same_tokens_with_and_without_prefix_reuse():
     # requests 0 and 1 prefill side by side (blocks register when a prompt completes); 2-4 reuse 64 = 4 blocks
     assert cached == {False: [0] * 5, True: [0, 0, 64, 64, 64]}
     assert streams[True] == streams[False]          # reused KV gives the same greedy tokens
+
+
+def test_on_finish_gets_each_timeline_once_as_it_finishes_including_failures():
+    clock = FakeClock()
+    m = FakeModel(clock, max_len=120, fail_prefill_slot_len=50)
+    calls = []
+    run = serve(m, specs([(30, 6), (50, 3), (200, 3), (20, 1), (10, 2)], arrivals=[0.0, 0.0, 0.0, 0.0, 0.2]),
+                chunk_budget=64, clock=clock, on_finish=lambda t: calls.append((clock.now(), t)))
+    assert sorted(t.id for _, t in calls) == [0, 1, 2, 3, 4]                 # once per request
+    finishes = [t.finish for _, t in calls]
+    assert finishes == sorted(finishes)                                      # in finish order...
+    assert [t.id for _, t in calls] != [t.id for t in run.timelines]         # ...not in the run's order
+    assert all(now == t.finish for now, t in calls)                          # called right as it finishes
+    by_id = {t.id: t for t in run.timelines}
+    assert all(t is by_id[t.id] and t == by_id[t.id] for _, t in calls)      # the returned objects, complete
+    assert calls[0][1].id == 2 and "max_len" in calls[0][1].error and calls[0][1].n == 0   # failed at admission
+    assert by_id[1].status == "failed" and "injected prefill failure" in by_id[1].error
+    assert all(by_id[i].ok and by_id[i].n == by_id[i].output_tokens for i in (0, 3, 4))
