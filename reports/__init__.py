@@ -17,8 +17,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from roofline.analysis import phase_summaries
+from roofline.analysis import analyze
 from roofline.errors import RooflineError
+from roofline.latency import latency_runs
 from roofline.records import ResultFile, read_results
 
 __all__ = ["write_report", "load", "ReportData", "RunData"]
@@ -29,9 +30,13 @@ class RunData:
     index: int
     name: str
     rf: ResultFile
-    summaries: list
+    analysis: object                               # roofline.analysis.RunAnalysis: every number comes from it
     figures: list = field(default_factory=list)   # (ReportFigure, {fmt: Path})
     notes: list = field(default_factory=list)
+
+    @property
+    def steps(self) -> list:
+        return self.analysis.steps
 
 
 @dataclass
@@ -53,41 +58,38 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "run"
 
 
-def _run_notes(rf) -> list[str]:
+def _points(rs) -> str:
+    return ", ".join(f"{r.point.phase} {r.op} b{r.point.batch} c{r.point.context}" for r in rs[:6]) + \
+        (" ..." if len(rs) > 6 else "")
+
+
+def _run_notes(a) -> list[str]:
+    rf = a.rf
     dev = rf.header.device
-    notes = []
-    skipped = [m for m in rf.measurements if not m.ok]
+    notes = list(rf.notices) + list(a.notes)
+    skipped = [r for r in a.results if not r.ok]
     if skipped:
-        reasons = sorted({m.reason or m.status for m in skipped})
-        notes.append(f"{len(skipped)} point(s) skipped ({'; '.join(reasons)}): "
-                     + ", ".join(f"{m.point.phase} {m.point.op} b{m.point.batch} c{m.point.context}"
-                                 for m in skipped[:6]) + (" ..." if len(skipped) > 6 else "") + ".")
-    above = [m for m in rf.measurements if m.above_roof(dev)]
+        reasons = sorted({r.m.reason or r.m.status for r in skipped})
+        notes.append(f"{len(skipped)} point(s) skipped ({'; '.join(reasons)}): {_points(skipped)}.")
+    above = [r for r in a.results if r.above_roof]
     if above:
         notes.append(f"{len(above)} point(s) run above their roof, which no kernel can: a byte-count error or "
-                     "cache reuse (a working set served from L2), not a win: "
-                     + ", ".join(f"{m.point.phase} {m.point.op} b{m.point.batch} c{m.point.context}" for m in above[:6])
-                     + ".")
-    interp = [m for m in rf.measurements if "triton-interpreter" in m.flags]
+                     f"cache reuse (a working set served from L2), not a win: {_points(above)}.")
+    interp = [r for r in a.results if "triton-interpreter" in r.m.flags]
     if interp:
         notes.append(f"{len(interp)} triton point(s) ran in the Triton interpreter (no GPU): their times measure "
                      "Python running the kernel, not the kernel; compare their FLOPs and bytes, not their speed.")
-    wide = [m for m in rf.measurements if m.wide_spread]
+    wide = [r for r in a.results if r.m.wide_spread]
     if wide:
         notes.append(f"{len(wide)} point(s) have a wide spread (p80 - p20 over 10% of the median): "
                      "treat their roof fraction with care.")
-    torn = [d for d in rf.extra if d.get("type") == "torn-line"]
-    if torn:
-        notes.append(f"the last line of {rf.path} was cut off (an interrupted run); everything before it is reported.")
     if dev.source not in ("measured",) and rf.measurements:
         notes.append(f"classified against {dev.source} ceilings (nothing measured): run `roofline ceilings` for "
                      "the ceilings this device actually reaches.")
-    if rf.header.kind == "latency":
-        try:
-            from . import latency_figures  # noqa: F401
-        except ImportError:
-            notes.append("this is a latency run; the latency figures module is not installed, so only its "
-                         "kernel measurements (if any) are shown.")
+    for run in latency_runs(rf):
+        if not run.complete:
+            notes.append(f"configuration {run.config} was interrupted: {len(run.timelines)} request(s) finished "
+                         "before it stopped; its figures use only those. Resume the run to complete it.")
     return notes
 
 
@@ -102,16 +104,22 @@ def write_report(paths_or_result_files, out_dir="roofline-report") -> dict[str, 
     from .style import save
 
     rfs = load(paths_or_result_files)
+    analyses = [analyze(rf) for rf in rfs]   # every number below comes from these
     out = Path(out_dir)
+    html_path, md_path = out / "report.html", out / "report.md"
+    for p in (html_path, md_path):
+        if p.is_dir():
+            raise RooflineError(f"{p} is a folder, so the report cannot be written there: remove or rename it, "
+                                "or give another --out.")
     try:
         (out / "figures").mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RooflineError(f"cannot create the report folder {out}: {e.strerror}.") from None
     several = len(rfs) > 1
     runs, written = [], {}
-    for i, rf in enumerate(rfs, start=1):
+    for i, (rf, a) in enumerate(zip(rfs, analyses), start=1):
         name = f"{rf.header.device.name} - {rf.path.name}" if several else rf.header.device.name
-        run = RunData(i, name, rf, phase_summaries(rf), notes=_run_notes(rf))
+        run = RunData(i, name, rf, a, notes=_run_notes(a))
         prefix = f"{i}-{_slug(rf.header.device.key or rf.header.device.name)}-" if several else ""
         for fig in run_figures(rf):
             paths = save(fig.figure, out / "figures" / f"{prefix}{fig.key}")
@@ -132,7 +140,17 @@ def write_report(paths_or_result_files, out_dir="roofline-report") -> dict[str, 
         report.compare.append((fig, paths))
         for fmt, p in paths.items():
             written[f"{fmt}:{fig.key}"] = p
-    html_path, md_path = out / "report.html", out / "report.md"
-    html_path.write_text(html.render(report), encoding="utf-8")
-    md_path.write_text(markdown.render(report, out), encoding="utf-8")
+    _remove_stale(out / "figures", set(written.values()))
+    try:
+        html_path.write_text(html.render(report), encoding="utf-8")
+        md_path.write_text(markdown.render(report, out), encoding="utf-8")
+    except OSError as e:
+        raise RooflineError(f"cannot write the report into {out}: {e.strerror or e}.") from None
     return {"html": html_path, "markdown": md_path, **written}
+
+
+def _remove_stale(folder: Path, keep: set) -> None:
+    """Figures an earlier report left in ``folder`` that this one did not write (a reused --out)."""
+    for p in folder.glob("*"):
+        if p.suffix in (".png", ".svg") and p.is_file() and p not in keep:
+            p.unlink()

@@ -8,12 +8,14 @@ breakdown, sweep view, predicted vs measured; or the latency section for a laten
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
-from roofline.bounds import OVERHEAD_FRACTION
 from roofline import units as U
-from roofline.workload import OP_NAMES
+from roofline.analysis import analyze
+from roofline.bounds import OVERHEAD_FRACTION
+from roofline.workload import LAYER_OP, OP_NAMES
+
+from .latency_figures import latency_section
 
 from .roofline_plot import plot_roofline, plotted, zero_flop_ops
 from .style import new_figure, op_color
@@ -41,7 +43,7 @@ def roofline_figure(rf) -> ReportFigure:
     plot_roofline(ax, rf)
     dev = rf.header.device
     zero = zero_flop_ops(rf)
-    above = [m for m in plotted(rf) if m.above_roof(dev)]
+    above = [r for r in plotted(rf) if r.above_roof]
     cap = (f"{len(plotted(rf))} measured points at (arithmetic intensity, achieved FLOP/s = FLOPs / median time); "
            "error bars span the p20-p80 times. Marker shape: phase; colour: batch; size: context. "
            f"Solid: the ceilings used to classify ({dev.source} where measured); dashed: datasheet. "
@@ -62,7 +64,7 @@ def time_figure(rf, phase) -> ReportFigure | None:
     fig, ax = new_figure(min(4 + 0.45 * len(keys), 13), 4.2)
     plot_time_breakdown(ax, rf, phase)
     ops = [o for o in dict.fromkeys(op for k in keys for op in per[k])]
-    _op_legend(fig, [o for o in OP_NAMES if o in ops])
+    _op_legend(fig, [o for o in OP_NAMES + (LAYER_OP,) if o in ops])
     cap = (f"{phase.capitalize()}: each bar is one step of the sweep; segments are each op's share of the measured "
            "step time (median x instances per step; per-layer ops count n_layers times). The whole-layer op, "
            "when measured, is not stacked.")
@@ -79,7 +81,7 @@ def sweep_figure(rf) -> ReportFigure | None:
         plot_intensity_sweep(row[0], rf, phase, vary, fixed)
         plot_fraction_sweep(row[1], rf, phase, vary, fixed)
         ops |= {ln.get_label() for ln in row[1].lines if not ln.get_label().startswith("_")}
-    _op_legend(fig, [o for o in OP_NAMES + ("layer",) if o in ops])
+    _op_legend(fig, [o for o in OP_NAMES + (LAYER_OP,) if o in ops])
     cap = ("Left: each op's arithmetic intensity along the sweep; the horizontal lines are the ridges "
            f"({rf.header.dtype} solid, fp32 dotted for vector ops); a star marks where an op first reaches its "
            "ridge, i.e. turns compute-bound. Right: the fraction of its roof each op reaches; under "
@@ -90,8 +92,8 @@ def sweep_figure(rf) -> ReportFigure | None:
 def predicted_figure(rf) -> ReportFigure:
     fig, ax = new_figure(7.6, 6.2)
     plot_predicted_vs_measured(ax, rf)
-    ops = {m.point.op for m in rf.measurements if m.ok}
-    _op_legend(fig, [o for o in OP_NAMES + ("layer",) if o in ops])
+    ops = {r.op for r in analyze(rf).ok}
+    _op_legend(fig, [o for o in OP_NAMES + (LAYER_OP,) if o in ops])
     cap = ("Each op instance's median time against the roofline's prediction with this file's ceilings: "
            "max(FLOPs / peak, bytes / bandwidth). On the diagonal an op runs at its roof; above the dashed "
            "line it runs under a quarter of it. Points below the diagonal beat the roof (circled): check "
@@ -100,26 +102,17 @@ def predicted_figure(rf) -> ReportFigure:
 
 
 def latency_figures(rf) -> list[ReportFigure]:
-    """The latency engineer's section, when ``reports.latency_figures.latency_section`` exists."""
-    try:
-        mod = importlib.import_module("reports.latency_figures")
-    except ImportError:
-        return []
-    fn = getattr(mod, "latency_section", None)
-    if fn is None:
-        return []
-    out = []
-    for i, (title, fig, caption) in enumerate(fn(rf) or []):
-        out.append(ReportFigure(f"latency_{i + 1}", str(title), fig, str(caption)))
-    return out
+    """The latency engineer's section (``reports.latency_figures.latency_section``)."""
+    return [ReportFigure(f"latency_{i + 1}", str(title), fig, str(caption))
+            for i, (title, fig, caption) in enumerate(latency_section(rf))]
 
 
 def run_figures(rf) -> list[ReportFigure]:
     """Every figure for one result file, in report order."""
     out = []
-    if rf.header.kind == "latency":
+    if rf.requests or rf.summaries:
         out += latency_figures(rf)
-    if any(m.ok for m in rf.measurements):
+    if analyze(rf).ok:
         out.append(roofline_figure(rf))
         out += [f for f in (time_figure(rf, "prefill"), time_figure(rf, "decode"), sweep_figure(rf)) if f]
         out.append(predicted_figure(rf))
@@ -128,8 +121,7 @@ def run_figures(rf) -> list[ReportFigure]:
 
 def compare_figures(rfs) -> list[ReportFigure]:
     """Several runs side by side, one colour per run/device."""
-    phases = [p for p in ("decode", "prefill") if any(m.ok and m.point.phase == p for rf in rfs
-                                                      for m in rf.measurements)]
+    phases = [p for p in ("decode", "prefill") if any(analyze(rf).phase_steps(p) for rf in rfs)]
     if len(rfs) < 2 or not phases:
         return []
     fig, axes = new_figure(12, 3.8 * len(phases), nrows=len(phases), ncols=2, squeeze=False)

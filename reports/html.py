@@ -15,7 +15,6 @@ from html import escape
 
 from roofline import formulas
 from roofline import units as U
-from roofline.analysis import headline
 
 from .tables import PHASE_COLUMNS, POINT_COLUMNS, ceiling_rows, phase_rows, point_rows
 
@@ -100,7 +99,7 @@ def _figure(fig, paths) -> str:
 
 def latency_only(rf) -> bool:
     """A latency run with no kernel measurements: it has timelines, not a roofline."""
-    return rf.header.kind == "latency" and not rf.measurements
+    return not rf.measurements and bool(rf.requests or rf.summaries)
 
 
 def _tag(label: str) -> str:
@@ -114,8 +113,8 @@ def _run_top(run) -> str:
            f'<p class="sub">{_e(h.model_name)} &middot; {_e(dev.name)} ({_e(dev.kind)}) &middot; {_e(h.dtype)} '
            f"&middot; {len(rf.measurements)} measurements from <code>{_e(rf.path)}</code></p>"]
     if latency_only(rf):
-        n_req = sum(1 for d in rf.extra if d.get("type") == "request")
-        n_cfg = sum(1 for d in rf.extra if d.get("type") == "latency-summary")
+        n_req = len(rf.requests)
+        n_cfg = len({t.config for t in rf.requests})
         out.append(f'<div class="card"><h3>Latency run</h3><p>{n_req} request timelines over {n_cfg} '
                    "configuration(s); their figures and formulas follow. No kernel was profiled in this file, so "
                    "it has no roofline of its own.</p></div>")
@@ -126,12 +125,12 @@ def _run_top(run) -> str:
                   [[(a, a), (b, b), (c, c), (d, d)] for a, b, c, d in crow], text_cols=("ceiling", "used to classify"))
     prov = f"<p class='sub'>Ceilings: {_e(dev.provenance or dev.source)}</p>"
     out.append(f'<div class="card"><h3>Device and ceilings</h3>{ceil}{prov}</div>')
-    if run.summaries:
-        items = "".join(f"<li>{_tag(s.label)}{_e(s.sentence)}</li>" for s in headline(run.summaries))
+    if run.steps:
+        items = "".join(f"<li>{_tag(s.label)}{_e(s.sentence)}</li>" for s in run.analysis.headline())
         out.append(f'<div class="card"><h3>Verdicts</h3><ul class="verdicts">{items}</ul>')
-        table = _table(PHASE_COLUMNS, phase_rows(run.summaries), text_cols=("phase", "backend", "label", "by sum",
-                                                                              "by mix"))
-        out.append(f"<details><summary>Every step of the sweep ({len(run.summaries)})</summary>"
+        table = _table(PHASE_COLUMNS, phase_rows(run.steps), text_cols=("phase", "backend", "label", "by sum",
+                                                                          "by mix"))
+        out.append(f"<details><summary>Every step of the sweep ({len(run.steps)})</summary>"
                    f'<div class="scroll">{table}</div></details></div>')
     else:
         out.append('<div class="note">No ok measurements in this file: nothing to classify.</div>')
@@ -143,10 +142,10 @@ def _run_top(run) -> str:
 def _points_table(runs) -> str:
     rows, attrs = [], []
     for run in runs:
-        for r, m in zip(point_rows(run.rf, run.name), run.rf.measurements):
-            rows.append(r)
-            cls = " class='skip'" if not m.ok else (" class='warn'" if m.above_roof(run.rf.header.device) else "")
-            attrs.append(f' data-phase="{_e(m.point.phase)}" data-label="{_e(r[LABEL][0])}"{cls}')
+        for row, r in zip(point_rows(run.analysis, run.name), run.analysis.results):
+            rows.append(row)
+            cls = " class='skip'" if not r.ok else (" class='warn'" if r.above_roof else "")
+            attrs.append(f' data-phase="{_e(r.point.phase)}" data-label="{_e(row[LABEL][0])}"{cls}')
     phases = sorted({r[1][0] for r in rows})
     labels = sorted({r[LABEL][0] for r in rows})
     opts = lambda xs: "".join(f'<option value="{_e(x)}">{_e(x)}</option>' for x in xs)  # noqa: E731
@@ -169,7 +168,7 @@ def _metadata(run) -> str:
              ("versions", ", ".join(f"{k} {v}" for k, v in h.versions.items())),
              ("host / clocks", ", ".join(f"{k}={v}" for k, v in h.host.items())),
              ("settings", json.dumps(h.settings)), ("measured ceilings", json.dumps(h.ceilings)),
-             ("model", json.dumps(h.model))]
+             ("model", json.dumps(h.model.to_dict() if h.model else None))]
     if h.flop_check:
         items.append(("FLOP check", json.dumps(h.flop_check)))
     dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v) if v else '-'}</dd>" for k, v in items)

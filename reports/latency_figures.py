@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 
-from roofline.diagnose import latency_groups
-from roofline.latency import FORMULAS
+from roofline.latency import FORMULAS, latency_runs
+from roofline.units import ms
 
 from .style import new_figure, styled
 
@@ -103,7 +103,7 @@ SUMMARY_COLUMNS = ("configuration", "TTFT p50", "TTFT p90", "TTFT p99", "TPOT p5
 
 def summary_rows(summaries) -> list:
     """One row of strings per configuration, in SUMMARY_COLUMNS order (times in ms)."""
-    f = lambda x: "n/a" if x is None or math.isnan(x) else f"{x * MS:.1f}"  # noqa: E731
+    f = lambda x: "n/a" if x is None or math.isnan(x) else ms(x).removesuffix(" ms")  # noqa: E731
     rows = []
     for s in summaries:
         g = "n/a" if math.isnan(s.goodput_rps) else f"{s.goodput_rps:.2f}/s ({s.met_slo}/{s.requests})"
@@ -126,10 +126,11 @@ def plot_summary_table(ax, summaries):
 
 def latency_section(result_file) -> list:
     """[(title, Figure, caption)] for a kind="latency" result file."""
-    groups = latency_groups(result_file)
-    if not groups:
+    runs = latency_runs(result_file)
+    if not runs:
         return []
-    summaries = [s for _, s in groups.values()]
+    groups = {r.config: (list(r.timelines), r.summary) for r in runs}
+    summaries = [r.summary for r in runs]
     fig, ax = new_figure(9.0, 0.6 + 0.25 * len(summaries))
     plot_summary_table(ax, summaries)
     slo = summaries[0].slo

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roofline.analysis import headline
-
 from .html import conventions_text, latency_only, used_dtypes
 from .tables import PHASE_COLUMNS, ceiling_rows, phase_rows
 
@@ -44,10 +42,10 @@ def render(report, out_dir: Path) -> str:
         if not latency_only(run.rf):
             lines += _table(("ceiling", "used to classify", "datasheet", "used / datasheet"),
                             ceiling_rows(h, used_dtypes(run.rf))) + [""]
-        if run.summaries:
-            lines += ["**Verdicts**", ""] + [f"- **{s.label}**: {_cell(s.sentence)}" for s in headline(run.summaries)]
+        if run.steps:
+            lines += ["**Verdicts**", ""] + [f"- **{s.label}**: {_cell(s.sentence)}" for s in run.analysis.headline()]
             lines += ["", "<details><summary>Every step of the sweep</summary>", ""]
-            lines += _table(PHASE_COLUMNS, [[t for t, _ in r] for r in phase_rows(run.summaries)])
+            lines += _table(PHASE_COLUMNS, [[t for t, _ in r] for r in phase_rows(run.steps)])
             lines += ["", "</details>", ""]
         lines += [f"- {_cell(n)}" for n in run.notes] + ([""] if run.notes else [])
         for fig, paths in run.figures:

@@ -27,19 +27,19 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 
 from roofline import units as U
-from roofline.analysis import ceilings
+from roofline.analysis import analyze, ceilings
 
 from .style import (ABOVE_ROOF_COLOR, BATCH_CMAP, DATASHEET_COLOR, MEASURED_COLOR, PHASE_MARKER, styled)
 
 
 def plotted(result_file) -> list:
-    """Measurements that belong on a FLOP/s roofline: ok and with FLOPs."""
-    return [m for m in result_file.measurements if m.ok and m.point.cost.flops > 0]
+    """``OpResult``s that belong on a FLOP/s roofline: ok and with FLOPs."""
+    return [r for r in analyze(result_file).results if r.ok and r.point.cost.flops > 0]
 
 
 def zero_flop_ops(result_file) -> list[str]:
     """Names of measured ops that do no FLOPs (kept off the chart)."""
-    return sorted({m.point.op for m in result_file.measurements if m.ok and m.point.cost.flops == 0})
+    return sorted({r.op for r in analyze(result_file).results if r.ok and r.point.cost.flops == 0})
 
 
 def context_size(context, lo: float = 128) -> float:
@@ -58,11 +58,11 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
     """Draw ``result_file`` on ``ax`` (see the module docstring); returns ``ax``."""
     header = result_file.header
     dev = header.device
-    ms = plotted(result_file)
-    dtypes = sorted({m.point.compute_dtype for m in ms} | {header.dtype})
+    ms = plotted(result_file)   # OpResult: .m the Measurement, .roof_fraction, .above_roof, .bound
+    dtypes = sorted({r.point.compute_dtype for r in ms} | {header.dtype})
     used, sheet = ceilings(header, dtypes)
-    xs = np.array([m.intensity for m in ms]) if ms else np.array([1.0])
-    ys = np.array([m.achieved_flops for m in ms]) if ms else np.array([1e12])
+    xs = np.array([r.m.intensity for r in ms]) if ms else np.array([1.0])
+    ys = np.array([r.m.achieved_flops for r in ms]) if ms else np.array([1e12])
     peaks = [c.value for c in used + sheet if c.kind == "peak"]
     bws = [c.value for c in used + sheet if c.kind == "bandwidth" and c.value > 0]
     elbows = [p / b for p in peaks for b in bws] or [1.0]
@@ -122,39 +122,40 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
                     gid=f"ridge-label:{header.dtype}",
                     bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
 
-    batches = sorted({m.point.batch for m in ms}) or [1]
+    batches = sorted({r.point.batch for r in ms}) or [1]
     norm = LogNorm(vmin=batches[0], vmax=max(batches[-1], batches[0] * 2))
-    ctx_lo = min((m.point.context for m in ms), default=128)
+    ctx_lo = min((r.point.context for r in ms), default=128)
     for phase, marker in PHASE_MARKER.items():
-        sel = [m for m in ms if m.point.phase == phase]
+        sel = [r for r in ms if r.point.phase == phase]
         if not sel:
             continue
-        x = np.array([m.intensity for m in sel])
-        y = np.array([m.achieved_flops for m in sel])
-        lo = np.array([m.point.cost.flops / m.p80_s for m in sel])
-        hi = np.array([m.point.cost.flops / m.p20_s for m in sel])
+        x = np.array([r.m.intensity for r in sel])
+        y = np.array([r.m.achieved_flops for r in sel])
+        lo = np.array([r.point.cost.flops / r.m.p80_s for r in sel])
+        hi = np.array([r.point.cost.flops / r.m.p20_s for r in sel])
         ax.errorbar(x, y, yerr=[np.clip(y - lo, 0, None), np.clip(hi - y, 0, None)], fmt="none",
                     ecolor="#9a9a9a", elinewidth=0.6, capsize=0, zorder=2, gid=f"errorbars:{phase}")
-        ax.scatter(x, y, c=[m.point.batch for m in sel], cmap=BATCH_CMAP, norm=norm, marker=marker,
-                   s=[context_size(m.point.context, ctx_lo) for m in sel], edgecolors="white", linewidths=0.4,
+        ax.scatter(x, y, c=[r.point.batch for r in sel], cmap=BATCH_CMAP, norm=norm, marker=marker,
+                   s=[context_size(r.point.context, ctx_lo) for r in sel], edgecolors="white", linewidths=0.4,
                    alpha=0.9, zorder=3, gid=f"points:{phase}")
 
-    above = [m for m in ms if m.above_roof(dev)]
+    above = [r for r in ms if r.above_roof]
     if above:
-        ax.scatter([m.intensity for m in above], [m.achieved_flops for m in above], s=150, facecolors="none",
+        ax.scatter([r.m.intensity for r in above], [r.m.achieved_flops for r in above], s=150, facecolors="none",
                    edgecolors=ABOVE_ROOF_COLOR, linewidths=1.4, zorder=4, gid="above-roof")
         # Name the worst few, skipping points that sit on top of one already named (labels would overlap).
         named = []
-        for m in sorted(above, key=lambda m: -m.roof_fraction(dev)):
-            xy = (m.intensity, m.achieved_flops)
+        for r in sorted(above, key=lambda r: -r.roof_fraction):
+            xy = (r.m.intensity, r.m.achieved_flops)
             if len(named) == 3 or any(math.hypot(math.log10(xy[0] / a), math.log10(xy[1] / b)) < 0.8
                                       for a, b in named):
                 continue
-            ax.annotate(f"{m.point.op} b{m.point.batch} c{m.point.context}: {U.percent(m.roof_fraction(dev))} "
+            p = r.point
+            ax.annotate(f"{p.op} b{p.batch} c{p.context}: {U.percent(r.roof_fraction)} "
                         "of roof\n(above roof: byte count or cache reuse)", xy,
                         # right of the ridge the label goes left, clear of the colour bar
-                        xytext=(-10, 8) if m.bound(dev) == "compute" else (10, 8),
-                        ha="right" if m.bound(dev) == "compute" else "left", textcoords="offset points", fontsize=7.5,
+                        xytext=(-10, 8) if r.bound == "compute" else (10, 8),
+                        ha="right" if r.bound == "compute" else "left", textcoords="offset points", fontsize=7.5,
                         color=ABOVE_ROOF_COLOR, arrowprops=dict(arrowstyle="-", color=ABOVE_ROOF_COLOR, lw=0.6))
             named.append(xy)
 
@@ -165,8 +166,8 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
         cb.set_ticklabels([str(b) for b in batches])
         cb.minorticks_off()
     handles = [Line2D([], [], marker=PHASE_MARKER[p], ls="none", color="#555555", label=p, ms=6)
-               for p in PHASE_MARKER if any(m.point.phase == p for m in ms)]
-    ctxs = sorted({m.point.context for m in ms})
+               for p in PHASE_MARKER if any(r.point.phase == p for r in ms)]
+    ctxs = sorted({r.point.context for r in ms})
     for c in ctxs[:1] + ctxs[-1:] if len(ctxs) > 1 else ctxs:
         handles.append(Line2D([], [], marker="o", ls="none", color="#bbbbbb",
                               ms=math.sqrt(context_size(c, ctx_lo)), label=f"context {c:,}"))

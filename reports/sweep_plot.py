@@ -18,7 +18,8 @@ from collections import Counter
 from matplotlib.ticker import LogLocator, NullFormatter, NullLocator
 
 from roofline import units as U
-from roofline.analysis import LAYER_OP, phase_summaries
+from roofline.analysis import analyze
+from roofline.workload import LAYER_OP
 from roofline.bounds import OVERHEAD_FRACTION
 
 from .style import PHASE_LINESTYLE, device_color, op_color, styled
@@ -34,7 +35,7 @@ def sweep_slices(result_file) -> list[tuple[str, str, int]]:
     The fixed value is the one with most distinct values along the slice; among ties, the
     middle context for a batch sweep and the smallest batch for a context sweep.
     """
-    ms = [m for m in result_file.measurements if m.ok]
+    ms = [r.m for r in analyze(result_file).ok]
     out = []
     for phase, vary in (("decode", "batch"), ("decode", "context"), ("prefill", "context"), ("prefill", "batch")):
         other = "context" if vary == "batch" else "batch"
@@ -54,13 +55,13 @@ def sweep_slices(result_file) -> list[tuple[str, str, int]]:
 
 
 def _series(result_file, phase, vary, fixed):
-    """{(op, backend): [(x, measurement), ...]} sorted by x."""
+    """{(op, backend): [(x, OpResult), ...]} sorted by x."""
     other = "context" if vary == "batch" else "batch"
     out: dict = {}
-    for m in result_file.measurements:
-        p = m.point
-        if m.ok and p.phase == phase and getattr(p, other) == fixed:
-            out.setdefault((p.op, p.backend), []).append((getattr(p, vary), m))
+    for r in analyze(result_file).ok:
+        p = r.point
+        if p.phase == phase and getattr(p, other) == fixed:
+            out.setdefault((p.op, p.backend), []).append((getattr(p, vary), r))
     return {k: sorted(v, key=lambda t: t[0]) for k, v in out.items()}
 
 
@@ -80,12 +81,12 @@ def plot_intensity_sweep(ax, result_file, phase: str, vary: str, fixed: int):
         if pts[0][1].point.cost.flops == 0:
             continue  # 0 FLOP/byte cannot sit on a log axis
         xs = [x for x, _ in pts]
-        ys = [m.intensity for _, m in pts]
+        ys = [r.m.intensity for _, r in pts]
         lw = 2.2 if op == LAYER_OP else 1.3
         ax.plot(xs, ys, ls=ls[backend], color="black" if op == LAYER_OP else op_color(op), lw=lw, marker=".",
                 ms=4, label=op, gid=f"intensity:{op}:{backend}")
-        ridge = ridges.get(pts[0][1].point.compute_dtype)
-        if ridge is not None:
+        ridge = pts[0][1].roof.ridge   # the op's own roof (roofline.analysis.roof_for)
+        if ridge:
             cross = next(((x, y) for x, y in zip(xs, ys) if y >= ridge), None)
             if cross is not None and ys[0] < ridge:
                 ax.plot(*cross, marker="*", ms=11, color=op_color(op), mec="black", mew=0.5, zorder=5,
@@ -109,13 +110,12 @@ def plot_intensity_sweep(ax, result_file, phase: str, vary: str, fixed: int):
 @styled
 def plot_fraction_sweep(ax, result_file, phase: str, vary: str, fixed: int):
     """Roof fraction of each op along a slice; returns ``ax``."""
-    dev = result_file.header.device
     series = _series(result_file, phase, vary, fixed)
     ls = _backend_style({b for _, b in series})
     top = 1.1
     for (op, backend), pts in series.items():
         xs = [x for x, _ in pts]
-        ys = [m.roof_fraction(dev) for _, m in pts]
+        ys = [r.roof_fraction for _, r in pts]
         top = max(top, max(ys) * 1.05)
         ax.plot(xs, ys, ls=ls[backend], color="black" if op == LAYER_OP else op_color(op),
                 lw=2.2 if op == LAYER_OP else 1.3, marker=".", ms=4, label=op, gid=f"fraction:{op}:{backend}")
@@ -158,7 +158,7 @@ def run_label(result_file) -> str:
 @styled
 def plot_compare(ax, result_files, phase: str, what: str = "time"):
     """Phase step time (what="time") or roof fraction ("fraction") per run, coloured by device."""
-    summaries = [phase_summaries(rf) for rf in result_files]
+    summaries = [analyze(rf).steps for rf in result_files]
     attr, vary = ("context", "batch") if phase == "decode" else ("batch", "context")
     fixed = _common_fixed(summaries, phase, attr)
     for i, (rf, ss) in enumerate(zip(result_files, summaries)):

@@ -1,8 +1,9 @@
 """Rows of the report's tables, as (display text, sort key) cells: shared by HTML and markdown.
 
-``point_rows(rf, run)`` has one row per measurement (skipped ones included, with their
-reason); ``phase_rows(summaries)`` one per phase group; ``ceiling_rows(header)`` the
-ceilings used next to the datasheet's. Text is plain here; the HTML writer escapes it.
+``point_rows(analysis, run)`` has one row per measurement (skipped ones included, with
+their reason), from ``roofline.analysis.OpResult``; ``phase_rows(steps)`` one per step;
+``ceiling_rows(header)`` the ceilings used next to the datasheet's. Text is plain here; the
+HTML writer escapes it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import math
 
 from roofline import units as U
-from roofline.analysis import ceilings, op_count, predicted_s
+from roofline.analysis import ceilings
 
 POINT_COLUMNS = ("run", "phase", "op", "batch", "context", "backend", "count", "FLOPs", "bytes", "FLOP/byte",
                  "median", "p20", "p80", "FLOP/s", "bytes/s", "predicted", "roof %", "label", "flags")
@@ -22,38 +23,32 @@ def _num(x) -> float:
     return -math.inf if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
-def point_rows(rf, run: str) -> list[list[tuple[str, float | str]]]:
-    dev, model = rf.header.device, rf.header.model
+def point_rows(analysis, run: str) -> list[list[tuple[str, float | str]]]:
     rows = []
-    for m in rf.measurements:
-        p = m.point
-        ok = m.ok
-        frac = m.roof_fraction(dev) if ok else math.nan
-        label = m.label(dev) if ok else "skipped"
-        flags = list(m.all_flags)
-        if ok and m.above_roof(dev):
-            flags.insert(0, "above-roof")
+    for r in analysis.results:
+        p, m = r.point, r.m
+        ok = r.ok
+        flags = list(r.flags)
         if not ok:
             flags.append(f"{m.status}: {m.reason}" if m.reason else m.status)
-        pred = predicted_s(m, dev)
         rows.append([
             (run, run), (p.phase, p.phase), (p.op, p.op), (f"{p.batch:,}", p.batch), (f"{p.context:,}", p.context),
-            (p.backend, p.backend), (str(op_count(p.op, model)), op_count(p.op, model)),
+            (p.backend, p.backend), (str(r.count), r.count),
             (U.flops(p.cost.flops), p.cost.flops), (U.nbytes(p.cost.bytes), p.cost.bytes),
             (U.intensity(p.cost.intensity), p.cost.intensity),
             (U.seconds(m.median_s), _num(m.median_s)), (U.seconds(m.p20_s), _num(m.p20_s)),
             (U.seconds(m.p80_s), _num(m.p80_s)),
             (U.flops_rate(m.achieved_flops) if ok and p.cost.flops else "-", _num(m.achieved_flops)),
             (U.bandwidth(m.achieved_bytes_per_s) if ok else "-", _num(m.achieved_bytes_per_s)),
-            (U.seconds(pred), pred), (U.percent(frac), _num(frac)), (label, label),
-            (", ".join(flags), ", ".join(flags)),
+            (U.seconds(r.predicted_s), r.predicted_s), (U.percent(r.roof_fraction), _num(r.roof_fraction)),
+            (r.label, r.label), (", ".join(flags), ", ".join(flags)),
         ])
     return rows
 
 
-def phase_rows(summaries) -> list[list[tuple[str, float | str]]]:
+def phase_rows(steps) -> list[list[tuple[str, float | str]]]:
     rows = []
-    for s in summaries:
+    for s in steps:
         rows.append([
             (s.phase, s.phase), (f"{s.batch:,}", s.batch), (f"{s.context:,}", s.context), (s.backend, s.backend),
             (U.seconds(s.time_s), s.time_s), (U.seconds(s.predicted_s), s.predicted_s),

@@ -1,47 +1,49 @@
 """Where the time goes, and measured against predicted time.
 
-* ``plot_time_breakdown(ax, rf, phase)``: one bar per step of the sweep (batch x context),
-  each op's share of the measured step time stacked (count x median; the ``layer`` op is
-  left out), the step's total written above the bar.
+* ``plot_time_breakdown(ax, rf, phase)``: one bar per step of the sweep
+  (``roofline.analysis.Step``), each op's share of the measured step time stacked (count x
+  median; the ``layer`` op is left out unless it stands in for the step), the step's total
+  written above the bar.
 * ``plot_predicted_vs_measured(ax, rf)``: each op instance's median time against the time
-  the roofline allows with the file's ceilings (``roofline.bounds.predicted_time``);
-  the diagonal is the roof, the line at 4x is the overhead threshold (25% of roof).
+  the roofline allows with the file's ceilings (``OpResult.predicted_s``); the diagonal is
+  the roof, the line at 4x is the overhead threshold (25% of roof).
+
+``rf`` is a ``ResultFile`` or its ``roofline.analysis.RunAnalysis``.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-
 import numpy as np
 from matplotlib.collections import PolyCollection
 from matplotlib.ticker import NullFormatter
 
 from roofline import units as U
-from roofline.analysis import LAYER_OP, op_count, predicted_s
+from roofline.analysis import analyze
 from roofline.bounds import OVERHEAD_FRACTION
-from roofline.workload import OP_NAMES
+from roofline.workload import LAYER_OP, OP_NAMES
 
 from .style import ABOVE_ROOF_COLOR, PHASE_MARKER, op_color, styled
 
 
-def step_times(result_file, phase: str) -> tuple[list[tuple], dict]:
-    """(sorted step keys (batch, context, backend), {key: {op: count x median seconds}})."""
-    model = result_file.header.model
-    per: dict = defaultdict(dict)
-    for m in result_file.measurements:
-        p = m.point
-        if m.ok and p.phase == phase and p.op != LAYER_OP:
-            per[(p.batch, p.context, p.backend)][p.op] = m.median_s * op_count(p.op, model)
-    keys = sorted(per, key=lambda k: (k[2], k[0], k[1]))
-    return keys, per
+def step_times(result_file, phase: str) -> tuple[list, dict]:
+    """(the phase's steps in table order, {step: {op: count x median seconds}})."""
+    steps = analyze(result_file).phase_steps(phase)
+    per = {s: {r.op: r.time_s for r in s.ops} for s in steps}
+    return steps, per
+
+
+def step_label(s, several_backends: bool) -> str:
+    k = s.key
+    return (f"b{k.batch}\n{k.context:,}" + (f"+{k.cached:,}" if k.cached else "")
+            + (f"\n{k.backend}" if several_backends else "") + (f"\ntp{k.tp}" if k.tp > 1 else ""))
 
 
 @styled
 def plot_time_breakdown(ax, result_file, phase: str):
     """Stacked share of step time per op across the sweep; returns ``ax``."""
     keys, per = step_times(result_file, phase)
-    ops = [o for o in OP_NAMES if any(o in per[k] for k in keys)]
+    ops = [o for o in OP_NAMES + (LAYER_OP,) if any(o in per[k] for k in keys)]
     x = np.arange(len(keys))
     bottom = np.zeros(len(keys))
     totals = np.array([sum(per[k].values()) for k in keys])
@@ -55,10 +57,9 @@ def plot_time_breakdown(ax, result_file, phase: str):
         bottom += share
     for xi, t in zip(x, totals):
         ax.text(xi, 1.01, U.seconds(t), ha="center", va="bottom", fontsize=7, rotation=90 if len(keys) > 12 else 0)
-    backends = {k[2] for k in keys}
+    several = len({k.backend for k in keys}) > 1
     ax.set_xticks(x)
-    ax.set_xticklabels([f"b{b}\n{c:,}" + (f"\n{be}" if len(backends) > 1 else "") for b, c, be in keys],
-                       fontsize=7)
+    ax.set_xticklabels([step_label(k, several) for k in keys], fontsize=7)
     ax.set_xlim(-0.6, len(keys) - 0.4)
     ax.set_ylim(0, 1.12 if len(keys) <= 12 else 1.25)
     ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}" if v <= 1.0001 else "")
@@ -72,21 +73,20 @@ def plot_time_breakdown(ax, result_file, phase: str):
 @styled
 def plot_predicted_vs_measured(ax, result_file):
     """Measured median vs roofline-predicted time per op instance; returns ``ax``."""
-    dev = result_file.header.device
-    ms = [m for m in result_file.measurements if m.ok]
+    ok = analyze(result_file).ok
     lo, hi = math.inf, 0.0
     for phase, marker in PHASE_MARKER.items():
-        sel = [m for m in ms if m.point.phase == phase]
+        sel = [r for r in ok if r.point.phase == phase]
         if not sel:
             continue
-        xs = np.array([predicted_s(m, dev) for m in sel])
-        ys = np.array([m.median_s for m in sel])
-        ax.scatter(xs, ys, c=[op_color(m.point.op) for m in sel], marker=marker, s=18, edgecolors="white",
+        xs = np.array([r.predicted_s for r in sel])
+        ys = np.array([r.median_s for r in sel])
+        ax.scatter(xs, ys, c=[op_color(r.op) for r in sel], marker=marker, s=18, edgecolors="white",
                    linewidths=0.3, alpha=0.9, zorder=3, gid=f"pred:{phase}")
         lo, hi = min(lo, xs.min(), ys.min()), max(hi, xs.max(), ys.max())
-    above = [m for m in ms if m.above_roof(dev)]
+    above = [r for r in ok if r.above_roof]
     if above:
-        ax.scatter([predicted_s(m, dev) for m in above], [m.median_s for m in above], s=110, facecolors="none",
+        ax.scatter([r.predicted_s for r in above], [r.median_s for r in above], s=110, facecolors="none",
                    edgecolors=ABOVE_ROOF_COLOR, linewidths=1.3, zorder=4, gid="pred-above-roof")
     if hi == 0:
         return ax

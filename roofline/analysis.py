@@ -1,40 +1,49 @@
-"""Pure analysis of recorded results: phase verdicts, ceilings and their sources, op counts.
+"""One reading of a result file: every op against its roof, grouped into typed steps.
 
-Shared by the reports, the profiler's end-of-run table and ``roofline diagnose``; no
-plotting here (numbers and pictures stay apart). Everything is derived from a
-``ResultFile`` (``roofline.records.read_results``)::
+This is the only code that turns measurements into verdicts. The profile table, the CSV
+export, every figure and table of the report, and ``roofline diagnose`` consume what
+``analyze`` returns, so two places can never disagree about a number::
 
     from roofline.records import read_results
-    from roofline.analysis import phase_summaries
-    for s in phase_summaries(read_results("tests/data/reports_h100.jsonl")):
+    from roofline.analysis import analyze
+    a = analyze(read_results("tests/data/reports_h100.jsonl"))
+    for s in a.steps:
         print(s.sentence)
 
-A *phase group* is every ok measurement sharing (phase, batch, context, backend, cached).
-Its step is the sum over the measured ops of cost x count and median time x count, where
-count is the op's instances per step (``n_layers`` for per-layer ops, from the header's
-model). The ``layer`` op (a whole transformer layer measured as one) is left out of that
-sum; it stands in for the step only when a group measured nothing else.
+* ``roof_for(device, compute_dtype, run_dtype)``: the ceilings that judge one op, with the
+  one fallback rule: the peak of the op's compute dtype (fp32 for vector ops), else the
+  run's dtype when the device knows only that one (a custom device), said so in ``Roof.note``.
+* ``OpResult``: one measurement with its count per step, its roof, roof fraction, bound,
+  label (memory / compute / overhead, or "skipped"), predicted time and weight share.
+* ``Step``: every measurement sharing a ``StepKey`` (phase, backend, batch, context,
+  cached, dtypes, tp). Its time is the sum over its ops of median x count, where count is
+  the op's instances per step (``n_layers`` for per-layer ops). The ``layer`` op (a whole
+  transformer layer timed as one) is left out of that sum; it stands in for the step only
+  when the step measured nothing else.
 
-The phase label follows DESIGN.md "Classification": the summed cost's intensity against
-the ridge of the run's dtype (``bound_by_sum``), the time-weighted op mix
-(``bound_by_mix``: compute when at least half the measured time is in compute-bound ops),
-and ``overhead`` when the step runs under ``OVERHEAD_FRACTION`` of its roof.
+A step's label follows DESIGN.md "Classification": the summed cost's intensity against the
+ridge of the run's dtype (``bound_by_sum``), the time-weighted op mix (``bound_by_mix``:
+compute when at least half the measured time is in compute-bound ops), and ``overhead``
+when the step runs under ``OVERHEAD_FRACTION`` of its roof.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import units as U
 from .bounds import COMPUTE, MEMORY, OVERHEAD, attainable, bound, measured_label, predicted_time
 from .cost import ZERO, Cost
 from .devices import Device
-from .records import ABOVE_ROOF
-from .workload import OP_NAMES, PER_LAYER_OPS
+from .dtypes import bytes_per_element
+from .errors import RooflineError
+from .records import ABOVE_ROOF, Measurement
+from .workload import LAYER_OP, LINEAR_OPS, OP_NAMES, op_count
 
-LAYER_OP = "layer"
+SKIPPED = "skipped"
+LABELS = (MEMORY, COMPUTE, OVERHEAD)
 
 
 # ---------------------------------------------------------------- ceilings and their sources
@@ -88,53 +97,234 @@ def ceilings(header, dtypes=None) -> tuple[list[Ceiling], list[Ceiling]]:
     return used, sheet
 
 
-# ---------------------------------------------------------------- per-op helpers
-
-def op_count(op: str, model: dict) -> int:
-    """Instances of ``op`` per step: n_layers for per-layer ops and the layer op, else 1."""
-    if op in PER_LAYER_OPS or op == LAYER_OP:
-        return int(model.get("n_layers", 1) or 1)
-    return 1
-
-
-def predicted_s(m, device: Device) -> float:
-    """Seconds the roofline allows one instance of ``m``'s op on ``device``."""
-    peak, bw = m.ceilings(device)
-    return predicted_time(m.point.cost, peak, bw)
-
-
-def group_key(m) -> tuple:
-    p = m.point
-    return (p.phase, p.batch, p.context, p.backend, p.cached)
-
-
-# ---------------------------------------------------------------- phase summaries
+# ---------------------------------------------------------------- one op against its roof
 
 @dataclass(frozen=True)
-class PhaseSummary:
+class Roof:
+    """The ceilings that judge one op: a peak (FLOP/s, of ``dtype``) and the memory bandwidth (B/s)."""
+
+    peak: float
+    bandwidth: float
+    dtype: str        # the dtype whose peak is used
+    wanted: str = ""  # the op's compute dtype, when it differs (the fallback rule applied)
+
+    @property
+    def ridge(self) -> float:
+        return self.peak / self.bandwidth
+
+    @property
+    def note(self) -> str:
+        if not self.wanted or self.wanted == self.dtype:
+            return ""
+        return f"no {self.wanted} peak on this device: judged against its {self.dtype} peak"
+
+    def attainable(self, intensity: float) -> float:
+        return attainable(intensity, self.peak, self.bandwidth)
+
+    def predicted_s(self, cost: Cost) -> float:
+        return predicted_time(cost, self.peak, self.bandwidth)
+
+    def fraction(self, cost: Cost, seconds: float) -> float:
+        """Achieved / attainable; a 0-FLOP op (a copy, a gather) by bytes/s against bandwidth."""
+        if not seconds > 0:
+            return math.nan
+        if cost.flops == 0:
+            return cost.bytes / seconds / self.bandwidth
+        return (cost.flops / seconds) / self.attainable(cost.intensity)
+
+
+def roof_for(device: Device, compute_dtype: str, run_dtype: str) -> Roof:
+    """The one fallback rule: the compute dtype's peak, else the run dtype's (said in ``Roof.note``)."""
+    if not device.bandwidth > 0:
+        raise RooflineError(f"{device.name} has no memory bandwidth ({device.bandwidth!r} B/s), so nothing can be "
+                            "placed on a roofline: run `roofline ceilings` on that machine, or give the device with "
+                            "--device/--device-file.")
+    for d in dict.fromkeys((compute_dtype, run_dtype)):
+        try:
+            return Roof(device.peak(d), device.bandwidth, d, compute_dtype if d != compute_dtype else "")
+        except RooflineError:
+            continue
+    device.peak(compute_dtype)  # raises the catalogue's message: which peaks the device has
+    raise AssertionError  # pragma: no cover
+
+
+@dataclass(frozen=True, eq=False)
+class OpResult:
+    """One measurement judged against its roof (derived once, consumed everywhere)."""
+
+    m: Measurement
+    count: int            # instances per step
+    roof: Roof
+    roof_fraction: float  # achieved / attainable (NaN when skipped)
+    bound: str            # memory | compute, by intensity against the ridge
+    label: str            # memory | compute | overhead, or "skipped"
+    predicted_s: float    # one instance at the roof
+    weight_share: float   # share of its bytes that are linear-layer weights
+
+    @property
+    def point(self):
+        return self.m.point
+
+    @property
+    def op(self) -> str:
+        return self.m.point.op
+
+    @property
+    def ok(self) -> bool:
+        return self.m.ok
+
+    @property
+    def median_s(self) -> float:
+        return self.m.median_s
+
+    @property
+    def time_s(self) -> float:
+        """Seconds of one step this op stands for: median x instances per step."""
+        return self.m.median_s * self.count if self.ok else 0.0
+
+    @property
+    def above_roof(self) -> bool:
+        """Faster than the roof allows: a counting error or cache reuse, never a win."""
+        return self.ok and self.roof_fraction > ABOVE_ROOF
+
+    @property
+    def flags(self) -> tuple:
+        """The measurement's flags, with 'above-roof' first when it applies."""
+        return (("above-roof",) if self.above_roof else ()) + self.m.all_flags
+
+
+def _weight_bytes_per_layer(model) -> float:
+    return (model.hidden * model.q_dim + 2 * model.hidden * model.kv_dim + model.q_dim * model.hidden
+            + 3 * model.hidden * model.intermediate)
+
+
+def _weight_share(m: Measurement, model) -> float:
+    """Share of a measurement's bytes that are linear-layer weights (1 for a linear op)."""
+    if m.point.op in LINEAR_OPS:
+        return 1.0
+    b = m.point.cost.bytes
+    if m.point.op != LAYER_OP or model is None or not b:
+        return 0.0
+    return _weight_bytes_per_layer(model) * bytes_per_element(m.point.weight_dtype) / m.point.tp / b
+
+
+def judge(m: Measurement, roof: Roof, n_layers: int, model=None) -> OpResult:
+    p = m.point
+    b = bound(p.cost.intensity, roof.ridge)
+    if m.ok:
+        frac = roof.fraction(p.cost, m.median_s)
+        label = measured_label(p.cost.intensity, frac, roof.ridge)
+    else:
+        frac, label = math.nan, SKIPPED
+    return OpResult(m, op_count(p.op, n_layers), roof, frac, b, label, roof.predicted_s(p.cost),
+                    _weight_share(m, model))
+
+
+# ---------------------------------------------------------------- steps
+
+@dataclass(frozen=True, order=True)
+class StepKey:
     phase: str
+    backend: str
     batch: int
     context: int
-    backend: str
-    time_s: float            # measured step: sum of count x median over the summed ops
-    cost: Cost               # summed: count x cost
-    intensity: float
-    roof_fraction: float     # achieved FLOP/s of the summed step / attainable at its intensity
-    label: str               # memory | compute | overhead
-    bound_by_sum: str        # summed intensity vs the ridge
-    bound_by_mix: str        # time-weighted op mix
-    sentence: str
     cached: int = 0
     dtype: str = "bf16"
-    ridge: float = math.nan
-    predicted_s: float = math.nan   # sum of each op's roof time x count
-    compute_time_share: float = 0.0
-    ops: tuple = ()          # names of the ops summed
-    missing: tuple = ()      # OP_NAMES not measured ok in this group
-    skipped: tuple = ()      # (op, reason) of skipped measurements
-    above_roof: tuple = ()   # ops faster than their roof allows
-    from_layer: bool = False  # the step is the layer op x n_layers (nothing else measured)
-    ceiling: Ceiling | None = field(default=None, compare=False)  # the roof that applies
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    tp: int = 1
+
+    @classmethod
+    def of(cls, p) -> "StepKey":
+        return cls(p.phase, p.backend, p.batch, p.context, p.cached, p.dtype, p.weight_dtype, p.kv_dtype, p.tp)
+
+    @property
+    def order(self) -> tuple:
+        """Prefill first, then backend, batch, context (the order tables list steps in)."""
+        return (self.phase != "prefill", self.backend, self.tp, self.weight_dtype, self.kv_dtype, self.batch,
+                self.context, self.cached)
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    key: StepKey
+    ops: tuple                 # OpResult summed into the step
+    layer: OpResult | None     # the whole-layer op, when measured
+    skipped: tuple             # OpResult not ok
+    from_layer: bool           # the step is the layer op x n_layers (nothing else measured)
+    roof: Roof                 # the run dtype's ceilings
+    time_s: float              # sum of count x median over ops
+    cost: Cost                 # sum of count x cost over ops
+    predicted_s: float         # sum of count x each op's roof time
+    roof_fraction: float       # achieved FLOP/s of the summed step / attainable at its intensity
+    label: str                 # memory | compute | overhead: THE verdict of the step
+    bound_by_sum: str          # summed intensity vs the ridge
+    bound_by_mix: str          # time-weighted op mix by intensity
+    compute_time_share: float  # share of time in ops whose intensity is at or above their ridge
+    label_shares: dict         # share of time per op label: memory, compute, overhead
+    weight_memory_share: float  # share of time in memory-labelled ops whose bytes are mostly weights
+    above_roof: tuple          # names of ops faster than their roof allows
+    ceiling: Ceiling = field(compare=False, default=None)  # the roof that applies by sum
+    sentence: str = ""
+
+    # ---- the key's fields, for tables
+    @property
+    def phase(self) -> str:
+        return self.key.phase
+
+    @property
+    def backend(self) -> str:
+        return self.key.backend
+
+    @property
+    def batch(self) -> int:
+        return self.key.batch
+
+    @property
+    def context(self) -> int:
+        return self.key.context
+
+    @property
+    def cached(self) -> int:
+        return self.key.cached
+
+    @property
+    def dtype(self) -> str:
+        return self.key.dtype
+
+    @property
+    def intensity(self) -> float:
+        return self.cost.intensity
+
+    @property
+    def ridge(self) -> float:
+        return self.roof.ridge
+
+    @property
+    def op_names(self) -> tuple:
+        return tuple(sorted({r.op for r in self.ops}))
+
+    @property
+    def missing(self) -> tuple:
+        """OP_NAMES not measured ok in this step (none when the layer op stands in)."""
+        names = {r.op for r in self.ops}
+        return () if self.from_layer else tuple(n for n in OP_NAMES if n not in names)
+
+    @property
+    def skipped_reasons(self) -> tuple:
+        return tuple((r.op, r.m.reason or r.m.status) for r in self.skipped)
+
+    @property
+    def top(self) -> OpResult:
+        """The op holding most of the step's time."""
+        return max(self.ops, key=lambda r: r.time_s)
+
+    @property
+    def where(self) -> str:
+        """'b8/ctx1024' (with the backend, cached prefix and tp when they are not the default)."""
+        k = self.key
+        s = f"b{k.batch}/ctx{k.context}" + (f"+{k.cached} cached" if k.cached else "")
+        return s + (f" tp{k.tp}" if k.tp > 1 else "")
 
     @property
     def title(self) -> str:
@@ -143,69 +333,53 @@ class PhaseSummary:
             return s + (f" ({self.cached:,} cached)" if self.cached else "")
         return f"Decode at batch {self.batch}, context {self.context:,}"
 
-
-def phase_summaries(result_file) -> list[PhaseSummary]:
-    """One PhaseSummary per phase group, ordered by phase (prefill first), backend, batch, context."""
-    header = result_file.header
-    device, model = header.device, header.model
-    groups: dict[tuple, list] = defaultdict(list)
-    for m in result_file.measurements:
-        groups[group_key(m)].append(m)
-    out = []
-    for key in sorted(groups, key=lambda k: (k[0] != "prefill", k[3], k[1], k[2], k[4])):
-        s = _summarize(key, groups[key], header, device, model)
-        if s is not None:
-            out.append(s)
-    return out
+    @property
+    def tokens_per_s(self) -> float:
+        """New tokens per second of this step (batch x new tokens / step time)."""
+        new = self.batch * (1 if self.phase == "decode" else self.context - self.cached)
+        return new / self.time_s if self.time_s > 0 else math.nan
 
 
-def _summarize(key, ms, header, device: Device, model: dict) -> PhaseSummary | None:
-    phase, batch, context, backend, cached = key
-    ok = [m for m in ms if m.ok]
-    skipped = tuple((m.point.op, m.reason or m.status) for m in ms if not m.ok)
-    ops = [m for m in ok if m.point.op != LAYER_OP]
-    from_layer = not ops and any(m.point.op == LAYER_OP for m in ok)
+def _build_step(key: StepKey, results, roof: Roof, device_name: str, header) -> Step | None:
+    ok = [r for r in results if r.ok]
+    skipped = tuple(r for r in results if not r.ok)
+    ops = [r for r in ok if r.op != LAYER_OP]
+    layer = next((r for r in ok if r.op == LAYER_OP), None)
+    from_layer = not ops and layer is not None
     if from_layer:
-        ops = [m for m in ok if m.point.op == LAYER_OP]
+        ops = [layer]
     if not ops:
         return None
-    dtype = header.dtype
-    peak, bw = device.peak(dtype), device.bandwidth
-    ridge = peak / bw
     cost, t, t_pred, t_compute = ZERO, 0.0, 0.0, 0.0
-    for m in ops:
-        n = op_count(m.point.op, model)
-        cost = cost + m.point.cost * n
-        t += m.median_s * n
-        t_pred += predicted_s(m, device) * n
-        if m.bound(device) == COMPUTE:
-            t_compute += m.median_s * n
-    intensity = cost.intensity
-    if cost.flops > 0:
-        fraction = (cost.flops / t) / attainable(intensity, peak, bw)
-    else:
-        fraction = (cost.bytes / t) / bw
+    shares = dict.fromkeys(LABELS, 0.0)
+    weight_mem = 0.0
+    for r in ops:
+        n = r.count
+        cost = cost + r.point.cost * n
+        t += r.time_s
+        t_pred += r.predicted_s * n
+        if r.bound == COMPUTE:
+            t_compute += r.time_s
+        shares[r.label] += r.time_s
+        if r.label == MEMORY and r.weight_share >= 0.5:
+            weight_mem += r.time_s
+    fraction = roof.fraction(cost, t)
+    by_sum = bound(cost.intensity, roof.ridge)
     share = t_compute / t if t > 0 else 0.0
-    by_sum = bound(intensity, ridge)
-    by_mix = COMPUTE if share >= 0.5 else MEMORY
-    label = measured_label(intensity, fraction, ridge)
-    names = {m.point.op for m in ops}
-    missing = () if from_layer else tuple(n for n in OP_NAMES if n not in names)
-    above = tuple(m.point.op for m in ok if m.above_roof(device))
-    src = ceiling_source(header, "bandwidth" if by_sum == MEMORY else "peak", dtype)
-    roof = (Ceiling("bandwidth", "", bw, src, device.name) if by_sum == MEMORY
-            else Ceiling("peak", dtype, peak, src, device.name))
-    s = PhaseSummary(phase=phase, batch=batch, context=context, backend=backend, time_s=t, cost=cost,
-                     intensity=intensity, roof_fraction=fraction, label=label, bound_by_sum=by_sum,
-                     bound_by_mix=by_mix, sentence="", cached=cached, dtype=dtype, ridge=ridge, predicted_s=t_pred,
-                     compute_time_share=share, ops=tuple(sorted(names)), missing=missing, skipped=skipped,
-                     above_roof=above, from_layer=from_layer, ceiling=roof)
-    return _with_sentence(s)
+    src = ceiling_source(header, "bandwidth" if by_sum == MEMORY else "peak", roof.dtype)
+    ceiling = (Ceiling("bandwidth", "", roof.bandwidth, src, device_name) if by_sum == MEMORY
+               else Ceiling("peak", roof.dtype, roof.peak, src, device_name))
+    s = Step(key=key, ops=tuple(ops), layer=layer, skipped=skipped, from_layer=from_layer, roof=roof, time_s=t,
+             cost=cost, predicted_s=t_pred, roof_fraction=fraction,
+             label=measured_label(cost.intensity, fraction, roof.ridge), bound_by_sum=by_sum,
+             bound_by_mix=COMPUTE if share >= 0.5 else MEMORY, compute_time_share=share,
+             label_shares={k: v / t if t > 0 else 0.0 for k, v in shares.items()},
+             weight_memory_share=weight_mem / t if t > 0 else 0.0,
+             above_roof=tuple(r.op for r in ok if r.above_roof), ceiling=ceiling)
+    return replace(s, sentence=_sentence(s))
 
 
-def _with_sentence(s: PhaseSummary) -> PhaseSummary:
-    from dataclasses import replace
-
+def _sentence(s: Step) -> str:
     c = s.ceiling
     roof = f"the {U.si(c.value, c.unit)} {c.source} {'bandwidth roof' if c.kind == 'bandwidth' else c.dtype + ' peak'}"
     side = f"{U.intensity(s.intensity)} FLOP/byte {'<' if s.bound_by_sum == MEMORY else '>='} ridge {U.intensity(s.ridge)}"
@@ -234,20 +408,90 @@ def _with_sentence(s: PhaseSummary) -> PhaseSummary:
     if s.above_roof:
         extra.append(f"{', '.join(s.above_roof)} above the roof: check its byte count or cache reuse")
     tail = f" ({'; '.join(extra)})" if extra else ""
-    return replace(s, sentence=f"{head}; {mix}{tail}.")
+    return f"{head}; {mix}{tail}."
 
 
-def headline(summaries: list[PhaseSummary]) -> list[PhaseSummary]:
-    """The summaries a reader sees first: per phase and backend, the smallest and the largest
-    step of the sweep (decode by batch then context, prefill by tokens)."""
-    by: dict[tuple, list] = defaultdict(list)
-    for s in summaries:
-        by[(s.phase, s.backend)].append(s)
-    out = []
-    for (phase, _), ss in sorted(by.items(), key=lambda kv: (kv[0][0] != "prefill", kv[0][1])):
-        size = (lambda s: (s.batch * s.context, s.batch)) if phase == "prefill" else (lambda s: (s.batch, s.context))
-        ss = sorted(ss, key=size)
-        out.append(ss[0])
-        if len(ss) > 1:
-            out.append(ss[-1])
-    return out
+# ---------------------------------------------------------------- a whole file
+
+@dataclass
+class RunAnalysis:
+    """Every measurement of one result file judged (``results``, file order) and grouped (``steps``)."""
+
+    rf: object                    # roofline.records.ResultFile
+    results: list                 # OpResult per measurement, in file order (skipped included)
+    steps: list                   # Step, in StepKey.order
+    notes: list = field(default_factory=list)  # fallback rules applied, in words
+
+    @property
+    def header(self):
+        return self.rf.header
+
+    @property
+    def device(self) -> Device:
+        return self.rf.header.device
+
+    @property
+    def ok(self) -> list:
+        return [r for r in self.results if r.ok]
+
+    @property
+    def backends(self) -> list:
+        return sorted({s.backend for s in self.steps})
+
+    def phase_steps(self, phase: str, backend: str | None = None) -> list:
+        return [s for s in self.steps if s.phase == phase and (backend is None or s.backend == backend)]
+
+    def headline(self) -> list:
+        """The steps a reader sees first: per phase and backend, the smallest and the largest
+        step of the sweep (decode by batch then context, prefill by tokens)."""
+        by: dict[tuple, list] = defaultdict(list)
+        for s in self.steps:
+            by[(s.phase, s.backend)].append(s)
+        out = []
+        for (phase, _), ss in sorted(by.items(), key=lambda kv: (kv[0][0] != "prefill", kv[0][1])):
+            size = (lambda s: (s.batch * s.context, s.batch)) if phase == "prefill" else (lambda s: (s.batch, s.context))
+            ss = sorted(ss, key=size)
+            out.append(ss[0])
+            if len(ss) > 1:
+                out.append(ss[-1])
+        return out
+
+
+def analyze(rf) -> RunAnalysis:
+    """Judge and group every measurement of ``rf`` (memoized on the ResultFile; an analysis is returned as is)."""
+    if isinstance(rf, RunAnalysis):
+        return rf
+    cached = getattr(rf, "_analysis", None)
+    if cached is not None:
+        return cached
+    header = rf.header
+    device, n_layers = header.device, header.n_layers
+    roofs: dict = {}
+
+    def roof(compute_dtype: str) -> Roof:
+        r = roofs.get(compute_dtype)
+        if r is None:
+            r = roofs[compute_dtype] = roof_for(device, compute_dtype, header.dtype)
+        return r
+
+    results = [judge(m, roof(m.point.compute_dtype), n_layers, header.model) for m in rf.measurements]
+    groups: dict = defaultdict(list)
+    for r in results:
+        groups[StepKey.of(r.point)].append(r)
+    steps = []
+    for key in sorted(groups, key=lambda k: k.order):
+        s = _build_step(key, groups[key], roof(key.dtype), device.name, header)
+        if s is not None:
+            steps.append(s)
+    notes = sorted({r.note for r in roofs.values() if r.note})
+    a = RunAnalysis(rf, results, steps, notes)
+    try:
+        rf._analysis = a
+    except AttributeError:  # pragma: no cover - a read-only stand-in
+        pass
+    return a
+
+
+def steps(rf) -> list:
+    """The steps of ``rf`` (shorthand for ``analyze(rf).steps``)."""
+    return analyze(rf).steps

@@ -9,8 +9,8 @@ evidence"):
 * ``queue-dominates``    queueing is most of TTFT: faster prefill will not help.
 * ``chunk-stalls``       ITL spikes coincide with other requests' prefill chunks: smaller chunk budget.
 * ``prefix-reuse``       prompts share full blocks the run did not reuse: turn prefix caching on.
-* ``phase-bound``        per phase, memory / compute / overhead by time-weighted kernel labels
-                         (``Measurement.label``: under ``OVERHEAD_FRACTION`` of the roof is overhead).
+* ``phase-bound``        per phase (and backend), the steps' verdicts from ``roofline.analysis`` (memory /
+                         compute / overhead: under ``OVERHEAD_FRACTION`` of the roof is overhead).
 * ``decode-weight-bound`` memory-bound linear layers dominate decode: quantize weights or more bandwidth.
 * ``prefill-compute-bound`` compute-bound kernels dominate prefill: more compute.
 * ``overhead-bound``     a phase far under its roof: launches and latency, not the hardware limits.
@@ -25,12 +25,13 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from . import units as U
+from .analysis import analyze
 from .bounds import COMPUTE, MEMORY, OVERHEAD, OVERHEAD_FRACTION
-from .dtypes import bytes_per_element
 from .errors import RooflineError
-from .latency import LatencySummary, RequestTimeline, ms, summarize
-from .models import ModelConfig
-from .workload import LINEAR_OPS, PER_LAYER_OPS
+from .latency import LatencySummary, latency_runs
+from .stats import median
+from .units import ms
 
 DOMINANT = 0.5        # a share of time above half "dominates"
 SPIKE_FACTOR = 2.0    # an ITL gap over 2x the pooled median is a spike (a skipped beat, not noise)
@@ -65,8 +66,7 @@ def diagnose(result_files) -> list:
         src = str(getattr(rf, "path", ""))
         if rf.measurements:
             out += profile_findings(rf, src)
-        requests = [d for d in rf.extra if d.get("type") == "request"]
-        if requests:
+        if rf.requests:
             out += latency_findings(rf, src)
     return _with_tpot_targets(out, result_files)
 
@@ -75,11 +75,11 @@ def _with_tpot_targets(findings, result_files) -> list:
     """A decode-batch finding quotes the TPOT the latency runs given alongside measured, and its target."""
     notes = []
     for rf in result_files:
-        if any(d.get("type") == "request" for d in rf.extra):
-            for cfg, (_, s) in latency_groups(rf).items():
-                target = s.slo.get("tpot")
-                notes.append(f"[{cfg}] TPOT p90 {ms(s.tpot.get('p90', math.nan))}"
-                             + (f" vs target {ms(target)}" if target else " (no TPOT target given)"))
+        for run in latency_runs(rf):
+            s = run.summary
+            target = s.slo.get("tpot")
+            notes.append(f"[{run.config}] TPOT p90 {ms(s.tpot.get('p90', math.nan))}"
+                         + (f" vs target {ms(target)}" if target else " (no TPOT target given)"))
     if not notes:
         return findings
     out = []
@@ -92,27 +92,19 @@ def _with_tpot_targets(findings, result_files) -> list:
 
 # ----------------------------------------------------------------- latency rules
 
-def latency_groups(rf) -> dict:
-    """config -> (timelines, LatencySummary): recomputed from the request lines, SLO from the summary line."""
-    reqs, sums = defaultdict(list), {}
-    for d in rf.extra:
-        if d.get("type") == "request":
-            reqs[d.get("config", "")].append(RequestTimeline.from_dict(d))
-        elif d.get("type") == "latency-summary":
-            sums[d.get("config", "")] = LatencySummary.from_dict(d)
-    out = {}
-    for cfg, ts in reqs.items():
-        old = sums.get(cfg)
-        out[cfg] = (ts, summarize(ts, old.slo if old else {}, cfg, old.settings if old else {}))
-    return out
-
-
 def latency_findings(rf, src: str = "") -> list:
     out = []
-    groups = latency_groups(rf)
-    for cfg, (ts, s) in groups.items():
+    runs = latency_runs(rf)
+    others = [r.summary for r in runs]
+    for run in runs:
+        cfg, ts, s = run.config, list(run.timelines), run.summary
         tag = f"[{cfg}] " if cfg else ""
-        others = [o for _, o in groups.values()]
+        if not run.complete:
+            out.append(Finding("latency-interrupted", f"{tag}This configuration was interrupted: {len(ts)} requests "
+                               "finished before it stopped, and the findings below use only those.",
+                               f"no summary line for attempt {run.attempt} in the file",
+                               "resume the run (the command printed at the interrupt, or the same command with "
+                               "--resume) to measure it completely", src))
         out += [f for f in (_split(tag, ts, s, src), _queue(tag, s, src), _stalls(tag, ts, s, src, others),
                             _prefix(tag, ts, s, rf.header.settings, src, others)) if f]
     return out
@@ -165,9 +157,7 @@ def stall_evidence(ts) -> dict:
            "clean_spikes": 0, "baseline": math.nan, "worst": None}
     if len(clean) < MIN_GAPS:
         return out
-    base = sorted(g for g, _, _ in clean)
-    n = len(base)
-    baseline = base[n // 2] if n % 2 else 0.5 * (base[n // 2 - 1] + base[n // 2])
+    baseline = median(g for g, _, _ in clean)
     spikes_o = [x for x in over if x[0] > SPIKE_FACTOR * baseline]
     spikes_c = [x for x in clean if x[0] > SPIKE_FACTOR * baseline]
     worst = max(spikes_o, default=None)
@@ -244,155 +234,83 @@ def _prefix(tag, ts, s: LatencySummary, settings: dict, src, others=()):
 
 # ----------------------------------------------------------------- profile rules
 
-def phase_shares(rf) -> dict:
-    """(phase, batch, context) -> {"time", "memory"/"compute"/"overhead": share, "weight_memory": share, "top"}.
-
-    Shares are of the group's step time (median x instances per step) over its ok measurements
-    (per-op ones, or whole-layer ones when only those exist). Raises RooflineError when the
-    device has no ceilings to judge by.
-    """
-    dev = rf.header.device
-    n_layers = int(rf.header.model.get("n_layers", 1) or 1)
-    w = lambda m: step_seconds(m, n_layers)  # noqa: E731
-    groups = defaultdict(list)
-    for m in rf.measurements:
-        if m.ok:
-            groups[(m.point.phase, m.point.batch, m.point.context)].append(m)
-    out = {}
-    for key in sorted(groups):
-        ms_ = groups[key]
-        use = [m for m in ms_ if m.point.op != "layer"] or ms_
-        total = sum(w(m) for m in use)
-        if total <= 0:
-            continue
-        sh = {MEMORY: 0.0, COMPUTE: 0.0, OVERHEAD: 0.0}
-        weight_mem = 0.0
-        for m in use:
-            lab = m.label(dev)
-            sh[lab] += w(m) / total
-            if lab == MEMORY and _weight_share(m, rf.header.model) >= DOMINANT:
-                weight_mem += w(m) / total
-        sh.update(time=total, weight_memory=weight_mem, top=max(use, key=w),
-                  label=max((MEMORY, COMPUTE, OVERHEAD), key=lambda k: sh[k]))
-        out[key] = sh
-    return out
-
-
-def step_seconds(m, n_layers: int) -> float:
-    """Seconds of one step a measurement stands for: median x instances per step (layers for per-layer ops)."""
-    return m.median_s * (n_layers if m.point.op in PER_LAYER_OPS or m.point.op == "layer" else 1)
-
-
-def _weight_share(m, model: dict) -> float:
-    """Share of a measurement's bytes that are linear-layer weights."""
-    if m.point.op in LINEAR_OPS:
-        return 1.0
-    if m.point.op != "layer" or not model:
-        return 0.0
-    try:
-        c = ModelConfig.from_dict(model)
-    except (RooflineError, TypeError):
-        return 0.0
-    w = (c.hidden * c.q_dim + 2 * c.hidden * c.kv_dim + c.q_dim * c.hidden + 3 * c.hidden * c.intermediate)
-    b = m.point.cost.bytes
-    return w * bytes_per_element(m.point.weight_dtype) / b if b else 0.0
-
-
-def _where(keys) -> str:
-    return ", ".join(f"b{b}/ctx{c}" for _, b, c in keys)
+def _where(steps) -> str:
+    return ", ".join(s.where for s in steps)
 
 
 def profile_findings(rf, src: str = "") -> list:
-    dev = rf.header.device
+    """Phase verdicts and what to try, from ``roofline.analysis`` steps: one set per backend when a
+    file measured several (a triton and a torch step are different steps, never summed)."""
     try:
-        groups = phase_shares(rf)
+        a = analyze(rf)
     except RooflineError as e:
         return [Finding("phase-bound", "Cannot say what bounds each phase: the device has no ceilings.", str(e),
                         "run `roofline ceilings` and profile again, or pass a device with known peaks", src)]
     out = []
+    several = len(a.backends) > 1
     for phase in ("prefill", "decode"):
-        keys = [k for k in groups if k[0] == phase]
-        if not keys:
-            continue
-        by_label = {lab: [k for k in keys if groups[k]["label"] == lab] for lab in (MEMORY, COMPUTE, OVERHEAD)}
-        label = max(by_label, key=lambda lab: (len(by_label[lab]), sum(groups[k]["time"] for k in by_label[lab])))
-        big = max(keys, key=lambda k: groups[k]["time"])
-        sh, top = groups[big], groups[big]["top"]
-        where = "; ".join(f"{lab} at {_where(ks)}" for lab, ks in by_label.items() if ks)
-        claim = (f"{phase.capitalize()} is {label}-bound"
-                 + (" at every measured batch and context." if len(by_label[label]) == len(keys) else
-                    f" at {len(by_label[label])} of {len(keys)} measured (batch, context) points."))
-        ev = (f"{where} (label = the kernel label holding most of the step's time). Largest step, batch {big[1]} "
-              f"context {big[2]}: {100 * sh[MEMORY]:.0f}% memory-bound, {100 * sh[COMPUTE]:.0f}% compute-bound, "
-              f"{100 * sh[OVERHEAD]:.0f}% under {OVERHEAD_FRACTION:.0%} of the roof; its largest kernel "
-              f"{top.point.op} {ms(top.median_s)}, intensity {top.intensity:.1f} FLOP/B vs ridge "
-              f"{dev.ridge(top.point.compute_dtype):.0f}, {100 * top.roof_fraction(dev):.0f}% of its roof on {dev.name}")
-        out.append(Finding("phase-bound", claim, ev + _analysis_note(rf, phase), "", src))
-        if phase == "decode":
-            wb = [k for k in keys if groups[k]["weight_memory"] >= DOMINANT]
-            if wb:
-                shares = ", ".join(f"b{k[1]}/ctx{k[2]} {100 * groups[k]['weight_memory']:.0f}%" for k in wb)
-                out.append(Finding("decode-weight-bound", f"Decode is waiting on weight movement at {_where(wb)}.",
-                                   f"share of the decode step in memory-bound linear layers (bytes dominated by "
-                                   f"weights): {shares}",
-                                   "test weight quantization (w8/w4) or a device with more memory bandwidth, checking "
-                                   "output quality and latency under the same workload", src))
-        if phase == "prefill":
-            cb = [k for k in keys if groups[k][COMPUTE] >= DOMINANT]
-            if cb:
-                shares = ", ".join(f"b{k[1]}/ctx{k[2]} {100 * groups[k][COMPUTE]:.0f}%" for k in cb)
-                out.append(Finding("prefill-compute-bound", f"Prefill is limited by arithmetic at {_where(cb)}.",
-                                   f"share of the prefill step in compute-bound kernels: {shares}",
-                                   "more compute helps prefill (a faster GPU, tensor-core dtypes); reverse this if "
-                                   "queueing or decode dominate what users wait for", src))
-        ob = [k for k in keys if groups[k][OVERHEAD] >= DOMINANT]
-        if ob:
-            shares = ", ".join(f"b{k[1]}/ctx{k[2]} {100 * groups[k][OVERHEAD]:.0f}%" for k in ob)
-            out.append(Finding("overhead-bound", f"{phase.capitalize()} kernels run far under their roof at {_where(ob)}: "
-                               "neither bandwidth nor compute is the limit there.",
-                               f"share of the step in kernels under {OVERHEAD_FRACTION:.0%} of their roof: {shares}",
-                               "look at launches, synchronisation and small shapes: CUDA graphs, fused kernels, a larger "
-                               "batch; more bandwidth or FLOP/s will not show", src))
-    f = decode_batch_finding(rf, src)
-    if f:
-        out.append(f)
+        for backend in a.backends:
+            ss = a.phase_steps(phase, backend)
+            if ss:
+                out += _phase_findings(phase, backend if several else "", ss, a.device, src)
+    for backend in a.backends:
+        f = decode_batch_finding(a, backend if several else "", src)
+        if f:
+            out.append(f)
     return out
 
 
-def _analysis_note(rf, phase: str) -> str:
-    """The reports' phase verdicts (roofline.analysis), when that module is present and agrees to run."""
-    try:
-        from .analysis import phase_summaries
-    except ImportError:
-        return ""
-    try:
-        labels = [(s.batch, s.context, s.label) for s in phase_summaries(rf) if s.phase == phase]
-    except Exception:  # noqa: BLE001 - a second opinion must never break diagnosis
-        return ""
-    if not labels:
-        return ""
-    return "; summed-step verdicts (roofline.analysis): " + ", ".join(f"b{b}/ctx{c} {lab}" for b, c, lab in labels)
+def _phase_findings(phase: str, backend: str, ss, dev, src) -> list:
+    name = phase.capitalize() + (f" ({backend})" if backend else "")
+    by_label = {lab: [s for s in ss if s.label == lab] for lab in (MEMORY, COMPUTE, OVERHEAD)}
+    label = max(by_label, key=lambda lab: (len(by_label[lab]), sum(s.time_s for s in by_label[lab])))
+    big = max(ss, key=lambda s: s.time_s)
+    sh, top = big.label_shares, big.top
+    where = "; ".join(f"{lab} at {_where(x)}" for lab, x in by_label.items() if x)
+    claim = (f"{name} is {label}-bound"
+             + (" at every measured batch and context." if len(by_label[label]) == len(ss) else
+                f" at {len(by_label[label])} of {len(ss)} measured (batch, context) points."))
+    ev = (f"{where} (each step's verdict: its summed cost against the roof). Largest step, batch {big.batch} "
+          f"context {big.context}: {U.percent(big.roof_fraction)} of its roof; {100 * sh[MEMORY]:.0f}% of its time "
+          f"in memory-bound kernels, {100 * sh[COMPUTE]:.0f}% compute-bound, {100 * sh[OVERHEAD]:.0f}% under "
+          f"{OVERHEAD_FRACTION:.0%} of their roof; its largest kernel {top.op} {ms(top.median_s)}, intensity "
+          f"{top.point.cost.intensity:.1f} FLOP/B vs ridge {top.roof.ridge:.0f}, {100 * top.roof_fraction:.0f}% of "
+          f"its roof on {dev.name}")
+    out = [Finding("phase-bound", claim, ev, "", src)]
+    if phase == "decode":
+        wb = [s for s in ss if s.weight_memory_share >= DOMINANT]
+        if wb:
+            shares = ", ".join(f"{s.where} {100 * s.weight_memory_share:.0f}%" for s in wb)
+            out.append(Finding("decode-weight-bound", f"{name} is waiting on weight movement at {_where(wb)}.",
+                               f"share of the decode step in memory-bound linear layers (bytes dominated by "
+                               f"weights): {shares}",
+                               "test weight quantization (w8/w4) or a device with more memory bandwidth, checking "
+                               "output quality and latency under the same workload", src))
+    if phase == "prefill":
+        cb = [s for s in ss if s.label_shares[COMPUTE] >= DOMINANT]
+        if cb:
+            shares = ", ".join(f"{s.where} {100 * s.label_shares[COMPUTE]:.0f}%" for s in cb)
+            out.append(Finding("prefill-compute-bound", f"{name} is limited by arithmetic at {_where(cb)}.",
+                               f"share of the prefill step in compute-bound kernels: {shares}",
+                               "more compute helps prefill (a faster GPU, tensor-core dtypes); reverse this if "
+                               "queueing or decode dominate what users wait for", src))
+    ob = [s for s in ss if s.label_shares[OVERHEAD] >= DOMINANT]
+    if ob:
+        shares = ", ".join(f"{s.where} {100 * s.label_shares[OVERHEAD]:.0f}%" for s in ob)
+        out.append(Finding("overhead-bound", f"{name} kernels run far under their roof at {_where(ob)}: "
+                           "neither bandwidth nor compute is the limit there.",
+                           f"share of the step in kernels under {OVERHEAD_FRACTION:.0%} of their roof: {shares}",
+                           "look at launches, synchronisation and small shapes: CUDA graphs, fused kernels, a larger "
+                           "batch; more bandwidth or FLOP/s will not show", src))
+    return out
 
 
-def step_times(rf, phase: str = "decode") -> dict:
-    """(backend, batch, context) -> seconds per step: per-op points x instances, or the layer op x n_layers
-    where a group measured nothing else (as roofline.analysis does)."""
-    n_layers = int(rf.header.model.get("n_layers", 1) or 1)
-    layer, ops = defaultdict(float), defaultdict(float)
-    for m in rf.measurements:
-        if not m.ok or m.point.phase != phase:
-            continue
-        k = (m.point.backend, m.point.batch, m.point.context)
-        (layer if m.point.op == "layer" else ops)[k] += step_seconds(m, n_layers)
-    return {k: ops.get(k, layer.get(k)) for k in set(layer) | set(ops)}
-
-
-def decode_batch_finding(rf, src: str = "", tpot=None, tpot_target=None):
-    """Fires when decode tokens/s at the largest measured batch beat the smallest by BATCH_GAIN."""
-    steps = step_times(rf)
+def decode_batch_finding(a, backend: str = "", src: str = ""):
+    """Fires when decode tokens/s at the largest measured batch beat the smallest by BATCH_GAIN
+    (same backend, same context; the largest gain over the measured contexts is quoted)."""
     by_ctx = defaultdict(dict)
-    for (backend, b, c), t in steps.items():
-        by_ctx[c if len({k[0] for k in steps}) == 1 else f"{c} ({backend})"][b] = t
+    for s in a.phase_steps("decode", backend or None):
+        by_ctx[s.context][s.batch] = s.time_s
     best = None
     for c, bt in by_ctx.items():
         if len(bt) < 2:
@@ -404,8 +322,9 @@ def decode_batch_finding(rf, src: str = "", tpot=None, tpot_target=None):
     if best is None or best[0] < BATCH_GAIN:
         return None
     gain, c, b0, t0, b1, t1 = best
-    return Finding("decode-batch", "A larger decode batch would raise throughput.",
-                   f"decode at context {c}: batch {b0} takes {ms(t0)} per step, batch {b1} takes {ms(t1)} "
+    on = f" ({backend})" if backend else ""
+    return Finding("decode-batch", f"A larger decode batch would raise throughput{on}.",
+                   f"decode{on} at context {c}: batch {b0} takes {ms(t0)} per step, batch {b1} takes {ms(t1)} "
                    f"({t1 / t0:.2f}x the time for {b1 / b0:g}x the tokens: {gain:.1f}x tokens/s)",
                    "batch more decoding sequences, but measure TPOT against its target: each user waits longer "
                    "between tokens as the step grows", src)

@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .errors import RooflineError
+from .stats import quantile
+from .units import ms  # noqa: F401 - the latency tables' formatter, re-exported
 
 FORMULAS = (
     "TTFT = first token delivered - arrival",
@@ -64,6 +66,7 @@ class RequestTimeline:
     error: str = ""
     config: str = ""                         # the configuration this ran under
     block_hashes: tuple = ()                 # chained hashes of the prompt's full blocks
+    attempt: int = 1                         # which run of this configuration (a resumed run adds one)
 
     # ---- derived ----
     @property
@@ -121,12 +124,93 @@ class RequestTimeline:
 
     @classmethod
     def from_dict(cls, d: dict) -> "RequestTimeline":
-        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        for k in ("tokenize", "queue", "deliveries", "block_hashes"):
-            if k in d:
-                d[k] = tuple(d[k])
-        d["chunks"] = tuple(tuple(c) for c in d.get("chunks", ()))
-        return cls(**d)
+        """Read a ``request`` line; null stands for an undefined time (NaN). RooflineError names a bad field."""
+        what = "request"
+        out = {"id": _whole(d, "id", what), "arrival": _time(d.get("arrival"), "arrival", allow_nan=False)}
+        for k in ("tokenize", "queue"):
+            v = d.get(k, (math.nan, math.nan))
+            if not isinstance(v, (list, tuple)) or len(v) != 2:
+                raise RooflineError(f"{what} {k!r} must be a [start, end] pair, not {v!r}")
+            out[k] = tuple(_time(x, k) for x in v)
+        chunks = d.get("chunks", [])
+        if not isinstance(chunks, (list, tuple)):
+            raise RooflineError(f"{what} 'chunks' must be a list of [start, end, tokens], not {chunks!r}")
+        out["chunks"] = []
+        for c in chunks:
+            if not isinstance(c, (list, tuple)) or len(c) != 3:
+                raise RooflineError(f"{what} chunk {c!r} must be [start, end, tokens]")
+            out["chunks"].append((_time(c[0], "chunk start"), _time(c[1], "chunk end"), _whole({"n": c[2]}, "n", "chunk")))
+        out["chunks"] = tuple(out["chunks"])
+        out["first_selected"] = _time(d.get("first_selected"), "first_selected")
+        dl = d.get("deliveries", [])
+        if not isinstance(dl, (list, tuple)):
+            raise RooflineError(f"{what} 'deliveries' must be a list of times, not {dl!r}")
+        out["deliveries"] = tuple(_time(x, "delivery", allow_nan=False) for x in dl)
+        if any(b < a for a, b in zip(out["deliveries"], out["deliveries"][1:])):
+            raise RooflineError(f"{what} {out['id']}: deliveries must not go back in time")
+        out["finish"] = _time(d.get("finish"), "finish")
+        for k in ("prompt_tokens", "cached_tokens", "output_tokens"):
+            out[k] = _whole(d, k, what, default=0)
+        for k in ("status", "error", "config"):
+            v = d.get(k, "ok" if k == "status" else "")
+            if not isinstance(v, str):
+                raise RooflineError(f"{what} {k!r} must be a string, not {v!r}")
+            out[k] = v
+        if out["status"] not in ("ok", "failed"):
+            raise RooflineError(f"{what} 'status' must be ok or failed, not {out['status']!r}")
+        out["block_hashes"] = tuple(str(h) for h in d.get("block_hashes", ()) or ())
+        out["attempt"] = _whole(d, "attempt", what, default=1)
+        return cls(**out)
+
+
+def _time(x, what: str, allow_nan: bool = True) -> float:
+    """A timestamp from a result line: a finite number, or null / NaN (undefined) where allowed."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        if allow_nan:
+            return math.nan
+        raise RooflineError(f"{what} must be a number of seconds, not {x!r}")
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or math.isinf(x):
+        raise RooflineError(f"{what} must be a finite number of seconds, not {x!r}")
+    return float(x)
+
+
+def _whole(d: dict, key: str, what: str, default=None) -> int:
+    v = d.get(key, default)
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 0:
+        raise RooflineError(f"{what} {key!r} must be a whole number >= 0, not {v!r}")
+    return int(v)
+
+
+def _nan_stats(st) -> dict:
+    """A stats dict read back from JSON: null -> NaN."""
+    if not isinstance(st, dict):
+        raise RooflineError(f"latency statistics must be an object, not {st!r}")
+    return {k: (math.nan if v is None else v) for k, v in st.items()}
+
+
+@dataclass(frozen=True)
+class ServingStep:
+    """One step of the serving loop: when it ran, how many decode tokens and prefill tokens it took."""
+
+    config: str
+    start: float
+    end: float
+    decode: int = 0       # requests that decoded one token
+    prefill: int = 0      # prompt tokens prefilled
+    attempt: int = 1
+
+    def to_dict(self) -> dict:
+        return {"type": "latency-step", **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ServingStep":
+        what = "latency-step"
+        cfg = d.get("config", "")
+        if not isinstance(cfg, str):
+            raise RooflineError(f"{what} 'config' must be a string, not {cfg!r}")
+        return cls(config=cfg, start=_time(d.get("start"), "start", False), end=_time(d.get("end"), "end", False),
+                   decode=_whole(d, "decode", what, 0), prefill=_whole(d, "prefill", what, 0),
+                   attempt=_whole(d, "attempt", what, 1))
 
 
 def timeline_from_stages(queue: float, prefill: float, first_delivery: float, gaps=(), *, tokenize: float = 0.0,
@@ -153,7 +237,8 @@ def stats(xs) -> dict:
     if a.size == 0:
         return {"n": 0, **{k: math.nan for k, _ in QUANTILES}, "mean": math.nan, "max": math.nan}
     out = {"n": int(a.size)}
-    out.update({k: float(np.quantile(a, q)) for k, q in QUANTILES})
+    srt = sorted(float(x) for x in a)
+    out.update({k: quantile(srt, q, is_sorted=True) for k, q in QUANTILES})
     out["mean"] = float(a.mean())
     out["max"] = float(a.max())
     return out
@@ -225,6 +310,7 @@ class LatencySummary:
     prefilled_tokens: int = 0
     cached_tokens: int = 0
     formulas: tuple = FORMULAS
+    attempt: int = 1
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -234,6 +320,22 @@ class LatencySummary:
     @classmethod
     def from_dict(cls, d: dict) -> "LatencySummary":
         d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        for k in ("ttft", "tpot", "itl", "e2e", "stages", "slo"):
+            if k in d:
+                d[k] = _nan_stats(d[k])
+        if "itl_by_request" in d:
+            if not isinstance(d["itl_by_request"], dict):
+                raise RooflineError("latency-summary 'itl_by_request' must be an object")
+            d["itl_by_request"] = {str(k): _nan_stats(v) for k, v in d["itl_by_request"].items()}
+        for k in ("duration_s", "goodput_rps", "throughput_rps", "output_tok_per_s"):
+            if k in d:
+                d[k] = _time(d[k], k)
+        if not isinstance(d.get("config", ""), str) or not isinstance(d.get("settings", {}), dict):
+            raise RooflineError("latency-summary 'config' must be a string and 'settings' an object")
+        for k in ("requests", "failed", "tpot_undefined", "met_slo", "prefilled_tokens", "cached_tokens"):
+            if k in d:
+                d[k] = _whole(d, k, "latency-summary")
+        d["attempt"] = _whole(d, "attempt", "latency-summary", default=1)
         d["formulas"] = tuple(d.get("formulas", FORMULAS))
         return cls(**d)
 
@@ -279,13 +381,6 @@ def arrival_times(n: int, rate: float, process: str = "poisson", seed: int = 0) 
     raise RooflineError(f"arrival process must be 'fixed' or 'poisson', not {process!r}.")
 
 
-def ms(x: float) -> str:
-    """Seconds -> '105.0 ms' (or 'undefined' for NaN)."""
-    if x is None or math.isnan(x):
-        return "undefined"
-    return f"{x * 1e3:.3f} ms" if 0 < abs(x) < 1e-3 else f"{x * 1e3:.1f} ms"
-
-
 def summary_lines(s: LatencySummary) -> list:
     """A plain-text table of one summary, formulas included once by the caller."""
     head = f"{'metric':<6}{'p50':>12}{'p90':>12}{'p99':>12}{'mean':>12}{'n':>6}"
@@ -309,3 +404,42 @@ def summary_lines(s: LatencySummary) -> list:
     rows.append(f"goodput {good} ({s.met_slo}/{s.requests} met SLO {format_slo(s.slo)}); throughput "
                 f"{s.throughput_rps:.2f} req/s, {s.output_tok_per_s:.1f} output tok/s over {s.duration_s:.2f} s")
     return rows
+
+
+@dataclass(frozen=True)
+class LatencyRun:
+    """One configuration of a latency file: its requests and their summary (recomputed from them).
+
+    A resumed run may hold several attempts of a configuration: the latest complete one (with
+    its summary line) is used; a configuration that never completed uses its latest partial
+    attempt, with ``complete`` False (its requests were written as they finished).
+    """
+
+    config: str
+    attempt: int
+    timelines: tuple
+    summary: LatencySummary
+    complete: bool
+
+
+def latency_runs(rf) -> list:
+    """Per configuration, in file order: a ``LatencyRun`` (see its docstring)."""
+    reqs: dict = {}
+    sums: dict = {}
+    for t in rf.requests:
+        reqs.setdefault((t.config, t.attempt), []).append(t)
+    for s in rf.summaries:
+        sums[(s.config, s.attempt)] = s
+    configs = list(dict.fromkeys(c for c, _ in list(reqs) + list(sums)))
+    out = []
+    for cfg in configs:
+        attempts = sorted({a for c, a in list(reqs) + list(sums) if c == cfg})
+        done = [a for a in attempts if (cfg, a) in sums]
+        a = done[-1] if done else attempts[-1]
+        ts = reqs.get((cfg, a), [])
+        old = sums.get((cfg, a))
+        if not ts and old is None:
+            continue
+        s = summarize(ts, old.slo if old else {}, cfg, old.settings if old else {})
+        out.append(LatencyRun(cfg, a, tuple(ts), s, old is not None))
+    return out

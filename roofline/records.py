@@ -1,38 +1,121 @@
-"""The records that flow from the profiler through the cost model into the reports.
+"""The records that flow from the profiler through the cost model into the reports, and the reader.
 
-* ``WorkloadPoint``: what was run (op, phase, batch, tokens, context, dtype, backend)
-  and its formula ``Cost``. Frozen; ``key`` identifies it for ``--resume``.
-* ``Measurement``: a point plus raw times in seconds, the timer that ran, the L2
-  policy, the kernel config, device name and clocks, flags. Median, quantiles, spread,
-  achieved FLOP/s and bytes/s, roof fraction and bound are *derived*, never stored.
+* ``WorkloadPoint``: what was run (op, phase, batch, tokens, context, dtypes, backend, tp)
+  and its formula ``Cost``. Frozen; ``key`` identifies it (resume, duplicates).
+* ``Measurement``: a point plus raw times in seconds, the timer that ran, the L2 policy,
+  the kernel config, device name and clocks, flags. Median, quantiles, spread and
+  achieved FLOP/s and bytes/s are *derived* from the samples, never stored. How a
+  measurement sits against a device's roof is ``roofline.analysis``'s business.
 * ``RunHeader``: the first line of a result file: device (ceilings used: measured where
-  measured), datasheet device, measured ceiling details, model, versions, git sha,
-  command line, start time.
+  measured), datasheet device, measured ceiling details, the ``ModelConfig``, versions,
+  git sha, command line, start time.
 
-A result file is JSON Lines: the header, then one ``{"type": "measurement", ...}`` line
-per point, flushed as it finishes. ``read_results`` names the file and line of anything
-it cannot read. Other line types (e.g. latency ``request`` lines) are kept as dicts.
+A result file is JSON Lines: the header, then one line per record, each flushed as it
+finishes (``roofline.writer.ResultWriter`` is the only writer). Lines are strict JSON: a
+number that is not finite is written as ``null``. Record types:
+
+    measurement      a timed op (profile)
+    request          a latency request's timeline (``roofline.latency.RequestTimeline``)
+    latency-summary  a latency configuration's summary (``LatencySummary``)
+    latency-step     one scheduler step of a latency run (``ServingStep``)
+
+``read_results`` validates every line where it enters: a malformed line, a time that is
+NaN, negative or zero, a header field of the wrong type is a ``RooflineError`` naming the
+file and line. A torn last line (a run killed mid-write) is dropped with a notice; points
+recorded twice (same key) are kept once, with a notice, never summed. Unknown line types
+are kept in ``extra`` for newer writers.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
-from .bounds import attainable, measured_label, roof_fraction
-from .bounds import bound as _bound
 from .cost import Cost
 from .devices import Device
 from .errors import RooflineError
+from .latency import LatencySummary, RequestTimeline, ServingStep
+from .models import ModelConfig
+from .stats import quantile
 
 FORMAT = "roofline-results"
 FORMAT_VERSION = 1
 WIDE_SPREAD = 0.10  # (p80 - p20) / median above this is flagged
 ABOVE_ROOF = 1.05   # a roof fraction above this is faster than the roof allows (5% for timer noise)
+PHASES = ("prefill", "decode")
+STATUSES = ("ok", "skipped")
 
+
+# ---------------------------------------------------------------- strict JSON
+
+def strict(x):
+    """``x`` with every non-finite float replaced by None: strict JSON (RFC 8259) has no NaN."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: strict(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [strict(v) for v in x]
+    return x
+
+
+def json_line(d: dict) -> str:
+    """One result-file line: strict, compact JSON and a newline."""
+    return json.dumps(strict(d), allow_nan=False, separators=(",", ":")) + "\n"
+
+
+# ---------------------------------------------------------------- field checks (one place)
+
+def _need(d: dict, key: str, kinds, what: str):
+    if key not in d:
+        raise RooflineError(f"{what} is missing {key!r}")
+    v = d[key]
+    if isinstance(v, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+        raise RooflineError(f"{what} {key!r} must be {_kind_name(kinds)}, not {v!r}")
+    if not isinstance(v, kinds):
+        raise RooflineError(f"{what} {key!r} must be {_kind_name(kinds)}, not {v!r}")
+    return v
+
+
+def _kind_name(kinds) -> str:
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    names = {int: "an integer", float: "a number", str: "a string", dict: "an object", list: "a list",
+             bool: "true or false"}
+    return " or ".join(dict.fromkeys(names.get(k, k.__name__) for k in kinds))
+
+
+def _int(d: dict, key: str, what: str, minimum: int = 0, default=None) -> int:
+    if key not in d and default is not None:
+        return default
+    v = _need(d, key, (int, float), what)
+    if not math.isfinite(v) or v != int(v) or v < minimum:
+        raise RooflineError(f"{what} {key!r} must be a whole number >= {minimum}, not {v!r}")
+    return int(v)
+
+
+def _str(d: dict, key: str, what: str, default=None, choices=None) -> str:
+    if key not in d and default is not None:
+        return default
+    v = _need(d, key, str, what)
+    if choices and v not in choices:
+        raise RooflineError(f"{what} {key!r} must be one of {', '.join(choices)}, not {v!r}")
+    return v
+
+
+def _opt(d: dict, key: str, kind, what: str, default):
+    """An optional field of one JSON type; absent or null gives ``default``."""
+    v = d.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, kind) or (isinstance(v, bool) and kind is not bool):
+        raise RooflineError(f"{what} {key!r} must be {_kind_name(kind)}, not {v!r}")
+    return v
+
+
+# ---------------------------------------------------------------- records
 
 @dataclass(frozen=True)
 class WorkloadPoint:
@@ -49,6 +132,7 @@ class WorkloadPoint:
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     compute_dtype: str = ""  # the peak that applies: dtype for tensor ops, "fp32" for vector ops
+    tp: int = 1             # tensor-parallel ranks; cost is per rank
 
     def __post_init__(self):
         if not self.compute_dtype:
@@ -57,28 +141,32 @@ class WorkloadPoint:
     @property
     def key(self) -> tuple:
         return (self.model, self.op, self.phase, self.batch, self.new_tokens, self.context, self.cached,
-                self.dtype, self.weight_dtype, self.kv_dtype, self.backend)
+                self.dtype, self.weight_dtype, self.kv_dtype, self.backend, self.tp)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["cost"] = self.cost.to_dict()
-        return d
+        return {"model": self.model, "op": self.op, "phase": self.phase, "batch": self.batch,
+                "new_tokens": self.new_tokens, "context": self.context, "cost": self.cost.to_dict(),
+                "dtype": self.dtype, "backend": self.backend, "cached": self.cached,
+                "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype, "compute_dtype": self.compute_dtype,
+                "tp": self.tp}
 
     @classmethod
     def from_dict(cls, d: dict) -> "WorkloadPoint":
-        d = dict(d)
-        d["cost"] = Cost.from_dict(d["cost"])
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
-
-
-def _quantile(sorted_xs, q: float) -> float:
-    """Linear-interpolated quantile of a sorted sequence (numpy's default method)."""
-    if not sorted_xs:
-        return math.nan
-    pos = (len(sorted_xs) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_xs) - 1)
-    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+        what = "point"
+        if not isinstance(d, dict):
+            raise RooflineError(f"'point' must be an object, not {d!r}")
+        c = _need(d, "cost", dict, what)
+        flops, nbytes = (_need(c, k, (int, float), "cost") for k in ("flops", "bytes"))
+        if not (math.isfinite(flops) and math.isfinite(nbytes)) or flops < 0 or nbytes < 0:
+            raise RooflineError(f"cost flops and bytes must be finite and >= 0, not {flops!r}, {nbytes!r}")
+        return cls(model=_str(d, "model", what, default=""), op=_str(d, "op", what),
+                   phase=_str(d, "phase", what, choices=PHASES), batch=_int(d, "batch", what, 1),
+                   new_tokens=_int(d, "new_tokens", what, 0), context=_int(d, "context", what, 0),
+                   cost=Cost(float(flops), float(nbytes)), dtype=_str(d, "dtype", what, default="bf16"),
+                   backend=_str(d, "backend", what, default="torch"), cached=_int(d, "cached", what, 0, default=0),
+                   weight_dtype=_str(d, "weight_dtype", what, default="bf16"),
+                   kv_dtype=_str(d, "kv_dtype", what, default="bf16"),
+                   compute_dtype=_opt(d, "compute_dtype", str, what, ""), tp=_int(d, "tp", what, 1, default=1))
 
 
 @dataclass(frozen=True)
@@ -93,23 +181,28 @@ class Measurement:
     flags: tuple = ()           # "throttled", "sm-clock-low", ... (wide spread is derived)
     status: str = "ok"          # "ok" | "skipped"
     reason: str = ""            # why skipped
+    rank: int = 0               # the tensor-parallel rank that measured it
 
-    # ---- derived: never stored ----
+    # ---- derived from the samples: never stored ----
     @property
     def ok(self) -> bool:
         return self.status == "ok" and len(self.times_s) > 0
 
-    @property
+    @cached_property
+    def _sorted(self) -> tuple:
+        return tuple(sorted(self.times_s))
+
+    @cached_property
     def median_s(self) -> float:
-        return statistics.median(self.times_s) if self.times_s else math.nan
+        return quantile(self._sorted, 0.5, is_sorted=True)
 
-    @property
+    @cached_property
     def p20_s(self) -> float:
-        return _quantile(sorted(self.times_s), 0.2)
+        return quantile(self._sorted, 0.2, is_sorted=True)
 
-    @property
+    @cached_property
     def p80_s(self) -> float:
-        return _quantile(sorted(self.times_s), 0.8)
+        return quantile(self._sorted, 0.8, is_sorted=True)
 
     @property
     def spread(self) -> float:
@@ -137,47 +230,31 @@ class Measurement:
     def intensity(self) -> float:
         return self.point.cost.intensity
 
-    def ceilings(self, device: Device) -> tuple[float, float]:
-        """(peak FLOP/s for this point's compute dtype, bandwidth) on ``device``."""
-        return device.peak(self.point.compute_dtype), device.bandwidth
-
-    def attainable_flops(self, device: Device) -> float:
-        peak, bw = self.ceilings(device)
-        return attainable(self.intensity, peak, bw)
-
-    def roof_fraction(self, device: Device) -> float:
-        """Achieved / attainable. A 0-FLOP op (copy, gather) is judged by bytes/s vs bandwidth."""
-        peak, bw = self.ceilings(device)
-        if self.point.cost.flops == 0:
-            return self.achieved_bytes_per_s / bw if bw else math.nan
-        return roof_fraction(self.achieved_flops, self.intensity, peak, bw)
-
-    def bound(self, device: Device) -> str:
-        """memory / compute from the intensity and the ridge of the compute dtype."""
-        peak, bw = self.ceilings(device)
-        return _bound(self.intensity, peak / bw)
-
-    def label(self, device: Device) -> str:
-        """memory / compute, or overhead when far under its roof."""
-        peak, bw = self.ceilings(device)
-        return measured_label(self.intensity, self.roof_fraction(device), peak / bw)
-
-    def above_roof(self, device: Device, tolerance: float = ABOVE_ROOF) -> bool:
-        """Faster than the roof allows: a counting error or cache reuse, never a win."""
-        return self.ok and self.roof_fraction(device) > tolerance
-
     def to_dict(self) -> dict:
-        return {"type": "measurement", "point": self.point.to_dict(), "times_s": list(self.times_s),
-                "timer": self.timer, "l2_policy": self.l2_policy, "config": dict(self.config),
-                "device": self.device, "clocks": dict(self.clocks), "flags": list(self.flags),
-                "status": self.status, "reason": self.reason}
+        d = {"type": "measurement", "point": self.point.to_dict(), "times_s": list(self.times_s),
+             "timer": self.timer, "l2_policy": self.l2_policy, "config": dict(self.config),
+             "device": self.device, "clocks": dict(self.clocks), "flags": list(self.flags),
+             "status": self.status, "reason": self.reason}
+        if self.rank:
+            d["rank"] = self.rank
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Measurement":
-        return cls(point=WorkloadPoint.from_dict(d["point"]), times_s=tuple(float(t) for t in d.get("times_s", ())),
-                   timer=d.get("timer", "cpu-clock"), l2_policy=d.get("l2_policy", "n/a"),
-                   config=dict(d.get("config", {})), device=d.get("device", ""), clocks=dict(d.get("clocks", {})),
-                   flags=tuple(d.get("flags", ())), status=d.get("status", "ok"), reason=d.get("reason", ""))
+        what = "measurement"
+        times = _opt(d, "times_s", list, what, [])
+        for i, t in enumerate(times):
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+                raise RooflineError(f"time sample {i} is {t!r}: every time must be a positive, finite number of "
+                                    "seconds (NaN, null, zero and negative times are refused)")
+        flags = _opt(d, "flags", list, what, [])
+        status = _str(d, "status", what, default="ok", choices=STATUSES)
+        return cls(point=WorkloadPoint.from_dict(d.get("point")), times_s=tuple(float(t) for t in times),
+                   timer=_str(d, "timer", what, default="cpu-clock"),
+                   l2_policy=_str(d, "l2_policy", what, default="n/a"),
+                   config=_opt(d, "config", dict, what, {}), device=_str(d, "device", what, default=""),
+                   clocks=_opt(d, "clocks", dict, what, {}), flags=tuple(str(f) for f in flags), status=status,
+                   reason=_str(d, "reason", what, default=""), rank=_int(d, "rank", what, 0, default=0))
 
 
 @dataclass(frozen=True)
@@ -185,10 +262,10 @@ class RunHeader:
     device: Device                  # ceilings used for classification (measured where measured)
     datasheet: Device | None = None  # the catalogue entry, when the device is known
     ceilings: dict = field(default_factory=dict)  # measured ceiling details (method, sizes, raw figures)
-    model: dict = field(default_factory=dict)     # ModelConfig.to_dict()
+    model: ModelConfig | None = None  # a dict is accepted and validated into a ModelConfig
     kind: str = "profile"           # "profile" | "latency"
     dtype: str = "bf16"
-    settings: dict = field(default_factory=dict)  # sweep settings: phases, batches, contexts, backends
+    settings: dict = field(default_factory=dict)  # settings that shape the measurements
     versions: dict = field(default_factory=dict)
     git_sha: str = ""
     command: str = ""
@@ -196,85 +273,56 @@ class RunHeader:
     host: dict = field(default_factory=dict)      # probe snapshot: clocks, power, cpu model
     flop_check: dict = field(default_factory=dict)  # FlopCounterMode vs formula
 
+    def __post_init__(self):
+        if isinstance(self.model, dict):
+            object.__setattr__(self, "model", ModelConfig.from_dict(self.model) if self.model else None)
+
     @property
     def model_name(self) -> str:
-        return str(self.model.get("name", "?"))
+        return self.model.name if self.model else "?"
+
+    @property
+    def n_layers(self) -> int:
+        return self.model.n_layers if self.model else 1
 
     def to_dict(self) -> dict:
         return {"format": FORMAT, "version": FORMAT_VERSION, "type": "header", "kind": self.kind,
                 "device": self.device.to_dict(), "datasheet": self.datasheet.to_dict() if self.datasheet else None,
-                "ceilings": self.ceilings, "model": self.model, "dtype": self.dtype, "settings": self.settings,
-                "versions": self.versions, "git_sha": self.git_sha, "command": self.command,
-                "started": self.started, "host": self.host, "flop_check": self.flop_check}
+                "ceilings": self.ceilings, "model": self.model.to_dict() if self.model else None,
+                "dtype": self.dtype, "settings": self.settings, "versions": self.versions, "git_sha": self.git_sha,
+                "command": self.command, "started": self.started, "host": self.host, "flop_check": self.flop_check}
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunHeader":
-        return cls(device=Device.from_dict(d["device"]),
-                   datasheet=Device.from_dict(d["datasheet"]) if d.get("datasheet") else None,
-                   ceilings=d.get("ceilings", {}), model=d.get("model", {}), kind=d.get("kind", "profile"),
-                   dtype=d.get("dtype", "bf16"), settings=d.get("settings", {}), versions=d.get("versions", {}),
-                   git_sha=d.get("git_sha", ""), command=d.get("command", ""), started=d.get("started", ""),
-                   host=d.get("host", {}), flop_check=d.get("flop_check", {}))
+        what = "header"
+        dev = _need(d, "device", dict, what)
+        sheet = _opt(d, "datasheet", dict, what, None)
+        model = _opt(d, "model", dict, what, None)
+        return cls(device=Device.from_dict(dev), datasheet=Device.from_dict(sheet) if sheet else None,
+                   ceilings=_opt(d, "ceilings", dict, what, {}),
+                   model=ModelConfig.from_dict(model) if model else None,
+                   kind=_str(d, "kind", what, default="profile"), dtype=_str(d, "dtype", what, default="bf16"),
+                   settings=_opt(d, "settings", dict, what, {}), versions=_opt(d, "versions", dict, what, {}),
+                   git_sha=_str(d, "git_sha", what, default=""), command=_str(d, "command", what, default=""),
+                   started=_str(d, "started", what, default=""), host=_opt(d, "host", dict, what, {}),
+                   flop_check=_opt(d, "flop_check", dict, what, {}))
 
 
 @dataclass
 class ResultFile:
     path: Path
     header: RunHeader
-    measurements: list           # Measurement, in file order
-    extra: list                  # other lines (dicts with a "type"), e.g. latency requests
+    measurements: list = field(default_factory=list)   # Measurement, in file order (duplicates dropped)
+    requests: list = field(default_factory=list)       # RequestTimeline (latency runs)
+    summaries: list = field(default_factory=list)      # LatencySummary (latency runs)
+    serving_steps: list = field(default_factory=list)  # ServingStep (latency runs)
+    extra: list = field(default_factory=list)          # lines of a type this reader does not know
+    notices: list = field(default_factory=list)        # what the reader repaired or dropped, in words
+    _analysis: object = field(default=None, repr=False, compare=False)  # roofline.analysis memo
 
     @property
     def device(self) -> Device:
         return self.header.device
-
-
-def read_results(path) -> ResultFile:
-    """Parse a result file; RooflineError names the file and line of what is wrong."""
-    p = Path(path)
-    if not p.exists():
-        raise RooflineError(f"results file {p} does not exist.")
-    if p.is_dir():
-        raise RooflineError(f"{p} is a folder; give the results .jsonl file inside it.")
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise RooflineError(f"cannot read results file {p}: {e}") from None
-    lines = text.splitlines()
-    if not any(ln.strip() for ln in lines):
-        raise RooflineError(f"results file {p} is empty: it has no header line. Re-run `roofline profile`.")
-    header = None
-    measurements, extra = [], []
-    for i, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError as e:
-            if i == len(lines) and header is not None:
-                # a run killed mid-write leaves a torn last line: everything before it stands
-                extra.append({"type": "torn-line", "line": i})
-                continue
-            raise RooflineError(f"{p}, line {i}: not valid JSON ({e.msg}); the file is corrupt there.") from None
-        if not isinstance(d, dict):
-            raise RooflineError(f"{p}, line {i}: expected a JSON object, found {type(d).__name__}.")
-        if header is None:
-            header = _parse_header(p, i, d)
-            continue
-        kind = d.get("type")
-        try:
-            if kind == "measurement":
-                measurements.append(Measurement.from_dict(d))
-            elif kind == "header":
-                raise RooflineError(f"{p}, line {i}: a second header; files were concatenated. "
-                                    "Pass each result file separately.")
-            else:
-                extra.append(d)
-        except (KeyError, TypeError, ValueError) as e:
-            if isinstance(e, RooflineError):
-                raise
-            raise RooflineError(f"{p}, line {i}: a malformed {kind or 'record'} line ({type(e).__name__}: {e}).") from None
-    return ResultFile(p, header, measurements, extra)
 
 
 def _parse_header(p: Path, i: int, d: dict) -> RunHeader:
@@ -289,68 +337,85 @@ def _parse_header(p: Path, i: int, d: dict) -> RunHeader:
                             "to read it.")
     try:
         return RunHeader.from_dict(d)
+    except RooflineError as e:
+        raise RooflineError(f"{p}, line {i}: malformed header: {e}.") from None
     except (KeyError, TypeError, ValueError) as e:
-        raise RooflineError(f"{p}, line {i}: malformed header ({e}).") from None
+        raise RooflineError(f"{p}, line {i}: malformed header ({type(e).__name__}: {e}).") from None
 
 
-class ResultWriter:
-    """Appends records to a JSON Lines file, flushing each line as it is written.
-
-    ``resume=True`` keeps an existing file (whose header must match: see
-    ``resume_mismatch``) and returns the keys already measured in ``done``.
-    """
-
-    def __init__(self, path, header: RunHeader, resume: bool = False):
-        self.path = Path(path)
-        self.done: set = set()
-        if resume and self.path.exists() and self.path.stat().st_size > 0:
-            old = read_results(self.path)
-            diff = resume_mismatch(old.header, header)
-            if diff:
-                raise RooflineError(f"cannot resume {self.path}: {diff}. Use another --out, or drop --resume "
-                                    "to start over.")
-            self.done = {m.point.key for m in old.measurements}
-            self._f = open(self.path, "a")
-            if not text_ends_with_newline(self.path):
-                self._f.write("\n")
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._f = open(self.path, "w")
-            self._line(header.to_dict())
-
-    def _line(self, d: dict):
-        self._f.write(json.dumps(d, allow_nan=True) + "\n")
-        self._f.flush()
-
-    def write(self, record) -> None:
-        self._line(record.to_dict() if hasattr(record, "to_dict") else record)
-        if isinstance(record, Measurement):
-            self.done.add(record.point.key)
-
-    def close(self):
-        self._f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+_READERS = {
+    "measurement": ("measurements", Measurement.from_dict),
+    "request": ("requests", RequestTimeline.from_dict),
+    "latency-summary": ("summaries", LatencySummary.from_dict),
+    "latency-step": ("serving_steps", ServingStep.from_dict),
+}
 
 
-def text_ends_with_newline(path: Path) -> bool:
-    with open(path, "rb") as f:
-        f.seek(0, 2)
-        if f.tell() == 0:
-            return True
-        f.seek(-1, 2)
-        return f.read(1) == b"\n"
-
-
-def resume_mismatch(old: RunHeader, new: RunHeader) -> str:
-    """Why ``new`` may not append to a file started with ``old``; "" when it may."""
-    pairs = [("model", old.model_name, new.model_name), ("device", old.device.name, new.device.name),
-             ("dtype", old.dtype, new.dtype), ("kind", old.kind, new.kind)]
-    for what, a, b in pairs:
-        if a != b:
-            return f"it holds {what} {a!r}, this run is {what} {b!r}"
-    return ""
+def read_results(path) -> ResultFile:
+    """Parse and validate a result file; RooflineError names the file and line of what is wrong."""
+    p = Path(path)
+    if not p.exists():
+        raise RooflineError(f"results file {p} does not exist.")
+    if p.is_dir():
+        raise RooflineError(f"{p} is a folder; give the results .jsonl file inside it.")
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise RooflineError(f"cannot read results file {p}: {e.strerror or e}.") from None
+    lines = raw.split(b"\n")
+    torn = b""
+    if lines and lines[-1]:
+        torn = lines.pop()          # no newline at the end: a run killed mid-write
+    elif lines:
+        lines.pop()                 # the empty string after the final newline
+    if not any(ln.strip() for ln in lines) and not torn:
+        raise RooflineError(f"results file {p} is empty: it has no header line. Re-run `roofline profile`.")
+    header, rf = None, None
+    seen: dict = {}
+    duplicates = 0
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            msg = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
+            raise RooflineError(f"{p}, line {i}: not valid JSON ({msg}); the file is corrupt there.") from None
+        if not isinstance(d, dict):
+            raise RooflineError(f"{p}, line {i}: expected a JSON object, found {type(d).__name__}.")
+        if header is None:
+            header = _parse_header(p, i, d)
+            rf = ResultFile(p, header)
+            continue
+        kind = d.get("type")
+        if kind == "header":
+            raise RooflineError(f"{p}, line {i}: a second header; files were concatenated. "
+                                "Pass each result file separately.")
+        target = _READERS.get(kind)
+        if target is None:
+            rf.extra.append(d)
+            continue
+        try:
+            rec = target[1](d)
+        except RooflineError as e:
+            raise RooflineError(f"{p}, line {i}: a malformed {kind} line: {e}.") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise RooflineError(f"{p}, line {i}: a malformed {kind} line ({type(e).__name__}: {e}).") from None
+        if kind == "measurement":
+            k = rec.point.key + (rec.rank,)
+            if k in seen:
+                duplicates += 1
+                continue
+            seen[k] = i
+        getattr(rf, target[0]).append(rec)
+    if header is None:
+        raise RooflineError(f"{p}: the header line was cut off (a run killed while starting); nothing was "
+                            "measured in it. Re-run without --resume.")
+    if torn:
+        rf.notices.append(f"the last line of {p} was cut off ({len(torn)} bytes, an interrupted run); "
+                          "everything before it is read.")
+    if duplicates:
+        rf.notices.append(f"{duplicates} measurement(s) in {p} repeat a point already recorded (same op, phase, "
+                          "batch, context, dtypes, backend): each point is counted once, from its first line; "
+                          "two runs wrote this file at once, or files were joined.")
+    return rf

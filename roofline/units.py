@@ -60,3 +60,10 @@ def percent(x: float) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
     return f"{100 * x:.0f}%" if x >= 0.1 else f"{100 * x:.1f}%"
+
+
+def ms(x: float) -> str:
+    """Seconds as milliseconds for latency tables: '105.0 ms', '0.250 ms'; 'undefined' for NaN/None."""
+    if x is None or math.isnan(x):
+        return "undefined"
+    return f"{x * 1e3:.3f} ms" if 0 < abs(x) < 1e-3 else f"{x * 1e3:.1f} ms"

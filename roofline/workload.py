@@ -30,6 +30,12 @@ PER_LAYER_OPS = ("attn_norm", "q_proj", "k_proj", "v_proj", "rope", "kv_append",
 OP_NAMES = ("embedding",) + PER_LAYER_OPS + ("final_norm", "lm_head")
 LINEAR_OPS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
 TENSOR_OPS = LINEAR_OPS + ("attention",)  # run on tensor cores; the rest on vector units (fp32 peak)
+LAYER_OP = "layer"   # one whole transformer layer timed as one op: the sum of PER_LAYER_OPS
+
+
+def op_count(op: str, n_layers: int) -> int:
+    """Instances of ``op`` per step: ``n_layers`` for per-layer ops and the layer op, else 1."""
+    return int(n_layers) if op in PER_LAYER_OPS or op == LAYER_OP else 1
 
 
 @dataclass(frozen=True)
@@ -68,10 +74,18 @@ class Phase:
         return sum((op.total for op in self.ops), ZERO)
 
     def op(self, name: str) -> OpCost:
+        """An op by name; ``LAYER_OP`` is one whole layer (the per-layer ops summed), computed in the act dtype."""
+        if name == LAYER_OP:
+            return OpCost(LAYER_OP, self.layer_cost, self.model.n_layers, self.dtypes.act)
         for o in self.ops:
             if o.name == name:
                 return o
         raise KeyError(name)
+
+    @property
+    def layer_cost(self) -> Cost:
+        """One transformer layer: the sum of every per-layer op's instance cost."""
+        return sum((o.cost for o in self.ops if o.name in PER_LAYER_OPS), ZERO)
 
     @property
     def kv_cache_read_bytes(self) -> float:

@@ -8,7 +8,8 @@ from roofline.devices import Device
 from roofline.diagnose import diagnose, stall_evidence
 from roofline.latency import RequestTimeline, summarize, timeline_from_stages
 from roofline.models import PRESETS
-from roofline.records import Measurement, ResultWriter, RunHeader, WorkloadPoint, read_results
+from roofline.records import Measurement, RunHeader, WorkloadPoint, read_results
+from roofline.writer import ResultWriter
 
 # ridge bf16 = 100e12 / 1e12 = 100 FLOP/B; fp32 ridge 10
 DEV = Device(key="toy", name="toy", kind="gpu", peak_flops={"bf16": 100e12, "fp32": 10e12}, bandwidth=1e12)
@@ -38,7 +39,7 @@ def test_recorded_cpu_latency_fixture_splits_every_configuration():
     rf = read_results(DATA / "latency_sweep_cpu.jsonl")
     found = diagnose([rf])
     splits = [f for f in found if f.rule == "latency-split"]
-    configs = {d["config"] for d in rf.extra if d["type"] == "latency-summary"}
+    configs = {s.config for s in rf.summaries}
     assert len(splits) == len(configs) == 6
     # the recorded run reused the shared prefix only where the cache was on
     prefix = [f for f in found if f.rule == "prefix-reuse"]

@@ -63,9 +63,9 @@ def test_latency_section_on_the_recorded_sweep():
     table = section[0][1].axes[0].tables[0]
     cells = table.get_celld()
     assert cells[(0, 0)].get_text().get_text() == "configuration"
-    summary = [d for d in rf.extra if d["type"] == "latency-summary"][0]
-    assert cells[(1, 0)].get_text().get_text() == summary["config"]
-    assert cells[(1, 1)].get_text().get_text() == f"{summary['ttft']['p50'] * 1e3:.1f}"
+    summary = rf.summaries[0]
+    assert cells[(1, 0)].get_text().get_text() == summary.config
+    assert cells[(1, 1)].get_text().get_text() == f"{summary.ttft['p50'] * 1e3:.1f}"
     assert "TPOT = (last delivery - first delivery) / (n - 1)" in section[0][2]
     section = section[1:]
     timelines_fig = section[0][1]

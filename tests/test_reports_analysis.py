@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from roofline.analysis import ceiling_source, ceilings, headline, op_count, phase_summaries
+from roofline.analysis import analyze, ceiling_source, ceilings, steps
 from roofline.records import read_results
+from roofline.workload import op_count
 
 DATA = Path(__file__).parent / "data"
 
@@ -21,11 +22,11 @@ def exact():
 
 @pytest.fixture(scope="module")
 def summaries(exact):
-    return {(s.phase, s.batch): s for s in phase_summaries(exact)}
+    return {(s.phase, s.batch): s for s in steps(exact)}
 
 
 def test_groups_and_order(exact):
-    keys = [(s.phase, s.batch, s.context, s.backend) for s in phase_summaries(exact)]
+    keys = [(s.phase, s.batch, s.context, s.backend) for s in steps(exact)]
     assert keys == [("prefill", 1, 1000, "torch"), ("decode", 1, 100, "torch"), ("decode", 2, 100, "torch")]
 
 
@@ -42,8 +43,16 @@ def test_decode_step_sums_ops_times_count_and_leaves_out_layer(summaries):
     assert s.predicted_s == pytest.approx(2.4e-3)
     assert (s.label, s.bound_by_sum, s.bound_by_mix) == ("memory", "memory", "memory")
     assert s.compute_time_share == 0.0
-    assert s.skipped == (("lm_head", "out of memory"),)
-    assert s.ops == ("attention", "embedding", "q_proj") and len(s.missing) == 15 and not s.from_layer
+    assert s.skipped_reasons == (("lm_head", "out of memory"),)
+    assert s.op_names == ("attention", "embedding", "q_proj") and len(s.missing) == 15 and not s.from_layer
+    # every op of the step judged once: q_proj 2e9 / 1.25e-3 = 1.6e12 of min(1e14, 2 x 1e12) = 80%, memory
+    q = next(r for r in s.ops if r.op == "q_proj")
+    assert (q.count, q.roof_fraction, q.bound, q.label) == (2, pytest.approx(0.8), "memory", "memory")
+    assert q.time_s == pytest.approx(2 * 1.25e-3) and q.predicted_s == pytest.approx(1e-3)
+    # shares of the step's 3 ms by op label: all memory; linear weights are 2.5 of the 3 ms
+    assert s.label_shares == {"memory": pytest.approx(1.0), "compute": 0.0, "overhead": 0.0}
+    assert s.weight_memory_share == pytest.approx(2.5e-3 / 3e-3)
+    assert s.top.op == "q_proj"
     assert s.sentence == ("Decode at batch 1, context 100 is memory-bound: 80% of the 1 TB/s measured bandwidth "
                           "roof (2.0 FLOP/byte < ridge 100); all of its measured 3 ms is in memory-bound ops "
                           "(3 of 18 ops measured).")
@@ -85,16 +94,16 @@ def test_ceiling_sources_per_figure(exact):
 
 
 def test_op_count_and_headline(exact):
-    assert op_count("q_proj", {"n_layers": 32}) == 32
-    assert op_count("layer", {"n_layers": 32}) == 32
-    assert op_count("lm_head", {"n_layers": 32}) == 1 and op_count("embedding", {}) == 1
-    picked = [(s.phase, s.batch) for s in headline(phase_summaries(exact))]
+    assert op_count("q_proj", 32) == 32
+    assert op_count("layer", 32) == 32
+    assert op_count("lm_head", 32) == 1 and op_count("embedding", 32) == 1
+    picked = [(s.phase, s.batch) for s in analyze(exact).headline()]
     assert picked == [("prefill", 1), ("decode", 1), ("decode", 2)]
 
 
 def test_gpu_fixture_flags_the_above_roof_point():
     rf = read_results(DATA / "reports_h100.jsonl")
-    s = next(s for s in phase_summaries(rf) if (s.phase, s.batch, s.context) == ("decode", 8, 128))
+    s = next(s for s in steps(rf) if (s.phase, s.batch, s.context) == ("decode", 8, 128))
     assert s.above_roof == ("attention",)
     assert "attention above the roof" in s.sentence
 
@@ -102,10 +111,9 @@ def test_gpu_fixture_flags_the_above_roof_point():
 def test_a_step_above_its_roof_is_not_called_plainly_bound():
     from dataclasses import replace
 
-    from roofline.analysis import _with_sentence, phase_summaries
-    from roofline.records import read_results
+    from roofline.analysis import _sentence
 
-    s = phase_summaries(read_results(DATA / "reports_exact.jsonl"))[0]
-    hot = _with_sentence(replace(s, roof_fraction=1.5))
-    assert "runs at 150% of" in hot.sentence and "the roof does not bound it here" in hot.sentence
-    assert "runs at" not in _with_sentence(replace(s, roof_fraction=0.8)).sentence
+    s = steps(read_results(DATA / "reports_exact.jsonl"))[0]
+    hot = _sentence(replace(s, roof_fraction=1.5))
+    assert "runs at 150% of" in hot and "the roof does not bound it here" in hot
+    assert "runs at" not in _sentence(replace(s, roof_fraction=0.8))

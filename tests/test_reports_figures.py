@@ -15,7 +15,6 @@ from reports.roofline_plot import plot_roofline, plotted, zero_flop_ops
 from reports.style import new_figure
 from reports.sweep_plot import plot_compare, plot_intensity_sweep, sweep_slices
 from reports.time_plot import plot_predicted_vs_measured, plot_time_breakdown
-from roofline.analysis import predicted_s
 from roofline.records import read_results
 
 DATA = Path(__file__).parent / "data"
@@ -78,7 +77,7 @@ def test_ceiling_labels_carry_value_unit_and_source(roof_ax):
 def test_each_point_sits_at_its_intensity_and_achieved_flops(rf, roof_ax):
     for phase in ("prefill", "decode"):
         points = by_gid(roof_ax.collections, f"points:{phase}")
-        want = [(m.intensity, m.point.cost.flops / m.median_s) for m in plotted(rf) if m.point.phase == phase]
+        want = [(m.intensity, m.point.cost.flops / m.median_s) for m in (r.m for r in plotted(rf)) if m.point.phase == phase]
         np.testing.assert_allclose(points.get_offsets(), np.array(want), rtol=1e-12)
     decode, prefill = (by_gid(roof_ax.collections, f"points:{p}") for p in ("decode", "prefill"))
     assert decode.get_paths()[0] != prefill.get_paths()[0]   # marker shape tells the phases apart
@@ -105,7 +104,7 @@ def test_point_above_its_roof_is_flagged(rf, roof_ax):
 
 def test_error_bars_span_p20_to_p80(rf, roof_ax):
     segs = by_gid(roof_ax.collections, "errorbars:decode").get_segments()
-    ms = [m for m in plotted(rf) if m.point.phase == "decode"]
+    ms = [r.m for r in plotted(rf) if r.point.phase == "decode"]
     lo, hi = segs[0][:, 1].min(), segs[0][:, 1].max()
     m = ms[0]
     assert lo == pytest.approx(m.point.cost.flops / m.p80_s) and hi == pytest.approx(m.point.cost.flops / m.p20_s)
@@ -136,7 +135,9 @@ def test_predicted_vs_measured_points(rf):
     plot_predicted_vs_measured(ax, rf)
     pts = by_gid(ax.collections, "pred:decode")
     ms = [m for m in rf.measurements if m.ok and m.point.phase == "decode"]
-    want = [(predicted_s(m, rf.header.device), m.median_s) for m in ms]
+    dev = rf.header.device   # at the roof: max(FLOPs / peak of the op's compute dtype, bytes / bandwidth)
+    want = [(max(m.point.cost.flops / dev.peak_flops[m.point.compute_dtype], m.point.cost.bytes / dev.bandwidth),
+             m.median_s) for m in ms]
     np.testing.assert_allclose(pts.get_offsets(), np.array(want), rtol=1e-12)
     roof = by_gid(ax.lines, "pred:roof")
     np.testing.assert_allclose(roof.get_xdata(), roof.get_ydata())

@@ -6,7 +6,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import types
 from pathlib import Path
 
 import pytest
@@ -80,21 +79,17 @@ def test_text_from_files_and_command_lines_is_escaped(tmp_path):
     assert evil not in paths["markdown"].read_text()
 
 
-def test_latency_run_embeds_the_latency_section_when_present(tmp_path, monkeypatch):
-    from reports.style import new_figure
-
-    def latency_section(rf):
-        fig, ax = new_figure(4, 3)
-        ax.plot([0, 1], [0, 1])
-        return [("TTFT and TPOT", fig, "fake <latency> figure")]
-
+def test_a_file_with_kernels_and_requests_gets_both_sections(tmp_path):
     src = _rewrite_header(H100, tmp_path / "lat.jsonl", keep=20, kind="latency")
-    monkeypatch.setitem(sys.modules, "reports.latency_figures", types.SimpleNamespace(latency_section=latency_section))
+    latency = (DATA / "latency_sweep_cpu.jsonl").read_text().splitlines()[1:]
+    first = [ln for ln in latency if '"type":"request"' in ln.replace(" ", "") and "chunk=16,prefix-cache=off" in ln]
+    with open(src, "a") as f:
+        f.write("\n".join(first) + "\n")       # the first configuration's 6 requests, without its summary line
     paths = write_report([src], tmp_path / "with")
-    assert "png:latency_1" in paths and "fake &lt;latency&gt; figure" in paths["html"].read_text()
-    monkeypatch.setitem(sys.modules, "reports.latency_figures", None)    # import fails: skipped gracefully
-    paths = write_report([src], tmp_path / "without")
-    assert "png:latency_1" not in paths and "png:roofline" in paths
+    html = paths["html"].read_text()
+    assert "png:latency_1" in paths and "png:roofline" in paths
+    # its summary line is missing: the report says the configuration was cut short, from 8 requests
+    assert "chunk=16,prefix-cache=off was interrupted: 6 request(s) finished before it stopped" in html
 
 
 def test_cli_reports_runs_side_by_side_and_says_models_differ(tmp_path):
@@ -163,7 +158,8 @@ def test_report_opens_in_headless_chromium(report, tmp_path):
 def test_interpreter_runs_are_named_in_the_report(tmp_path):
     from dataclasses import replace
 
-    from roofline.records import ResultWriter, read_results
+    from roofline.records import read_results
+    from roofline.writer import ResultWriter
 
     rf = read_results(Path(__file__).parent / "data" / "reports_exact.jsonl")
     src = tmp_path / "interp.jsonl"

@@ -13,6 +13,9 @@
 * ``reports_a100.jsonl``: the same model on an a100, fewer points, for side by side.
 * ``reports_exact.jsonl``: a hand-made device and costs with round numbers, so the
   analysis tests can show their arithmetic (see tests/test_reports_analysis.py).
+* ``reports_two_backends.jsonl``: the same decode steps on the triton and the torch backend,
+  round numbers, where each backend's largest kernel differs: every consumer must keep the
+  two apart (tests/test_one_analysis.py).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from roofline.bounds import predicted_time
 from roofline.cost import Cost
 from roofline.devices import Device, find_device
 from roofline.models import PRESETS
-from roofline.records import Measurement, ResultWriter, RunHeader, WorkloadPoint
+from roofline.records import Measurement, RunHeader, WorkloadPoint
+from roofline.writer import ResultWriter
 
 HERE = Path(__file__).parent
 LAUNCH_S = 3.5e-6
@@ -71,7 +75,7 @@ def _sweep(path, device, datasheet, gpu_name, clocks, decode_grid, prefill_grid,
                f"--contexts {','.join(map(str, settings['decode_contexts']))} --out roofline-out")
     header = _header(device, datasheet, model, settings, command, gpu_name, clocks)
     steps = [W.prefill(model, b, c) for b, c in prefill_grid] + [W.decode(model, b, c) for b, c in decode_grid]
-    with ResultWriter(path, header) as w:
+    with ResultWriter(path, header, mode="overwrite") as w:
         for ph in steps:
             ops = list(ph.ops)
             for op in ops:
@@ -150,13 +154,38 @@ def make_exact_file():
         # decode, batch 2, context 100: only the layer op
         m("layer", "decode", 2, 100, 1e9, 1e9, 1e-2),
     ]
-    with ResultWriter(HERE / "reports_exact.jsonl", header) as w:
+    with ResultWriter(HERE / "reports_exact.jsonl", header, mode="overwrite") as w:
         for r in rows:
             w.write(r)
+
+
+def make_two_backend_file():
+    """Device: bandwidth 1e12 B/s, bf16 1e14 FLOP/s (ridge 100), fp32 1e13; model tiny (2 layers).
+
+    decode, context 100        triton                      torch
+      batch 1  q_proj          2 ms                        1.25 ms
+               attention       5 ms   (largest kernel)     0.25 ms
+      batch 8  q_proj          2.2 ms                      1.5 ms
+               attention       8 ms   (largest kernel)     1.5 ms
+    """
+    dev = Device(key="toy", name="Toy GPU", kind="gpu", peak_flops={"bf16": 1e14, "fp32": 1e13}, bandwidth=1e12,
+                 source="measured", provenance="made up")
+    header = RunHeader(device=dev, model=PRESETS["tiny"], dtype="bf16", command="roofline profile --model tiny",
+                       versions={"roofline": "0.1.0"}, settings={"backends": ["triton", "torch"]})
+    times = {("triton", 1): (2e-3, 5e-3), ("torch", 1): (1.25e-3, 2.5e-4),
+             ("triton", 8): (2.2e-3, 8e-3), ("torch", 8): (1.5e-3, 1.5e-3)}
+    cost = {1: (Cost(2e9, 1e9), Cost(4e8, 1.8e8)), 8: (Cost(16e9, 1.1e9), Cost(3.2e9, 1.44e9))}
+    with ResultWriter(HERE / "reports_two_backends.jsonl", header, mode="overwrite") as w:
+        for (backend, batch), (tq, ta) in times.items():
+            for op, c, t in (("q_proj", cost[batch][0], tq), ("attention", cost[batch][1], ta)):
+                p = WorkloadPoint(model="tiny", op=op, phase="decode", batch=batch, new_tokens=1, context=100, cost=c,
+                                  backend=backend, compute_dtype="bf16")
+                w.write(Measurement(point=p, times_s=(t, t, t), timer="cuda-events", l2_policy="flushed"))
 
 
 if __name__ == "__main__":
     make_gpu_files()
     make_exact_file()
+    make_two_backend_file()
     for p in sorted(HERE.glob("reports_*.jsonl")):
         print(f"{p}  {p.stat().st_size / 1e3:.0f} kB  {sum(1 for _ in open(p)) - 1} records")
