@@ -2,7 +2,8 @@
 
 Commands live in ``profiler/commands/`` and are imported only when run, so
 ``roofline explain`` answers without importing torch. Bad input raises
-``RooflineError``; the group prints it as one line and exits 2 (never a traceback).
+``RooflineError`` (or click's usage error for an option value); the group prints it as
+one line and exits 2 (never a traceback).
 Progress goes to stderr; stdout stays parseable.
 """
 
@@ -50,6 +51,10 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except RooflineError as e:
             click.echo(f"Error: {e}", err=True)
+            ctx.exit(2)
+        except click.UsageError as e:   # a bad option value: one line too, with where to read more
+            sub = e.ctx.info_name if e.ctx is not None and e.ctx.command is not self else ""
+            click.echo(f"Error: {e.format_message()}" + (f" (see `roofline {sub} --help`)" if sub else ""), err=True)
             ctx.exit(2)
 
 

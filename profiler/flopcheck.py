@@ -82,6 +82,38 @@ def flop_check(cfg, *, dtype: str = "fp32", device: str = "cpu", prompt: int = 1
             "points": points, "notes": notes}
 
 
+def cached_flop_check(cfg, *, dtype: str = "fp32", device: str = "cpu", prompt: int = 128) -> dict:
+    """``flop_check``, cached beside the ceilings: the count depends only on the model's shapes, the dtype,
+    the prompt, the device kind and torch's version, so a second run of the same sweep does not pay for it."""
+    import hashlib
+    import json
+
+    from .ceilings import cache_dir
+    from .probes import versions
+
+    d = cfg.to_dict()
+    d.pop("notes", None)
+    key = {"model": d, "dtype": dtype, "device": "cuda" if str(device).startswith("cuda") else "cpu",
+           "prompt": int(prompt), "torch": versions().get("torch"), "method": 1}
+    h = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    path = cache_dir() / f"flopcheck-{h}.json"
+    try:
+        hit = json.loads(path.read_text())
+        if hit.get("key") == key:
+            return dict(hit["result"], cached=True)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    fc = flop_check(cfg, dtype=dtype, device=device, prompt=prompt)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"key": key, "result": fc}))
+        tmp.replace(path)
+    except OSError:
+        pass  # an unwritable cache only costs the check again next time
+    return fc
+
+
 def flop_check_text(fc: dict) -> str:
     lines = [f"FLOP cross-check ({fc['source']}, {fc['model']}):"]
     for p in fc["points"]:

@@ -26,7 +26,7 @@ from roofline.cost import ZERO
 from roofline.errors import RooflineError
 from roofline.models import ModelConfig
 from roofline.records import Measurement, WorkloadPoint
-from roofline.workload import OP_NAMES, PER_LAYER_OPS
+from roofline.workload import OP_NAMES
 
 from . import probes
 from .timing import measure, now
@@ -83,6 +83,7 @@ class SweepPlan:
             if "decode" in self.phases and c + 1 > m.max_context:
                 raise RooflineError(f"a decode step at context {c} needs {c + 1} positions, past {m.name}'s "
                                     f"maximum context of {m.max_context}.")
+        self._check_memory()
         if "triton" in self.backends and not self.device.startswith("cuda"):
             big = max(self.batches) * max(self.contexts)
             if m.hidden > INTERPRETER_MAX_HIDDEN or big > INTERPRETER_MAX_TOKENS:
@@ -91,6 +92,60 @@ class SweepPlan:
                     f"Python): only tiny shapes finish. Use --model tiny with batch x context <= "
                     f"{INTERPRETER_MAX_TOKENS} (got {m.name}, hidden {m.hidden}, batch x context {big}), "
                     "or --backends torch.")
+
+
+    def _check_memory(self) -> None:
+        """Refuse a grid whose largest point cannot fit the device at all (an OOM on a point that almost
+        fits is recorded as skipped during the sweep; this catches sizes no allocation could hold)."""
+        b, c = max(self.batches), max(self.contexts)
+        need = point_bytes(self.model, b, c, self.dtype, "prefill" in self.phases)
+        have = device_memory_bytes(self.device)
+        if have and need > have:
+            lo, hi = 0, b                      # largest batch that fits at this context: bisect
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if point_bytes(self.model, mid, c, self.dtype, "prefill" in self.phases) <= have:
+                    lo = mid
+                else:
+                    hi = mid
+            hint = f"; at context {c} about batch {lo} fits" if lo else f"; context {c} does not fit even at batch 1"
+            raise RooflineError(f"batch {b} x context {c} needs about {need / 1e9:,.1f} GB for one op's inputs, "
+                                f"outputs and KV cache on {self.device}, more than its {have / 1e9:,.1f} GB{hint}. "
+                                "Give smaller --batches or --contexts.")
+
+
+def point_bytes(cfg: ModelConfig, batch: int, context: int, dtype: str, prefill: bool) -> float:
+    """About the bytes one sweep point allocates (kernels.runners.make_runners): activations for the new
+    tokens, the KV cache of one layer, one layer's weights and the embedding/lm_head tables, x 1.5 for
+    outputs and temporaries."""
+    from roofline.dtypes import bytes_per_element
+
+    e = bytes_per_element(dtype)
+    T = batch * (context if prefill else 1)
+    act = T * (6 * cfg.hidden + 2 * cfg.q_dim + 2 * cfg.kv_dim + 3 * cfg.intermediate)
+    kv = 2 * batch * cfg.kv_dim * (context + 1)
+    w = (cfg.hidden * cfg.q_dim + 2 * cfg.hidden * cfg.kv_dim + cfg.q_dim * cfg.hidden
+         + 3 * cfg.hidden * cfg.intermediate + 2 * cfg.vocab * cfg.hidden)
+    return 1.5 * e * (act + kv + w)
+
+
+def device_memory_bytes(device: str) -> float:
+    """Total memory of ``device`` (the GPU's, or the host's RAM); 0 when unknown."""
+    if device.startswith("cuda"):
+        try:
+            import torch
+
+            return float(torch.cuda.get_device_properties(device).total_memory)
+        except Exception:  # noqa: BLE001 - no GPU visible: the caller refuses cuda elsewhere
+            return 0.0
+    try:
+        import re
+        from pathlib import Path
+
+        m = re.search(r"MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text())
+        return int(m.group(1)) * 1024.0 if m else 0.0
+    except OSError:
+        return 0.0
 
 
 def point_for(plan: SweepPlan, name: str, phase: str, backend: str, batch: int, context: int, cost,
@@ -107,8 +162,6 @@ def formula_cost(plan: SweepPlan, name: str, phase: str, batch: int, context: in
 
     kw = dict(weight_dtype=plan.dtype, act_dtype=plan.dtype, kv_dtype=plan.dtype)
     ph = W.prefill(plan.model, batch, context, **kw) if phase == "prefill" else W.decode(plan.model, batch, context, **kw)
-    if name == "layer":
-        return sum((ph.op(n).cost for n in PER_LAYER_OPS), ZERO), plan.dtype
     o = ph.op(name)
     return o.cost, o.compute_dtype
 

@@ -14,11 +14,19 @@ from roofline.records import read_results
 @pytest.mark.parametrize("args,msg", [
     (["--slo", "ttft=fast"], "SLO 'ttft=fast' is malformed"),
     (["--slo", "latency=2s"], "SLO metric 'latency' is unknown"),
-    (["--rate", "0"], "--rate must be above zero"),
-    (["--rate", "-2"], "--rate must be above zero"),
-    (["--output-tokens", "0"], "--output-tokens must be at least 1"),
-    (["--chunk", "0"], "--chunk must be at least 1 token per step"),
-    (["--sweep-chunks", "16,0"], "--sweep-chunks entry must be at least 1"),
+    (["--rate", "0"], "--rate must be between 0.001 and 1e+06 requests per second, but 0 was given"),
+    (["--rate", "-2"], "--rate must be between 0.001 and 1e+06 requests per second"),
+    (["--rate", "1e-300"], "--rate must be between 0.001 and 1e+06 requests per second, but 1e-300 was given"),
+    (["--rate", "nan"], "--rate must be between 0.001 and 1e+06"),
+    (["--rate", "inf"], "--rate must be between 0.001 and 1e+06"),
+    (["--output-tokens", "0"], "--output-tokens must be from 1 (prefill already yields the first token)"),
+    (["--chunk", "0"], "--chunk must be from 1 to 1048576 tokens per step, but 0 was given"),
+    (["--sweep-chunks", "16,0"], "--sweep-chunks entry must be from 1 to 1048576 tokens"),
+    (["--requests", "0"], "--requests must be from 1 to 100000"),
+    (["--block-size", "0"], "--block-size must be from 1"),
+    (["--max-slots", "0"], "--max-slots must be from 1 to 4096"),
+    (["--threads", "100000"], "must be between 1 and this machine's"),
+    (["--device", "tpu"], "must be cpu, cuda or cuda:N"),
     (["--sweep-chunks", "16,lots"], "--sweep-chunks entry 'lots' is not a token count"),
     (["--shared-prefix", "999"], "--shared-prefix must be between 0 and the prompt length"),
 ])
@@ -55,12 +63,11 @@ def test_real_model_run_writes_ordered_timelines_and_summary(tmp_path):
     assert any(f.startswith("TTFT = ") for f in doc["formulas"])
     rf = read_results(tmp_path / "latency.jsonl")
     assert rf.header.kind == "latency" and rf.header.model_name == "tiny"
-    reqs = [RequestTimeline.from_dict(d) for d in rf.extra if d["type"] == "request"]
-    steps = [d for d in rf.extra if d["type"] == "latency-step"]
+    reqs, steps = rf.requests, rf.serving_steps
     assert len(reqs) == 4 and all(t.ok and t.n == 5 and ordered(t) for t in reqs)
     assert all(sum(c[2] for c in t.chunks) == 40 for t in reqs)            # 40 tokens, no shared prefix
     assert all(c[2] <= 16 for t in reqs for c in t.chunks)                  # chunked under the budget
-    assert all(st["decode"] + st["prefill"] <= 16 for st in steps)
+    assert steps and all(st.decode + st.prefill <= 16 for st in steps)
     assert [t.arrival for t in reqs] == pytest.approx([0.0, 0.02, 0.04, 0.06])   # fixed rate 50/s
 
 
@@ -76,8 +83,7 @@ def test_real_model_prefix_reuse_cuts_prefilled_tokens_and_ttft(tmp_path):
     # request 0 prefills 400; each later one reuses 384 (24 full blocks of 16) and prefills 16
     assert on["prefilled_tokens"] == 400 + 3 * 16 and on["cached_tokens"] == 3 * 384
     rf = read_results(tmp_path / "latency.jsonl")
-    ttft = {cfg: sorted(RequestTimeline.from_dict(d).ttft for d in rf.extra
-                        if d["type"] == "request" and d["config"] == cfg and d["id"] > 0)
+    ttft = {cfg: sorted(t.ttft for t in rf.requests if t.config == cfg and t.id > 0)
             for cfg in (off["config"], on["config"])}
     # noise on a shared CPU only adds time, so compare the fastest: 16 tokens vs 400 tokens of prefill
     assert min(ttft[on["config"]]) < 0.7 * min(ttft[off["config"]])

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 import profiler.ceilings as C
-import profiler.commands.profile as P
+import profiler.run as R
 from profiler.cli import main
 from roofline.devices import cpu_device
 
@@ -24,7 +24,7 @@ def ran(monkeypatch):
         log.append(("ceilings", device))
         return C.Ceilings(cpu_device(C.device_name("cpu"), {"fp32": 1e11, "bf16": 5e10}, 2e10), None,
                           {"bandwidth": {}, "gemm": {}, "label": "achievable"})
-    monkeypatch.setattr(P, "validate_kernels", checks)
+    monkeypatch.setattr(R, "validate_kernels", checks)
     monkeypatch.setattr(C, "get_ceilings", ceilings)
     return log
 
@@ -87,14 +87,14 @@ def test_resume_refuses_another_model_and_reports_corrupt_lines(ran, tmp_path):
     assert invoke([*TINY, "--out", str(out)]).exit_code == 0
     ran.clear()
     r = invoke(["--model", "small", "--batches", "1", "--contexts", "8", "--out", str(out), "--resume"])
-    assert r.exit_code == 2 and "model 'tiny', this run is model 'small'" in r.output and ran == []
+    assert r.exit_code == 2 and "it holds model name = 'tiny', this run has 'small'" in r.output and ran == []
     path = out / "results.jsonl"
     lines = path.read_text().splitlines()
     h = json.loads(lines[0])
     h["device"]["name"] = "NVIDIA H100 SXM5 80GB"
     path.write_text("\n".join([json.dumps(h)] + lines[1:]) + "\n")
     r = invoke([*TINY, "--out", str(out), "--resume"])
-    assert r.exit_code == 2 and "device 'NVIDIA H100 SXM5 80GB', this run is device" in r.output and ran == []
+    assert r.exit_code == 2 and "it holds device 'NVIDIA H100 SXM5 80GB', this run is on" in r.output and ran == []
     lines[3] = '{"type": "measurement", "point": '
     path.write_text("\n".join(lines) + "\n")
     r = invoke([*TINY, "--out", str(out), "--resume"])

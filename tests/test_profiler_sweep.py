@@ -10,7 +10,8 @@ from profiler import sweep as S
 from roofline.devices import cpu_device
 from roofline.errors import RooflineError
 from roofline.models import load_model
-from roofline.records import ResultWriter, RunHeader, read_results
+from roofline.records import RunHeader, read_results
+from roofline.writer import ResultWriter
 
 TINY = load_model("tiny")
 OPS = ("q_proj", "attention", "layer")
@@ -83,7 +84,7 @@ def test_resume_refuses_another_dtype(tmp_path):
     p, path = plan(), tmp_path / "r.jsonl"
     with ResultWriter(path, header(p)):
         pass
-    with pytest.raises(RooflineError, match="dtype 'fp32', this run is dtype 'bf16'"):
+    with pytest.raises(RooflineError, match="it holds dtype 'fp32', this run is 'bf16'"):
         ResultWriter(path, header(p, dtype="bf16"), resume=True)
 
 

@@ -1,10 +1,16 @@
-"""``roofline check``: every kernel and the model against their references (kernels.check).
+"""``roofline check``: every kernel and the model against their references (kernels.check), or
+``--compile``: every kernel variant compiled for sm_80 / sm_90 with no GPU (kernels.compile_check).
 
     roofline check --backend triton --dtype bf16
     roofline check --json
+    roofline check --compile --quick                 # CI: the quick set, cached, under a minute warm
+    roofline check --compile                         # before renting a GPU: the full set
+    roofline check --compile --target sm_90 --kernel _prefill_attn_kernel --json
 
-Thin: options are validated here, the work is ``kernels.check.run_checks``. Exits 1 if any
-check fails. With no GPU the kernels run under the Triton interpreter on small shapes.
+Thin: options are validated here, the work is ``kernels.check.run_checks`` or
+``kernels.compile_check.run_subprocess``. Exits 1 if any check fails. With no GPU the kernels run
+under the Triton interpreter on small shapes; the compile check runs in a child process with
+the interpreter off (it compiles, it never launches).
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import click
 
 from roofline.errors import RooflineError
 
+TARGETS = ("sm_80", "sm_90")
+
 
 @click.command()
 @click.option("--backend", type=click.Choice(["triton", "torch"]), default="triton", show_default=True,
@@ -22,9 +30,21 @@ from roofline.errors import RooflineError
 @click.option("--dtype", type=click.Choice(["fp32", "fp16", "bf16"]), default="fp32", show_default=True,
               help="activation/weight dtype of the inputs")
 @click.option("--full", is_flag=True, help="also check larger shapes with the default GPU block sizes")
-@click.option("--json", "as_json", is_flag=True, help="print one JSON array of results")
-def check(backend, dtype, full, as_json):
+@click.option("--json", "as_json", is_flag=True, help="print JSON (an array of results; the compile report)")
+@click.option("--compile", "compile_", is_flag=True,
+              help="compile every kernel variant the launchers choose for Llama-2-7B/Llama-3-8B shapes for "
+                   "sm_80 and sm_90 (no GPU needed): compile errors, shared memory, registers, spills, grids")
+@click.option("--quick", is_flag=True, help="with --compile: the quick set of shapes (cached; for CI)")
+@click.option("--target", default=",".join(TARGETS), show_default=True, help="with --compile: targets")
+@click.option("--kernel", "kernel_names", multiple=True, help="with --compile: only this kernel (repeatable)")
+@click.option("--jobs", type=int, default=None, help="with --compile: compile processes (default: CPU count)")
+def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, jobs):
     """Validate every kernel and the model (prefill+decode, chunked, prefix reuse, backends)."""
+    if compile_:
+        _compile_check(quick, target, kernel_names, jobs, as_json)
+        return
+    if quick or kernel_names or jobs or target != ",".join(TARGETS):
+        raise RooflineError("--quick, --target, --kernel and --jobs go with --compile.")
     try:
         from kernels import _env  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
         from kernels.check import run_checks
@@ -45,4 +65,54 @@ def check(backend, dtype, full, as_json):
         click.echo(f"{len(results) - len(failed)}/{len(results)} checks passed"
                    + ("" if not failed else f"; failed: {', '.join(r.name for r in failed)}"))
     if failed:
+        raise SystemExit(1)
+
+
+def driver_notes(report: dict, driver_cuda: str | None) -> list:
+    """One line per target whose ptxas is newer than this box's driver runs (it will not load the cubins)."""
+    if not driver_cuda:
+        return []
+    out = []
+    have = tuple(int(x) for x in driver_cuda.split("."))
+    for name, t in report.get("targets", {}).items():
+        rel = t.get("ptxas", {}).get("release", "")
+        try:
+            need = tuple(int(x) for x in rel.split("."))
+        except ValueError:
+            continue
+        if need[0] > have[0]:
+            out.append(f"WARNING {name}: assembled by ptxas {rel}, but this driver runs CUDA {driver_cuda}: "
+                       f"it cannot load {need[0]}.x cubins (update the driver, or use a triton whose ptxas matches)")
+    return out
+
+
+def _compile_check(quick, target, kernel_names, jobs, as_json):
+    try:
+        from kernels.compile_check import format_report, run_subprocess, summary
+    except ImportError as e:  # pragma: no cover
+        raise RooflineError(f"the compile check needs torch and triton: {e}.") from None
+    from .. import probes
+    from ..timing import now
+
+    targets = [t.strip() for t in target.split(",") if t.strip()]
+    bad = [t for t in targets if t not in TARGETS]
+    if bad or not targets:
+        raise RooflineError(f"unknown target {bad[0] if bad else target!r}: choose from {', '.join(TARGETS)} "
+                            "(comma-separated).")
+    t0 = now()
+    report = run_subprocess(targets, quick=quick, kernels=list(kernel_names) or None, jobs=jobs)
+    report["wall_s"] = now() - t0
+    report["driver_notes"] = driver_notes(report, probes.cuda_driver_version())
+    if report.get("error"):
+        raise RooflineError(report["notice"])
+    if as_json:
+        click.echo(json.dumps(report, indent=1))
+    else:
+        click.echo(format_report(report))
+        for line in report["driver_notes"]:
+            click.echo(line)
+        if report.get("rows"):
+            click.echo(f"in {report['wall_s']:.1f} s (a newer ptxas than the GPU box's driver accepts is a known "
+                       "risk: compare the releases above with `nvidia-smi`'s CUDA version)")
+    if summary(report)["failed"]:
         raise SystemExit(1)

@@ -7,30 +7,32 @@
     roofline diagnose roofline-out/latency.jsonl roofline-out/results.jsonl
 
 Results: ``OUT/latency.jsonl``: a ``RunHeader`` (kind "latency"), then per configuration one
-``request`` line per request, one ``latency-step`` line per scheduler step and a
-``latency-summary`` line. Timestamps: ``profiler.timing.timestamp`` (device synced), in
-seconds since the configuration's loop started; arrivals are scheduled offsets.
+``request`` line per request *as it finishes*, one ``latency-step`` line per scheduler step and
+a ``latency-summary`` line. Timestamps: ``profiler.timing.timestamp`` (device synced), in
+seconds since the configuration's loop started; arrivals are scheduled offsets. The work is
+``profiler.run.run_latency``; this module parses options and prints.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import sys
-from datetime import datetime, timezone
-from pathlib import Path
 
 import click
 
 from roofline.errors import RooflineError
-from roofline.latency import FORMULAS, arrival_times, format_slo, ms, parse_slo, summarize, summary_lines
+from roofline.latency import FORMULAS, format_slo, parse_slo, summary_lines
+from roofline.units import ms
 
-from ..cli_args import dtype_option, model_option, torch_device
+from ..cli_args import dtype_option, mode_of, mode_options, model_option, threads_option, torch_device
+
+MAX_RATE = 1e6      # arrivals per second: beyond this every request arrives at once anyway
+MIN_RATE = 1e-3     # one request per ~17 minutes: slower runs are waiting, not measuring
+MAX_REQUESTS = 100_000
+MAX_TOKENS = 1 << 20
 
 
 def _budget_list(text: str | None) -> list:
-    """'16,64,none' -> [16, 64, None]; every budget at least one token."""
+    """'16,64,none' -> [16, 64, None]; every budget at least one token; a repeat runs once (said)."""
     if text is None:
         return []
     out = []
@@ -45,53 +47,44 @@ def _budget_list(text: str | None) -> list:
         out.append(_check_budget(v, "--sweep-chunks entry"))
     if not out:
         raise RooflineError("--sweep-chunks is empty: give e.g. 16,64,256,none.")
-    return out
+    unique = list(dict.fromkeys(out))
+    if len(unique) < len(out):
+        click.echo("note: --sweep-chunks repeats a budget; each runs once.", err=True)
+    return unique
 
 
 def _check_budget(v, name="--chunk") -> int:
-    if v < 1:
-        raise RooflineError(f"{name} must be at least 1 token per step, but {v} was given.")
+    if v < 1 or v > MAX_TOKENS:
+        raise RooflineError(f"{name} must be from 1 to {MAX_TOKENS} tokens per step, but {v} was given.")
     return v
 
 
-def validate(*, rate, output_tokens, prompt_tokens, requests, chunk, sweep, slo, shared_prefix, cfg) -> tuple:
+def validate(*, rate, output_tokens, prompt_tokens, requests, chunk, sweep, slo, shared_prefix, cfg,
+             block_size=16, max_slots=8) -> tuple:
     """Every rule checked before the model is built; returns (budgets, slo seconds)."""
-    if not (rate > 0) or math.isinf(rate):
-        raise RooflineError(f"--rate must be above zero requests per second, but {rate:g} was given.")
-    if output_tokens < 1:
-        raise RooflineError(f"--output-tokens must be at least 1 (prefill already yields the first token), "
-                            f"but {output_tokens} was given.")
-    if prompt_tokens < 1:
-        raise RooflineError(f"--prompt-tokens must be at least 1, but {prompt_tokens} was given.")
-    if requests < 1:
-        raise RooflineError(f"--requests must be at least 1, but {requests} was given.")
+    if not (MIN_RATE <= rate <= MAX_RATE):
+        raise RooflineError(f"--rate must be between {MIN_RATE:g} and {MAX_RATE:g} requests per second, but "
+                            f"{rate:g} was given.")
+    if output_tokens < 1 or output_tokens > MAX_TOKENS:
+        raise RooflineError(f"--output-tokens must be from 1 (prefill already yields the first token) to "
+                            f"{MAX_TOKENS}, but {output_tokens} was given.")
+    if prompt_tokens < 1 or prompt_tokens > MAX_TOKENS:
+        raise RooflineError(f"--prompt-tokens must be from 1 to {MAX_TOKENS}, but {prompt_tokens} was given.")
+    if requests < 1 or requests > MAX_REQUESTS:
+        raise RooflineError(f"--requests must be from 1 to {MAX_REQUESTS}, but {requests} was given.")
     if shared_prefix < 0 or shared_prefix > prompt_tokens:
         raise RooflineError(f"--shared-prefix must be between 0 and the prompt length ({prompt_tokens}), "
                             f"but {shared_prefix} was given.")
     if prompt_tokens + output_tokens > cfg.max_context:
         raise RooflineError(f"prompt {prompt_tokens} + output {output_tokens} tokens exceed {cfg.name}'s maximum "
                             f"context of {cfg.max_context}.")
+    if block_size < 1 or block_size > prompt_tokens + output_tokens:
+        raise RooflineError(f"--block-size must be from 1 to the sequence length ({prompt_tokens + output_tokens}), "
+                            f"but {block_size} was given.")
+    if max_slots < 1 or max_slots > 4096:
+        raise RooflineError(f"--max-slots must be from 1 to 4096, but {max_slots} was given.")
     budgets = _budget_list(sweep) if sweep is not None else [_check_budget(chunk)]
     return budgets, parse_slo(slo)
-
-
-def _device_header(torch_device: str):
-    """The device as `roofline profile` records it: the catalogue entry for a known GPU, else its name."""
-    from roofline.devices import Device, cpu_device, find_device
-
-    from ..ceilings import device_name
-
-    name = device_name(torch_device)
-    if not torch_device.startswith("cuda"):
-        return cpu_device(name=name)
-    try:
-        return find_device(name)
-    except RooflineError:
-        return Device(key="gpu", name=name, kind="gpu", source="unknown", provenance="not in the catalogue")
-
-
-def _label(budget, cache: bool) -> str:
-    return f"chunk={budget if budget else 'none'},prefix-cache={'on' if cache else 'off'}"
 
 
 @click.command()
@@ -115,90 +108,39 @@ def _label(budget, cache: bool) -> str:
 @click.option("--prefix-cache/--no-prefix-cache", default=True, show_default=True)
 @click.option("--block-size", type=int, default=16, show_default=True, help="prefix-cache block (tokens)")
 @click.option("--max-slots", type=int, default=8, show_default=True, help="KV-cache slots: most concurrent requests")
-@click.option("--threads", type=int, default=None,
-              help="CPU threads for torch; default on a CPU: one less than the cores (recorded)")
+@threads_option("CPU threads for torch; default on a CPU: one less than the cores (recorded)")
 @click.option("--slo", default=None, help="targets for goodput, e.g. ttft=200ms,tpot=50ms,e2e=2s")
 @click.option("--out", "out_dir", default="roofline-out", show_default=True, type=click.Path(file_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="print the summaries as one JSON object")
+@mode_options("OUT/latency.jsonl")
+@click.option("--json", "as_json", is_flag=True, help="print the summaries as one JSON object (strict: null for "
+              "undefined numbers)")
 def latency(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n_requests, rate, arrival, seed, chunk,
-            sweep_chunks, shared_prefix, prefix_cache, block_size, max_slots, threads, slo, out_dir, as_json):
+            sweep_chunks, shared_prefix, prefix_cache, block_size, max_slots, threads, slo, out_dir, resume,
+            overwrite, as_json):
     """Serve several requests through a continuous-batching loop; measure TTFT, TPOT, ITL, goodput."""
+    from ..run import Interrupted, LatencyRun, run_latency, strict_json
+
     budgets, slo_s = validate(rate=rate, output_tokens=output_tokens, prompt_tokens=prompt_tokens,
                               requests=n_requests, chunk=chunk, sweep=sweep_chunks, slo=slo,
-                              shared_prefix=shared_prefix, cfg=model)
-    if block_size < 1 or max_slots < 1 or (threads is not None and threads < 1):
-        raise RooflineError("--block-size, --max-slots and --threads must be at least 1.")
+                              shared_prefix=shared_prefix, cfg=model, block_size=block_size, max_slots=max_slots)
     import torch
 
     if torch_device == "auto":
         torch_device = "cuda" if torch.cuda.is_available() else "cpu"
-    old_threads = torch.get_num_threads()
-    if threads is None and torch_device == "cpu":
-        # NB: torch's OpenMP threads spin-wait; with every core busy, one other process on the
-        # machine stretches each step many times over (measured here: 3 s -> 25 s on 2 cores).
-        threads = min(old_threads, max(1, (os.cpu_count() or 2) - 1))
-    if threads:
-        torch.set_num_threads(threads)
+    run = LatencyRun(model=model, backend=backend, dtype=dtype, device=torch_device, prompt_tokens=prompt_tokens,
+                     output_tokens=output_tokens, requests=n_requests, rate=rate, arrival=arrival, seed=seed,
+                     budgets=tuple(budgets), shared_prefix=shared_prefix, prefix_cache=prefix_cache,
+                     block_size=block_size, max_slots=max_slots, threads=threads, slo=slo_s, out=out_dir,
+                     mode=mode_of(resume, overwrite))
     try:
-        _run(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n_requests, rate, arrival, seed,
-             budgets, shared_prefix, prefix_cache, block_size, max_slots, slo_s, out_dir, as_json)
-    finally:
-        torch.set_num_threads(old_threads)     # in-process callers (tests) get their setting back
-
-
-def _run(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n_requests, rate, arrival, seed,
-         budgets, shared_prefix, prefix_cache, block_size, max_slots, slo_s, out_dir, as_json):
-    import torch
-
-    from kernels.model import LlamaModel
-    from roofline.records import ResultWriter, RunHeader
-
-    from ..probes import git_sha, versions
-    from ..serving import RequestSpec, serve, warmup
-    from ..tokenizer import make_prompt
-
-    caches = [False, True] if (prefix_cache and shared_prefix >= block_size) else [prefix_cache]
-    configs = [(b, c) for b in budgets for c in caches]
-    settings = {"prompt_tokens": prompt_tokens, "output_tokens": output_tokens, "requests": n_requests,
-                "rate": rate, "arrival": arrival, "seed": seed, "chunk_budgets": budgets,
-                "shared_prefix": shared_prefix, "block_size": block_size, "max_slots": max_slots,
-                "backend": backend, "torch_device": torch_device, "threads": torch.get_num_threads(),
-                "slo": slo_s, "timestamps": "profiler.timing.timestamp after a device sync; seconds since the "
-                "loop started; arrival = scheduled offset"}
-    header = RunHeader(device=_device_header(torch_device), model=model.to_dict(), kind="latency", dtype=dtype,
-                       settings=settings, versions=versions(), git_sha=git_sha(),
-                       command="roofline " + " ".join(sys.argv[1:]),
-                       started=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    try:
-        m = LlamaModel(model, dtype=dtype, backend=backend, device=torch_device, seed=seed, max_slots=max_slots,
-                       max_len=prompt_tokens + output_tokens + 1)
-    except (ValueError, RuntimeError) as e:
-        raise RooflineError(f"cannot build {model.name} ({backend}, {dtype}, {torch_device}): {e}") from None
-    warmup(m)
-    specs = [RequestSpec(i, a, make_prompt(prompt_tokens, seed=seed * 1000 + i, shared_prefix=shared_prefix),
-                         output_tokens) for i, a in enumerate(arrival_times(n_requests, rate, arrival, seed))]
-    path = Path(out_dir) / "latency.jsonl"
-    summaries = []
-    with ResultWriter(path, header) as w:
-        for budget, cache in configs:
-            label = _label(budget, cache)
-            click.echo(f"running {label}: {n_requests} requests, {model.name} {backend} {dtype} on {torch_device}",
-                       err=True)
-            for s in range(max_slots):
-                m.reset(s)
-            run = serve(m, specs, chunk_budget=budget, prefix_cache=cache, block_size=block_size, config=label)
-            for t in run.timelines:
-                w.write(t.to_dict())
-            for st in run.steps:
-                w.write({"type": "latency-step", "config": label, **st})
-            s = summarize(run.timelines, slo_s, label, {"chunk_budget": budget, "prefix_cache": cache,
-                                                        "block_size": block_size})
-            w.write(s.to_dict())
-            summaries.append(s)
+        result = run_latency(run, say=lambda m: click.echo(m, err=True))
+    except Interrupted as e:
+        click.echo("\n" + e.message, err=True)
+        raise SystemExit(130) from None
     if as_json:
-        click.echo(json.dumps({"file": str(path), "formulas": list(FORMULAS),
-                               "summaries": [s.to_dict() for s in summaries]}, allow_nan=True))
+        click.echo(strict_json(result.to_json()))
         return
+    summaries = result.summaries
     click.echo(f"{model.name} ({backend}, {dtype}, {torch_device}): {n_requests} requests, prompt {prompt_tokens}, "
                f"output {output_tokens}, {arrival} arrivals at {rate:g}/s, shared prefix {shared_prefix}")
     click.echo("Formulas: " + "; ".join(FORMULAS) + ".")
@@ -207,7 +149,9 @@ def _run(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n_re
         click.echo("\n".join(summary_lines(s)))
     if len(summaries) > 1:
         click.echo("\n" + comparison_table(summaries))
-    click.echo(f"\nwrote {path}")
+    if result.skipped:
+        click.echo(f"\nalready in the file (not run again): {', '.join(result.skipped)}")
+    click.echo(f"\nwrote {result.path}")
 
 
 def comparison_table(summaries) -> str:
@@ -228,6 +172,8 @@ def comparison_table(summaries) -> str:
 @click.option("--json", "as_json", is_flag=True, help="print the findings as a JSON array")
 def diagnose(results, as_json):
     """Read profile and latency result files; say what bounds each phase and what to try next."""
+    import json
+
     from roofline.diagnose import diagnose as run_rules
     from roofline.records import read_results
 
@@ -239,4 +185,6 @@ def diagnose(results, as_json):
     for rf in files:
         mine = [f for f in findings if f.source == str(rf.path)]
         click.echo(f"{rf.path} ({rf.header.kind}, {rf.header.model_name} on {rf.device.name}):")
+        for n in rf.notices:
+            click.echo(f"- note: {n}")
         click.echo("\n".join(f.text() for f in mine) if mine else "- nothing to say: no measurements or requests.")
