@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 run: $(VENV)/.installed
-	$(VENV)/bin/roofline profile --quick --out roofline-out
+	$(VENV)/bin/roofline profile --quick --overwrite --out roofline-out
 
 test: $(VENV)/.installed
 	$(PY) -m pytest
