@@ -10,7 +10,6 @@ Progress goes to stderr; stdout stays parseable.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 
 import click
@@ -31,17 +30,13 @@ COMMANDS = {
 }
 
 
-def _available(name: str) -> bool:
-    return importlib.util.find_spec(COMMANDS[name].split(":")[0]) is not None
-
-
 class LazyGroup(click.Group):
     def list_commands(self, ctx):
-        return sorted(n for n in COMMANDS if _available(n))
+        return sorted(COMMANDS)
 
     def get_command(self, ctx, name):
         target = COMMANDS.get(name)
-        if target is None or not _available(name):
+        if target is None:
             return None
         module, attr = target.split(":")
         return getattr(importlib.import_module(module), attr)

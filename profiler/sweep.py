@@ -202,10 +202,8 @@ class SweepStats:
 
 
 def _default_make_runners():
-    try:
-        from kernels.runners import make_runners
-    except ImportError as e:
-        raise RooflineError(f"the kernels' runners are not available ({e}); is kernels/runners.py installed?") from None
+    from kernels.runners import make_runners
+
     return make_runners
 
 

@@ -57,7 +57,9 @@ JS = """
     th.addEventListener('click',function(){
       var asc=th.dataset.dir!=='asc'; th.dataset.dir=asc?'asc':'desc';
       rows.sort(function(a,b){
-        var x=a.cells[i].dataset.v, y=b.cells[i].dataset.v, nx=parseFloat(x), ny=parseFloat(y);
+        var ca=a.cells[i], cb=b.cells[i];
+        var x=ca.dataset.v!==undefined?ca.dataset.v:ca.textContent, y=cb.dataset.v!==undefined?cb.dataset.v:cb.textContent;
+        var nx=parseFloat(x), ny=parseFloat(y);
         var c=(!isNaN(nx)&&!isNaN(ny))?nx-ny:String(x).localeCompare(String(y));
         return asc?c:-c;
       });
@@ -69,22 +71,27 @@ JS = """
 """
 
 
-LABEL = POINT_COLUMNS.index("label")
-
-
 def _e(x) -> str:
     return escape(str(x), quote=True)
+
+
+def _sort_key(text: str, v) -> str:
+    """The cell's data-v attribute: only where sorting needs more than the text (numbers, compactly)."""
+    if isinstance(v, float):
+        return f' data-v="{v:.6g}"'
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f' data-v="{v}"'
+    return "" if str(v) == text else f' data-v="{_e(v)}"'
 
 
 def _table(columns, rows, *, table_id="", text_cols=(), row_attrs=None) -> str:
     head = "".join(f'<th class="{"t" if c in text_cols else ""}">{_e(c)}</th>' for c in columns)
     tid = f' id="{table_id}"' if table_id else ""
     out = [f"<table{tid}><thead><tr>{head}</tr></thead><tbody>"]
+    cls = [' class="t"' if c in text_cols else "" for c in columns]
     for i, row in enumerate(rows):
         attrs = row_attrs(i) if row_attrs else ""
-        cells = "".join(
-            f'<td class="{"t" if c in text_cols else ""}" data-v="{_e(v if not isinstance(v, float) else repr(v))}">'
-            f"{_e(text)}</td>" for c, (text, v) in zip(columns, row))
+        cells = "".join(f"<td{k}{_sort_key(text, v)}>{_e(text)}</td>" for k, (text, v) in zip(cls, row))
         out.append(f"<tr{attrs}>{cells}</tr>")
     out.append("</tbody></table>")
     return "".join(out)
@@ -140,22 +147,22 @@ def _run_top(run) -> str:
 
 
 def _points_table(runs) -> str:
-    rows, attrs = [], []
-    for run in runs:
-        for row, r in zip(point_rows(run.analysis, run.name), run.analysis.results):
-            rows.append(row)
-            cls = " class='skip'" if not r.ok else (" class='warn'" if r.above_roof else "")
-            attrs.append(f' data-phase="{_e(r.point.phase)}" data-label="{_e(row[LABEL][0])}"{cls}')
-    phases = sorted({r[1][0] for r in rows})
-    labels = sorted({r[LABEL][0] for r in rows})
+    results = [(run, r) for run in runs for r in run.analysis.results]
+    phases = sorted({r.point.phase for _, r in results})
+    labels = sorted({r.label for _, r in results})
     opts = lambda xs: "".join(f'<option value="{_e(x)}">{_e(x)}</option>' for x in xs)  # noqa: E731
     controls = (f'<div class="controls"><input id="q" placeholder="filter: op, flag, device..." size="32">'
                 f'<select id="phase"><option value="">all phases</option>{opts(phases)}</select>'
                 f'<select id="label"><option value="">all labels</option>{opts(labels)}</select>'
                 f'<span id="shown" class="sub"></span> <span class="sub">(click a header to sort)</span></div>')
+
+    def attrs(i: int) -> str:
+        r = results[i][1]
+        cls = " class='skip'" if not r.ok else (" class='warn'" if r.above_roof else "")
+        return f' data-phase="{_e(r.point.phase)}" data-label="{_e(r.label)}"{cls}'
+    rows = (row for run in runs for row in point_rows(run.analysis, run.name))
     table = _table(POINT_COLUMNS, rows, table_id="points", text_cols=("run", "phase", "op", "backend", "label",
-                                                                       "flags"),
-                   row_attrs=lambda i: attrs[i])
+                                                                       "flags"), row_attrs=attrs)
     return controls + f'<div class="scroll">{table}</div>'
 
 

@@ -29,7 +29,8 @@ from matplotlib.ticker import NullFormatter
 from roofline import units as U
 from roofline.analysis import analyze, ceilings
 
-from .style import (ABOVE_ROOF_COLOR, BATCH_CMAP, DATASHEET_COLOR, MEASURED_COLOR, PHASE_MARKER, styled)
+from .style import (ABOVE_ROOF_COLOR, BATCH_CMAP, DATASHEET_COLOR, MEASURED_COLOR, PHASE_MARKER, RASTER_ABOVE,
+                    styled)
 
 
 def plotted(result_file) -> list:
@@ -122,6 +123,7 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
                     gid=f"ridge-label:{header.dtype}",
                     bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
 
+    raster = len(ms) > RASTER_ABOVE
     batches = sorted({r.point.batch for r in ms}) or [1]
     norm = LogNorm(vmin=batches[0], vmax=max(batches[-1], batches[0] * 2))
     ctx_lo = min((r.point.context for r in ms), default=128)
@@ -134,10 +136,11 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
         lo = np.array([r.point.cost.flops / r.m.p80_s for r in sel])
         hi = np.array([r.point.cost.flops / r.m.p20_s for r in sel])
         ax.errorbar(x, y, yerr=[np.clip(y - lo, 0, None), np.clip(hi - y, 0, None)], fmt="none",
-                    ecolor="#9a9a9a", elinewidth=0.6, capsize=0, zorder=2, gid=f"errorbars:{phase}")
+                    ecolor="#9a9a9a", elinewidth=0.6, capsize=0, zorder=2, gid=f"errorbars:{phase}",
+                    rasterized=raster)
         ax.scatter(x, y, c=[r.point.batch for r in sel], cmap=BATCH_CMAP, norm=norm, marker=marker,
                    s=[context_size(r.point.context, ctx_lo) for r in sel], edgecolors="white", linewidths=0.4,
-                   alpha=0.9, zorder=3, gid=f"points:{phase}")
+                   alpha=0.9, zorder=3, gid=f"points:{phase}", rasterized=raster)
 
     above = [r for r in ms if r.above_roof]
     if above:

@@ -28,6 +28,10 @@ PHASE_MARKER = {"decode": "o", "prefill": "^"}
 PHASE_LINESTYLE = {"decode": "-", "prefill": "--"}
 BATCH_CMAP = "viridis"
 DEVICE_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+# Beyond this many markers (or bars) in one chart, a vector image is megabytes and seconds to draw: the
+# markers are rasterized inside the SVG (axes, roofs and labels stay vector) and per-bar labels are thinned.
+RASTER_ABOVE = 2000
+MAX_BAR_LABELS = 48
 MEASURED_COLOR = "#222222"
 DATASHEET_COLOR = "#888888"
 ABOVE_ROOF_COLOR = "#d62728"

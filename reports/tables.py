@@ -23,15 +23,16 @@ def _num(x) -> float:
     return -math.inf if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
-def point_rows(analysis, run: str) -> list[list[tuple[str, float | str]]]:
-    rows = []
+def point_rows(analysis, run: str):
+    """Yield one row per measurement, in file order (a generator: a 20,000-point file's rows are
+    rendered as they are made, never all held at once)."""
     for r in analysis.results:
         p, m = r.point, r.m
         ok = r.ok
         flags = list(r.flags)
         if not ok:
             flags.append(f"{m.status}: {m.reason}" if m.reason else m.status)
-        rows.append([
+        yield [
             (run, run), (p.phase, p.phase), (p.op, p.op), (f"{p.batch:,}", p.batch), (f"{p.context:,}", p.context),
             (p.backend, p.backend), (str(r.count), r.count),
             (U.flops(p.cost.flops), p.cost.flops), (U.nbytes(p.cost.bytes), p.cost.bytes),
@@ -42,8 +43,7 @@ def point_rows(analysis, run: str) -> list[list[tuple[str, float | str]]]:
             (U.bandwidth(m.achieved_bytes_per_s) if ok else "-", _num(m.achieved_bytes_per_s)),
             (U.seconds(r.predicted_s), r.predicted_s), (U.percent(r.roof_fraction), _num(r.roof_fraction)),
             (r.label, r.label), (", ".join(flags), ", ".join(flags)),
-        ])
-    return rows
+        ]
 
 
 def phase_rows(steps) -> list[list[tuple[str, float | str]]]:

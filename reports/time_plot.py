@@ -23,7 +23,7 @@ from roofline.analysis import analyze
 from roofline.bounds import OVERHEAD_FRACTION
 from roofline.workload import LAYER_OP, OP_NAMES
 
-from .style import ABOVE_ROOF_COLOR, PHASE_MARKER, op_color, styled
+from .style import ABOVE_ROOF_COLOR, MAX_BAR_LABELS, PHASE_MARKER, RASTER_ABOVE, op_color, styled
 
 
 def step_times(result_file, phase: str) -> tuple[list, dict]:
@@ -47,25 +47,28 @@ def plot_time_breakdown(ax, result_file, phase: str):
     x = np.arange(len(keys))
     bottom = np.zeros(len(keys))
     totals = np.array([sum(per[k].values()) for k in keys])
+    raster = len(keys) * len(ops) > RASTER_ABOVE
     for op in ops:
         share = np.array([per[k].get(op, 0.0) for k in keys]) / np.where(totals > 0, totals, 1)
         # one PolyCollection per op (not a Rectangle per bar): 100 steps x 18 ops stay fast
         verts = [[(xi - 0.4, b), (xi + 0.4, b), (xi + 0.4, b + h), (xi - 0.4, b + h)]
                  for xi, b, h in zip(x, bottom, share)]
         ax.add_collection(PolyCollection(verts, facecolors=[op_color(op)], edgecolors="white", linewidths=0.3,
-                                         label=op, gid=f"time:{phase}:{op}"))
+                                         label=op, gid=f"time:{phase}:{op}", rasterized=raster))
         bottom += share
-    for xi, t in zip(x, totals):
+    every = max(1, -(-len(keys) // MAX_BAR_LABELS))     # too many bars to label each: every n-th one
+    for xi, t in list(zip(x, totals))[::every]:
         ax.text(xi, 1.01, U.seconds(t), ha="center", va="bottom", fontsize=7, rotation=90 if len(keys) > 12 else 0)
     several = len({k.backend for k in keys}) > 1
-    ax.set_xticks(x)
-    ax.set_xticklabels([step_label(k, several) for k in keys], fontsize=7)
+    ax.set_xticks(x[::every])
+    ax.set_xticklabels([step_label(k, several) for k in keys[::every]], fontsize=7)
     ax.set_xlim(-0.6, len(keys) - 0.4)
     ax.set_ylim(0, 1.12 if len(keys) <= 12 else 1.25)
     ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}" if v <= 1.0001 else "")
     ax.set_ylabel("share of measured step time")
     ax.set_xlabel("batch, context" if phase == "decode" else "batch, prompt tokens")
-    ax.set_title(f"{phase}: where the step time goes (total above each bar)")
+    ax.set_title(f"{phase}: where the step time goes (total above "
+                 + ("each bar)" if every == 1 else f"every {every}th bar; {len(keys)} steps)"))
     ax.grid(axis="x", visible=False)
     return ax
 
@@ -82,7 +85,7 @@ def plot_predicted_vs_measured(ax, result_file):
         xs = np.array([r.predicted_s for r in sel])
         ys = np.array([r.median_s for r in sel])
         ax.scatter(xs, ys, c=[op_color(r.op) for r in sel], marker=marker, s=18, edgecolors="white",
-                   linewidths=0.3, alpha=0.9, zorder=3, gid=f"pred:{phase}")
+                   linewidths=0.3, alpha=0.9, zorder=3, gid=f"pred:{phase}", rasterized=len(ok) > RASTER_ABOVE)
         lo, hi = min(lo, xs.min(), ys.min()), max(hi, xs.max(), ys.max())
     above = [r for r in ok if r.above_roof]
     if above:

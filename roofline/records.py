@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -172,7 +173,7 @@ class WorkloadPoint:
 @dataclass(frozen=True)
 class Measurement:
     point: WorkloadPoint
-    times_s: tuple = ()         # raw samples, seconds, one per repetition
+    times_s: array = ()         # raw samples, seconds, one per repetition (any sequence; kept as array('d'))
     timer: str = "cpu-clock"    # "cuda-events" | "cuda-graph" | "cpu-clock"
     l2_policy: str = "n/a"      # "flushed" | "working-set>L2" | "warm" | "n/a"
     config: dict = field(default_factory=dict)  # kernel config: block sizes, splits, threads
@@ -183,26 +184,33 @@ class Measurement:
     reason: str = ""            # why skipped
     rank: int = 0               # the tensor-parallel rank that measured it
 
+    def __post_init__(self):
+        # 8 bytes a sample instead of a Python float each: a 20,000-point file holds millions of them
+        if not isinstance(self.times_s, array):
+            object.__setattr__(self, "times_s", array("d", self.times_s))
+
     # ---- derived from the samples: never stored ----
     @property
     def ok(self) -> bool:
         return self.status == "ok" and len(self.times_s) > 0
 
     @cached_property
-    def _sorted(self) -> tuple:
-        return tuple(sorted(self.times_s))
+    def _quantiles(self) -> tuple:
+        """(p20, median, p80), from one sort of the samples."""
+        s = sorted(self.times_s)
+        return tuple(quantile(s, q, is_sorted=True) for q in (0.2, 0.5, 0.8))
 
-    @cached_property
+    @property
     def median_s(self) -> float:
-        return quantile(self._sorted, 0.5, is_sorted=True)
+        return self._quantiles[1]
 
-    @cached_property
+    @property
     def p20_s(self) -> float:
-        return quantile(self._sorted, 0.2, is_sorted=True)
+        return self._quantiles[0]
 
-    @cached_property
+    @property
     def p80_s(self) -> float:
-        return quantile(self._sorted, 0.8, is_sorted=True)
+        return self._quantiles[2]
 
     @property
     def spread(self) -> float:
@@ -249,7 +257,7 @@ class Measurement:
                                     "seconds (NaN, null, zero and negative times are refused)")
         flags = _opt(d, "flags", list, what, [])
         status = _str(d, "status", what, default="ok", choices=STATUSES)
-        return cls(point=WorkloadPoint.from_dict(d.get("point")), times_s=tuple(float(t) for t in times),
+        return cls(point=WorkloadPoint.from_dict(d.get("point")), times_s=array("d", times),
                    timer=_str(d, "timer", what, default="cpu-clock"),
                    l2_policy=_str(d, "l2_policy", what, default="n/a"),
                    config=_opt(d, "config", dict, what, {}), device=_str(d, "device", what, default=""),
@@ -359,55 +367,53 @@ def read_results(path) -> ResultFile:
     if p.is_dir():
         raise RooflineError(f"{p} is a folder; give the results .jsonl file inside it.")
     try:
-        raw = p.read_bytes()
+        f = open(p, "rb")
     except OSError as e:
         raise RooflineError(f"cannot read results file {p}: {e.strerror or e}.") from None
-    lines = raw.split(b"\n")
-    torn = b""
-    if lines and lines[-1]:
-        torn = lines.pop()          # no newline at the end: a run killed mid-write
-    elif lines:
-        lines.pop()                 # the empty string after the final newline
-    if not any(ln.strip() for ln in lines) and not torn:
-        raise RooflineError(f"results file {p} is empty: it has no header line. Re-run `roofline profile`.")
     header, rf = None, None
-    seen: dict = {}
-    duplicates = 0
-    for i, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            msg = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
-            raise RooflineError(f"{p}, line {i}: not valid JSON ({msg}); the file is corrupt there.") from None
-        if not isinstance(d, dict):
-            raise RooflineError(f"{p}, line {i}: expected a JSON object, found {type(d).__name__}.")
-        if header is None:
-            header = _parse_header(p, i, d)
-            rf = ResultFile(p, header)
-            continue
-        kind = d.get("type")
-        if kind == "header":
-            raise RooflineError(f"{p}, line {i}: a second header; files were concatenated. "
-                                "Pass each result file separately.")
-        target = _READERS.get(kind)
-        if target is None:
-            rf.extra.append(d)
-            continue
-        try:
-            rec = target[1](d)
-        except RooflineError as e:
-            raise RooflineError(f"{p}, line {i}: a malformed {kind} line: {e}.") from None
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise RooflineError(f"{p}, line {i}: a malformed {kind} line ({type(e).__name__}: {e}).") from None
-        if kind == "measurement":
-            k = rec.point.key + (rec.rank,)
-            if k in seen:
-                duplicates += 1
+    seen: set = set()
+    duplicates, torn, i = 0, b"", 0
+    with f:                               # line by line: a large file is never held twice in memory
+        for i, line in enumerate(f, start=1):
+            if not line.endswith(b"\n"):
+                torn = line               # no newline at the end: a run killed mid-write
+                break
+            if not line.strip():
                 continue
-            seen[k] = i
-        getattr(rf, target[0]).append(rec)
+            try:
+                d = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                msg = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
+                raise RooflineError(f"{p}, line {i}: not valid JSON ({msg}); the file is corrupt there.") from None
+            if not isinstance(d, dict):
+                raise RooflineError(f"{p}, line {i}: expected a JSON object, found {type(d).__name__}.")
+            if header is None:
+                header = _parse_header(p, i, d)
+                rf = ResultFile(p, header)
+                continue
+            kind = d.get("type")
+            if kind == "header":
+                raise RooflineError(f"{p}, line {i}: a second header; files were concatenated. "
+                                    "Pass each result file separately.")
+            target = _READERS.get(kind)
+            if target is None:
+                rf.extra.append(d)
+                continue
+            try:
+                rec = target[1](d)
+            except RooflineError as e:
+                raise RooflineError(f"{p}, line {i}: a malformed {kind} line: {e}.") from None
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise RooflineError(f"{p}, line {i}: a malformed {kind} line ({type(e).__name__}: {e}).") from None
+            if kind == "measurement":
+                k = rec.point.key + (rec.rank,)
+                if k in seen:
+                    duplicates += 1
+                    continue
+                seen.add(k)
+            getattr(rf, target[0]).append(rec)
+    if header is None and not torn:
+        raise RooflineError(f"results file {p} is empty: it has no header line. Re-run `roofline profile`.")
     if header is None:
         raise RooflineError(f"{p}: the header line was cut off (a run killed while starting); nothing was "
                             "measured in it. Re-run without --resume.")
