@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import torch
 
+from roofline.dtypes import normalize_dtype
+from roofline.errors import RooflineError
+
 from ._env import HAS_CUDA, INTERPRET  # noqa: F401
+from ._launch import sm_override
 
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
@@ -16,14 +20,16 @@ FLOAT_DTYPES = tuple(TORCH_DTYPES.values())
 
 
 def torch_dtype(name) -> torch.dtype:
+    """A torch dtype the kernels run (fp32, fp16, bf16) from a torch dtype or any name
+    ``roofline.dtypes.normalize_dtype`` knows ("bfloat16", "BF16", "torch.float16", ...)."""
     if isinstance(name, torch.dtype):
         if name not in DTYPE_NAMES:
-            raise ValueError(f"dtype {name} is not supported: use one of {', '.join(TORCH_DTYPES)}.")
+            raise ValueError(f"dtype {name} is not supported by the kernels: use one of {', '.join(TORCH_DTYPES)}.")
         return name
-    key = str(name).lower().removeprefix("torch.")
-    key = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "half": "fp16"}.get(key, key)
+    key = normalize_dtype(name)  # RooflineError (a ValueError) listing the names it knows
     if key not in TORCH_DTYPES:
-        raise ValueError(f"dtype {name!r} is not supported: use one of {', '.join(TORCH_DTYPES)}.")
+        raise RooflineError(f"dtype {name!r} is not supported by the kernels ({key} is costed, not run): "
+                            f"use one of {', '.join(TORCH_DTYPES)}.")
     return TORCH_DTYPES[key]
 
 
@@ -55,7 +61,13 @@ def check_tensor(name: str, t, shape=None, dtype=None, *, dtypes=None, device=No
 
 
 def num_sms(device) -> int:
-    """Streaming multiprocessors of a CUDA device (132 on an H100 SXM); 4 under the interpreter."""
+    """Streaming multiprocessors of a CUDA device (132 on an H100 SXM); 4 under the interpreter.
+
+    Inside ``_launch.recording(num_sms=...)`` (the compile check's variant discovery) the fake count.
+    """
+    fake = sm_override()
+    if fake is not None:
+        return fake
     if HAS_CUDA and torch.device(device).type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 4
@@ -67,3 +79,26 @@ def next_pow2(n: int) -> int:
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+_IDENTITY: dict = {}   # id(slots) -> (weakref to it, its _version, whether it is 0..B-1)
+
+
+def slot_rows(cache: torch.Tensor, slots: torch.Tensor, n: int) -> torch.Tensor:
+    """cache[slots, :, :n] ([B, H, n, D]) for the torch peers: a view, not a copy, when slots are 0..B-1.
+
+    Whether ``slots`` is 0..B-1 is learned once per tensor (one device sync, in the untimed first
+    call) and remembered until the tensor is written in place (its ``_version`` changes); any other
+    slot set is gathered (a copy).
+    """
+    import weakref
+
+    B = slots.shape[0]
+    seen = _IDENTITY.get(id(slots))
+    if seen is None or seen[0]() is not slots or seen[1] != slots._version:
+        ident = B <= cache.shape[0] and bool(torch.equal(slots, torch.arange(B, device=slots.device,
+                                                                              dtype=slots.dtype)))
+        if len(_IDENTITY) > 4096:
+            _IDENTITY.clear()
+        seen = _IDENTITY[id(slots)] = (weakref.ref(slots), slots._version, ident)
+    return cache[:B, :, :n] if seen[2] else cache[slots, :, :n]

@@ -124,11 +124,11 @@ def _kernel_checks(ops, dt, dev, quick):
         ref = PA.reference(*dbl(q, kc, vc), slots, p, causal=causal)
         yield (f"prefill_attn B={B} n={n} p={p} Hq/Hkv={Hq}/{Hkv} D={D}" + ("" if causal else " noncausal"),
                o, ref, ", ".join(f"{k}={v}" for k, v in acfg.items()))
-    for Hq, Hkv, D, lens, cfg in [(4, 2, 16, [37, 1, 60], dict(block_n=16)),
+    for Hq, Hkv, D, lens, cfg in [(4, 2, 16, [37, 1, 0, 60], dict(block_n=16)),      # length 0: zeros
                                   (8, 1, 24, [50, 13], dict(block_n=16, splits=3)), (2, 2, 16, [5], {})]:
         B = len(lens)
         kc, vc, q = rnd(4, Hkv, 64, D), rnd(4, Hkv, 64, D), rnd(B, Hq, D)
-        slots, ln = torch.tensor([3, 0, 1][:B], device=dev), torch.tensor(lens, device=dev)
+        slots, ln = torch.tensor([3, 0, 1, 2][:B], device=dev), torch.tensor(lens, device=dev)
         o = ops.decode_attention(q, kc, vc, ln, slots, **(dict(cfg, out=nan(B, Hq, D)) if tri else {}))
         yield (f"decode_attn lens={lens} Hq/Hkv={Hq}/{Hkv} D={D}", o, DA.reference(*dbl(q, kc, vc), ln, slots),
                ", ".join(f"{k}={v}" for k, v in cfg.items()))

@@ -9,9 +9,12 @@ read from HBM once per KV head, and streams its split's keys [start, start + SPL
 with an online softmax. It writes a partial output (normalised) and its log2-sum-exp.
 Stage 2, grid (B, Hq): merges the splits' partials weighted by exp2(lse - max lse).
 
-The split count comes from batch, KV heads and the longest length: enough programs for about
-two per SM, each split at least 4 key tiles long (``decode_config``). Splits past a short
-sequence's end do no work (lse = -inf, weight 0), so ragged batches are handled in-kernel.
+The split count comes from the SM count, batch, KV heads and the longest length: enough
+programs for ``DECODE_BLOCKS_PER_SM`` resident programs on every SM (the occupancy the compile
+check measures for this kernel), each split at least one key tile long, at most 64 splits
+(``decode_config``). Splits past a short sequence's end do no work (lse = -inf, weight 0), so
+ragged batches are handled in-kernel; a sequence of length 0 gets zeros.
+fp32 (IEEE FMA dots) uses 32-key tiles and 8 warps: 64-key tiles with 4 warps spilled on sm_80.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import triton.language as tl
 
 from roofline import formulas as F
 
-from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name, next_pow2, num_sms
+from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name, next_pow2, num_sms, slot_rows
+from ._launch import launch
 
 
 @triton.jit
@@ -95,22 +99,37 @@ def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, HQ, D, SPLITS,
     smask = offs_s < SPLITS
     lse = tl.load(mid_lse_ptr + b * stride_lb + h * stride_lh + offs_s, mask=smask, other=float("-inf"))
     m = tl.max(lse, 0)
+    m = tl.where(m == float("-inf"), 0.0, m)                                       # length 0: every split empty
     w = tl.math.exp2(lse - m)                                                      # 0 for empty splits
     part = tl.load(mid_o_ptr + b * stride_mb + h * stride_mh + offs_s[:, None] * stride_ms + offs_d[None, :],
                    mask=smask[:, None] & (offs_d[None, :] < D), other=0.0)
-    o = tl.sum(part * w[:, None], 0) / tl.sum(w, 0)
+    den = tl.sum(w, 0)
+    o = tl.sum(part * w[:, None], 0) / tl.where(den > 0, den, 1.0)                # zeros, not 0/0
     tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d, o.to(o_ptr.dtype.element_ty), mask=offs_d < D)
 
 
-def decode_config(batch: int, n_kv_heads: int, max_len: int, device="cpu", *, block_n=None, splits=None) -> dict:
-    """Split-KV count and tile: about 2 programs per SM, each split >= 4 key tiles, at most 64."""
-    bn = block_n or 64
+DECODE_BLOCKS_PER_SM = 4   # resident split programs per SM aimed at (compile check: 4 on sm_80, bf16)
+MIN_SPLIT_TILES = 1        # a split streams >= 1 key tile: its partial (G x D fp32) is ~1/16 of what it reads
+MAX_SPLITS = 64
+
+
+def decode_config(batch: int, n_kv_heads: int, max_len: int, device="cpu", *, dtype=torch.bfloat16,
+                  block_n=None, splits=None) -> dict:
+    """Split-KV count and tile from the SM count and occupancy: ``DECODE_BLOCKS_PER_SM`` x SMs programs
+    over (batch, KV head, split), each split >= 1 key tile, at most 64 splits. fp32: 32-key tiles, 8 warps."""
+    if block_n is not None and (int(block_n) < 16 or int(block_n) & (int(block_n) - 1)):
+        raise ValueError(f"block_n must be a power of two of at least 16 (tl.dot needs operands of 16 or more "
+                         f"on a GPU), got {block_n}.")
+    fp32 = dtype == torch.float32
+    bn = block_n or (32 if fp32 else 64)
     if splits is None:
-        want = cdiv(2 * num_sms(device), max(1, batch * n_kv_heads))
-        splits = max(1, min(want, cdiv(max_len, 4 * bn), 64))
+        want = cdiv(DECODE_BLOCKS_PER_SM * num_sms(device), max(1, batch * n_kv_heads))
+        splits = max(1, min(want, cdiv(max_len, MIN_SPLIT_TILES * bn), MAX_SPLITS))
     splits = max(1, min(int(splits), cdiv(max_len, bn)))
     split_size = cdiv(cdiv(max_len, splits), bn) * bn
-    return dict(block_n=bn, splits=cdiv(max_len, split_size), split_size=split_size, num_warps=4, num_stages=2)
+    splits = cdiv(max_len, split_size)
+    return dict(block_n=bn, splits=splits, split_size=split_size, num_warps=8 if fp32 else 4, num_stages=2,
+                programs=batch * n_kv_heads * splits)
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lengths: torch.Tensor,
@@ -139,28 +158,28 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     out = torch.empty_like(q) if out is None else out
     check_tensor("out", out, (B, HQ, D), dtype=q.dtype)
     if B == 0 or max_len == 0:
-        return out
-    c = decode_config(B, HKV, max_len, q.device, **config)
+        return out.zero_() if B else out                                 # no keys at all: zeros
+    c = decode_config(B, HKV, max_len, q.device, dtype=q.dtype, **config)
     G = HQ // HKV
     BD = max(16, next_pow2(D))
     mid_o = torch.empty(B, HQ, c["splits"], BD, dtype=torch.float32, device=q.device)
     mid_lse = torch.empty(B, HQ, c["splits"], dtype=torch.float32, device=q.device)
     scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * 1.4426950408889634
     prec = "ieee" if (q.dtype == torch.float32 or INTERPRET) else "tf32"
-    _decode_split_kernel[(B, HKV, c["splits"])](
-        q, k_cache, v_cache, lengths, slots, mid_o, mid_lse, G, D, c["split_size"], scale,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
-        BLOCK_G=max(16, next_pow2(G)), BLOCK_N=c["block_n"], BLOCK_D=BD, UPCAST=INTERPRET, DOT_PREC=prec,
-        num_warps=c["num_warps"], num_stages=c["num_stages"])
-    _decode_merge_kernel[(B, HQ)](mid_o, mid_lse, out, HQ, D, c["splits"], mid_o.stride(0), mid_o.stride(1),
-                                  mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1), out.stride(0), out.stride(1),
-                                  BLOCK_S=max(2, next_pow2(c["splits"])), BLOCK_D=BD)
+    launch(_decode_split_kernel, (B, HKV, c["splits"]),
+           q, k_cache, v_cache, lengths, slots, mid_o, mid_lse, G, D, c["split_size"], scale,
+           q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+           mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
+           BLOCK_G=max(16, next_pow2(G)), BLOCK_N=c["block_n"], BLOCK_D=BD, UPCAST=INTERPRET, DOT_PREC=prec,
+           num_warps=c["num_warps"], num_stages=c["num_stages"])
+    launch(_decode_merge_kernel, (B, HQ), mid_o, mid_lse, out, HQ, D, c["splits"], mid_o.stride(0), mid_o.stride(1),
+           mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1), out.stride(0), out.stride(1),
+           BLOCK_S=max(2, next_pow2(c["splits"])), BLOCK_D=BD)
     return out
 
 
 def reference(q, k_cache, v_cache, lengths, slots, *, sm_scale=None):
-    """Plain torch, one sequence at a time (ragged lengths), math in fp32 (fp64 for fp64 inputs)."""
+    """Plain torch, one sequence at a time (ragged lengths; length 0 gives zeros), math in fp32 (fp64 for fp64)."""
     B, HQ, D = q.shape
     HKV = k_cache.shape[1]
     ct = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -171,22 +190,29 @@ def reference(q, k_cache, v_cache, lengths, slots, *, sm_scale=None):
         k = k_cache[int(slots[b]), :, :n].to(ct).repeat_interleave(HQ // HKV, dim=0)   # [Hq, n, D]
         v = v_cache[int(slots[b]), :, :n].to(ct).repeat_interleave(HQ // HKV, dim=0)
         s = (k @ q[b].to(ct)[:, :, None])[..., 0] * scale                              # [Hq, n]
-        outs.append((s.softmax(-1)[:, None, :] @ v)[:, 0])                              # [Hq, D]
+        outs.append((s.softmax(-1)[:, None, :] @ v)[:, 0] if n else torch.zeros(HQ, D, dtype=ct, device=q.device))
     return torch.stack(outs).to(q.dtype)
 
 
 def torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None):
-    """The batched torch peer: gather, pad to the longest, mask, matmul in the inputs' dtype."""
+    """The batched torch peer: grouped-query matmuls over the cache rows, masked to each length.
+
+    No K/V copy: the cache rows are a view when ``slots`` are 0..B-1 (``slot_rows``), and the
+    Hq/Hkv query heads of a group are the rows of one matmul against their KV head (no
+    repeat_interleave). SDPA's own GQA path is not used: it runs only in the flash kernel, which
+    takes no per-sequence mask, and the math kernel it falls back to repeats K/V.
+    """
     B, HQ, D = q.shape
     HKV = k_cache.shape[1]
     S = max_len if max_len is not None else int(lengths.max())
-    k = k_cache[slots, :, :S]                                                        # [B, Hkv, S, D]
-    v = v_cache[slots, :, :S]
+    k = slot_rows(k_cache, slots, S)                                                 # [B, Hkv, S, D]
+    v = slot_rows(v_cache, slots, S)
     qg = q.view(B, HKV, HQ // HKV, D)                                                # [B, Hkv, G, D]
     s = (qg @ k.transpose(-1, -2)).float() / math.sqrt(D)                           # [B, Hkv, G, S]
     keep = torch.arange(S, device=q.device)[None, :] < lengths[:, None]              # [B, S]
     s = s.masked_fill(~keep[:, None, None, :], float("-inf"))
-    return (s.softmax(-1).to(v.dtype) @ v).reshape(B, HQ, D)
+    p = s.softmax(-1).nan_to_num(0.0)                                                # length 0: zeros
+    return (p.to(v.dtype) @ v).reshape(B, HQ, D)
 
 
 def cost(batch: int, kv_len: int, n_heads: int, n_kv_heads: int, head_dim: int, dtype="bf16"):

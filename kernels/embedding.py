@@ -9,6 +9,7 @@ import triton.language as tl
 from roofline import formulas as F
 
 from ._common import FLOAT_DTYPES, check_tensor, dtype_name, next_pow2
+from ._launch import launch
 
 
 @triton.jit
@@ -30,7 +31,7 @@ def embedding(ids: torch.Tensor, table: torch.Tensor, *, out=None) -> torch.Tens
     out = torch.empty(T, H, dtype=table.dtype, device=table.device) if out is None else out
     check_tensor("out", out, (T, H), dtype=table.dtype)
     if T:
-        _embedding_kernel[(T,)](ids, table, out, H, table.stride(0), out.stride(0), BLOCK_H=next_pow2(H))
+        launch(_embedding_kernel, (T,), ids, table, out, H, table.stride(0), out.stride(0), BLOCK_H=next_pow2(H))
     return out
 
 

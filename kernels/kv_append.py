@@ -14,6 +14,7 @@ import triton.language as tl
 from roofline import formulas as F
 
 from ._common import FLOAT_DTYPES, check_tensor, dtype_name, next_pow2
+from ._launch import launch
 
 
 @triton.jit
@@ -48,7 +49,7 @@ def kv_append(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     check_tensor("slot", slot, (T,), dtypes=(torch.int32, torch.int64), device=k_cache.device)
     check_tensor("pos", pos, (T,), dtypes=(torch.int32, torch.int64), device=k_cache.device)
     if T:
-        _kv_append_kernel[(T,)](k, v, k_cache, v_cache, slot, pos, HKV, D, k.stride(0), k.stride(1),
+        launch(_kv_append_kernel, (T,), k, v, k_cache, v_cache, slot, pos, HKV, D, k.stride(0), k.stride(1),
                                 v.stride(0), v.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
                                 BLOCK_H=next_pow2(HKV), BLOCK_D=next_pow2(D))
 

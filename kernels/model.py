@@ -30,11 +30,20 @@ from .backend import get_ops
 from .rope import rope_tables
 
 
+def seeded_generator(device, seed: int):
+    """A seeded torch.Generator on ``device``; None on the meta device (no values, only shapes)."""
+    if torch.device(device).type == "meta":
+        return None
+    return torch.Generator(device=device).manual_seed(seed)
+
+
 def init_weights(cfg: ModelConfig, dtype: torch.dtype, device, seed: int = 0) -> dict:
     """Random weights: linear [in, out] ~ N(0, 1/in) (activations stay O(1)); norms ~ 1 + N(0, 0.1)."""
-    g = torch.Generator(device=device).manual_seed(seed)
+    g = seeded_generator(device, seed)
 
     def rnd(*shape, std=1.0, mean=0.0):
+        if g is None:                                    # meta: shapes only
+            return torch.empty(*shape, device=device, dtype=dtype)
         return (torch.randn(*shape, generator=g, device=device, dtype=torch.float32) * std + mean).to(dtype)
 
     H, I, V = cfg.hidden, cfg.intermediate, cfg.vocab

@@ -5,14 +5,20 @@ values (prefix and new tokens, already appended) are read from the cache
 k_cache/v_cache [n_slots, Hkv, L, D] rows slots[b]. Query i attends to keys 0..p+i.
 Non-causal (``causal=False``) attends to all p+n keys.
 
-Grid: (cdiv(n, BLOCK_M), B*Hq). Each program holds a BLOCK_M x D query tile and streams
+Grid: one axis of cdiv(n, BLOCK_M) * B*Hq programs (no 65,535 limit on B*Hq), heads fastest.
+Causal: the heaviest query tiles (the last rows, which see the most keys) are scheduled first,
+so the short tiles fill the tail of the last wave instead of a long tile running alone.
+Each program holds a BLOCK_M x D query tile and streams
 BLOCK_N-key tiles with an online softmax (running max m, sum l, fp32 accumulator; exp2 with
 log2(e) folded into the scale). Key tiles wholly below the diagonal run unmasked; only the
 tiles that cross it apply the causal mask (the FA2 / Triton tutorial split). Under GQA a
 query head reads its group's KV head; the Hq/Hkv programs of a group share those tiles in L2.
 
 GPU: bf16/fp16 dots run natively on tensor cores (p is cast to v's dtype for the second
-dot); under the interpreter (no bf16 math) every load is upcast to fp32.
+dot); under the interpreter (no bf16 math) every load is upcast to fp32. fp32 dots are IEEE
+FMAs, whose operand layouts hold a whole D-long row per thread: the fp32 tile (32 x 16, 8 warps,
+2 stages at D <= 128) is the one ``roofline check --compile`` finds spill-free on sm_80 and
+sm_90 (64 x 32 with 4 warps spilled over 30 KB per thread on sm_90).
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ import triton.language as tl
 
 from roofline import formulas as F
 
-from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name, next_pow2
+from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name, next_pow2, slot_rows
+from ._launch import launch
 
 
 @triton.jit
@@ -60,13 +67,17 @@ def _attn_tile(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, lo, hi, qpos0, 
 
 
 @triton.jit
-def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, slot_ptr, N_NEW, P, HQ, GROUP, D, qk_scale,
+def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, slot_ptr, N_NEW, P, HQ, BH, GROUP, D, qk_scale,
                          stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh,
                          stride_ks, stride_kh, stride_kn,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                         CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+                         CAUSAL: tl.constexpr, HEAVY_FIRST: tl.constexpr, UPCAST: tl.constexpr,
+                         DOT_PREC: tl.constexpr):
+    pid = tl.program_id(0)
+    pid_bh = pid % BH                                       # (batch, head) fastest
+    pid_m = pid // BH
+    if HEAVY_FIRST:                                         # causal: the last query tile has the most keys
+        pid_m = tl.cdiv(N_NEW, BLOCK_M) - 1 - pid_m
     b = pid_bh // HQ
     h = pid_bh % HQ
     kvh = h // GROUP
@@ -104,10 +115,18 @@ def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, slot_ptr, N_NEW, P, HQ, GRO
 
 
 def attention_config(n_new: int, head_dim: int, dtype=torch.bfloat16, *, block_m=None, block_n=None) -> dict:
-    fp32 = dtype == torch.float32
-    bm = block_m or (64 if fp32 or head_dim > 128 else 128)
-    bn = block_n or (32 if fp32 else 64)
-    return dict(block_m=bm, block_n=bn, num_warps=8 if bm >= 128 else 4, num_stages=3 if head_dim <= 128 else 2)
+    """Query tile, key tile, warps and stages. fp32 (IEEE FMA dots) takes small tiles that do not spill."""
+    for name, v in (("block_m", block_m), ("block_n", block_n)):
+        if v is not None and (int(v) < 16 or int(v) & (int(v) - 1)):
+            raise ValueError(f"{name} must be a power of two of at least 16 (tl.dot needs operands of 16 or more "
+                             f"on a GPU), got {v}.")
+    if dtype == torch.float32:
+        bm, bn, warps, stages = (32, 16, 8, 2) if head_dim <= 128 else (16, 16, 4, 2)
+    else:
+        bm, bn = (128 if head_dim <= 128 else 64), 64
+        warps, stages = (8 if bm >= 128 else 4), (3 if head_dim <= 128 else 2)
+    bm, bn = block_m or bm, block_n or bn
+    return dict(block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
 
 
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
@@ -134,13 +153,13 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     c = attention_config(n, D, q.dtype, **config)
     scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * 1.4426950408889634  # log2(e)
     prec = "ieee" if (q.dtype == torch.float32 or INTERPRET) else "tf32"
-    grid = (cdiv(n, c["block_m"]), B * HQ)
-    _prefill_attn_kernel[grid](q, k_cache, v_cache, out, slots, n, int(cached), HQ, HQ // HKV, D, scale,
-                               q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1), out.stride(2),
-                               k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-                               BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], BLOCK_D=max(16, next_pow2(D)),
-                               CAUSAL=causal, UPCAST=INTERPRET, DOT_PREC=prec,
-                               num_warps=c["num_warps"], num_stages=c["num_stages"])
+    grid = (cdiv(n, c["block_m"]) * B * HQ,)
+    launch(_prefill_attn_kernel, grid, q, k_cache, v_cache, out, slots, n, int(cached), HQ, B * HQ, HQ // HKV, D,
+           scale, q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1), out.stride(2),
+           k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+           BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], BLOCK_D=max(16, next_pow2(D)),
+           CAUSAL=causal, HEAVY_FIRST=causal, UPCAST=INTERPRET, DOT_PREC=prec,
+           num_warps=c["num_warps"], num_stages=c["num_stages"])
     return out
 
 
@@ -161,19 +180,28 @@ def reference(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = Tru
 
 
 def sdpa(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True):
-    """The fast torch peer: F.scaled_dot_product_attention in the inputs' dtype (flash on a GPU)."""
+    """The fast torch peer: F.scaled_dot_product_attention in the inputs' dtype (flash on a GPU).
+
+    K/V are the cache rows themselves (a view when slots are 0..B-1) and GQA is SDPA's own
+    (``enable_gqa``, torch >= 2.5): no repeat_interleave copy; older torch repeats K/V.
+    """
     B, n, HQ, D = q.shape
     HKV = k_cache.shape[1]
     S = cached + n
-    k = k_cache[slots][:, :, :S].repeat_interleave(HQ // HKV, dim=1)
-    v = v_cache[slots][:, :, :S].repeat_interleave(HQ // HKV, dim=1)
+    k, v = slot_rows(k_cache, slots, S), slot_rows(v_cache, slots, S)            # [B, Hkv, S, D]
     qq = q.transpose(1, 2)
     if causal and cached:
-        keep = torch.arange(S, device=q.device)[None, :] <= (cached + torch.arange(n, device=q.device))[:, None]
-        o = torch.nn.functional.scaled_dot_product_attention(qq, k, v, attn_mask=keep)
+        rows = cached + torch.arange(n, device=q.device)
+        kw = dict(attn_mask=torch.arange(S, device=q.device)[None, :] <= rows[:, None])
     else:
-        o = torch.nn.functional.scaled_dot_product_attention(qq, k, v, is_causal=causal)
-    return o.transpose(1, 2)
+        kw = dict(is_causal=causal)
+    if HQ != HKV:
+        try:
+            o = torch.nn.functional.scaled_dot_product_attention(qq, k, v, enable_gqa=True, **kw)
+            return o.transpose(1, 2)
+        except TypeError:                                                          # torch < 2.5
+            k, v = k.repeat_interleave(HQ // HKV, dim=1), v.repeat_interleave(HQ // HKV, dim=1)
+    return torch.nn.functional.scaled_dot_product_attention(qq, k, v, **kw).transpose(1, 2)
 
 
 def cost(batch: int, new_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, *, cached: int = 0,

@@ -9,6 +9,7 @@ import triton.language as tl
 from roofline import formulas as F
 
 from ._common import FLOAT_DTYPES, cdiv, check_tensor, dtype_name
+from ._launch import launch
 
 
 @triton.jit
@@ -30,7 +31,7 @@ def residual_add(x: torch.Tensor, r: torch.Tensor, *, out=None) -> torch.Tensor:
     check_tensor("out", out, tuple(x.shape), dtype=x.dtype)
     n = x.numel()
     if n:
-        _add_kernel[(cdiv(n, 1024),)](x, r, out, n, BLOCK=1024, num_warps=4)
+        launch(_add_kernel, (cdiv(n, 1024),), x, r, out, n, BLOCK=1024, num_warps=4)
     return out
 
 

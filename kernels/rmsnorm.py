@@ -19,6 +19,7 @@ import triton.language as tl
 from roofline import formulas as F
 
 from ._common import FLOAT_DTYPES, check_tensor, dtype_name, next_pow2
+from ._launch import launch
 
 
 @triton.jit
@@ -55,7 +56,7 @@ def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5, *, out=None) ->
     check_tensor("out", out, tuple(x.shape), dtype=x.dtype)
     y2 = out.view(-1, H)
     if x2.shape[0]:
-        _rmsnorm_kernel[(x2.shape[0],)](x2, x2, x2, w, y2, H, x2.stride(0), 0, 0, y2.stride(0), eps,
+        launch(_rmsnorm_kernel, (x2.shape[0],), x2, x2, x2, w, y2, H, x2.stride(0), 0, 0, y2.stride(0), eps,
                                         BLOCK_H=next_pow2(H), ADD=False, num_warps=_warps(H))
     return out
 
@@ -71,7 +72,7 @@ def add_rmsnorm(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, eps: float = 
     check_tensor("out[1] (y)", y, tuple(x.shape), dtype=x.dtype)
     h2, y2 = h.view(-1, H), y.view(-1, H)
     if x2.shape[0]:
-        _rmsnorm_kernel[(x2.shape[0],)](x2, r2, h2, w, y2, H, x2.stride(0), r2.stride(0), h2.stride(0),
+        launch(_rmsnorm_kernel, (x2.shape[0],), x2, r2, h2, w, y2, H, x2.stride(0), r2.stride(0), h2.stride(0),
                                         y2.stride(0), eps, BLOCK_H=next_pow2(H), ADD=True, num_warps=_warps(H))
     return h, y
 

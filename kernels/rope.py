@@ -16,6 +16,7 @@ import triton.language as tl
 from roofline import formulas as F
 
 from ._common import FLOAT_DTYPES, check_tensor, dtype_name, next_pow2
+from ._launch import launch
 
 
 @triton.jit
@@ -45,7 +46,9 @@ def _rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, HQ, HKV, HALF,
 
 
 def rope_tables(max_pos: int, head_dim: int, theta: float = 10000.0, device="cpu"):
-    """cos, sin: [max_pos, head_dim // 2] fp32 (angles computed in fp64, then rounded)."""
+    """cos, sin: [max_pos, head_dim // 2] fp32 (angles computed in fp64, then rounded); shapes only on meta."""
+    if torch.device(device).type == "meta":
+        return (torch.empty(max_pos, head_dim // 2, dtype=torch.float32, device=device),) * 2
     inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
     ang = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv[None, :]
     return ang.cos().float().to(device), ang.sin().float().to(device)
@@ -66,7 +69,7 @@ def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
         raise ValueError("q, k, cos and sin must be contiguous in the head dimension.")
     HKV = k.shape[1]
     if T:
-        _rope_kernel[(T,)](q, k, cos, sin, pos, HQ, HKV, D // 2, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+        launch(_rope_kernel, (T,), q, k, cos, sin, pos, HQ, HKV, D // 2, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
                            BLOCK_H=next_pow2(max(HQ, HKV)), BLOCK_D=next_pow2(D // 2), num_warps=4)
     return q, k
 

@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 
 from roofline import workload as W
-from roofline.cost import ZERO, Cost
+from roofline.cost import Cost
 from roofline.errors import RooflineError
 from roofline.models import ModelConfig
 
@@ -28,7 +28,7 @@ from ._common import dtype_name, torch_dtype
 from .backend import get_ops
 from .decode_attention import decode_config
 from .linear import linear_config
-from .model import init_weights, transformer_layer
+from .model import init_weights, seeded_generator, transformer_layer
 from .prefill_attention import attention_config
 from .rope import rope_tables
 
@@ -62,8 +62,10 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     ph = W.prefill(cfg, batch, context, **kw) if phase == "prefill" else W.decode(cfg, batch, context, **kw)
     K = get_ops(backend)
     dev = torch.device(device)
-    g = torch.Generator(device=dev).manual_seed(seed + 1)
+    g = seeded_generator(dev, seed + 1)
     rnd = lambda *s: torch.randn(*s, generator=g, device=dev, dtype=torch.float32).to(dt)  # noqa: E731
+    if g is None:                                        # meta tensors: shapes only (the compile check)
+        rnd = lambda *s: torch.empty(*s, device=dev, dtype=dt)  # noqa: E731
 
     B, H, I, D = batch, cfg.hidden, cfg.intermediate, cfg.head_dim
     Hq, Hkv = cfg.n_heads, cfg.n_kv_heads
@@ -90,7 +92,7 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         pos = torch.full((B,), context, dtype=torch.long, device=dev)
         tok_slot = slots
         lens = pos + 1
-        attn_cfg = decode_config(B, Hkv, kv_len, dev)
+        attn_cfg = decode_config(B, Hkv, kv_len, dev, dtype=dt)
 
         def attend(qq, kc, vc):
             return K.decode_attention(qq, kc, vc, lens, slots, max_len=kv_len)
@@ -123,10 +125,6 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     out = []
     for name in names:
         fn, conf = table[name]
-        if name == "layer":
-            cost = sum((ph.op(p).cost for p in W.PER_LAYER_OPS), ZERO)
-            cdt = dname
-        else:
-            cost, cdt = ph.op(name).cost, ph.op(name).compute_dtype
+        cost, cdt = ph.op(name).cost, ph.op(name).compute_dtype
         out.append(OpRunner(name, fn, cost, cdt, {"backend": K.name, "dtype": dname, **conf}))
     return out

@@ -13,6 +13,7 @@ import triton.language as tl
 from roofline import formulas as F
 
 from ._common import FLOAT_DTYPES, cdiv, check_tensor, dtype_name
+from ._launch import launch
 
 
 @triton.jit
@@ -35,7 +36,7 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor, *, out=None) -> torch.Tensor:
     check_tensor("out", out, tuple(gate.shape), dtype=gate.dtype)
     n = gate.numel()
     if n:
-        _swiglu_kernel[(cdiv(n, 1024),)](gate, up, out, n, BLOCK=1024, num_warps=4)
+        launch(_swiglu_kernel, (cdiv(n, 1024),), gate, up, out, n, BLOCK=1024, num_warps=4)
     return out
 
 

@@ -192,7 +192,10 @@ def _measure(device: str, name: str, dtypes, quick: bool, working_set_bytes) -> 
     if gpu:
         datasheet = _datasheet(name)
         probe = probes.open_probe(device)
-        details["nvml"] = probe.static()
+        if probe.kind == "gpu":                    # NVML's facts; a CPU probe's would be mislabelled
+            details["nvml"] = probe.static()
+        elif probe.note:
+            details["nvml_note"] = probe.note
         probe.close()
         prov = f"measured on this {name}: " + ", ".join(dtypes) + " GEMM and bandwidth"
         if datasheet is not None:

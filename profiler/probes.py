@@ -5,7 +5,12 @@
   bandwidth it implies (max memory clock x bus bytes x 2, DDR), power limit and draw,
   temperature, and the clock-event ("throttle") reasons decoded. ``GpuProbe.sample()``
   is taken before and after every measured point; ``point_flags`` turns the two
-  samples into ``Measurement.flags`` ("throttled:sw-thermal", "sm-clock-low").
+  samples into ``Measurement.flags`` ("throttled:thermal", "power-capped", "sm-clock-low").
+  Clocks read before and after a point see an idle GPU, so the sample also carries NVML's
+  cumulative counters -- the time the driver held clocks down for power and for heat
+  (``nvmlDeviceGetViolationStatus``) and the total energy -- whose differences cover the
+  whole point. A GPU sample carries the host's CPU tick counters too, so a host busy with
+  other work is flagged on a GPU run as on a CPU one.
 * CPU: model name, cores, the torch threads in use, the last-level cache size; its
   samples hold CPU-time counters (/proc/stat, /proc/self/stat) and the load average, and
   a point during which other processes (or a hypervisor's steal) took over a quarter of
@@ -29,7 +34,10 @@ from pathlib import Path
 
 MiB = 2**20
 FALLBACK_LLC_BYTES = 32 * MiB
-SM_CLOCK_LOW = 0.85  # a busy SM clock under this fraction of its max is flagged
+SM_CLOCK_LOW = 0.85  # a busy SM clock under this fraction of its max is flagged (unless power-capped)
+THROTTLE_SHARE = 0.01   # thermal violation time over this share of a point: "throttled:thermal"
+POWER_SHARE = 0.10      # power violation time over this share: "power-capped" (normal for a loaded H100)
+NVML_PERF_POLICY_POWER, NVML_PERF_POLICY_THERMAL = 0, 1
 
 # NVML clock-event reasons (nvmlClocksEventReason*): the bits that mean "held back".
 CLOCK_EVENT_REASONS = {
@@ -41,7 +49,8 @@ CLOCK_EVENT_REASONS = {
     0x40: "hw-thermal",
     0x80: "power-brake",
 }
-THROTTLE_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+THROTTLE_BITS = 0x8 | 0x20 | 0x40 | 0x80      # held back by heat or the board: "throttled:<reason>"
+POWER_CAP_BIT = 0x4                            # the power limit: "power-capped", by design on a loaded GPU
 
 
 def decode_reasons(mask: int) -> list:
@@ -99,7 +108,7 @@ class GpuProbe:
     def _try(self, f, *args, default=None):
         try:
             return f(self.h, *args)
-        except (self.nv.NVMLError, AttributeError):
+        except (self.nv.NVMLError, AttributeError, TypeError):  # TypeError: an NVML without the call
             return default
 
     def static(self) -> dict:
@@ -127,19 +136,34 @@ class GpuProbe:
         return dict(self._static)
 
     def sample(self) -> dict:
+        """Clocks, power, temperature, clock-event reasons; NVML's cumulative violation and energy
+        counters (differences between two samples cover the point); the host's CPU tick counters."""
+        from .timing import now
+
         nv = self.nv
         get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
             getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
         mask = self._try(get_reasons) if get_reasons else None
         power = self._try(nv.nvmlDeviceGetPowerUsage)
-        return {
+        out = {
             "sm_clock_mhz": self._try(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM),
             "mem_clock_mhz": self._try(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_MEM),
             "power_w": power / 1000 if power is not None else None,
             "temperature_c": self._try(nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU),
             "clock_event_mask": mask,
             "clock_events": decode_reasons(mask) if mask is not None else [],
+            "t_s": now(),
         }
+        energy = self._try(getattr(nv, "nvmlDeviceGetTotalEnergyConsumption", None))   # mJ since driver load
+        if energy is not None:
+            out["energy_mj"] = int(energy)
+        for name, policy in (("power", NVML_PERF_POLICY_POWER), ("thermal", NVML_PERF_POLICY_THERMAL)):
+            v = self._try(getattr(nv, "nvmlDeviceGetViolationStatus", None),
+                          getattr(nv, f"NVML_PERF_POLICY_{name.upper()}", policy))
+            if getattr(v, "violationTime", None) is not None:          # ns held down since driver load
+                out[f"{name}_violation_ns"] = int(v.violationTime)
+        out.update(CpuProbe().sample())       # host ticks: "host-busy" on a GPU run too
+        return out
 
     def close(self):
         try:
@@ -170,8 +194,18 @@ def open_probe(device="cpu"):
 
 
 def _nvml_handle(pynvml, device):
-    """NVML's handle for a torch CUDA device: by PCI bus id (CUDA_VISIBLE_DEVICES renumbers)."""
+    """NVML's handle for a torch CUDA device (CUDA_VISIBLE_DEVICES renumbers devices).
+
+    A CUDA_VISIBLE_DEVICES entry that is a UUID ("GPU-8932f937-...", or a prefix of one, as CUDA
+    accepts) is looked up by UUID; a MIG entry ("MIG-<uuid>" or "MIG-GPU-<uuid>/<gi>/<ci>") maps to
+    its parent GPU, whose clocks, power and temperature are the ones a MIG slice runs under. Else by
+    the PCI bus id torch reports, else by the visible index.
+    """
     index = int(str(device).partition(":")[2] or 0)
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    entry = visible[index] if index < len(visible) else ""
+    if entry.upper().startswith(("GPU-", "MIG-")):
+        return _handle_by_uuid(pynvml, entry)
     try:
         import torch
 
@@ -187,6 +221,24 @@ def _nvml_handle(pynvml, device):
     if index < len(visible) and visible[index].strip().isdigit():
         index = int(visible[index])
     return pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
+def _handle_by_uuid(pynvml, entry: str):
+    if entry.upper().startswith("MIG-GPU-"):                        # legacy MIG-GPU-<uuid>/<gi>/<ci>
+        return _handle_by_uuid(pynvml, entry[4:].split("/")[0])
+    if entry.upper().startswith("MIG-"):
+        mig = pynvml.nvmlDeviceGetHandleByUUID(entry)
+        parent = getattr(pynvml, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", None)
+        return parent(mig) if parent else mig
+    try:
+        return pynvml.nvmlDeviceGetHandleByUUID(entry)
+    except pynvml.NVMLError:                                         # a prefix, as CUDA allows
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            uuid = pynvml.nvmlDeviceGetUUID(h)
+            if (uuid.decode() if isinstance(uuid, bytes) else uuid).startswith(entry):
+                return h
+        raise
 
 
 OTHERS_BUSY = 0.25  # share of the machine's CPU time taken by others during a point
@@ -219,22 +271,54 @@ def others_share(before: dict, after: dict) -> float:
         return 0.0
 
 
+def violation_shares(before: dict, after: dict) -> dict:
+    """Share of the time between two samples that NVML held the clocks down, per policy ("power", "thermal").
+
+    Without timestamps any violation time counts as a full share (it did happen during the point).
+    """
+    out = {}
+    dt = (after.get("t_s") or 0) - (before.get("t_s") or 0)
+    for key in ("power", "thermal"):
+        a, b = after.get(f"{key}_violation_ns"), before.get(f"{key}_violation_ns")
+        if a is None or b is None:
+            continue
+        held = max(0, a - b) / 1e9
+        out[key] = min(1.0, held / dt) if dt > 0 else (1.0 if held else 0.0)
+    return out
+
+
 def point_flags(before: dict, after: dict, static: dict) -> tuple:
-    """Flags for a point from the samples taken around it: throttling, or a low busy SM clock."""
+    """Flags for a point from the samples taken around it.
+
+    "throttled:<reason>": held back by heat or the board (clock-event bits, or NVML's thermal
+    violation counter over ``THROTTLE_SHARE`` of the point); "power-capped": at the power limit
+    (normal for a loaded H100: informational); "host-busy": other processes took the host's cores;
+    "sm-clock-low": a busy SM clock under ``SM_CLOCK_LOW`` of its max that the power cap does not
+    explain.
+    """
     flags = []
+
+    def add(f):
+        if f not in flags:
+            flags.append(f)
     for s in (before, after):
         mask = s.get("clock_event_mask") or 0
         for name in decode_reasons(mask & THROTTLE_BITS):
-            f = f"throttled:{name}"
-            if f not in flags:
-                flags.append(f)
+            add(f"throttled:{name}")
+    shares = violation_shares(before, after)
+    if shares.get("thermal", 0.0) > THROTTLE_SHARE and not any("thermal" in f for f in flags):
+        add("throttled:thermal")
+    capped = any((s.get("clock_event_mask") or 0) & POWER_CAP_BIT for s in (before, after)) \
+        or shares.get("power", 0.0) > POWER_SHARE
+    if capped:
+        add("power-capped")
     if others_share(before, after) > OTHERS_BUSY:
-        flags.append("host-busy")  # other processes (or the hypervisor) took the cores during the timing
+        add("host-busy")  # other processes (or the hypervisor) took the cores during the timing
     top = static.get("sm_clock_max_mhz") or 0
     for s in (before, after):
         sm, mask = s.get("sm_clock_mhz"), s.get("clock_event_mask") or 0
-        if top and sm and not (mask & 0x1) and sm < SM_CLOCK_LOW * top and "sm-clock-low" not in flags:
-            flags.append("sm-clock-low")
+        if top and sm and not (mask & 0x1) and sm < SM_CLOCK_LOW * top and not capped:
+            add("sm-clock-low")
     return tuple(flags)
 
 
@@ -335,6 +419,21 @@ def versions() -> dict:
             out[pkg] = "not installed"
     out["driver"] = _driver_version()
     return out
+
+
+def cuda_driver_version() -> str | None:
+    """The newest CUDA release the installed driver runs ("12.4"), from NVML; None without one."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            v = int(pynvml.nvmlSystemGetCudaDriverVersion())
+            return f"{v // 1000}.{v % 1000 // 10}"
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no driver is the CPU path, not an error
+        return None
 
 
 def _driver_version() -> str:

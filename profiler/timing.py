@@ -13,12 +13,20 @@ time on the GPU means work finished, not work queued.
 * GPU, "cuda-events": a CUDA event pair around each call. Before each repetition,
   outside the timed interval, a buffer of at least twice the L2 size (and at least
   256 MiB, do_bench's figure) is zeroed, so every call starts with a cold L2: a weight
-  that fits in L2 must not look faster than HBM. Policy recorded as "flushed".
-* GPU, "cuda-graph": for microsecond-scale calls (estimate under ``GRAPH_BELOW_S``)
-  the call is captured once into a CUDA graph and each repetition replays it, so the
-  CPU cost of launching several kernels does not open gaps between them; the L2 is
-  still flushed between replays (do_bench_cudagraph does not, and a working set under
-  L2 then "beats" HBM). If capture fails the events timer runs and the reason is kept.
+  that fits in L2 must not look faster than HBM. The flush then reads a second buffer of
+  at least twice the L2, so the L2 ends holding clean lines: the zeroing leaves up to an
+  L2's worth of dirty lines that the timed call would otherwise write back. Policy "flushed".
+* GPU, "cuda-graph": the call is captured once into a CUDA graph and each repetition
+  replays it, so the CPU cost of launching several kernels does not open gaps between
+  them; the L2 is still flushed between replays (do_bench_cudagraph does not, and a
+  working set under L2 then "beats" HBM). The choice is made from a graph-replay
+  estimate, not the eager one: a decode layer of 20 launches around ~130 us of HBM
+  traffic measures well over 100 us eagerly because of Python's launch gaps, and timing it
+  eagerly would report the gaps. Calls under ``GRAPH_TRY_BELOW_S`` eagerly are captured;
+  the graph timer runs when its replay estimate is under ``GRAPH_BELOW_S`` or saves more
+  than ``LAUNCH_SHARE`` of the eager time. The config keeps both estimates and their
+  difference ("eager_estimate_s", "graph_estimate_s", "launch_overhead_s": what launching
+  costs this callable eagerly). If capture fails the events timer runs and the reason is kept.
 * CPU, "cpu-clock": ``time.perf_counter`` around each call with a fixed torch thread
   count (``cpu_threads``), recorded in the config. By default the caches are not flushed
   (policy "warm"): a small model's weights can sit in a large last-level cache and run
@@ -35,8 +43,11 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
-GRAPH_BELOW_S = 100e-6        # calls faster than this are timed as CUDA-graph replays
-MIN_FLUSH_BYTES = 256 * 2**20  # do_bench's L2 flush buffer
+GRAPH_BELOW_S = 100e-6        # a replay estimate under this: the graph timer
+GRAPH_TRY_BELOW_S = 5e-3      # eager calls under this are captured to get a replay estimate
+LAUNCH_SHARE = 0.05           # ... or a graph that saves more than this share of the eager time
+MIN_FLUSH_BYTES = 256 * 2**20  # do_bench's L2 flush buffer (the write)
+MIN_READ_BYTES = 128 * 2**20   # the clean read after it
 TIMERS = ("cuda-events", "cuda-graph", "cpu-clock")
 
 
@@ -98,15 +109,17 @@ def rep_count(estimate_s: float, budget_s: float, min_reps: int, max_reps: int) 
 
 def measure(fn, device="cpu", *, budget_s: float = 0.1, warmup_s: float = 0.025, min_reps: int = 5,
             max_reps: int = 1000, timer: str = "auto", l2_bytes: int | None = None,
-            flush_bytes: int = 0) -> Timing:
+            flush_bytes: int = 0, cuda_ops=None) -> Timing:
     """Time ``fn()`` on ``device`` ("cpu" or "cuda[:i]"): warm-up, estimate, then timed repetitions.
 
-    ``timer``: "auto" (cpu-clock on a CPU; cuda-graph under GRAPH_BELOW_S, else cuda-events),
+    ``timer``: "auto" (cpu-clock on a CPU; on a GPU cuda-graph when the replay estimate is under
+    GRAPH_BELOW_S or saves more than LAUNCH_SHARE of the eager time, else cuda-events),
     or one of TIMERS to force it. ``l2_bytes``: the GPU's L2 size (read from torch if None).
     ``flush_bytes``: CPU only, a buffer written between repetitions (0: caches stay warm).
+    ``cuda_ops``: the torch.cuda calls the GPU timer makes (``CudaOps``); tests pass a fake.
     """
     if str(device).startswith("cuda"):
-        return _measure_cuda(fn, str(device), budget_s, warmup_s, min_reps, max_reps, timer, l2_bytes)
+        return _measure_cuda(fn, str(device), budget_s, warmup_s, min_reps, max_reps, timer, l2_bytes, cuda_ops)
     if timer not in ("auto", "cpu-clock"):
         raise ValueError(f"timer {timer!r} needs a CUDA device; on a CPU only 'cpu-clock' runs.")
     return _measure_cpu(fn, budget_s, warmup_s, min_reps, max_reps, flush_bytes)
@@ -152,18 +165,24 @@ def _measure_cpu(fn, budget_s, warmup_s, min_reps, max_reps, flush_bytes=0) -> T
 
 
 class _Flusher:
-    """Zeroes a buffer of at least 2 x L2 between repetitions, outside the timed interval."""
+    """Between repetitions, outside the timed interval: write a buffer of at least 2 x L2 (evicts the
+    timed call's working set), then read a second one of at least 2 x L2, so the L2 ends clean."""
 
-    def __init__(self, device: str, l2_bytes: int | None):
+    def __init__(self, device: str, l2_bytes: int | None, *, min_bytes: int = MIN_FLUSH_BYTES,
+                 min_read_bytes: int = MIN_READ_BYTES):
         import torch
 
         if l2_bytes is None:
             l2_bytes = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
-        self.nbytes = max(2 * int(l2_bytes), MIN_FLUSH_BYTES)
+        self.nbytes = max(2 * int(l2_bytes), int(min_bytes))
+        self.read_nbytes = max(2 * int(l2_bytes), int(min_read_bytes))
         self.buf = torch.empty(self.nbytes // 4, dtype=torch.int32, device=device)
+        self.rbuf = torch.zeros(self.read_nbytes // 4, dtype=torch.int32, device=device)  # only read from now on
+        self.last = None
 
     def __call__(self):
-        self.buf.zero_()
+        self.buf.zero_()               # evict: the L2 now holds the flush's dirty lines ...
+        self.last = self.rbuf.max()    # ... which clean reads push out (written back here, not in the timing)
 
 
 def _events_times(call, flush, reps: int) -> list:
@@ -197,33 +216,70 @@ def _capture_graph(fn):
     return g
 
 
-def _measure_cuda(fn, device, budget_s, warmup_s, min_reps, max_reps, timer, l2_bytes) -> Timing:
-    import torch
+class CudaOps:
+    """The torch.cuda calls the GPU timer makes; tests pass a fake with the same methods."""
 
-    with torch.cuda.device(device):
-        fn()  # compile / autotune: never timed
+    def __init__(self, device: str):
+        import torch
+
+        self.device = device
+        self.OutOfMemoryError = torch.cuda.OutOfMemoryError
+
+    def context(self):
+        import torch
+
+        return torch.cuda.device(self.device)
+
+    def synchronize(self):
+        import torch
+
         torch.cuda.synchronize()
-        flush = _Flusher(device, l2_bytes)
-        est_times = _events_times(fn, flush, 5)
-        est = sorted(est_times)[2]
-        config = {"estimate_s": est, "flush_bytes": flush.nbytes, "budget_s": budget_s}
-        call, used = fn, "cuda-events"
-        want_graph = timer == "cuda-graph" or (timer == "auto" and est < GRAPH_BELOW_S)
-        if want_graph:
+
+    def flusher(self, l2_bytes):
+        return _Flusher(self.device, l2_bytes)
+
+    def times(self, call, flush, reps: int) -> list:
+        return _events_times(call, flush, reps)
+
+    def capture(self, fn):
+        return _capture_graph(fn)
+
+
+def _estimate(ops, call, flush) -> float:
+    return sorted(ops.times(call, flush, 5))[2]
+
+
+def _measure_cuda(fn, device, budget_s, warmup_s, min_reps, max_reps, timer, l2_bytes, ops=None) -> Timing:
+    ops = ops or CudaOps(device)
+    with ops.context():
+        fn()  # compile / autotune: never timed
+        ops.synchronize()
+        flush = ops.flusher(l2_bytes)
+        eager = _estimate(ops, fn, flush)
+        config = {"eager_estimate_s": eager, "flush_bytes": flush.nbytes, "budget_s": budget_s}
+        if getattr(flush, "read_nbytes", None):
+            config["flush_read_bytes"] = flush.read_nbytes
+        call, used, est = fn, "cuda-events", eager
+        if timer == "cuda-graph" or (timer == "auto" and eager < GRAPH_TRY_BELOW_S):
             try:
-                g = _capture_graph(fn)
-                call, used = g.replay, "cuda-graph"
-            except torch.cuda.OutOfMemoryError:
+                g = ops.capture(fn)
+            except ops.OutOfMemoryError:
                 raise
             except Exception as e:  # noqa: BLE001 - any capture failure falls back to events
-                torch.cuda.synchronize()
+                ops.synchronize()
                 config["graph_fallback"] = f"{type(e).__name__}: {str(e)[:200]}"
+            else:
+                graph = _estimate(ops, g.replay, flush)
+                config.update(graph_estimate_s=graph, launch_overhead_s=max(0.0, eager - graph))
+                if timer == "cuda-graph" or graph < GRAPH_BELOW_S or eager - graph > LAUNCH_SHARE * eager:
+                    call, used, est = g.replay, "cuda-graph", graph
+        config["estimate_s"] = est     # of the timer that ran
         # warm-up by time budget (the flush counts: it runs every repetition too)
         warm = rep_count(est, warmup_s, 1, max_reps)
-        _events_times(call, flush, warm)
+        ops.times(call, flush, warm)
         reps = rep_count(est, budget_s, min_reps, max_reps)
-        times = _events_times(call, flush, reps)
-        config.update(reps=reps, warmup_calls=1 + 5 + warm)
+        times = ops.times(call, flush, reps)
+        config.update(reps=reps, warmup_calls=1 + 5 + warm + (5 if used == "cuda-graph" else 0))
         return Timing(tuple(times), used, "flushed", config)
 
 

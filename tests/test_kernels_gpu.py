@@ -26,3 +26,37 @@ def test_runners_llama3_8b_decode_on_gpu():
     for r in rs:
         r.fn()
     torch.cuda.synchronize()
+
+
+def test_cuda_split_k_in_one_launch_repeats_and_replays():
+    """The last program of a tile adds the partials and resets its counter: again and again, and in a graph."""
+    from kernels import linear as L
+    from kernels.check import rel_err
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(1, 4096, device="cuda", generator=g).to(torch.bfloat16)
+    w = torch.randn(4096, 1024, device="cuda", generator=g).to(torch.bfloat16)
+    ref = x.double() @ w.double()
+    assert L.linear_config(1, 1024, 4096, torch.bfloat16, "cuda")["split_k"] > 1
+    outs = [L.linear(x, w) for _ in range(5)]
+    assert all(rel_err(o, ref) < 1.6e-2 for o in outs) and all(torch.equal(o, outs[0]) for o in outs)
+    y = torch.empty_like(outs[0])
+    L.linear(x, w, out=y)                                     # warm the counters before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        L.linear(x, w, out=y)
+    for _ in range(3):
+        y.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, outs[0])
+
+
+def test_cuda_length_zero_decode_is_zeros():
+    from kernels import decode_attention as DA
+
+    kc = torch.randn(3, 8, 4096, 128, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(3, 32, 128, device="cuda", dtype=torch.bfloat16)
+    lens, slots = torch.tensor([0, 4096, 17], device="cuda"), torch.arange(3, device="cuda")
+    o = DA.decode_attention(q, kc, kc, lens, slots, max_len=4096)
+    assert torch.isfinite(o).all() and not o[0].any()

@@ -107,10 +107,12 @@ def test_decode_attention_split_count_does_not_change_result(rng):
 
 
 def test_decode_config_from_batch_heads_length():
-    # interpreter: 4 "SMs" -> want cdiv(8, B*Hkv) programs per (b, head); each split >= 4 tiles of 64
-    assert DA.decode_config(1, 1, 4096)["splits"] == 8
-    assert DA.decode_config(1, 1, 100)["splits"] == 1        # cdiv(100, 256) = 1
+    # interpreter: 4 "SMs" x 4 resident programs -> cdiv(16, B*Hkv) splits per (b, head), each >= 1 tile of 64
+    assert DA.decode_config(1, 1, 4096)["splits"] == 16
+    assert DA.decode_config(1, 1, 100)["splits"] == 2        # cdiv(100, 64) = 2 tiles
     assert DA.decode_config(32, 8, 4096)["splits"] == 1      # 256 programs already
+    c = DA.decode_config(1, 8, 4096, dtype=torch.float32)    # fp32: 32-key tiles and 8 warps (no spills)
+    assert (c["block_n"], c["num_warps"]) == (32, 8)
 
 
 # ---- bad inputs: ValueError naming the tensor, expected and received -----------------------

@@ -4,6 +4,8 @@ import json
 import sys
 import types
 
+import pytest
+
 from click.testing import CliRunner
 
 from profiler import probes
@@ -70,6 +72,9 @@ def _fake_nvml():
     nv.nvmlDeviceGetPowerUsage = lambda h: 650_000
     nv.nvmlDeviceGetTemperature = lambda h, k: 71
     nv.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0x4
+    nv.nvmlDeviceGetTotalEnergyConsumption = lambda h: 1_000
+    nv.NVML_PERF_POLICY_POWER, nv.NVML_PERF_POLICY_THERMAL = 0, 1
+    nv.nvmlDeviceGetViolationStatus = lambda h, policy: types.SimpleNamespace(referenceTime=0, violationTime=0)
     return nv
 
 
@@ -84,7 +89,10 @@ def test_gpu_probe_reads_nvml(monkeypatch):
     assert s["power_limit_w"] == 700.0
     smp = p.sample()
     assert smp["power_w"] == 650.0 and smp["clock_events"] == ["sw-power-cap"]
-    assert probes.point_flags(smp, smp, s) == ("throttled:sw-power-cap",)
+    assert probes.point_flags(smp, smp, s) == ("power-capped",)      # at its limit, by design: no sm-clock-low
+    # the host's CPU ticks ride along, so a busy host is flagged on a GPU run too
+    assert smp["ticks_total"] > 0 and "usable_cpus" in smp
+    assert smp["energy_mj"] == 1_000 and smp["thermal_violation_ns"] == 0 and smp["power_violation_ns"] == 0
 
 
 def test_llc_from_sys_and_fallback(tmp_path, monkeypatch):
@@ -128,3 +136,55 @@ def test_gpu_check_script_is_executable_and_parses():
     script = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.sh"
     assert os.access(script, os.X_OK)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+
+def test_counters_catch_throttling_during_a_point_and_spare_a_power_capped_h100():
+    static = {"sm_clock_max_mhz": 1980}
+    idle = {"sm_clock_mhz": 1980, "clock_event_mask": 0x1, "t_s": 10.0, "power_violation_ns": 0,
+            "thermal_violation_ns": 5_000_000_000, "energy_mj": 0}
+    # 2 s later: the clocks read at idle again, but NVML says heat held them down for 0.5 s of it
+    hot = dict(idle, t_s=12.0, thermal_violation_ns=5_500_000_000)
+    assert probes.violation_shares(idle, hot) == {"power": 0.0, "thermal": 0.25}
+    assert probes.point_flags(idle, hot, static) == ("throttled:thermal",)
+    # a loaded H100 at its power limit runs ~1.6 GHz of 1.98: power-capped, never "sm-clock-low"
+    capped = {"sm_clock_mhz": 1590, "clock_event_mask": 0x4, "t_s": 10.0, "power_violation_ns": 0}
+    assert probes.point_flags(capped, dict(capped, t_s=11.0, power_violation_ns=600_000_000), static) == \
+        ("power-capped",)
+    assert probes.point_flags(dict(capped, clock_event_mask=0), dict(capped, clock_event_mask=0, t_s=11.0,
+                                                                      power_violation_ns=900_000_000), static) == \
+        ("power-capped",)
+    # the same clock with no power reason is low
+    assert probes.point_flags({"sm_clock_mhz": 1590, "clock_event_mask": 0}, {}, static) == ("sm-clock-low",)
+    # no timestamps: any violation during the point counts
+    assert probes.violation_shares({"thermal_violation_ns": 1}, {"thermal_violation_ns": 2}) == {"thermal": 1.0}
+
+
+def _multi_gpu_nvml():
+    nv = _fake_nvml()
+    uuids = ["GPU-11111111-aaaa", "GPU-22222222-bbbb"]
+    nv.nvmlDeviceGetCount = lambda: 2
+    nv.nvmlDeviceGetHandleByIndex = lambda i: f"h{i}"
+    nv.nvmlDeviceGetUUID = lambda h: uuids[int(h[1:])].encode()
+
+    def by_uuid(u):
+        if u.startswith("MIG-"):
+            return "mig:" + u
+        if u not in uuids:
+            raise nv.NVMLError("Not Found")
+        return f"h{uuids.index(u)}"
+    nv.nvmlDeviceGetHandleByUUID = by_uuid
+    nv.nvmlDeviceGetDeviceHandleFromMigDeviceHandle = lambda h: "parent-of-" + h
+    return nv
+
+
+@pytest.mark.parametrize("visible,device,handle", [
+    ("GPU-22222222-bbbb,GPU-11111111-aaaa", "cuda:0", "h1"),      # UUIDs, reordered
+    ("GPU-11111111-aaaa,GPU-2222", "cuda:1", "h1"),                 # a UUID prefix, as CUDA accepts
+    ("MIG-5c3a3b1e-0000", "cuda:0", "parent-of-mig:MIG-5c3a3b1e-0000"),
+    ("MIG-GPU-22222222-bbbb/1/0", "cuda", "h1"),                    # the legacy MIG form
+    ("1,0", "cuda:0", "h1"),                                        # indices (torch has no GPU here)
+])
+def test_cuda_visible_devices_maps_to_the_right_nvml_handle(monkeypatch, visible, device, handle):
+    nv = _multi_gpu_nvml()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert probes._nvml_handle(nv, device) == handle

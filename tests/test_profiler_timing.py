@@ -1,7 +1,9 @@
-"""profiler.timing: repeated timing on the CPU clock, rep counts, thread pinning; GPU paths (marked)."""
+"""profiler.timing: repeated timing on the CPU clock, rep counts, thread pinning; the GPU timer's decisions
+with a fake torch.cuda; real GPU paths (marked)."""
 
 import math
 import time
+import types
 
 import pytest
 import torch
@@ -85,3 +87,96 @@ def test_cuda_events_flush_l2_and_graphs_for_small_kernels():
     x = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16)
     t = timing.measure(lambda: x + 1, "cuda", budget_s=0.02)
     assert t.timer == "cuda-graph" and t.median_s < 1e-3
+
+
+# ---- the GPU timer's decisions, with a fake torch.cuda (no GPU needed) -----------------------
+
+class FakeCuda:
+    """Stands in for timing.CudaOps: each call 'takes' the time given for eager calls or replays."""
+
+    OutOfMemoryError = MemoryError
+
+    def __init__(self, eager_s, graph_s=None, capture_error=None):
+        self.eager_s, self.graph_s, self.capture_error = eager_s, graph_s, capture_error
+        self.flushes, self.captured = 0, 0
+
+    def context(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def synchronize(self):
+        pass
+
+    def flusher(self, l2_bytes):
+        fake = self
+
+        class F:
+            nbytes, read_nbytes = 256 * 2**20, 128 * 2**20
+
+            def __call__(self):
+                fake.flushes += 1
+        return F()
+
+    def capture(self, fn):
+        if self.capture_error:
+            raise self.capture_error
+        self.captured += 1
+        return types.SimpleNamespace(replay=lambda: "replay")
+
+    def times(self, call, flush, reps):
+        out = []
+        for _ in range(reps):
+            flush()
+            out.append(self.graph_s if call() == "replay" else self.eager_s)
+        return out
+
+
+def test_graph_decision_comes_from_the_replay_estimate():
+    # a decode layer: 250 us eagerly (launch gaps), 130 us as a graph: over 100 us either way, yet a graph
+    fake = FakeCuda(eager_s=250e-6, graph_s=130e-6)
+    t = timing.measure(lambda: None, "cuda", budget_s=0.01, cuda_ops=fake)
+    assert t.timer == "cuda-graph" and t.median_s == 130e-6 and t.l2_policy == "flushed"
+    assert t.config["eager_estimate_s"] == 250e-6 and t.config["graph_estimate_s"] == 130e-6
+    assert t.config["launch_overhead_s"] == pytest.approx(120e-6) and t.config["estimate_s"] == 130e-6
+    assert fake.flushes == t.config["warmup_calls"] - 1 + t.config["reps"]   # every call but the first is flushed
+    # a 2 ms kernel that a graph saves 1% on: events, with both estimates kept
+    t = timing.measure(lambda: None, "cuda", budget_s=0.01, cuda_ops=FakeCuda(2e-3, 1.98e-3))
+    assert t.timer == "cuda-events" and t.config["graph_estimate_s"] == 1.98e-3
+    assert t.config["launch_overhead_s"] == pytest.approx(20e-6)
+    # a 20 ms GEMM is not captured at all
+    fake = FakeCuda(20e-3, 20e-3)
+    t = timing.measure(lambda: None, "cuda", budget_s=0.1, cuda_ops=fake)
+    assert t.timer == "cuda-events" and fake.captured == 0 and "graph_estimate_s" not in t.config
+    # a tiny kernel whose graph is no faster is still graph-timed (under 100 us)
+    assert timing.measure(lambda: None, "cuda", budget_s=0.01, cuda_ops=FakeCuda(8e-6, 8e-6)).timer == "cuda-graph"
+
+
+def test_capture_failure_falls_back_to_events_with_the_reason():
+    fake = FakeCuda(50e-6, capture_error=RuntimeError("operation not permitted when stream is capturing"))
+    t = timing.measure(lambda: None, "cuda", budget_s=0.01, cuda_ops=fake)
+    assert t.timer == "cuda-events" and "not permitted" in t.config["graph_fallback"]
+    assert t.config["eager_estimate_s"] == 50e-6 and "graph_estimate_s" not in t.config
+    with pytest.raises(MemoryError):
+        timing.measure(lambda: None, "cuda", cuda_ops=FakeCuda(50e-6, capture_error=MemoryError("oom")))
+
+
+def test_the_flush_writes_then_reads_so_the_l2_ends_clean():
+    f = timing._Flusher("cpu", l2_bytes=2**20, min_bytes=0, min_read_bytes=0)
+    assert f.nbytes == 2 * 2**20 and f.read_nbytes == 2 * 2**20       # each >= 2 x L2
+    log = []
+
+    class Spy:
+        def __init__(self, what):
+            self.what = what
+
+        def zero_(self):
+            log.append(("write", self.what))
+
+        def max(self):
+            log.append(("read", self.what))
+    f.buf, f.rbuf = Spy("buf"), Spy("rbuf")
+    f()
+    assert log == [("write", "buf"), ("read", "rbuf")]
+    big = timing._Flusher("cpu", l2_bytes=0, min_bytes=4096, min_read_bytes=8192)
+    assert big.buf.numel() * 4 == 4096 and big.rbuf.numel() * 4 == 8192 and not big.rbuf.any()

@@ -1,0 +1,224 @@
+"""The compile check's variants, discovered by running the real launchers on meta tensors.
+
+For each target GPU (``TARGETS``: sm_80 = A100, 108 SMs; sm_90 = H100/H200, 132 SMs) every op of
+the Llama-2-7B and Llama-3-8B prefill and decode phases (``kernels.runners``) runs on
+``device="meta"`` inside ``_launch.recording(num_sms=...)``: the launchers choose block sizes,
+split counts, warps, stages and grids exactly as on that GPU, and hand each launch to the
+recorder instead of running it. Triton's own argument binder then turns each launch into what
+the JIT would compile (signature, constexprs, divisibility attributes), so the variants are
+the launchers' own, never a copy of their rules. Distinct compilations become ``Variant``s;
+the grids of every launch that maps to one are kept for the grid-limit check.
+
+This module needs Triton's compiler-side objects (``JITFunction``, not the interpreter's
+wrapper): ``kernels.compile_check`` runs it in a process with ``TRITON_INTERPRET=0``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from ._launch import kernel_name, recording
+
+MODELS = ("llama-2-7b", "llama-3-8b")
+DTYPES = ("bf16", "fp16", "fp32")
+PHASES = ("prefill", "decode")
+FULL = dict(batches=(1, 2, 4, 8, 16, 32, 64, 128, 256), contexts=(128, 256, 512, 1024, 2048, 4096, 8192))
+QUICK = dict(batches=(1, 8, 64, 256), contexts=(128, 1024, 8192))
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str            # "sm_90"
+    capability: int      # 90
+    gpus: str            # what it stands for
+    sms: int             # the SM count the launchers are told
+    smem_block: int      # the per-block shared memory Triton checks at load (OutOfResources above it)
+    smem_sm: int         # shared memory per SM (occupancy)
+    regs_sm: int = 65536
+    regs_block: int = 65536
+    threads_sm: int = 2048
+    blocks_sm: int = 32
+
+
+TARGETS = {
+    "sm_80": Target("sm_80", 80, "A100", 108, smem_block=166_912, smem_sm=167_936),
+    "sm_90": Target("sm_90", 90, "H100/H200", 132, smem_block=232_448, smem_sm=233_472),
+}
+
+
+@dataclass
+class Variant:
+    """One compilation: a kernel, its specialised signature, constexprs and options, on one target."""
+
+    target: str
+    kernel: str
+    module: str
+    dtype: str                  # the dtype of the shapes that launched it
+    signature: dict             # arg name -> Triton type ("*bf16", "i32", "constexpr")
+    constexprs: dict            # (arg index,) -> value
+    attrs: dict                 # (arg index,) -> [["tt.divisibility", 16]]
+    num_warps: int
+    num_stages: int
+    launches: list = field(default_factory=list)   # (grid, tag) of every launch that compiles to this
+    error: str = ""             # the launch could not be bound to the kernel (nothing to compile)
+
+    @property
+    def key(self) -> tuple:
+        return (self.target, self.module, self.kernel, self.error, tuple(sorted(self.signature.items())),
+                tuple(sorted((k, repr(v)) for k, v in self.constexprs.items())),
+                tuple(sorted((k, repr(v)) for k, v in self.attrs.items())), self.num_warps, self.num_stages)
+
+    @property
+    def config(self) -> str:
+        """The launcher's own keyword constexprs (block sizes, flags), then warps and stages."""
+        names = list(self.signature)
+        kw = [f"{names[p[0]]}={v}" for p, v in sorted(self.constexprs.items())
+              if names[p[0]].isupper() and names[p[0]] not in ("UPCAST",)]
+        wide = [f"{n}:i64" for n, t in self.signature.items() if t == "i64"]   # past 2^31: int64 arguments
+        return " ".join(kw + wide + [f"w{self.num_warps}", f"s{self.num_stages}"])
+
+    @property
+    def max_grid(self) -> tuple:
+        """The grid of the launch with the most programs."""
+        return max((g for g, _ in self.launches), key=lambda g: g[0] * g[1] * g[2])
+
+    def task(self) -> dict:
+        """What a compile worker needs (picklable, no Triton objects)."""
+        return dict(module=self.module, kernel=self.kernel, signature=self.signature,
+                    constexprs=list(self.constexprs.items()), attrs=list(self.attrs.items()),
+                    options=dict(num_warps=self.num_warps, num_stages=self.num_stages))
+
+
+def shapes(quick: bool, models=MODELS, dtypes=DTYPES, phases=PHASES) -> list:
+    """(model, phase, batch, context, dtype) of the quick or the full set."""
+    from roofline.models import load_model
+
+    s = QUICK if quick else FULL
+    top = {m: load_model(m).max_context for m in models}   # Llama-2 stops at 4,096 tokens
+    return [(m, ph, b, c, dt) for m in models for dt in dtypes for ph in phases
+            for b in s["batches"] for c in s["contexts"] if c + (ph == "decode") <= top[m]]
+
+
+def record(target: Target, combos) -> list:
+    """Every launch of every op of every combo, on meta tensors, as the launchers size them for ``target``."""
+    from roofline.models import load_model
+
+    from . import prefill_attention as PA
+    from . import rmsnorm as N
+    from ._common import torch_dtype
+    from .runners import make_runners
+
+    meta = torch.device("meta")
+    with recording(target.sms) as rec:
+        for model, phase, batch, context, dtype in combos:
+            cfg = load_model(model)
+            where = dict(model=model, phase=phase, b=batch, ctx=context, dtype=dtype)
+            for r in make_runners(cfg, phase, batch, context, dtype=dtype, device=meta):
+                if r.name != "layer":       # the layer runs the same launchers again
+                    rec.context = dict(where, op=r.name)
+                    r.fn()
+            # what the runners do not reach: the fused residual+norm, non-causal prefill attention, and a
+            # chunk after a cached prefix (P = 17 is neither 1 nor a multiple of 16: another specialisation)
+            dt, T = torch_dtype(dtype), batch * (context if phase == "prefill" else 1)
+            x = torch.empty(T, cfg.hidden, dtype=dt, device=meta)
+            rec.context = dict(where, op="add_rmsnorm")
+            N.add_rmsnorm(x, x, torch.empty(cfg.hidden, dtype=dt, device=meta))
+            if phase == "prefill":
+                q = torch.empty(batch, context, cfg.n_heads, cfg.head_dim, dtype=dt, device=meta)
+                kc = torch.empty(batch, cfg.n_kv_heads, context, cfg.head_dim, dtype=dt, device=meta)
+                rec.context = dict(where, op="attention non-causal")
+                PA.prefill_attention(q, kc, kc, torch.arange(batch, device=meta), 0, causal=False)
+                kc = torch.empty(batch, cfg.n_kv_heads, context + 17, cfg.head_dim, dtype=dt, device=meta)
+                rec.context = dict(where, op="attention after 17 cached")
+                PA.prefill_attention(q, kc, kc, torch.arange(batch, device=meta), 17)
+    return rec.launches
+
+
+class BinderMissing(RuntimeError):
+    """The installed Triton has no argument binder this module knows how to call."""
+
+
+def _binder(fn, backend, cache: dict):
+    if fn not in cache:
+        try:
+            from triton.runtime.jit import create_function_from_signature
+        except ImportError as e:
+            raise BinderMissing(f"triton.runtime.jit.create_function_from_signature is missing ({e})") from None
+        if not hasattr(fn, "_pack_args") or not hasattr(fn, "params"):
+            raise BinderMissing(f"{type(fn).__name__} has no _pack_args/params (is TRITON_INTERPRET set?)")
+        cache[fn] = create_function_from_signature(fn.signature, fn.params, backend)
+    return cache[fn]
+
+
+def variants(target: Target, launches) -> list:
+    """Group ``launches`` into distinct compilations for ``target`` (Triton's own specialisation)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+
+    backend = make_backend(GPUTarget("cuda", target.capability, 32))
+    binders, out = {}, {}
+    for ln in launches:
+        fn = ln.kernel
+        bind = _binder(fn, backend, binders)
+        try:
+            bound, spec, opts = bind(*ln.args, **ln.constexprs, **ln.options)
+            options, signature, constexprs, attrs = fn._pack_args(backend, dict(ln.options), bound, spec, opts)
+        except AttributeError as e:
+            raise BinderMissing(f"{type(e).__name__}: {e}") from None
+        except (TypeError, KeyError) as e:     # the launch does not fit the kernel's parameters: a launcher bug
+            v = Variant(target.name, kernel_name(fn), fn.__module__, ln.context.get("dtype", ""), {}, {}, {},
+                        int(ln.options.get("num_warps", 4)), int(ln.options.get("num_stages", 3)),
+                        error=f"the launch does not bind to the kernel ({type(e).__name__}: {e})")
+        else:
+            v = Variant(target.name, kernel_name(fn), fn.__module__, ln.context.get("dtype", ""),
+                        dict(signature), dict(constexprs), dict(attrs),
+                        int(options.num_warps), int(options.num_stages))
+        v = out.setdefault(v.key, v)
+        v.launches.append((ln.grid, ln.tag))
+    return list(out.values())
+
+
+def grid_problems(v: Variant) -> list:
+    """Launches of ``v`` whose grid is over a CUDA limit (x: 2^31 - 1; y, z: 65,535)."""
+    bad = []
+    for grid, tag in v.launches:
+        over = [f"axis {i} = {g} > {lim}" for i, (g, lim) in enumerate(zip(grid, GRID_LIMITS)) if g > lim]
+        if over:
+            bad.append(f"grid {grid} at {tag}: " + ", ".join(over))
+    return bad
+
+
+def all_kernels() -> dict:
+    """name -> JITFunction of every @triton.jit function defined in the kernels package."""
+    import kernels
+
+    from triton.runtime.jit import JITFunction
+
+    out = {}
+    for mod in pkgutil.iter_modules(kernels.__path__):
+        if mod.name in ("check", "compile_check", "variants", "__main__"):
+            continue
+        m = importlib.import_module(f"kernels.{mod.name}")
+        for name, obj in vars(m).items():
+            fn = getattr(obj, "fn", None)
+            if isinstance(obj, JITFunction) and getattr(fn, "__module__", None) == m.__name__:
+                out[name] = obj
+    return out
+
+
+def unreached(launched: set, kernels: dict) -> list:
+    """Kernels no launcher reaches: neither launched nor called from a launched kernel's source."""
+    srcs = []
+    for name in launched:
+        fn = kernels.get(name)
+        if fn is not None:
+            srcs.append(getattr(fn, "src", None) or inspect.getsource(fn.fn))
+    return sorted(n for n in kernels if n not in launched
+                  and not any(re.search(rf"\b{re.escape(n)}\s*\(", s) for s in srcs))
