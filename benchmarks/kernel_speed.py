@@ -10,16 +10,13 @@ using MEASURED ceilings (a large copy for bandwidth, a large GEMM for FLOP/s; la
 on a GPU the speed ratio peer_time / triton_time. Targets (H100/H200): linear >= 0.9x cuBLAS at
 M >= 1024 and >= 85% of copy bandwidth at M <= 16; decode attention >= 85% of copy bandwidth at
 batch x context >= 32 x 4096; prefill attention >= 0.8x SDPA. A MET/MISS summary is printed last.
-Timing: profiler.timing.measure (CUDA events after warm-up, L2 flushed, median); a small inline
-do_bench-style fallback if the profiler package is unavailable.
+Timing: profiler.timing.measure (CUDA events after warm-up, L2 flushed, median), the one clock.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -30,56 +27,22 @@ import torch  # noqa: E402
 from kernels import decode_attention as DA  # noqa: E402
 from kernels import linear as L  # noqa: E402
 from kernels import prefill_attention as PA  # noqa: E402
-from kernels._common import HAS_CUDA, torch_dtype  # noqa: E402
+from kernels._common import HAS_CUDA, torch_dtype  # noqa: E402,F401
+from profiler.ceilings import measure_bandwidth, measure_gemm  # noqa: E402
+from profiler.timing import measure  # noqa: E402
 from roofline.models import load_model  # noqa: E402
 
 
 def bench(fn, device) -> float:
-    """Median seconds per call."""
-    try:
-        from profiler.timing import measure
-        return measure(fn, device, budget_s=0.2, warmup_s=0.05).median_s
-    except ImportError:
-        pass
-    gpu = str(device).startswith("cuda")
-    sync = torch.cuda.synchronize if gpu else (lambda: None)
-    flush = torch.empty(256 * 2**20, dtype=torch.int8, device=device) if gpu else None
-    for _ in range(3):
-        fn()
-    sync()
-    times = []
-    for _ in range(20):
-        if gpu:
-            flush.zero_()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(b) / 1e3)
-        else:
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    """Median seconds per call, from the one timing module (CUDA events after warm-up, L2 flushed)."""
+    return measure(fn, device, budget_s=0.2, warmup_s=0.05).median_s
 
 
 def ceilings(device, dtype: str) -> tuple[float, float, str]:
-    """(FLOP/s, copy bytes/s, source) measured on this device."""
-    try:
-        from profiler.ceilings import measure_bandwidth, measure_gemm
-        bw = measure_bandwidth(str(device), 2 * 2**30 if HAS_CUDA else 256 * 2**20, quick=True)["copy_bytes_per_s"]
-        fl = measure_gemm(str(device), dtype, quick=True)["best_flops"]
-        return fl, bw, "profiler.ceilings (measured)"
-    except Exception:  # noqa: BLE001  (fall back to an inline measurement)
-        pass
-    n = (512 if HAS_CUDA else 64) * 2**20 // 4
-    src, dst = torch.ones(n, device=device), torch.empty(n, device=device)
-    bw = 2 * 4 * n / bench(lambda: dst.copy_(src), device)
-    s = 8192 if HAS_CUDA else 1024
-    a = torch.randn(s, s, device=device).to(torch_dtype(dtype))
-    fl = 2 * s**3 / bench(lambda: a @ a, device)
-    return fl, bw, "inline copy + GEMM (measured)"
+    """(FLOP/s, copy bytes/s, source) measured on this device by profiler.ceilings."""
+    bw = measure_bandwidth(str(device), 2 * 2**30 if HAS_CUDA else 256 * 2**20, quick=True)["copy_bytes_per_s"]
+    fl = measure_gemm(str(device), dtype, quick=True)["best_flops"]
+    return fl, bw, "profiler.ceilings (measured)"
 
 
 VERDICTS = []   # (MET|MISS, case, what was measured against the goal), printed last

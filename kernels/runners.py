@@ -45,6 +45,23 @@ class OpRunner:
     config: dict = field(default_factory=dict)  # backend, block sizes, split count ...
 
 
+_WEIGHTS: dict = {}   # the last one-layer weights built: a sweep's points share them (same model, dtype, seed)
+
+
+def _one_layer_weights(cfg: ModelConfig, dt, dev, seed: int) -> dict:
+    """One layer's weights plus the embedding and lm_head, built once per (model, dtype, device, seed).
+
+    Every point of a sweep times the same weights; building them (random normal, the embedding
+    and lm_head are vocab x hidden) cost a sweep a third of a second per point on a CPU. Only the
+    last set is kept, so a sweep over another model does not hold two in memory.
+    """
+    key = (cfg, dt, str(dev), seed)
+    if key not in _WEIGHTS:
+        _WEIGHTS.clear()
+        _WEIGHTS[key] = init_weights(cfg.with_layers(1), dt, dev, seed)
+    return _WEIGHTS[key]
+
+
 def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtype="bf16", backend="triton",
                  device="cpu", seed=0, ops=None) -> list[OpRunner]:
     """Runners for every op of ``phase`` (or only ``ops``), in OP_NAMES order then "layer"."""
@@ -72,7 +89,7 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     n = context if phase == "prefill" else 1          # new tokens per sequence
     T = B * n
     kv_len = context if phase == "prefill" else context + 1
-    w = init_weights(cfg.with_layers(1), dt, dev, seed)
+    w = _one_layer_weights(cfg, dt, dev, seed)
     lw = w["layers"][0]
     cos, sin = rope_tables(kv_len, D, cfg.rope_theta, dev)
     x, r, h = rnd(T, H), rnd(T, H), rnd(T, H)                                    # [T, H]

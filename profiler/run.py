@@ -64,10 +64,30 @@ def stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+SECRET_OPTIONS = ("--api-key",)   # their values never reach a result file or a printed command
+
+
+def redact(args) -> list:
+    """``args`` with the value of every ``SECRET_OPTIONS`` option replaced by ``***``."""
+    out, hide = [], False
+    for a in args:
+        if hide:
+            out.append("***")
+            hide = False
+        elif a in SECRET_OPTIONS:
+            out.append(a)
+            hide = True
+        elif any(a.startswith(o + "=") for o in SECRET_OPTIONS):
+            out.append(a.split("=", 1)[0] + "=***")
+        else:
+            out.append(a)
+    return out
+
+
 def command_line(equivalent: str) -> str:
-    """The one recorded command line: as typed when run as ``roofline``, else the equivalent command."""
+    """The one recorded command line: as typed when run as ``roofline`` (secrets redacted), else the equivalent."""
     if sys.argv and Path(sys.argv[0]).name == "roofline":
-        return shlex.join(["roofline", *sys.argv[1:]])
+        return shlex.join(["roofline", *redact(sys.argv[1:])])
     return equivalent
 
 
@@ -207,21 +227,73 @@ class ProfileResult:
 
 
 def validate_kernels(backends, dtype, device="cpu") -> list:
-    """Run kernels.check quickly for each backend; refuse (RooflineError) if any check fails."""
+    """Run kernels.check quickly for each backend; refuse (RooflineError) if any check fails.
+
+    A pass is remembered (beside the ceilings) for the exact kernel sources, software versions,
+    device and dtype: the checks are deterministic (seeded inputs), so the same code on the same
+    box passes again. A failure is never cached, and any change to ``kernels/`` re-runs them.
+    """
     from kernels.check import run_checks
 
     results, failed = [], []
     for be in backends:
-        for r in run_checks(backend=be, dtype=dtype, device=device, quick=True):
-            results.append((be, r))
-            if not r.passed:
-                failed.append(f"{be} {r.name} (max rel err {r.max_rel_err:.3g} > tol {r.tol:.3g}"
-                              + (f": {r.detail}" if r.detail else "") + ")")
+        key = _check_key(be, dtype, device)
+        if _check_cached(key):
+            continue
+        rs = run_checks(backend=be, dtype=dtype, device=device, quick=True)
+        results += [(be, r) for r in rs]
+        bad = [r for r in rs if not r.passed]
+        failed += [f"{be} {r.name} (max rel err {r.max_rel_err:.3g} > tol {r.tol:.3g}"
+                   + (f": {r.detail}" if r.detail else "") + ")" for r in bad]
+        if not bad:
+            _check_store(key, rs)
     if failed:
         more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
         raise RooflineError(f"kernel validation failed, so nothing was timed: {'; '.join(failed[:3])}{more}. "
                             f"Run `roofline check --dtype {dtype}` for details.")
     return results
+
+
+def _check_key(backend: str, dtype: str, device: str) -> dict:
+    import hashlib
+
+    import kernels
+
+    from . import probes
+    from .ceilings import device_name
+
+    src = hashlib.sha1()
+    for f in sorted(Path(kernels.__file__).parent.glob("*.py")):
+        src.update(f.name.encode() + f.read_bytes())
+    return {"kernels": src.hexdigest(), "versions": probes.versions(), "device": device_name(device),
+            "backend": backend, "dtype": dtype, "method": 1}
+
+
+def _check_path(key: dict) -> Path:
+    import hashlib
+
+    from .ceilings import cache_dir
+
+    return cache_dir() / f"kernelcheck-{hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}.json"
+
+
+def _check_cached(key: dict) -> bool:
+    try:
+        return json.loads(_check_path(key).read_text()).get("key") == key
+    except (OSError, ValueError):
+        return False
+
+
+def _check_store(key: dict, results) -> None:
+    try:
+        p = _check_path(key)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"key": key, "passed": [[r.name, r.max_rel_err, r.tol] for r in results]},
+                                  default=str))
+        tmp.replace(p)
+    except OSError:
+        pass  # an unwritable cache only costs the checks again next time
 
 
 def _settings(run: ProfileRun, threads: int) -> dict:
@@ -449,7 +521,8 @@ class LatencyResult:
     def to_json(self) -> dict:
         from roofline.latency import FORMULAS
 
-        return {"file": str(self.path), "formulas": list(FORMULAS), "summaries": [s.to_dict() for s in self.summaries],
+        formulas = self.summaries[0].formulas if self.summaries else FORMULAS
+        return {"file": str(self.path), "formulas": list(formulas), "summaries": [s.to_dict() for s in self.summaries],
                 "skipped": self.skipped}
 
 
@@ -485,68 +558,105 @@ def run_latency(run: LatencyRun, *, say=quiet) -> LatencyResult:
     check_writable(run.out)
     for n in run.model.notes:
         say(f"note: {n}")
-    writer = ResultWriter(run.path, mode=run.mode)
+    with cpu_threads(_cpu_threads_default(run.device, run.threads)) as n_threads:
+        from roofline.latency import arrival_times, summarize
+
+        from . import probes
+        from .serving import RequestSpec, serve
+        from .tokenizer import make_prompt
+
+        header = RunHeader(device=_latency_device_header(run.device), model=run.model, kind="latency",
+                           dtype=run.dtype, settings=run.settings(n_threads), versions=probes.versions(),
+                           git_sha=probes.git_sha(), command=command_line(run.command(run.mode == "resume")),
+                           started=started())
+        specs = [RequestSpec(i, a, make_prompt(run.prompt_tokens, seed=run.seed * 1000 + i,
+                                               shared_prefix=run.shared_prefix), run.output_tokens)
+                 for i, a in enumerate(arrival_times(run.requests, run.rate, run.arrival, run.seed))]
+        configs = {label: (budget, cache) for budget, cache, label in run.configs}
+        model = []
+
+        def prepare(todo):
+            model.append(_build_model(run) if todo else None)
+
+        def one(label, sink):
+            budget, cache = configs[label]
+            say(f"running {label}: {run.requests} requests, {run.model.name} {run.backend} {run.dtype} on "
+                f"{run.device}")
+            m = model[0]
+            for s in range(run.max_slots):
+                m.reset(s)
+            result = serve(m, specs, chunk_budget=budget, prefix_cache=cache, block_size=run.block_size,
+                           config=label, on_finish=sink.request)
+            for st in result.steps:
+                sink.record({"type": "latency-step", "config": label, **st})
+            return summarize(result.timelines, run.slo, label, {"chunk_budget": budget, "prefix_cache": cache,
+                                                                "block_size": run.block_size})
+
+        return run_configs(run.path, run.mode, header, list(configs), one, say=say,
+                           resume=lambda: run.command(resume=True), prepare=prepare)
+
+
+class ConfigSink:
+    """What a configuration's runner writes through: ``request(timeline)`` the moment a request finishes,
+    ``record(dict)`` for any other line; both stamped with the configuration's attempt number."""
+
+    def __init__(self, writer, attempt: int, counter: list):
+        self.writer, self.attempt, self._n = writer, attempt, counter
+
+    def request(self, t) -> None:
+        self.writer.write(replace(t, attempt=self.attempt))
+        self._n[0] += 1
+
+    def record(self, d: dict) -> None:
+        self.writer.write({**d, "attempt": self.attempt})
+
+
+def run_configs(path: Path, mode: str, header: RunHeader, labels: list, run_one, *, say=quiet, resume,
+                prepare=None) -> LatencyResult:
+    """The part every latency run shares (in-process loop, endpoint client): one file, resumed by configuration.
+
+    Opens ``path`` with the one writer in ``mode``, refuses a resume whose header differs, skips
+    the configurations already complete in the file (a resumed one runs again as the next
+    attempt), calls ``prepare(todo labels)`` before the header is written (build what the run
+    needs: nothing is written when it fails), then ``run_one(label, sink)`` per configuration,
+    which writes each request through ``sink.request`` as it finishes and returns the
+    ``LatencySummary``. Ctrl-C raises ``Interrupted`` after the file is closed, with
+    ``resume()`` as the command that continues it.
+    """
+    from roofline.latency import latency_runs
+
+    writer = ResultWriter(path, mode=mode)
     summaries, skipped, written = [], [], [0]
     try:
         if writer.repaired_bytes:
-            say(f"note: the last line of {run.path} was cut off ({writer.repaired_bytes} bytes): removed before "
-                "resuming.")
-        with cpu_threads(_cpu_threads_default(run.device, run.threads)) as n_threads:
-            from roofline.latency import arrival_times, latency_runs, summarize
-
-            from . import probes
-
-            header = RunHeader(device=_latency_device_header(run.device), model=run.model, kind="latency",
-                               dtype=run.dtype, settings=run.settings(n_threads), versions=probes.versions(),
-                               git_sha=probes.git_sha(), command=command_line(run.command(run.mode == "resume")),
-                               started=started())
-            writer.check(header)
-            attempts, complete = {}, set()
-            if writer.old is not None:
-                for t in writer.old.requests:
-                    attempts[t.config] = max(attempts.get(t.config, 0), t.attempt)
-                for s in writer.old.summaries:
-                    attempts[s.config] = max(attempts.get(s.config, 0), s.attempt)
-                complete = {r.config for r in latency_runs(writer.old) if r.complete}
-            todo = [(b, c, label) for b, c, label in run.configs if label not in complete]
-            skipped = [label for _, _, label in run.configs if label in complete]
-            if skipped:
-                say(f"resuming: {len(skipped)} configuration(s) already complete in {run.path}: {', '.join(skipped)}")
-            model = _build_model(run) if todo else None
-            writer.begin(header)
-            remove_derived(run.out, ("report.html", "report.md", "figures"))
-            from .serving import RequestSpec, serve
-            from .tokenizer import make_prompt
-
-            specs = [RequestSpec(i, a, make_prompt(run.prompt_tokens, seed=run.seed * 1000 + i,
-                                                   shared_prefix=run.shared_prefix), run.output_tokens)
-                     for i, a in enumerate(arrival_times(run.requests, run.rate, run.arrival, run.seed))]
-            for budget, cache, label in todo:
-                attempt = attempts.get(label, 0) + 1
-                say(f"running {label}: {run.requests} requests, {run.model.name} {run.backend} {run.dtype} on "
-                    f"{run.device}")
-                for s in range(run.max_slots):
-                    model.reset(s)
-
-                def done(t, attempt=attempt):
-                    writer.write(replace(t, attempt=attempt))
-                    written[0] += 1
-
-                result = serve(model, specs, chunk_budget=budget, prefix_cache=cache, block_size=run.block_size,
-                               config=label, on_finish=done)
-                for st in result.steps:
-                    writer.write({"type": "latency-step", "config": label, "attempt": attempt, **st})
-                s = summarize(result.timelines, run.slo, label, {"chunk_budget": budget, "prefix_cache": cache,
-                                                                 "block_size": run.block_size})
-                s = replace(s, attempt=attempt)
-                writer.write(s)
-                summaries.append(s)
+            say(f"note: the last line of {path} was cut off ({writer.repaired_bytes} bytes): removed before resuming.")
+        writer.check(header)
+        attempts, complete = {}, set()
+        if writer.old is not None:
+            for t in writer.old.requests:
+                attempts[t.config] = max(attempts.get(t.config, 0), t.attempt)
+            for s in writer.old.summaries:
+                attempts[s.config] = max(attempts.get(s.config, 0), s.attempt)
+            complete = {r.config for r in latency_runs(writer.old) if r.complete}
+        todo = [label for label in labels if label not in complete]
+        skipped = [label for label in labels if label in complete]
+        if skipped:
+            say(f"resuming: {len(skipped)} configuration(s) already complete in {path}: {', '.join(skipped)}")
+        if prepare is not None:
+            prepare(todo)
+        writer.begin(header)
+        remove_derived(path.parent, ("report.html", "report.md", "figures"))
+        for label in todo:
+            sink = ConfigSink(writer, attempts.get(label, 0) + 1, written)
+            s = replace(run_one(label, sink), attempt=sink.attempt)
+            writer.write(s)
+            summaries.append(s)
     except KeyboardInterrupt:
         writer.close()
-        raise Interrupted(run.path, written[0], run.command(resume=True), what="requests") from None
+        raise Interrupted(path, written[0], resume(), what="requests") from None
     finally:
         writer.close()
-    return LatencyResult(run.path, summaries, skipped, read_results(run.path))
+    return LatencyResult(path, summaries, skipped, read_results(path))
 
 
 def _build_model(run: LatencyRun):

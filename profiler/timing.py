@@ -81,9 +81,9 @@ class Timing:
 
     @property
     def median_s(self) -> float:
-        import statistics
+        from roofline.stats import median
 
-        return statistics.median(self.times_s)
+        return median(self.times_s)
 
 
 @contextlib.contextmanager
@@ -284,12 +284,10 @@ def _measure_cuda(fn, device, budget_s, warmup_s, min_reps, max_reps, timer, l2_
 
 
 if __name__ == "__main__":  # pragma: no cover
-    import statistics
-
     import torch
 
     t = measure(lambda: time.sleep(1e-3), budget_s=0.05)
-    print(f"sleep(1 ms): median {statistics.median(t.times_s) * 1e3:.3f} ms over {len(t.times_s)} reps ({t.timer})")
+    print(f"sleep(1 ms): median {t.median_s * 1e3:.3f} ms over {len(t.times_s)} reps ({t.timer})")
     a = torch.randn(256, 256)
     t = measure(lambda: a @ a)
-    print(f"256^3 matmul: median {statistics.median(t.times_s) * 1e6:.1f} us, config {t.config}")
+    print(f"256^3 matmul: median {t.median_s * 1e6:.1f} us, config {t.config}")

@@ -100,8 +100,8 @@ def write_report(paths_or_result_files, out_dir="roofline-report") -> dict[str, 
     the run's slug when there are several runs).
     """
     from . import html, markdown
-    from .figures import compare_figures, run_figures
-    from .style import save
+    from .figures import compare_figures, figure_builders
+    from .render import render
 
     rfs = load(paths_or_result_files)
     analyses = [analyze(rf) for rf in rfs]   # every number below comes from these
@@ -116,18 +116,23 @@ def write_report(paths_or_result_files, out_dir="roofline-report") -> dict[str, 
     except OSError as e:
         raise RooflineError(f"cannot create the report folder {out}: {e.strerror}.") from None
     several = len(rfs) > 1
-    runs, written = [], {}
+    runs, written, jobs, owner = [], {}, [], []
     for i, (rf, a) in enumerate(zip(rfs, analyses), start=1):
         name = f"{rf.header.device.name} - {rf.path.name}" if several else rf.header.device.name
-        run = RunData(i, name, rf, a, notes=_run_notes(a))
+        runs.append(RunData(i, name, rf, a, notes=_run_notes(a)))
         prefix = f"{i}-{_slug(rf.header.device.key or rf.header.device.name)}-" if several else ""
-        for fig in run_figures(rf):
-            paths = save(fig.figure, out / "figures" / f"{prefix}{fig.key}")
-            run.figures.append((fig, paths))
+        for _, build in figure_builders(rf):
+            jobs.append((prefix, build))
+            owner.append((runs[-1], prefix))
+    if len(rfs) > 1:
+        jobs.append(("", lambda: compare_figures(rfs)))
+        owner.append((None, ""))
+    report = ReportData(runs)
+    for (run, prefix), figs in zip(owner, render(jobs, out / "figures")):
+        for fig, paths in figs:
+            (run.figures if run is not None else report.compare).append((fig, paths))
             for fmt, p in paths.items():
                 written[f"{fmt}:{prefix}{fig.key}"] = p
-        runs.append(run)
-    report = ReportData(runs)
     models = sorted({rf.header.model_name for rf in rfs})
     if len(models) > 1:
         report.notes.append(f"These files profile different models ({', '.join(models)}): they are reported side "
@@ -135,11 +140,6 @@ def write_report(paths_or_result_files, out_dir="roofline-report") -> dict[str, 
     if len({rf.header.dtype for rf in rfs}) > 1:
         report.notes.append("These files use different dtypes: "
                             + ", ".join(f"{rf.path.name}: {rf.header.dtype}" for rf in rfs) + ".")
-    for fig in compare_figures(rfs):
-        paths = save(fig.figure, out / "figures" / fig.key)
-        report.compare.append((fig, paths))
-        for fmt, p in paths.items():
-            written[f"{fmt}:{fig.key}"] = p
     _remove_stale(out / "figures", set(written.values()))
     try:
         html_path.write_text(html.render(report), encoding="utf-8")

@@ -107,16 +107,26 @@ def latency_figures(rf) -> list[ReportFigure]:
             for i, (title, fig, caption) in enumerate(latency_section(rf))]
 
 
-def run_figures(rf) -> list[ReportFigure]:
-    """Every figure for one result file, in report order."""
+def figure_builders(rf) -> list:
+    """[(name, build)] for one result file, in report order; ``build()`` returns a list of ReportFigure.
+
+    Building is deferred so a report can draw its figures in several processes (reports.render).
+    """
     out = []
     if rf.requests or rf.summaries:
-        out += latency_figures(rf)
+        out.append(("latency", lambda: latency_figures(rf)))
     if analyze(rf).ok:
-        out.append(roofline_figure(rf))
-        out += [f for f in (time_figure(rf, "prefill"), time_figure(rf, "decode"), sweep_figure(rf)) if f]
-        out.append(predicted_figure(rf))
+        out += [("roofline", lambda: [roofline_figure(rf)]),
+                ("time_prefill", lambda: [f for f in (time_figure(rf, "prefill"),) if f]),
+                ("time_decode", lambda: [f for f in (time_figure(rf, "decode"),) if f]),
+                ("sweep", lambda: [f for f in (sweep_figure(rf),) if f]),
+                ("predicted", lambda: [predicted_figure(rf)])]
     return out
+
+
+def run_figures(rf) -> list[ReportFigure]:
+    """Every figure for one result file, in report order."""
+    return [f for _, build in figure_builders(rf) for f in build()]
 
 
 def compare_figures(rfs) -> list[ReportFigure]:

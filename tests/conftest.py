@@ -11,8 +11,14 @@ try:
 except ImportError:  # pragma: no cover
     pass
 
+import tempfile
+
 import numpy as np
 import pytest
+
+# Caches (ceilings, FLOP checks, kernel checks, compiled variants) go to a fresh folder per session:
+# a test never reads what another session, or the user's own runs, left in ~/.cache/roofline.
+os.environ["ROOFLINE_CACHE_DIR"] = tempfile.mkdtemp(prefix="roofline-test-cache-")
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import profiler.ceilings as C
 import profiler.run as R
 from profiler.cli import main
 from roofline.devices import cpu_device
+from roofline.errors import RooflineError
 
 
 @pytest.fixture
@@ -142,3 +143,30 @@ def test_failed_kernel_check_refuses_to_time(monkeypatch, tmp_path):
     r = invoke([*TINY, "--out", str(tmp_path / "o")])
     assert r.exit_code == 2 and "kernel validation failed, so nothing was timed: torch linear 17x33x65" in r.output
     assert not (tmp_path / "o" / "results.jsonl").exists()
+
+
+def test_a_kernel_check_pass_is_remembered_and_a_failure_never_is(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    import kernels.check
+
+    monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path))
+    calls = []
+    good = SimpleNamespace(name="linear 17x33x65", max_rel_err=1e-7, tol=1e-4, passed=True, detail="")
+    bad = SimpleNamespace(name="linear 17x33x65", max_rel_err=0.5, tol=1e-4, passed=False, detail="poisoned")
+    outcome = [bad]
+    monkeypatch.setattr(kernels.check, "run_checks", lambda **kw: calls.append(kw) or list(outcome))
+    for _ in range(2):                                   # a failure is checked again every time
+        with pytest.raises(RooflineError, match="kernel validation failed"):
+            R.validate_kernels(("torch",), "fp32", "cpu")
+    assert len(calls) == 2
+    outcome[:] = [good]
+    R.validate_kernels(("torch",), "fp32", "cpu")
+    R.validate_kernels(("torch",), "fp32", "cpu")       # the same sources, versions, device: remembered
+    assert len(calls) == 3
+    R.validate_kernels(("torch",), "fp16", "cpu")       # another dtype is another check
+    assert len(calls) == 4
+    key = R._check_key("torch", "fp32", "cpu")
+    monkeypatch.setattr(R, "_check_key", lambda *a: dict(key, kernels="edited"))   # a kernel file changed
+    R.validate_kernels(("torch",), "fp32", "cpu")
+    assert len(calls) == 5

@@ -1,0 +1,72 @@
+"""Draw and save a report's figures, in two processes where the machine allows (rendering only).
+
+Matplotlib draws in one thread, and a report's figures are independent: on a machine with
+several cores, ``render(jobs, folder)`` forks worker processes that build and save a share of
+the figures each (PNG and SVG), returning only their titles, captions and paths. The workers
+inherit the analysed result files through ``fork`` (nothing is pickled but indices); they run
+matplotlib only. Where ``fork`` is unavailable (not Linux), with one core, for fewer than
+``PARALLEL_FROM`` builders, or if the pool cannot start, the figures are drawn here, one after
+another: the same files either way.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .style import save
+
+PARALLEL_FROM = 4     # fewer builders than this: a pool costs more than it saves
+WORKERS = 2
+
+_JOBS: list = []      # (stem prefix, build) set before forking; the workers index into it
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """What the HTML and markdown need of a figure once it is on disk."""
+
+    key: str
+    title: str
+    caption: str
+
+
+def _draw(i: int, folder: str) -> list:
+    prefix, build = _JOBS[i]
+    out = []
+    for fig in build():
+        paths = save(fig.figure, Path(folder) / f"{prefix}{fig.key}")
+        fig.figure.clear()
+        out.append((Drawn(fig.key, fig.title, fig.caption), {k: str(v) for k, v in paths.items()}))
+    return out
+
+
+def _workers(n_jobs: int) -> int:
+    if n_jobs < PARALLEL_FROM or not sys.platform.startswith("linux"):
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(WORKERS, cores)
+
+
+def render(jobs, folder: Path) -> list:
+    """``jobs``: [(stem prefix, build)] -> per job, [(Drawn, {fmt: Path})] in job order."""
+    global _JOBS
+    _JOBS = list(jobs)
+    try:
+        n = _workers(len(_JOBS))
+        done = None
+        if n > 1:
+            import multiprocessing as mp
+
+            try:
+                with mp.get_context("fork").Pool(n) as pool:
+                    done = pool.starmap(_draw, [(i, str(folder)) for i in range(len(_JOBS))], chunksize=1)
+            except OSError:
+                done = None          # no processes to be had (limits): draw here instead
+        if done is None:
+            done = [_draw(i, str(folder)) for i in range(len(_JOBS))]
+        return [[(d, {k: Path(v) for k, v in paths.items()}) for d, paths in figs] for figs in done]
+    finally:
+        _JOBS = []
