@@ -44,12 +44,9 @@ def _model_cb(ctx, param, value):
     if value is None:
         return None
     try:
-        cfg = load_model(value)
+        return load_model(value)            # its notes (e.g. unmodelled RoPE scaling) are the command's to say
     except RooflineError as e:
         raise click.BadParameter(str(e)) from None
-    for n in cfg.notes:
-        click.echo(f"note: {n}", err=True)
-    return cfg
 
 
 def _model_arg_cb(ctx, param, value):

@@ -296,3 +296,22 @@ def test_dataclass_checks_the_same_rules():
     with pytest.raises(RooflineError, match=r"hidden \(66\) must be a multiple of n_heads \(4\)"):
         ModelConfig("x", 66, 176, 2, 4, 2, 256, 512)
     assert ModelConfig("x", 64.0, 176, 2, 4, 2, 256, 512).hidden == 64
+
+
+def test_an_unmodelled_rope_scaling_is_said_once_by_the_commands(tmp_path):
+    from click.testing import CliRunner
+
+    from profiler.cli import main
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+                             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+                             "max_position_embeddings": 512, "rope_parameters": {"rope_theta": 500000.0},
+                             "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}))
+    r = CliRunner().invoke(main, ["explain", "--model", str(p), "--phase", "decode", "--batch", "1", "--context", "8"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("is not modelled") == 1 and "theta=500000" in r.output
+    r = CliRunner().invoke(main, ["latency", "--model", str(p), "--requests", "1", "--prompt-tokens", "8",
+                                  "--output-tokens", "2", "--out", str(tmp_path / "L")])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("is not modelled") == 1

@@ -91,6 +91,8 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
             raise RooflineError("--cached and --chunk apply to --phase prefill only.")
         ph = W.decode(model, batch, context, **kw)
     d = explain_phase(ph, device)
+    for n in model.notes:
+        click.echo(f"note: {n}", err=True)
     if as_json:
         click.echo(json.dumps(d))
         return
