@@ -20,7 +20,9 @@ A run, in order (nothing is measured before every input is checked, nothing meas
 7. the file is read back through ``roofline.analysis`` for the table, the CSV and the report.
 
 ``run_latency`` follows the same rules for a serving run: each request is written the moment
-it finishes; a resumed run skips the configurations already complete in the file.
+it finishes; a resumed run skips the configurations already complete in the file. Those rules
+live in ``run_configs``, which ``profiler.endpoint_run.run_endpoint`` (``roofline latency
+--endpoint``) shares. Secrets (``--api-key``) never reach a recorded command line (``redact``).
 """
 
 from __future__ import annotations

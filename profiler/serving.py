@@ -44,7 +44,7 @@ from .scheduler import BLOCK_SIZE, PrefixCache, Scheduler, StepPlan, block_hashe
 from .timing import timestamp
 from .tokenizer import ByteTokenizer, StreamDecoder
 
-__all__ = ["BLOCK_SIZE", "FakeClock", "PrefixCache", "RequestSpec", "ServingRun", "WallClock", "block_hashes",
+__all__ = ["BLOCK_SIZE", "Engine", "FakeClock", "PrefixCache", "RequestSpec", "ServingRun", "WallClock", "block_hashes",
            "serve", "warmup"]
 
 
@@ -53,7 +53,9 @@ class RequestSpec:
     id: int
     arrival: float          # seconds after the start
     prompt: str
-    output_tokens: int
+    output_tokens: int      # the most tokens generated (all of them unless a stop id comes first)
+    stop_ids: tuple = ()    # model ids that end the request early (end of sequence), ...
+    min_tokens: int = 0     # ... once at least this many tokens were generated
 
 
 class WallClock:
@@ -126,66 +128,97 @@ class ServingRun:
     texts: dict          # request id -> streamed text
 
 
-def serve(model, specs, *, chunk_budget: int | None = None, prefix_cache: bool = True,
-          block_size: int = BLOCK_SIZE, clock=None, on_token=None, on_finish=None, config: str = "") -> ServingRun:
-    """Run ``specs`` through a continuous-batching loop on ``model``; see the module docstring.
+class Engine:
+    """The executor of one configuration: requests ``arrive``, each ``step()`` runs one ``StepPlan``.
 
-    ``chunk_budget``: tokens per step (decode tokens + prefill chunk tokens); None = no limit
-    (a prompt is prefilled whole). ``on_token(request_id, model_id, text)`` is the streaming
-    callback; a token counts as delivered when it returns. ``on_finish(timeline)`` is called
-    once per request as soon as it finishes, ok or failed (at admission too), with its complete
-    ``RequestTimeline``: the object that ends up in ``ServingRun.timelines``.
+    ``serve`` drives it from a list of arrivals; ``profiler.server`` from HTTP requests (one
+    engine thread). ``cancel(id)`` finishes a request early as failed (a client went away): its
+    slot is reset and freed. A request whose ``RequestSpec.stop_ids`` holds the token just
+    generated, after at least ``min_tokens``, finishes early as ok (an end-of-sequence token).
+    Times are seconds since the engine was made (``now()``).
     """
-    import torch
 
-    sched = Scheduler(len(model.lengths), budget=chunk_budget, prefix_cache=prefix_cache, block_size=block_size)
-    clock = clock or WallClock(getattr(model, "device", None))
-    tok = ByteTokenizer()
-    vocab = model.cfg.vocab
-    pending = deque(sorted(specs, key=lambda s: (s.arrival, s.id)))
-    live, done, steps = {}, [], []
-    t0 = clock.now()
-    now = lambda: clock.now() - t0  # noqa: E731
+    def __init__(self, model, *, chunk_budget: int | None = None, prefix_cache: bool = True,
+                 block_size: int = BLOCK_SIZE, clock=None, on_token=None, on_finish=None, config: str = ""):
+        self.model = model
+        self.sched = Scheduler(len(model.lengths), budget=chunk_budget, prefix_cache=prefix_cache,
+                               block_size=block_size)
+        self.clock = clock or WallClock(getattr(model, "device", None))
+        self.block_size, self.config = block_size, config
+        self.on_token, self.on_finish = on_token, on_finish
+        self.tok = ByteTokenizer()
+        self.live, self.done, self.steps = {}, [], []
+        self.t0 = self.clock.now()
 
-    def finish(r, status="ok", error=""):
-        r.finish, r.status, r.error = now(), status, error
-        if r.spec.id in sched.requests:
-            slot = sched.on_finished(r.spec.id, failed=status != "ok")
+    def now(self) -> float:
+        return self.clock.now() - self.t0
+
+    @property
+    def busy(self) -> bool:
+        return self.sched.busy
+
+    def _finish(self, r, status="ok", error=""):
+        r.finish, r.status, r.error = self.now(), status, error
+        if r.spec.id in self.sched.requests:
+            slot = self.sched.on_finished(r.spec.id, failed=status != "ok")
             if slot is not None:
-                model.reset(slot)
+                self.model.reset(slot)
         r.text += r.stream.flush()
-        del live[r.spec.id]
-        t = r.timeline(config)
-        done.append((r, t))
-        if on_finish is not None:
-            on_finish(t)
+        del self.live[r.spec.id]
+        t = r.timeline(self.config)
+        self.done.append((r, t))
+        if self.on_finish is not None:
+            self.on_finish(t)
 
-    def deliver(r, model_id: int):
+    def _deliver(self, r, model_id: int):
         r.last = model_id
         piece = r.stream.push(model_id)
         r.text += piece
-        if on_token is not None:
-            on_token(r.spec.id, model_id, piece)
-        r.deliveries.append(now())
-        if sched.on_token_delivered(r.spec.id):
-            finish(r)
+        if self.on_token is not None:
+            self.on_token(r.spec.id, model_id, piece)
+        r.deliveries.append(self.now())
+        if self.sched.on_token_delivered(r.spec.id):
+            self._finish(r)
+        elif model_id in r.spec.stop_ids and len(r.deliveries) >= r.spec.min_tokens:
+            self._finish(r)
 
-    def arrive(spec):
-        a = now()
-        ids = tok.to_model(tok.encode(spec.prompt), vocab)
-        b = now()
+    def arrive(self, spec: RequestSpec) -> None:
+        """Tokenize and queue ``spec`` now (a request that cannot fit ``max_len`` fails at once)."""
+        model = self.model
+        a = self.now()
+        ids = self.tok.to_model(self.tok.encode(spec.prompt), model.cfg.vocab)
+        b = self.now()
         if spec.output_tokens < 1:
             error = "output length must be at least 1"
         elif len(ids) + spec.output_tokens > model.max_len:
             error = f"prompt {len(ids)} + output {spec.output_tokens} tokens exceed max_len {model.max_len}"
         else:
-            sched.add(spec.id, ids, spec.output_tokens)
-            live[spec.id] = _Live(spec, ids, sched.requests[spec.id].hashes, (a, b), b)
+            self.sched.add(spec.id, ids, spec.output_tokens)
+            self.live[spec.id] = _Live(spec, ids, self.sched.requests[spec.id].hashes, (a, b), b)
             return
-        live[spec.id] = r = _Live(spec, ids, tuple(block_hashes(ids, block_size)), (a, b), b)
-        finish(r, "failed", error)
+        self.live[spec.id] = r = _Live(spec, ids, tuple(block_hashes(ids, self.block_size)), (a, b), b)
+        self._finish(r, "failed", error)
 
-    def run(plan: StepPlan):
+    def cancel(self, rid: int, reason: str = "cancelled") -> bool:
+        """Finish request ``rid`` now as failed (its slot is reset and freed); False if it is not live."""
+        r = self.live.get(rid)
+        if r is None:
+            return False
+        self._finish(r, "failed", reason)
+        return True
+
+    def step(self) -> bool:
+        """Plan and run one step; False when there was nothing to run."""
+        plan = self.sched.plan() if self.sched.busy else StepPlan()
+        if plan.empty:
+            return False
+        self._run(plan)
+        return True
+
+    def _run(self, plan: StepPlan):
+        import torch
+
+        model, live, now = self.model, self.live, self.now
         for adm in plan.admit:                # slot set-up: keep, or reset then copy, the reused prefix
             r = live[adm.id]
             r.slot, r.cached, r.queue_end = adm.slot, adm.reused, now()
@@ -202,40 +235,53 @@ def serve(model, specs, *, chunk_budget: int | None = None, prefix_cache: bool =
                 nxt = model.greedy(model.decode_step(toks, slots)).tolist()
             except Exception as e:  # noqa: BLE001 - the batch fails, the run goes on
                 for r in decoders:
-                    finish(r, "failed", f"decode: {type(e).__name__}: {e}")
+                    self._finish(r, "failed", f"decode: {type(e).__name__}: {e}")
             else:
                 for r, t in zip(decoders, nxt):
-                    deliver(r, int(t))
+                    if r.spec.id in live:     # a callback may have cancelled it meanwhile
+                        self._deliver(r, int(t))
         for c in plan.prefill:
-            r = live[c.id]
+            r = live.get(c.id)
+            if r is None:                     # cancelled during this step
+                continue
             start = now()
             try:                              # only the final chunk's logits pick the first token
                 logits = model.prefill(torch.tensor(r.ids[c.start:c.start + c.tokens], dtype=torch.long), r.slot,
                                        logits=c.final)
             except Exception as e:  # noqa: BLE001
                 r.chunks.append((start, now(), c.tokens))
-                finish(r, "failed", f"prefill: {type(e).__name__}: {e}")
+                self._finish(r, "failed", f"prefill: {type(e).__name__}: {e}")
                 continue
             r.chunks.append((start, now(), c.tokens))
-            if sched.on_prefilled(c.id, c.tokens):
+            if self.sched.on_prefilled(c.id, c.tokens):
                 first = int(model.greedy(logits))
                 r.selected = now()
-                deliver(r, first)
+                self._deliver(r, first)
         step["end"] = now()
-        steps.append(step)
+        self.steps.append(step)
 
-    while pending or sched.busy:
-        while pending and pending[0].arrival <= now():
-            arrive(pending.popleft())
-        plan = sched.plan() if sched.busy else StepPlan()
-        if plan.empty:                        # nothing runnable: wait for the next arrival
-            if pending:
-                clock.sleep_until(t0 + pending[0].arrival)
-            continue
-        run(plan)
+
+def serve(model, specs, *, chunk_budget: int | None = None, prefix_cache: bool = True,
+          block_size: int = BLOCK_SIZE, clock=None, on_token=None, on_finish=None, config: str = "") -> ServingRun:
+    """Run ``specs`` through a continuous-batching loop on ``model``; see the module docstring.
+
+    ``chunk_budget``: tokens per step (decode tokens + prefill chunk tokens); None = no limit
+    (a prompt is prefilled whole). ``on_token(request_id, model_id, text)`` is the streaming
+    callback; a token counts as delivered when it returns. ``on_finish(timeline)`` is called
+    once per request as soon as it finishes, ok or failed (at admission too), with its complete
+    ``RequestTimeline``: the object that ends up in ``ServingRun.timelines``.
+    """
+    eng = Engine(model, chunk_budget=chunk_budget, prefix_cache=prefix_cache, block_size=block_size, clock=clock,
+                 on_token=on_token, on_finish=on_finish, config=config)
+    pending = deque(sorted(specs, key=lambda s: (s.arrival, s.id)))
+    while pending or eng.busy:
+        while pending and pending[0].arrival <= eng.now():
+            eng.arrive(pending.popleft())
+        if not eng.step() and pending:        # nothing runnable: wait for the next arrival
+            eng.clock.sleep_until(eng.t0 + pending[0].arrival)
     order = {s.id: i for i, s in enumerate(specs)}
-    done.sort(key=lambda rt: order.get(rt[0].spec.id, 0))
-    return ServingRun(config, [t for _, t in done], steps, {r.spec.id: r.text for r, _ in done})
+    done = sorted(eng.done, key=lambda rt: order.get(rt[0].spec.id, 0))
+    return ServingRun(config, [t for _, t in done], eng.steps, {r.spec.id: r.text for r, _ in done})
 
 
 def warmup(model) -> None:

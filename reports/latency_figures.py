@@ -27,9 +27,11 @@ MS = 1e3
 @styled
 def plot_request_timeline(ax, timelines, title: str = ""):
     """One row per request: queue (grey), prefill chunks (orange), decode (blue) with a tick per
-    delivered token, the first token marked (red diamond). x: ms since the run started."""
+    delivered token, the first token marked (red diamond). x: ms since the run started. A request
+    measured from a client (``sent`` set) has no chunks: its grey bar is the client's wait for a
+    concurrency slot, and sent -> first token is left blank (the server's queue and prefill)."""
     for row, t in enumerate(sorted(timelines, key=lambda t: (t.arrival, t.id))):
-        start = t.chunks[0][0] if t.chunks else t.finish
+        start = t.chunks[0][0] if t.chunks else (t.finish if math.isnan(t.sent) else t.sent)
         if not math.isnan(start):
             ax.broken_barh([(t.arrival * MS, (start - t.arrival) * MS)], (row - 0.3, 0.6), color=QUEUE_COLOR,
                            label="queue" if row == 0 else None)

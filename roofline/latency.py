@@ -16,6 +16,13 @@ Metrics (names clash across tools, so the formulas travel with the numbers, ``FO
 
 A failed request stays in the counts: it meets no SLO and is reported as failed.
 
+Measured from outside a server (``profiler.endpoint``, an OpenAI-compatible stream), a
+timeline also holds ``sent`` (the request left the client, after any wait for a
+concurrency slot) and the metrics are vLLM ``bench serve``'s (``ENDPOINT_FORMULAS``): TTFT
+and E2E start at ``sent``, ``deliveries`` are the output tokens as received, and a chunk
+carrying k tokens splits its gap evenly (``chunk_tokens`` keeps the chunks, so vLLM's
+per-chunk ITL is ``chunk_itls``). Both kinds of file read alike.
+
 The seed's worked example, as stage durations (``timeline_from_stages``):
 queue 20 ms + prefill 80 ms + delivery 5 ms -> TTFT 105 ms; 3 x 25 ms gaps -> finish 180 ms.
 
@@ -43,6 +50,23 @@ FORMULAS = (
     "E2E = finish - arrival",
     "goodput = requests meeting every SLO / (last finish - first arrival)",
 )
+ENDPOINT_FORMULAS = (
+    "TTFT = first output chunk received - request sent (vLLM bench serve; client side: network, server queue, "
+    "tokenization and prefill; not the client's wait for a concurrency slot)",
+    "TPOT = (E2E - TTFT) / (n - 1) per request, n = output tokens (undefined for n = 1)",
+    "ITL = each gap between consecutive output tokens: a chunk carrying k tokens splits its gap evenly into k "
+    "(tokens in the first chunk arrive with it); chunk ITL = each gap between output chunks (vLLM's ITL)",
+    "E2E = last output chunk received - request sent",
+    "goodput = requests meeting every SLO / (last finish - first arrival)",
+)
+TOKEN_COUNTS = {
+    "usage per chunk": "each chunk's tokens from the usage it carries (stream_options.continuous_usage_stats)",
+    "one per chunk": "one token per output chunk; the usage total agrees",
+    "spread from usage": "the usage total exceeds the output chunks: the extra tokens are spread evenly over the "
+                         "chunks after the first",
+    "chunks, usage disagrees": "one token per output chunk; the usage total reports fewer",
+    "one per chunk, no usage": "one token per output chunk; the server reported no usage",
+}
 QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 SLO_METRICS = ("ttft", "tpot", "e2e")
 
@@ -67,6 +91,12 @@ class RequestTimeline:
     config: str = ""                         # the configuration this ran under
     block_hashes: tuple = ()                 # chained hashes of the prompt's full blocks
     attempt: int = 1                         # which run of this configuration (a resumed run adds one)
+    # measured from outside a server (profiler.endpoint); defaults = an in-process run
+    sent: float = math.nan                   # the request left the client: TTFT and E2E start here when set
+    chunk_tokens: tuple = ()                 # tokens carried by each output chunk received (sum = n); () = one each
+    served_prompt_tokens: int | None = None  # as the server reported (usage); None = not reported
+    served_output_tokens: int | None = None
+    token_counts: str = ""                   # how chunk_tokens were known: a TOKEN_COUNTS key; "" in-process
 
     # ---- derived ----
     @property
@@ -78,8 +108,18 @@ class RequestTimeline:
         return len(self.deliveries)
 
     @property
+    def start(self) -> float:
+        """Where TTFT and E2E start: ``sent`` when the request was measured from a client, else ``arrival``."""
+        return self.arrival if math.isnan(self.sent) else self.sent
+
+    @property
+    def prompt_len(self) -> int:
+        """The prompt as served: the server's count when it reported one, else ``prompt_tokens``."""
+        return self.prompt_tokens if self.served_prompt_tokens is None else self.served_prompt_tokens
+
+    @property
     def ttft(self) -> float:
-        return self.deliveries[0] - self.arrival if self.deliveries else math.nan
+        return self.deliveries[0] - self.start if self.deliveries else math.nan
 
     @property
     def tpot(self) -> float:
@@ -94,8 +134,22 @@ class RequestTimeline:
         return [b - a for a, b in zip(d, d[1:])]
 
     @property
+    def chunk_times(self) -> list:
+        """When each output chunk arrived (the delivery of its last token); one per delivery in-process."""
+        if not self.chunk_tokens:
+            return list(self.deliveries)
+        ends = np.cumsum(self.chunk_tokens) - 1
+        return [self.deliveries[int(i)] for i in ends]
+
+    @property
+    def chunk_itls(self) -> list:
+        """Gaps between output chunks: vLLM bench serve's ITL."""
+        c = self.chunk_times
+        return [b - a for a, b in zip(c, c[1:])]
+
+    @property
     def e2e(self) -> float:
-        return self.finish - self.arrival
+        return self.finish - self.start
 
     @property
     def prefilled_tokens(self) -> int:
@@ -120,6 +174,10 @@ class RequestTimeline:
         d["chunks"] = [list(c) for c in self.chunks]
         d["tokenize"], d["queue"] = list(self.tokenize), list(self.queue)
         d["deliveries"], d["block_hashes"] = list(self.deliveries), list(self.block_hashes)
+        d["chunk_tokens"] = list(self.chunk_tokens)
+        if math.isnan(self.sent) and not self.token_counts:      # an in-process request: no client fields
+            for k in ("sent", "chunk_tokens", "served_prompt_tokens", "served_output_tokens", "token_counts"):
+                del d[k]
         return {"type": "request", **d}
 
     @classmethod
@@ -160,6 +218,20 @@ class RequestTimeline:
             raise RooflineError(f"{what} 'status' must be ok or failed, not {out['status']!r}")
         out["block_hashes"] = tuple(str(h) for h in d.get("block_hashes", ()) or ())
         out["attempt"] = _whole(d, "attempt", what, default=1)
+        out["sent"] = _time(d.get("sent"), "sent")
+        ct = d.get("chunk_tokens") or []
+        if not isinstance(ct, (list, tuple)):
+            raise RooflineError(f"{what} 'chunk_tokens' must be a list of token counts, not {ct!r}")
+        out["chunk_tokens"] = tuple(_whole({"n": x}, "n", "chunk_tokens entry") for x in ct)
+        if out["chunk_tokens"] and (sum(out["chunk_tokens"]) != len(out["deliveries"]) or 0 in out["chunk_tokens"]):
+            raise RooflineError(f"{what} {out['id']}: chunk_tokens {list(ct)} must be counts of at least 1 adding up to "
+                                f"the {len(out['deliveries'])} deliveries")
+        for k in ("served_prompt_tokens", "served_output_tokens"):
+            out[k] = None if d.get(k) is None else _whole(d, k, what)
+        tc = d.get("token_counts", "")
+        if not isinstance(tc, str):
+            raise RooflineError(f"{what} 'token_counts' must be a string, not {tc!r}")
+        out["token_counts"] = tc
         return cls(**out)
 
 
@@ -300,6 +372,8 @@ class LatencySummary:
     tpot: dict = field(default_factory=dict)
     itl: dict = field(default_factory=dict)          # pooled over every gap of every ok request
     itl_by_request: dict = field(default_factory=dict)  # request id -> stats of its own gaps
+    chunk_itl: dict = field(default_factory=dict)    # gaps between output chunks (endpoint runs: vLLM's ITL)
+    failures: dict = field(default_factory=dict)     # failed requests by reason (the error's text before ':')
     e2e: dict = field(default_factory=dict)
     stages: dict = field(default_factory=dict)  # mean seconds per stage over ok requests
     slo: dict = field(default_factory=dict)
@@ -320,9 +394,11 @@ class LatencySummary:
     @classmethod
     def from_dict(cls, d: dict) -> "LatencySummary":
         d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        for k in ("ttft", "tpot", "itl", "e2e", "stages", "slo"):
+        for k in ("ttft", "tpot", "itl", "e2e", "stages", "slo", "chunk_itl"):
             if k in d:
                 d[k] = _nan_stats(d[k])
+        if not isinstance(d.get("failures", {}), dict):
+            raise RooflineError("latency-summary 'failures' must be an object")
         if "itl_by_request" in d:
             if not isinstance(d["itl_by_request"], dict):
                 raise RooflineError("latency-summary 'itl_by_request' must be an object")
@@ -340,9 +416,27 @@ class LatencySummary:
         return cls(**d)
 
 
-def summarize(timelines, slo: dict | None = None, config: str = "", settings: dict | None = None) -> LatencySummary:
-    """Metrics over ``timelines``; failed requests are counted, never dropped."""
+def failure_kind(error: str) -> str:
+    """The reason class of a failed request: its error text before the first ':' ("http 500", "timeout", ...)."""
+    return (error or "failed").split(":", 1)[0].strip() or "failed"
+
+
+def summarize(timelines, slo: dict | None = None, config: str = "", settings: dict | None = None,
+              formulas: tuple | None = None) -> LatencySummary:
+    """Metrics over ``timelines``; failed requests are counted, never dropped.
+
+    ``formulas``: default ``ENDPOINT_FORMULAS`` when the timelines were measured from a client
+    (``sent`` set), else ``FORMULAS``.
+    """
     ts = list(timelines)
+    client = any(not math.isnan(t.sent) for t in ts)
+    if formulas is None:
+        formulas = ENDPOINT_FORMULAS if client else FORMULAS
+    failures: dict = {}
+    for t in ts:
+        if not t.ok:
+            k = failure_kind(t.error)
+            failures[k] = failures.get(k, 0) + 1
     slo = dict(slo or {})
     ok = [t for t in ts if t.ok]
     if ts:
@@ -360,10 +454,13 @@ def summarize(timelines, slo: dict | None = None, config: str = "", settings: di
         tpot_undefined=sum(1 for t in ok if t.n < 2), duration_s=duration,
         ttft=stats(t.ttft for t in ok), tpot=stats(t.tpot for t in ok),
         itl=stats(g for t in ok for g in t.itls),
-        itl_by_request={str(t.id): stats(t.itls) for t in ok if t.n > 1}, e2e=stats(t.e2e for t in ok), stages=stages,
+        itl_by_request={str(t.id): stats(t.itls) for t in ok if t.n > 1},
+        chunk_itl=stats(g for t in ok for g in t.chunk_itls) if client else {}, failures=failures,
+        e2e=stats(t.e2e for t in ok), stages=stages,
         slo=slo, met_slo=met, goodput_rps=rate(met), throughput_rps=rate(len(ok)),
         output_tok_per_s=rate(sum(t.n for t in ok)),
-        prefilled_tokens=sum(t.prefilled_tokens for t in ts), cached_tokens=sum(t.cached_tokens for t in ts))
+        prefilled_tokens=sum(t.prefilled_tokens for t in ts), cached_tokens=sum(t.cached_tokens for t in ts),
+        formulas=tuple(formulas))
 
 
 def arrival_times(n: int, rate: float, process: str = "poisson", seed: int = 0) -> list:
@@ -396,10 +493,19 @@ def summary_lines(s: LatencySummary) -> list:
         rows.append(f"ITL per request: worst is request {worst[0]} (mean {ms(w['mean'])}, max {ms(w['max'])}); "
                     f"per-request means range {ms(min(v['mean'] for v in s.itl_by_request.values()))} to "
                     f"{ms(max(v['mean'] for v in s.itl_by_request.values()))}")
-    rows.append(f"requests {s.requests}, failed {s.failed}{und}; prefilled {s.prefilled_tokens} tokens, "
-                f"{s.cached_tokens} from the prefix cache")
-    st = s.stages
-    rows.append("mean split: " + ", ".join(f"{k} {ms(st.get(k, math.nan))}" for k in ("queue", "prefill", "delivery", "decode")))
+    if s.chunk_itl.get("n"):
+        c = s.chunk_itl
+        rows.append(f"chunk ITL (vLLM's ITL: gaps between output chunks): p50 {ms(c['p50'])}, p99 {ms(c['p99'])}, "
+                    f"mean {ms(c['mean'])}, n {c['n']}")
+    why = f" ({', '.join(f'{k}: {v}' for k, v in s.failures.items())})" if s.failures else ""
+    if not s.chunk_itl:                       # in-process: the loop's own stages
+        rows.append(f"requests {s.requests}, failed {s.failed}{why}{und}; prefilled {s.prefilled_tokens} tokens, "
+                    f"{s.cached_tokens} from the prefix cache")
+        st = s.stages
+        rows.append("mean split: " + ", ".join(f"{k} {ms(st.get(k, math.nan))}"
+                                               for k in ("queue", "prefill", "delivery", "decode")))
+    else:
+        rows.append(f"requests {s.requests}, failed {s.failed}{why}{und}")
     good = f"{s.goodput_rps:.2f} req/s" if not math.isnan(s.goodput_rps) else "n/a"
     rows.append(f"goodput {good} ({s.met_slo}/{s.requests} met SLO {format_slo(s.slo)}); throughput "
                 f"{s.throughput_rps:.2f} req/s, {s.output_tok_per_s:.1f} output tok/s over {s.duration_s:.2f} s")
@@ -440,6 +546,6 @@ def latency_runs(rf) -> list:
         old = sums.get((cfg, a))
         if not ts and old is None:
             continue
-        s = summarize(ts, old.slo if old else {}, cfg, old.settings if old else {})
+        s = summarize(ts, old.slo if old else {}, cfg, old.settings if old else {}, old.formulas if old else None)
         out.append(LatencyRun(cfg, a, tuple(ts), s, old is not None))
     return out

@@ -4,13 +4,16 @@
     roofline latency --sweep-chunks 16,64,256,none     # the TTFT vs stall trade-off
     roofline latency --shared-prefix 192               # prefix reuse on, against a no-reuse baseline
     roofline latency --slo ttft=200ms,tpot=50ms,e2e=2s --json
+    roofline latency --endpoint http://127.0.0.1:8000 --max-concurrency 1,8   # a served model, from outside
     roofline diagnose roofline-out/latency.jsonl roofline-out/results.jsonl
+    roofline diagnose roofline-out/latency.jsonl --model llama-3-8b --device h100   # the floor under each latency
 
 Results: ``OUT/latency.jsonl``: a ``RunHeader`` (kind "latency"), then per configuration one
 ``request`` line per request *as it finishes*, one ``latency-step`` line per scheduler step and
 a ``latency-summary`` line. Timestamps: ``profiler.timing.timestamp`` (device synced), in
 seconds since the configuration's loop started; arrivals are scheduled offsets. The work is
-``profiler.run.run_latency``; this module parses options and prints.
+``profiler.run.run_latency`` (``profiler.endpoint_run.run_endpoint`` with ``--endpoint``: the
+same file, measured by an OpenAI-compatible client); this module parses options and prints.
 """
 
 from __future__ import annotations
@@ -78,13 +81,57 @@ def validate(*, rate, output_tokens, prompt_tokens, requests, chunk, sweep, slo,
     if prompt_tokens + output_tokens > cfg.max_context:
         raise RooflineError(f"prompt {prompt_tokens} + output {output_tokens} tokens exceed {cfg.name}'s maximum "
                             f"context of {cfg.max_context}.")
-    if block_size < 1 or block_size > prompt_tokens + output_tokens:
-        raise RooflineError(f"--block-size must be from 1 to the sequence length ({prompt_tokens + output_tokens}), "
-                            f"but {block_size} was given.")
+    if block_size < 1 or block_size > MAX_TOKENS:
+        raise RooflineError(f"--block-size must be from 1 to {MAX_TOKENS} tokens, but {block_size} was given.")
     if max_slots < 1 or max_slots > 4096:
         raise RooflineError(f"--max-slots must be from 1 to 4096, but {max_slots} was given.")
     budgets = _budget_list(sweep) if sweep is not None else [_check_budget(chunk)]
     return budgets, parse_slo(slo)
+
+
+IN_PROCESS_ONLY = ("backend", "torch_device", "chunk", "sweep_chunks", "prefix_cache", "block_size", "max_slots",
+                   "threads")
+ENDPOINT_ONLY = ("api", "model_name", "api_key", "max_concurrency", "timeout", "connect_timeout", "ignore_eos",
+                 "usage_per_chunk")
+
+
+def _concurrency_list(text: str | None) -> tuple:
+    """'1,8,none' -> (1, 8, None): most requests in flight per configuration; none = no limit."""
+    if text is None:
+        return (None,)
+    out = []
+    for p in [p.strip().lower() for p in str(text).split(",") if p.strip()] or [""]:
+        if p in ("none", "unlimited", "inf"):
+            out.append(None)
+            continue
+        try:
+            v = int(p)
+        except ValueError:
+            raise RooflineError(f"--max-concurrency entry {p!r} is not a number of requests: give e.g. 1,8,none."
+                                ) from None
+        if v < 1 or v > MAX_REQUESTS:
+            raise RooflineError(f"--max-concurrency must be from 1 to {MAX_REQUESTS} requests in flight (or none: no "
+                                f"limit), but {v} was given.")
+        out.append(v)
+    return tuple(dict.fromkeys(out))
+
+
+def _given(ctx, names) -> list:
+    from click.core import ParameterSource
+
+    src = {p.name: ctx.get_parameter_source(p.name) for p in ctx.command.params}
+    return [n for n in names if src.get(n) not in (None, ParameterSource.DEFAULT, ParameterSource.ENVIRONMENT)]
+
+
+def _option_name(ctx, name: str) -> str:
+    p = next(p for p in ctx.command.params if p.name == name)
+    return max(p.opts, key=len)
+
+
+def _seconds(v, name: str) -> float:
+    if not (v > 0 and math.isfinite(v)):
+        raise RooflineError(f"{name} must be a positive, finite number of seconds, but {v:g} was given.")
+    return v
 
 
 @click.command()
@@ -114,11 +161,47 @@ def validate(*, rate, output_tokens, prompt_tokens, requests, chunk, sweep, slo,
 @mode_options("OUT/latency.jsonl")
 @click.option("--json", "as_json", is_flag=True, help="print the summaries as one JSON object (strict: null for "
               "undefined numbers)")
+@click.option("--endpoint", default=None, metavar="URL",
+              help="measure an OpenAI-compatible server at URL (vLLM, SGLang, TGI, llama.cpp, `roofline serve`) "
+                   "instead of the in-process loop; --model then only describes what it serves (for floors)")
+@click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True,
+              help="endpoint: /v1/completions or /v1/chat/completions")
+@click.option("--model-name", default=None, help="endpoint: the request's model (default: the first of /v1/models)")
+@click.option("--api-key", default=None, envvar="OPENAI_API_KEY", show_envvar=True,
+              help="endpoint: sent as a bearer token, never written to a file")
+@click.option("--max-concurrency", default=None, help="endpoint: most requests in flight, e.g. 8; several "
+              "(1,8,none) run one configuration each (default: no limit)")
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="endpoint: seconds per request")
+@click.option("--connect-timeout", type=float, default=10.0, show_default=True,
+              help="endpoint: seconds to connect")
+@click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
+              help="endpoint: ask for exactly --output-tokens (ignore_eos, min_tokens) where the server accepts it")
+@click.option("--usage-per-chunk/--no-usage-per-chunk", default=True, show_default=True,
+              help="endpoint: ask for usage in every chunk (exact tokens per chunk on vLLM and SGLang)")
 def latency(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n_requests, rate, arrival, seed, chunk,
             sweep_chunks, shared_prefix, prefix_cache, block_size, max_slots, threads, slo, out_dir, resume,
-            overwrite, as_json):
-    """Serve several requests through a continuous-batching loop; measure TTFT, TPOT, ITL, goodput."""
+            overwrite, as_json, endpoint, api, model_name, api_key, max_concurrency, timeout, connect_timeout,
+            ignore_eos, usage_per_chunk):
+    """Serve several requests through a continuous-batching loop (or an endpoint); measure TTFT, TPOT, ITL, goodput."""
     from ..run import Interrupted, LatencyRun, run_latency, strict_json
+
+    ctx = click.get_current_context()
+    if endpoint is not None:
+        wrong = _given(ctx, IN_PROCESS_ONLY)
+        if wrong:
+            raise RooflineError(f"{_option_name(ctx, wrong[0])} shapes the in-process loop; with --endpoint the server "
+                                "schedules: leave it out.")
+        model_given = bool(_given(ctx, ("model",)))
+        return _endpoint(model=model if model_given else None, dtype=dtype if _given(ctx, ("dtype",)) else "bf16",
+                         url=endpoint, api=api, model_name=model_name, api_key=api_key,
+                         concurrency=_concurrency_list(max_concurrency), timeout=timeout,
+                         connect_timeout=connect_timeout, ignore_eos=ignore_eos, usage_per_chunk=usage_per_chunk,
+                         prompt_tokens=prompt_tokens, output_tokens=output_tokens, n_requests=n_requests, rate=rate,
+                         arrival=arrival, seed=seed, shared_prefix=shared_prefix, slo=slo, out_dir=out_dir,
+                         mode=mode_of(resume, overwrite), as_json=as_json)
+    wrong = _given(ctx, ENDPOINT_ONLY)
+    if wrong:
+        raise RooflineError(f"{_option_name(ctx, wrong[0])} is for --endpoint runs: add --endpoint URL, or leave it out.")
 
     budgets, slo_s = validate(rate=rate, output_tokens=output_tokens, prompt_tokens=prompt_tokens,
                               requests=n_requests, chunk=chunk, sweep=sweep_chunks, slo=slo,
@@ -140,10 +223,55 @@ def latency(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n
     if as_json:
         click.echo(strict_json(result.to_json()))
         return
-    summaries = result.summaries
     click.echo(f"{model.name} ({backend}, {dtype}, {torch_device}): {n_requests} requests, prompt {prompt_tokens}, "
                f"output {output_tokens}, {arrival} arrivals at {rate:g}/s, shared prefix {shared_prefix}")
     click.echo("Formulas: " + "; ".join(FORMULAS) + ".")
+    _print_summaries(result)
+
+
+def _endpoint(*, model, dtype, url, api, model_name, api_key, concurrency, timeout, connect_timeout, ignore_eos,
+              usage_per_chunk, prompt_tokens, output_tokens, n_requests, rate, arrival, seed, shared_prefix, slo, out_dir,
+              mode, as_json):
+    """``roofline latency --endpoint``: validate, run ``run_endpoint``, print like an in-process run."""
+    from ..endpoint_run import EndpointRun, run_endpoint
+    from ..run import Interrupted, strict_json
+
+    validate(rate=rate, output_tokens=output_tokens, prompt_tokens=prompt_tokens, requests=n_requests, chunk=1,
+             sweep=None, slo=None, shared_prefix=shared_prefix, cfg=model or _NoLimit(), block_size=1, max_slots=1)
+    slo_s = parse_slo(slo)
+    _seconds(timeout, "--timeout")
+    _seconds(connect_timeout, "--connect-timeout")
+    run = EndpointRun(url=url, api=api, model_name=model_name or "", model=model, dtype=dtype,
+                      prompt_tokens=prompt_tokens, output_tokens=output_tokens, requests=n_requests, rate=rate,
+                      arrival=arrival, seed=seed, shared_prefix=shared_prefix, concurrency=concurrency,
+                      timeout=timeout, connect_timeout=connect_timeout, ignore_eos=ignore_eos,
+                      usage_per_chunk=usage_per_chunk, slo=slo_s, out=out_dir, mode=mode, api_key=api_key or None)
+    try:
+        result = run_endpoint(run, say=lambda m: click.echo(m, err=True))
+    except Interrupted as e:
+        click.echo("\n" + e.message, err=True)
+        if api_key:
+            click.echo("  (give the API key again: --api-key or OPENAI_API_KEY)", err=True)
+        raise SystemExit(130) from None
+    if as_json:
+        click.echo(strict_json(result.to_json()))
+        return
+    s0 = result.summaries[0] if result.summaries else None
+    click.echo(f"{url} ({api}): {n_requests} requests, prompt {prompt_tokens}, output {output_tokens}, {arrival} "
+               f"arrivals at {rate:g}/s, shared prefix {shared_prefix}")
+    if s0 is not None:
+        click.echo("Formulas: " + "; ".join(s0.formulas) + ".")
+    _print_summaries(result)
+
+
+class _NoLimit:
+    """The served model's context is the server's business when no --model describes it."""
+
+    name, max_context = "the served model", MAX_TOKENS * 2
+
+
+def _print_summaries(result) -> None:
+    summaries = result.summaries
     for s in summaries:
         click.echo(f"\n[{s.config}]")
         click.echo("\n".join(summary_lines(s)))
@@ -170,15 +298,39 @@ def comparison_table(summaries) -> str:
 @click.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=True))
 @click.option("--json", "as_json", is_flag=True, help="print the findings as a JSON array")
-def diagnose(results, as_json):
-    """Read profile and latency result files; say what bounds each phase and what to try next."""
+@model_option()
+@click.option("--device", "device_name", default=None,
+              help="floors on this device: a catalogue name (h100, a100, l4, ...), for latency files")
+@click.option("--device-file", type=click.Path(dir_okay=True), default=None, help="floors on a device from JSON")
+@click.option("--peak-tflops", type=float, default=None, help="floors on a custom device: dense peak TFLOP/s")
+@click.option("--bandwidth-gbs", type=float, default=None, help="floors on a custom device: memory GB/s")
+@click.option("--ceilings", type=click.Path(dir_okay=True), default=None,
+              help="floors on the ceilings measured by a `roofline profile` result file")
+@dtype_option(default=None, help="the served dtype for the floors (default: the file's)")
+def diagnose(results, as_json, model, device_name, device_file, peak_tflops, bandwidth_gbs, ceilings, dtype):
+    """Read profile and latency result files; say what bounds each phase and what to try next.
+
+    With --model and --device (or --ceilings), each latency run's TTFT and TPOT are set against
+    the roofline floor of their stage on that device.
+    """
     import json
 
     from roofline.diagnose import diagnose as run_rules
+    from roofline.diagnose import floor_context
+    from roofline.floor import check_floor_inputs
     from roofline.records import read_results
 
     files = [read_results(p) for p in results]
-    findings = run_rules(files)
+    device = _floor_device(device_name, device_file, peak_tflops, bandwidth_gbs, ceilings, dtype)
+    latency_files = [rf for rf in files if rf.requests]
+    if device is not None:
+        for rf in latency_files:
+            if floor_context(rf, files, model, device, dtype) is None:
+                check_floor_inputs(model if model is not None else rf.header.model, device)
+    elif model is not None and latency_files and all(floor_context(rf, files, model) is None for rf in latency_files):
+        raise RooflineError("--model sets the floor under the latencies, which also needs the device: give --device "
+                            "(a catalogue name), --device-file, --peak-tflops/--bandwidth-gbs or --ceilings.")
+    findings = run_rules(files, model=model, device=device, dtype=dtype)
     if as_json:
         click.echo(json.dumps([f.to_dict() for f in findings], indent=1))
         return
@@ -188,3 +340,24 @@ def diagnose(results, as_json):
         for n in rf.notices:
             click.echo(f"- note: {n}")
         click.echo("\n".join(f.text() for f in mine) if mine else "- nothing to say: no measurements or requests.")
+
+
+def _floor_device(name, device_file, peak_tflops, bandwidth_gbs, ceilings, dtype):
+    """The device the floors are computed on, or None (then each file's own ceilings, if any)."""
+    given = [x for x in (name, device_file, ceilings) if x] + (["--peak-tflops"] if peak_tflops is not None or
+                                                                bandwidth_gbs is not None else [])
+    if len(given) > 1:
+        raise RooflineError("give one of --device, --device-file, --peak-tflops/--bandwidth-gbs and --ceilings.")
+    if ceilings:
+        from roofline.records import read_results
+
+        rf = read_results(ceilings)
+        if not rf.device.bandwidth > 0:
+            raise RooflineError(f"--ceilings {ceilings}: its device {rf.device.name} has no measured bandwidth; give a "
+                                "`roofline profile` result file (or run `roofline ceilings`).")
+        return rf.device
+    if not given:
+        return None
+    from ..cli_args import resolve_device
+
+    return resolve_device(name, device_file, peak_tflops, bandwidth_gbs, dtype or "bf16")

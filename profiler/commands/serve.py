@@ -1,0 +1,167 @@
+"""``roofline serve``: our model behind an OpenAI-compatible API, so any client measures it from outside.
+
+    roofline serve --model small --port 8000           # then, from anywhere on this machine:
+    roofline latency --endpoint http://127.0.0.1:8000 --requests 16 --rate 8 --max-concurrency 8
+    roofline serve --port 0                             # an ephemeral port: the first stdout line names it
+
+The first stdout line is ``serving MODEL on http://HOST:PORT`` once the port is bound and the
+model built (``--port 0`` picks a free port). The work is ``profiler.server``; this module checks
+the options, builds the model and runs uvicorn until SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+import click
+
+from roofline.errors import RooflineError
+
+from ..cli_args import dtype_option, model_option, threads_option, torch_device
+
+MAX_QUEUE = 1 << 16
+
+
+def _need_extra():
+    import importlib.util
+
+    missing = [m for m in ("starlette", "uvicorn") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise RooflineError(f"roofline serve needs the serve extra ({' and '.join(missing)} not installed): "
+                            "pip install 'roofline[serve]'")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on (host, port); port 0 = a free one. One-line errors for a taken port or a bad host."""
+    if not 0 <= port <= 65535:
+        raise RooflineError(f"--port must be from 0 (any free port) to 65535, but {port} was given.")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise RooflineError(f"--host {host!r} cannot be resolved ({e.strerror}).") from None
+    family, kind, proto, _, addr = infos[0]
+    # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only then, and without it
+    # Nagle holds each streamed chunk back for the client's delayed ACK (40 ms on Linux)
+    sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        raise RooflineError(f"cannot listen on {host}:{port}: {e.strerror or e}"
+                            + (" (another server holds that port: give another --port, or 0 for any free one)"
+                               if e.errno == 98 else "") + ".") from None
+    return sock
+
+
+@click.command()
+@model_option(default="small")
+@click.option("--backend", type=click.Choice(["torch", "triton"]), default="torch", show_default=True)
+@dtype_option(default="fp32")
+@click.option("--device", "torch_device", default="auto", show_default=True, callback=torch_device,
+              help="auto, cpu or cuda[:N]")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on (0.0.0.0: every one)")
+@click.option("--port", type=int, default=8000, show_default=True, help="0 = any free port (printed)")
+@click.option("--model-name", default=None, help="the id clients ask for (default: the model's name)")
+@click.option("--chunk", default="64", show_default=True, help="token budget per step, or none (whole prompts)")
+@click.option("--prefix-cache/--no-prefix-cache", default=True, show_default=True)
+@click.option("--block-size", type=int, default=16, show_default=True, help="prefix-cache block (tokens)")
+@click.option("--max-slots", type=int, default=8, show_default=True, help="KV-cache slots: most running requests")
+@click.option("--max-queue", type=int, default=64, show_default=True,
+              help="requests waiting beyond the slots; one more is answered 503")
+@click.option("--max-model-len", type=int, default=None, help="tokens per sequence (default: the model's context, "
+              "at most 4096)")
+@click.option("--seed", type=int, default=0, show_default=True, help="seeds the weights")
+@threads_option("CPU threads for torch; default on a CPU: one less than the cores")
+def serve(model, backend, dtype, torch_device, host, port, model_name, chunk, prefix_cache, block_size, max_slots,
+          max_queue, max_model_len, seed, threads):
+    """Serve the model through our continuous-batching loop behind an OpenAI-compatible API."""
+    _need_extra()
+    budget = None if str(chunk).strip().lower() in ("none", "off") else _whole(chunk, "--chunk", 1, 1 << 20)
+    if max_slots < 1 or max_slots > 4096:
+        raise RooflineError(f"--max-slots must be from 1 to 4096, but {max_slots} was given.")
+    if max_queue < 0 or max_queue > MAX_QUEUE:
+        raise RooflineError(f"--max-queue must be from 0 to {MAX_QUEUE}, but {max_queue} was given.")
+    max_len = max_model_len if max_model_len is not None else min(model.max_context, 4096)
+    if not 2 <= max_len <= model.max_context:
+        raise RooflineError(f"--max-model-len must be from 2 to {model.name}'s context of {model.max_context}, but "
+                            f"{max_len} was given.")
+    if block_size < 1 or block_size > max_len:
+        raise RooflineError(f"--block-size must be from 1 to --max-model-len ({max_len}), but {block_size} was given.")
+    import torch
+
+    if torch_device == "auto":
+        torch_device = "cuda" if torch.cuda.is_available() else "cpu"
+    sock = bind(host, port)
+    try:
+        _run(sock, host, model, backend, dtype, torch_device, model_name or model.name, budget, prefix_cache,
+             block_size, max_slots, max_queue, max_len, seed, threads)
+    finally:
+        sock.close()
+
+
+def _whole(text, name: str, lo: int, hi: int) -> int:
+    try:
+        v = int(str(text).strip())
+    except ValueError:
+        raise RooflineError(f"{name} must be a whole number of tokens or none, not {text!r}.") from None
+    if not lo <= v <= hi:
+        raise RooflineError(f"{name} must be from {lo} to {hi}, but {v} was given.")
+    return v
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, except that a stop asked for by SIGINT or SIGTERM ends with status 0 after the
+        graceful shutdown (uvicorn re-raises the signal, so the process would die by it)."""
+
+        def handle_exit(self, sig, frame):
+            super().handle_exit(sig, frame)
+            getattr(self, "_captured_signals", []).clear()
+
+    return Server
+
+
+def _run(sock, host, cfg, backend, dtype, torch_device, name, budget, prefix_cache, block_size, max_slots, max_queue,
+         max_len, seed, threads):
+    import uvicorn
+
+    from kernels.model import LlamaModel
+
+    _Server = _server_class()
+
+    from ..run import _cpu_threads_default
+    from ..server import GRACE_S, EngineThread, make_app
+    from ..serving import warmup
+    from ..timing import cpu_threads
+
+    with cpu_threads(_cpu_threads_default(torch_device, threads)) as n_threads:
+        try:
+            model = LlamaModel(cfg, dtype=dtype, backend=backend, device=torch_device, seed=seed, max_slots=max_slots,
+                               max_len=max_len)
+        except (ValueError, RuntimeError) as e:
+            raise RooflineError(f"cannot build {cfg.name} ({backend}, {dtype}, {torch_device}): {e}") from None
+        warmup(model)
+        engine = EngineThread(model, chunk_budget=budget, prefix_cache=prefix_cache, block_size=block_size)
+        app = make_app(engine, name=name, max_len=max_len, capacity=max_slots + max_queue)
+        bound = sock.getsockname()
+        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        click.echo(f"serving {name} on http://{shown}:{bound[1]}", nl=True)
+        sys.stdout.flush()
+        click.echo(f"{cfg.name} ({backend}, {dtype}, {torch_device}, {n_threads} threads): chunk budget "
+                   f"{budget or 'none'}, prefix cache {'on' if prefix_cache else 'off'}, {max_slots} slots, queue "
+                   f"{max_queue}, max length {max_len}. Ctrl-C stops.", err=True)
+        # the engine thread runs Python between kernels: a short switch interval keeps the event loop's
+        # writes from waiting up to 5 ms (CPython's default) for the interpreter lock
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(0.0005)
+        try:
+            config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=GRACE_S, lifespan="on")
+            _Server(config).run(sockets=[sock])
+        finally:
+            sys.setswitchinterval(old)
+    click.echo("roofline serve: stopped.", err=True)

@@ -1,0 +1,198 @@
+"""``roofline latency --endpoint``: measure an OpenAI-compatible server from outside, into a latency file.
+
+    from profiler.endpoint_run import EndpointRun, run_endpoint
+    result = run_endpoint(EndpointRun("http://127.0.0.1:8000", requests=16, rate=8, concurrency=(4,)))
+    print(result.summaries[0].ttft["p50"])
+
+The same file and rules as an in-process run (``profiler.run.run_configs`` is shared): a
+``RunHeader`` of kind "latency" (the device is the server, unknown to the client; the model
+config, when given, describes what is served so ``roofline diagnose`` can put a floor under
+each latency), then per configuration (one per concurrency limit) one ``request`` line per
+request the moment it finishes, ok or failed, and a ``latency-summary`` line. A resumed run
+skips complete configurations; Ctrl-C raises ``profiler.run.Interrupted`` after the file is
+closed. The API key is never written: not in the header, not in the recorded command.
+
+Before anything is measured: the URL is checked, ``GET /v1/models`` names the model (the
+first one listed unless ``model_name`` is given), and each prompt is sized to the requested
+token count with the server's ``/tokenize`` where offered (else it is ``prompt_tokens - 1``
+characters, one token each in our byte tokenizer; the usage report gives the served count).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from roofline.errors import RooflineError
+from roofline.records import RunHeader
+
+from .run import MODES, LatencyResult, check_writable, command_line, quiet, run_configs, started
+
+DISCOVERY_TIMEOUT_S = 30.0   # GET /v1/models and /tokenize before the run: a server that accepts and never answers
+TIMESTAMPS = ("profiler.timing.now() on the client, seconds since the configuration started; arrival = scheduled "
+              "offset; queue = arrival -> sent (the wait for a concurrency slot); a chunk's time = its event parsed")
+
+
+@dataclass(frozen=True)
+class EndpointRun:
+    """One ``roofline latency --endpoint`` run: the server, the requests, the configurations, where it goes."""
+
+    url: str
+    api: str = "completions"          # "completions" | "chat"
+    model_name: str = ""              # the request's "model"; "" = the first of GET /v1/models
+    model: object = None              # a roofline ModelConfig describing the served model (floors), optional
+    model_arg: str = ""
+    dtype: str = "bf16"               # the served dtype, as the user says (floors)
+    prompt_tokens: int = 256
+    output_tokens: int = 32
+    requests: int = 8
+    rate: float = 4.0
+    arrival: str = "poisson"
+    seed: int = 0
+    shared_prefix: int = 0
+    concurrency: tuple = (None,)      # one configuration each: most requests in flight (None = no limit)
+    timeout: float = 600.0
+    connect_timeout: float = 10.0
+    ignore_eos: bool = True
+    usage_per_chunk: bool = True
+    slo: dict = field(default_factory=dict)
+    out: Path = Path("roofline-out")
+    mode: str = "new"
+    api_key: str | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "out", Path(self.out))
+        if self.mode not in MODES:
+            raise RooflineError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}.")
+
+    @property
+    def path(self) -> Path:
+        return self.out / "latency.jsonl"
+
+    @property
+    def configs(self) -> list:
+        return [(c, config_label(self.api, c)) for c in self.concurrency]
+
+    def settings(self, model_name: str) -> dict:
+        return {"endpoint": self.url, "api": self.api, "model_name": model_name, "prompt_tokens": self.prompt_tokens,
+                "output_tokens": self.output_tokens, "requests": self.requests, "rate": self.rate,
+                "arrival": self.arrival, "seed": self.seed, "shared_prefix": self.shared_prefix,
+                "max_concurrency": [c or 0 for c in self.concurrency], "timeout_s": self.timeout,
+                "connect_timeout_s": self.connect_timeout, "ignore_eos": self.ignore_eos,
+                "usage_per_chunk": self.usage_per_chunk, "slo": dict(self.slo), "timestamps": TIMESTAMPS}
+
+    def command(self, resume: bool = False) -> str:
+        args = ["roofline", "latency", "--endpoint", self.url, "--api", self.api]
+        if self.model_name:
+            args += ["--model-name", self.model_name]
+        if self.model is not None:
+            args += ["--model", self.model_arg or self.model.name, "--dtype", self.dtype]
+        args += ["--prompt-tokens", str(self.prompt_tokens), "--output-tokens", str(self.output_tokens),
+                 "--requests", str(self.requests), "--rate", f"{self.rate:g}", "--arrival", self.arrival,
+                 "--seed", str(self.seed), "--shared-prefix", str(self.shared_prefix),
+                 "--max-concurrency", ",".join(str(c or "none") for c in self.concurrency),
+                 "--timeout", f"{self.timeout:g}", "--connect-timeout", f"{self.connect_timeout:g}",
+                 "--ignore-eos" if self.ignore_eos else "--no-ignore-eos",
+                 "--usage-per-chunk" if self.usage_per_chunk else "--no-usage-per-chunk", "--out", str(self.out)]
+        if self.slo:
+            from roofline.latency import format_slo
+
+            args += ["--slo", format_slo(self.slo)]
+        args += ["--resume"] if resume else (["--overwrite"] if self.mode == "overwrite" else [])
+        return shlex.join(args)      # never the API key: it comes from OPENAI_API_KEY or --api-key again
+
+
+def config_label(api: str, concurrency) -> str:
+    return f"endpoint={api},concurrency={concurrency or 'unlimited'}"
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+    import platform
+
+    out = {"python": platform.python_version()}
+    for pkg in ("roofline", "httpx"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def _server_device(model_name: str, base: str):
+    from roofline.devices import Device
+
+    return Device(key="endpoint", name=f"{base} serving {model_name}", kind="server", source="unknown",
+                  provenance="measured from a client: the server's device and ceilings are not known to it; give "
+                             "`roofline diagnose --device` for the floors")
+
+
+async def _prepare(run: EndpointRun, target, say) -> tuple:
+    """(model name, prompts [(text, requested tokens, max_tokens)]): discovery and prompt sizing."""
+    from .endpoint import chars_per_token, discover, sized_prompt
+    from .tokenizer import make_prompt
+
+    async with target.client(timeout=min(target.timeout, DISCOVERY_TIMEOUT_S)) as client:
+        name, ids = await discover(client, target.base, run.model_name)
+        if not run.model_name and len(ids) > 1:
+            say(f"note: {target.base} serves {len(ids)} models; measuring the first, {name!r} (--model-name picks)")
+        per = await chars_per_token(client, name, make_prompt(max(run.prompt_tokens, 256), seed=run.seed * 1000))
+        shared = round(max(run.shared_prefix - 1, 0) * (per or 1.0))      # the shared prefix, in characters
+        prompts = []
+        for i in range(run.requests):
+            def make(chars, i=i):
+                return make_prompt(chars + 1, seed=run.seed * 1000 + i, shared_prefix=min(shared, chars) + 1)
+            text, _ = await sized_prompt(client, name, run.prompt_tokens, make, per, chat=run.api == "chat")
+            prompts.append((text, run.prompt_tokens, run.output_tokens))
+    if per is None:
+        say(f"note: {target.base} offers no /tokenize: each prompt is {run.prompt_tokens - 1} characters (one token "
+            "each in our byte tokenizer); the served prompt lengths come from the usage reports.")
+    return name, prompts
+
+
+def run_endpoint(run: EndpointRun, *, say=quiet) -> LatencyResult:
+    """Send ``run.requests`` requests per configuration to the server; write each request as it finishes."""
+    from roofline.latency import arrival_times, summarize
+
+    from .endpoint import Target, base_url, run_requests
+    from .probes import git_sha
+    from .timing import now
+
+    base = base_url(run.url)
+    if run.api not in ("completions", "chat"):
+        raise RooflineError(f"--api must be completions or chat, not {run.api!r}.")
+    check_writable(run.out)
+    target = Target(base, run.api, run.model_name, run.timeout, run.connect_timeout, run.ignore_eos,
+                    run.usage_per_chunk, run.api_key)
+    t = now()
+    name, prompts = asyncio.run(_prepare(run, target, say))
+    say(f"{base}: model {name!r}; prompts sized in {now() - t:.1f} s")
+    target = Target(base, run.api, name, run.timeout, run.connect_timeout, run.ignore_eos, run.usage_per_chunk,
+                     run.api_key)
+    header = RunHeader(device=_server_device(name, base), model=run.model, kind="latency", dtype=run.dtype,
+                       settings=run.settings(name), versions=_versions(), git_sha=git_sha(),
+                       command=command_line(run.command(run.mode == "resume")), started=started())
+    arrivals = arrival_times(run.requests, run.rate, run.arrival, run.seed)
+    concurrency = {label: c for c, label in run.configs}
+
+    def one(label, sink):
+        c = concurrency[label]
+        say(f"running {label}: {run.requests} requests to {name!r} at {base}")
+        ts = asyncio.run(run_requests(target, prompts, arrivals, concurrency=c, config=label,
+                                      on_finish=sink.request))
+        return summarize(ts, run.slo, label, {"api": run.api, "max_concurrency": c or 0, "model_name": name,
+                                              "token_counts": _token_rules(ts)})
+
+    return run_configs(run.path, run.mode, header, list(concurrency), one, say=say,
+                       resume=lambda: run.command(resume=True))
+
+
+def _token_rules(ts) -> dict:
+    """How many requests had their tokens per chunk counted by each rule (``roofline.latency.TOKEN_COUNTS``)."""
+    out: dict = {}
+    for t in ts:
+        if t.token_counts:
+            out[t.token_counts] = out.get(t.token_counts, 0) + 1
+    return out
