@@ -27,6 +27,8 @@ COMMANDS = {
     "report": "profiler.commands.report:report",         # PNG + HTML + markdown from results
     "latency": "profiler.commands.latency:latency",      # TTFT/TPOT timelines, serving loop
     "diagnose": "profiler.commands.latency:diagnose",    # evidence -> bound -> what to try
+    "serve": "profiler.commands.serve:serve",            # our model behind an OpenAI-compatible API
+    "trace": "profiler.commands.trace:trace",            # a PyTorch profiler trace on the roofline
 }
 
 

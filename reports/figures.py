@@ -44,8 +44,13 @@ def roofline_figure(rf) -> ReportFigure:
     dev = rf.header.device
     zero = zero_flop_ops(rf)
     above = [r for r in plotted(rf) if r.above_roof]
+    trace = rf.header.kind == "trace"
     cap = (f"{len(plotted(rf))} measured points at (arithmetic intensity, achieved FLOP/s = FLOPs / median time); "
            "error bars span the p20-p80 times. Marker shape: phase; colour: batch; size: context. "
+           if not trace else
+           f"{len(plotted(rf))} traced ops (one point per op and shape) at (arithmetic intensity, achieved FLOP/s = "
+           "FLOPs / mean instance time); error bars span the p20-p80 instance times. Marker shape: phase; colour: "
+           "op category; area: share of the traced time. Uncosted ops and collectives are not on the chart. "
            f"Solid: the ceilings used to classify ({dev.source} where measured); dashed: datasheet. "
            "Vector ops (norms, rope, residuals, swiglu) compute in fp32 and sit under the fp32 roof.")
     if zero:
@@ -115,7 +120,9 @@ def figure_builders(rf) -> list:
     out = []
     if rf.requests or rf.summaries:
         out.append(("latency", lambda: latency_figures(rf)))
-    if analyze(rf).ok:
+    if analyze(rf).ok and rf.header.kind == "trace":   # a trace's ops are not the workload's: a top-ops table
+        out += [("roofline", lambda: [roofline_figure(rf)]), ("predicted", lambda: [predicted_figure(rf)])]
+    elif analyze(rf).ok:
         out += [("roofline", lambda: [roofline_figure(rf)]),
                 ("time_prefill", lambda: [f for f in (time_figure(rf, "prefill"),) if f]),
                 ("time_decode", lambda: [f for f in (time_figure(rf, "decode"),) if f]),

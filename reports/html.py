@@ -16,6 +16,7 @@ from html import escape
 from roofline import formulas
 from roofline import units as U
 
+from . import trace_section
 from .tables import PHASE_COLUMNS, POINT_COLUMNS, ceiling_rows, phase_rows, point_rows
 
 CSS = """
@@ -132,6 +133,12 @@ def _run_top(run) -> str:
                   [[(a, a), (b, b), (c, c), (d, d)] for a, b, c, d in crow], text_cols=("ceiling", "used to classify"))
     prov = f"<p class='sub'>Ceilings: {_e(dev.provenance or dev.source)}</p>"
     out.append(f'<div class="card"><h3>Device and ceilings</h3>{ceil}{prov}</div>')
+    if trace_section.is_trace(rf):
+        facts = "".join(f"<li>{_e(f)}</li>" for f in trace_section.trace_facts(run.analysis))
+        top = _table(trace_section.TOP_COLUMNS, trace_section.top_rows(run.analysis),
+                     text_cols=("phase", "op", "kind", "label"))
+        out.append(f'<div class="card"><h3>Where the traced time went</h3><ul>{facts}</ul>'
+                   f'<h3>Top ops by time per step</h3><div class="scroll">{top}</div></div>')
     if run.steps:
         items = "".join(f"<li>{_tag(s.label)}{_e(s.sentence)}</li>" for s in run.analysis.headline())
         out.append(f'<div class="card"><h3>Verdicts</h3><ul class="verdicts">{items}</ul>')
@@ -222,6 +229,9 @@ def render(report) -> str:
     body.append(f'<div class="card"><pre>{_e(conventions_text())}</pre>'
                 f'<p class="sub">From roofline/formulas.py. Units: {_e(U.si(1e12, "FLOP/s"))} = 10^12 FLOP/s; '
                 "bandwidth in bytes/s (SI).</p></div>")
+    if any(trace_section.is_trace(r.rf) for r in runs):
+        body.append(f'<div class="card"><h3>How a trace\'s ops are costed</h3><pre>'
+                    f'{_e(trace_section.conventions())}</pre><p class="sub">From roofline/trace_cost.py.</p></div>')
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import trace_section
 from .html import conventions_text, latency_only, used_dtypes
 from .tables import PHASE_COLUMNS, ceiling_rows, phase_rows
 
@@ -42,6 +43,11 @@ def render(report, out_dir: Path) -> str:
         if not latency_only(run.rf):
             lines += _table(("ceiling", "used to classify", "datasheet", "used / datasheet"),
                             ceiling_rows(h, used_dtypes(run.rf))) + [""]
+        if trace_section.is_trace(run.rf):
+            lines += ["**Where the traced time went**", ""]
+            lines += [f"- {_cell(f)}" for f in trace_section.trace_facts(run.analysis)] + [""]
+            lines += _table(trace_section.TOP_COLUMNS, [[t for t, _ in r] for r in
+                                                        trace_section.top_rows(run.analysis)]) + [""]
         if run.steps:
             lines += ["**Verdicts**", ""] + [f"- **{s.label}**: {_cell(s.sentence)}" for s in run.analysis.headline()]
             lines += ["", "<details><summary>Every step of the sweep</summary>", ""]
@@ -57,4 +63,6 @@ def render(report, out_dir: Path) -> str:
         lines += ["## Runs side by side", "", f"![{_cell(fig.title)}]({_rel(paths['png'], out_dir)})", "",
                   f"*{_cell(fig.caption)}*", ""]
     lines += ["## Cost conventions", "", "```", conventions_text(), "```", ""]
+    if any(trace_section.is_trace(r.rf) for r in report.runs):
+        lines += ["### How a trace's ops are costed", "", "```", trace_section.conventions(), "```", ""]
     return "\n".join(lines)

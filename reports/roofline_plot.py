@@ -8,7 +8,9 @@ FLOP/byte, y: FLOP/s):
   drawn, every peak from its own elbow to the right;
 * the ridge of the run's dtype (peak / bandwidth) marked with its FLOP/byte value;
 * each ok measurement with FLOPs at (intensity, achieved FLOP/s): marker shape = phase,
-  colour = batch (log ramp), size = context; error bars from the p20/p80 times;
+  colour = batch (log ramp), size = context; error bars from the p20/p80 times. A trace
+  (header kind "trace") has one batch and context per phase: its points are coloured by op
+  category and sized by their share of the traced time (area);
 * a point above its roof circled in red and named: a counting error or cache reuse.
 
 0-FLOP ops (embedding, kv_append) are left off (``zero_flop_ops`` names them for the
@@ -29,8 +31,8 @@ from matplotlib.ticker import NullFormatter
 from roofline import units as U
 from roofline.analysis import analyze, ceilings
 
-from .style import (ABOVE_ROOF_COLOR, BATCH_CMAP, DATASHEET_COLOR, MEASURED_COLOR, PHASE_MARKER, RASTER_ABOVE,
-                    styled)
+from .style import (ABOVE_ROOF_COLOR, BATCH_CMAP, CATEGORY_COLORS, DATASHEET_COLOR, MEASURED_COLOR, PHASE_MARKER,
+                    RASTER_ABOVE, category_color, styled)
 
 
 def plotted(result_file) -> list:
@@ -40,7 +42,8 @@ def plotted(result_file) -> list:
 
 def zero_flop_ops(result_file) -> list[str]:
     """Names of measured ops that do no FLOPs (kept off the chart)."""
-    return sorted({r.op for r in analyze(result_file).results if r.ok and r.point.cost.flops == 0})
+    return sorted({r.op for r in analyze(result_file).results if r.ok and r.point.cost.flops == 0
+                   and not r.off_roof})
 
 
 def context_size(context, lo: float = 128) -> float:
@@ -126,7 +129,9 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
     raster = len(ms) > RASTER_ABOVE
     batches = sorted({r.point.batch for r in ms}) or [1]
     norm = LogNorm(vmin=batches[0], vmax=max(batches[-1], batches[0] * 2))
-    ctx_lo = min((r.point.context for r in ms), default=128)
+    ctx_lo = max(min((r.point.context for r in ms), default=128), 1)
+    trace = header.kind == "trace"
+    total = sum(r.time_s for r in ms) or 1.0
     for phase, marker in PHASE_MARKER.items():
         sel = [r for r in ms if r.point.phase == phase]
         if not sel:
@@ -138,9 +143,14 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
         ax.errorbar(x, y, yerr=[np.clip(y - lo, 0, None), np.clip(hi - y, 0, None)], fmt="none",
                     ecolor="#9a9a9a", elinewidth=0.6, capsize=0, zorder=2, gid=f"errorbars:{phase}",
                     rasterized=raster)
-        ax.scatter(x, y, c=[r.point.batch for r in sel], cmap=BATCH_CMAP, norm=norm, marker=marker,
-                   s=[context_size(r.point.context, ctx_lo) for r in sel], edgecolors="white", linewidths=0.4,
-                   alpha=0.9, zorder=3, gid=f"points:{phase}", rasterized=raster)
+        if trace:   # colour: op category; area: share of the traced time
+            ax.scatter(x, y, c=[category_color(r.m.config.get("category", "")) for r in sel], marker=marker,
+                       s=[18 + 900 * r.time_s / total for r in sel], edgecolors="white", linewidths=0.4, alpha=0.85,
+                       zorder=3, gid=f"points:{phase}", rasterized=raster)
+        else:
+            ax.scatter(x, y, c=[r.point.batch for r in sel], cmap=BATCH_CMAP, norm=norm, marker=marker,
+                       s=[context_size(r.point.context, ctx_lo) for r in sel], edgecolors="white", linewidths=0.4,
+                       alpha=0.9, zorder=3, gid=f"points:{phase}", rasterized=raster)
 
     above = [r for r in ms if r.above_roof]
     if above:
@@ -162,7 +172,7 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
                         color=ABOVE_ROOF_COLOR, arrowprops=dict(arrowstyle="-", color=ABOVE_ROOF_COLOR, lw=0.6))
             named.append(xy)
 
-    if colorbar and ms:
+    if colorbar and ms and not trace:
         cb = ax.figure.colorbar(ScalarMappable(norm=norm, cmap=BATCH_CMAP), ax=ax, pad=0.01, aspect=30)
         cb.set_label("batch")
         cb.set_ticks(batches)
@@ -170,7 +180,10 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
         cb.minorticks_off()
     handles = [Line2D([], [], marker=PHASE_MARKER[p], ls="none", color="#555555", label=p, ms=6)
                for p in PHASE_MARKER if any(r.point.phase == p for r in ms)]
-    ctxs = sorted({r.point.context for r in ms})
+    ctxs = [] if trace else sorted({r.point.context for r in ms})
+    if trace:
+        for cat in [c for c in CATEGORY_COLORS if any(r.m.config.get("category") == c for r in ms)]:
+            handles.append(Line2D([], [], marker="o", ls="none", color=category_color(cat), ms=6, label=cat))
     for c in ctxs[:1] + ctxs[-1:] if len(ctxs) > 1 else ctxs:
         handles.append(Line2D([], [], marker="o", ls="none", color="#bbbbbb",
                               ms=math.sqrt(context_size(c, ctx_lo)), label=f"context {c:,}"))

@@ -44,6 +44,17 @@ def op_color(op: str):
     return OP_COLORS.get(op, "#555555")
 
 
+# a trace's ops are coloured by what they are (roofline.trace_cost categories)
+CATEGORY_COLORS = {"gemm": "#1f77b4", "attention": "#d62728", "norm": "#2ca02c", "activation": "#9467bd",
+                   "rope": "#8c564b", "kv_write": "#e377c2", "elementwise": "#ff7f0e", "reduction": "#bcbd22",
+                   "softmax": "#17becf", "copy": "#7f7f7f", "cast": "#aaaaaa", "gather": "#98df8a",
+                   "scatter": "#c5b0d5", "fill": "#c7c7c7"}
+
+
+def category_color(category: str):
+    return CATEGORY_COLORS.get(category, "#555555")
+
+
 def device_color(i: int) -> str:
     return DEVICE_COLORS[i % len(DEVICE_COLORS)]
 

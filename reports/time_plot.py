@@ -75,21 +75,24 @@ def plot_time_breakdown(ax, result_file, phase: str):
 
 @styled
 def plot_predicted_vs_measured(ax, result_file):
-    """Measured median vs roofline-predicted time per op instance; returns ``ax``."""
-    ok = analyze(result_file).ok
+    """Measured (median; a trace's mean) vs roofline-predicted time per op instance; returns ``ax``.
+
+    Ops kept off the roofline (uncosted, collectives) and ops that move nothing (a view: 0 s at
+    the roof) have no prediction to compare with and are left out."""
+    ok = [r for r in analyze(result_file).ok if not r.off_roof and r.predicted_s > 0]
     lo, hi = math.inf, 0.0
     for phase, marker in PHASE_MARKER.items():
         sel = [r for r in ok if r.point.phase == phase]
         if not sel:
             continue
         xs = np.array([r.predicted_s for r in sel])
-        ys = np.array([r.median_s for r in sel])
+        ys = np.array([r.instance_s for r in sel])
         ax.scatter(xs, ys, c=[op_color(r.op) for r in sel], marker=marker, s=18, edgecolors="white",
                    linewidths=0.3, alpha=0.9, zorder=3, gid=f"pred:{phase}", rasterized=len(ok) > RASTER_ABOVE)
         lo, hi = min(lo, xs.min(), ys.min()), max(hi, xs.max(), ys.max())
     above = [r for r in ok if r.above_roof]
     if above:
-        ax.scatter([r.predicted_s for r in above], [r.median_s for r in above], s=110, facecolors="none",
+        ax.scatter([r.predicted_s for r in above], [r.instance_s for r in above], s=110, facecolors="none",
                    edgecolors=ABOVE_ROOF_COLOR, linewidths=1.3, zorder=4, gid="pred-above-roof")
     if hi == 0:
         return ax

@@ -16,10 +16,20 @@ export, every figure and table of the report, and ``roofline diagnose`` consume 
 * ``OpResult``: one measurement with its count per step, its roof, roof fraction, bound,
   label (memory / compute / overhead, or "skipped"), predicted time and weight share.
 * ``Step``: every measurement sharing a ``StepKey`` (phase, backend, batch, context,
-  cached, dtypes, tp). Its time is the sum over its ops of median x count, where count is
-  the op's instances per step (``n_layers`` for per-layer ops). The ``layer`` op (a whole
-  transformer layer timed as one) is left out of that sum; it stands in for the step only
-  when the step measured nothing else.
+  cached, dtypes, tp). Its time is the sum over its ops of instance time x count, where
+  count is the op's instances per step: the point's own ``count`` when it gives one (a
+  trace: instances seen / steps), else ``n_layers`` for per-layer ops and 1 for the rest
+  (``roofline.workload.op_count``). Instance time is the median of a benchmark's samples, the
+  mean of a trace's (``Measurement.instance_s``). The ``layer`` op (a whole transformer
+  layer timed as one) is left out of that sum; it stands in for the step only when the
+  step measured nothing else.
+* Off the roofline: a measurement flagged "uncosted" (an op the cost table does not know;
+  its recorded cost is a placeholder 0) or "communication" (a collective; its bytes cross
+  the interconnect, not HBM) is judged with label "uncosted" / "communication", never a
+  roof fraction. Its time is kept apart in the step (``uncosted_s``, ``communication_s``,
+  ``off_roof``) and said as a share of the step's traced time in the verdict sentence; it
+  never enters the step's ``time_s``, ``cost`` or roof fraction, so an unknown op can neither
+  dilute nor flatter a verdict.
 
 A step's label follows DESIGN.md "Classification": the summed cost's intensity against the
 ridge of the run's dtype (``bound_by_sum``), the time-weighted op mix (``bound_by_mix``:
@@ -44,6 +54,8 @@ from .workload import LAYER_OP, LINEAR_OPS, OP_NAMES, op_count
 
 SKIPPED = "skipped"
 LABELS = (MEMORY, COMPUTE, OVERHEAD)
+UNCOSTED, COMMUNICATION = "uncosted", "communication"   # measurement flags that keep an op off the roofline
+OFF_ROOF = (UNCOSTED, COMMUNICATION)
 
 
 # ---------------------------------------------------------------- ceilings and their sources
@@ -178,9 +190,19 @@ class OpResult:
         return self.m.median_s
 
     @property
+    def instance_s(self) -> float:
+        """One instance's time: the median of repetitions, a trace's mean (``Measurement.instance_s``)."""
+        return self.m.instance_s
+
+    @property
+    def off_roof(self) -> str:
+        """"uncosted" or "communication" when the measurement is kept off the roofline, else ""."""
+        return next((f for f in OFF_ROOF if f in self.m.flags), "")
+
+    @property
     def time_s(self) -> float:
-        """Seconds of one step this op stands for: median x instances per step."""
-        return self.m.median_s * self.count if self.ok else 0.0
+        """Seconds of one step this op stands for: instance time x instances per step."""
+        return self.m.instance_s * self.count if self.ok else 0.0
 
     @property
     def above_roof(self) -> bool:
@@ -211,13 +233,16 @@ def _weight_share(m: Measurement, model) -> float:
 def judge(m: Measurement, roof: Roof, n_layers: int, model=None) -> OpResult:
     p = m.point
     b = bound(p.cost.intensity, roof.ridge)
-    if m.ok:
-        frac = roof.fraction(p.cost, m.median_s)
-        label = measured_label(p.cost.intensity, frac, roof.ridge)
-    else:
+    off = next((f for f in OFF_ROOF if f in m.flags), "")
+    if not m.ok:
         frac, label = math.nan, SKIPPED
-    return OpResult(m, op_count(p.op, n_layers), roof, frac, b, label, roof.predicted_s(p.cost),
-                    _weight_share(m, model))
+    elif off:
+        frac, label = math.nan, off
+    else:
+        frac = roof.fraction(p.cost, m.instance_s)
+        label = measured_label(p.cost.intensity, frac, roof.ridge)
+    count = p.count if p.count else op_count(p.op, n_layers)
+    return OpResult(m, count, roof, frac, b, label, roof.predicted_s(p.cost), _weight_share(m, model))
 
 
 # ---------------------------------------------------------------- steps
@@ -266,6 +291,19 @@ class Step:
     above_roof: tuple          # names of ops faster than their roof allows
     ceiling: Ceiling = field(compare=False, default=None)  # the roof that applies by sum
     sentence: str = ""
+    off_roof: tuple = ()       # OpResult kept off the roofline (uncosted, communication): not in time_s
+    uncosted_s: float = 0.0    # their time per step, by kind
+    communication_s: float = 0.0
+
+    @property
+    def traced_s(self) -> float:
+        """The step's whole time: its ops on the roofline plus those kept off it."""
+        return self.time_s + self.uncosted_s + self.communication_s
+
+    @property
+    def uncosted_share(self) -> float:
+        """Share of the step's traced time in ops the cost table does not know."""
+        return self.uncosted_s / self.traced_s if self.traced_s > 0 else 0.0
 
     # ---- the key's fields, for tables
     @property
@@ -308,7 +346,9 @@ class Step:
     def missing(self) -> tuple:
         """OP_NAMES not measured ok in this step (none when the layer op stands in)."""
         names = {r.op for r in self.ops}
-        return () if self.from_layer else tuple(n for n in OP_NAMES if n not in names)
+        if self.from_layer or not names & set(OP_NAMES):   # a trace's ops are not the workload's names
+            return ()
+        return tuple(n for n in OP_NAMES if n not in names)
 
     @property
     def skipped_reasons(self) -> tuple:
@@ -341,7 +381,8 @@ class Step:
 
 
 def _build_step(key: StepKey, results, roof: Roof, device_name: str, header) -> Step | None:
-    ok = [r for r in results if r.ok]
+    off = tuple(r for r in results if r.ok and r.off_roof)
+    ok = [r for r in results if r.ok and not r.off_roof]
     skipped = tuple(r for r in results if not r.ok)
     ops = [r for r in ok if r.op != LAYER_OP]
     layer = next((r for r in ok if r.op == LAYER_OP), None)
@@ -375,7 +416,9 @@ def _build_step(key: StepKey, results, roof: Roof, device_name: str, header) -> 
              bound_by_mix=COMPUTE if share >= 0.5 else MEMORY, compute_time_share=share,
              label_shares={k: v / t if t > 0 else 0.0 for k, v in shares.items()},
              weight_memory_share=weight_mem / t if t > 0 else 0.0,
-             above_roof=tuple(r.op for r in ok if r.above_roof), ceiling=ceiling)
+             above_roof=tuple(r.op for r in ok if r.above_roof), ceiling=ceiling, off_roof=off,
+             uncosted_s=sum(r.time_s for r in off if r.off_roof == UNCOSTED),
+             communication_s=sum(r.time_s for r in off if r.off_roof == COMMUNICATION))
     return replace(s, sentence=_sentence(s))
 
 
@@ -407,6 +450,11 @@ def _sentence(s: Step) -> str:
         extra.append(f"{len(OP_NAMES) - len(s.missing)} of {len(OP_NAMES)} ops measured")
     if s.above_roof:
         extra.append(f"{', '.join(s.above_roof)} above the roof: check its byte count or cache reuse")
+    if s.uncosted_s > 0:
+        extra.append(f"a further {U.seconds(s.uncosted_s)} ({U.percent(s.uncosted_share)} of its traced "
+                     f"{U.seconds(s.traced_s)}) is in ops the cost model does not know: uncosted, not in this verdict")
+    if s.communication_s > 0:
+        extra.append(f"{U.seconds(s.communication_s)} in collectives (interconnect time, off the HBM roofline)")
     tail = f" ({'; '.join(extra)})" if extra else ""
     return f"{head}; {mix}{tail}."
 

@@ -180,7 +180,9 @@ CATALOGUE: dict[str, Device] = {d.key: d for d in [
          nvml=("NVIDIA A100-SXM4-40GB",)),
     _gpu("a100-sxm-80gb", "NVIDIA A100 SXM 80GB", fp32=19.5, tf32=156, fp16=312, bf16=312, fp8=None, int8=624,
          bw_tbs=2.039, mem_gb=80, l2_mb=40, sms=108, aliases=("a100", "a100-80gb", "a100-sxm"),
-         nvml=("NVIDIA A100-SXM4-80GB",)),
+         # "A100-PG509-200" (the SXM4 board's part number) is what some drivers report for an A100
+         # SXM: facebookincubator/AITemplate PR #749; traces tell 40 from 80 GB by totalGlobalMem
+         nvml=("NVIDIA A100-SXM4-80GB", "NVIDIA A100-PG509-200")),
     _gpu("a100-pcie-80gb", "NVIDIA A100 PCIe 80GB", fp32=19.5, tf32=156, fp16=312, bf16=312, fp8=None, int8=624,
          bw_tbs=1.935, mem_gb=80, l2_mb=40, sms=108, aliases=("a100-pcie",), nvml=("NVIDIA A100 80GB PCIe",)),
     _gpu("l4", "NVIDIA L4", fp32=30.3, tf32=60, fp16=121, bf16=121, fp8=242.5, int8=242.5,

@@ -15,6 +15,15 @@ evidence"):
 * ``prefill-compute-bound`` compute-bound kernels dominate prefill: more compute.
 * ``overhead-bound``     a phase far under its roof: launches and latency, not the hardware limits.
 * ``decode-batch``       decode throughput grows with batch: batch more, but check TPOT against its target.
+* ``latency-floor``      TTFT p50 and TPOT p50 against the roofline floor of their stage (``roofline.floor``) on
+                         the device given (or the ceilings of a profile run on the same device): how far above
+                         what the hardware allows, and which roof; the split and decode-batch findings quote it.
+* ``trace-uncosted``     a traced phase spends over ``TRACE_UNCOSTED`` of its time in ops the cost model does not
+                         know: the verdict covers only the rest; name them.
+* ``trace-not-modelled`` a traced phase spends over ``TRACE_EXTRA`` of its time in casts, copies, fills and
+                         framework work the model's step does not need.
+* ``trace-gpu-idle``     the traced GPU sits idle over ``TRACE_IDLE`` of its window: it waits on the host.
+* ``trace-collectives``  collectives take over ``TRACE_EXTRA`` of a traced phase, with their bus bandwidth.
 
 Thresholds are named constants below, each with its reason.
 """
@@ -23,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import units as U
 from .analysis import analyze
@@ -47,10 +56,14 @@ class Finding:
     evidence: str
     action: str = ""
     source: str = ""
+    data: dict = field(default_factory=dict)   # the numbers behind the claim, for --json (latency-floor)
 
     def to_dict(self) -> dict:
-        return {"rule": self.rule, "claim": self.claim, "evidence": self.evidence, "action": self.action,
-                "source": self.source}
+        d = {"rule": self.rule, "claim": self.claim, "evidence": self.evidence, "action": self.action,
+             "source": self.source}
+        if self.data:
+            d["data"] = dict(self.data)
+        return d
 
     def text(self) -> str:
         out = [f"- {self.claim}", f"    evidence: {self.evidence}"]
@@ -59,27 +72,48 @@ class Finding:
         return "\n".join(out)
 
 
-def diagnose(result_files) -> list:
-    """All findings for ``result_files`` (``records.ResultFile``), file by file."""
-    out = []
+def diagnose(result_files, *, model=None, device=None, dtype: str | None = None) -> list:
+    """All findings for ``result_files`` (``records.ResultFile``), file by file.
+
+    Latency runs get a floor (``latency-floor``) when a model config and a device with ceilings
+    are known: ``model`` / ``device`` / ``dtype`` as given, else the file's own model and dtype
+    and the ceilings of a profile file given alongside that ran on the same device.
+    """
+    out, floors = [], {}
     for rf in result_files:
         src = str(getattr(rf, "path", ""))
         if rf.measurements:
             out += profile_findings(rf, src)
         if rf.requests:
-            out += latency_findings(rf, src)
-    return _with_tpot_targets(out, result_files)
+            ctx = floor_context(rf, result_files, model, device, dtype)
+            out += latency_findings(rf, src, ctx, floors)
+    return _with_tpot_targets(out, result_files, floors)
 
 
-def _with_tpot_targets(findings, result_files) -> list:
-    """A decode-batch finding quotes the TPOT the latency runs given alongside measured, and its target."""
+def floor_context(rf, result_files, model=None, device=None, dtype=None):
+    """(model config, device, dtype) for the floors of latency file ``rf``, or None when one is unknown."""
+    cfg = model if model is not None else rf.header.model
+    dev = device
+    if dev is None:
+        same = [o.device for o in result_files if o.measurements and o.device.name == rf.device.name]
+        dev = same[0] if same else None
+    if cfg is None or dev is None or not dev.bandwidth > 0 or not dev.peak_flops:
+        return None
+    return cfg, dev, dtype or rf.header.dtype
+
+
+def _with_tpot_targets(findings, result_files, floors=None) -> list:
+    """A decode-batch finding quotes the TPOT the latency runs given alongside measured, its target and floor."""
     notes = []
+    floors = floors or {}
     for rf in result_files:
         for run in latency_runs(rf):
             s = run.summary
             target = s.slo.get("tpot")
+            fl = [r for r in floors.get((str(getattr(rf, "path", "")), run.config), ()) if r.metric == "TPOT"]
             notes.append(f"[{run.config}] TPOT p90 {ms(s.tpot.get('p90', math.nan))}"
-                         + (f" vs target {ms(target)}" if target else " (no TPOT target given)"))
+                         + (f" vs target {ms(target)}" if target else " (no TPOT target given)")
+                         + (f"; p50 {fl[0].ratio:.1f}x its floor at {fl[0].floor.shape}" if fl else ""))
     if not notes:
         return findings
     out = []
@@ -92,25 +126,59 @@ def _with_tpot_targets(findings, result_files) -> list:
 
 # ----------------------------------------------------------------- latency rules
 
-def latency_findings(rf, src: str = "") -> list:
+def latency_findings(rf, src: str = "", floor_ctx=None, floors=None) -> list:
+    """Findings per configuration; ``floor_ctx`` = (model config, device, dtype) adds the floors (kept in
+    ``floors`` by (source, configuration) for the other rules)."""
     out = []
     runs = latency_runs(rf)
     others = [r.summary for r in runs]
     for run in runs:
         cfg, ts, s = run.config, list(run.timelines), run.summary
         tag = f"[{cfg}] " if cfg else ""
+        ratios = []
+        if floor_ctx is not None:
+            f, ratios = _floors(tag, ts, s, floor_ctx, src)
+            out += f
+            if floors is not None:
+                floors[(src, cfg)] = ratios
         if not run.complete:
             out.append(Finding("latency-interrupted", f"{tag}This configuration was interrupted: {len(ts)} requests "
                                "finished before it stopped, and the findings below use only those.",
                                f"no summary line for attempt {run.attempt} in the file",
                                "resume the run (the command printed at the interrupt, or the same command with "
                                "--resume) to measure it completely", src))
-        out += [f for f in (_split(tag, ts, s, src), _queue(tag, s, src), _stalls(tag, ts, s, src, others),
+        out += [f for f in (_split(tag, ts, s, src, ratios), _queue(tag, s, src), _stalls(tag, ts, s, src, others),
                             _prefix(tag, ts, s, rf.header.settings, src, others)) if f]
     return out
 
 
-def _split(tag, ts, s: LatencySummary, src):
+def _floors(tag, ts, s: LatencySummary, ctx, src) -> tuple:
+    """([latency-floor findings], [FloorRatio]) for one configuration."""
+    from .floor import latency_floors
+
+    model, device, dtype = ctx
+    try:
+        ratios = latency_floors(s, ts, model, device, dtype)
+    except RooflineError as e:
+        return [Finding("latency-floor", f"{tag}No roofline floor for this run: {e}", f"model {model.name}, device "
+                        f"{device.name}, dtype {dtype}", "give the --model the server runs", src)], []
+    out = []
+    for r in ratios:
+        f = r.floor
+        notes = f" ({'; '.join(f.notes)})" if f.notes else ""
+        ev = (f"floor = sum over the ops of {model.name} ({dtype}) of max(FLOPs / peak, bytes / bandwidth) x count on "
+              f"{device.name} ({device.source} ceilings){notes}: {f.flops:.3g} FLOP and {f.bytes:.3g} B for "
+              f"{f.shape}; {100 * f.memory_share:.0f}% of the floor's time is bytes")
+        if r.metric == "TPOT":
+            ev += ("; batch = requests decoding at once averaged over every output token after the first, "
+                   "context = tokens cached at those steps")
+        else:
+            ev += "; prompt = mean served prompt (its cached prefix reused), alone"
+        out.append(Finding("latency-floor", f"{tag}{r.sentence}.", ev, r.action, src, r.to_dict()))
+    return out, ratios
+
+
+def _split(tag, ts, s: LatencySummary, src, ratios=()):
     st = s.stages
     if not st or math.isnan(st.get("queue", math.nan)):
         return None
@@ -122,6 +190,11 @@ def _split(tag, ts, s: LatencySummary, src):
              f"= queue {pct(st['queue'], e2e)}, prefill {pct(st['prefill'], e2e)}, decode {pct(st['decode'], e2e)}.")
     ev = (f"{s.requests - s.failed} ok requests ({s.failed} failed); stages from each request's timestamps: queue = "
           f"arrival -> first prefill chunk, prefill = first chunk -> first token selected, decode = first -> last delivery")
+    pf = [r for r in ratios if r.metric == "TTFT"]
+    if pf:
+        f = pf[0].floor
+        ev += (f"; the prefill floor on {f.device} is {U.seconds(f.seconds)} for {f.shape}: the prefill stage takes "
+               f"{st['prefill'] / f.seconds:.1f}x that" if f.seconds > 0 else "")
     return Finding("latency-split", claim, ev, "", src)
 
 
@@ -257,6 +330,8 @@ def profile_findings(rf, src: str = "") -> list:
         f = decode_batch_finding(a, backend if several else "", src)
         if f:
             out.append(f)
+    if rf.header.kind == "trace":
+        out += trace_findings(a, src)
     return out
 
 
@@ -273,7 +348,7 @@ def _phase_findings(phase: str, backend: str, ss, dev, src) -> list:
     ev = (f"{where} (each step's verdict: its summed cost against the roof). Largest step, batch {big.batch} "
           f"context {big.context}: {U.percent(big.roof_fraction)} of its roof; {100 * sh[MEMORY]:.0f}% of its time "
           f"in memory-bound kernels, {100 * sh[COMPUTE]:.0f}% compute-bound, {100 * sh[OVERHEAD]:.0f}% under "
-          f"{OVERHEAD_FRACTION:.0%} of their roof; its largest kernel {top.op} {ms(top.median_s)}, intensity "
+          f"{OVERHEAD_FRACTION:.0%} of their roof; its largest kernel {top.op} {ms(top.instance_s)}, intensity "
           f"{top.point.cost.intensity:.1f} FLOP/B vs ridge {top.roof.ridge:.0f}, {100 * top.roof_fraction:.0f}% of "
           f"its roof on {dev.name}")
     out = [Finding("phase-bound", claim, ev, "", src)]
@@ -328,3 +403,60 @@ def decode_batch_finding(a, backend: str = "", src: str = ""):
                    f"({t1 / t0:.2f}x the time for {b1 / b0:g}x the tokens: {gain:.1f}x tokens/s)",
                    "batch more decoding sequences, but measure TPOT against its target: each user waits longer "
                    "between tokens as the step grows", src)
+
+
+# ----------------------------------------------------------------- trace rules (roofline trace)
+
+TRACE_UNCOSTED = 0.10   # under a tenth of a phase unknown, its verdict stands on the rest
+TRACE_EXTRA = 0.10      # a tenth of a step in work the model does not need is worth removing
+TRACE_IDLE = 0.20       # a GPU idle a fifth of its window is waiting on the host, not computing
+_NOT_MODELLED = ("cast", "copy", "fill", "framework")
+
+
+def trace_findings(a, src: str = "") -> list:
+    """What a traced run adds to the phase verdicts: unknown ops, unneeded work, idle GPU, collectives."""
+    out = []
+    settings = a.header.settings
+    for s in a.steps:
+        name = s.phase.capitalize()
+        if s.uncosted_share > TRACE_UNCOSTED:
+            top = [u["op"] for u in settings.get("summary", {}).get("top_uncosted", [])][:4]
+            out.append(Finding(
+                "trace-uncosted", f"{name}: {U.percent(s.uncosted_share)} of the traced time is in ops the cost model "
+                "does not know (uncosted): the verdict covers only the rest.",
+                f"{U.seconds(s.uncosted_s)} uncosted of {U.seconds(s.traced_s)} per step" +
+                (f"; largest: {', '.join(top)}" if top else ""),
+                "record shapes (record_shapes=True), pass the framework's graph-capture trace for CUDA-graph "
+                "replays (--capture-trace), or add the op's formula to roofline/formulas.py and its entry to "
+                "roofline/trace_cost.py", src))
+        extra = sum(r.time_s for r in s.ops if r.m.config.get("category") in _NOT_MODELLED)
+        if s.traced_s and extra / s.traced_s > TRACE_EXTRA:
+            kinds = defaultdict(float)
+            for r in s.ops:
+                c = r.m.config.get("category")
+                if c in _NOT_MODELLED:
+                    kinds[c] += r.time_s
+            out.append(Finding(
+                "trace-not-modelled", f"{name}: {U.percent(extra / s.traced_s)} of each step is work the model's "
+                "step does not need (casts, copies, fills, framework overhead).",
+                ", ".join(f"{k} {U.seconds(v)}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])) +
+                f" of {U.seconds(s.traced_s)} per step",
+                "keep weights and activations in one dtype (no per-step casts), write the KV cache in place "
+                "instead of concatenating, fuse elementwise chains (torch.compile), and capture decode in a CUDA "
+                "graph", src))
+        if s.communication_s and s.traced_s and s.communication_s / s.traced_s > TRACE_EXTRA:
+            wire = sum(r.m.config.get("detail", {}).get("wire_bytes", 0) * r.count for r in s.off_roof)
+            bw = f"; bus bandwidth {U.bandwidth(wire / s.communication_s)}" if wire else ""
+            out.append(Finding(
+                "trace-collectives", f"{name}: collectives take {U.percent(s.communication_s / s.traced_s)} of "
+                "each step.", f"{U.seconds(s.communication_s)} per step in collectives{bw}",
+                "overlap communication with compute, or use fewer tensor-parallel ranks for this model size", src))
+    g = settings.get("gpu_time") or {}
+    if g.get("kind") == "gpu" and g.get("window_s") and g["idle_s"] / g["window_s"] > TRACE_IDLE:
+        out.append(Finding(
+            "trace-gpu-idle", f"The GPU is idle {U.percent(g['idle_s'] / g['window_s'])} of the traced window: it "
+            "waits on the host.", f"busy {U.seconds(g['busy_s'])} (union of kernels and copies) of a "
+            f"{U.seconds(g['window_s'])} window; kernel sum {U.seconds(g['kernel_sum_s'])}",
+            "cut launch overhead and host syncs: CUDA graphs for decode, no .item()/.cpu() in the step loop, "
+            "a larger batch per launch", src))
+    return out

@@ -36,5 +36,14 @@ def normalize_dtype(name: str) -> str:
     return key
 
 
+# Storage-only types a profiler trace records (index tensors, masks, fp64 scalars): their element
+# sizes for byte counts. They are never a compute dtype, so ``normalize_dtype`` (user input) refuses them.
+STORAGE_BYTES = {"fp64": 8.0, "int64": 8.0, "int32": 4.0, "int16": 2.0, "uint8": 1.0, "bool": 1.0}
+
+
 def bytes_per_element(name: str) -> float:
+    """Bytes per element of a compute dtype, or of a storage-only type (``STORAGE_BYTES``)."""
+    key = str(name).strip().lower().removeprefix("torch.")
+    if key in STORAGE_BYTES:
+        return STORAGE_BYTES[key]
     return BYTES_PER_ELEMENT[normalize_dtype(name)]

@@ -30,10 +30,24 @@ def linear(tokens: int, in_features: int, out_features: int, *,
     FLOPs = 2*T*K*N. Bytes = weight K*N (weight dtype, read once per call) +
     input T*K + output T*N (activation dtype). No bias (Llama has none).
     """
-    flops = 2 * tokens * in_features * out_features
-    nbytes = (in_features * out_features * _b(weight_dtype)
-              + tokens * in_features * _b(act_dtype)
-              + tokens * out_features * _b(act_dtype))
+    return gemm(tokens, in_features, out_features, a_dtype=act_dtype, b_dtype=weight_dtype, out_dtype=act_dtype)
+
+
+def gemm(m: int, k: int, n: int, *, batch: int = 1, a_dtype: str = "bf16", b_dtype: str = "bf16",
+         out_dtype: str | None = None, bias: int = 0, bias_dtype: str | None = None) -> Cost:
+    """C[batch, M, N] = A[batch, M, K] @ B[batch, K, N] (+ a bias of ``bias`` elements).
+
+    FLOPs = 2*batch*M*N*K, plus batch*M*N for the bias add when there is one (one add per
+    output; alpha/beta scaling is not counted). Bytes = A + B + C, each once in its own
+    dtype (C in ``out_dtype``, default A's: an fp8 ``_scaled_mm`` writing bf16 is costed so),
+    plus the bias once. ``linear`` is this with B the weight. Matches TraceLens's GEMM perf
+    model (A + B + C + bias; 2MNK + MN with a bias).
+    """
+    out_dtype = out_dtype or a_dtype
+    flops = 2 * batch * m * n * k + (batch * m * n if bias else 0)
+    nbytes = batch * (m * k * _b(a_dtype) + k * n * _b(b_dtype) + m * n * _b(out_dtype))
+    if bias:
+        nbytes += bias * _b(bias_dtype or out_dtype)
     return Cost(flops, nbytes)
 
 
@@ -92,8 +106,9 @@ def swiglu(tokens: int, intermediate: int, *, act_dtype: str = "bf16") -> Cost:
 
 
 def residual_add(tokens: int, hidden: int, *, act_dtype: str = "bf16") -> Cost:
-    """h = x + r: 1 FLOP per element; read two, write one."""
-    return Cost(tokens * hidden, 3 * tokens * hidden * _b(act_dtype))
+    """h = x + r: 1 FLOP per element; read two, write one (``elementwise`` with two inputs)."""
+    e = tokens * hidden
+    return elementwise(e, ((e, act_dtype), (e, act_dtype)), out_dtype=act_dtype)
 
 
 def embedding(tokens: int, hidden: int, *, weight_dtype: str = "bf16", act_dtype: str = "bf16") -> Cost:
@@ -121,8 +136,7 @@ def kv_append(tokens: int, n_kv_heads: int, head_dim: int, *,
 
     Bytes = read k and v [T, Hkv, D] (activations) + write them into the cache (KV dtype).
     """
-    elems = 2 * tokens * n_kv_heads * head_dim
-    return Cost(0, elems * _b(act_dtype) + elems * _b(kv_dtype))
+    return copy(2 * tokens * n_kv_heads * head_dim, src_dtype=act_dtype, dst_dtype=kv_dtype)
 
 
 def causal_pairs(new_tokens: int, cached_tokens: int = 0) -> float:
@@ -173,3 +187,75 @@ def decode_attention(batch: int, kv_len: int, n_heads: int, n_kv_heads: int, hea
 def kv_cache_bytes(tokens: int, n_layers: int, n_kv_heads: int, head_dim: int, *, kv_dtype: str = "bf16") -> float:
     """Bytes that ``tokens`` cached tokens occupy across the model: 2 (K, V) * L * Hkv * D * bytes."""
     return 2 * tokens * n_layers * n_kv_heads * head_dim * _b(kv_dtype)
+
+
+# ---------------------------------------------------------------- generic ops, as a profiler trace records them
+# (``roofline.trace_cost`` costs a trace's ops through these; their conventions are the ones above.)
+
+def elementwise(out_elements: int, inputs=(), *, out_dtype: str = "bf16", flops_per_element: float = 1) -> Cost:
+    """An elementwise op: ``inputs`` is ((elements, dtype), ...) of the tensors it reads.
+
+    FLOPs = flops_per_element x output elements (1 for add/mul/neg/compare, 4 for SiLU as
+    ``swiglu`` counts it, 0 for exp/rsqrt/casts: exponentials, reciprocals and square roots
+    are not FLOPs). Bytes = every input read once (a broadcast input at its own size) + the
+    output written once. A 0-dim input (a scalar) is a kernel argument: pass no entry for it.
+    ``residual_add`` is this with two inputs of T*H.
+    """
+    nbytes = sum(e * _b(d) for e, d in inputs) + out_elements * _b(out_dtype)
+    return Cost(flops_per_element * out_elements, nbytes)
+
+
+def reduction(in_elements: int, out_elements: int, *, in_dtype: str = "bf16", out_dtype: str | None = None) -> Cost:
+    """sum / mean / max / min / norm over some dimensions.
+
+    FLOPs = one combine per input element (a mean's final division per output is NB: not
+    counted). Bytes = input read once + output written once. (TraceLens: the same.)
+    """
+    return Cost(in_elements, in_elements * _b(in_dtype) + out_elements * _b(out_dtype or in_dtype))
+
+
+def softmax(rows: int, cols: int, *, in_dtype: str = "bf16", out_dtype: str | None = None) -> Cost:
+    """softmax over the last dimension of [rows, cols].
+
+    FLOPs = 4 per element (max, subtract, sum, divide; the exp is not counted: TraceLens
+    counts 3). Bytes = read once, write once (a fused kernel; the max and sum stay on chip).
+    """
+    e = rows * cols
+    return Cost(4 * e, e * _b(in_dtype) + e * _b(out_dtype or in_dtype))
+
+
+def copy(elements: int, *, src_dtype: str = "bf16", dst_dtype: str | None = None) -> Cost:
+    """A copy or a cast (copy_, contiguous, .to(dtype), cat, a scatter of ``elements``): 0 FLOPs.
+
+    Bytes = read in the source dtype + write in the destination dtype. ``kv_append`` is this
+    with the K and V rows. Index tensors of a scatter or gather are NB: not counted.
+    """
+    return Cost(0, elements * _b(src_dtype) + elements * _b(dst_dtype or src_dtype))
+
+
+def fill(elements: int, *, dtype: str = "bf16") -> Cost:
+    """fill_ / zero_ / a factory that writes (zeros, arange, full): 0 FLOPs, the output written once."""
+    return Cost(0, elements * _b(dtype))
+
+
+COLLECTIVE_WIRE = {"all_reduce": "2(n-1)/n", "all_gather": "(n-1)/n", "reduce_scatter": "(n-1)/n",
+                   "all_to_all": "(n-1)/n", "broadcast": "1", "send": "1", "recv": "1"}
+
+
+def collective_bytes(kind: str, message_bytes: float, ranks: int) -> float:
+    """Bytes one rank puts on the wire for a collective of ``message_bytes`` over ``ranks`` ranks.
+
+    The ring algorithm's volume (nccl-tests' bus bandwidth factors): all_reduce 2(n-1)/n of
+    the message, all_gather (n-1)/n of the gathered output, reduce_scatter (n-1)/n of the
+    input, all_to_all (n-1)/n, broadcast / send / recv the message. This is traffic on the
+    interconnect, not DRAM bytes: a collective is not placed on the HBM roofline.
+    """
+    n = max(int(ranks), 1)
+    key = kind.lower().replace("allreduce", "all_reduce").replace("allgather", "all_gather")
+    key = key.replace("reducescatter", "reduce_scatter").replace("alltoall", "all_to_all")
+    key = key.replace("_base", "").replace("_into_tensor", "").replace("_coalesced", "").strip("_")
+    if key == "all_reduce":
+        return 2 * (n - 1) / n * message_bytes
+    if key in ("all_gather", "reduce_scatter", "all_to_all", "all_to_allv"):
+        return (n - 1) / n * message_bytes
+    return float(message_bytes)

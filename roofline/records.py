@@ -1,11 +1,20 @@
 """The records that flow from the profiler through the cost model into the reports, and the reader.
 
 * ``WorkloadPoint``: what was run (op, phase, batch, tokens, context, dtypes, backend, tp)
-  and its formula ``Cost``. Frozen; ``key`` identifies it (resume, duplicates).
+  and its formula ``Cost``. Frozen; ``key`` identifies it (resume, duplicates). ``count`` is
+  the op's instances per step when the record says so (a trace: instances seen / steps, which
+  may be fractional, e.g. one decode attention shape in one of 20 steps); 0, the default and
+  what profile writes, means "derive it from the op name" (``roofline.workload.op_count``).
 * ``Measurement``: a point plus raw times in seconds, the timer that ran, the L2 policy,
   the kernel config, device name and clocks, flags. Median, quantiles, spread and
   achieved FLOP/s and bytes/s are *derived* from the samples, never stored. How a
   measurement sits against a device's roof is ``roofline.analysis``'s business.
+  ``instance_s`` is the time of one instance: the median of a benchmark's repetitions, or the
+  mean for a trace (timer "trace" or "trace-cpu": each sample is one instance as it ran, once,
+  so mean x instances is the time they took together; a median would drop real time).
+  Flags "uncosted" (an op the cost table does not know: its cost is 0 and means nothing) and
+  "communication" (a collective: its bytes are on the interconnect, in ``config``) keep a
+  measurement's time off the roofline; see ``roofline.analysis``.
 * ``RunHeader``: the first line of a result file: device (ceilings used: measured where
   measured), datasheet device, measured ceiling details, the ``ModelConfig``, versions,
   git sha, command line, start time.
@@ -48,6 +57,7 @@ WIDE_SPREAD = 0.10  # (p80 - p20) / median above this is flagged
 ABOVE_ROOF = 1.05   # a roof fraction above this is faster than the roof allows (5% for timer noise)
 PHASES = ("prefill", "decode")
 STATUSES = ("ok", "skipped")
+TRACE_TIMERS = ("trace", "trace-cpu")  # kernel times from a profiler trace (GPU), or its ops' own durations (CPU)
 
 
 # ---------------------------------------------------------------- strict JSON
@@ -106,6 +116,14 @@ def _str(d: dict, key: str, what: str, default=None, choices=None) -> str:
     return v
 
 
+def _count(d: dict, what: str) -> float:
+    """A point's optional ``count``: a finite number >= 0 (0 or absent: derived from the op name)."""
+    v = d.get("count", 0)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise RooflineError(f"{what} 'count' must be a finite number >= 0 (instances per step), not {v!r}")
+    return v
+
+
 def _opt(d: dict, key: str, kind, what: str, default):
     """An optional field of one JSON type; absent or null gives ``default``."""
     v = d.get(key)
@@ -134,6 +152,7 @@ class WorkloadPoint:
     kv_dtype: str = "bf16"
     compute_dtype: str = ""  # the peak that applies: dtype for tensor ops, "fp32" for vector ops
     tp: int = 1             # tensor-parallel ranks; cost is per rank
+    count: float = 0        # instances per step; 0: derive from the op name (op_count)
 
     def __post_init__(self):
         if not self.compute_dtype:
@@ -149,7 +168,7 @@ class WorkloadPoint:
                 "new_tokens": self.new_tokens, "context": self.context, "cost": self.cost.to_dict(),
                 "dtype": self.dtype, "backend": self.backend, "cached": self.cached,
                 "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype, "compute_dtype": self.compute_dtype,
-                "tp": self.tp}
+                "tp": self.tp, **({"count": self.count} if self.count else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "WorkloadPoint":
@@ -167,7 +186,8 @@ class WorkloadPoint:
                    backend=_str(d, "backend", what, default="torch"), cached=_int(d, "cached", what, 0, default=0),
                    weight_dtype=_str(d, "weight_dtype", what, default="bf16"),
                    kv_dtype=_str(d, "kv_dtype", what, default="bf16"),
-                   compute_dtype=_opt(d, "compute_dtype", str, what, ""), tp=_int(d, "tp", what, 1, default=1))
+                   compute_dtype=_opt(d, "compute_dtype", str, what, ""), tp=_int(d, "tp", what, 1, default=1),
+                   count=_count(d, what))
 
 
 @dataclass(frozen=True)
@@ -205,6 +225,13 @@ class Measurement:
         return self._quantiles[1]
 
     @property
+    def instance_s(self) -> float:
+        """One instance's time: the median of repetitions; a trace's mean (see the module docstring)."""
+        if self.timer in TRACE_TIMERS:
+            return sum(self.times_s) / len(self.times_s) if len(self.times_s) else math.nan
+        return self.median_s
+
+    @property
     def p20_s(self) -> float:
         return self._quantiles[0]
 
@@ -220,7 +247,9 @@ class Measurement:
 
     @property
     def wide_spread(self) -> bool:
-        return self.ok and self.spread > WIDE_SPREAD
+        """A benchmark whose repetitions disagree. A trace's instances differ by design (first calls,
+        other shapes' neighbours), so its spread is never flagged."""
+        return self.ok and self.timer not in TRACE_TIMERS and self.spread > WIDE_SPREAD
 
     @property
     def all_flags(self) -> tuple:
@@ -228,11 +257,11 @@ class Measurement:
 
     @property
     def achieved_flops(self) -> float:
-        return self.point.cost.flops / self.median_s if self.ok else math.nan
+        return self.point.cost.flops / self.instance_s if self.ok else math.nan
 
     @property
     def achieved_bytes_per_s(self) -> float:
-        return self.point.cost.bytes / self.median_s if self.ok else math.nan
+        return self.point.cost.bytes / self.instance_s if self.ok else math.nan
 
     @property
     def intensity(self) -> float:

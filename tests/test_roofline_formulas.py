@@ -120,3 +120,37 @@ def test_decode_attention_intensity_does_not_grow_with_context(s, hq, g):
     assert i2 <= i1 * (1 + 1e-9) or i2 < hq / hkv + 1e-9
     # bounded by Hq/Hkv FLOP per KV byte-pair: 4 x Hq x D per token / (2 x Hkv x D x 2 bytes) = Hq/Hkv
     assert i2 <= hq / hkv
+
+
+def test_trace_formulas_exact():
+    """The generic ops a profiler trace costs (roofline.trace_cost), arithmetic beside each number."""
+    # gemm [8,4096]x[4096,4096] bf16: 2 x 8 x 4096 x 4096 = 268,435,456 FLOPs;
+    # bytes A 8 x 4096 x 2 = 65,536 + B 4096 x 4096 x 2 = 33,554,432 + C 65,536 = 33,685,504: linear's exactly
+    assert F.gemm(8, 4096, 4096) == Cost(268_435_456, 33_685_504) == F.linear(8, 4096, 4096)
+    # batched with a bias row [N]: FLOPs 3 x (2 x 4 x 5 x 6) + 3 x 4 x 5 = 780; bytes 3 x (24 + 30 + 20) x 2 + 5 x 2 = 454
+    assert F.gemm(4, 6, 5, batch=3, bias=5) == Cost(780, 454)
+    # fp8 A and B, bf16 out (_scaled_mm): FLOPs 2 x 16 x 32 x 64 = 65,536; bytes 16 x 64 + 64 x 32 (fp8) + 16 x 32 x 2 = 4,096
+    assert F.gemm(16, 64, 32, a_dtype="fp8", b_dtype="fp8", out_dtype="bf16") == Cost(65_536, 4_096)
+    # elementwise add [8,4096] + a broadcast row [4096] in fp32: 32,768 FLOPs;
+    # bytes 32,768 x 4 + 4,096 x 4 + 32,768 x 4 = 278,528
+    assert F.elementwise(32_768, ((32_768, "fp32"), (4_096, "fp32")), out_dtype="fp32") == Cost(32_768, 278_528)
+    # SiLU at 4 FLOPs per element (swiglu's count without the multiply): 4 x 100 = 400; bytes 100 x 2 x 2 = 400
+    assert F.elementwise(100, ((100, "bf16"),), out_dtype="bf16", flops_per_element=4) == Cost(400, 400)
+    # residual_add is elementwise with two inputs: 24 FLOPs, 3 x 24 x 2 = 144 bytes (unchanged)
+    assert F.residual_add(3, 8) == F.elementwise(24, ((24, "bf16"), (24, "bf16"))) == Cost(24, 144)
+    # mean over the last dim of [8,64] fp32: 512 FLOPs; bytes 512 x 4 + 8 x 4 = 2,080
+    assert F.reduction(512, 8, in_dtype="fp32") == Cost(512, 2_080)
+    # softmax [4, 9] fp32: 4 x 36 = 144 FLOPs; 36 x 4 x 2 = 288 bytes
+    assert F.softmax(4, 9, in_dtype="fp32") == Cost(144, 288)
+    # a cast of 4,096 fp32 to bf16: 0 FLOPs, 4,096 x 4 + 4,096 x 2 = 24,576 bytes
+    assert F.copy(4_096, src_dtype="fp32", dst_dtype="bf16") == Cost(0, 24_576)
+    # kv_append is a copy of the K and V rows: 2 x 3 x 2 x 8 = 96 elements, 96 x 2 + 96 x 1 = 288 (unchanged)
+    assert F.kv_append(3, 2, 8, kv_dtype="fp8") == F.copy(96, src_dtype="bf16", dst_dtype="fp8") == Cost(0, 288)
+    # fill 8 int64 (arange): 64 bytes; storage-only types have sizes too
+    assert F.fill(8, dtype="int64") == Cost(0, 64)
+    # all-reduce of 65,536 bytes over 2 ranks: 2 x 1/2 x 65,536 = 65,536 on the wire; over 8: 2 x 7/8 = 114,688
+    assert F.collective_bytes("allreduce", 65_536, 2) == 65_536
+    assert F.collective_bytes("all_reduce", 65_536, 8) == 114_688
+    # all-gather of a 65,536-byte output over 4 ranks: 3/4 = 49,152; broadcast: the message
+    assert F.collective_bytes("_allgather_base", 65_536, 4) == 49_152
+    assert F.collective_bytes("broadcast", 1_000, 8) == 1_000

@@ -1,0 +1,103 @@
+"""``roofline trace``: a PyTorch profiler trace on the roofline (``profiler.trace_run.run_trace`` does the work).
+
+    roofline trace trace.json.gz                        # a trace file (.json or .json.gz)
+    roofline trace ./profiles/                          # a folder of per-rank traces
+    roofline trace decode.json --capture-trace ./capture/ --model config.json --device h100
+    roofline trace trace.json --ceilings roofline-out/results.jsonl   # ceilings measured on that box
+    roofline trace --capture --out roofline-trace -- python my_script.py ARGS
+
+Writes OUT/results.jsonl (kind "trace": ``roofline report`` and ``roofline diagnose`` read it
+like a profile) and OUT/report.html; prints GPU time, the shares of costed and uncosted time,
+each phase's verdict and the top ops (``--json``: one JSON object instead).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from roofline.errors import RooflineError
+from roofline.records import strict
+
+from ..cli_args import mode_of, model_option, resolve_device, say_for
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--capture", is_flag=True, help="run `-- python SCRIPT.py ARGS` under the profiler first, then read "
+              "the trace it wrote (OUT/trace.json.gz)")
+@click.option("--skip-forwards", type=click.IntRange(min=0), default=0, show_default=True,
+              help="--capture: top-level forward calls to run before recording (warm-up)")
+@click.option("--capture-trace", "captures", multiple=True, type=click.Path(exists=True),
+              help="a graph-capture trace (file or folder) to map CUDA-graph replays back to ops; repeatable")
+@click.option("--phase-marker", "markers", multiple=True, metavar="PHASE=NAME",
+              help="record_function names that mark a phase, e.g. decode=decode_step; repeatable")
+@model_option()
+@click.option("--device", "device_name", default=None, help="the GPU it ran on, when the trace does not say or says "
+              "otherwise: a catalogue name (h100, a100, mi300x, ...) [default: the trace's deviceProperties]")
+@click.option("--device-file", type=click.Path(dir_okay=False), default=None, help="your own device: a JSON file")
+@click.option("--peak-tflops", type=float, default=None, help="custom device: peak TFLOP/s (dense)")
+@click.option("--bandwidth-gbs", type=float, default=None, help="custom device: memory bandwidth in GB/s")
+@click.option("--ceilings", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="a results.jsonl `roofline profile` wrote on the traced machine: classify against its ceilings")
+@click.option("--rank", type=click.IntRange(min=0), default=None, help="the rank written to the results (default: "
+              "the lowest); every rank's GPU time is printed")
+@click.option("--out", "out_dir", default="roofline-trace", show_default=True, type=click.Path(file_okay=False),
+              help="folder for results.jsonl and the report")
+@click.option("--overwrite", is_flag=True, help="replace OUT/results.jsonl if it exists")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object (summary, steps, paths) on stdout")
+@click.option("--no-report", is_flag=True, help="write the results file only")
+@click.option("--quiet", is_flag=True, help="no notes on stderr")
+def trace(args, capture, skip_forwards, captures, markers, model, device_name, device_file, peak_tflops,
+          bandwidth_gbs, ceilings, rank, out_dir, overwrite, as_json, no_report, quiet):
+    """Put the ops of a PyTorch profiler (Kineto) trace on the roofline.
+
+    \b
+    roofline trace TRACE.json[.gz] | FOLDER [options]
+    roofline trace --capture [options] -- python SCRIPT.py ARGS
+    """
+    from ..run import command_line
+    from ..trace_run import TraceRun, run_trace
+
+    say = say_for(quiet or as_json)
+    out = Path(out_dir)
+    if capture:
+        path = _capture(list(args), out, skip_forwards, overwrite, say)
+    else:
+        if len(args) != 1:
+            raise click.UsageError("give one trace file or folder (or --capture -- python SCRIPT.py ARGS).")
+        path = args[0]
+    device = None
+    if device_file or peak_tflops is not None or bandwidth_gbs is not None or device_name is not None:
+        device = resolve_device(device_name, device_file, peak_tflops, bandwidth_gbs)
+    run = TraceRun(trace=str(path), out=str(out), captures=tuple(captures), markers=tuple(markers), model=model,
+                   device=device, ceilings=ceilings, rank=rank, mode=mode_of(False, overwrite),
+                   report=not no_report, command=command_line(f"roofline trace {path}"))
+    result = run_trace(run, say=say)
+    for n in result.notes:
+        say(f"note: {n}")
+    if as_json:
+        click.echo(json.dumps(strict(result.to_json()), default=str, allow_nan=False))
+    else:
+        click.echo(result.text())
+
+
+def _capture(cmd: list, out: Path, skip: int, overwrite: bool, say) -> Path:
+    if not cmd:
+        raise click.UsageError("--capture needs the command to run after `--`: -- python SCRIPT.py ARGS")
+    path = out / "trace.json.gz"
+    if path.exists() and not overwrite:
+        raise RooflineError(f"{path} already exists: add --overwrite to record it again, or give another --out.")
+    out.mkdir(parents=True, exist_ok=True)
+    say(f"recording {' '.join(cmd)} -> {path}")
+    status = subprocess.call([sys.executable, "-m", "profiler.capture", "--out", str(path), "--skip-forwards",
+                              str(skip), "--", *cmd])
+    if status != 0:
+        raise RooflineError(f"the captured command exited with status {status}; its trace is not read.")
+    if not path.exists():
+        raise RooflineError(f"the captured command wrote no trace at {path}.")
+    return path

@@ -1,0 +1,343 @@
+"""A profiler trace as result records: op instances costed, grouped by phase and shape, GPU time.
+
+``analyze_trace(trace, ...)`` (pure; ``roofline trace`` and the tests call it) turns one
+joined ``roofline.trace_events.Trace`` into ``TraceResult``: ``Measurement``s of the same
+format ``roofline profile`` writes (timer "trace", or "trace-cpu" for a CPU trace), so
+``roofline.analysis`` judges them against the same roofs, and a summary of where the time
+went.
+
+Instances. Each piece of time (a GPU activity, or a CPU op's self time on a CPU trace) is
+charged to the *outermost costed op* around the op that launched it: ``aten::linear`` ->
+``aten::addmm`` gives one ``addmm`` instance; a split-K GEMM's two kernels are one instance
+whose time is their sum; SDPA's kernels (and the copies inside it) are one attention
+instance. Wrappers (``linear``, ``matmul``, ``clone``, ``_to_copy``, ``c10d::`` ...) are
+costed from their own shapes only when they launched a kernel with nothing costed below
+them. An op that moves no data (a view, an allocation) is "framework": zero cost, its time
+is overhead (on a GPU trace it launches nothing, so it has no time). Anything else is
+*uncosted*, named by its outermost op the table does not know (or, for a kernel with no op,
+"unattributed <category>"), with its time counted and flagged, never a cost.
+
+Measurements. Instances of the same phase, op and signature (shapes and dtypes) are one
+measurement: its samples are the instance times, its ``count`` is instances per step
+(instances / the phase's steps), so ``analysis`` gives each phase a step time that is the
+traced time of one average step. Every point of a phase shares its ``StepKey`` (backend
+"trace", the run dtype), so each phase is one step with one verdict; the op's own dtype
+sets its peak (``compute_dtype``).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from .cost import ZERO, Cost
+from .errors import RooflineError
+from .records import Measurement, WorkloadPoint
+from .trace_cost import COLLECTIVE_OPS, FRAMEWORK, OpCost, cost_op, is_wrapper
+from .trace_events import US, gpu_time, work_items
+from .trace_graphs import ReplayMap, graph_launches, kernel_category
+from .trace_phases import plan_phases
+
+UNCOSTED, COMMUNICATION = "uncosted", "communication"
+NOT_MODELLED = ("cast", "copy", "fill", "framework")   # work the cost model's step does not have
+_UNSET = object()
+
+
+class Instance:
+    """One op instance: its cost (None: uncosted), time, launch point and kernels."""
+
+    __slots__ = ("name", "signature", "category", "cost", "dtype", "compute_dtype", "note", "detail", "t", "thread",
+                 "graph", "seconds", "kernels", "off")
+
+    def __init__(self, name, oc: OpCost | None, category, t, thread, graph=None, off=""):
+        self.name, self.category, self.t, self.thread, self.graph, self.off = name, category, t, thread, graph, off
+        self.signature = oc.signature if oc else ""
+        self.cost = oc.cost if oc else None
+        self.dtype = oc.dtype if oc else ""
+        self.compute_dtype = oc.compute_dtype if oc else "fp32"
+        self.note = oc.note if oc else ""
+        self.detail = dict(oc.detail) if oc else {}
+        self.seconds, self.kernels = 0.0, Counter()
+
+
+@dataclass
+class TraceResult:
+    measurements: list                    # Measurement, file order: prefill first
+    summary: dict                         # gpu time, shares, top ops, phases: JSON-ready
+    dtype: str                            # the run dtype (dominant GEMM input dtype)
+    notes: list = field(default_factory=list)
+    instances: list = field(default_factory=list)
+
+
+def run_dtype(trace) -> str:
+    """The activation dtype most GEMM inputs use (fp32 when the trace has no GEMM)."""
+    c = Counter()
+    for op in trace.ops:
+        if op.name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul"):
+            oc = cost_op(op.name, op.args)
+            if isinstance(oc, OpCost) and oc.dtype in ("fp32", "bf16", "fp16", "fp8"):
+                c[oc.dtype] += 1
+    return c.most_common(1)[0][0] if c else ("bf16" if trace.is_gpu else "fp32")
+
+
+class _Coster:
+    """Per-op costs and the outermost-costed-op rule, cached across a trace and its capture traces."""
+
+    def __init__(self, dtype: str, gpu: bool, launched: set):
+        self.dtype, self.gpu, self.launched = dtype, gpu, launched
+        self.own: dict = {}
+        self.memo: dict = {}
+        self.below: set = set()        # ids of ops with a costed (non-wrapper) op below them
+        self._marked: set = set()
+
+    def cost(self, op):
+        k = id(op)
+        c = self.own.get(k, _UNSET)
+        if c is _UNSET:    # a trace repeats its shapes step after step: cost each (name, inputs) once
+            a = op.args
+            sig = (op.name, repr(a.get("Input Dims")), repr(a.get("Input type")), repr(a.get("Concrete Inputs")))
+            c = self.memo.get(sig, _UNSET)
+            if c is _UNSET or op.name.startswith(COLLECTIVE_OPS):
+                c = self.memo[sig] = cost_op(op.name, a, self.dtype)
+            self.own[k] = c
+        return c
+
+    def mark(self, ops) -> None:
+        for op in ops:
+            c = self.cost(op)
+            if isinstance(c, OpCost) and not is_wrapper(op.name):
+                p = op.parent
+                while p is not None and id(p) not in self.below:
+                    self.below.add(id(p))
+                    p = p.parent
+
+    def costable(self, op) -> bool:
+        c = self.cost(op)
+        if not isinstance(c, OpCost):
+            return False
+        if is_wrapper(op.name):
+            if id(op) in self.below:
+                return False
+            return c.category == COMMUNICATION or (self.gpu and id(op) in self.launched)
+        return True
+
+    def place(self, op):
+        """(instance op, OpCost | FRAMEWORK | None) for time charged to ``op``."""
+        outer = None
+        for a in op.chain():
+            if self.costable(a):
+                outer = a
+        if outer is not None:
+            return outer, self.cost(outer)
+        c = self.cost(op)
+        if c == FRAMEWORK or (is_wrapper(op.name) and id(op) in self.below) or (
+                isinstance(c, OpCost) and is_wrapper(op.name)):
+            return op, FRAMEWORK
+        unknown = op
+        for a in op.chain():
+            if self.cost(a) is None:
+                unknown = a
+        return unknown, None
+
+
+def build_instances(trace, dtype: str, captures=()) -> tuple[list, dict]:
+    """Op instances of one trace (see the module docstring) and the graph-replay mapping stats."""
+    launched = {id(g.op) for g in trace.gpu if g.op is not None}
+    coster = _Coster(dtype, trace.is_gpu, launched)
+    coster.mark(trace.ops)
+    replay = None
+    if captures:
+        replay = ReplayMap(captures)
+        for c in captures:
+            coster.launched |= {id(g.op) for g in c.gpu if g.op is not None}
+            coster.mark(c.ops)
+    mapped: dict = {}
+    for corr, kernels in graph_launches(trace).items():
+        if replay is not None:
+            for g, op in zip(kernels, replay.map_launch(kernels)):
+                mapped[id(g)] = op
+    inst: dict = {}
+    for op, seconds, g in work_items(trace):
+        graph = g.graph if g is not None else None
+        if g is not None and graph is not None:
+            op = mapped.get(id(g))
+        if op is None:
+            cat = kernel_category(g.name, g.kind)
+            what = "graph replay" if graph is not None else "unattributed"
+            key = (what, graph, id(g))
+            i = inst.get(key)
+            if i is None:
+                t = g.launch.ts if g.launch is not None else g.ts
+                thread = g.launch.thread if g.launch is not None else (None, None)
+                i = inst[key] = Instance(f"{what} {cat}", None, cat, t, thread, graph,
+                                         COMMUNICATION if cat == COMMUNICATION else UNCOSTED)
+        else:
+            where, oc = coster.place(op)
+            key = (graph, id(where))
+            i = inst.get(key)
+            if i is None:
+                t = where.ts if graph is None else g.launch.ts
+                thread = where.thread if graph is None else g.launch.thread
+                if isinstance(oc, OpCost):
+                    i = Instance(where.name, oc, oc.category, t, thread, graph,
+                                 COMMUNICATION if oc.category == COMMUNICATION else "")
+                elif oc == FRAMEWORK and g is None:
+                    i = Instance(where.name, None, "framework", t, thread, graph)
+                    i.cost = ZERO
+                else:   # not in the table, or a framework op that launched GPU work: uncosted
+                    cat = kernel_category(g.name, g.kind) if g is not None else "other"
+                    i = Instance(where.name, None, cat, t, thread, graph, UNCOSTED)
+                    i.signature = _shape_sig(where)
+                inst[key] = i
+        i.seconds += seconds
+        if g is not None:
+            i.kernels[g.name[:80]] += 1
+    stats = {"graph_kernels_mapped": replay.matched, "graph_kernels_unmapped": replay.unmatched} if replay else {}
+    return list(inst.values()), stats
+
+
+def _shape_sig(op) -> str:
+    dims = (op.args or {}).get("Input Dims") or []
+    shapes = [d for d in dims if isinstance(d, list) and d and all(isinstance(x, int) for x in d)]
+    return "x".join("[" + ",".join(map(str, s)) + "]" for s in shapes[:3])
+
+
+def analyze_trace(trace, *, model=None, markers=None, captures=(), device_name: str = "") -> TraceResult:
+    """Instances -> phases -> Measurements, and the time summary, for one trace (one rank)."""
+    paused = gc.isenabled()
+    gc.disable()          # as in read_trace: many small objects, no cyclic garbage
+    try:
+        return _analyze(trace, model, markers, captures, device_name)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _analyze(trace, model, markers, captures, device_name) -> TraceResult:
+    dtype = run_dtype(trace)
+    instances, replay_stats = build_instances(trace, dtype, captures)
+    plan = plan_phases(trace, instances, markers)
+    gt = gpu_time(trace)
+    timer = "trace" if trace.is_gpu else "trace-cpu"
+    groups: dict = defaultdict(list)
+    for i, ph in zip(instances, plan.phase):
+        if ph is not None:
+            groups[(ph, i.name, i.signature, i.off, i.category, i.compute_dtype)].append(i)
+    ms = []
+    for (ph, name, sig, off, cat, cdt), items in sorted(groups.items(), key=lambda kv: (kv[0][0] != "prefill",
+                                                                                       -sum(x.seconds for x in kv[1]))):
+        shape = plan.shape[ph]
+        steps = plan.steps.get(ph, 1)
+        first = items[0]
+        cost = first.cost if first.cost is not None else ZERO
+        new = 1 if ph == "decode" else max(shape["context"] - shape["cached"], 1)
+        point = WorkloadPoint(model=model.name if model else "trace", op=f"{name} {sig}".strip(), phase=ph,
+                              batch=max(shape["batch"], 1), new_tokens=new, context=shape["context"], cost=cost,
+                              dtype=dtype, backend="trace", cached=shape["cached"], weight_dtype=dtype, kv_dtype=dtype,
+                              compute_dtype=cdt, tp=max(trace.world_size, 1), count=len(items) / steps)
+        kernels = Counter()
+        for x in items:
+            kernels.update(x.kernels)
+        config = {"name": name, "signature": sig, "category": cat, "instances": len(items), "steps": steps,
+                  "kernels_per_instance": sum(kernels.values()) / len(items),
+                  "top_kernels": [k for k, _ in kernels.most_common(3)]}
+        if first.note:
+            config["note"] = first.note
+        if first.detail:
+            config["detail"] = first.detail
+        flags = (off,) if off else ()
+        times = [x.seconds for x in items if x.seconds > 0]
+        if not times:
+            continue
+        ms.append(Measurement(point, times, timer=timer, config=config, device=device_name, flags=flags,
+                              rank=trace.rank))
+    summary = _summary(trace, instances, plan, gt, replay_stats)
+    return TraceResult(ms, summary, dtype, list(trace.notices) + plan.notes, instances)
+
+
+def _summary(trace, instances, plan, gt, replay_stats) -> dict:
+    total = sum(i.seconds for i in instances)
+    by_kind = Counter()
+    by_cat = Counter()
+    for i in instances:
+        kind = i.off or ("framework" if i.category == "framework" else "costed")
+        by_kind[kind] += i.seconds
+        by_cat[i.category] += i.seconds
+    top = sorted(instances, key=lambda i: -i.seconds)
+    agg: dict = defaultdict(lambda: [0.0, 0, ""])
+    for i in instances:
+        a = agg[(i.name, i.signature)]
+        a[0] += i.seconds
+        a[1] += 1
+        a[2] = i.off or i.category
+    top_ops = sorted(agg.items(), key=lambda kv: -kv[1][0])[:15]
+    phases = {p: {"steps": plan.steps.get(p, 0), "method": plan.method.get(p, ""), **plan.shape.get(p, {}),
+                  "time_s": sum(i.seconds for i, ph in zip(instances, plan.phase) if ph == p)}
+              for p in ("prefill", "decode") if p in plan.shape}
+    outside = sum(i.seconds for i, ph in zip(instances, plan.phase) if ph is None)
+    uncosted = by_kind[UNCOSTED]
+    return {"file": str(trace.path), "rank": trace.rank, "world_size": trace.world_size, "time": gt,
+            "shapes_recorded": trace.has_shapes, "instances": len(instances), "attributed_s": total,
+            "costed_s": by_kind["costed"], "framework_s": by_kind["framework"], "uncosted_s": uncosted,
+            "communication_s": by_kind[COMMUNICATION], "uncosted_share": uncosted / total if total else 0.0,
+            "by_category_s": dict(by_cat.most_common()), "outside_phases_s": outside, "phases": phases,
+            "top_ops": [{"op": f"{n} {s}".strip(), "time_s": v[0], "instances": v[1], "kind": v[2],
+                         "share": v[0] / total if total else 0.0} for (n, s), v in top_ops],
+            "top_uncosted": [{"op": f"{i.name} {i.signature}".strip(), "time_s": i.seconds, "category": i.category}
+                             for i in top if i.off == UNCOSTED][:10],
+            **replay_stats}
+
+
+def model_expectation(result: TraceResult, model, device) -> dict:
+    """Per phase: the cost model's step for ``model`` (at the trace's batch and context) beside the traced step.
+
+    The model's step is ``roofline.workload``'s prefill/decode op list at the run dtype; the traced
+    step is the costed instances per step. "not_modelled_s" is traced time per step in work the
+    model's step does not have (casts, copies, fills, framework overhead); GPU idle is in the summary.
+    """
+    from . import workload as W
+    from .bounds import predicted_time
+
+    out = {}
+    for ph, shape in result.summary["phases"].items():
+        steps = max(shape.get("steps", 1), 1)
+        dt = result.dtype if result.dtype in ("fp32", "bf16", "fp16") else "bf16"
+        try:
+            if ph == "prefill":
+                step = W.prefill(model, shape["batch"], max(shape["context"], 1), shape.get("cached", 0),
+                                 weight_dtype=dt, act_dtype=dt, kv_dtype=dt)
+            else:
+                step = W.decode(model, shape["batch"], max(shape["context"], 1), weight_dtype=dt, act_dtype=dt,
+                                kv_dtype=dt)
+        except RooflineError as e:   # a shape the model cannot take (context past its maximum): say so
+            out[ph] = {"error": str(e)}
+            continue
+        roof = 0.0
+        for op in step.ops:
+            pk = device.peak_flops.get(op.compute_dtype) or device.peak_flops.get(dt) or 0.0
+            roof += predicted_time(op.cost, pk, device.bandwidth) * op.count
+        traced = [m for m in result.measurements if m.point.phase == ph]
+        costed = [m for m in traced if not m.flags]
+        cost = sum((m.point.cost * m.point.count for m in costed), ZERO)
+        t = sum(m.instance_s * m.point.count for m in traced)
+        extra = sum(m.instance_s * m.point.count for m in costed if m.config.get("category") in NOT_MODELLED)
+        out[ph] = {"batch": shape["batch"], "context": shape["context"], "model_flops": step.total.flops,
+                   "model_bytes": step.total.bytes, "model_roof_s": roof, "traced_flops": cost.flops,
+                   "traced_bytes": cost.bytes, "traced_step_s": t, "not_modelled_s": extra, "steps": steps}
+    return out
+
+
+def per_step_cost(ms, phase: str) -> Cost:
+    """Summed cost per step of a phase's costed measurements (count x instance cost)."""
+    return sum((m.point.cost * m.point.count for m in ms if m.point.phase == phase and not m.flags), ZERO)
+
+
+def kernel_breakdown(trace) -> list:
+    """[(category, seconds, kernels)] of a trace's GPU activity by kernel name: the view of a shapeless trace."""
+    agg: dict = defaultdict(lambda: [0.0, 0])
+    for g in trace.gpu:
+        a = agg[kernel_category(g.name, g.kind)]
+        a[0] += g.dur * US
+        a[1] += 1
+    return sorted(((c, v[0], v[1]) for c, v in agg.items()), key=lambda x: -x[1])

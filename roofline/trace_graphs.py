@@ -1,0 +1,109 @@
+"""CUDA/HIP graph replays, and what a kernel is by its name.
+
+vLLM and SGLang run decode as graph replays: one ``cudaGraphLaunch`` (``hipGraphLaunch``)
+replays hundreds of kernels that carry no op and no shapes. Two ways to read them:
+
+* With the framework's graph-capture trace(s) (a trace recorded while the graphs were
+  captured, or an eager run of the same step: its kernels joined to their ops, with shapes):
+  ``ReplayMap`` maps each replayed kernel back to the captured op that launched a kernel of
+  the same name, in order within the graph. Each launch is matched against every capture
+  trace and the one matching most kernels (in order) wins; kernels that match nothing stay
+  unmapped. Launches with the same kernel sequence (the same graph) are matched once.
+* Without one: ``kernel_category`` names what a kernel is from its name (gemm, attention,
+  communication, norm, ...): the time is shown by category and counted as uncosted.
+
+Kernel names are matched by their first 120 characters (template arguments can differ in
+their tails between a capture and a replay build of the same kernel).
+"""
+
+from __future__ import annotations
+
+import re
+
+# (category, pattern): the first that matches the lower-cased kernel name wins
+_CATEGORIES = [
+    ("communication", r"nccl|rccl|cross_device_reduce|all_reduce|allreduce|all_gather|reduce_scatter"),
+    ("attention", r"flash|fmha|attention|attn|mha_|flashinfer|xformers|paged_|unified_attention"),
+    ("gemm", r"gemm|cutlass|cublas|xmma|sm\d\d_|cijk_|wvsplitk|hipblaslt|splitkreduce|gemv|nvjet|ampere_|"
+             r"hopper_|volta_|turing_|_mm_|matmul|dot_kernel"),
+    ("norm", r"rms_?norm|layer_?norm"),
+    ("activation", r"silu|act_and_mul|gelu|swiglu"),
+    ("rope", r"rotary|rope"),
+    ("kv_write", r"reshape_and_cache|cache_kernel|store_kv"),
+    ("softmax", r"softmax"),
+    ("reduction", r"reduce_kernel|triton_red|triton_per|reduction|argmax|topk|sort"),
+    ("copy", r"copy|catarray|cat_|gather|scatter|index|transpose|permute"),
+    ("elementwise", r"elementwise|triton_poi|fill|vectorized|unrolled|pointwise"),
+]
+_COMPILED = [(c, re.compile(p)) for c, p in _CATEGORIES]
+NAME_PREFIX = 120
+
+
+def kernel_category(name: str, kind: str = "kernel") -> str:
+    """What a GPU activity is, from its name: gemm, attention, communication, ..., or "other"."""
+    if kind in ("memcpy", "memset"):
+        return kind
+    low = name.lower()
+    for cat, rx in _COMPILED:
+        if rx.search(low):
+            return cat
+    return "other"
+
+
+def _key(name: str) -> str:
+    return name[:NAME_PREFIX]
+
+
+def capture_sequence(trace) -> list:
+    """[(kernel name key, launching op)] of a capture trace's kernels that joined an op, in time order."""
+    return [(_key(g.name), g.op) for g in trace.gpu if g.kind == "kernel" and g.op is not None and g.graph is None]
+
+
+def _match(names, seq, window: int = 256) -> list:
+    """For each name, the index in ``seq`` it matches in order (greedy, within ``window``), or None."""
+    out, j = [], 0
+    for n in names:
+        hit = None
+        for i in range(j, min(j + window, len(seq))):
+            if seq[i][0] == n:
+                hit = i
+                break
+        out.append(hit)
+        if hit is not None:
+            j = hit + 1
+    return out
+
+
+class ReplayMap:
+    """Replayed graph kernels -> the captured ops that launched kernels of the same name, in order."""
+
+    def __init__(self, capture_traces):
+        self.sequences = [capture_sequence(t) for t in capture_traces]
+        self._memo: dict = {}
+        self.matched = 0
+        self.unmatched = 0
+
+    def map_launch(self, kernels) -> list:
+        """The captured op for each kernel of one graph launch (in start order), or None."""
+        names = tuple(_key(g.name) for g in kernels)
+        hit = self._memo.get(names)
+        if hit is None:
+            best, best_n = [None] * len(names), 0
+            for seq in self.sequences:
+                idx = _match(names, seq)
+                n = sum(i is not None for i in idx)
+                if n > best_n:
+                    best, best_n = [seq[i][1] if i is not None else None for i in idx], n
+            hit = self._memo[names] = best
+        self.matched += sum(o is not None for o in hit)
+        self.unmatched += sum(o is None for o in hit)
+        return hit
+
+
+def graph_launches(trace) -> dict:
+    """{launch correlation: [kernels of that replay, by start]} for a trace's graph replays."""
+    out: dict = {}
+    for g in trace.gpu:
+        if g.graph is not None:
+            out.setdefault(g.graph, []).append(g)
+    return out

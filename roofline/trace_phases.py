@@ -1,0 +1,225 @@
+"""Which phase (prefill or decode) and which step each traced op instance belongs to.
+
+Three sources, the first that applies (``plan_phases``; the plan says which was used):
+
+1. **Annotations**: ``record_function`` ranges whose name contains "prefill" or "decode"
+   (case-insensitive), or the names given with ``--phase-marker PHASE=NAME``. An instance
+   belongs to the innermost marked range around its launch on the launching process;
+   instances outside every marked range belong to no phase (their time is reported, not
+   judged). Each marked range is a step, unless forward calls inside it say there are more.
+2. **The forward sequence**: ranges named "...forward..." (``record_function``), top-level
+   module calls (``nn.Module: ...`` with ``with_stack``), each ``aten::embedding`` (a forward
+   begins by embedding its tokens) and each CUDA-graph replay. A forward whose embedded
+   tokens are [B, S] with S > 1 is a prefill, S = 1 a decode; without token ids, a forward
+   seeing more tokens (GEMM rows) than the fewest seen is a prefill, and when every forward
+   sees the same count the first is the prefill and the rest decode (a generate call).
+3. **Tokens per step, inferred**: each instance takes the phase of the nearest GEMM or
+   attention before it: attention with one query per sequence is decode; GEMMs with the
+   fewest rows are decode when several row counts appear. Stated as inferred.
+
+The step shape of each phase (batch, context, cached) comes from its first attention op
+(q [B, Hq, S_q, D] against S_kv keys), else its embedded token ids, else its GEMM rows.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+DEFAULT_MARKERS = {"prefill": ("prefill",), "decode": ("decode",)}
+
+
+@dataclass
+class PhasePlan:
+    phase: list                                   # per instance: "prefill" | "decode" | None
+    steps: dict = field(default_factory=dict)     # phase -> steps seen (>= 1)
+    method: dict = field(default_factory=dict)    # phase -> how the phase was found, in words
+    shape: dict = field(default_factory=dict)     # phase -> {"batch", "context", "cached", "how"}
+    notes: list = field(default_factory=list)
+
+
+def parse_markers(specs) -> dict:
+    """``["prefill=ctx_encode", "decode=gen_step"]`` -> {phase: (names...)} added to the defaults."""
+    out = {k: list(v) for k, v in DEFAULT_MARKERS.items()}
+    for spec in specs or ():
+        phase, sep, name = str(spec).partition("=")
+        phase = phase.strip().lower()
+        if not sep or phase not in out or not name.strip():
+            from .errors import RooflineError
+            raise RooflineError(f"--phase-marker must be PHASE=NAME with PHASE prefill or decode (e.g. "
+                                f"decode=my_decode_step), not {spec!r}.")
+        out[phase].append(name.strip().lower())
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _marked(name: str, markers: dict):
+    low = name.lower()
+    hits = [p for p, names in markers.items() if any(n in low for n in names)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _forwards(trace, instances) -> tuple[list, str]:
+    """Forward-call start times (µs, sorted), their token shapes, and what marked them."""
+    spans = [a for a in trace.annotations if "forward" in a.name.lower()]
+    if spans:
+        return sorted((a.ts, a.end, None) for a in spans), "forward annotations"
+    mods = sorted(trace.modules, key=lambda m: (m.ts, -m.end))
+    top, last_end = [], -1.0
+    for m in mods:
+        if m.ts >= last_end:
+            top.append((m.ts, m.end, None))
+            last_end = m.end
+    if top:
+        return top, "top-level module calls"
+    emb = sorted((op.ts, op) for op in trace.ops if op.name == "aten::embedding")
+    starts = [(ts, None, _ids_shape(op)) for ts, op in emb]
+    launches = sorted({i.t for i in instances if i.graph is not None})
+    starts += [(t, None, None) for t in launches]
+    starts.sort(key=lambda x: x[0])
+    what = " and ".join(w for w, on in (("embedding calls", emb), ("graph replays", launches)) if on)
+    return starts, what
+
+
+def _ids_shape(op):
+    dims = (op.args.get("Input Dims") or [None, None]) if op.args else [None, None]
+    s = dims[1] if len(dims) > 1 else None
+    return tuple(s) if isinstance(s, list) and s and all(isinstance(x, int) for x in s) else None
+
+
+def _tokens(inst) -> int | None:
+    d = inst.detail
+    if inst.category == "gemm" and d.get("m"):
+        return d["m"]
+    if inst.category == "attention" and d.get("s_q"):
+        return d["batch"] * d["s_q"]
+    return None
+
+
+def plan_phases(trace, instances, markers=None) -> PhasePlan:
+    """Assign each instance (``.t`` launch time µs, ``.thread``, ``.category``, ``.detail``) a phase and a step."""
+    markers = markers or DEFAULT_MARKERS
+    n = len(instances)
+    plan = PhasePlan([None] * n)
+    step_of = [None] * n
+    spans = sorted(((a.ts, a.end, p, a.thread[0]) for a in trace.annotations
+                    if (p := _marked(a.name, markers))), key=lambda s: (s[0], -s[1]))
+    longest = max((s[1] - s[0] for s in spans), default=0.0)   # a search back past it can stop
+    fwd, what = _forwards(trace, instances)
+    starts = [f[0] for f in fwd]
+    fwd_of = [None] * n
+    for i, inst in enumerate(instances):
+        k = bisect.bisect_right(starts, inst.t) - 1
+        if k >= 0 and (fwd[k][1] is None or inst.t <= fwd[k][1]):
+            fwd_of[i] = k
+    if spans:
+        span_starts = [s[0] for s in spans]
+        for i, inst in enumerate(instances):
+            best = None
+            j = bisect.bisect_right(span_starts, inst.t) - 1
+            while j >= 0 and best is None:   # innermost: the latest-starting marked range around t
+                s = spans[j]
+                if s[0] <= inst.t <= s[1] and s[3] == inst.thread[0]:
+                    best = s
+                j -= 1
+                if inst.t - s[0] > longest:
+                    break
+            if best is not None:
+                plan.phase[i] = best[2]
+                step_of[i] = (best[0], fwd_of[i])
+        for p in ("prefill", "decode"):
+            plan.method[p] = "annotations (record_function names containing " + " / ".join(
+                repr(m) for m in markers[p]) + ")"
+        outside = sum(1 for ph in plan.phase if ph is None)
+        if outside:
+            plan.notes.append(f"{outside} op instance(s) ran outside every prefill/decode annotation: their time is "
+                              "counted in the totals, not in a phase.")
+    elif fwd:
+        toks: dict = {}
+        for i, inst in enumerate(instances):
+            k = fwd_of[i]
+            if k is not None and k not in toks:
+                t = _tokens(inst)
+                if t:
+                    toks[k] = t
+        shapes = {k: f[2] for k, f in enumerate(fwd) if f[2]}
+        low = min(toks.values()) if toks else None
+        same = len(set(toks.values())) <= 1
+        phase_of = {}
+        for k in range(len(fwd)):
+            if k in shapes and len(shapes[k]) >= 2:
+                phase_of[k] = "prefill" if shapes[k][-1] > 1 else "decode"
+            elif k in toks and not same:
+                phase_of[k] = "prefill" if toks[k] > low else "decode"
+            else:
+                phase_of[k] = "prefill" if k == min(range(len(fwd))) else "decode"
+        for i in range(n):
+            if fwd_of[i] is not None:
+                plan.phase[i] = phase_of[fwd_of[i]]
+                step_of[i] = (0, fwd_of[i])
+        how = ("token ids [B, S]: S > 1 is prefill" if shapes else "tokens per forward: more than the fewest is "
+               "prefill" if not same else "call order: the first forward is the prefill, the rest decode")
+        for p in ("prefill", "decode"):
+            plan.method[p] = f"forward sequence ({what}; {how})"
+        before = sum(1 for k in fwd_of if k is None)
+        if before:
+            plan.notes.append(f"{before} op instance(s) ran before the first forward call: counted in the totals, "
+                              "not in a phase.")
+    else:
+        _infer_by_tokens(instances, plan, step_of)
+    for p in ("prefill", "decode"):
+        steps = {s for ph, s in zip(plan.phase, step_of) if ph == p}
+        if steps:
+            plan.steps[p] = max(len(steps), 1)
+    _shapes(instances, plan, fwd)
+    return plan
+
+
+def _infer_by_tokens(instances, plan: PhasePlan, step_of) -> None:
+    order = sorted(range(len(instances)), key=lambda i: instances[i].t)
+    ms = {instances[i].detail["m"] for i in order if instances[i].category == "gemm" and instances[i].detail.get("m")}
+    low = min(ms) if ms else None
+    cur, seg, last = None, -1, None
+    for i in order:
+        inst = instances[i]
+        d = inst.detail
+        if inst.category == "attention" and d.get("s_q"):
+            cur = "decode" if d["s_q"] == 1 else "prefill"
+        elif inst.category == "gemm" and d.get("m") and len(ms) > 1:
+            cur = "decode" if d["m"] == low else "prefill"
+        elif inst.category == "gemm" and d.get("m") and cur is None:
+            cur = "decode" if d["m"] == 1 else "prefill"
+        if cur != last:
+            seg, last = seg + 1, cur
+        plan.phase[i] = cur
+        step_of[i] = (seg, None)
+    first = next((j for j, i in enumerate(order) if plan.phase[i]), None)
+    if first:   # instances before the first GEMM or attention take its phase
+        for i in order[:first]:
+            plan.phase[i] = plan.phase[order[first]]
+            step_of[i] = step_of[order[first]]
+    for p in ("prefill", "decode"):
+        plan.method[p] = ("inferred from tokens per step (attention with one query per sequence, or the GEMMs with "
+                          "the fewest rows, is decode): no annotations or forward calls mark the phases")
+    plan.notes.append("phases are inferred from the tokens each GEMM and attention op sees, not marked: record "
+                      "with roofline.capture (or record_function('prefill') / ('decode')) to mark them.")
+
+
+def _shapes(instances, plan: PhasePlan, fwd) -> None:
+    for p in ("prefill", "decode"):
+        idx = [i for i, ph in enumerate(plan.phase) if ph == p]
+        if not idx:
+            continue
+        att = next((instances[i].detail for i in idx if instances[i].category == "attention"), None)
+        if att:
+            b, sq, skv = att["batch"], att["s_q"], att["s_kv"]
+            shape = ({"batch": b, "context": skv, "cached": skv - sq} if p == "prefill" else
+                     {"batch": b, "context": max(skv - 1, 0), "cached": 0})
+            shape["how"] = "from its first attention op"
+        else:
+            gm = next((instances[i].detail.get("m") for i in idx if instances[i].category == "gemm"), None)
+            if p == "prefill":
+                shape = {"batch": 1, "context": gm or 1, "cached": 0, "how": "from its GEMM rows (batch 1 assumed)"}
+            else:
+                shape = {"batch": gm or 1, "context": 0, "cached": 0,
+                         "how": "from its GEMM rows (context unknown: no attention op)"}
+        plan.shape[p] = shape
