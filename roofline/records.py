@@ -47,7 +47,8 @@ from pathlib import Path
 from .cost import Cost
 from .devices import Device
 from .errors import RooflineError
-from .latency import LatencySummary, RequestTimeline, ServingStep
+from .latency import LatencySummary
+from .timeline import RequestTimeline, ServingStep
 from .models import ModelConfig
 from .stats import quantile
 
