@@ -14,6 +14,9 @@ each of several slots of different lengths. Weights are random from a seed (no c
 is loaded): enough to time and validate kernels, and logits are deterministic.
 Layers: attn_norm, q/k/v_proj, rope, kv_append, attention, o_proj, residual, mlp_norm,
 gate/up_proj, swiglu, down_proj, residual: exactly roofline.workload.PER_LAYER_OPS.
+Tensor parallelism: ``LlamaModel(..., tp=kernels.tp.TPGroup(rank, world))`` inside an initialised
+torch.distributed group holds this rank's shard of the same seeded weights (``kernels.tp``); its
+logits equal the single-device model's.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from roofline.models import ModelConfig
 from ._common import torch_dtype
 from .backend import get_ops
 from .rope import rope_tables
+from .tp import TPGroup, embed, shard_weights, tp_parts
 
 
 def seeded_generator(device, seed: int):
@@ -58,8 +62,13 @@ def init_weights(cfg: ModelConfig, dtype: torch.dtype, device, seed: int = 0) ->
     return w
 
 
-def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend):
-    """One layer on T token rows; ``attend(q, k_cache, v_cache) -> o`` is the prefill or decode attention."""
+def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend,
+                      reduce=None):
+    """One layer on T token rows; ``attend(q, k_cache, v_cache) -> o`` is the prefill or decode attention.
+
+    ``reduce`` (tensor parallelism: an all-reduce) sums the row-parallel o_proj and down_proj partial
+    outputs before each residual add; ``cfg`` then holds one rank's heads and intermediate size."""
+    reduce = reduce or (lambda t: t)
     # x: [T, H]   pos, tok_slot: [T]   k_cache, v_cache: [slots, Hkv, L, D]
     T, D = x.shape[0], cfg.head_dim
     h = ops.rmsnorm(x, w["attn_norm"], cfg.rms_eps)
@@ -69,16 +78,18 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     ops.rope(q, k, cos, sin, pos)
     ops.kv_append(k, v, k_cache, v_cache, tok_slot, pos)
     o = attend(q, k_cache, v_cache)                                      # o: [T, Hq, D]
-    x = ops.residual_add(x, ops.linear(o.reshape(T, cfg.q_dim), w["wo"]))
+    x = ops.residual_add(x, reduce(ops.linear(o.reshape(T, cfg.q_dim), w["wo"])))
     h = ops.rmsnorm(x, w["mlp_norm"], cfg.rms_eps)
     a = ops.swiglu(ops.linear(h, w["w_gate"]), ops.linear(h, w["w_up"]))  # a: [T, I]
-    return ops.residual_add(x, ops.linear(a, w["w_down"]))
+    return ops.residual_add(x, reduce(ops.linear(a, w["w_down"])))
 
 
 class LlamaModel:
     def __init__(self, cfg: ModelConfig, *, dtype="bf16", backend="triton", device="cpu", seed=0, max_slots=8,
-                 max_len=None):
+                 max_len=None, tp: TPGroup | None = None):
         self.cfg = cfg
+        self.tp = tp if tp is not None and tp.world > 1 else None
+        self.shard, self.lcfg = tp_parts(cfg, self.tp)      # lcfg: the sizes this rank's layers hold
         self.dtype = torch_dtype(dtype)
         self.backend = get_ops(backend).name
         self.ops = get_ops(backend)
@@ -88,8 +99,10 @@ class LlamaModel:
             raise RooflineError(f"max_len ({self.max_len}) and max_slots ({max_slots}) must be at least 1.")
         self.max_slots = int(max_slots)
         self.w = init_weights(cfg, self.dtype, self.device, seed)
+        if self.tp is not None:
+            self.w = shard_weights(cfg, self.w, self.shard, self.tp.rank)
         self.cos, self.sin = rope_tables(self.max_len, cfg.head_dim, cfg.rope_theta, self.device)
-        shape = (cfg.n_layers, self.max_slots, cfg.n_kv_heads, self.max_len, cfg.head_dim)
+        shape = (cfg.n_layers, self.max_slots, self.lcfg.n_kv_heads, self.max_len, cfg.head_dim)
         self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)   # [L, slots, Hkv, max_len, D]
         self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.lengths = torch.zeros(self.max_slots, dtype=torch.long)             # host-side, per slot
@@ -111,7 +124,19 @@ class LlamaModel:
 
     def _logits(self, x) -> torch.Tensor:
         h = self.ops.rmsnorm(x, self.w["final_norm"], self.cfg.rms_eps)
-        return self.ops.linear(h, self.w["lm_head"]).float()
+        out = self.ops.linear(h, self.w["lm_head"])
+        if self.tp is not None:                          # vocab-parallel: gather every rank's logits, drop padding
+            out = self.tp.all_gather_last(out)[..., : self.cfg.vocab]
+        return out.float()
+
+    def _embed(self, tokens) -> torch.Tensor:
+        if self.tp is None:
+            return self.ops.embedding(tokens, self.w["embed"])
+        return embed(self.ops, tokens, self.w["embed"], self.shard.vocab_rows(self.tp.rank), self.tp)
+
+    def _layer(self, i, x, pos, tok_slot, k_cache, v_cache, attend):
+        return transformer_layer(self.ops, self.lcfg, self.w["layers"][i], x, self.cos, self.sin, pos, tok_slot,
+                                 k_cache, v_cache, attend, self.tp.all_reduce if self.tp is not None else None)
 
     # ---- phases -------------------------------------------------------------------------
     def prefill(self, tokens, slot: int, logits: bool = True) -> torch.Tensor | None:
@@ -130,7 +155,7 @@ class LlamaModel:
         if p + n > self.max_len:
             raise RooflineError(f"slot {s} would hold {p + n} tokens, past the KV cache capacity of {self.max_len} "
                                 "(max_len): shorten the prompt or build the model with a larger max_len.")
-        cfg, ops = self.cfg, self.ops
+        cfg, ops = self.lcfg, self.ops
         pos = torch.arange(p, p + n, device=self.device)                   # pos: [n]
         tok_slot = torch.full((n,), s, dtype=torch.long, device=self.device)
         slots = tok_slot[:1]                                               # slots: [B=1]
@@ -138,10 +163,9 @@ class LlamaModel:
         def attend(q, kc, vc):                                             # q: [n, Hq, D] -> [1, n, Hq, D]
             return ops.prefill_attention(q.view(1, n, cfg.n_heads, cfg.head_dim), kc, vc, slots, p).view(q.shape)
 
-        x = ops.embedding(tokens, self.w["embed"])                         # x: [n, H]
-        for i, w in enumerate(self.w["layers"]):
-            x = transformer_layer(ops, cfg, w, x, self.cos, self.sin, pos, tok_slot, self.k_cache[i],
-                                  self.v_cache[i], attend)
+        x = self._embed(tokens)                                            # x: [n, H]
+        for i in range(len(self.w["layers"])):
+            x = self._layer(i, x, pos, tok_slot, self.k_cache[i], self.v_cache[i], attend)
         self.lengths[s] = p + n
         return self._logits(x[-1:])[0] if logits else None                 # [vocab] fp32
 
@@ -163,7 +187,7 @@ class LlamaModel:
         if int(pos_h.max()) + 1 > self.max_len:
             raise RooflineError(f"a decode step would grow a slot past the KV cache capacity of {self.max_len} "
                                 "(max_len): finish or reset that sequence.")
-        cfg, ops = self.cfg, self.ops
+        ops = self.ops
         pos = pos_h.to(self.device)                                        # pos: [B]
         slots_d = slots_h.to(self.device)
         lens = pos + 1                                                     # keys per sequence, new one included
@@ -172,10 +196,9 @@ class LlamaModel:
         def attend(q, kc, vc):                                             # q: [B, Hq, D]
             return ops.decode_attention(q, kc, vc, lens, slots_d, max_len=max_len)
 
-        x = ops.embedding(tokens, self.w["embed"])                         # x: [B, H]
-        for i, w in enumerate(self.w["layers"]):
-            x = transformer_layer(ops, cfg, w, x, self.cos, self.sin, pos, slots_d, self.k_cache[i],
-                                  self.v_cache[i], attend)
+        x = self._embed(tokens)                                            # x: [B, H]
+        for i in range(len(self.w["layers"])):
+            x = self._layer(i, x, pos, slots_d, self.k_cache[i], self.v_cache[i], attend)
         self.lengths[slots_h] = pos_h + 1
         return self._logits(x)                                             # [B, vocab] fp32
 
@@ -187,7 +210,7 @@ class LlamaModel:
         S = tokens.shape[1]
         if S > self.max_len:
             raise RooflineError(f"{S} tokens exceed the model's max_len of {self.max_len}.")
-        cfg, ops = self.cfg, self.ops
+        cfg, ops = self.lcfg, self.ops
         pos = torch.arange(S, device=self.device)
         zero = torch.zeros(S, dtype=torch.long, device=self.device)
         shape = (1, cfg.n_kv_heads, S, cfg.head_dim)                      # k: [B=1, Hkv, S, D]
@@ -195,11 +218,11 @@ class LlamaModel:
         def attend(q, kc, vc):
             return ops.prefill_attention(q.view(1, S, cfg.n_heads, cfg.head_dim), kc, vc, zero[:1], 0).view(q.shape)
 
-        x = ops.embedding(tokens[0], self.w["embed"])
-        for w in self.w["layers"]:
+        x = self._embed(tokens[0])
+        for i in range(len(self.w["layers"])):
             kc = torch.empty(shape, dtype=self.dtype, device=self.device)
             vc = torch.empty(shape, dtype=self.dtype, device=self.device)
-            x = transformer_layer(ops, cfg, w, x, self.cos, self.sin, pos, zero, kc, vc, attend)
+            x = self._layer(i, x, pos, zero, kc, vc, attend)
         return self._logits(x)                                             # [S, vocab] fp32
 
     # ---- cache management ---------------------------------------------------------------

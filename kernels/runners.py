@@ -10,6 +10,13 @@ tokens already cached, one new token per sequence, attention over context + 1 ke
 "layer" runs one whole transformer layer (the model's own ``transformer_layer``); its cost is the
 sum of the PER_LAYER_OPS instance costs. Inputs have the shapes the model uses and random values
 from ``seed``; ``fn`` only runs the op (timing belongs to the profiler).
+
+Tensor parallelism (``tp=kernels.tp.TPGroup(rank, world)``, inside an initialised group): every op
+runs on this rank's shard (``roofline.workload``'s per-rank costs, ``kernels.tp``'s weights), the
+embedding as its local part, "layer" without its all-reduces, and the step's collectives
+(``roofline.parallel.COLLECTIVE_OPS``) come last, flagged "communication" (cost 0: their bytes cross
+the interconnect; message and wire bytes in ``config["detail"]``). Every rank gets the same runners
+in the same order, so the collectives meet.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from roofline import workload as W
 from roofline.cost import Cost
 from roofline.errors import RooflineError
 from roofline.models import ModelConfig
+from roofline.parallel import COLLECTIVE_OPS
 
 from ._common import dtype_name, torch_dtype
 from .backend import get_ops
@@ -31,6 +39,7 @@ from .linear import linear_config
 from .model import init_weights, seeded_generator, transformer_layer
 from .prefill_attention import attention_config
 from .rope import rope_tables
+from .tp import embed_local, shard_weights, tp_parts
 
 _LINEAR_W = {"q_proj": "wq", "k_proj": "wk", "v_proj": "wv", "o_proj": "wo", "gate_proj": "w_gate",
              "up_proj": "w_up", "down_proj": "w_down"}
@@ -43,31 +52,38 @@ class OpRunner:
     cost: Cost                 # one instance, from roofline.workload
     compute_dtype: str         # the Phase op's compute_dtype ("layer": the activation dtype)
     config: dict = field(default_factory=dict)  # backend, block sizes, split count ...
+    flags: tuple = ()          # ("communication",) for a collective: kept off the HBM roofline
 
 
 _WEIGHTS: dict = {}   # the last one-layer weights built: a sweep's points share them (same model, dtype, seed)
 
 
-def _one_layer_weights(cfg: ModelConfig, dt, dev, seed: int) -> dict:
+def _one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None) -> dict:
     """One layer's weights plus the embedding and lm_head, built once per (model, dtype, device, seed).
 
     Every point of a sweep times the same weights; building them (random normal, the embedding
     and lm_head are vocab x hidden) cost a sweep a third of a second per point on a CPU. Only the
     last set is kept, so a sweep over another model does not hold two in memory.
     """
-    key = (cfg, dt, str(dev), seed)
+    key = (cfg, dt, str(dev), seed, (tp.rank, tp.world) if tp is not None else None)
     if key not in _WEIGHTS:
         _WEIGHTS.clear()
-        _WEIGHTS[key] = init_weights(cfg.with_layers(1), dt, dev, seed)
+        one = cfg.with_layers(1)
+        w = init_weights(one, dt, dev, seed)
+        if tp is not None:                    # this rank's slice of the same seeded weights
+            w = shard_weights(one, w, tp_parts(cfg, tp)[0], tp.rank)
+        _WEIGHTS[key] = w
     return _WEIGHTS[key]
 
 
 def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtype="bf16", backend="triton",
-                 device="cpu", seed=0, ops=None) -> list[OpRunner]:
-    """Runners for every op of ``phase`` (or only ``ops``), in OP_NAMES order then "layer"."""
+                 device="cpu", seed=0, ops=None, tp=None) -> list[OpRunner]:
+    """Runners for every op of ``phase`` (or only ``ops``), in OP_NAMES order then "layer" (then, under
+    tensor parallelism, the collectives)."""
     if phase not in ("prefill", "decode"):
         raise RooflineError(f"phase must be 'prefill' or 'decode', not {phase!r}.")
-    names = list(W.OP_NAMES) + ["layer"]
+    tp = tp if tp is not None and tp.world > 1 else None
+    names = list(W.OP_NAMES) + ["layer"] + (list(COLLECTIVE_OPS) if tp is not None else [])
     if ops is not None:
         bad = [o for o in ops if o not in names]
         if bad:
@@ -75,7 +91,7 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         names = [n for n in names if n in ops]
     dt = torch_dtype(dtype)
     dname = dtype_name(dt)
-    kw = dict(weight_dtype=dname, act_dtype=dname, kv_dtype=dname)
+    kw = dict(weight_dtype=dname, act_dtype=dname, kv_dtype=dname, tp=tp.world if tp is not None else 1)
     ph = W.prefill(cfg, batch, context, **kw) if phase == "prefill" else W.decode(cfg, batch, context, **kw)
     K = get_ops(backend)
     dev = torch.device(device)
@@ -84,12 +100,13 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     if g is None:                                        # meta tensors: shapes only (the compile check)
         rnd = lambda *s: torch.empty(*s, device=dev, dtype=dt)  # noqa: E731
 
-    B, H, I, D = batch, cfg.hidden, cfg.intermediate, cfg.head_dim
-    Hq, Hkv = cfg.n_heads, cfg.n_kv_heads
+    sh, lcfg = tp_parts(cfg, tp)                      # this rank's sizes (the model's own at one rank)
+    B, H, I, D = batch, cfg.hidden, lcfg.intermediate, cfg.head_dim
+    Hq, Hkv = lcfg.n_heads, lcfg.n_kv_heads
     n = context if phase == "prefill" else 1          # new tokens per sequence
     T = B * n
     kv_len = context if phase == "prefill" else context + 1
-    w = _one_layer_weights(cfg, dt, dev, seed)
+    w = _one_layer_weights(cfg, dt, dev, seed, tp)
     lw = w["layers"][0]
     cos, sin = rope_tables(kv_len, D, cfg.rope_theta, dev)
     x, r, h = rnd(T, H), rnd(T, H), rnd(T, H)                                    # [T, H]
@@ -120,7 +137,8 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         return linear_config(M, N, Kd, dt, dev) if K.name == "triton" else {}
 
     table = {
-        "embedding": (lambda: K.embedding(ids, w["embed"]), {}),
+        "embedding": ((lambda: K.embedding(ids, w["embed"])) if tp is None else
+                      (lambda: embed_local(K, ids, w["embed"], sh.vocab_rows(tp.rank))), {}),
         "attn_norm": (lambda: K.rmsnorm(x, lw["attn_norm"], cfg.rms_eps), {}),
         "mlp_norm": (lambda: K.rmsnorm(x, lw["mlp_norm"], cfg.rms_eps), {}),
         "rope": (lambda: K.rope(q, k, cos, sin, pos), {}),
@@ -130,10 +148,14 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         "mlp_residual": (lambda: K.residual_add(x, r), {}),
         "swiglu": (lambda: K.swiglu(gate, up), {}),
         "final_norm": (lambda: K.rmsnorm(last, w["final_norm"], cfg.rms_eps), {}),
-        "lm_head": (lambda: K.linear(last, w["lm_head"]), lin_cfg(B, H, cfg.vocab)),
-        "layer": (lambda: transformer_layer(K, cfg, lw, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend),
-                  {"attention": attn_cfg} if K.name == "triton" else {}),
+        "lm_head": (lambda: K.linear(last, w["lm_head"]), lin_cfg(B, H, w["lm_head"].shape[1])),
+        "layer": (lambda: transformer_layer(K, lcfg, lw, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend),
+                  ({"attention": attn_cfg} if K.name == "triton" else {})
+                  | ({"collectives": "not included: timed as attn_allreduce, mlp_allreduce"} if tp else {})),
     }
+    if tp is not None:
+        table.update(_collective_runners(ph, tp, torch.zeros(T, H, device=dev, dtype=dt),
+                                         torch.zeros(B, sh.vocab, device=dev, dtype=dt)))
     for name, wkey in _LINEAR_W.items():
         src = {"o_proj": o, "down_proj": act}.get(name, h)
         wt = lw[wkey]
@@ -142,6 +164,21 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     out = []
     for name in names:
         fn, conf = table[name]
+        if name in COLLECTIVE_OPS:
+            out.append(OpRunner(name, fn, Cost(0, 0), dname, {"backend": K.name, "dtype": dname, **conf},
+                                ("communication",)))
+            continue
         cost, cdt = ph.op(name).cost, ph.op(name).compute_dtype
         out.append(OpRunner(name, fn, cost, cdt, {"backend": K.name, "dtype": dname, **conf}))
+    return out
+
+
+def _collective_runners(ph, tp, hidden, logits) -> dict:
+    """The step's collectives on preallocated buffers (zeros: a collective's time does not depend on values):
+    all-reduces of [T, H] in place, the all-gather of this rank's [B, V/N] logits."""
+    out = {}
+    for c in ph.collectives:
+        fn = (lambda: tp.all_reduce(hidden)) if c.kind == "all_reduce" else (lambda: tp.all_gather_last(logits))
+        out[c.name] = (fn, {"detail": {"collective": c.kind, "group_size": c.ranks, "message_bytes": c.message_bytes,
+                                       "wire_bytes": c.wire_bytes, "shape": c.shape}})
     return out

@@ -16,7 +16,7 @@ from roofline.errors import RooflineError
 from roofline.records import ABOVE_ROOF
 
 CSV_COLUMNS = ("model", "op", "phase", "batch", "new_tokens", "context", "cached", "dtype", "weight_dtype",
-               "kv_dtype", "backend", "tp", "status", "reason", "flops", "bytes", "intensity", "count", "median_s",
+               "kv_dtype", "backend", "tp", "rank", "status", "reason", "flops", "bytes", "intensity", "count", "median_s",
                "p20_s", "p80_s", "spread", "wide_spread", "reps", "achieved_flops", "achieved_bytes_per_s",
                "predicted_s", "roof_fraction", "bound", "label", "step_time_s", "step_label", "timer", "l2_policy",
                "flags")
@@ -27,7 +27,8 @@ def result_row(r, step=None) -> dict:
     p, m = r.point, r.m
     row = {"model": p.model, "op": p.op, "phase": p.phase, "batch": p.batch, "new_tokens": p.new_tokens,
            "context": p.context, "cached": p.cached, "dtype": p.dtype, "weight_dtype": p.weight_dtype,
-           "kv_dtype": p.kv_dtype, "backend": p.backend, "tp": p.tp, "status": m.status, "reason": m.reason,
+           "kv_dtype": p.kv_dtype, "backend": p.backend, "tp": p.tp, "rank": m.rank, "status": m.status,
+           "reason": m.reason,
            "flops": p.cost.flops, "bytes": p.cost.bytes, "intensity": p.cost.intensity, "count": r.count,
            "reps": len(m.times_s), "timer": m.timer, "l2_policy": m.l2_policy, "flags": ";".join(r.flags),
            "predicted_s": r.predicted_s, "bound": r.bound, "label": r.label}
@@ -56,18 +57,32 @@ def write_csv(result_file, path) -> int:
 
 
 def phase_table(result_file) -> str:
+    """One row per step. Tensor-parallel steps add the rank count, the collectives' time and share of the
+    step, and the per-rank balance (each rank's own step time, slowest / fastest)."""
     rows = analyze(result_file).steps
     if not rows:
         return "no phase verdicts: no op was measured."
-    head = f"{'phase':<8}{'backend':<8}{'batch':>6}{'context':>8}{'step':>11}{'FLOP/B':>9}{'roof':>7}  verdict"
+    tp = any(s.tp > 1 for s in rows)
+    head = (f"{'phase':<8}{'backend':<8}{'batch':>6}{'context':>8}" + (f"{'tp':>4}" if tp else "")
+            + f"{'step':>11}{'FLOP/B':>9}{'roof':>7}"
+            + (f"{'collectives':>13}{'share':>7}  {'ranks slow/fast':<17}" if tp else "") + "  verdict")
     out = [head, "-" * len(head)]
     above = False
     for s in rows:
         star = "*" if s.roof_fraction > ABOVE_ROOF else ""
         above = above or bool(star)
-        out.append(f"{s.phase:<8}{s.backend:<8}{s.batch:>6}{s.context:>8}{U.seconds(s.time_s):>11}"
-                   f"{U.intensity(s.intensity):>9}{U.percent(s.roof_fraction):>7}  {s.label}{star}"
+        comm = ""
+        if tp:
+            ts = [t for _, t in s.rank_s]
+            bal = f"{U.seconds(max(ts))}/{U.seconds(min(ts))}" if ts else "-"
+            comm = f"{U.seconds(s.communication_s):>13}{U.percent(s.comm_share):>7}  {bal:<17}"
+        out.append(f"{s.phase:<8}{s.backend:<8}{s.batch:>6}{s.context:>8}" + (f"{s.tp:>4}" if tp else "")
+                   + f"{U.seconds(s.time_s):>11}{U.intensity(s.intensity):>9}{U.percent(s.roof_fraction):>7}"
+                   + comm + f"  {s.label}{star}"
                    + (f" (by op mix: {s.bound_by_mix})" if s.bound_by_mix != s.bound_by_sum else ""))
+    if tp:
+        out.append("tp > 1: step = the ops (each on its slowest rank), collectives beside it; share = collectives / "
+                   "(step + collectives); ranks = each rank's own step time, slowest / fastest.")
     if above:
         out.append("* above its roof: no kernel can beat the roof, so either the byte count is too high or the "
                    "working set was served from cache, not DRAM; the label is the roofline's, the speed is not.")

@@ -181,6 +181,7 @@ class ProfileRun:
     flop_check: bool = True
     model_arg: str = ""           # how the model was named (for the resume command); default: its name
     device: object = None         # a roofline Device to classify against instead of measured ceilings
+    tp: int = 1                   # tensor-parallel ranks (profiler.tp_run): per-rank shards and collectives
 
     def __post_init__(self):
         object.__setattr__(self, "out", Path(self.out))
@@ -203,6 +204,8 @@ class ProfileRun:
             args += ["--flush-cache"]
         if self.quick:
             args += ["--quick"]
+        if self.tp > 1:
+            args += ["--tp", str(self.tp)]
         if resume:
             args += ["--resume"]
         elif self.mode == "overwrite":
@@ -299,7 +302,9 @@ def _check_store(key: dict, results) -> None:
 
 
 def _settings(run: ProfileRun, threads: int) -> dict:
-    return {**run.plan.settings(), "threads": threads, "quick": run.quick, "budget_ms": run.plan.budget_s * 1e3}
+    extra = {"tp": run.tp} if run.tp > 1 else {}
+    return {**run.plan.settings(), "threads": threads, "quick": run.quick, "budget_ms": run.plan.budget_s * 1e3,
+            **extra}
 
 
 def run_profile(run: ProfileRun, *, say=quiet, progress=None, probe=None, make_runners=None) -> ProfileResult:
@@ -308,8 +313,14 @@ def run_profile(run: ProfileRun, *, say=quiet, progress=None, probe=None, make_r
     ``say(msg)`` receives notes (stderr in the CLI); ``progress(advance, description)`` each op;
     ``probe``/``make_runners`` are injectable for tests. Raises RooflineError for bad input
     (before anything is measured) and ``Interrupted`` on Ctrl-C (after the file is closed).
+    ``run.tp`` > 1 runs the tensor-parallel sweep (``profiler.tp_run``): same rules, N ranks.
     """
     import torch
+
+    if run.tp != 1:
+        from .tp_run import run_profile_tp
+
+        return run_profile_tp(run, say=say, progress=progress, make_runners=make_runners)
 
     from . import probes
     from .ceilings import device_name

@@ -149,18 +149,22 @@ def device_memory_bytes(device: str) -> float:
 
 
 def point_for(plan: SweepPlan, name: str, phase: str, backend: str, batch: int, context: int, cost,
-              compute_dtype: str = "") -> WorkloadPoint:
+              compute_dtype: str = "", tp: int = 1) -> WorkloadPoint:
     return WorkloadPoint(model=plan.model.name, op=name, phase=phase, batch=batch,
                          new_tokens=context if phase == "prefill" else 1, context=context, cost=cost,
                          dtype=plan.dtype, backend=backend, cached=0, weight_dtype=plan.dtype,
-                         kv_dtype=plan.dtype, compute_dtype=compute_dtype)
+                         kv_dtype=plan.dtype, compute_dtype=compute_dtype, tp=tp)
 
 
-def formula_cost(plan: SweepPlan, name: str, phase: str, batch: int, context: int):
-    """(Cost, compute dtype) of one op instance (or the whole layer) from roofline.workload."""
+def formula_cost(plan: SweepPlan, name: str, phase: str, batch: int, context: int, tp: int = 1):
+    """(Cost, compute dtype) of one op instance (or the whole layer) from roofline.workload; a collective
+    (tensor parallelism) costs 0 here: its bytes cross the interconnect, not HBM."""
     from roofline import workload as W
+    from roofline.parallel import COLLECTIVE_OPS
 
-    kw = dict(weight_dtype=plan.dtype, act_dtype=plan.dtype, kv_dtype=plan.dtype)
+    if name in COLLECTIVE_OPS:
+        return ZERO, plan.dtype
+    kw = dict(weight_dtype=plan.dtype, act_dtype=plan.dtype, kv_dtype=plan.dtype, tp=tp)
     ph = W.prefill(plan.model, batch, context, **kw) if phase == "prefill" else W.decode(plan.model, batch, context, **kw)
     o = ph.op(name)
     return o.cost, o.compute_dtype

@@ -34,6 +34,14 @@ time on the GPU means work finished, not work queued.
   outside the timed interval (policy "flushed"); the repetition count then allows for
   the flush's time so the budget still holds.
 
+* Several ranks at once (a collective, timed under tensor parallelism): ``agree`` turns this
+  rank's per-call estimate into the one every rank uses (the max over ranks, through
+  torch.distributed), so every rank makes the same number of warm-up and timed calls and the
+  collectives meet; the estimate is then always 5 calls (never a time budget, which differs
+  between ranks), and the GPU timer is "cuda-events" (no graph capture). ``between`` runs before
+  each timed repetition, outside the timed interval (a barrier: every rank starts the call
+  together, so one rank's lateness is not timed as another's collective).
+
 Run ``python -m profiler.timing`` to time a 1 ms sleep and a small matmul.
 """
 
@@ -109,7 +117,7 @@ def rep_count(estimate_s: float, budget_s: float, min_reps: int, max_reps: int) 
 
 def measure(fn, device="cpu", *, budget_s: float = 0.1, warmup_s: float = 0.025, min_reps: int = 5,
             max_reps: int = 1000, timer: str = "auto", l2_bytes: int | None = None,
-            flush_bytes: int = 0, cuda_ops=None) -> Timing:
+            flush_bytes: int = 0, cuda_ops=None, agree=None, between=None) -> Timing:
     """Time ``fn()`` on ``device`` ("cpu" or "cuda[:i]"): warm-up, estimate, then timed repetitions.
 
     ``timer``: "auto" (cpu-clock on a CPU; on a GPU cuda-graph when the replay estimate is under
@@ -117,15 +125,20 @@ def measure(fn, device="cpu", *, budget_s: float = 0.1, warmup_s: float = 0.025,
     or one of TIMERS to force it. ``l2_bytes``: the GPU's L2 size (read from torch if None).
     ``flush_bytes``: CPU only, a buffer written between repetitions (0: caches stay warm).
     ``cuda_ops``: the torch.cuda calls the GPU timer makes (``CudaOps``); tests pass a fake.
+    ``agree(seconds) -> seconds`` and ``between()``: for a collective timed on every rank at once
+    (see the module docstring).
     """
     if str(device).startswith("cuda"):
-        return _measure_cuda(fn, str(device), budget_s, warmup_s, min_reps, max_reps, timer, l2_bytes, cuda_ops)
+        if agree is not None and timer == "auto":
+            timer = "cuda-events"
+        return _measure_cuda(fn, str(device), budget_s, warmup_s, min_reps, max_reps, timer, l2_bytes, cuda_ops,
+                             agree, between)
     if timer not in ("auto", "cpu-clock"):
         raise ValueError(f"timer {timer!r} needs a CUDA device; on a CPU only 'cpu-clock' runs.")
-    return _measure_cpu(fn, budget_s, warmup_s, min_reps, max_reps, flush_bytes)
+    return _measure_cpu(fn, budget_s, warmup_s, min_reps, max_reps, flush_bytes, agree, between)
 
 
-def _measure_cpu(fn, budget_s, warmup_s, min_reps, max_reps, flush_bytes=0) -> Timing:
+def _measure_cpu(fn, budget_s, warmup_s, min_reps, max_reps, flush_bytes=0, agree=None, between=None) -> Timing:
     import torch
 
     buf = torch.empty(int(flush_bytes) // 4, dtype=torch.float32) if flush_bytes else None
@@ -134,12 +147,14 @@ def _measure_cpu(fn, budget_s, warmup_s, min_reps, max_reps, flush_bytes=0) -> T
     fn()  # first call: compilation, allocation, oneDNN primitive creation; never timed
     # estimate: the median of a few calls (the first ones after compilation are often slow)
     est_times, t_start = [], clock()
-    while len(est_times) < 5 and (not est_times or clock() - t_start < warmup_s):
+    while len(est_times) < 5 and (not est_times or agree is not None or clock() - t_start < warmup_s):
         t0 = clock()
         fn()
         est_times.append(clock() - t0)
     n = len(est_times)
     est = sorted(est_times)[n // 2]
+    if agree is not None:
+        est = agree(est)      # every rank: the same estimate, so the same call counts
     warm = rep_count(est, warmup_s, 0, max_reps) - n
     for _ in range(max(0, warm)):
         fn()
@@ -154,6 +169,8 @@ def _measure_cpu(fn, budget_s, warmup_s, min_reps, max_reps, flush_bytes=0) -> T
     for i in range(reps):
         if buf is not None:
             buf.fill_(float(i))  # evict fn's working set, outside the timed interval
+        if between is not None:
+            between()
         t0 = clock()
         fn()
         times.append(clock() - t0)
@@ -249,16 +266,25 @@ def _estimate(ops, call, flush) -> float:
     return sorted(ops.times(call, flush, 5))[2]
 
 
-def _measure_cuda(fn, device, budget_s, warmup_s, min_reps, max_reps, timer, l2_bytes, ops=None) -> Timing:
+def _measure_cuda(fn, device, budget_s, warmup_s, min_reps, max_reps, timer, l2_bytes, ops=None, agree=None,
+                  between=None) -> Timing:
     ops = ops or CudaOps(device)
     with ops.context():
         fn()  # compile / autotune: never timed
         ops.synchronize()
-        flush = ops.flusher(l2_bytes)
+        flusher = flush = ops.flusher(l2_bytes)
+        if between is not None:   # outside the timed interval: the device idle, then every rank together
+            def flush_then_meet():
+                flusher()
+                ops.synchronize()
+                between()
+            flush = flush_then_meet
         eager = _estimate(ops, fn, flush)
-        config = {"eager_estimate_s": eager, "flush_bytes": flush.nbytes, "budget_s": budget_s}
-        if getattr(flush, "read_nbytes", None):
-            config["flush_read_bytes"] = flush.read_nbytes
+        if agree is not None:
+            eager = agree(eager)
+        config = {"eager_estimate_s": eager, "flush_bytes": flusher.nbytes, "budget_s": budget_s}
+        if getattr(flusher, "read_nbytes", None):
+            config["flush_read_bytes"] = flusher.read_nbytes
         call, used, est = fn, "cuda-events", eager
         if timer == "cuda-graph" or (timer == "auto" and eager < GRAPH_TRY_BELOW_S):
             try:

@@ -5,6 +5,10 @@ An op is compute-bound when its intensity is at or above the ridge (peak / bandw
 of the dtype it computes in, memory-bound below it. Measured: roof fraction =
 achieved FLOP/s / attainable; under ``OVERHEAD_FRACTION`` of its roof a kernel is not
 honestly memory- or compute-bound: launches, latency or the kernel itself limit it.
+Under tensor parallelism a step also waits on collectives: when their time is at least half
+the step's (``COMM_DOMINANT``), the step is **communication-bound** (the interconnect, not HBM
+or the tensor cores, sets its time). Collectives run between the row-parallel linears and the
+residual adds, so they are added to the ops' time (no overlap).
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ from dataclasses import dataclass
 
 from .cost import Cost
 from .devices import Device
+from .errors import RooflineError
 
 MEMORY, COMPUTE, OVERHEAD = "memory", "compute", "overhead"
+COMMUNICATION = "communication"  # a step whose collectives take at least COMM_DOMINANT of its time
 OVERHEAD_FRACTION = 0.25  # the seed's "small models may instead spend the step on launches"
+COMM_DOMINANT = 0.5       # collective time "dominates" a step from half of it
 
 
 def attainable(intensity: float, peak: float, bandwidth: float) -> float:
@@ -62,6 +69,22 @@ class OpVerdict:
 
 
 @dataclass(frozen=True)
+class CollectiveVerdict:
+    name: str
+    kind: str
+    count: int
+    message_bytes: float  # one instance
+    wire_bytes: float     # one instance, per rank
+    latency_s: float      # one instance's latency term (every launch)
+    time_s: float         # one instance, predicted: latency + wire / link bandwidth
+    shape: str = ""
+
+    @property
+    def total_time_s(self) -> float:
+        return self.time_s * self.count
+
+
+@dataclass(frozen=True)
 class PhaseVerdict:
     ops: tuple           # OpVerdict per op
     total: Cost
@@ -69,19 +92,36 @@ class PhaseVerdict:
     time_s: float        # sum of the ops' predicted times (ops run one after another)
     bound_by_sum: str    # from the summed cost's intensity vs the ridge
     compute_time_share: float  # share of predicted time spent in compute-bound ops
+    collectives: tuple = ()    # CollectiveVerdict per collective (tensor parallelism)
+    comm_time_s: float = 0.0   # their predicted time per step
+    link: object = None        # the roofline.interconnect.Interconnect that timed them
 
     @property
     def bound_by_mix(self) -> str:
         return COMPUTE if self.compute_time_share >= 0.5 else MEMORY
 
     @property
+    def step_time_s(self) -> float:
+        """The ops' time plus the collectives' (they are on the critical path)."""
+        return self.time_s + self.comm_time_s
+
+    @property
+    def comm_share(self) -> float:
+        return self.comm_time_s / self.step_time_s if self.step_time_s > 0 else 0.0
+
+    @property
     def bound(self) -> str:
-        """The summed-cost label; ``bound_by_mix`` is shown beside it."""
-        return self.bound_by_sum
+        """communication when collectives take at least COMM_DOMINANT of the step, else the summed-cost
+        label; ``bound_by_mix`` is shown beside it."""
+        return COMMUNICATION if self.collectives and self.comm_share >= COMM_DOMINANT else self.bound_by_sum
 
 
-def analyze_phase(phase, device: Device) -> PhaseVerdict:
-    """Predicted time and bound for each op of a workload Phase and for the whole step."""
+def analyze_phase(phase, device: Device, link=None) -> PhaseVerdict:
+    """Predicted time and bound for each op of a workload Phase and for the whole step.
+
+    A tensor-parallel phase's collectives are timed over ``link`` (default: the device's own
+    interconnect); a RooflineError says so when neither is known.
+    """
     verdicts = []
     for op in phase.ops:
         # vector ops use the fp32 (non-tensor) peak; a custom device may only know its tensor peak
@@ -94,7 +134,24 @@ def analyze_phase(phase, device: Device) -> PhaseVerdict:
     ridge = device.ridge(phase.dtypes.act)
     t = sum(v.total_time_s for v in verdicts)
     t_compute = sum(v.total_time_s for v in verdicts if v.bound == COMPUTE)
-    return PhaseVerdict(tuple(verdicts), total, ridge, t, bound(total.intensity, ridge), t_compute / t if t else 0.0)
+    comm, link = collective_verdicts(phase, device, link)
+    return PhaseVerdict(tuple(verdicts), total, ridge, t, bound(total.intensity, ridge), t_compute / t if t else 0.0,
+                        comm, sum(c.total_time_s for c in comm), link)
+
+
+def collective_verdicts(phase, device: Device, link=None) -> tuple:
+    """(CollectiveVerdict per collective of ``phase``, the link used); ((), None) without collectives."""
+    colls = getattr(phase, "collectives", ())
+    if not colls:
+        return (), link
+    link = link or device.link
+    if link is None:
+        raise RooflineError(f"{device.name} has no interconnect figure, so --tp {phase.tp}'s collectives cannot be "
+                            "timed: give --link-gbs (GB/s per direction) and --link-latency-us, or a device from the "
+                            "catalogue.")
+    out = tuple(CollectiveVerdict(c.name, c.kind, c.count, c.message_bytes, c.wire_bytes,
+                                  c.launches * link.latency(c.kind, c.ranks), c.time(link), c.shape) for c in colls)
+    return out, link
 
 
 def crossing(intensity_at, ridge: float, limit: int = 1 << 22) -> int | None:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from .dtypes import normalize_dtype
 from .errors import RooflineError, check_positive_int
+from .interconnect import (INFINITY_FABRIC_MI300X, NVLINK3, NVLINK4, NVLINK5, NVLINK_BRIDGE_H100_NVL, PCIE4, PCIE5,
+                           Interconnect)
 from .models import read_json_file, show_value
 
 T = 1e12  # TFLOP/s and TB/s to base units
@@ -34,7 +36,8 @@ class Device:
 
     ``peak_flops`` maps a compute dtype to dense FLOP/s ("fp32" is the non-tensor rate).
     ``source`` is "datasheet", "measured", "custom" or "nvml-derived"; ``provenance``
-    says where the numbers come from in words.
+    says where the numbers come from in words. ``link`` is the interconnect to its peers
+    (``roofline.interconnect``: bandwidth per direction and latency), None when unknown.
     """
 
     key: str
@@ -50,6 +53,7 @@ class Device:
     notes: str = ""
     aliases: tuple = ()
     nvml_names: tuple = ()
+    link: Interconnect | None = None
 
     def peak(self, dtype: str) -> float:
         d = normalize_dtype(dtype)
@@ -83,7 +87,12 @@ class Device:
             "peak_flops": dict(self.peak_flops), "bandwidth": self.bandwidth,
             "memory_bytes": self.memory_bytes, "l2_bytes": self.l2_bytes, "sms": self.sms,
             "source": self.source, "provenance": self.provenance, "notes": self.notes,
+            "link": self.link.to_dict() if self.link else None,
         }
+
+    def with_link(self, link: Interconnect | None) -> "Device":
+        """A copy whose interconnect is ``link`` (a measured one, or one given on the command line)."""
+        return replace(self, link=link)
 
     @classmethod
     def from_dict(cls, d: dict, *, where: str | None = None) -> "Device":
@@ -108,9 +117,11 @@ class Device:
                                  ("memory_bytes", "a finite number of bytes, zero or more"),
                                  ("l2_bytes", "a finite number of bytes, zero or more"))}
         sms = check_positive_int(f"{where}: sms", d.get("sms", 0), allow_zero=True)
+        link = d.get("link")
+        link = Interconnect.from_dict(link, f"{where}: link") if link is not None else None
         return cls(key=str(d.get("key") or _norm(name)), name=name, kind=str(d.get("kind", "gpu")),
                    peak_flops=peaks, sms=sms, source=str(d.get("source", "custom")),
-                   provenance=str(d.get("provenance", "")), notes=str(d.get("notes", "")), **sizes)
+                   provenance=str(d.get("provenance", "")), notes=str(d.get("notes", "")), link=link, **sizes)
 
 
 def _positive_finite(value, rule: str, shown: str | None = None, *, allow_zero: bool = False) -> float:
@@ -156,61 +167,63 @@ _NV = "NVIDIA datasheet (dense = half the 2:4-sparse figure), as tabulated in st
 
 
 def _gpu(key, name, *, fp32, tf32, fp16, bf16, fp8, int8, bw_tbs, mem_gb, l2_mb, sms,
-         provenance=_NV, notes="", aliases=(), nvml=()):
+         provenance=_NV, notes="", aliases=(), nvml=(), link=None):
     peaks = {k: v * T for k, v in dict(fp32=fp32, tf32=tf32, fp16=fp16, bf16=bf16, fp8=fp8, int8=int8).items()
              if v is not None}
     return Device(key=key, name=name, kind="gpu", peak_flops=peaks, bandwidth=bw_tbs * T,
                   memory_bytes=mem_gb * GB, l2_bytes=l2_mb * MB, sms=sms, source="datasheet",
-                  provenance=provenance, notes=notes, aliases=tuple(aliases), nvml_names=tuple(nvml))
+                  provenance=provenance, notes=notes, aliases=tuple(aliases), nvml_names=tuple(nvml), link=link)
 
 
 CATALOGUE: dict[str, Device] = {d.key: d for d in [
     _gpu("h100-sxm", "NVIDIA H100 SXM5 80GB", fp32=67, tf32=494.5, fp16=989, bf16=989, fp8=1979, int8=1979,
          bw_tbs=3.35, mem_gb=80, l2_mb=50, sms=132,
          notes="bf16 989 TF is at 1830 MHz; PyTorch inductor's 1979 is the sparse figure.",
-         aliases=("h100", "h100-sxm5", "h100-80gb"), nvml=("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB")),
+         aliases=("h100", "h100-sxm5", "h100-80gb"), nvml=("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB"),
+         link=NVLINK4),
     _gpu("h100-pcie", "NVIDIA H100 PCIe 80GB", fp32=51, tf32=378, fp16=756, bf16=756, fp8=1513, int8=1513,
-         bw_tbs=2.0, mem_gb=80, l2_mb=50, sms=114, nvml=("NVIDIA H100 PCIe",)),
+         bw_tbs=2.0, mem_gb=80, l2_mb=50, sms=114, nvml=("NVIDIA H100 PCIe",), link=PCIE5),
     _gpu("h100-nvl", "NVIDIA H100 NVL 94GB", fp32=60, tf32=417.5, fp16=835.5, bf16=835.5, fp8=1670.5, int8=None,
-         bw_tbs=3.9, mem_gb=94, l2_mb=50, sms=132, nvml=("NVIDIA H100 NVL",)),
+         bw_tbs=3.9, mem_gb=94, l2_mb=50, sms=132, nvml=("NVIDIA H100 NVL",), link=NVLINK_BRIDGE_H100_NVL),
     _gpu("h200", "NVIDIA H200 SXM 141GB", fp32=67, tf32=494.5, fp16=989, bf16=989, fp8=1979, int8=1979,
-         bw_tbs=4.8, mem_gb=141, l2_mb=50, sms=132, aliases=("h200-sxm",), nvml=("NVIDIA H200",)),
+         bw_tbs=4.8, mem_gb=141, l2_mb=50, sms=132, aliases=("h200-sxm",), nvml=("NVIDIA H200",), link=NVLINK4),
     _gpu("a100-sxm-40gb", "NVIDIA A100 SXM 40GB", fp32=19.5, tf32=156, fp16=312, bf16=312, fp8=None, int8=624,
          bw_tbs=1.555, mem_gb=40, l2_mb=40, sms=108, aliases=("a100-40gb",),
-         nvml=("NVIDIA A100-SXM4-40GB",)),
+         nvml=("NVIDIA A100-SXM4-40GB",), link=NVLINK3),
     _gpu("a100-sxm-80gb", "NVIDIA A100 SXM 80GB", fp32=19.5, tf32=156, fp16=312, bf16=312, fp8=None, int8=624,
          bw_tbs=2.039, mem_gb=80, l2_mb=40, sms=108, aliases=("a100", "a100-80gb", "a100-sxm"),
          # "A100-PG509-200" (the SXM4 board's part number) is what some drivers report for an A100
          # SXM: facebookincubator/AITemplate PR #749; traces tell 40 from 80 GB by totalGlobalMem
-         nvml=("NVIDIA A100-SXM4-80GB", "NVIDIA A100-PG509-200")),
+         nvml=("NVIDIA A100-SXM4-80GB", "NVIDIA A100-PG509-200"), link=NVLINK3),
     _gpu("a100-pcie-80gb", "NVIDIA A100 PCIe 80GB", fp32=19.5, tf32=156, fp16=312, bf16=312, fp8=None, int8=624,
-         bw_tbs=1.935, mem_gb=80, l2_mb=40, sms=108, aliases=("a100-pcie",), nvml=("NVIDIA A100 80GB PCIe",)),
+         bw_tbs=1.935, mem_gb=80, l2_mb=40, sms=108, aliases=("a100-pcie",), nvml=("NVIDIA A100 80GB PCIe",),
+         link=PCIE4),
     _gpu("l4", "NVIDIA L4", fp32=30.3, tf32=60, fp16=121, bf16=121, fp8=242.5, int8=242.5,
          bw_tbs=0.300, mem_gb=24, l2_mb=48, sms=58,
          notes="Tensor rates are halves of the datasheet's sparse figures (unverified): measure. "
-               "PyTorch inductor's 3350 GB/s for L4 is wrong.", nvml=("NVIDIA L4",)),
+               "PyTorch inductor's 3350 GB/s for L4 is wrong.", nvml=("NVIDIA L4",), link=PCIE4),
     _gpu("l40s", "NVIDIA L40S", fp32=91.6, tf32=183, fp16=362, bf16=362, fp8=733, int8=733,
-         bw_tbs=0.864, mem_gb=48, l2_mb=96, sms=142, nvml=("NVIDIA L40S",)),
+         bw_tbs=0.864, mem_gb=48, l2_mb=96, sms=142, nvml=("NVIDIA L40S",), link=PCIE4),
     _gpu("a10g", "NVIDIA A10G", fp32=31.2, tf32=62.5, fp16=125, bf16=125, fp8=None, int8=250,
          bw_tbs=0.600, mem_gb=24, l2_mb=6, sms=80,
          provenance="NVIDIA A10 datasheet (dense); the A10G is AWS's variant with other clocks",
          notes="Tensor rates are the A10's and unverified for the A10G (reported lower, ~70 TF): "
-               "run `roofline ceilings` and trust the measured figures.", nvml=("NVIDIA A10G",)),
+               "run `roofline ceilings` and trust the measured figures.", nvml=("NVIDIA A10G",), link=PCIE4),
     _gpu("rtx-4090", "NVIDIA GeForce RTX 4090", fp32=82.6, tf32=82.6, fp16=165.2, bf16=165.2, fp8=330.3,
          int8=660.6, bw_tbs=1.008, mem_gb=24, l2_mb=72, sms=128,
          provenance="NVIDIA Ada Lovelace architecture whitepaper (dense)",
          notes="fp16/bf16/fp8 at fp32 accumulate (the fp16-accumulate rates are 2x).",
-         aliases=("4090",), nvml=("NVIDIA GeForce RTX 4090",)),
+         aliases=("4090",), nvml=("NVIDIA GeForce RTX 4090",), link=PCIE4),
     _gpu("b200", "NVIDIA B200", fp32=75, tf32=1100, fp16=2250, bf16=2250, fp8=4500, int8=4500,
          bw_tbs=8.0, mem_gb=180, l2_mb=126, sms=148,
          provenance="NVIDIA DGX B200 / HGX B200 datasheet (dense)",
          notes="SKUs differ: fp32 75-80 TF, tf32 1100-1125 TF, 7.7-8.0 TB/s. L2 size unverified.",
-         nvml=("NVIDIA B200",)),
+         nvml=("NVIDIA B200",), link=NVLINK5),
     _gpu("mi300x", "AMD Instinct MI300X", fp32=163.4, tf32=653.7, fp16=1307.4, bf16=1307.4, fp8=2614.9,
          int8=2614.9, bw_tbs=5.3, mem_gb=192, l2_mb=32, sms=304,
          provenance="AMD Instinct MI300X datasheet (dense)",
          notes="'sms' holds compute units; l2 is 4 MB per XCD (x8), plus a 256 MB Infinity Cache.",
-         nvml=("AMD Instinct MI300X",)),
+         nvml=("AMD Instinct MI300X",), link=INFINITY_FABRIC_MI300X),
 ]}
 
 
@@ -318,6 +331,22 @@ def load_device_file(path: str | Path) -> Device:
     else:
         d["bandwidth"] = _positive_finite(d["bandwidth"], f"{where}: bandwidth must be a positive number of "
                                           "byte/s, e.g. 3.35e12")
+    if "link_gbs" in d:   # the interconnect, per direction: {"link_gbs": 450, "link_latency_us": 15}
+        bw = _positive_finite(d.pop("link_gbs"), f"{where}: link_gbs must be a positive number of GB/s per "
+                              "direction, e.g. 450")
+        lat = _positive_finite(d.pop("link_latency_us", 0.0), f"{where}: link_latency_us must be a number of "
+                               "microseconds per collective, zero or more, e.g. 15", allow_zero=True)
+        d["link"] = custom_link(bw, lat, f"from {p}").to_dict()
     d.setdefault("source", "custom")
     d.setdefault("provenance", f"from {p}")
     return Device.from_dict(d, where=where)
+
+
+def custom_link(link_gbs: float, latency_us: float = 0.0, provenance: str = "given on the command line") -> Interconnect:
+    """An interconnect from two numbers: GB/s per direction and microseconds of latency per collective launch."""
+    bw = _positive_finite(link_gbs, "--link-gbs must be a positive, finite number of GB/s per direction (e.g. 450)",
+                          repr(link_gbs))
+    lat = _positive_finite(latency_us, "--link-latency-us must be a finite number of microseconds, zero or more "
+                           "(e.g. 15)", repr(latency_us), allow_zero=True)
+    return Interconnect("custom link", bw * GB, lat * 1e-6, 0.0, "custom",
+                        f"{provenance}: {link_gbs:g} GB/s per direction, {latency_us:g} us per collective")

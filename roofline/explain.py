@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from . import formulas as F
 from . import units as U
-from .bounds import COMPUTE, analyze_phase
+from .bounds import COMMUNICATION, COMPUTE, analyze_phase
 from .devices import Device
 from .dtypes import bytes_per_element, normalize_dtype
 from .errors import check_positive_int
@@ -49,9 +49,15 @@ def cost_act(dt: str) -> str:
     return dt if dt in ("fp32", "bf16", "fp16") else "bf16"
 
 
-def explain_phase(phase, device: Device) -> dict:
-    """The per-op table and the one-sentence verdict; the dict is what ``--json`` prints."""
-    v = analyze_phase(phase, device)
+def explain_phase(phase, device: Device, link=None) -> dict:
+    """The per-op table and the one-sentence verdict; the dict is what ``--json`` prints.
+
+    Under tensor parallelism (``phase.tp`` > 1) the ops are one rank's share, and "collectives"
+    lists each collective with its time over ``link`` (default: the device's interconnect);
+    "communication" gives their time and share of the step, and the verdict says
+    communication-bound when they take at least half of it.
+    """
+    v = analyze_phase(phase, device, link)
     ops = [{"name": o.name, "count": o.count, "flops": o.cost.flops, "bytes": o.cost.bytes,
             "intensity": o.cost.intensity, "bound": o.bound, "time_s": o.time_s} for o in v.ops]
     total = {"flops": v.total.flops, "bytes": v.total.bytes, "intensity": v.total.intensity,
@@ -63,15 +69,37 @@ def explain_phase(phase, device: Device) -> dict:
             + (f" in {len(phase.chunks)} chunks" if len(phase.chunks) > 1 else "")
             if phase.phase == "prefill" else
             f"decode step at batch {phase.batch}, context {phase.context:,}")
-    sentence = (f"{m.name} {what} on {device.name} is {v.bound}-bound: {U.intensity(v.total.intensity)} FLOP/byte "
-                f"against a ridge of {U.intensity(v.ridge)} ({phase.dtypes.act}, {device.source}); "
-                f"{U.percent(v.compute_time_share)} of its predicted {U.seconds(v.time_s)} is in compute-bound ops "
-                f"(time-weighted mix: {v.bound_by_mix}-bound).")
-    return {"phase": phase.phase, "device": device.name, "device_source": device.source, "model": m.name,
-            "batch": phase.batch, "context": phase.context, "cached": phase.cached_tokens,
-            "chunks": list(phase.chunks),
-            "dtypes": {"weight": phase.dtypes.weight, "act": phase.dtypes.act, "kv": phase.dtypes.kv},
-            "ridge": v.ridge, "ops": ops, "total": total, "verdict": sentence}
+    tp = getattr(phase, "tp", 1)
+    where = f"{device.name}" + (f" x {tp} (tensor parallel)" if tp > 1 else "")
+    ops_said = (f"{U.intensity(v.total.intensity)} FLOP/byte against a ridge of {U.intensity(v.ridge)} "
+                f"({phase.dtypes.act}, {device.source}); {U.percent(v.compute_time_share)} of its predicted "
+                f"{U.seconds(v.time_s)} of ops is in compute-bound ops (time-weighted mix: {v.bound_by_mix}-bound)")
+    if v.bound == COMMUNICATION:
+        sentence = (f"{m.name} {what} on {where} is communication-bound: collectives take "
+                    f"{U.percent(v.comm_share)} of its predicted {U.seconds(v.step_time_s)} per step "
+                    f"({U.seconds(v.comm_time_s)} over {v.link.name}); its ops alone would be "
+                    f"{v.bound_by_sum}-bound: {ops_said}.")
+    else:
+        sentence = f"{m.name} {what} on {where} is {v.bound}-bound: {ops_said}."
+        if v.collectives:
+            sentence += (f" Collectives add {U.seconds(v.comm_time_s)} over {v.link.name} "
+                         f"({U.percent(v.comm_share)} of the {U.seconds(v.step_time_s)} step).")
+    d = {"phase": phase.phase, "device": device.name, "device_source": device.source, "model": m.name,
+         "batch": phase.batch, "context": phase.context, "cached": phase.cached_tokens,
+         "chunks": list(phase.chunks),
+         "dtypes": {"weight": phase.dtypes.weight, "act": phase.dtypes.act, "kv": phase.dtypes.kv},
+         "ridge": v.ridge, "ops": ops, "total": total, "verdict": sentence, "tp": tp, "bound": v.bound}
+    if v.collectives:
+        lk = v.link
+        d["collectives"] = [{"name": c.name, "kind": c.kind, "count": c.count, "shape": c.shape,
+                             "message_bytes": c.message_bytes, "wire_bytes": c.wire_bytes, "latency_s": c.latency_s,
+                             "time_s": c.time_s} for c in v.collectives]
+        d["communication"] = {"time_s": v.comm_time_s, "share": v.comm_share, "step_time_s": v.step_time_s,
+                              "wire_bytes": phase.collective_wire_bytes,
+                              "link": {"name": lk.name, "bandwidth": lk.bandwidth, "base_latency": lk.base_latency,
+                                       "hop_latency": lk.hop_latency, "source": lk.source,
+                                       "provenance": lk.provenance}}
+    return d
 
 
 def phase_table_text(d: dict) -> str:
@@ -86,4 +114,26 @@ def phase_table_text(d: dict) -> str:
     rows.append(f"{'step total':<14}{'':>6}{U.flops(t['flops']):>14}{U.nbytes(t['bytes']):>13}"
                 f"{U.intensity(t['intensity']):>10}  {t['bound']:<8}{U.seconds(t['time_s']):>11}")
     rows.append("(FLOPs, bytes and time are for one instance; the total counts every instance.)")
+    return "\n".join(rows)
+
+
+def collectives_table_text(d: dict) -> str:
+    """Plain-text table of ``explain_phase``'s collectives (one instance per row; count beside), or ""."""
+    if not d.get("collectives"):
+        return ""
+    c = d["communication"]
+    lk = c["link"]
+    hdr = f"{'collective':<20}{'count':>6}  {'message':<28}{'on the wire':>12}{'latency':>10}{'time':>11}"
+    rows = [f"collectives per step, per rank, over {lk['name']}: {U.bandwidth(lk['bandwidth'])} per direction "
+            f"({lk['source']}); ring volume 2(N-1)/N per all-reduce, (N-1)/N per all-gather", hdr, "-" * len(hdr)]
+    for o in d["collectives"]:
+        msg = f"{o['shape']} {U.nbytes(o['message_bytes'])}"
+        rows.append(f"{o['name']:<20}{o['count']:>6}  {msg:<28}{U.nbytes(o['wire_bytes']):>12}"
+                    f"{U.seconds(o['latency_s']):>10}{U.seconds(o['time_s']):>11}")
+    rows.append("-" * len(hdr))
+    rows.append(f"{'collectives total':<20}{'':>6}  {'':<28}{U.nbytes(c['wire_bytes']):>12}{'':>10}"
+                f"{U.seconds(c['time_s']):>11}")
+    rows.append(f"communication share: {U.percent(c['share'])} of the predicted {U.seconds(c['step_time_s'])} step "
+                f"({U.seconds(c['step_time_s'] - c['time_s'])} of ops + {U.seconds(c['time_s'])} of collectives, "
+                "no overlap).")
     return "\n".join(rows)

@@ -3,7 +3,9 @@
 ``prefill(cfg, batch, prompt_tokens, cached_tokens=0, chunk=None)`` and
 ``decode(cfg, batch, context)`` return a ``Phase`` whose ``ops`` give each op's cost for
 one instance and its count per step (``n_layers`` for per-layer ops), and whose
-``total`` is the whole step. A request of N output tokens is one prefill and N-1 decode
+``total`` is the whole step. With ``tp=N`` (tensor parallelism, ``roofline.parallel``) every
+op is one rank's share (Megatron sharding) and ``collectives`` lists what the ranks exchange
+each step; ``tp=1`` is exactly the single-device model (no collectives). A request of N output tokens is one prefill and N-1 decode
 steps (``request_steps``).
 
 Shapes, per step:  T = batch x new tokens rows go through every linear layer.
@@ -24,6 +26,7 @@ from .cost import ZERO, Cost
 from .dtypes import bytes_per_element, normalize_dtype
 from .errors import RooflineError, check_positive_int
 from .models import ModelConfig
+from .parallel import PER_LAYER_COLLECTIVES, Shard, shard, step_collectives
 
 PER_LAYER_OPS = ("attn_norm", "q_proj", "k_proj", "v_proj", "rope", "kv_append", "attention", "o_proj",
                  "attn_residual", "mlp_norm", "gate_proj", "up_proj", "swiglu", "down_proj", "mlp_residual")
@@ -34,8 +37,9 @@ LAYER_OP = "layer"   # one whole transformer layer timed as one op: the sum of P
 
 
 def op_count(op: str, n_layers: int) -> int:
-    """Instances of ``op`` per step: ``n_layers`` for per-layer ops and the layer op, else 1."""
-    return int(n_layers) if op in PER_LAYER_OPS or op == LAYER_OP else 1
+    """Instances of ``op`` per step: ``n_layers`` for per-layer ops, the layer op and the per-layer
+    collectives of tensor parallelism, else 1."""
+    return int(n_layers) if op in PER_LAYER_OPS or op == LAYER_OP or op in PER_LAYER_COLLECTIVES else 1
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,9 @@ class Phase:
     chunks: tuple
     dtypes: Dtypes
     ops: tuple = field(default_factory=tuple)
+    tp: int = 1                  # tensor-parallel ranks: every op is one rank's share
+    shard: Shard | None = None   # the per-rank sizes (roofline.parallel)
+    collectives: tuple = ()      # roofline.parallel.CollectiveCost per collective of the step (none at tp=1)
 
     @property
     def total(self) -> Cost:
@@ -82,6 +89,18 @@ class Phase:
                 return o
         raise KeyError(name)
 
+    def collective(self, name: str):
+        """A collective of the step by name (``roofline.parallel.COLLECTIVE_OPS``)."""
+        for c in self.collectives:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    @property
+    def collective_wire_bytes(self) -> float:
+        """Bytes one rank puts on the interconnect per step, every collective counted."""
+        return sum(c.total_wire_bytes for c in self.collectives)
+
     @property
     def layer_cost(self) -> Cost:
         """One transformer layer: the sum of every per-layer op's instance cost."""
@@ -89,17 +108,21 @@ class Phase:
 
     @property
     def kv_cache_read_bytes(self) -> float:
-        """Bytes of KV cache already present that the step reads, across all layers."""
+        """Bytes of KV cache already present that the step reads, across all layers (one rank's, under tp)."""
         cached = self.context if self.phase == "decode" else self.cached_tokens
-        m = self.model
-        return self.batch * F.kv_cache_bytes(cached, m.n_layers, m.n_kv_heads, m.head_dim, kv_dtype=self.dtypes.kv)
+        m, sh = self.model, self._sizes
+        return self.batch * F.kv_cache_bytes(cached, m.n_layers, sh.n_kv_heads, m.head_dim, kv_dtype=self.dtypes.kv)
 
     @property
     def weight_bytes(self) -> float:
-        """Bytes of linear-layer weights the step reads (once per chunk), across all layers."""
-        m, wb = self.model, bytes_per_element(self.dtypes.weight)
-        per_layer = m.hidden * m.q_dim + 2 * m.hidden * m.kv_dim + m.q_dim * m.hidden + 3 * m.hidden * m.intermediate
-        return (per_layer * m.n_layers * len(self.chunks) + m.hidden * m.vocab) * wb
+        """Bytes of linear-layer weights the step reads (once per chunk), across all layers (one rank's, under tp)."""
+        m, sh, wb = self.model, self._sizes, bytes_per_element(self.dtypes.weight)
+        per_layer = m.hidden * sh.q_dim + 2 * m.hidden * sh.kv_dim + sh.q_dim * m.hidden + 3 * m.hidden * sh.intermediate
+        return (per_layer * m.n_layers * len(self.chunks) + m.hidden * sh.vocab) * wb
+
+    @property
+    def _sizes(self) -> Shard:
+        return self.shard or shard(self.model, 1)
 
 
 def _check_dtypes(weight_dtype, act_dtype, kv_dtype) -> Dtypes:
@@ -109,10 +132,10 @@ def _check_dtypes(weight_dtype, act_dtype, kv_dtype) -> Dtypes:
     return Dtypes(normalize_dtype(weight_dtype), act, normalize_dtype(kv_dtype))
 
 
-def _layer_ops(cfg: ModelConfig, dt: Dtypes, batch: int, chunks, prior: int, decode: bool):
-    """Per-layer op costs summed over chunks: list of (name, Cost)."""
-    H, I, D = cfg.hidden, cfg.intermediate, cfg.head_dim
-    Hq, Hkv = cfg.n_heads, cfg.n_kv_heads
+def _layer_ops(cfg: ModelConfig, sh: Shard, dt: Dtypes, batch: int, chunks, prior: int, decode: bool):
+    """Per-layer op costs summed over chunks (one rank's share of each over ``sh.tp`` ranks): {name: Cost}."""
+    H, I, D = cfg.hidden, sh.intermediate, cfg.head_dim
+    Hq, Hkv = sh.n_heads, sh.n_kv_heads
     w, a, kv = dt.weight, dt.act, dt.kv
     acc = {n: ZERO for n in PER_LAYER_OPS}
     p = prior
@@ -125,11 +148,11 @@ def _layer_ops(cfg: ModelConfig, dt: Dtypes, batch: int, chunks, prior: int, dec
             attn = F.prefill_attention(batch, c, Hq, Hkv, D, cached_tokens=p, act_dtype=a, kv_dtype=kv)
         step = {
             "attn_norm": F.rmsnorm(T, H, act_dtype=a, weight_dtype=a),
-            "q_proj": lin(H, cfg.q_dim), "k_proj": lin(H, cfg.kv_dim), "v_proj": lin(H, cfg.kv_dim),
+            "q_proj": lin(H, sh.q_dim), "k_proj": lin(H, sh.kv_dim), "v_proj": lin(H, sh.kv_dim),
             "rope": F.rope(T, Hq, Hkv, D, act_dtype=a),
             "kv_append": F.kv_append(T, Hkv, D, act_dtype=a, kv_dtype=kv),
             "attention": attn,
-            "o_proj": lin(cfg.q_dim, H),
+            "o_proj": lin(sh.q_dim, H),
             "attn_residual": F.residual_add(T, H, act_dtype=a),
             "mlp_norm": F.rmsnorm(T, H, act_dtype=a, weight_dtype=a),
             "gate_proj": lin(H, I), "up_proj": lin(H, I),
@@ -143,23 +166,28 @@ def _layer_ops(cfg: ModelConfig, dt: Dtypes, batch: int, chunks, prior: int, dec
     return acc
 
 
-def _assemble(phase, cfg, dt, batch, new_tokens, context, cached, chunks, prior, decode) -> Phase:
-    layer = _layer_ops(cfg, dt, batch, chunks, prior, decode)
+def _assemble(phase, cfg, dt, batch, new_tokens, context, cached, chunks, prior, decode, tp=1) -> Phase:
+    sh = shard(cfg, tp)
+    layer = _layer_ops(cfg, sh, dt, batch, chunks, prior, decode)
     T_all = batch * new_tokens
     vec = "fp32"
-    ops = [OpCost("embedding", F.embedding(T_all, cfg.hidden, weight_dtype=dt.act, act_dtype=dt.act), 1, vec)]
+    ops = [OpCost("embedding", F.embedding(T_all, cfg.hidden, weight_dtype=dt.act, act_dtype=dt.act,
+                                           vocab_shards=tp), 1, vec)]
     for n in PER_LAYER_OPS:
         ops.append(OpCost(n, layer[n], cfg.n_layers, dt.act if n in TENSOR_OPS else vec))
     # Only the last position of each sequence needs logits: final_norm and lm_head see `batch` rows.
     ops.append(OpCost("final_norm", F.rmsnorm(batch, cfg.hidden, act_dtype=dt.act, weight_dtype=dt.act), 1, vec))
-    ops.append(OpCost("lm_head", F.lm_head(batch, cfg.hidden, cfg.vocab, weight_dtype=dt.weight,
+    # lm_head is vocab-parallel: each rank computes its V/N logits (the padded vocabulary's share)
+    vocab = cfg.vocab if tp == 1 else sh.vocab
+    ops.append(OpCost("lm_head", F.lm_head(batch, cfg.hidden, vocab, weight_dtype=dt.weight,
                                            act_dtype=dt.act), 1, dt.act))
-    return Phase(phase, cfg, batch, new_tokens, context, cached, tuple(chunks), dt, tuple(ops))
+    return Phase(phase, cfg, batch, new_tokens, context, cached, tuple(chunks), dt, tuple(ops), tp, sh,
+                 step_collectives(cfg, sh, batch, chunks, dt.act))
 
 
 def prefill(cfg: ModelConfig, batch: int, prompt_tokens: int, cached_tokens: int = 0, chunk: int | None = None,
-            *, weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16") -> Phase:
-    """The prompt-processing work of ``batch`` prompts of ``prompt_tokens`` tokens."""
+            *, weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16", tp: int = 1) -> Phase:
+    """The prompt-processing work of ``batch`` prompts of ``prompt_tokens`` tokens (one rank's, over ``tp``)."""
     batch = check_positive_int("batch", batch)
     prompt_tokens = check_positive_int("prompt length (--context)", prompt_tokens)
     cached_tokens = check_positive_int("cached prefix (--cached)", cached_tokens, allow_zero=True)
@@ -179,19 +207,20 @@ def prefill(cfg: ModelConfig, batch: int, prompt_tokens: int, cached_tokens: int
                                 "use a chunk no larger than the prompt, or no --chunk.")
         chunks = [chunk] * (new // chunk) + ([new % chunk] if new % chunk else [])
     dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype)
-    return _assemble("prefill", cfg, dt, batch, new, prompt_tokens, cached_tokens, chunks, cached_tokens, False)
+    return _assemble("prefill", cfg, dt, batch, new, prompt_tokens, cached_tokens, chunks, cached_tokens, False, tp)
 
 
 def decode(cfg: ModelConfig, batch: int, context: int, *, weight_dtype="bf16", act_dtype="bf16",
-           kv_dtype="bf16") -> Phase:
-    """One decode step: each of ``batch`` sequences has ``context`` cached tokens and adds one."""
+           kv_dtype="bf16", tp: int = 1) -> Phase:
+    """One decode step: each of ``batch`` sequences has ``context`` cached tokens and adds one (one rank's
+    share over ``tp`` ranks)."""
     batch = check_positive_int("batch", batch)
     context = check_positive_int("context (--context)", context)
     if context + 1 > cfg.max_context:
         raise RooflineError(f"a decode step at context {context} needs {context + 1} positions, past "
                             f"{cfg.name}'s maximum context of {cfg.max_context}.")
     dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype)
-    return _assemble("decode", cfg, dt, batch, 1, context, 0, [1], context, True)
+    return _assemble("decode", cfg, dt, batch, 1, context, 0, [1], context, True, tp)
 
 
 def request_steps(output_tokens: int) -> tuple[int, int]:

@@ -60,6 +60,16 @@ step tests    60  python -m pytest -q -m gpu tests/test_profiler_timing.py tests
 step ceilings 45  $RUN ceilings --remeasure
 step profile  100 $RUN profile --quick --out "$OUT" --csv --quiet
 step bench    90  python benchmarks/kernel_speed.py --quick
+# tensor parallelism needs a GPU per rank: NCCL over 2 GPUs when the box has them
+if python -c "import torch, sys; sys.exit(0 if torch.cuda.device_count() >= 2 else 1)"; then
+    step tp-logits 60 python -c "from profiler.tp_check import tp_logits_check; from roofline.models import load_model; \
+r = tp_logits_check(2, load_model('small'), device='cuda'); print(r); \
+assert all(e <= 1e-4 * s for e, s in r.values()), r"
+    step tp-coll  60  python benchmarks/collective_speed.py --tp 2
+    step tp-prof  90  $RUN profile --tp 2 --quick --out "$OUT/tp2" --quiet --no-report
+else
+    SUMMARY+=("$(printf '%-10s SKIP     0s  (one GPU: NCCL needs a GPU per rank)' "tp")")
+fi
 
 head -n 12 "$OUT/env.log" 2>/dev/null
 echo

@@ -10,7 +10,7 @@ from roofline import units as U
 from roofline import workload as W
 from roofline.devices import CATALOGUE, COMPUTE_DTYPES
 from roofline.errors import RooflineError
-from roofline.explain import explain_linear, explain_phase, phase_table_text
+from roofline.explain import collectives_table_text, explain_linear, explain_phase, phase_table_text
 from roofline.models import PRESETS
 
 from ..cli_args import device_options, dtype_option, model_option, resolve_device
@@ -60,18 +60,26 @@ def devices(as_json):
 @dtype_option("--weight-dtype", help="weight dtype")
 @dtype_option("--act-dtype", help="activation dtype (fp32, bf16, fp16)")
 @dtype_option("--kv-dtype", help="KV-cache dtype")
+@click.option("--tp", type=int, default=1, show_default=True,
+              help="tensor-parallel ranks: per-rank costs (Megatron sharding) plus the collectives of each step")
+@click.option("--link-gbs", type=float, default=None,
+              help="--tp: interconnect GB/s per direction [default: the device's, e.g. NVLink 4 = 450]")
+@click.option("--link-latency-us", type=float, default=None,
+              help="--tp with --link-gbs: microseconds of latency per collective [default: 0]")
 @click.option("--tokens", type=int, default=None, help="linear: tokens (rows) sharing the weight")
 @click.option("--in", "in_features", type=int, default=None, help="linear: input features K")
 @click.option("--out", "out_features", type=int, default=None, help="linear: output features N")
 @dtype_option("--dtype", help="linear: dtype of weights and activations")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, phase, batch, context, cached,
-            chunk, weight_dtype, act_dtype, kv_dtype, tokens, in_features, out_features, dtype, as_json):
+            chunk, weight_dtype, act_dtype, kv_dtype, tp, link_gbs, link_latency_us, tokens, in_features,
+            out_features, dtype, as_json):
     """Analytic roofline of one linear layer or one model step (no hardware).
 
     \b
     roofline explain linear --tokens 1024 --in 4096 --out 4096 --dtype bf16 --device h100
     roofline explain --model llama-2-7b --device h100 --phase decode --batch 1 --context 1024
+    roofline explain --model llama-3-70b --device h100 --tp 8 --phase decode --batch 1
     """
     device = resolve_device(device_name, device_file, peak_tflops, bandwidth_gbs,
                             dtype=dtype if what == "linear" else act_dtype)
@@ -83,23 +91,33 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
         d = explain_linear(tokens, in_features, out_features, dtype, device)
         click.echo(json.dumps({k: v for k, v in d.items() if k != "text"}) if as_json else d["text"])
         return
-    kw = dict(weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype)
+    if link_latency_us is not None and link_gbs is None:
+        raise RooflineError("--link-latency-us needs --link-gbs (the link's GB/s per direction).")
+    link = None
+    if link_gbs is not None:
+        from roofline.devices import custom_link
+
+        link = custom_link(link_gbs, link_latency_us or 0.0)
+    kw = dict(weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, tp=tp)
     if phase == "prefill":
         ph = W.prefill(model, batch, context, cached_tokens=cached, chunk=chunk, **kw)
     else:
         if cached or chunk:
             raise RooflineError("--cached and --chunk apply to --phase prefill only.")
         ph = W.decode(model, batch, context, **kw)
-    d = explain_phase(ph, device)
+    d = explain_phase(ph, device, link)
     for n in model.notes:
         click.echo(f"note: {n}", err=True)
     if as_json:
         click.echo(json.dumps(d))
         return
     click.echo(f"{d['model']} {d['phase']} on {d['device']} ({device.source} ceilings), "
-               f"weights {weight_dtype}, activations {act_dtype}, KV cache {kv_dtype}")
+               f"weights {weight_dtype}, activations {act_dtype}, KV cache {kv_dtype}"
+               + (f"; tensor parallel over {tp} ranks: every row is one rank's share" if tp > 1 else ""))
     click.echo(phase_table_text(d))
+    if tp > 1:
+        click.echo(collectives_table_text(d))
     if ph.phase == "decode":
         click.echo(f"KV cache read: {U.nbytes(ph.kv_cache_read_bytes)} ({ph.kv_cache_read_bytes:,.0f} bytes); "
-                   f"weights read: {U.nbytes(ph.weight_bytes)}.")
+                   f"weights read: {U.nbytes(ph.weight_bytes)}" + (" (per rank)." if tp > 1 else "."))
     click.echo(d["verdict"])

@@ -2,6 +2,7 @@
 
     roofline env [--json]
     roofline ceilings [--json] [--remeasure] [--device cpu|cuda] [--quick]
+    roofline ceilings --collective --tp 2 [--json] [--remeasure] [--quick]   # all-reduce / all-gather busbw
 """
 
 from __future__ import annotations
@@ -82,16 +83,23 @@ def _fmt(v) -> str:
 @click.option("--json", "as_json", is_flag=True, help="one JSON object: device, datasheet, details")
 @click.option("--remeasure", is_flag=True, help="ignore the cache and measure again")
 @click.option("--quick", is_flag=True, help="fewer shapes and repetitions")
+@click.option("--collective", is_flag=True,
+              help="measure all-reduce and all-gather over --tp ranks (algbw and busbw, as nccl-tests)")
+@click.option("--tp", type=int, default=2, show_default=True, help="--collective: ranks (one per GPU; CPU: gloo)")
 @device_choice
-def ceilings(as_json, remeasure, quick, device):
+def ceilings(as_json, remeasure, quick, collective, tp, device):
     """Measured memory bandwidth and GEMM FLOP/s of this device, beside the datasheet.
 
     Cached per device and software versions under $ROOFLINE_CACHE_DIR (default
-    ~/.cache/roofline); --remeasure forces a new measurement.
+    ~/.cache/roofline); --remeasure forces a new measurement. --collective --tp N measures
+    the collectives between N ranks instead (message sizes 4 KiB .. 256 MiB on GPUs).
     """
     from ..ceilings import ceilings_table, get_ceilings
 
     device = device or default_device()
+    if collective:
+        _collective(as_json, remeasure, quick, tp, device)
+        return
     if not as_json and not remeasure:
         click.echo(f"ceilings of {device}: from the cache, or measured now (a few seconds)...", err=True)
     c = get_ceilings(device, remeasure=remeasure, quick=quick)
@@ -102,3 +110,27 @@ def ceilings(as_json, remeasure, quick, device):
     else:
         click.echo(ceilings_table(c))
     sys.stdout.flush()
+
+
+def _collective(as_json, remeasure, quick, tp, device):
+    from roofline.devices import find_device
+    from roofline.errors import RooflineError
+
+    from ..ceilings import device_name
+    from ..collectives import collectives_table, run_collective_ceilings
+
+    if not as_json and not remeasure:
+        click.echo(f"collectives over {tp} ranks on {device}: from the cache, or measured now ...", err=True)
+    r = run_collective_ceilings(device, tp, quick=quick, remeasure=remeasure)
+    if r is None:           # a follower rank under torchrun
+        return
+    sheet = None
+    if device.startswith("cuda"):
+        try:
+            sheet = find_device(device_name(device)).link
+        except RooflineError:
+            sheet = None
+    if as_json:
+        click.echo(json.dumps({**r, "datasheet_link": sheet.to_dict() if sheet else None}, indent=1))
+    else:
+        click.echo(collectives_table(r, sheet))

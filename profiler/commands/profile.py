@@ -3,6 +3,8 @@
     roofline profile --quick                          # CPU: ~10 s; GPU: a short sweep
     roofline profile --model llama-3-8b --phases decode --batches 1,8,64 --contexts 512,4096
     roofline profile --resume --out roofline-out      # continue an interrupted sweep
+    roofline profile --tp 2 --model tiny              # tensor parallel: 2 ranks (gloo on a CPU, NCCL on GPUs)
+    torchrun --nproc-per-node 8 -m profiler.cli profile --tp 8   # the same ranks started by torchrun
 
 Everything the user typed is validated before anything is measured (usage errors name
 the rule). Progress goes to stderr (rich, with an ETA); stdout gets the result paths
@@ -20,15 +22,20 @@ from ..cli_args import (budget_option, device_arg, int_list, mode_options, model
                         threads_option)
 
 def build_run(*, model_arg, phases, batches, contexts, backends, dtype, device, out_dir, mode, quick, csv_out,
-              budget_ms, threads, flush_cache, no_report):
+              budget_ms, threads, flush_cache, no_report, tp=1):
     """A ``ProfileRun`` from the options, with the defaults of this machine (a GPU or a CPU) filled in."""
     from ..run import ProfileRun, default_plan
 
     plan, model_arg = default_plan(model=model_arg, phases=phases, batches=batches, contexts=contexts,
                                    backends=backends, dtype=dtype, device=device, quick=quick, budget_ms=budget_ms,
                                    flush_cache=flush_cache)
-    return ProfileRun(plan, out=out_dir, mode=mode, threads=threads, quick=quick, csv=csv_out, report=not no_report,
-                      model_arg=model_arg)
+    run = ProfileRun(plan, out=out_dir, mode=mode, threads=threads, quick=quick, csv=csv_out, report=not no_report,
+                     model_arg=model_arg, tp=tp)
+    if tp != 1:                      # bad --tp fails here, before anything starts
+        from ..tp_run import validate_tp
+
+        validate_tp(run)
+    return run
 
 
 @click.command()
@@ -55,8 +62,11 @@ def build_run(*, model_arg, phases, batches, contexts, backends, dtype, device, 
               help="CPU: write 2x the last-level cache between repetitions, so weights come from DRAM "
                    "(slower; a GPU's L2 is always flushed)")
 @click.option("--no-report", is_flag=True, help="skip the report at the end (an older report in OUT is removed)")
+@click.option("--tp", type=int, default=1, show_default=True,
+              help="tensor-parallel ranks: each times its shard and the collectives (spawned here, or by torchrun); "
+                   "rank 0 writes the file")
 def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_dir, resume, overwrite, quick, quiet,
-            csv_out, budget_ms, threads, flush_cache, no_report):
+            csv_out, budget_ms, threads, flush_cache, no_report, tp):
     """Sweep prefill and decode over batch sizes and context lengths, timing every op of one layer.
 
     Each point times every op of one transformer layer, the embedding, final norm and
@@ -70,13 +80,15 @@ def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_d
     run = build_run(model_arg=model_arg, phases=phases, batches=batches, contexts=contexts, backends=backends,
                     dtype=dtype, device=device, out_dir=out_dir, mode=mode_of(resume, overwrite), quick=quick,
                     csv_out=csv_out, budget_ms=budget_ms, threads=threads, flush_cache=flush_cache,
-                    no_report=no_report)
+                    no_report=no_report, tp=tp)
     try:
         with _progress(run, quiet) as progress:
             result = run_profile(run, say=say, progress=progress)
     except Interrupted as e:
         click.echo("\n" + e.message, err=True)
         raise SystemExit(130) from None
+    if result is None:               # a follower rank under torchrun: rank 0 reports
+        return
     s = result.stats
     click.echo(f"results: {result.path} ({s.measured} measured, {s.skipped} skipped, {s.resumed} resumed; "
                f"{s.wall_s:.1f} s of sweep, {s.kernel_time_s:.1f} s timed)")
@@ -111,7 +123,12 @@ class _progress:
                     TextColumn("eta"), TimeRemainingColumn())
             self.bar = Progress(*cols, console=Console(stderr=True), transient=False)
             self.bar.__enter__()
-            self.task = self.bar.add_task("sweep", total=len(plan.combos()) * len(plan.op_names))
+            names = plan.op_names
+            if self.run.tp > 1:
+                from ..tp_sweep import tp_op_names
+
+                names = tp_op_names(plan)
+            self.task = self.bar.add_task("sweep", total=len(plan.combos()) * len(names))
         self.bar.update(self.task, advance=n, description=desc)
 
     def __exit__(self, *exc):

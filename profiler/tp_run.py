@@ -1,0 +1,169 @@
+"""``roofline profile --tp N``: ``run_profile`` for N tensor-parallel ranks (``profiler.run`` calls it).
+
+The same run as on one device (``profiler.run`` lists the stages), with the ranks around it:
+
+1. every input is checked before anything starts: the plan, ``--tp`` against the model's heads
+   (``roofline.parallel.shard``) and against this machine's GPUs (``profiler.distributed.check_tp``);
+2. rank 0 (this process) opens the result file with the one writer, checks a resume, validates the
+   kernels and measures its device's ceilings, as on one device;
+3. the ranks start (``profiler.distributed.run_ranks``: torchrun's, or spawned here), measure the
+   collectives (cached: ``profiler.collectives``) and their link goes into the header;
+4. ``profiler.tp_sweep.tp_sweep`` times every rank's shard and the collectives; rank 0 writes each
+   point as it finishes, one line per rank;
+5. Ctrl-C raises ``Interrupted`` with the resume command; a rank that dies or stops answering ends
+   the run with a one-line ``RooflineError`` (``RankLost``) saying which rank, how many points are
+   kept and the command that resumes; every point measured before it is in the file.
+
+On a CPU each rank gets ``cores / N`` threads (``--threads`` overrides), gloo over 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from roofline.errors import RooflineError
+from roofline.records import read_results
+from roofline.writer import ResultWriter
+
+from .run import (Interrupted, ProfileResult, _finish_profile, _named, _profile_header, _settings, check_writable,
+                  quiet, remove_derived, validate_kernels)
+from .timing import cpu_threads, now
+
+
+def rank_threads(run) -> int | None:
+    """CPU threads per rank: --threads, else the cores shared out (a GPU rank needs no setting)."""
+    if run.plan.device.startswith("cuda"):
+        return None
+    return run.threads or max(1, (os.cpu_count() or 1) // max(run.tp, 1))
+
+
+def validate_tp(run, device_count: int | None = None) -> None:
+    """One-line errors for ``--tp`` before anything starts (``device_count`` stands in for torch's, in tests)."""
+    from roofline.parallel import shard
+
+    from .distributed import check_tp
+
+    check_tp(run.tp, run.plan.device, device_count)
+    shard(run.plan.model, run.tp)
+
+
+def run_profile_tp(run, *, say=quiet, progress=None, make_runners=None) -> ProfileResult | None:
+    """The tensor-parallel ``run_profile`` (module docstring); None on a follower rank under torchrun."""
+    import torch
+
+    from .distributed import RankLost, run_ranks, torchrun_env
+
+    plan = run.plan
+    gpu = plan.device.startswith("cuda")
+    if gpu and not torch.cuda.is_available():
+        raise RooflineError(f"--device {plan.device}: no CUDA GPU is visible to torch here; use --device cpu.")
+    plan.validate()
+    validate_tp(run)
+    threads = rank_threads(run)
+    env = torchrun_env()
+    if env is not None and env["rank"] != 0:      # a follower under torchrun: no file, no output
+        run_ranks(run.tp, plan.device, None, _follow, (plan, run.quick, make_runners), threads=threads)
+        return None
+    check_writable(run.out)
+    for n in plan.model.notes:
+        say(f"note: {n}")
+    writer = ResultWriter(run.path, mode=run.mode)
+    stages: dict = {}
+    box: dict = {}
+    try:
+        if writer.repaired_bytes:
+            say(f"note: the last line of {run.path} was cut off ({writer.repaired_bytes} bytes, an interrupted "
+                "write): it was removed before resuming.")
+        with cpu_threads(threads) as n_threads:
+            from .ceilings import device_name
+
+            writer.check(_early_header(run, device_name(plan.device), n_threads))
+            if run.check_kernels:
+                say(f"validating kernels ({', '.join(plan.backends)}, {plan.dtype}) ...")
+                t = now()
+                validate_kernels(plan.backends, plan.dtype, plan.device)
+                stages["checks"] = now() - t
+            from . import probes
+
+            probe = probes.open_probe(plan.device)
+            try:
+                header = _profile_header(run, probe, n_threads, say, stages)
+            finally:
+                probe.close()
+        say(f"starting {run.tp} ranks ({'nccl' if gpu else 'gloo'}"
+            f"{', ' + str(threads) + ' threads each' if threads else ''}) ...")
+        lead = _Lead(run, writer, header, say, progress, stages, box)
+        run_ranks(run.tp, plan.device, lead, _follow, (plan, run.quick, make_runners), threads=threads)
+    except KeyboardInterrupt:
+        writer.close()
+        raise Interrupted(run.path, len(writer.done), run.command(resume=True)) from None
+    except RankLost as e:
+        writer.close()
+        kept = _kept(run.path)
+        raise RooflineError(f"{e}: {kept} measurements are kept in {run.path}; resume with: "
+                            f"{run.command(resume=True)}") from None
+    finally:
+        writer.close()
+    rf = read_results(run.path)
+    result = ProfileResult(run.path, box.get("stats"), rf, stages, repaired_bytes=writer.repaired_bytes)
+    _finish_profile(run, result, say)
+    return result
+
+
+def _kept(path) -> int:
+    try:
+        return sum(1 for m in read_results(path).measurements if m.ok)
+    except RooflineError:
+        return 0
+
+
+def _early_header(run, dev_name: str, n_threads: int):
+    from roofline.records import RunHeader
+
+    return RunHeader(device=_named(dev_name), model=run.plan.model, dtype=run.plan.dtype,
+                     settings=_settings(run, n_threads))
+
+
+class _Lead:
+    """Rank 0's part, run inside the group: collectives' ceilings, the header, the sweep."""
+
+    def __init__(self, run, writer, header, say, progress, stages, box):
+        self.run, self.writer, self.header, self.say = run, writer, header, say
+        self.progress, self.stages, self.box = progress, stages, box
+
+    def __call__(self, ctx, plan, quick, make_runners):
+        from roofline.interconnect import Interconnect
+
+        from .collectives import collective_ceilings
+        from .tp_sweep import tp_sweep
+
+        self.say("collectives: from the cache, or measured now ...")
+        t = now()
+        coll = collective_ceilings(ctx, self.header.device.name, quick=quick)
+        self.stages["collectives"] = now() - t
+        link = Interconnect.from_dict(coll["link"], "measured link")
+        h = self.header
+        settings = {**h.settings, "dist_backend": ctx.backend, "launcher": ctx.launcher, "world_size": ctx.world,
+                    "threads_per_rank": h.settings.get("threads")}
+        header = replace(h, device=h.device.with_link(link), settings=settings,
+                         ceilings={**h.ceilings, "collective": coll})
+        self.writer.begin(header)
+        remove_derived(self.run.out)
+        if self.writer.done:
+            self.say(f"resuming: {len(self.writer.done)} points already in {self.run.path}")
+        ctx.bcast("go")
+        self.box["stats"] = s = tp_sweep(ctx, plan, self.writer, make_runners=make_runners, progress=self.progress,
+                                         device_name=header.device.name)
+        self.stages["sweep"] = s.wall_s
+        return s
+
+
+def _follow(ctx, plan, quick, make_runners):
+    """Ranks 1..N-1: the same steps as rank 0, in the same order; they write nothing."""
+    from .collectives import collective_ceilings
+    from .tp_sweep import tp_sweep
+
+    collective_ceilings(ctx, "", quick=quick)
+    ctx.bcast()
+    tp_sweep(ctx, plan, None, make_runners=make_runners)
