@@ -25,6 +25,7 @@ COMMANDS = {
     "ceilings": "profiler.commands.measure:ceilings",    # measured peaks and bandwidth
     "profile": "profiler.commands.profile:profile",      # batch x context sweeps
     "report": "profiler.commands.report:report",         # PNG + HTML + markdown from results
+    "compare": "profiler.commands.compare:compare",      # BEFORE AFTER: what a change did, within the noise
     "latency": "profiler.commands.latency:latency",      # TTFT/TPOT timelines, serving loop
     "diagnose": "profiler.commands.latency:diagnose",    # evidence -> bound -> what to try
     "serve": "profiler.commands.serve:serve",            # our model behind an OpenAI-compatible API

@@ -17,10 +17,15 @@ from roofline.workload import LAYER_OP, OP_NAMES
 
 from .latency_figures import latency_section
 
-from .roofline_plot import plot_roofline, plotted, zero_flop_ops
-from .style import new_figure, op_color
+from .roofline_plot import plot_roofline, plotted, step_markers, zero_flop_ops
+from .style import RASTER_ABOVE, new_figure, op_color
 from .sweep_plot import plot_compare, plot_fraction_sweep, plot_intensity_sweep, sweep_slices
 from .time_plot import plot_predicted_vs_measured, plot_time_breakdown, step_times
+
+
+# past RASTER_ABOVE points a chart's markers are raster and its hover targets bounded (reports.hover)
+BOUNDED_NOTE = (f" Over {RASTER_ABOVE:,} points: in the HTML report only the steps and the points above their roof "
+                "explain themselves on hover; the points table lists every one.")
 
 
 @dataclass
@@ -53,12 +58,20 @@ def roofline_figure(rf) -> ReportFigure:
            "op category; area: share of the traced time. Uncosted ops and collectives are not on the chart. "
            f"Solid: the ceilings used to classify ({dev.source} where measured); dashed: datasheet. "
            "Vector ops (norms, rope, residuals, swiglu) compute in fp32 and sit under the fp32 roof.")
+    steps = step_markers(analyze(rf))
+    if steps:
+        n_all = sum(1 for s in analyze(rf).steps if s.cost.flops > 0)
+        cap += (" Large black-edged markers: each phase step (its ops summed: the step's intensity and FLOPs / step "
+                "time), " + ("every step" if len(steps) == n_all else f"the {len(steps)} headline steps of {n_all}")
+                + "; the smallest and largest per phase carry their verdict.")
     if zero:
         cap += (f" {', '.join(zero)} do no FLOPs, so they cannot sit on a FLOP/s roofline: they are left off "
                 "this chart and appear in the table with their bytes/s.")
     if above:
         cap += (f" {len(above)} point(s) circled in red run above their roof: that is a counting error or cache "
                 "reuse (e.g. data served from L2), not a win.")
+    if len(plotted(rf)) > RASTER_ABOVE:
+        cap += BOUNDED_NOTE
     return ReportFigure("roofline", "Roofline", fig, cap)
 
 
@@ -103,6 +116,8 @@ def predicted_figure(rf) -> ReportFigure:
            "max(FLOPs / peak, bytes / bandwidth). On the diagonal an op runs at its roof; above the dashed "
            "line it runs under a quarter of it. Points below the diagonal beat the roof (circled): check "
            "the byte count or cache reuse. Circles: decode; triangles: prefill.")
+    if len(analyze(rf).ok) > RASTER_ABOVE:
+        cap += BOUNDED_NOTE
     return ReportFigure("predicted", "Measured vs predicted", fig, cap)
 
 
@@ -128,7 +143,26 @@ def figure_builders(rf) -> list:
                 ("time_decode", lambda: [f for f in (time_figure(rf, "decode"),) if f]),
                 ("sweep", lambda: [f for f in (sweep_figure(rf),) if f]),
                 ("predicted", lambda: [predicted_figure(rf)])]
+    from .comm_plot import has_collectives
+
+    if has_collectives(rf):                  # tensor parallelism: the collectives under the interconnect roof
+        out.append(("interconnect", lambda: [interconnect_figure(rf)]))
     return out
+
+
+def interconnect_figure(rf) -> ReportFigure:
+    from .comm_plot import balance_caption, plot_collectives
+
+    fig, ax = new_figure(9, 5.6)
+    plot_collectives(ax, rf)
+    cap = ("Each measured collective (one point per rank) at (message bytes, bus bandwidth = bytes on the wire / "
+           "median time; ring all-reduce puts 2(N-1)/N of the message on the wire per rank, all-gather (N-1)/N: "
+           "nccl-tests' busbw). The roof is the link's bandwidth per direction, bent at small messages by its "
+           "latency (time = latency + wire / bandwidth); solid: the link the run classifies with (measured by "
+           "`roofline ceilings --collective` where it ran), dashed: the datasheet's. Collectives are kept off the "
+           "HBM roofline; a step whose collectives take at least half its time is communication-bound."
+           + balance_caption(rf))
+    return ReportFigure("interconnect", "Collectives against the interconnect roof", fig, cap)
 
 
 def run_figures(rf) -> list[ReportFigure]:

@@ -1,7 +1,10 @@
 """One self-contained HTML report: works offline, nothing fetched from the network.
 
 Figures are inlined as base64 SVG ``<img>`` (isolated: no id clashes, no script); styles
-and the small sort/filter script are inline. Every piece of text that comes from a result
+and the small sort/filter script are inline. Charts with points carry an overlay of invisible,
+focusable links at each point (``reports.hover``), each to the table row holding its numbers:
+hover or focus shows them as a tooltip, a click marks the row (and a row its points). With
+JavaScript off the chart, the table and the links remain. Every piece of text that comes from a result
 file, a config, a file name or a command line goes through ``html.escape``.
 
 ``render(report) -> str`` takes the ``reports.ReportData`` built by ``write_report``.
@@ -11,13 +14,14 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from html import escape
 
 from roofline import formulas
 from roofline import units as U
 
 from . import trace_section
-from .tables import PHASE_COLUMNS, POINT_COLUMNS, ceiling_rows, phase_rows, point_rows
+from .tables import POINT_COLUMNS, POINT_TIP, STEP_COLUMNS, STEP_TIP, ceiling_rows, phase_rows, point_rows
 
 CSS = """
 body{font:14px/1.45 -apple-system,"Segoe UI",Helvetica,Arial,sans-serif;color:#1d1d1f;margin:0;background:#fafafa}
@@ -37,6 +41,14 @@ figure img{max-width:100%;height:auto;display:block;margin:0 auto}figcaption{col
 .controls{margin:6px 0}.controls input,.controls select{font:inherit;padding:2px 6px;margin-right:8px}
 .runs{display:grid;grid-template-columns:repeat(auto-fit,minmax(600px,1fr));gap:0 22px}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:0}dt{color:#666}dd{margin:0;word-break:break-all}
+.chart{position:relative;width:fit-content;max-width:100%;margin:0 auto}.chart img{margin:0}
+svg.hover{position:absolute;left:0;top:0;width:100%;height:100%}
+svg.hover circle{fill:transparent;stroke:none;pointer-events:all;cursor:pointer}svg.hover a:focus{outline:none}
+svg.hover a:hover circle,svg.hover a:focus circle{stroke:#111;stroke-width:1.3}
+svg.hover a.hl circle{stroke:#d62728;stroke-width:2.6;fill:rgba(214,39,40,.14)}
+tr.hl td{background:#fff1b8}tr[id]{cursor:pointer}
+#tip{position:absolute;z-index:10;background:#fff;border:1px solid #b9b9b9;border-radius:5px;padding:6px 9px;font-size:12.5px;
+line-height:1.4;box-shadow:0 2px 10px rgba(0,0,0,.18);pointer-events:none;max-width:440px}#tip div:first-child{font-weight:600}
 """
 
 JS = """
@@ -71,6 +83,71 @@ JS = """
 })();
 """
 
+# Points that explain themselves (reports.hover): each mark links to the table row that holds its numbers. Hover or
+# focus shows the row's cells through its table's data-tip template; a click (or Enter) marks the row and scrolls to
+# it; a click on a row marks its points. Without JavaScript the links still lead to the rows.
+HOVER_JS = """
+(function(){
+  var tip=document.getElementById('tip'); if(!tip) return;
+  function near(e,sel){return e.target&&e.target.closest?e.target.closest(sel):null;}
+  function lines(tr){
+    var t=tr.closest('table'), tpl=t.getAttribute('data-tip')||'', hs=t.tHead.rows[0].cells, d={};
+    for(var i=0;i<hs.length;i++) d[hs[i].textContent]=tr.cells[i]?tr.cells[i].textContent.trim():'';
+    var out=[];
+    tpl.split('\\n').forEach(function(line){
+      var any=false, s=line.replace(/\\{([^}]+)\\}/g,function(m,k){var v=d[k]||''; if(v&&v!=='-'&&v!=='n/a') any=true; return v;});
+      if(any) out.push(s);
+    });
+    return out;
+  }
+  function under(a,e){
+    var svg=a.closest('svg'), out=[]; if(!e||!svg.getScreenCTM) return out;
+    var pt=svg.createSVGPoint(); pt.x=e.clientX; pt.y=e.clientY; pt=pt.matrixTransform(svg.getScreenCTM().inverse());
+    Array.prototype.forEach.call(svg.querySelectorAll('a'),function(b){
+      var c=b.firstChild, dx=pt.x-c.cx.baseVal.value, dy=pt.y-c.cy.baseVal.value, r=c.r.baseVal.value;
+      if(b!==a&&dx*dx+dy*dy<=r*r) out.push(b.getAttribute('aria-label'));
+    });
+    return out;
+  }
+  function show(a,e){
+    var tr=document.getElementById(a.getAttribute('data-k')); if(!tr) return;
+    var ls=lines(tr), more=under(a,e);
+    if(more.length) ls.push('also here: '+more.slice(0,3).join('; ')+(more.length>3?' (+'+(more.length-3)+' more)':''));
+    tip.textContent='';
+    ls.forEach(function(l){var d=document.createElement('div'); d.textContent=l; tip.appendChild(d);});
+    tip.hidden=false;
+    var b=a.getBoundingClientRect(), sx=window.scrollX, sy=window.scrollY, x=b.right+sx+10, w=tip.offsetWidth;
+    if(x+w>document.documentElement.clientWidth+sx-8) x=Math.max(sx+4,b.left+sx-w-10);
+    tip.style.left=x+'px'; tip.style.top=(b.top+sy-4)+'px';
+  }
+  function hide(){tip.hidden=true;}
+  function pick(id,scroll){
+    Array.prototype.forEach.call(document.querySelectorAll('.hl'),function(e){e.classList.remove('hl');});
+    Array.prototype.forEach.call(document.querySelectorAll('svg.hover a[data-k="'+id+'"]'),
+      function(e){e.classList.add('hl');});
+    var tr=document.getElementById(id); if(!tr) return;
+    tr.classList.add('hl');
+    var det=tr.closest('details'); if(det) det.open=true;
+    if(tr.style.display==='none'){
+      ['q','phase','label'].forEach(function(k){var e=document.getElementById(k); if(e) e.value='';});
+      var q=document.getElementById('q'); if(q) q.dispatchEvent(new Event('input'));
+    }
+    if(scroll) tr.scrollIntoView({block:'center'});
+  }
+  document.addEventListener('mouseover',function(e){var a=near(e,'svg.hover a'); if(a) show(a,e);});
+  document.addEventListener('mouseout',function(e){if(near(e,'svg.hover a')) hide();});
+  document.addEventListener('focusin',function(e){var a=near(e,'svg.hover a'); if(a) show(a);});
+  document.addEventListener('focusout',function(e){if(near(e,'svg.hover a')) hide();});
+  document.addEventListener('keydown',function(e){if(e.key==='Escape') hide();});
+  document.addEventListener('click',function(e){
+    var a=near(e,'svg.hover a'); if(a){e.preventDefault(); pick(a.getAttribute('data-k'),true); return;}
+    var tr=near(e,'tbody tr[id]'); if(tr) pick(tr.id,false);
+  });
+})();
+"""
+HOVER_HINT = ("Hover a point (or Tab to it) for its numbers; click it (or press Enter) to find its row in the table; "
+              "click a row to mark its point.")
+
 
 def _e(x) -> str:
     return escape(str(x), quote=True)
@@ -85,9 +162,10 @@ def _sort_key(text: str, v) -> str:
     return "" if str(v) == text else f' data-v="{_e(v)}"'
 
 
-def _table(columns, rows, *, table_id="", text_cols=(), row_attrs=None) -> str:
+def _table(columns, rows, *, table_id="", text_cols=(), row_attrs=None, tip="") -> str:
     head = "".join(f'<th class="{"t" if c in text_cols else ""}">{_e(c)}</th>' for c in columns)
     tid = f' id="{table_id}"' if table_id else ""
+    tid += f' data-tip="{_e(tip)}"' if tip else ""
     out = [f"<table{tid}><thead><tr>{head}</tr></thead><tbody>"]
     cls = [' class="t"' if c in text_cols else "" for c in columns]
     for i, row in enumerate(rows):
@@ -98,11 +176,42 @@ def _table(columns, rows, *, table_id="", text_cols=(), row_attrs=None) -> str:
     return "".join(out)
 
 
-def _figure(fig, paths) -> str:
+def _figure(fig, paths, name_of=None) -> str:
+    """The figure as an <img> (its SVG inlined as base64), with its hover overlay when ``name_of(mark)``
+    gives each mark's (row id, spoken name)."""
     svg = paths["svg"].read_bytes()
     data = base64.b64encode(svg).decode("ascii")
-    return (f'<figure id="fig-{_e(fig.key)}"><img alt="{_e(fig.title)}" src="data:image/svg+xml;base64,{data}">'
+    over = overlay(fig, svg, name_of) if name_of is not None and getattr(fig, "marks", ()) else ""
+    return (f'<figure id="fig-{_e(fig.key)}"><div class="chart"><img alt="{_e(fig.title)}" '
+            f'src="data:image/svg+xml;base64,{data}">{over}</div>'
             f"<figcaption><b>{_e(fig.title)}.</b> {_e(fig.caption)}</figcaption></figure>")
+
+
+def overlay(fig, svg: bytes, name_of) -> str:
+    """Invisible, focusable links over the chart's points (reports.hover.Mark, in the SVG's own units), each to the
+    table row that holds its numbers; the same viewBox as the image, so they scale with it."""
+    m = re.search(rb'viewBox="([0-9. ]+)"', svg[:4000])
+    if m is None:
+        return ""
+    out = []
+    for k in fig.marks:
+        rid, name = name_of(k)
+        out.append(f'<a href="#{rid}" data-k="{rid}" aria-label="{_e(name)}"><circle cx="{k.x:g}" cy="{k.y:g}" '
+                   f'r="{k.r:g}"/></a>')
+    return (f'<svg class="hover" viewBox="{m.group(1).decode()}" role="group" '
+            f'aria-label="{_e(fig.title)}: its points">{"".join(out)}</svg>')
+
+
+def _names(run):
+    """Row id and spoken name of a run's marks: an op ('p') or a step ('s')."""
+    res, steps = run.analysis.results, run.analysis.steps
+
+    def name_of(k):
+        if k.kind == "s":
+            return f"s{run.index}-{k.index}", f"{steps[k.index].title} (step)"
+        p = res[k.index].point
+        return f"r{run.index}-{k.index}", f"{p.phase} {p.op}, batch {p.batch}, context {p.context}, {p.backend}"
+    return name_of
 
 
 def latency_only(rf) -> bool:
@@ -142,8 +251,9 @@ def _run_top(run) -> str:
     if run.steps:
         items = "".join(f"<li>{_tag(s.label)}{_e(s.sentence)}</li>" for s in run.analysis.headline())
         out.append(f'<div class="card"><h3>Verdicts</h3><ul class="verdicts">{items}</ul>')
-        table = _table(PHASE_COLUMNS, phase_rows(run.steps), text_cols=("phase", "backend", "label", "by sum",
-                                                                          "by mix"))
+        table = _table(STEP_COLUMNS, phase_rows(run.steps, STEP_COLUMNS), tip=STEP_TIP,
+                       text_cols=("phase", "backend", "dtype", "label", "by sum", "by mix"),
+                       row_attrs=lambda j: f' id="s{run.index}-{j}"')
         out.append(f"<details><summary>Every step of the sweep ({len(run.steps)})</summary>"
                    f'<div class="scroll">{table}</div></details></div>')
     else:
@@ -163,13 +273,16 @@ def _points_table(runs) -> str:
                 f'<select id="label"><option value="">all labels</option>{opts(labels)}</select>'
                 f'<span id="shown" class="sub"></span> <span class="sub">(click a header to sort)</span></div>')
 
+    ids = [f"r{run.index}-{i}" for run in runs for i in range(len(run.analysis.results))]
+
     def attrs(i: int) -> str:
         r = results[i][1]
         cls = " class='skip'" if not r.ok else (" class='warn'" if r.above_roof else "")
-        return f' data-phase="{_e(r.point.phase)}" data-label="{_e(r.label)}"{cls}'
+        return f' data-phase="{_e(r.point.phase)}" data-label="{_e(r.label)}" id="{ids[i]}"{cls}'
     rows = (row for run in runs for row in point_rows(run.analysis, run.name))
-    table = _table(POINT_COLUMNS, rows, table_id="points", text_cols=("run", "phase", "op", "backend", "label",
-                                                                       "flags"), row_attrs=attrs)
+    table = _table(POINT_COLUMNS, rows, table_id="points", text_cols=("run", "phase", "op", "backend", "dtype",
+                                                                       "label", "flags"), row_attrs=attrs,
+                   tip=POINT_TIP)
     return controls + f'<div class="scroll">{table}</div>'
 
 
@@ -216,7 +329,9 @@ def render(report) -> str:
     for run in runs:
         if run.figures:
             body.append(f"<h2>Figures: {_e(run.name)}</h2>")
-            body += [_figure(f, p) for f, p in run.figures]
+            if any(getattr(f, "marks", ()) for f, _ in run.figures):
+                body.append(f'<p class="sub">{_e(HOVER_HINT)}</p>')
+            body += [_figure(f, p, _names(run)) for f, p in run.figures]
     n = sum(len(r.rf.measurements) for r in runs)
     body.append(f"<h2>All points ({n})</h2>")
     body.append('<p class="sub">Times are per op instance (one layer); count = instances per step. '
@@ -235,4 +350,5 @@ def render(report) -> str:
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>"
-            + "".join(body) + f"</main><script>{JS}</script></body></html>")
+            + "".join(body) + f'</main><div id="tip" role="tooltip" hidden></div><script>{JS}{HOVER_JS}</script>'
+            "</body></html>")

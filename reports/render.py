@@ -2,7 +2,8 @@
 
 Matplotlib draws in one thread, and a report's figures are independent: on a machine with
 several cores, ``render(jobs, folder)`` forks worker processes that build and save a share of
-the figures each (PNG and SVG), returning only their titles, captions and paths. The workers
+the figures each (PNG and SVG), returning only their titles, captions, paths and hover marks
+(``reports.hover``: where each explained point sits in the SVG). The workers
 inherit the analysed result files through ``fork`` (nothing is pickled but indices); they run
 matplotlib only. Where ``fork`` is unavailable (not Linux), with one core, for fewer than
 ``PARALLEL_FROM`` builders, or if the pool cannot start, the figures are drawn here, one after
@@ -16,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import hover
 from .style import save
 
 PARALLEL_FROM = 4     # fewer builders than this: a pool costs more than it saves
@@ -31,6 +33,7 @@ class Drawn:
     key: str
     title: str
     caption: str
+    marks: tuple = ()   # reports.hover.Mark: where its explained points sit in the SVG
 
 
 def _draw(i: int, folder: str) -> list:
@@ -38,8 +41,9 @@ def _draw(i: int, folder: str) -> list:
     out = []
     for fig in build():
         paths = save(fig.figure, Path(folder) / f"{prefix}{fig.key}")
+        marks = tuple(hover.marks(fig.figure))   # the layout is final once saved
         fig.figure.clear()
-        out.append((Drawn(fig.key, fig.title, fig.caption), {k: str(v) for k, v in paths.items()}))
+        out.append((Drawn(fig.key, fig.title, fig.caption, marks), {k: str(v) for k, v in paths.items()}))
     return out
 
 

@@ -8,20 +8,32 @@ FLOP/byte, y: FLOP/s):
   drawn, every peak from its own elbow to the right;
 * the ridge of the run's dtype (peak / bandwidth) marked with its FLOP/byte value;
 * each ok measurement with FLOPs at (intensity, achieved FLOP/s): marker shape = phase,
-  colour = batch (log ramp), size = context; error bars from the p20/p80 times. A trace
-  (header kind "trace") has one batch and context per phase: its points are coloured by op
-  category and sized by their share of the traced time (area);
+  colour = batch (one colour each, in the legend, for up to ``CATEGORICAL_BATCHES`` sizes; a
+  log ramp with a colour bar beyond), size = context; error bars from the p20/p80 times. A
+  trace (header kind "trace") has one batch and context per phase: its points are coloured by
+  op category and sized by their share of the traced time (area);
+* each phase's step (``roofline.analysis.Step``: its ops summed) as a larger marker of the
+  phase's shape with a black edge at (step intensity, step FLOPs / step time): all steps, or
+  the headline ones (smallest and largest per phase) past ``MAX_STEP_MARKERS``; the headline
+  steps are labelled with their verdict;
 * a point above its roof circled in red and named: a counting error or cache reuse.
+
+Labels are placed by ``reports.labels.place_labels``: never over each other, a marker or other
+text (one without a free spot is left out). Every point and step is registered with
+``reports.hover`` (beyond ``RASTER_ABOVE`` points only the steps and above-roof points), so the
+HTML report can explain each on hover.
 
 0-FLOP ops (embedding, kv_append) are left off (``zero_flop_ops`` names them for the
 caption). Artists carry gids ("ceiling:bandwidth:measured", "ridge:bf16", "points:decode",
-"above-roof", ...) so tests read back what was drawn. Rendering never measures.
+"steps:decode", "above-roof", "point-label:...") so tests read back what was drawn. Rendering
+never measures.
 """
 
 from __future__ import annotations
 
 import math
 
+import matplotlib
 import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.cm import ScalarMappable
@@ -31,8 +43,14 @@ from matplotlib.ticker import NullFormatter
 from roofline import units as U
 from roofline.analysis import analyze, ceilings
 
+from . import hover
+from .hover import marker_radius
+from .labels import place_labels
 from .style import (ABOVE_ROOF_COLOR, BATCH_CMAP, CATEGORY_COLORS, DATASHEET_COLOR, MEASURED_COLOR, PHASE_MARKER,
-                    RASTER_ABOVE, category_color, styled)
+                    RASTER_ABOVE, batch_palette, category_color, styled)
+
+
+BATCH_CMAP_OBJ = matplotlib.colormaps[BATCH_CMAP]
 
 
 def plotted(result_file) -> list:
@@ -57,16 +75,13 @@ def _label(ax, x, y, text, color, gid, *, va="bottom", ha="left"):
     return t
 
 
-@styled
-def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None = None):
-    """Draw ``result_file`` on ``ax`` (see the module docstring); returns ``ax``."""
-    header = result_file.header
+def draw_ceilings(ax, header, dtypes, xs, ys) -> tuple:
+    """Log-log axes holding points (xs, ys), the ceilings of ``header``'s device for ``dtypes`` and its ridge;
+    returns (datasheet ceilings drawn, bandwidth labels to align with ``align_to_slope``)."""
     dev = header.device
-    ms = plotted(result_file)   # OpResult: .m the Measurement, .roof_fraction, .above_roof, .bound
-    dtypes = sorted({r.point.compute_dtype for r in ms} | {header.dtype})
     used, sheet = ceilings(header, dtypes)
-    xs = np.array([r.m.intensity for r in ms]) if ms else np.array([1.0])
-    ys = np.array([r.m.achieved_flops for r in ms]) if ms else np.array([1e12])
+    xs = np.asarray(xs, dtype=float) if len(xs) else np.array([1.0])
+    ys = np.asarray(ys, dtype=float) if len(ys) else np.array([1e12])
     peaks = [c.value for c in used + sheet if c.kind == "peak"]
     bws = [c.value for c in used + sheet if c.kind == "bandwidth" and c.value > 0]
     elbows = [p / b for p in peaks for b in bws] or [1.0]
@@ -78,6 +93,10 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
     ax.set_yscale("log")
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(y_lo, y_hi)
+    ax.xaxis.set_major_formatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(lambda v, _: U.si(v, "FLOP/s"))
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_minor_formatter(NullFormatter())
 
     # a datasheet ceiling the run also classifies with is drawn once, solid, labelled "datasheet"
     sheet = [c for c in sheet if not any(u.kind == c.kind and u.dtype == c.dtype and
@@ -126,12 +145,29 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
                     gid=f"ridge-label:{header.dtype}",
                     bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
 
+    return sheet, slope_labels
+
+
+@styled
+def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None = None):
+    """Draw ``result_file`` on ``ax`` (see the module docstring); returns ``ax``."""
+    header = result_file.header
+    dev = header.device
+    ms = plotted(result_file)   # OpResult: .m the Measurement, .roof_fraction, .above_roof, .bound
+    dtypes = sorted({r.point.compute_dtype for r in ms} | {header.dtype})
+    sheet, slope_labels = draw_ceilings(ax, header, dtypes, [r.m.intensity for r in ms],
+                                        [r.m.achieved_flops for r in ms])
     raster = len(ms) > RASTER_ABOVE
+    a = analyze(result_file)
+    index = hover.result_index(a)
     batches = sorted({r.point.batch for r in ms}) or [1]
     norm = LogNorm(vmin=batches[0], vmax=max(batches[-1], batches[0] * 2))
-    ctx_lo = max(min((r.point.context for r in ms), default=128), 1)
     trace = header.kind == "trace"
+    palette = None if trace else batch_palette(batches)   # a handful of batches: one colour each, in a legend
+    color = (lambda b: palette[b]) if palette else None
+    ctx_lo = max(min((r.point.context for r in ms), default=128), 1)
     total = sum(r.time_s for r in ms) or 1.0
+    boxes = []
     for phase, marker in PHASE_MARKER.items():
         sel = [r for r in ms if r.point.phase == phase]
         if not sel:
@@ -144,35 +180,43 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
                     ecolor="#9a9a9a", elinewidth=0.6, capsize=0, zorder=2, gid=f"errorbars:{phase}",
                     rasterized=raster)
         if trace:   # colour: op category; area: share of the traced time
+            size = [18 + 900 * r.time_s / total for r in sel]
             ax.scatter(x, y, c=[category_color(r.m.config.get("category", "")) for r in sel], marker=marker,
-                       s=[18 + 900 * r.time_s / total for r in sel], edgecolors="white", linewidths=0.4, alpha=0.85,
-                       zorder=3, gid=f"points:{phase}", rasterized=raster)
+                       s=size, edgecolors="white", linewidths=0.4, alpha=0.85, zorder=3, gid=f"points:{phase}",
+                       rasterized=raster)
         else:
-            ax.scatter(x, y, c=[r.point.batch for r in sel], cmap=BATCH_CMAP, norm=norm, marker=marker,
-                       s=[context_size(r.point.context, ctx_lo) for r in sel], edgecolors="white", linewidths=0.4,
-                       alpha=0.9, zorder=3, gid=f"points:{phase}", rasterized=raster)
+            size = [context_size(r.point.context, ctx_lo) for r in sel]
+            colors = dict(c=[color(r.point.batch) for r in sel]) if color else \
+                dict(c=[r.point.batch for r in sel], cmap=BATCH_CMAP, norm=norm)
+            ax.scatter(x, y, marker=marker, s=size, edgecolors="white", linewidths=0.4, alpha=0.9, zorder=3,
+                       gid=f"points:{phase}", rasterized=raster, **colors)
+        boxes.append((x, y, size))
+        keep = [i for i, r in enumerate(sel) if not raster or r.above_roof]   # a bounded overlay for large files
+        hover.register(ax, x[keep], y[keep], [("p", index[id(sel[i])]) for i in keep],
+                       marker_radius(np.asarray(size)[keep]), priority=raster)
+
+    shown = step_markers(a)
+    step_index = {id(s): j for j, s in enumerate(a.steps)}
+    for phase, marker in PHASE_MARKER.items():
+        sel = [s for s in shown if s.phase == phase]
+        if not sel:
+            continue
+        x = np.array([s.intensity for s in sel])
+        y = np.array([s.achieved_flops for s in sel])
+        face = ["#ffffff" if trace else color(s.batch) if color else BATCH_CMAP_OBJ(norm(s.batch)) for s in sel]
+        ax.scatter(x, y, marker=marker, s=STEP_SIZE, c=face, edgecolors=MEASURED_COLOR, linewidths=1.8, zorder=4.5,
+                   gid=f"steps:{phase}")
+        boxes.append((x, y, STEP_SIZE))
+        hover.register(ax, x, y, [("s", step_index[id(s)]) for s in sel], marker_radius(STEP_SIZE), priority=True)
 
     above = [r for r in ms if r.above_roof]
     if above:
         ax.scatter([r.m.intensity for r in above], [r.m.achieved_flops for r in above], s=150, facecolors="none",
                    edgecolors=ABOVE_ROOF_COLOR, linewidths=1.4, zorder=4, gid="above-roof")
-        # Name the worst few, skipping points that sit on top of one already named (labels would overlap).
-        named = []
-        for r in sorted(above, key=lambda r: -r.roof_fraction):
-            xy = (r.m.intensity, r.m.achieved_flops)
-            if len(named) == 3 or any(math.hypot(math.log10(xy[0] / a), math.log10(xy[1] / b)) < 0.8
-                                      for a, b in named):
-                continue
-            p = r.point
-            ax.annotate(f"{p.op} b{p.batch} c{p.context}: {U.percent(r.roof_fraction)} "
-                        "of roof\n(above roof: byte count or cache reuse)", xy,
-                        # right of the ridge the label goes left, clear of the colour bar
-                        xytext=(-10, 8) if r.bound == "compute" else (10, 8),
-                        ha="right" if r.bound == "compute" else "left", textcoords="offset points", fontsize=7.5,
-                        color=ABOVE_ROOF_COLOR, arrowprops=dict(arrowstyle="-", color=ABOVE_ROOF_COLOR, lw=0.6))
-            named.append(xy)
+        boxes.append(([r.m.intensity for r in above], [r.m.achieved_flops for r in above], 150))
 
-    if colorbar and ms and not trace:
+    legend_out = False
+    if colorbar and ms and not trace and not palette:
         cb = ax.figure.colorbar(ScalarMappable(norm=norm, cmap=BATCH_CMAP), ax=ax, pad=0.01, aspect=30)
         cb.set_label("batch")
         cb.set_ticks(batches)
@@ -180,10 +224,16 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
         cb.minorticks_off()
     handles = [Line2D([], [], marker=PHASE_MARKER[p], ls="none", color="#555555", label=p, ms=6)
                for p in PHASE_MARKER if any(r.point.phase == p for r in ms)]
+    handles += [Line2D([], [], marker=PHASE_MARKER[p], ls="none", mfc="white", mec=MEASURED_COLOR, mew=1.8, ms=10,
+                       label=f"{p} step (its ops summed)") for p in PHASE_MARKER if any(s.phase == p for s in shown)]
     ctxs = [] if trace else sorted({r.point.context for r in ms})
     if trace:
         for cat in [c for c in CATEGORY_COLORS if any(r.m.config.get("category") == c for r in ms)]:
             handles.append(Line2D([], [], marker="o", ls="none", color=category_color(cat), ms=6, label=cat))
+    if palette and colorbar:
+        legend_out = True
+        handles += [Line2D([], [], marker="s", ls="none", color=palette[b], ms=7, label=f"batch {b:,}")
+                    for b in batches]
     for c in ctxs[:1] + ctxs[-1:] if len(ctxs) > 1 else ctxs:
         handles.append(Line2D([], [], marker="o", ls="none", color="#bbbbbb",
                               ms=math.sqrt(context_size(c, ctx_lo)), label=f"context {c:,}"))
@@ -193,19 +243,53 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
     if above:
         handles.append(Line2D([], [], marker="o", mfc="none", mec=ABOVE_ROOF_COLOR, ls="none", ms=9,
                               label=f"above its roof ({len(above)})"))
-    ax.legend(handles=handles, loc="lower right", frameon=True, framealpha=0.9)
-    ax.xaxis.set_major_formatter(lambda v, _: f"{v:g}")
-    ax.yaxis.set_major_formatter(lambda v, _: U.si(v, "FLOP/s"))
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_minor_formatter(NullFormatter())
+    if legend_out:   # outside the axes: it can cover no point
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
+    else:
+        ax.legend(handles=handles, loc="lower right", frameon=True, framealpha=0.9)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved FLOP/s")
     ax.set_title(title or f"Roofline: {header.model_name} on {dev.name}")
-    _align_to_slope(ax, slope_labels)
+    align_to_slope(ax, slope_labels)
+    place_labels(ax, point_labels(a, shown, above), boxes, relayout=not slope_labels)  # else align_to_slope laid out
     return ax
 
 
-def _align_to_slope(ax, texts):
+STEP_SIZE = 190        # pt^2: a step's marker, well above any op's
+MAX_STEP_MARKERS = 24  # more steps than this: only the headline steps (smallest and largest per phase) are marked
+MAX_ABOVE_LABELS = 3   # points above their roof named on the chart (all are circled, and listed in the notes)
+
+
+def step_markers(a) -> list:
+    """The steps drawn as their own marker: all of them, or the headline steps of a large sweep."""
+    ok = [s for s in a.steps if s.cost.flops > 0 and s.time_s > 0]
+    if len(ok) <= MAX_STEP_MARKERS:
+        return ok
+    head = {id(s) for s in a.headline()}
+    return [s for s in ok if id(s) in head]
+
+
+def point_labels(a, shown, above) -> list:
+    """[(name, (x, y), text, colour)] in the order they are placed: above-roof points (worst first), then the
+    headline steps' verdicts."""
+    out = []
+    for r in sorted(above, key=lambda r: -r.roof_fraction)[:MAX_ABOVE_LABELS]:
+        p = r.point
+        out.append((f"above:{p.phase}:{p.op}:{p.batch}:{p.context}", (r.m.intensity, r.m.achieved_flops),
+                    f"{p.op} b{p.batch} c{p.context}: {U.percent(r.roof_fraction)} of roof\n"
+                    "(above roof: byte count or cache reuse)", ABOVE_ROOF_COLOR))
+    head = {id(s) for s in a.headline()}
+    several = len(a.backends) > 1
+    for s in shown:
+        if id(s) in head:
+            on = f" {s.backend}" if several else ""
+            out.append((f"step:{s.phase}:{s.backend}:{s.batch}:{s.context}", (s.intensity, s.achieved_flops),
+                        f"{s.phase} step {s.where}{on}: {s.label}-bound, {U.percent(s.roof_fraction)}",
+                        MEASURED_COLOR))
+    return out
+
+
+def align_to_slope(ax, texts):
     """Rotate bandwidth labels to lie along their (slope 1, log-log) roof on screen."""
     if not texts:
         return

@@ -1,8 +1,9 @@
 """Shared look of every figure: rc settings, colours, markers, figure creation and saving.
 
 Figures are made with ``matplotlib.figure.Figure`` and the Agg canvas directly (no pyplot
-state), so rendering is thread-safe and never leaks windows. Colours: a ramp for batch
-size, a fixed palette for devices, one colour per op (tab20, in OP_NAMES order).
+state), so rendering is thread-safe and never leaks windows. Colours: one per batch size for a
+handful of them (a ramp beyond), a fixed palette for devices, one colour per op (tab20, in
+OP_NAMES order).
 """
 
 from __future__ import annotations
@@ -53,6 +54,20 @@ CATEGORY_COLORS = {"gemm": "#1f77b4", "attention": "#d62728", "norm": "#2ca02c",
 
 def category_color(category: str):
     return CATEGORY_COLORS.get(category, "#555555")
+
+
+# A handful of batch sizes reads best as distinct colours in a legend; a colour ramp only past this many.
+CATEGORICAL_BATCHES = 8
+BATCH_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")  # tab10,
+#                                                                 less its red (above-roof) and grey (ceilings)
+
+
+def batch_palette(batches) -> dict | None:
+    """{batch: colour} for up to CATEGORICAL_BATCHES distinct batch sizes (in order), else None (use the ramp)."""
+    bs = sorted(set(batches))
+    if len(bs) > CATEGORICAL_BATCHES:
+        return None
+    return {b: BATCH_COLORS[i] for i, b in enumerate(bs)}
 
 
 def device_color(i: int) -> str:

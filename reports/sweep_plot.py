@@ -22,6 +22,7 @@ from roofline.analysis import analyze
 from roofline.workload import LAYER_OP
 from roofline.bounds import OVERHEAD_FRACTION
 
+from . import hover
 from .style import PHASE_LINESTYLE, device_color, op_color, styled
 
 
@@ -65,6 +66,11 @@ def _series(result_file, phase, vary, fixed):
     return {k: sorted(v, key=lambda t: t[0]) for k, v in out.items()}
 
 
+def _index(result_file, r) -> int:
+    """The position of OpResult ``r`` in its analysis' results (the key of its hover mark and table row)."""
+    return hover.result_index(analyze(result_file))[id(r)]
+
+
 def _backend_style(backends) -> dict:
     styles = ["-", "--", ":", "-."]
     return {b: styles[i % 4] for i, b in enumerate(sorted(backends))}
@@ -85,6 +91,7 @@ def plot_intensity_sweep(ax, result_file, phase: str, vary: str, fixed: int):
         lw = 2.2 if op == LAYER_OP else 1.3
         ax.plot(xs, ys, ls=ls[backend], color="black" if op == LAYER_OP else op_color(op), lw=lw, marker=".",
                 ms=4, label=op, gid=f"intensity:{op}:{backend}")
+        hover.register(ax, xs, ys, [("p", _index(result_file, r)) for _, r in pts])
         ridge = pts[0][1].roof.ridge   # the op's own roof (roofline.analysis.roof_for)
         if ridge:
             cross = next(((x, y) for x, y in zip(xs, ys) if y >= ridge), None)
@@ -119,6 +126,7 @@ def plot_fraction_sweep(ax, result_file, phase: str, vary: str, fixed: int):
         top = max(top, max(ys) * 1.05)
         ax.plot(xs, ys, ls=ls[backend], color="black" if op == LAYER_OP else op_color(op),
                 lw=2.2 if op == LAYER_OP else 1.3, marker=".", ms=4, label=op, gid=f"fraction:{op}:{backend}")
+        hover.register(ax, xs, ys, [("p", _index(result_file, r)) for _, r in pts])
     ax.axhline(1.0, color="#444444", lw=1.0)
     ax.axhline(OVERHEAD_FRACTION, color="#b0b0b0", lw=1.0, ls="--")
     ax.annotate("roof", (0.01, 1.0), xycoords=("axes fraction", "data"), xytext=(0, 2),

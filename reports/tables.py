@@ -13,10 +13,27 @@ import math
 from roofline import units as U
 from roofline.analysis import ceilings
 
-POINT_COLUMNS = ("run", "phase", "op", "batch", "context", "backend", "count", "FLOPs", "bytes", "FLOP/byte",
+POINT_COLUMNS = ("run", "phase", "op", "batch", "context", "backend", "dtype", "count", "FLOPs", "bytes", "FLOP/byte",
                  "median", "p20", "p80", "FLOP/s", "bytes/s", "predicted", "roof %", "label", "flags")
 PHASE_COLUMNS = ("phase", "batch", "context", "backend", "step time", "at the roof", "FLOP/byte", "ridge",
                  "roof %", "label", "by sum", "by mix", "compute-op time")
+# the HTML's step table: every number a step's tooltip shows (the markdown keeps PHASE_COLUMNS)
+STEP_COLUMNS = PHASE_COLUMNS[:5] + ("p20-p80", "dtype", "FLOPs", "bytes", "FLOP/s", "bytes/s") + PHASE_COLUMNS[5:]
+
+# What a point's tooltip says, from its row's cells ({column}); a line whose cells are all empty is left out.
+POINT_TIP = ("{op} · {phase} · {backend}\nbatch {batch} · context {context} · {dtype}\n"
+             "{FLOPs} · {bytes} · {FLOP/byte} FLOP/byte\nmedian {median} (p20 {p20}, p80 {p80}) · count {count}\n"
+             "{FLOP/s} · {bytes/s}\nroof {roof %} · {label}\nflags: {flags}\n{run}")
+STEP_TIP = ("{phase} step · {backend} (its ops summed)\nbatch {batch} · context {context} · {dtype}\n"
+            "step time {step time} (p20-p80 {p20-p80}); at the roof {at the roof}\n"
+            "{FLOPs} · {bytes} · {FLOP/byte} FLOP/byte (ridge {ridge})\n{FLOP/s} · {bytes/s}\n"
+            "roof {roof %} · {label} (by sum {by sum}, by mix {by mix})")
+
+
+def dtype_text(p) -> str:
+    """'bf16', or 'bf16 w:int8 kv:fp8' when weights or KV cache differ from the activations."""
+    return p.dtype + (f" w:{p.weight_dtype}" if p.weight_dtype != p.dtype else "") + \
+        (f" kv:{p.kv_dtype}" if p.kv_dtype != p.dtype else "")
 
 
 def _num(x) -> float:
@@ -34,7 +51,7 @@ def point_rows(analysis, run: str):
             flags.append(f"{m.status}: {m.reason}" if m.reason else m.status)
         yield [
             (run, run), (p.phase, p.phase), (p.op, p.op), (f"{p.batch:,}", p.batch), (f"{p.context:,}", p.context),
-            (p.backend, p.backend), (str(r.count), r.count),
+            (p.backend, p.backend), (dtype_text(p), dtype_text(p)), (str(r.count), r.count),
             (U.flops(p.cost.flops), p.cost.flops), (U.nbytes(p.cost.bytes), p.cost.bytes),
             (U.intensity(p.cost.intensity), p.cost.intensity),
             (U.seconds(m.median_s), _num(m.median_s)), (U.seconds(m.p20_s), _num(m.p20_s)),
@@ -46,16 +63,26 @@ def point_rows(analysis, run: str):
         ]
 
 
-def phase_rows(steps) -> list[list[tuple[str, float | str]]]:
+def phase_rows(steps, columns=PHASE_COLUMNS) -> list[list[tuple[str, float | str]]]:
+    """One row per step, with ``columns`` (PHASE_COLUMNS, or the HTML's STEP_COLUMNS)."""
     rows = []
+    spread = "p20-p80" in columns
     for s in steps:
-        rows.append([
-            (s.phase, s.phase), (f"{s.batch:,}", s.batch), (f"{s.context:,}", s.context), (s.backend, s.backend),
-            (U.seconds(s.time_s), s.time_s), (U.seconds(s.predicted_s), s.predicted_s),
-            (U.intensity(s.intensity), s.intensity), (U.intensity(s.ridge), s.ridge),
-            (U.percent(s.roof_fraction), s.roof_fraction), (s.label, s.label), (s.bound_by_sum, s.bound_by_sum),
-            (s.bound_by_mix, s.bound_by_mix), (U.percent(s.compute_time_share), s.compute_time_share),
-        ])
+        lo, hi = s.time_range if spread else (math.nan, math.nan)
+        flops_rate, bytes_rate = s.achieved_flops, s.achieved_bytes_per_s
+        cells = {
+            "phase": (s.phase, s.phase), "batch": (f"{s.batch:,}", s.batch), "context": (f"{s.context:,}", s.context),
+            "backend": (s.backend, s.backend), "step time": (U.seconds(s.time_s), s.time_s),
+            "p20-p80": (f"{U.seconds(lo)} - {U.seconds(hi)}", _num(lo)), "dtype": (dtype_text(s.key), dtype_text(s.key)),
+            "FLOPs": (U.flops(s.cost.flops), s.cost.flops), "bytes": (U.nbytes(s.cost.bytes), s.cost.bytes),
+            "FLOP/s": (U.flops_rate(flops_rate), _num(flops_rate)), "bytes/s": (U.bandwidth(bytes_rate), _num(bytes_rate)),
+            "at the roof": (U.seconds(s.predicted_s), s.predicted_s),
+            "FLOP/byte": (U.intensity(s.intensity), s.intensity), "ridge": (U.intensity(s.ridge), s.ridge),
+            "roof %": (U.percent(s.roof_fraction), s.roof_fraction), "label": (s.label, s.label),
+            "by sum": (s.bound_by_sum, s.bound_by_sum), "by mix": (s.bound_by_mix, s.bound_by_mix),
+            "compute-op time": (U.percent(s.compute_time_share), s.compute_time_share),
+        }
+        rows.append([cells[c] for c in columns])
     return rows
 
 

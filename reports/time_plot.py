@@ -23,6 +23,7 @@ from roofline.analysis import analyze
 from roofline.bounds import OVERHEAD_FRACTION
 from roofline.workload import LAYER_OP, OP_NAMES
 
+from . import hover
 from .style import ABOVE_ROOF_COLOR, MAX_BAR_LABELS, PHASE_MARKER, RASTER_ABOVE, op_color, styled
 
 
@@ -79,7 +80,10 @@ def plot_predicted_vs_measured(ax, result_file):
 
     Ops kept off the roofline (uncosted, collectives) and ops that move nothing (a view: 0 s at
     the roof) have no prediction to compare with and are left out."""
-    ok = [r for r in analyze(result_file).ok if not r.off_roof and r.predicted_s > 0]
+    a = analyze(result_file)
+    index = hover.result_index(a)
+    ok = [r for r in a.ok if not r.off_roof and r.predicted_s > 0]
+    raster = len(ok) > RASTER_ABOVE
     lo, hi = math.inf, 0.0
     for phase, marker in PHASE_MARKER.items():
         sel = [r for r in ok if r.point.phase == phase]
@@ -88,7 +92,9 @@ def plot_predicted_vs_measured(ax, result_file):
         xs = np.array([r.predicted_s for r in sel])
         ys = np.array([r.instance_s for r in sel])
         ax.scatter(xs, ys, c=[op_color(r.op) for r in sel], marker=marker, s=18, edgecolors="white",
-                   linewidths=0.3, alpha=0.9, zorder=3, gid=f"pred:{phase}", rasterized=len(ok) > RASTER_ABOVE)
+                   linewidths=0.3, alpha=0.9, zorder=3, gid=f"pred:{phase}", rasterized=raster)
+        keep = [i for i, r in enumerate(sel) if not raster or r.above_roof]   # bounded for large files
+        hover.register(ax, xs[keep], ys[keep], [("p", index[id(sel[i])]) for i in keep], priority=raster)
         lo, hi = min(lo, xs.min(), ys.min()), max(hi, xs.max(), ys.max())
     above = [r for r in ok if r.above_roof]
     if above:

@@ -30,6 +30,11 @@ export, every figure and table of the report, and ``roofline diagnose`` consume 
   ``off_roof``) and said as a share of the step's traced time in the verdict sentence; it
   never enters the step's ``time_s``, ``cost`` or roof fraction, so an unknown op can neither
   dilute nor flatter a verdict.
+* Tensor parallelism (a step's ``tp`` > 1): the file holds each op once per rank; the step takes
+  each op from its slowest rank (the ranks meet at every all-reduce) and keeps every rank's own sum
+  in ``rank_s`` (``roofline.ranks``). When collectives take at least ``COMM_DOMINANT`` of the step's
+  traced time its label is **communication** (the interconnect sets the step), said with the
+  collectives' bus bandwidth against the device's link.
 
 A step's label follows DESIGN.md "Classification": the summed cost's intensity against the
 ridge of the run's dtype (``bound_by_sum``), the time-weighted op mix (``bound_by_mix``:
@@ -44,7 +49,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from . import units as U
-from .bounds import COMPUTE, MEMORY, OVERHEAD, attainable, bound, measured_label, predicted_time
+from . import ranks as R
+from .bounds import COMM_DOMINANT, COMPUTE, MEMORY, OVERHEAD, attainable, bound, measured_label, predicted_time
 from .cost import ZERO, Cost
 from .devices import Device
 from .dtypes import bytes_per_element
@@ -214,6 +220,15 @@ class OpResult:
         """The measurement's flags, with 'above-roof' first when it applies."""
         return (("above-roof",) if self.above_roof else ()) + self.m.all_flags
 
+    @property
+    def time_range(self) -> tuple:
+        """(low, high) seconds per step: ``time_s`` scaled by the samples' p20 / median and p80 / median
+        (a trace's mean scales alike). The noise every before/after comparison allows (roofline.compare)."""
+        m = self.m
+        if not self.ok or not m.median_s > 0:
+            return (self.time_s, self.time_s)
+        return (self.time_s * m.p20_s / m.median_s, self.time_s * m.p80_s / m.median_s)
+
 
 def _weight_bytes_per_layer(model) -> float:
     return (model.hidden * model.q_dim + 2 * model.hidden * model.kv_dim + model.q_dim * model.hidden
@@ -294,11 +309,28 @@ class Step:
     off_roof: tuple = ()       # OpResult kept off the roofline (uncosted, communication): not in time_s
     uncosted_s: float = 0.0    # their time per step, by kind
     communication_s: float = 0.0
+    rank_s: tuple = ()         # ((rank, seconds per step), ...) under tensor parallelism: each rank's own sum
+    wire_bytes: float = 0.0    # bytes per step one rank put on the interconnect (its collectives)
+    link: object = None        # the device's roofline.interconnect.Interconnect, when known
 
     @property
     def traced_s(self) -> float:
         """The step's whole time: its ops on the roofline plus those kept off it."""
         return self.time_s + self.uncosted_s + self.communication_s
+
+    @property
+    def comm_share(self) -> float:
+        """Share of the step's traced time in collectives."""
+        return self.communication_s / self.traced_s if self.traced_s > 0 else 0.0
+
+    @property
+    def tp(self) -> int:
+        return self.key.tp
+
+    @property
+    def bus_bandwidth(self) -> float:
+        """The step's collectives' bytes on the wire / their time: nccl-tests' bus bandwidth, averaged."""
+        return self.wire_bytes / self.communication_s if self.communication_s > 0 else math.nan
 
     @property
     def uncosted_share(self) -> float:
@@ -379,8 +411,29 @@ class Step:
         new = self.batch * (1 if self.phase == "decode" else self.context - self.cached)
         return new / self.time_s if self.time_s > 0 else math.nan
 
+    @property
+    def achieved_flops(self) -> float:
+        """The step's FLOPs / its time: where the step sits on the roofline (with ``intensity``)."""
+        return self.cost.flops / self.time_s if self.time_s > 0 else math.nan
+
+    @property
+    def achieved_bytes_per_s(self) -> float:
+        return self.cost.bytes / self.time_s if self.time_s > 0 else math.nan
+
+    @property
+    def time_range(self) -> tuple:
+        """(low, high) of ``time_s``: its ops' ``time_range`` summed, as if their noise moved together
+        (the wide side: a step's spread is never understated)."""
+        lo = hi = 0.0
+        for r in self.ops:
+            a, b = r.time_range
+            lo, hi = lo + a, hi + b
+        return (lo, hi)
+
 
 def _build_step(key: StepKey, results, roof: Roof, device_name: str, header) -> Step | None:
+    rank_s = R.rank_times(results)
+    results = R.slowest_per_op(results)      # one rank's measurement per op (tensor parallelism)
     off = tuple(r for r in results if r.ok and r.off_roof)
     ok = [r for r in results if r.ok and not r.off_roof]
     skipped = tuple(r for r in results if not r.ok)
@@ -418,7 +471,11 @@ def _build_step(key: StepKey, results, roof: Roof, device_name: str, header) -> 
              weight_memory_share=weight_mem / t if t > 0 else 0.0,
              above_roof=tuple(r.op for r in ok if r.above_roof), ceiling=ceiling, off_roof=off,
              uncosted_s=sum(r.time_s for r in off if r.off_roof == UNCOSTED),
-             communication_s=sum(r.time_s for r in off if r.off_roof == COMMUNICATION))
+             communication_s=sum(r.time_s for r in off if r.off_roof == COMMUNICATION), rank_s=rank_s,
+             wire_bytes=sum(R.wire_bytes(r) for r in off if r.off_roof == COMMUNICATION),
+             link=getattr(header.device, "link", None))
+    if s.communication_s and s.comm_share >= COMM_DOMINANT:
+        s = replace(s, label=COMMUNICATION)
     return replace(s, sentence=_sentence(s))
 
 
@@ -426,7 +483,16 @@ def _sentence(s: Step) -> str:
     c = s.ceiling
     roof = f"the {U.si(c.value, c.unit)} {c.source} {'bandwidth roof' if c.kind == 'bandwidth' else c.dtype + ' peak'}"
     side = f"{U.intensity(s.intensity)} FLOP/byte {'<' if s.bound_by_sum == MEMORY else '>='} ridge {U.intensity(s.ridge)}"
-    if s.label == OVERHEAD:
+    if s.label == COMMUNICATION:
+        bw = f" at {U.bandwidth(s.bus_bandwidth)} bus bandwidth" if s.wire_bytes else ""
+        if s.wire_bytes and s.link is not None:
+            bw += f" ({U.percent(s.bus_bandwidth / s.link.bandwidth)} of the {U.bandwidth(s.link.bandwidth)} " \
+                  f"{s.link.source} {s.link.name})"
+        ops = measured_label(s.intensity, s.roof_fraction, s.ridge)
+        head = (f"{s.title} is communication-bound: {U.percent(s.comm_share)} of its {U.seconds(s.traced_s)} step "
+                f"is in collectives ({U.seconds(s.communication_s)}{bw}); its ops alone are "
+                f"{ops}-bound at {U.percent(s.roof_fraction)} of {roof} ({side})")
+    elif s.label == OVERHEAD:
         head = (f"{s.title} is overhead-bound (launches, latency or the kernels, not {s.bound_by_sum}): "
                 f"it reaches only {U.percent(s.roof_fraction)} of {roof} that would limit it ({side})")
     elif s.roof_fraction > ABOVE_ROOF:
@@ -453,8 +519,12 @@ def _sentence(s: Step) -> str:
     if s.uncosted_s > 0:
         extra.append(f"a further {U.seconds(s.uncosted_s)} ({U.percent(s.uncosted_share)} of its traced "
                      f"{U.seconds(s.traced_s)}) is in ops the cost model does not know: uncosted, not in this verdict")
-    if s.communication_s > 0:
-        extra.append(f"{U.seconds(s.communication_s)} in collectives (interconnect time, off the HBM roofline)")
+    if s.communication_s > 0 and s.label != COMMUNICATION:
+        extra.append(f"{U.seconds(s.communication_s)} in collectives (interconnect time, off the HBM roofline"
+                     + (f", {U.percent(s.comm_share)} of the step" if s.tp > 1 else "") + ")")
+    if s.rank_s:
+        extra.append(f"tensor parallel over {s.tp} ranks, each op timed on its slowest rank; per rank: "
+                     + R.balance_text(s.rank_s))
     tail = f" ({'; '.join(extra)})" if extra else ""
     return f"{head}; {mix}{tail}."
 

@@ -24,6 +24,8 @@ evidence"):
                          framework work the model's step does not need.
 * ``trace-gpu-idle``     the traced GPU sits idle over ``TRACE_IDLE`` of its window: it waits on the host.
 * ``trace-collectives``  collectives take over ``TRACE_EXTRA`` of a traced phase, with their bus bandwidth.
+* ``communication-bound`` tensor-parallel steps whose collectives take at least half of the step
+                         (``roofline.bounds.COMM_DOMINANT``): the interconnect, not HBM, sets the step.
 
 Thresholds are named constants below, each with its reason.
 """
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 
 from . import units as U
 from .analysis import analyze
-from .bounds import COMPUTE, MEMORY, OVERHEAD, OVERHEAD_FRACTION
+from .bounds import COMMUNICATION, COMPUTE, MEMORY, OVERHEAD, OVERHEAD_FRACTION
 from .errors import RooflineError
 from .latency import LatencySummary, latency_runs
 from .stats import median
@@ -337,7 +339,7 @@ def profile_findings(rf, src: str = "") -> list:
 
 def _phase_findings(phase: str, backend: str, ss, dev, src) -> list:
     name = phase.capitalize() + (f" ({backend})" if backend else "")
-    by_label = {lab: [s for s in ss if s.label == lab] for lab in (MEMORY, COMPUTE, OVERHEAD)}
+    by_label = {lab: [s for s in ss if s.label == lab] for lab in (MEMORY, COMPUTE, OVERHEAD, COMMUNICATION)}
     label = max(by_label, key=lambda lab: (len(by_label[lab]), sum(s.time_s for s in by_label[lab])))
     big = max(ss, key=lambda s: s.time_s)
     sh, top = big.label_shares, big.top
@@ -352,6 +354,20 @@ def _phase_findings(phase: str, backend: str, ss, dev, src) -> list:
           f"{top.point.cost.intensity:.1f} FLOP/B vs ridge {top.roof.ridge:.0f}, {100 * top.roof_fraction:.0f}% of "
           f"its roof on {dev.name}")
     out = [Finding("phase-bound", claim, ev, "", src)]
+    cb = by_label[COMMUNICATION]
+    if cb:
+        shares = ", ".join(f"{s.where} {100 * s.comm_share:.0f}%" + (f" at {U.bandwidth(s.bus_bandwidth)} bus "
+                                                                      "bandwidth" if s.wire_bytes else "")
+                           for s in cb)
+        link = next((s.link for s in cb if s.link is not None), None)
+        out.append(Finding("communication-bound", f"{name} waits on collectives at {_where(cb)}: the interconnect, "
+                           "not memory or compute, sets the step.",
+                           f"share of the step in collectives: {shares}"
+                           + (f"; the link: {U.bandwidth(link.bandwidth)} per direction ({link.source} {link.name})"
+                              if link is not None else ""),
+                           "use fewer tensor-parallel ranks for this model size (or pipeline parallelism), a larger "
+                           "batch per step so each all-reduce carries more tokens, or a faster link (NVLink over "
+                           "PCIe); custom all-reduce kernels cut the per-collective latency at small batch", src))
     if phase == "decode":
         wb = [s for s in ss if s.weight_memory_share >= DOMINANT]
         if wb:
@@ -385,7 +401,7 @@ def decode_batch_finding(a, backend: str = "", src: str = ""):
     (same backend, same context; the largest gain over the measured contexts is quoted)."""
     by_ctx = defaultdict(dict)
     for s in a.phase_steps("decode", backend or None):
-        by_ctx[s.context][s.batch] = s.time_s
+        by_ctx[s.context][s.batch] = s.time_s + s.communication_s   # a tensor-parallel step waits on its collectives
     best = None
     for c, bt in by_ctx.items():
         if len(bt) < 2:

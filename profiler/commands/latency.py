@@ -307,19 +307,43 @@ def comparison_table(summaries) -> str:
 @click.option("--ceilings", type=click.Path(dir_okay=True), default=None,
               help="floors on the ceilings measured by a `roofline profile` result file")
 @dtype_option(default=None, help="the served dtype for the floors (default: the file's)")
-def diagnose(results, as_json, model, device_name, device_file, peak_tflops, bandwidth_gbs, ceilings, dtype):
+@click.option("--baseline", type=click.Path(dir_okay=True), default=None,
+              help="a BEFORE result file: judge the one RESULTS file (AFTER) against it, as `roofline compare` does")
+@click.option("--allow-different", is_flag=True,
+              help="with --baseline or a compare.json: compare across devices, models or kinds")
+def diagnose(results, as_json, model, device_name, device_file, peak_tflops, bandwidth_gbs, ceilings, dtype,
+             baseline, allow_different):
     """Read profile and latency result files; say what bounds each phase and what to try next.
 
     With --model and --device (or --ceilings), each latency run's TTFT and TPOT are set against
     the roofline floor of their stage on that device.
+
+    \b
+    A change, judged: whether it did what its rule predicted (e.g. weight quantization:
+    decode bytes down x, step time down y), from a `roofline compare` result or two files:
+    roofline diagnose roofline-compare/compare.json
+    roofline diagnose after.jsonl --baseline before.jsonl
     """
     import json
 
+    from roofline.compare import compare
+    from roofline.compare_file import is_compare_file, read_comparison
+    from roofline.compare_rules import change_findings
     from roofline.diagnose import diagnose as run_rules
     from roofline.diagnose import floor_context
     from roofline.floor import check_floor_inputs
     from roofline.records import read_results
 
+    compared = [p for p in results if is_compare_file(p)]
+    results = [p for p in results if p not in compared]
+    if baseline is not None and (len(results) != 1 or compared):
+        raise click.UsageError("--baseline judges one AFTER result file against BASELINE: give exactly one results "
+                               "file (not a compare.json).")
+    changes = [(f"from {p}", read_comparison(p, allow_different=True if allow_different else None)) for p in compared]
+    if baseline is not None:
+        changes.append(("", compare(read_results(baseline), read_results(results[0]), allow_different=allow_different)))
+        results = []
+    change_out = [(label, c, change_findings(c, src=str(c.after.rf.path))) for label, c in changes]
     files = [read_results(p) for p in results]
     device = _floor_device(device_name, device_file, peak_tflops, bandwidth_gbs, ceilings, dtype)
     latency_files = [rf for rf in files if rf.requests]
@@ -332,8 +356,12 @@ def diagnose(results, as_json, model, device_name, device_file, peak_tflops, ban
                             "(a catalogue name), --device-file, --peak-tflops/--bandwidth-gbs or --ceilings.")
     findings = run_rules(files, model=model, device=device, dtype=dtype)
     if as_json:
-        click.echo(json.dumps([f.to_dict() for f in findings], indent=1))
+        click.echo(json.dumps([f.to_dict() for _, _, fs in change_out for f in fs]
+                              + [f.to_dict() for f in findings], indent=1))
         return
+    for label, c, fs in change_out:
+        click.echo(f"The change: {c.after.rf.path} against {c.before.rf.path}" + (f" ({label})" if label else "") + ":")
+        click.echo("\n".join(f.text() for f in fs))
     for rf in files:
         mine = [f for f in findings if f.source == str(rf.path)]
         click.echo(f"{rf.path} ({rf.header.kind}, {rf.header.model_name} on {rf.device.name}):")

@@ -16,10 +16,20 @@
 * ``reports_two_backends.jsonl``: the same decode steps on the triton and the torch backend,
   round numbers, where each backend's largest kernel differs: every consumer must keep the
   two apart (tests/test_one_analysis.py).
+
+Before/after pairs for ``roofline compare`` (tests/test_compare.py), each with a known answer:
+
+* ``reports_h100_slow_op.jsonl``: ``reports_h100.jsonl`` line for line, except that one op
+  (``SLOW_OP``: decode o_proj at batch 32, context 1,024) takes exactly twice as long.
+* ``reports_h100_w8.jsonl``: the h100 sweep with int8 weights (same device, grid and timing
+  model, fresh noise, none of the specials): decode moves about half the bytes.
+* ``latency_sweep_cpu_late.jsonl``: ``latency_sweep_cpu.jsonl`` with every token of every
+  request delivered ``LATE_S`` later: TTFT (and E2E) up by exactly that, TPOT and ITL the same.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +74,8 @@ def _header(device: Device, datasheet: Device, model, settings, command, gpu_nam
     )
 
 
-def _sweep(path, device, datasheet, gpu_name, clocks, decode_grid, prefill_grid, rng, specials=True):
+def _sweep(path, device, datasheet, gpu_name, clocks, decode_grid, prefill_grid, rng, specials=True,
+           weight_dtype="bf16"):
     model = PRESETS["llama-3-8b"]
     settings = {"phases": ["prefill", "decode"], "decode_batches": sorted({b for b, _ in decode_grid}),
                 "decode_contexts": sorted({c for _, c in decode_grid}),
@@ -72,16 +83,18 @@ def _sweep(path, device, datasheet, gpu_name, clocks, decode_grid, prefill_grid,
                 "prefill_contexts": sorted({c for _, c in prefill_grid}), "backends": ["torch"], "reps": 3}
     command = (f"roofline profile --model llama-3-8b --device {device.key} --phases prefill,decode "
                f"--batches {','.join(map(str, settings['decode_batches']))} "
-               f"--contexts {','.join(map(str, settings['decode_contexts']))} --out roofline-out")
+               f"--contexts {','.join(map(str, settings['decode_contexts']))} --out roofline-out"
+               + (f" --weight-dtype {weight_dtype}" if weight_dtype != "bf16" else ""))
     header = _header(device, datasheet, model, settings, command, gpu_name, clocks)
-    steps = [W.prefill(model, b, c) for b, c in prefill_grid] + [W.decode(model, b, c) for b, c in decode_grid]
+    steps = ([W.prefill(model, b, c, weight_dtype=weight_dtype) for b, c in prefill_grid]
+             + [W.decode(model, b, c, weight_dtype=weight_dtype) for b, c in decode_grid])
     with ResultWriter(path, header, mode="overwrite") as w:
         for ph in steps:
             ops = list(ph.ops)
             for op in ops:
                 point = WorkloadPoint(model=model.name, op=op.name, phase=ph.phase, batch=ph.batch,
                                       new_tokens=ph.new_tokens, context=ph.context, cost=op.cost, dtype="bf16",
-                                      backend="torch", compute_dtype=op.compute_dtype)
+                                      backend="torch", compute_dtype=op.compute_dtype, weight_dtype=weight_dtype)
                 peak, bw = device.peak(op.compute_dtype), device.bandwidth
                 t = predicted_time(op.cost, peak, bw) / _efficiency(op.name, op.cost, peak / bw) + LAUNCH_S
                 spread = 0.01
@@ -183,9 +196,56 @@ def make_two_backend_file():
                 w.write(Measurement(point=p, times_s=(t, t, t), timer="cuda-events", l2_policy="flushed"))
 
 
+SLOW_OP = ("o_proj", "decode", 32, 1024)   # (op, phase, batch, context) made 2x slower
+LATE_S = 0.5                               # every delivery of latency_sweep_cpu_late.jsonl, later by this
+
+
+def make_compare_files():
+    """The before/after pairs (see the module docstring); reads the files the functions above wrote."""
+    from dataclasses import replace
+
+    from roofline.latency import RequestTimeline, summarize
+    from roofline.records import json_line, read_results
+
+    rf = read_results(HERE / "reports_h100.jsonl")
+    with ResultWriter(HERE / "reports_h100_slow_op.jsonl", rf.header, mode="overwrite") as w:
+        for m in rf.measurements:
+            p = m.point
+            if (p.op, p.phase, p.batch, p.context) == SLOW_OP:
+                m = replace(m, times_s=tuple(2 * t for t in m.times_s))
+            w.write(m)
+
+    sheet = find_device("h100")
+    h100 = sheet.with_ceilings({"bf16": 800e12}, bandwidth=3.0e12, source="measured",
+                               provenance="measured: 4 GiB device copy and 8192^3 bf16 GEMM")
+    decode = [(b, c) for b in (1, 8, 32, 128) for c in (128, 1024, 4096)]
+    prefill = [(b, c) for b in (1, 8) for c in (128, 1024, 4096)]
+    _sweep(HERE / "reports_h100_w8.jsonl", h100, sheet, "NVIDIA H100 80GB HBM3", (1980, 1980, 2619, 700),
+           decode, prefill, np.random.default_rng(20250116), specials=False, weight_dtype="int8")
+
+    src = HERE / "latency_sweep_cpu.jsonl"
+    lines = src.read_text().splitlines()
+    done: dict = {}
+    out = [lines[0]]
+    for line in lines[1:]:
+        d = json.loads(line)
+        if d.get("type") == "request":
+            t = RequestTimeline.from_dict(d)
+            t = replace(t, deliveries=tuple(x + LATE_S for x in t.deliveries), finish=t.finish + LATE_S)
+            done.setdefault((t.config, t.attempt), []).append(t)
+            line = json_line(t.to_dict()).rstrip("\n")
+        elif d.get("type") == "latency-summary":   # recomputed from the later requests
+            ts = done.get((d["config"], d.get("attempt", 1)), [])
+            s = summarize(ts, d.get("slo") or {}, d["config"], d.get("settings") or {}, tuple(d["formulas"]))
+            line = json_line({**s.to_dict(), "attempt": d.get("attempt", 1)}).rstrip("\n")
+        out.append(line)
+    (HERE / "latency_sweep_cpu_late.jsonl").write_text("\n".join(out) + "\n")
+
+
 if __name__ == "__main__":
     make_gpu_files()
     make_exact_file()
     make_two_backend_file()
+    make_compare_files()
     for p in sorted(HERE.glob("reports_*.jsonl")):
         print(f"{p}  {p.stat().st_size / 1e3:.0f} kB  {sum(1 for _ in open(p)) - 1} records")

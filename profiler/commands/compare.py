@@ -1,0 +1,53 @@
+"""``roofline compare BEFORE AFTER``: judge a change from two result files of one workload.
+
+A thin click command over ``reports.compare_report.write_compare`` (the matching and the noise
+rule are ``roofline.compare``; the verdicts ``roofline.compare_rules``). It prints the verdicts
+and the steps that moved on stdout, then the paths it wrote (``--json``: compare.json's content
+instead). Files from different devices, of different models or kinds are refused (exit 2) unless
+``--allow-different``.
+"""
+
+from __future__ import annotations
+
+import click
+
+STEP_LINES = 12   # steps printed on the terminal; every step is in report.html and report.md
+
+
+@click.command()
+@click.argument("before", type=click.Path(dir_okay=True))
+@click.argument("after", type=click.Path(dir_okay=True))
+@click.option("--out", "out_dir", default="roofline-compare", show_default=True, type=click.Path(file_okay=False),
+              help="folder for compare.json, report.html, report.md and figures/")
+@click.option("--allow-different", is_flag=True,
+              help="compare files from different devices, models or kinds (refused otherwise)")
+@click.option("--json", "as_json", is_flag=True, help="print compare.json's content on stdout instead of the summary")
+def compare(before, after, out_dir, allow_different, as_json):
+    """Judge a change: AFTER against BEFORE, point by point, step by step, within the noise.
+
+    \b
+    roofline compare before/results.jsonl after/results.jsonl --out roofline-compare
+    roofline compare bf16.jsonl w8.jsonl            # weights changed: matched without the dtype
+    roofline diagnose roofline-compare/compare.json # did the change do what its rule predicted?
+    """
+    from reports.compare_report import write_compare
+
+    w = write_compare(before, after, out_dir, allow_different=allow_different)
+    if as_json:
+        click.echo(w.paths["json"].read_text(encoding="utf-8").rstrip())
+        return
+    c = w.comparison
+    for f in w.findings:
+        click.echo(f.text())
+    moved = [s for s in c.steps if s.verdict != "no change"]
+    if c.steps:
+        click.echo(f"\nsteps that moved ({len(moved)} of {len(c.steps)}; largest time saved or lost per step first):")
+        for s in moved[:STEP_LINES]:
+            click.echo(f"  {s.title} ({s.after.backend}): {s.time.text}"
+                       + ("" if s.comparable else f" [not comparable: ops {', '.join(s.only_before + s.only_after)} "
+                                                  "on one side only]"))
+        if len(moved) > STEP_LINES:
+            click.echo(f"  ... {len(moved) - STEP_LINES} more in {w.paths['markdown']}")
+    click.echo("")
+    for key in ("html", "markdown", "json"):
+        click.echo(w.paths[key])

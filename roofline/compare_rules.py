@@ -1,0 +1,220 @@
+"""Did the change do what its rule predicted? Findings from a before/after ``Comparison`` (pure).
+
+``change_findings(comparison)`` returns ``roofline.diagnose.Finding``s that ``roofline diagnose``
+prints for a compare result (``roofline diagnose OUT/compare.json``, or ``roofline diagnose AFTER
+--baseline BEFORE``):
+
+* ``change-summary``   what changed between the files (``Comparison.changed``) and how many ops
+                       and steps moved beyond the noise (``roofline.compare``'s rule).
+* ``<change>-effect``  per phase: the step's bytes and FLOPs before/after, the time the roofline
+                       predicts for it (``Step.predicted_s``: max(FLOPs / peak, bytes / bandwidth)
+                       summed over its ops) and the time measured. The rule is named for the
+                       change (``RULES``): weight quantization predicts decode bytes down by the
+                       weights' shrink and the weight-bound decode step down with them, prefill
+                       (compute-bound) about unchanged. A step did what was predicted when it moved
+                       beyond the noise the predicted way and realised at least ``REALISED`` of the
+                       predicted gain; "partly" when it moved less; "not" when it did not move.
+* ``change-regressions`` ops that got slower beyond the noise, the largest losses first.
+* ``change-unmatched`` points only in one file, or skipped in one.
+* ``change-latency``   per latency configuration, the TTFT / TPOT / ITL percentiles that moved.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import units as U
+from .compare import FASTER, MIN_CHANGE, SAME, SLOWER, Comparison
+from .diagnose import Finding
+from .stats import median
+
+REALISED = 0.5   # half the predicted gain: kernels rarely reach the roof, but a change that realises less than
+#                  half of what the cost model promised is missing something (an unfused dequantize, a new launch)
+
+# changed key field -> (rule name, what the change is called, what its rule predicts)
+RULES = {
+    "weight_dtype": ("weight-quantization", "Weight quantization",
+                     "decode reads every weight each step, so its bytes fall with the weights' element size and the "
+                     "weight-bound decode step with them; prefill is compute-bound and should barely move"),
+    "kv_dtype": ("kv-quantization", "KV-cache quantization",
+                 "decode attention reads the whole KV cache each step: its bytes, and long-context decode steps, "
+                 "fall with the cache's element size"),
+    "dtype": ("compute-dtype", "A new compute dtype",
+              "tensor-core ops run against that dtype's peak and move its element size: compute-bound prefill "
+              "follows the peak, memory-bound decode the bytes"),
+    "backend": ("backend-change", "The backend change",
+                "the same FLOPs and bytes on other kernels: the roofline predicts no change; any move is the "
+                "kernels' efficiency"),
+    "tp": ("tensor-parallel", "The tensor-parallel change",
+           "each rank moves its share of the weights and FLOPs, plus collectives off the HBM roof"),
+}
+SAME_WORKLOAD = ("same-workload", "The change",
+                 "the files run the same ops with the same costs, so the roofline predicts no change: any move is "
+                 "the kernels, the software or the system")
+
+
+def _factor(r: float, noun: str) -> str:
+    """'bytes down 1.94x' / 'bytes up 1.20x' / 'bytes unchanged'."""
+    if math.isnan(r):
+        return f"{noun} n/a"
+    if abs(r - 1) < 0.005:
+        return f"{noun} unchanged"
+    return f"{noun} down {r:.2f}x" if r > 1 else f"{noun} up {1 / r:.2f}x"
+
+
+def _span(xs, noun: str) -> str:
+    """'step time down 1.63x' for one value, 'step time down 1.08-1.63x (median 1.57x)' for several."""
+    xs = sorted(x for x in xs if not math.isnan(x))
+    if not xs:
+        return f"{noun} n/a"
+    if len(xs) == 1 or math.isclose(xs[0], xs[-1], rel_tol=0.005):
+        return _factor(xs[0], noun)
+    m = median(xs)
+    lo, hi = xs[0], xs[-1]
+    if lo >= 1:
+        return f"{noun} down {lo:.2f}-{hi:.2f}x (median {m:.2f}x)"
+    if hi <= 1:
+        return f"{noun} up {1 / hi:.2f}-{1 / lo:.2f}x (median {1 / m:.2f}x)"
+    return f"{noun} {lo:.2f}-{hi:.2f}x of before (median {m:.2f}x; > 1 is down)"
+
+
+def step_outcome(s) -> str:
+    """"as predicted", "partly", "not" (or "not comparable") for one StepChange."""
+    if not s.comparable:
+        return "not comparable"
+    pred, got, v = s.predicted_speedup, s.time.speedup, s.time.verdict
+    if math.isnan(pred) or abs(pred - 1) < MIN_CHANGE:
+        return "as predicted" if v == SAME else "not"
+    want = FASTER if pred > 1 else SLOWER
+    if v != want:
+        return "not"
+    realised = (got - 1) / (pred - 1)
+    return "as predicted" if realised >= REALISED else "partly"
+
+
+def _rule(c: Comparison) -> tuple:
+    for k in ("weight_dtype", "kv_dtype", "dtype", "backend", "tp"):
+        if k in c.changed:
+            return RULES[k]
+    return SAME_WORKLOAD
+
+
+def change_findings(c: Comparison, src: str = "") -> list:
+    """Every finding about comparison ``c`` (see the module docstring)."""
+    out = [_summary(c, src)]
+    out += _effects(c, src)
+    out += [f for f in (_regressions(c, src), _unmatched(c, src)) if f]
+    out += _latency(c, src)
+    return out
+
+
+def _summary(c: Comparison, src: str) -> Finding:
+    b, a = c.before.rf.path, c.after.rf.path
+    what = c.change_text or "no configuration field (the same sweep: kernels, software or system changed)"
+    counts = {v: sum(o.time.verdict == v for o in c.ops) for v in (FASTER, SLOWER, SAME)}
+    steps = {v: sum(s.verdict == v for s in c.steps) for v in (FASTER, SLOWER, SAME)}
+    claim = f"{a} against {b}: changed {what}"
+    if c.ops:
+        claim += (f"; {counts[FASTER]} op(s) faster, {counts[SLOWER]} slower, {counts[SAME]} unchanged of "
+                  f"{len(c.ops)} matched")
+    if c.steps:
+        claim += f"; steps: {steps[FASTER]} faster, {steps[SLOWER]} slower, {steps[SAME]} unchanged of {len(c.steps)}"
+    if c.latency:
+        moved = sum(x.change.verdict in (FASTER, SLOWER) for x in c.latency)
+        claim += (f"; {moved} of {len(c.latency)} latency percentiles moved over "
+                  f"{len({x.config for x in c.latency})} configuration(s)")
+    claim += "."
+    ev = ("speed-up = before / after time per step, its range from both files' p20-p80 samples; inside that range, "
+          f"or under {MIN_CHANGE:.0%}, is no change")
+    return Finding("change-summary", claim, ev, "", src, {"changed": {k: list(v) for k, v in c.changed.items()}})
+
+
+def _effects(c: Comparison, src: str) -> list:
+    rule, name, predicts = _rule(c)
+    out = []
+    for phase in ("prefill", "decode"):
+        ss = [s for s in c.steps if s.phase == phase and s.comparable]
+        if not ss:
+            continue
+        outcome = [step_outcome(s) for s in ss]
+        n_ok = outcome.count("as predicted")
+        if n_ok == len(ss):
+            did = "did what its rule predicted"
+        elif n_ok or outcome.count("partly"):
+            did = f"did what its rule predicted at {n_ok} of {len(ss)} steps"
+        else:
+            did = "did not do what its rule predicted"
+        what = f" ({c.change_text})" if c.change_text else ""
+        claim = (f"{name}{what} {did} in {phase}: {_span([s.bytes_ratio for s in ss], 'bytes')}, "
+                 f"{_span([s.time.speedup for s in ss], 'step time')} (the roofline predicted "
+                 f"{_span([s.predicted_speedup for s in ss], 'step time').removeprefix('step time ')}).")
+        worst = min(ss, key=lambda s: s.time.speedup / s.predicted_speedup if s.predicted_speedup else math.inf)
+        ev = (f"rule: {predicts}. {len(ss)} matched {phase} steps; "
+              f"{_span([s.flops_ratio for s in ss], 'FLOPs')}; roof fraction (median) "
+              f"{U.percent(median([s.before.roof_fraction for s in ss]))} -> "
+              f"{U.percent(median([s.after.roof_fraction for s in ss]))}; furthest from its prediction: "
+              f"{worst.title}, {worst.time.ratio_text} against {worst.predicted_speedup:.2f}x predicted")
+        action = ""
+        flat = all(abs(s.predicted_speedup - 1) < MIN_CHANGE for s in ss)
+        if n_ok < len(ss) and flat:
+            action = ("a step moved although its cost did not: the ops that moved (change-regressions, the comparison "
+                      "table) explain it")
+        elif n_ok < len(ss):
+            action = ("the kernels did not turn the cost change into time: compare the slowest ops' roof fractions "
+                      "before and after (an unfused dequantize or a slower kernel path), and check the steps marked "
+                      "'partly' or 'not' in the comparison table")
+        out.append(Finding(f"{rule}-effect", claim, ev, action, src,
+                           {"phase": phase, "steps": len(ss), "as_predicted": n_ok,
+                            "partly": outcome.count("partly"), "not": outcome.count("not")}))
+    return out
+
+
+def _regressions(c: Comparison, src: str):
+    slow = sorted((o for o in c.ops if o.time.verdict == SLOWER), key=lambda o: o.time.saved)
+    if not slow:
+        return None
+    top = "; ".join(f"{o.title} {o.time.ratio_text}, {U.seconds(-o.time.saved)} more per step" for o in slow[:5])
+    return Finding("change-regressions", f"{len(slow)} op(s) got slower beyond the noise.",
+                   top + (f"; and {len(slow) - 5} more" if len(slow) > 5 else ""),
+                   "look at what changed in these kernels (their shapes, configs, dtypes) before keeping the change",
+                   src, {"ops": [o.title for o in slow]})
+
+
+def _unmatched(c: Comparison, src: str):
+    parts = []
+    if c.only_before:
+        parts.append(f"{len(c.only_before)} only before ({_names(c.only_before)})")
+    if c.only_after:
+        parts.append(f"{len(c.only_after)} only after ({_names(c.only_after)})")
+    if c.skipped:
+        parts.append(f"{len(c.skipped)} skipped on one side ({_names([b if not b.ok else a for _, b, a in c.skipped])})")
+    if not parts:
+        return None
+    return Finding("change-unmatched", "Some points could not be compared: " + "; ".join(parts) + ".",
+                   "a point is compared only when both files measured it (same op, phase, batch, context, backend, "
+                   "dtypes, tp)", "", src)
+
+
+def _names(rs) -> str:
+    s = ", ".join(f"{r.point.phase} {r.op} b{r.point.batch} c{r.point.context}" for r in rs[:4])
+    return s + (" ..." if len(rs) > 4 else "")
+
+
+def _latency(c: Comparison, src: str) -> list:
+    out = []
+    for cfg in dict.fromkeys(x.config for x in c.latency):
+        rows = [x for x in c.latency if x.config == cfg]
+        moved = [x for x in rows if x.change.verdict in (FASTER, SLOWER)]
+        tag = f"[{cfg}] " if cfg else ""
+        if moved:
+            claim = tag + "; ".join(f"{x.metric} {x.pct} {U.ms(x.change.before)} -> {U.ms(x.change.after)} "
+                                    f"({x.change.ratio_text})" for x in moved) + "."
+        else:
+            claim = tag + "No latency percentile moved beyond the noise."
+        still = [f"{x.metric} {x.pct}" for x in rows if x.change.verdict not in (FASTER, SLOWER)]
+        ev = (f"{rows[0].n_before} -> {rows[0].n_after} requests; each percentile's range is p20-p80 of where it "
+              "lies given the requests (an upper bound for p90 needs 16 values, for p99 161)")
+        if still:
+            ev += f"; unchanged or unbounded: {', '.join(still)}"
+        out.append(Finding("change-latency", claim, ev, "", src))
+    return out
