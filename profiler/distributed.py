@@ -6,7 +6,8 @@
 * Under ``torchrun`` (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT in the environment) this
   process is one rank of the job; rank 0 runs ``main``, the others ``follower``.
 * Otherwise this process is rank 0 and ranks 1..N-1 are started with torch.multiprocessing (spawn) on
-  127.0.0.1 at an ephemeral port; they end when the run ends (terminated after ``STOP_S`` if not).
+  127.0.0.1 (rank 0's TCPStore at a port the OS picks; a rank that dies while starting stops the run at
+  once); they end when the run ends (terminated after ``STOP_S`` if not).
 * Backend: NCCL on CUDA devices (rank r on cuda:LOCAL_RANK), gloo on the CPU. A second, gloo group
   (``Rank.control``) carries the small host-side messages: decisions broadcast from rank 0, agreed
   repetition counts, every rank's measurements gathered to rank 0. NCCL is the GPU path; it cannot
@@ -21,7 +22,6 @@ from __future__ import annotations
 import datetime
 import os
 import signal
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -81,13 +81,6 @@ def check_tp(tp, device: str, device_count: int | None = None) -> int:
     return tp
 
 
-def free_port() -> int:
-    """An ephemeral TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class Rank:
     """This process's place in the run: rank of world, its torch device, the two process groups."""
@@ -145,8 +138,9 @@ class Rank:
 
 
 def init_rank(rank: int, world: int, local_rank: int, device: str, launcher: str,
-              init_method: str = "env://") -> Rank:
-    """Join the default group (NCCL or gloo) and a gloo control group; bind this rank's GPU."""
+              init_method: str = "env://", store=None) -> Rank:
+    """Join the default group (NCCL or gloo) and a gloo control group; bind this rank's GPU.
+    ``store``: a TCPStore already connected (spawned ranks), else ``init_method`` finds one."""
     import torch.distributed as dist
 
     import torch
@@ -158,7 +152,10 @@ def init_rank(rank: int, world: int, local_rank: int, device: str, launcher: str
         dev = f"cuda:{local_rank}"
         kw["device_id"] = torch.device(dev)      # binds the NCCL communicator to this rank's GPU
     t = datetime.timedelta(seconds=timeout_s())
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world, timeout=t, **kw)
+    if store is not None:
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=t, **kw)
+    else:
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world, timeout=t, **kw)
     control = dist.new_group(backend="gloo", timeout=t)
     return Rank(rank, world, local_rank, dev, backend, launcher, control)
 
@@ -183,7 +180,12 @@ def _child(rank: int, world: int, port: int, device: str, follower, args, thread
 
         torch.set_num_threads(threads)
     try:
-        ctx = init_rank(rank, world, rank, device, "spawn", f"tcp://127.0.0.1:{port}")
+        import torch.distributed as dist
+
+        store = dist.TCPStore("127.0.0.1", port, world, is_master=False,
+                              timeout=datetime.timedelta(seconds=timeout_s()))
+        store.set(f"roofline/ready/{rank}", "1")      # rank 0 waits for these, watching for ranks that died
+        ctx = init_rank(rank, world, rank, device, "spawn", store=store)
         follower(ctx, *args)
         close_rank()
     except KeyboardInterrupt:
@@ -236,7 +238,7 @@ def run_ranks(world: int, device: str, main, follower, args=(), *, threads: int 
             close_rank()
     import torch.multiprocessing as mp
 
-    port = free_port()
+    store, port = _master_store()
     spawn = mp.get_context("spawn")
     procs = [spawn.Process(target=_child, args=(r, world, port, device, follower, args, threads), daemon=True)
              for r in range(1, world)]
@@ -244,13 +246,43 @@ def run_ranks(world: int, device: str, main, follower, args=(), *, threads: int 
         p.start()
     try:
         try:
-            ctx = init_rank(0, world, 0, device, "spawn", f"tcp://127.0.0.1:{port}")
+            _wait_ready(store, procs)
+            ctx = init_rank(0, world, 0, device, "spawn", store=store)
+        except RankLost:
+            raise
         except Exception as e:  # noqa: BLE001
             raise RankLost(_lost_message(procs, e, "while starting")) from None
         return _guarded(ctx, main, args, procs, threads)
     finally:
         close_rank()
         _stop(procs)
+
+
+def _master_store():
+    """Rank 0's TCPStore on 127.0.0.1 at a port the OS picks (no race for a free one), not waiting for the
+    workers (``_wait_ready`` does): (store, port)."""
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, timeout=datetime.timedelta(seconds=timeout_s()),
+                          wait_for_workers=False)
+    return store, store.port
+
+
+def _wait_ready(store, procs) -> None:
+    """Wait for every spawned rank to check in, and stop at once when one dies first (an import error,
+    an out-of-memory start): without this, rank 0 would wait the whole timeout for a rank that is gone."""
+    keys = [f"roofline/ready/{r}" for r in range(1, len(procs) + 1)]
+    deadline = time.monotonic() + timeout_s()
+    while not store.check(keys):
+        dead = [(i + 1, p.exitcode) for i, p in enumerate(procs) if p.exitcode is not None]
+        if dead:
+            world = len(procs) + 1
+            raise RankLost("; ".join(f"rank {r} of {world} {how_ended(c)}" for r, c in dead)
+                           + " while starting (its own error is above), so the run stopped")
+        if time.monotonic() > deadline:
+            raise RankLost(f"the spawned ranks did not start within {timeout_s():g} s "
+                           "(ROOFLINE_TP_TIMEOUT_S), so the run stopped")
+        time.sleep(0.05)
 
 
 def _guarded(ctx: Rank, main, args, procs, threads: int | None = None):

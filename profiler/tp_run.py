@@ -1,6 +1,6 @@
-"""``roofline profile --tp N``: ``run_profile`` for N tensor-parallel ranks (``profiler.run`` calls it).
+"""``roofline profile --tp N``: ``run_profile`` for N tensor-parallel ranks (``profiler.profile_run`` calls it).
 
-The same run as on one device (``profiler.run`` lists the stages), with the ranks around it:
+The same run as on one device (``profiler.profile_run`` lists the stages), with the ranks around it:
 
 1. every input is checked before anything starts: the plan, ``--tp`` against the model's heads
    (``roofline.parallel.shard``) and against this machine's GPUs (``profiler.distributed.check_tp``);
@@ -26,8 +26,9 @@ from roofline.errors import RooflineError
 from roofline.records import read_results
 from roofline.writer import ResultWriter
 
-from .run import (Interrupted, ProfileResult, _finish_profile, _named, _profile_header, _settings, check_writable,
-                  quiet, remove_derived, validate_kernels)
+from . import kernel_checks
+from .profile_run import ProfileResult, _finish_profile, _named, _profile_header, _settings
+from .run import Interrupted, check_writable, quiet, remove_derived
 from .timing import cpu_threads, now
 
 
@@ -82,7 +83,7 @@ def run_profile_tp(run, *, say=quiet, progress=None, make_runners=None) -> Profi
             if run.check_kernels:
                 say(f"validating kernels ({', '.join(plan.backends)}, {plan.dtype}) ...")
                 t = now()
-                validate_kernels(plan.backends, plan.dtype, plan.device)
+                kernel_checks.validate_kernels(plan.backends, plan.dtype, plan.device)
                 stages["checks"] = now() - t
             from . import probes
 

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 import profiler.ceilings as C
-import profiler.run as R
+import profiler.kernel_checks as R
 from profiler.cli import main
 from roofline.devices import cpu_device
 from roofline.errors import RooflineError

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import profiler.kernel_checks as K
 import profiler.run as R
 from profiler.cli import main
 from roofline.analysis import analyze
@@ -36,7 +37,7 @@ def fast(monkeypatch, tmp_path):
     from roofline.devices import cpu_device
 
     monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(R, "validate_kernels", lambda *a, **k: [])
+    monkeypatch.setattr(K, "validate_kernels", lambda *a, **k: [])
     monkeypatch.setattr(C, "get_ceilings", lambda device="cpu", **kw: C.Ceilings(
         cpu_device(C.device_name("cpu"), {"fp32": 1e11, "bf16": 5e10}, 2e10), None, {"label": "achievable"}))
 
@@ -233,7 +234,7 @@ def test_latency_json_is_strict_json(tmp_path):
     (["--budget-ms", "0.5"], "must be a number of milliseconds from 1 to 60000"),
 ])
 def test_sizes_that_cannot_run_are_refused_before_anything_runs(tmp_path, monkeypatch, args, message):
-    monkeypatch.setattr(R, "validate_kernels", lambda *a, **k: pytest.fail("validated kernels"))
+    monkeypatch.setattr(K, "validate_kernels", lambda *a, **k: pytest.fail("validated kernels"))
     r = cli("profile", *TINY, *args, "--out", tmp_path / "D")
     assert r.exit_code == 2 and message in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "D" / "results.jsonl").exists()

@@ -109,3 +109,21 @@ def test_more_ranks_than_gpus_is_refused(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "0")
     with pytest.raises(RooflineError, match="torchrun started 4 processes"):
         check_tp(2, "cpu")
+
+
+def test_a_rank_that_dies_while_starting_stops_the_run_at_once():
+    """A spawned rank that fails before it joins (an import error, an out-of-memory start) is noticed in
+    seconds, not after the whole collective timeout."""
+    import time
+
+    from profiler.distributed import RankLost, run_ranks
+
+    t0 = time.monotonic()
+    # threads=-1: the spawned rank's torch.set_num_threads(-1) fails before it reaches the store
+    with pytest.raises(RankLost, match=r"rank 1 of 2 exited with code 1 while starting"):
+        run_ranks(2, "cpu", _never, _never, threads=-1)
+    assert time.monotonic() - t0 < 60
+
+
+def _never(ctx):
+    raise AssertionError("no rank may run its part without its peers")
