@@ -50,14 +50,15 @@ def roofline_figure(rf) -> ReportFigure:
     zero = zero_flop_ops(rf)
     above = [r for r in plotted(rf) if r.above_roof]
     trace = rf.header.kind == "trace"
-    cap = (f"{len(plotted(rf))} measured points at (arithmetic intensity, achieved FLOP/s = FLOPs / median time); "
-           "error bars span the p20-p80 times. Marker shape: phase; colour: batch; size: context. "
-           if not trace else
-           f"{len(plotted(rf))} traced ops (one point per op and shape) at (arithmetic intensity, achieved FLOP/s = "
-           "FLOPs / mean instance time); error bars span the p20-p80 instance times. Marker shape: phase; colour: "
-           "op category; area: share of the traced time. Uncosted ops and collectives are not on the chart. "
-           f"Solid: the ceilings used to classify ({dev.source} where measured); dashed: datasheet. "
-           "Vector ops (norms, rope, residuals, swiglu) compute in fp32 and sit under the fp32 roof.")
+    if not trace:
+        cap = (f"{len(plotted(rf))} measured points at (arithmetic intensity, achieved FLOP/s = FLOPs / median time); "
+               "error bars span the p20-p80 times. Marker shape: phase; colour: batch; size: context. ")
+    else:
+        cap = (f"{len(plotted(rf))} traced ops (one point per op and shape) at (arithmetic intensity, achieved FLOP/s = "
+               "FLOPs / mean instance time); error bars span the p20-p80 instance times. Marker shape: phase; colour: "
+               "op category; area: share of the traced time. Uncosted ops and collectives are not on the chart. ")
+    cap += (f"Solid: the ceilings used to classify ({dev.source} where measured); dashed: datasheet. "
+            "Vector ops (norms, rope, residuals, swiglu) compute in fp32 and sit under the fp32 roof.")
     steps = step_markers(analyze(rf))
     if steps:
         n_all = sum(1 for s in analyze(rf).steps if s.cost.flops > 0)

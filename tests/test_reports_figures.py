@@ -154,3 +154,9 @@ def test_compare_colours_runs_by_device(rf):
 
 def test_run_figures_in_report_order(rf):
     assert [f.key for f in run_figures(rf)] == ["roofline", "time_prefill", "time_decode", "sweep", "predicted"]
+
+
+def test_the_roofline_caption_says_which_lines_are_which(rf):
+    cap = roofline_figure(rf).caption
+    assert cap.startswith("290 measured points at (arithmetic intensity")   # 327 lines: 36 zero-FLOP, 1 skipped
+    assert "Solid: the ceilings used to classify (measured where measured); dashed: datasheet." in cap
