@@ -16,7 +16,7 @@ from pathlib import Path
 from roofline.errors import RooflineError
 from roofline.records import RunHeader
 
-from .run import MODES, check_writable, command_line, quiet, run_configs, started
+from .run import MODES, LatencyResult, check_writable, command_line, quiet, run_configs, started
 from .timing import cpu_threads
 
 
@@ -89,21 +89,6 @@ class LatencyRun:
 
 def config_label(budget, cache: bool) -> str:
     return f"chunk={budget if budget else 'none'},prefix-cache={'on' if cache else 'off'}"
-
-
-@dataclass
-class LatencyResult:
-    path: Path
-    summaries: list               # LatencySummary per configuration run now, in order
-    skipped: list = field(default_factory=list)   # configurations already complete in the file (resume)
-    result_file: object = None
-
-    def to_json(self) -> dict:
-        from roofline.latency import FORMULAS
-
-        formulas = self.summaries[0].formulas if self.summaries else FORMULAS
-        return {"file": str(self.path), "formulas": list(formulas), "summaries": [s.to_dict() for s in self.summaries],
-                "skipped": self.skipped}
 
 
 def _cpu_threads_default(device: str, threads: int | None) -> int | None:

@@ -16,7 +16,7 @@ import json
 import math
 import shlex
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -115,6 +115,21 @@ def _mode(resume: bool, overwrite: bool) -> str:
     return "resume" if resume else "overwrite" if overwrite else "new"
 
 
+@dataclass
+class LatencyResult:
+    path: Path
+    summaries: list               # LatencySummary per configuration run now, in order
+    skipped: list = field(default_factory=list)   # configurations already complete in the file (resume)
+    result_file: object = None
+
+    def to_json(self) -> dict:
+        from roofline.latency import FORMULAS
+
+        formulas = self.summaries[0].formulas if self.summaries else FORMULAS
+        return {"file": str(self.path), "formulas": list(formulas), "summaries": [s.to_dict() for s in self.summaries],
+                "skipped": self.skipped}
+
+
 class ConfigSink:
     """What a configuration's runner writes through: ``request(timeline)`` the moment a request finishes,
     ``record(dict)`` for any other line; both stamped with the configuration's attempt number."""
@@ -193,7 +208,7 @@ def finite_or_none(x):
 # import the shared pieces above, and a rank process that unpickles one of them first must not
 # find this module half-initialized.
 _EXPORTS = {"validate_kernels": "kernel_checks",
-            **dict.fromkeys(("LatencyResult", "LatencyRun", "_cpu_threads_default", "config_label", "run_latency"),
+            **dict.fromkeys(("LatencyRun", "_cpu_threads_default", "config_label", "run_latency"),
                             "latency_run"),
             **dict.fromkeys(("BUDGET_MS", "CPU_DEFAULTS", "CPU_QUICK", "GPU_DEFAULTS", "GPU_QUICK", "ProfileResult",
                              "ProfileRun", "default_plan", "run_profile"), "profile_run")}
