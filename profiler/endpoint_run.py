@@ -28,7 +28,7 @@ from pathlib import Path
 from roofline.errors import RooflineError
 from roofline.records import RunHeader
 
-from .run import MODES, LatencyResult, check_writable, command_line, quiet, run_configs, started
+from .run import LatencyResult, check_output, check_writable, command_line, quiet, run_configs, started
 
 DISCOVERY_TIMEOUT_S = 30.0   # GET /v1/models and /tokenize before the run: a server that accepts and never answers
 TIMESTAMPS = ("profiler.timing.now() on the client, seconds since the configuration started; arrival = scheduled "
@@ -63,9 +63,7 @@ class EndpointRun:
     api_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "out", Path(self.out))
-        if self.mode not in MODES:
-            raise RooflineError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}.")
+        check_output(self)
 
     @property
     def path(self) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 from roofline.errors import RooflineError
 from roofline.records import RunHeader
 
-from .run import MODES, LatencyResult, check_writable, command_line, quiet, run_configs, started
+from .run import LatencyResult, check_output, check_writable, command_line, quiet, run_configs, started
 from .timing import cpu_threads
 
 
@@ -46,9 +46,7 @@ class LatencyRun:
     model_arg: str = ""
 
     def __post_init__(self):
-        object.__setattr__(self, "out", Path(self.out))
-        if self.mode not in MODES:
-            raise RooflineError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}.")
+        check_output(self)
 
     @property
     def path(self) -> Path:

@@ -33,7 +33,7 @@ from roofline.records import RunHeader, read_results
 from roofline.writer import ResultWriter
 
 from . import kernel_checks
-from .run import MODES, Interrupted, check_writable, command_line, quiet, remove_derived, started
+from .run import Interrupted, check_output, check_writable, command_line, quiet, remove_derived, started
 from .timing import cpu_threads, now
 
 
@@ -98,9 +98,7 @@ class ProfileRun:
     tp: int = 1                   # tensor-parallel ranks (profiler.tp_run): per-rank shards and collectives
 
     def __post_init__(self):
-        object.__setattr__(self, "out", Path(self.out))
-        if self.mode not in MODES:
-            raise RooflineError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}.")
+        check_output(self)
 
     @property
     def path(self) -> Path:

@@ -109,6 +109,13 @@ def remove_derived(out: Path, names=DERIVED) -> None:
             raise RooflineError(f"cannot remove the stale {p} ({e.strerror or e}); remove it by hand.") from None
 
 
+def check_output(run) -> None:
+    """A run dataclass's ``out`` as a Path and its ``mode`` checked (call from ``__post_init__``)."""
+    object.__setattr__(run, "out", Path(run.out))
+    if run.mode not in MODES:
+        raise RooflineError(f"mode must be one of {', '.join(MODES)}, not {run.mode!r}.")
+
+
 def _mode(resume: bool, overwrite: bool) -> str:
     if resume and overwrite:
         raise RooflineError("--resume and --overwrite contradict each other: give one of them.")
