@@ -9,7 +9,12 @@ achieved FLOP/s and bytes/s, the fraction of the attainable roof min(peak, inten
 using MEASURED ceilings (a large copy for bandwidth, a large GEMM for FLOP/s; labelled), and
 on a GPU the speed ratio peer_time / triton_time. Targets (H100/H200): linear >= 0.9x cuBLAS at
 M >= 1024 and >= 85% of copy bandwidth at M <= 16; decode attention >= 85% of copy bandwidth at
-batch x context >= 32 x 4096; prefill attention >= 0.8x SDPA. A MET/MISS summary is printed last.
+batch x context >= 32 x 4096; prefill attention >= 0.8x SDPA; int8 / int4 weight-only decode linears
+(M <= 16) >= 80% of copy bandwidth counting their int bytes and scales. On a CPU the quantized linears
+run the torch backend's op (aten._weight_int8pack_mm, _weight_int4pack_mm_for_cpu) in fp32 and in bf16
+activations, and print their time as a ratio to the float linear's beside the bytes ratio: a time
+ratio above the bytes ratio is a kernel that dequantizes slower than it saves reading.
+A MET/MISS summary is printed last.
 Timing: profiler.timing.measure (CUDA events after warm-up, L2 flushed, median), the one clock.
 """
 
@@ -26,8 +31,11 @@ import torch  # noqa: E402
 
 from kernels import decode_attention as DA  # noqa: E402
 from kernels import linear as L  # noqa: E402
+from kernels import linear_int4 as L4  # noqa: E402
+from kernels import linear_int8 as L8  # noqa: E402
 from kernels import prefill_attention as PA  # noqa: E402
 from kernels._common import HAS_CUDA, torch_dtype  # noqa: E402,F401
+from kernels.quant import prepare_torch, quantize_weight, torch_linear  # noqa: E402
 from profiler.ceilings import measure_bandwidth, measure_gemm  # noqa: E402
 from profiler.timing import measure  # noqa: E402
 from roofline.models import load_model  # noqa: E402
@@ -97,6 +105,8 @@ def main(argv=None):
             else:
                 row(f"{what} M={M} K={K} N={N} (torch)", c, t_peer, peak, bw)
 
+    quantized_linears(cfg, dev, gpu, a.quick, dname, peak, bw)
+
     print("\n-- decode attention (split-KV, GQA), peer: torch grouped-query matmuls over the cache rows")
     cases = ([(1, 4096), (32, 4096), (64, 8192)] if gpu else [(1, 512), (8, 1024)])[: 2 if a.quick else 3]
     for B, S in cases:
@@ -128,6 +138,47 @@ def main(argv=None):
         for v, name, what in VERDICTS:
             print(f"  {v:<4} {name:<40} {what}")
         print(f"  {sum(v == 'MET' for v, _, _ in VERDICTS)} MET, {sum(v == 'MISS' for v, _, _ in VERDICTS)} MISS")
+
+
+QUANT_CASES = (("int8", {}), ("int4", dict(group_size=128)))
+QUANT_ROOF = 0.80   # the bf16 decode linear's target is 85%: dequantizing costs a little
+
+
+def quantized_linears(cfg, dev, gpu, quick, dname, peak, bw):
+    """Weight-only int8 / int4 decode linears against the float linear of the same shape.
+
+    GPU: our Triton kernels (peer: the torch backend's op), target >= 80% of the measured copy bandwidth
+    counting the int bytes and scales. CPU: the torch backend's op in fp32 and bf16 activations; the time
+    ratio to the float linear (torch.matmul) beside the bytes ratio (formula bytes, scales included).
+    """
+    H, I = cfg.hidden, cfg.intermediate
+    shapes = [(H, H, "q_proj"), (H, I, "gate_proj"), (I, H, "down_proj")][: 1 if quick else 3]
+    Ms = [1, 16] if not quick else [1]
+    dts = [dname] if gpu else list(dict.fromkeys([dname, "bf16"]))
+    print("\n-- weight-only int8 / int4 decode linears (x @ dequant(W)); "
+          + ("ours vs the torch backend's op" if gpu else "torch backend op vs torch.matmul in the same dtype"))
+    g = torch.Generator(device=dev).manual_seed(1)
+    for d in dts:
+        dt = torch_dtype(d)
+        for K, N, what in shapes:
+            w = (torch.randn(K, N, generator=g, device=dev) / K ** 0.5).to(dt)
+            for kind, kw in QUANT_CASES:
+                qw = prepare_torch(quantize_weight(w, kind, **kw))
+                mod = L8 if kind == "int8" else L4
+                for M in Ms:
+                    x = torch.randn(M, K, generator=g, device=dev).to(dt)
+                    c, cf = mod.cost(M, K, N, d, **kw), L.cost(M, K, N, d)
+                    t_op = bench(lambda: torch_linear(x, qw), dev)
+                    name = f"{kind} {what} M={M} K={K} N={N} {d}"
+                    if gpu:
+                        run = L8.linear_int8 if kind == "int8" else L4.linear_int4
+                        t = bench(lambda: run(x, qw), dev)
+                        row(name, c, t, peak, bw, t_op, ("roof", QUANT_ROOF))
+                    else:
+                        t_f = bench(lambda: torch.matmul(x, w), dev)
+                        row(f"{name} (torch)", c, t_op, peak, bw)
+                        print(f"{'':<44}time {t_op / t_f:5.2f}x the {d} linear's for {c.bytes / cf.bytes:5.2f}x its "
+                              f"bytes [{qw.torch_impl.split(' (')[0]}]")
 
 
 if __name__ == "__main__":

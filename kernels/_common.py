@@ -81,6 +81,22 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def take(t: torch.Tensor, idx) -> torch.Tensor:
+    """``t[idx]`` for any dtype: an fp8 tensor is indexed through its uint8 view (torch's gather and scatter
+    kernels do not take every float8 dtype on every device); values are the same bits."""
+    if t.dtype.is_floating_point and t.element_size() == 1:
+        return t.view(torch.uint8)[idx].view(t.dtype)
+    return t[idx]
+
+
+def put(t: torch.Tensor, idx, value: torch.Tensor) -> None:
+    """``t[idx] = value`` for any dtype (fp8 through uint8 views, as ``take``)."""
+    if t.dtype.is_floating_point and t.element_size() == 1:
+        t.view(torch.uint8)[idx] = value.to(t.dtype).view(torch.uint8)
+    else:
+        t[idx] = value
+
+
 _IDENTITY: dict = {}   # id(slots) -> (weakref to it, its _version, whether it is 0..B-1)
 
 
@@ -101,4 +117,4 @@ def slot_rows(cache: torch.Tensor, slots: torch.Tensor, n: int) -> torch.Tensor:
         if len(_IDENTITY) > 4096:
             _IDENTITY.clear()
         seen = _IDENTITY[id(slots)] = (weakref.ref(slots), slots._version, ident)
-    return cache[:B, :, :n] if seen[2] else cache[slots, :, :n]
+    return cache[:B, :, :n] if seen[2] else take(cache, (slots, slice(None), slice(None, n)))

@@ -3,6 +3,11 @@
 Every op has the same signature in both; the model and the runners call only these. The
 torch backend is the "best plain PyTorch" peer: cuBLAS matmul, SDPA for prefill attention,
 a batched gather-and-matmul decode attention, fp32 math for the vector ops.
+
+Weight-only quantized weights (``kernels.quant.QuantWeight``) go through the same ``linear``: the
+triton backend runs ``linear_int8`` / ``linear_int4``, the torch backend the ecosystem's quantized
+GEMM (``quant.torch_linear``). An 8-bit KV cache goes through the same ``kv_append`` and attention
+ops with ``scales=(k_scale, v_scale)``.
 """
 
 from __future__ import annotations
@@ -15,13 +20,26 @@ from . import decode_attention as DA
 from . import embedding as E
 from . import kv_append as KV
 from . import linear as L
+from . import linear_int4 as L4
+from . import linear_int8 as L8
 from . import prefill_attention as PA
 from . import residual as R
 from . import rmsnorm as N
 from . import rope as P
 from . import swiglu as S
+from .quant import QuantWeight, torch_linear
 
 BACKENDS = ("triton", "torch")
+
+
+def _triton_linear(x, w, **config):
+    if isinstance(w, QuantWeight):
+        return (L8.linear_int8 if w.dtype == "int8" else L4.linear_int4)(x, w, **config)
+    return L.linear(x, w, **config)
+
+
+def _torch_linear(x, w):
+    return torch_linear(x, w) if isinstance(w, QuantWeight) else L.reference(x, w)
 
 
 def _torch_rope(q, k, cos, sin, pos):
@@ -30,21 +48,21 @@ def _torch_rope(q, k, cos, sin, pos):
     return q, k
 
 
-def _torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None):
-    return DA.torch_decode(q, k_cache, v_cache, lengths, slots, max_len=max_len)
+def _torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None, scales=None):
+    return DA.torch_decode(q, k_cache, v_cache, lengths, slots, max_len=max_len, scales=scales)
 
 
-def _torch_prefill(q, k_cache, v_cache, slots, cached=0, *, causal=True):
-    return PA.sdpa(q, k_cache, v_cache, slots, cached, causal=causal)
+def _torch_prefill(q, k_cache, v_cache, slots, cached=0, *, causal=True, scales=None):
+    return PA.sdpa(q, k_cache, v_cache, slots, cached, causal=causal, scales=scales)
 
 
 _OPS = {
     "triton": SimpleNamespace(
-        name="triton", embedding=E.embedding, rmsnorm=N.rmsnorm, add_rmsnorm=N.add_rmsnorm, linear=L.linear,
+        name="triton", embedding=E.embedding, rmsnorm=N.rmsnorm, add_rmsnorm=N.add_rmsnorm, linear=_triton_linear,
         rope=P.rope, kv_append=KV.kv_append, prefill_attention=PA.prefill_attention,
         decode_attention=DA.decode_attention, residual_add=R.residual_add, swiglu=S.swiglu),
     "torch": SimpleNamespace(
-        name="torch", embedding=E.reference, rmsnorm=N.reference, add_rmsnorm=N.add_reference, linear=L.reference,
+        name="torch", embedding=E.reference, rmsnorm=N.reference, add_rmsnorm=N.add_reference, linear=_torch_linear,
         rope=_torch_rope, kv_append=KV.reference, prefill_attention=_torch_prefill,
         decode_attention=_torch_decode, residual_add=R.reference, swiglu=S.reference),
 }

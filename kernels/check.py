@@ -11,6 +11,14 @@ Model checks (model "tiny", 2 layers, 12 tokens quick): prefill + decode steps e
 forward_full over the sequence (two slots of different lengths decoded in one batch); chunked prefill equals
 unchunked; prefix reuse equals a full prefill; the triton backend equals the torch backend.
 With no GPU, kernels/_env.py has already switched Triton to its interpreter.
+
+Quantization checks (part "quant", ``_quant_checks``): the int8 and int4 linears and the 8-bit KV
+cache against dequantized fp64 references (the kernels' arithmetic: ``KERNEL_TOL``), and against the
+unquantized weights / K and V with a bound derived from the quantization step (``quant_bound``, the
+derivation in its docstring); the model with int8 weights and an int8 KV cache equals its own
+forward_full and the other backend. ``quality_notes`` is what a user needs before choosing: the
+logits of the quantized model against the same seeded model unquantized over a prompt (max
+difference, top-1 agreement). fp8 KV checks run only on a GPU with fp8.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from . import decode_attention as DA
 from . import embedding as E
 from . import kv_append as KV
 from . import linear as L
+from . import linear_int4 as L4
+from . import linear_int8 as L8
 from . import prefill_attention as PA
 from . import residual as R
 from . import rmsnorm as N
@@ -34,6 +44,7 @@ from . import swiglu as S
 from ._common import HAS_CUDA, dtype_name, torch_dtype
 from .backend import get_ops
 from .model import LlamaModel
+from .quant import fp8_supported, prepare_torch, quantize_weight
 
 # Kernel tolerances (relative to max |ref|): fp32 exact up to summation order; fp16 10 bits of
 # mantissa; bf16 8 bits (the interpreter also truncates fp32->bf16 instead of rounding).
@@ -167,11 +178,203 @@ def _model_checks(backend, dt, dev, quick):
     yield f"model {backend} = {other_be} backend", make(other_be).forward_full(toks), full, "forward_full logits"
 
 
-def run_checks(backend="triton", dtype="fp32", device=None, quick=True, *, parts=("kernels", "model")) -> list:
+# ---------------------------------------------------------------- quantization
+
+def quant_bound(x: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+    """The largest |y - x @ w| weight-only quantization can cause: 0.5 x sum_k |x[m, k]| x step[k, n].
+
+    Derivation: round to nearest puts every dequantized weight within half a step of the weight,
+    |w[k, n] - dq[k, n]| <= step[k, n] / 2, with step = the scale of (k, n) (int8: s[n], its output
+    channel's; int4: s[k // g, n], its group's; a zero point shifts values, not steps). Then
+    |sum_k x[m, k] (w - dq)[k, n]| <= sum_k |x[m, k]| step[k, n] / 2 by the triangle inequality:
+    a bound that holds for every input, not a statistical one. (Rounding errors of random data add
+    like a random walk, so typical errors are ~sqrt(K) times smaller.) x [M, K], step [K, N] -> [M, N].
+    """
+    return 0.5 * (x.double().abs() @ step.double())
+
+
+def _bound_err(y, y_full, bound, slack) -> float:
+    """max |y - y_full| / (bound + slack): <= 1 passes. ``slack`` covers the kernel's own arithmetic."""
+    y, y_full = y.double(), y_full.double()
+    if y.shape != y_full.shape or not torch.isfinite(y).all():
+        return math.inf
+    return float(((y - y_full).abs() / (bound + slack)).max())
+
+
+def _quant_checks(ops, dt, dev, quick):
+    """Yield CheckResults of the quantized kernels (see the module docstring)."""
+    g = torch.Generator(device=dev).manual_seed(4321)
+    rnd = lambda *s: torch.randn(*s, generator=g, device=dev).to(dt)  # noqa: E731
+    nan = lambda *s: torch.full(s, float("nan"), dtype=dt, device=dev)  # noqa: E731
+    tri = ops.name == "triton"
+    dname = dtype_name(dt)
+    tol = KERNEL_TOL[dname]
+    small = dict(block_m=16, block_n=32, block_k=32)
+    cases = [(37, 70, 128, small), (3, 200, 256, dict(block_k=32, split_k=3)), (1, 48, 64, {})]
+    if not quick:
+        cases += [(1000, 1100, 768, {}), (16, 4096, 1024, {})]
+    kinds = [("int8", {}), ("int4", dict(group_size=32)), ("int4", dict(group_size=64, zero_point=True))]
+    for M, Nn, K, cfg in cases:
+        x, w = rnd(M, K), rnd(K, Nn)
+        y_full = x.double() @ w.double()                                  # the unquantized layer
+        for kind, qkw in kinds:
+            qw = quantize_weight(w, kind, **qkw)
+            if not tri:
+                prepare_torch(qw)
+            y = ops.linear(x, qw, out=nan(M, Nn), **cfg) if tri else ops.linear(x, qw)
+            mod = L8 if kind == "int8" else L4
+            zp = " zp" if qkw.get("zero_point") else ""
+            label = kind + (f" g{qkw['group_size']}{zp}" if kind == "int4" else "")
+            how = ", ".join(f"{k}={v}" for k, v in cfg.items()) if tri else qw.torch_impl.split(":")[0]
+            ref = mod.reference(x.double(), qw)
+            yield _result(f"linear_{label} M={M} N={Nn} K={K}", rel_err(y, ref), tol, f"vs dequantized; {how}")
+            step = _steps(qw)
+            err = _bound_err(y, y_full, quant_bound(x, step), tol * y_full.abs().max())
+            yield _result(f"linear_{label} M={M} N={Nn} K={K} vs {dname} w", err, 1.0,
+                          "error / (quantization bound + arithmetic)")
+    yield from _kv_quant_checks(ops, dt, dev, g, tri, tol)
+
+
+def _steps(qw) -> torch.Tensor:
+    """[K, N]: the quantization step (scale) of every weight."""
+    if qw.dtype == "int8":
+        return qw.scales.double()[None, :].expand(qw.in_features, -1)
+    return qw.scales.double().repeat_interleave(qw.group_size, dim=0)
+
+
+def _kv_quant_checks(ops, dt, dev, g, tri, tol):
+    rnd = lambda *s: torch.randn(*s, generator=g, device=dev).to(dt)  # noqa: E731
+    nan = lambda *s: torch.full(s, float("nan"), dtype=dt, device=dev)  # noqa: E731
+    from .quant import KV_TORCH, quantize_kv_rows
+
+    kinds = ["int8"] + (["fp8"] if dev.type == "cuda" and fp8_supported(dev) else [])
+    for kind in kinds:
+        # kv_append: every written row within its quantization bound; other rows and scales untouched
+        sentinel = 77 if kind == "int8" else 3.0
+        kc = torch.full((3, 2, 10, 12), sentinel, device=dev).to(KV_TORCH[kind])
+        vc = kc.clone()
+        ks, vs = (torch.full((3, 2, 10), float("nan"), device=dev) for _ in range(2))
+        kk, vv = rnd(4, 2, 12), rnd(4, 2, 12)
+        sl, ps = torch.tensor([0, 2, 2, 1], device=dev), torch.tensor([9, 0, 1, 5], device=dev)
+        ops.kv_append(kk, vv, kc, vc, sl, ps, scales=(ks, vs))
+        errs, untouched = [], True
+        written = torch.zeros(3, 2, 10, dtype=torch.bool, device=dev)
+        written[sl, :, ps] = True
+        for x, c, sc in ((kk, kc, ks), (vv, vc, vs)):
+            c = c.double()                                                           # fp8: index its values
+            s = sc[sl, :, ps].double()                                               # [T, Hkv]
+            deq = c[sl, :, ps] * s[..., None]
+            xd = x.double()
+            eps = 2.0 ** -23 * 4 * xd.abs()                                          # fp32 arithmetic of the scale
+            if kind == "int8":
+                bound = 0.5 * s[..., None] + eps                                     # half a step
+            else:                                                                    # e4m3: 3 mantissa bits
+                bound = 2.0 ** -4 * xd.abs() + 2.0 ** -10 * s[..., None] + eps
+            errs.append(float(((deq - xd).abs() / bound).max()) if torch.isfinite(deq).all() else math.inf)
+            untouched &= bool(torch.isnan(sc[~written]).all()) and bool((c[~written] == sentinel).all())
+        err = max(errs) if untouched else math.inf
+        yield _result(f"kv_append {kind} T=4 Hkv=2 D=12", err, 1.0, "error / half a quantization step; other rows "
+                      "untouched" if kind == "int8" else "error / e4m3 rounding bound; other rows untouched")
+        # attention over an 8-bit cache vs the reference over the dequantized cache (fp64)
+        kc, vc = (quantize_kv_rows(torch.randn(4, 2, 64, 16, generator=g, device=dev), kind) for _ in range(2))
+        (kq, ksc), (vq, vsc) = kc, vc
+        sc = (ksc, vsc)
+        acfg = dict(block_m=16, block_n=16) if tri else {}
+        for B, n, Hq, p, causal in [(2, 37, 4, 0, True), (1, 21, 4, 13, True), (2, 19, 2, 5, False)]:
+            q = rnd(B, n, Hq, 16)
+            slots = torch.tensor([2, 0][:B], device=dev)
+            kw = dict(acfg, out=nan(B, n, Hq, 16)) if tri else {}
+            o = ops.prefill_attention(q, kq, vq, slots, p, causal=causal, scales=sc, **kw)
+            ref = PA.reference(q.double(), kq, vq, slots, p, causal=causal, scales=sc)
+            yield _result(f"prefill_attn {kind} KV B={B} n={n} p={p}" + ("" if causal else " noncausal"),
+                          rel_err(o, ref), tol, "vs dequantized K/V")
+        for Hq, lens, cfg in [(4, [37, 1, 0, 60], dict(block_n=16)), (8, [50, 13], dict(block_n=16, splits=3))]:
+            B = len(lens)
+            q = rnd(B, Hq, 16)
+            slots, ln = torch.tensor([3, 0, 1, 2][:B], device=dev), torch.tensor(lens, device=dev)
+            kw = dict(cfg, out=nan(B, Hq, 16)) if tri else {}
+            o = ops.decode_attention(q, kq, vq, ln, slots, scales=sc, **kw)
+            yield _result(f"decode_attn {kind} KV lens={lens} Hq={Hq}", rel_err(o, DA.reference(
+                q.double(), kq, vq, ln, slots, scales=sc)), tol, "vs dequantized K/V")
+
+
+def _quant_model_checks(backend, dt, dev, quick):
+    """The model with int8 weights and an int8 KV cache: prefill+decode = forward_full, and = the other backend."""
+    cfg = load_model("tiny")
+    kw = dict(dtype=dt, device=dev, seed=7, max_slots=2, max_len=64, weight_dtype="int8", kv_dtype="int8")
+    g = torch.Generator().manual_seed(98)
+    S, steps = (12, 3) if quick else (40, 8)
+    toks = torch.randint(0, cfg.vocab, (1, S), generator=g).to(dev)
+    m = LlamaModel(cfg, backend=backend, **kw)
+    full = m.forward_full(toks)
+    p = S - steps
+    out = [m.prefill(toks[0, :p], 0)] + [m.decode_step(toks[0, p + i][None], torch.tensor([0]))[0]
+                                         for i in range(steps)]
+    yield "model int8 w+KV prefill+decode = forward_full", torch.stack(out), full[p - 1:S], f"{steps} decode steps"
+    other = "torch" if backend == "triton" else "triton"
+    yield (f"model int8 w+KV {backend} = {other} backend", LlamaModel(cfg, backend=other, **kw).forward_full(toks),
+           full, "forward_full logits")
+
+
+@dataclass(frozen=True)
+class QualityNote:
+    """What quantization does to a model's output: its logits against the same seeded model unquantized."""
+
+    name: str            # "int8 weights"
+    model: str
+    dtype: str           # the unquantized model's dtype
+    tokens: int          # prompt positions compared
+    max_abs_diff: float  # max |logit - logit_ref| over positions and vocabulary
+    logit_scale: float   # max |logit_ref| (what the difference is measured against)
+    top1: int            # positions whose argmax agrees
+
+    @property
+    def top1_share(self) -> float:
+        return self.top1 / self.tokens if self.tokens else math.nan
+
+    def __str__(self):
+        rel = self.max_abs_diff / self.logit_scale if self.logit_scale else math.nan
+        return (f"note {self.name} vs {self.dtype} ({self.model}, random weights, {self.tokens}-token prompt): "
+                f"max |logit difference| {self.max_abs_diff:.3g} ({rel:.1%} of the largest logit "
+                f"{self.logit_scale:.3g}); top-1 agreement {self.top1}/{self.tokens} ({self.top1_share:.0%})")
+
+    def to_dict(self) -> dict:
+        return dict(name=self.name, model=self.model, dtype=self.dtype, tokens=self.tokens,
+                    max_abs_diff=self.max_abs_diff, logit_scale=self.logit_scale, top1=self.top1)
+
+
+QUALITY_CASES = (("int8 weights", dict(weight_dtype="int8")), ("int8 KV cache", dict(kv_dtype="int8")),
+                 ("int4 weights (g128)", dict(weight_dtype="int4")),
+                 ("int4 weights (g32, zero points)", dict(weight_dtype="int4", group_size=32, zero_point=True)))
+
+
+def quality_notes(dtype="fp32", device=None, *, backend=None, model="small", tokens=32, cases=QUALITY_CASES) -> list:
+    """``QualityNote`` per quantization in ``cases``: logits of the quantized ``model`` against the unquantized one
+    over a ``tokens``-token prompt (forward_full). Quantization, not the kernels, sets these numbers, so on a CPU
+    the torch backend computes them (the interpreter would take minutes); ``backend`` overrides. NB: random
+    Gaussian weights have no outliers, so these say how the formats round, not how a trained model degrades."""
+    dt = torch_dtype(dtype)
+    dev = torch.device(device or ("cuda" if HAS_CUDA else "cpu"))
+    be = backend or ("triton" if dev.type == "cuda" else "torch")
+    cfg = load_model(model)
+    toks = torch.randint(0, cfg.vocab, (1, tokens), generator=torch.Generator().manual_seed(5)).to(dev)
+    kw = dict(dtype=dt, backend=be, device=dev, seed=0, max_slots=1, max_len=tokens)
+    ref = LlamaModel(cfg, **kw).forward_full(toks).double()
+    out = []
+    for name, qkw in cases:
+        q = LlamaModel(cfg, **kw, **qkw).forward_full(toks).double()
+        out.append(QualityNote(name, cfg.name, dtype_name(dt), tokens, float((q - ref).abs().max()),
+                               float(ref.abs().max()), int((q.argmax(-1) == ref.argmax(-1)).sum())))
+    return out
+
+
+def run_checks(backend="triton", dtype="fp32", device=None, quick=True, *,
+               parts=("kernels", "model", "quant")) -> list:
     """Every kernel and the model against their references; returns CheckResults (never raises on a miss).
 
     ``quick``: small shapes (the only sensible choice under the interpreter); ``quick=False`` adds
-    larger shapes with the default (GPU) block sizes and longer model sequences.
+    larger shapes with the default (GPU) block sizes and longer model sequences. ``parts``: "kernels",
+    "model", "quant" (the quantized kernels and model, ``_quant_checks``).
     """
     dt = torch_dtype(dtype)
     dname = dtype_name(dt)
@@ -182,4 +385,8 @@ def run_checks(backend="triton", dtype="fp32", device=None, quick=True, *, parts
         results.append(_result(name, rel_err(out, ref), KERNEL_TOL[dname], detail))
     for name, out, ref, detail in (_model_checks(ops.name, dt, dev, quick) if "model" in parts else ()):
         results.append(_result(name, rel_err(out, ref), MODEL_TOL[dname], detail))
+    if "quant" in parts:
+        results += list(_quant_checks(ops, dt, dev, quick))
+        for name, out, ref, detail in _quant_model_checks(ops.name, dt, dev, quick):
+            results.append(_result(name, rel_err(out, ref), MODEL_TOL[dname], detail))
     return results

@@ -15,6 +15,11 @@ check measures for this kernel), each split at least one key tile long, at most 
 (``decode_config``). Splits past a short sequence's end do no work (lse = -inf, weight 0), so
 ragged batches are handled in-kernel; a sequence of length 0 gets zeros.
 fp32 (IEEE FMA dots) uses 32-key tiles and 8 warps: 64-key tiles with 4 warps spilled on sm_80.
+
+8-bit KV cache (int8 or fp8 caches with ``scales=(k_scale, v_scale)``, fp32 [n_slots, Hkv, L], written
+by ``kernels.kv_append``): as in prefill attention, tiles are read as 8-bit values and converted in
+registers; K's per-token scale multiplies its column of scores, V's its column of probabilities
+before the P.V dot (the online softmax's sums use the unscaled probabilities).
 """
 
 from __future__ import annotations
@@ -29,15 +34,16 @@ from roofline import formulas as F
 
 from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name, next_pow2, num_sms, slot_rows
 from ._launch import launch
+from .kv_append import CACHE_DTYPES, check_scales, dequantized
 
 
 @triton.jit
-def _decode_split_kernel(q_ptr, k_ptr, v_ptr, len_ptr, slot_ptr, mid_o_ptr, mid_lse_ptr,
+def _decode_split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, len_ptr, slot_ptr, mid_o_ptr, mid_lse_ptr,
                          GROUP, D, SPLIT_SIZE, qk_scale,
-                         stride_qb, stride_qh, stride_ks, stride_kh, stride_kn,
+                         stride_qb, stride_qh, stride_ks, stride_kh, stride_kn, stride_ss, stride_sh,
                          stride_mb, stride_mh, stride_ms, stride_lb, stride_lh,
                          BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
+                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, KV_QUANT: tl.constexpr):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)
@@ -56,6 +62,8 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, len_ptr, slot_ptr, mid_o_ptr, mid_
         q = q.to(tl.float32)
     k_base = k_ptr + slot * stride_ks + kvh.to(tl.int64) * stride_kh
     v_base = v_ptr + slot * stride_ks + kvh.to(tl.int64) * stride_kh
+    ks_base = ks_ptr + slot * stride_ss + kvh.to(tl.int64) * stride_sh             # an 8-bit cache's scales
+    vs_base = vs_ptr + slot * stride_ss + kvh.to(tl.int64) * stride_sh
     m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_G,), tl.float32)
     acc = tl.zeros((BLOCK_G, BLOCK_D), tl.float32)
@@ -66,7 +74,11 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, len_ptr, slot_ptr, mid_o_ptr, mid_
                     mask=nmask[None, :] & dmask[:, None], other=0.0)              # [D, BLOCK_N]
         if UPCAST:
             k = k.to(tl.float32)
+        elif KV_QUANT:
+            k = k.to(q.dtype)                                                     # 8-bit -> q's dtype: exact
         s = tl.dot(q, k, input_precision=DOT_PREC) * qk_scale                     # [BLOCK_G, BLOCK_N]
+        if KV_QUANT:
+            s = s * tl.load(ks_base + offs_n, mask=nmask, other=0.0)[None, :]
         s = tl.where(nmask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         p = tl.math.exp2(s - m_new[:, None])
@@ -74,11 +86,16 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, len_ptr, slot_ptr, mid_o_ptr, mid_
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_base + offs_n[:, None].to(tl.int64) * stride_kn + offs_d[None, :],
                     mask=nmask[:, None] & dmask[None, :], other=0.0)              # [BLOCK_N, D]
+        pv = p
+        if KV_QUANT:
+            pv = p * tl.load(vs_base + offs_n, mask=nmask, other=0.0)[None, :]
         if UPCAST:
             v = v.to(tl.float32)
         else:
-            p = p.to(v.dtype)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PREC)
+            if KV_QUANT:
+                v = v.to(q.dtype)
+            pv = pv.to(v.dtype)
+        acc = acc * alpha[:, None] + tl.dot(pv, v, input_precision=DOT_PREC)
         m_i = m_new
     nonempty = l_i > 0
     out = acc / tl.where(nonempty, l_i, 1.0)[:, None]
@@ -114,14 +131,15 @@ MAX_SPLITS = 64
 
 
 def decode_config(batch: int, n_kv_heads: int, max_len: int, device="cpu", *, dtype=torch.bfloat16,
-                  block_n=None, splits=None) -> dict:
+                  block_n=None, splits=None, kv_quant: bool = False) -> dict:
     """Split-KV count and tile from the SM count and occupancy: ``DECODE_BLOCKS_PER_SM`` x SMs programs
-    over (batch, KV head, split), each split >= 1 key tile, at most 64 splits. fp32: 32-key tiles, 8 warps."""
+    over (batch, KV head, split), each split >= 1 key tile, at most 64 splits. fp32: 32-key tiles, 8 warps.
+    An 8-bit cache (``kv_quant``): 32-key tiles (64 spilled 12 B per thread with fp8 on sm_90)."""
     if block_n is not None and (int(block_n) < 16 or int(block_n) & (int(block_n) - 1)):
         raise ValueError(f"block_n must be a power of two of at least 16 (tl.dot needs operands of 16 or more "
                          f"on a GPU), got {block_n}.")
     fp32 = dtype == torch.float32
-    bn = block_n or (32 if fp32 else 64)
+    bn = block_n or (32 if fp32 or kv_quant else 64)
     if splits is None:
         want = cdiv(DECODE_BLOCKS_PER_SM * num_sms(device), max(1, batch * n_kv_heads))
         splits = max(1, min(want, cdiv(max_len, MIN_SPLIT_TILES * bn), MAX_SPLITS))
@@ -134,16 +152,20 @@ def decode_config(batch: int, n_kv_heads: int, max_len: int, device="cpu", *, dt
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lengths: torch.Tensor,
                      slots: torch.Tensor, *, max_len: int | None = None, sm_scale: float | None = None,
-                     out=None, **config) -> torch.Tensor:
+                     out=None, scales=None, **config) -> torch.Tensor:
     """o [B, Hq, D]: each query over its sequence's ``lengths[b]`` cached keys.
 
-    ``max_len`` (the largest of ``lengths``, known to the caller) avoids a device sync.
+    ``max_len`` (the largest of ``lengths``, known to the caller) avoids a device sync. An 8-bit cache
+    (int8 / fp8) comes with ``scales=(k_scale, v_scale)`` [S, Hkv, L] fp32.
     """
     # q: [B, Hq, D]   k_cache, v_cache: [S, Hkv, L, D]   lengths, slots: [B]   o: [B, Hq, D]
     check_tensor("q", q, (None, None, None), dtypes=FLOAT_DTYPES)
     B, HQ, D = q.shape
-    check_tensor("k_cache", k_cache, (None, None, None, D), dtype=q.dtype, device=q.device)
-    check_tensor("v_cache", v_cache, tuple(k_cache.shape), dtype=q.dtype, device=q.device)
+    check_tensor("k_cache", k_cache, (None, None, None, D), dtypes=CACHE_DTYPES, device=q.device)
+    kind = check_scales(k_cache, scales)
+    if not kind:
+        check_tensor("k_cache", k_cache, dtype=q.dtype)
+    check_tensor("v_cache", v_cache, tuple(k_cache.shape), dtype=k_cache.dtype, device=q.device)
     if k_cache.stride() != v_cache.stride():
         raise ValueError("k_cache and v_cache must have the same strides.")
     _, HKV, L, _ = k_cache.shape
@@ -159,54 +181,63 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     check_tensor("out", out, (B, HQ, D), dtype=q.dtype)
     if B == 0 or max_len == 0:
         return out.zero_() if B else out                                 # no keys at all: zeros
-    c = decode_config(B, HKV, max_len, q.device, dtype=q.dtype, **config)
+    c = decode_config(B, HKV, max_len, q.device, dtype=q.dtype, kv_quant=bool(kind), **config)
     G = HQ // HKV
     BD = max(16, next_pow2(D))
     mid_o = torch.empty(B, HQ, c["splits"], BD, dtype=torch.float32, device=q.device)
     mid_lse = torch.empty(B, HQ, c["splits"], dtype=torch.float32, device=q.device)
     scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * 1.4426950408889634
     prec = "ieee" if (q.dtype == torch.float32 or INTERPRET) else "tf32"
+    ks, vs = scales if kind else (k_cache, v_cache)
     launch(_decode_split_kernel, (B, HKV, c["splits"]),
-           q, k_cache, v_cache, lengths, slots, mid_o, mid_lse, G, D, c["split_size"], scale,
-           q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-           mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
+           q, k_cache, v_cache, ks, vs, lengths, slots, mid_o, mid_lse, G, D, c["split_size"], scale,
+           q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), ks.stride(0),
+           ks.stride(1), mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
            BLOCK_G=max(16, next_pow2(G)), BLOCK_N=c["block_n"], BLOCK_D=BD, UPCAST=INTERPRET, DOT_PREC=prec,
-           num_warps=c["num_warps"], num_stages=c["num_stages"])
+           KV_QUANT=bool(kind), num_warps=c["num_warps"], num_stages=c["num_stages"])
     launch(_decode_merge_kernel, (B, HQ), mid_o, mid_lse, out, HQ, D, c["splits"], mid_o.stride(0), mid_o.stride(1),
            mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1), out.stride(0), out.stride(1),
            BLOCK_S=max(2, next_pow2(c["splits"])), BLOCK_D=BD)
     return out
 
 
-def reference(q, k_cache, v_cache, lengths, slots, *, sm_scale=None):
-    """Plain torch, one sequence at a time (ragged lengths; length 0 gives zeros), math in fp32 (fp64 for fp64)."""
+def reference(q, k_cache, v_cache, lengths, slots, *, sm_scale=None, scales=None):
+    """Plain torch, one sequence at a time (ragged lengths; length 0 gives zeros), math in fp32 (fp64 for fp64);
+    an 8-bit cache is dequantized (values x scales) first."""
     B, HQ, D = q.shape
     HKV = k_cache.shape[1]
     ct = torch.float64 if q.dtype == torch.float64 else torch.float32
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
+    ks, vs = scales if scales is not None else (None, None)
     outs = []
     for b in range(B):
-        n = int(lengths[b])
-        k = k_cache[int(slots[b]), :, :n].to(ct).repeat_interleave(HQ // HKV, dim=0)   # [Hq, n, D]
-        v = v_cache[int(slots[b]), :, :n].to(ct).repeat_interleave(HQ // HKV, dim=0)
+        n, sl = int(lengths[b]), int(slots[b])
+        k = dequantized(k_cache[sl, :, :n], None if ks is None else ks[sl, :, :n], ct)
+        v = dequantized(v_cache[sl, :, :n], None if vs is None else vs[sl, :, :n], ct)
+        k = k.repeat_interleave(HQ // HKV, dim=0)                                      # [Hq, n, D]
+        v = v.repeat_interleave(HQ // HKV, dim=0)
         s = (k @ q[b].to(ct)[:, :, None])[..., 0] * scale                              # [Hq, n]
         outs.append((s.softmax(-1)[:, None, :] @ v)[:, 0] if n else torch.zeros(HQ, D, dtype=ct, device=q.device))
     return torch.stack(outs).to(q.dtype)
 
 
-def torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None):
+def torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None, scales=None):
     """The batched torch peer: grouped-query matmuls over the cache rows, masked to each length.
 
     No K/V copy: the cache rows are a view when ``slots`` are 0..B-1 (``slot_rows``), and the
     Hq/Hkv query heads of a group are the rows of one matmul against their KV head (no
     repeat_interleave). SDPA's own GQA path is not used: it runs only in the flash kernel, which
-    takes no per-sequence mask, and the math kernel it falls back to repeats K/V.
+    takes no per-sequence mask, and the math kernel it falls back to repeats K/V. An 8-bit cache
+    is a dequantize reference (``prefill_attention.DEQUANT_NOTE``): its rows are dequantized first.
     """
     B, HQ, D = q.shape
     HKV = k_cache.shape[1]
     S = max_len if max_len is not None else int(lengths.max())
     k = slot_rows(k_cache, slots, S)                                                 # [B, Hkv, S, D]
     v = slot_rows(v_cache, slots, S)
+    if scales is not None:
+        k = dequantized(k, slot_rows(scales[0], slots, S), q.dtype)
+        v = dequantized(v, slot_rows(scales[1], slots, S), q.dtype)
     qg = q.view(B, HKV, HQ // HKV, D)                                                # [B, Hkv, G, D]
     s = (qg @ k.transpose(-1, -2)).float() / math.sqrt(D)                           # [B, Hkv, G, S]
     keep = torch.arange(S, device=q.device)[None, :] < lengths[:, None]              # [B, S]
@@ -215,6 +246,6 @@ def torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None):
     return (p.to(v.dtype) @ v).reshape(B, HQ, D)
 
 
-def cost(batch: int, kv_len: int, n_heads: int, n_kv_heads: int, head_dim: int, dtype="bf16"):
+def cost(batch: int, kv_len: int, n_heads: int, n_kv_heads: int, head_dim: int, dtype="bf16", kv_dtype=None):
     d = dtype if isinstance(dtype, str) else dtype_name(dtype)
-    return F.decode_attention(batch, kv_len, n_heads, n_kv_heads, head_dim, act_dtype=d, kv_dtype=d)
+    return F.decode_attention(batch, kv_len, n_heads, n_kv_heads, head_dim, act_dtype=d, kv_dtype=kv_dtype or d)

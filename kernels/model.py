@@ -17,6 +17,11 @@ gate/up_proj, swiglu, down_proj, residual: exactly roofline.workload.PER_LAYER_O
 Tensor parallelism: ``LlamaModel(..., tp=kernels.tp.TPGroup(rank, world))`` inside an initialised
 torch.distributed group holds this rank's shard of the same seeded weights (``kernels.tp``); its
 logits equal the single-device model's.
+Quantization: ``weight_dtype="int8"`` (per-output-channel scales) or ``"int4"`` (``group_size`` 128 by
+default, 32/64 allowed, ``zero_point`` optional) quantizes the same seeded random weights at build
+time (every linear and lm_head; norms and the embedding stay in ``dtype``); ``kv_dtype="int8"`` (or
+``"fp8"`` on a GPU with fp8) stores the KV cache in 8 bits with a scale per token per KV head
+(``kernels.quant``). Not combined with tensor parallelism.
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ import torch
 from roofline.errors import RooflineError
 from roofline.models import ModelConfig
 
-from ._common import torch_dtype
+from ._common import dtype_name, torch_dtype
 from .backend import get_ops
+from .quant import KV_DTYPES, WEIGHT_DTYPES, check_kv_dtype, kv_storage, quantize_model_weights
 from .rope import rope_tables
 from .tp import TPGroup, embed, shard_weights, tp_parts
 
@@ -63,11 +69,13 @@ def init_weights(cfg: ModelConfig, dtype: torch.dtype, device, seed: int = 0) ->
 
 
 def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend,
-                      reduce=None):
+                      reduce=None, kv_scales=None):
     """One layer on T token rows; ``attend(q, k_cache, v_cache) -> o`` is the prefill or decode attention.
 
     ``reduce`` (tensor parallelism: an all-reduce) sums the row-parallel o_proj and down_proj partial
-    outputs before each residual add; ``cfg`` then holds one rank's heads and intermediate size."""
+    outputs before each residual add; ``cfg`` then holds one rank's heads and intermediate size.
+    ``kv_scales`` = (k_scale, v_scale) of an 8-bit cache: kv_append writes them, and ``attend`` gets
+    them as ``scales=``. A linear's weight may be a ``kernels.quant.QuantWeight`` (ops.linear takes both)."""
     reduce = reduce or (lambda t: t)
     # x: [T, H]   pos, tok_slot: [T]   k_cache, v_cache: [slots, Hkv, L, D]
     T, D = x.shape[0], cfg.head_dim
@@ -76,8 +84,12 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     k = ops.linear(h, w["wk"]).view(T, cfg.n_kv_heads, D)               # k: [T, Hkv, D]
     v = ops.linear(h, w["wv"]).view(T, cfg.n_kv_heads, D)               # v: [T, Hkv, D]
     ops.rope(q, k, cos, sin, pos)
-    ops.kv_append(k, v, k_cache, v_cache, tok_slot, pos)
-    o = attend(q, k_cache, v_cache)                                      # o: [T, Hq, D]
+    if kv_scales is None:
+        ops.kv_append(k, v, k_cache, v_cache, tok_slot, pos)
+        o = attend(q, k_cache, v_cache)                                  # o: [T, Hq, D]
+    else:
+        ops.kv_append(k, v, k_cache, v_cache, tok_slot, pos, scales=kv_scales)
+        o = attend(q, k_cache, v_cache, scales=kv_scales)
     x = ops.residual_add(x, reduce(ops.linear(o.reshape(T, cfg.q_dim), w["wo"])))
     h = ops.rmsnorm(x, w["mlp_norm"], cfg.rms_eps)
     a = ops.swiglu(ops.linear(h, w["w_gate"]), ops.linear(h, w["w_up"]))  # a: [T, I]
@@ -86,7 +98,8 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
 
 class LlamaModel:
     def __init__(self, cfg: ModelConfig, *, dtype="bf16", backend="triton", device="cpu", seed=0, max_slots=8,
-                 max_len=None, tp: TPGroup | None = None):
+                 max_len=None, tp: TPGroup | None = None, weight_dtype=None, kv_dtype=None, group_size=None,
+                 zero_point=False):
         self.cfg = cfg
         self.tp = tp if tp is not None and tp.world > 1 else None
         self.shard, self.lcfg = tp_parts(cfg, self.tp)      # lcfg: the sizes this rank's layers hold
@@ -94,6 +107,10 @@ class LlamaModel:
         self.backend = get_ops(backend).name
         self.ops = get_ops(backend)
         self.device = torch.device(device)
+        self.weight_dtype, self.kv_dtype = quant_dtypes(self.dtype, weight_dtype, kv_dtype, self.device)
+        if self.tp is not None and (self.weight_dtype in WEIGHT_DTYPES or self.kv_dtype in KV_DTYPES):
+            raise RooflineError("quantized weights or KV cache are not combined with tensor parallelism: run them "
+                                "at one rank (no --tp).")
         self.max_len = int(max_len or cfg.max_context)
         if self.max_len < 1 or max_slots < 1:
             raise RooflineError(f"max_len ({self.max_len}) and max_slots ({max_slots}) must be at least 1.")
@@ -101,11 +118,25 @@ class LlamaModel:
         self.w = init_weights(cfg, self.dtype, self.device, seed)
         if self.tp is not None:
             self.w = shard_weights(cfg, self.w, self.shard, self.tp.rank)
+        if self.weight_dtype in WEIGHT_DTYPES:              # the same seeded weights, quantized
+            self.w = quantize_model_weights(cfg, self.w, self.weight_dtype, group_size=group_size,
+                                            zero_point=zero_point, backend=self.backend)
+        self.group_size = int(group_size or 128) if self.weight_dtype == "int4" else 0
+        self.zero_point = bool(zero_point) and self.weight_dtype == "int4"
         self.cos, self.sin = rope_tables(self.max_len, cfg.head_dim, cfg.rope_theta, self.device)
         shape = (cfg.n_layers, self.max_slots, self.lcfg.n_kv_heads, self.max_len, cfg.head_dim)
-        self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)   # [L, slots, Hkv, max_len, D]
-        self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        cache_dt = kv_storage(self.kv_dtype) if self.kv_dtype in KV_DTYPES else self.dtype
+        self.k_cache = torch.zeros(shape, dtype=cache_dt, device=self.device)     # [L, slots, Hkv, max_len, D]
+        self.v_cache = torch.zeros(shape, dtype=cache_dt, device=self.device)
+        self.k_scale = self.v_scale = None                                         # 8-bit: [L, slots, Hkv, max_len]
+        if self.kv_dtype in KV_DTYPES:
+            self.k_scale = torch.zeros(shape[:-1], dtype=torch.float32, device=self.device)
+            self.v_scale = torch.zeros(shape[:-1], dtype=torch.float32, device=self.device)
         self.lengths = torch.zeros(self.max_slots, dtype=torch.long)             # host-side, per slot
+
+    def _scales(self, i):
+        """Layer ``i``'s (k_scale, v_scale) of an 8-bit cache, or None."""
+        return None if self.k_scale is None else (self.k_scale[i], self.v_scale[i])
 
     # ---- checks -------------------------------------------------------------------------
     def _slot(self, slot) -> int:
@@ -134,9 +165,10 @@ class LlamaModel:
             return self.ops.embedding(tokens, self.w["embed"])
         return embed(self.ops, tokens, self.w["embed"], self.shard.vocab_rows(self.tp.rank), self.tp)
 
-    def _layer(self, i, x, pos, tok_slot, k_cache, v_cache, attend):
+    def _layer(self, i, x, pos, tok_slot, k_cache, v_cache, attend, scales=None):
         return transformer_layer(self.ops, self.lcfg, self.w["layers"][i], x, self.cos, self.sin, pos, tok_slot,
-                                 k_cache, v_cache, attend, self.tp.all_reduce if self.tp is not None else None)
+                                 k_cache, v_cache, attend, self.tp.all_reduce if self.tp is not None else None,
+                                 kv_scales=scales)
 
     # ---- phases -------------------------------------------------------------------------
     def prefill(self, tokens, slot: int, logits: bool = True) -> torch.Tensor | None:
@@ -160,12 +192,13 @@ class LlamaModel:
         tok_slot = torch.full((n,), s, dtype=torch.long, device=self.device)
         slots = tok_slot[:1]                                               # slots: [B=1]
 
-        def attend(q, kc, vc):                                             # q: [n, Hq, D] -> [1, n, Hq, D]
-            return ops.prefill_attention(q.view(1, n, cfg.n_heads, cfg.head_dim), kc, vc, slots, p).view(q.shape)
+        def attend(q, kc, vc, **kw):                                       # q: [n, Hq, D] -> [1, n, Hq, D]
+            return ops.prefill_attention(q.view(1, n, cfg.n_heads, cfg.head_dim), kc, vc, slots, p,
+                                         **kw).view(q.shape)
 
         x = self._embed(tokens)                                            # x: [n, H]
         for i in range(len(self.w["layers"])):
-            x = self._layer(i, x, pos, tok_slot, self.k_cache[i], self.v_cache[i], attend)
+            x = self._layer(i, x, pos, tok_slot, self.k_cache[i], self.v_cache[i], attend, self._scales(i))
         self.lengths[s] = p + n
         return self._logits(x[-1:])[0] if logits else None                 # [vocab] fp32
 
@@ -193,12 +226,12 @@ class LlamaModel:
         lens = pos + 1                                                     # keys per sequence, new one included
         max_len = int(pos_h.max()) + 1
 
-        def attend(q, kc, vc):                                             # q: [B, Hq, D]
-            return ops.decode_attention(q, kc, vc, lens, slots_d, max_len=max_len)
+        def attend(q, kc, vc, **kw):                                       # q: [B, Hq, D]
+            return ops.decode_attention(q, kc, vc, lens, slots_d, max_len=max_len, **kw)
 
         x = self._embed(tokens)                                            # x: [B, H]
         for i in range(len(self.w["layers"])):
-            x = self._layer(i, x, pos, slots_d, self.k_cache[i], self.v_cache[i], attend)
+            x = self._layer(i, x, pos, slots_d, self.k_cache[i], self.v_cache[i], attend, self._scales(i))
         self.lengths[slots_h] = pos_h + 1
         return self._logits(x)                                             # [B, vocab] fp32
 
@@ -215,14 +248,17 @@ class LlamaModel:
         zero = torch.zeros(S, dtype=torch.long, device=self.device)
         shape = (1, cfg.n_kv_heads, S, cfg.head_dim)                      # k: [B=1, Hkv, S, D]
 
-        def attend(q, kc, vc):
-            return ops.prefill_attention(q.view(1, S, cfg.n_heads, cfg.head_dim), kc, vc, zero[:1], 0).view(q.shape)
+        def attend(q, kc, vc, **kw):
+            return ops.prefill_attention(q.view(1, S, cfg.n_heads, cfg.head_dim), kc, vc, zero[:1], 0,
+                                         **kw).view(q.shape)
 
         x = self._embed(tokens[0])
         for i in range(len(self.w["layers"])):
-            kc = torch.empty(shape, dtype=self.dtype, device=self.device)
-            vc = torch.empty(shape, dtype=self.dtype, device=self.device)
-            x = self._layer(i, x, pos, zero, kc, vc, attend)
+            kc = torch.empty(shape, dtype=self.k_cache.dtype, device=self.device)   # the cache's dtype (8-bit too)
+            vc = torch.empty(shape, dtype=self.k_cache.dtype, device=self.device)
+            sc = None if self.k_scale is None else (torch.empty(shape[:-1], device=self.device),
+                                                    torch.empty(shape[:-1], device=self.device))
+            x = self._layer(i, x, pos, zero, kc, vc, attend, sc)
         return self._logits(x)                                             # [S, vocab] fp32
 
     # ---- cache management ---------------------------------------------------------------
@@ -236,6 +272,9 @@ class LlamaModel:
         if src != dst and n:
             self.k_cache[:, dst, :, :n].copy_(self.k_cache[:, src, :, :n])
             self.v_cache[:, dst, :, :n].copy_(self.v_cache[:, src, :, :n])
+            if self.k_scale is not None:
+                self.k_scale[:, dst, :, :n].copy_(self.k_scale[:, src, :, :n])
+                self.v_scale[:, dst, :, :n].copy_(self.v_scale[:, src, :, :n])
         self.lengths[dst] = n
 
     def prefill_with_prefix(self, tokens, slot: int, src_slot: int, prefix: int) -> torch.Tensor:
@@ -250,7 +289,37 @@ class LlamaModel:
     def reset(self, slot: int) -> None:
         self.lengths[self._slot(slot)] = 0
 
+    @property
+    def quant_label(self) -> str:
+        """'' for a float model, else e.g. 'int4 weights (g128), int8 KV cache'."""
+        parts = []
+        if self.weight_dtype in WEIGHT_DTYPES:
+            zp = ", zero points" if self.zero_point else ""
+            parts.append(f"{self.weight_dtype} weights" + (f" (g{self.group_size}{zp})" if self.weight_dtype == "int4"
+                                                            else ""))
+        if self.kv_dtype in KV_DTYPES:
+            parts.append(f"{self.kv_dtype} KV cache")
+        return ", ".join(parts)
+
     @staticmethod
     def greedy(logits: torch.Tensor) -> torch.Tensor:
         """Greedy sampling: argmax over the last dim ([vocab] -> scalar, [B, vocab] -> [B])."""
         return logits.argmax(dim=-1)
+
+
+def quant_dtypes(dtype: torch.dtype, weight_dtype, kv_dtype, device) -> tuple:
+    """(weight dtype, KV dtype) names: the activation dtype's name when not quantized. One-line errors name
+    what is allowed: weights int8 / int4 (or the activation dtype), KV int8 / fp8 (fp8 only where the
+    device has it)."""
+    name = dtype_name(dtype)
+    w = name if weight_dtype in (None, "", name) else str(weight_dtype).strip().lower()
+    if w != name and w not in WEIGHT_DTYPES:
+        raise RooflineError(f"weights are {name} (the activation dtype) or quantized to "
+                            f"{' or '.join(WEIGHT_DTYPES)}, but {weight_dtype!r} was given.")
+    kv = name if kv_dtype in (None, "", name) else str(kv_dtype).strip().lower()
+    if kv != name:
+        if kv not in KV_DTYPES:
+            raise RooflineError(f"the KV cache is {name} (the activation dtype) or 8-bit "
+                                f"({' or '.join(KV_DTYPES)}), but {kv_dtype!r} was given.")
+        check_kv_dtype(kv, device)
+    return w, kv

@@ -19,6 +19,13 @@ dot); under the interpreter (no bf16 math) every load is upcast to fp32. fp32 do
 FMAs, whose operand layouts hold a whole D-long row per thread: the fp32 tile (32 x 16, 8 warps,
 2 stages at D <= 128) is the one ``roofline check --compile`` finds spill-free on sm_80 and
 sm_90 (64 x 32 with 4 warps spilled over 30 KB per thread on sm_90).
+
+8-bit KV cache (int8 or fp8 caches with ``scales=(k_scale, v_scale)``, fp32 [n_slots, Hkv, L], written
+by ``kernels.kv_append``): K and V tiles are loaded as 8-bit values (1 byte per element from DRAM)
+and converted to q's dtype in registers (exact), and their per-token scales are applied where they
+are cheapest: K's scale multiplies each key's column of scores (s[i, j] = scale_j sum_d q[i, d]
+k8[j, d]), V's multiplies each key's column of probabilities before the P.V dot; the row sums of
+the online softmax use the unscaled probabilities.
 """
 
 from __future__ import annotations
@@ -31,14 +38,15 @@ import triton.language as tl
 
 from roofline import formulas as F
 
-from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name, next_pow2, slot_rows
+from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name, next_pow2, slot_rows, take
 from ._launch import launch
+from .kv_append import CACHE_DTYPES, check_scales, dequantized
 
 
 @triton.jit
-def _attn_tile(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, lo, hi, qpos0, stride_kn, D,
+def _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, lo, hi, qpos0, stride_kn, D,
                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
-               qk_scale):
+               KV_QUANT: tl.constexpr, qk_scale):
     dmask = offs_d < D
     for start in range(lo, hi, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
@@ -47,7 +55,11 @@ def _attn_tile(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, lo, hi, qpos0, 
                     mask=kv_mask[None, :] & dmask[:, None], other=0.0)           # [D, BLOCK_N]
         if UPCAST:
             k = k.to(tl.float32)
+        elif KV_QUANT:
+            k = k.to(q.dtype)                                                    # 8-bit -> q's dtype: exact
         s = tl.dot(q, k, input_precision=DOT_PREC) * qk_scale                    # [BLOCK_M, BLOCK_N]
+        if KV_QUANT:
+            s = s * tl.load(ks_base + offs_n, mask=kv_mask, other=0.0)[None, :]   # each key's scale
         if MASKED:
             keep = ((qpos0 + offs_m)[:, None] >= offs_n[None, :]) & kv_mask[None, :]
             s = tl.where(keep, s, float("-inf"))
@@ -57,22 +69,27 @@ def _attn_tile(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, lo, hi, qpos0, 
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_base + offs_n[:, None].to(tl.int64) * stride_kn + offs_d[None, :],
                     mask=kv_mask[:, None] & dmask[None, :], other=0.0)           # [BLOCK_N, D]
+        pv = p
+        if KV_QUANT:
+            pv = p * tl.load(vs_base + offs_n, mask=kv_mask, other=0.0)[None, :]  # each value row's scale
         if UPCAST:
             v = v.to(tl.float32)
         else:
-            p = p.to(v.dtype)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PREC)
+            if KV_QUANT:
+                v = v.to(q.dtype)
+            pv = pv.to(v.dtype)
+        acc = acc * alpha[:, None] + tl.dot(pv, v, input_precision=DOT_PREC)
         m_i = m_new
     return acc, m_i, l_i
 
 
 @triton.jit
-def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, slot_ptr, N_NEW, P, HQ, BH, GROUP, D, qk_scale,
+def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, o_ptr, slot_ptr, N_NEW, P, HQ, BH, GROUP, D, qk_scale,
                          stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh,
-                         stride_ks, stride_kh, stride_kn,
+                         stride_ks, stride_kh, stride_kn, stride_ss, stride_sh,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                          CAUSAL: tl.constexpr, HEAVY_FIRST: tl.constexpr, UPCAST: tl.constexpr,
-                         DOT_PREC: tl.constexpr):
+                         DOT_PREC: tl.constexpr, KV_QUANT: tl.constexpr):
     pid = tl.program_id(0)
     pid_bh = pid % BH                                       # (batch, head) fastest
     pid_m = pid // BH
@@ -91,6 +108,8 @@ def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, slot_ptr, N_NEW, P, HQ, BH,
         q = q.to(tl.float32)
     k_base = k_ptr + slot * stride_ks + kvh.to(tl.int64) * stride_kh
     v_base = v_ptr + slot * stride_ks + kvh.to(tl.int64) * stride_kh
+    ks_base = ks_ptr + slot * stride_ss + kvh.to(tl.int64) * stride_sh    # scales of an 8-bit cache (else unused)
+    vs_base = vs_ptr + slot * stride_ss + kvh.to(tl.int64) * stride_sh
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
@@ -98,24 +117,26 @@ def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, slot_ptr, N_NEW, P, HQ, BH,
         # keys below every query of this tile: no mask; then the diagonal band, masked
         diag_lo = ((P + pid_m * BLOCK_M) // BLOCK_N) * BLOCK_N
         hi = tl.minimum(P + (pid_m + 1) * BLOCK_M, P + N_NEW)
-        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, 0, diag_lo, P,
-                                   stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC, qk_scale)
-        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, diag_lo, hi, P,
-                                   stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, qk_scale)
+        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, 0, diag_lo,
+                                   P, stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC, KV_QUANT, qk_scale)
+        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, diag_lo, hi,
+                                   P, stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, KV_QUANT, qk_scale)
     else:
         S_KV = P + N_NEW
         full = (S_KV // BLOCK_N) * BLOCK_N
-        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, 0, full, S_KV,
-                                   stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC, qk_scale)
-        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, offs_m, offs_d, full, S_KV, S_KV,
-                                   stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, qk_scale)
+        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, 0, full,
+                                   S_KV, stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC, KV_QUANT, qk_scale)
+        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, full, S_KV,
+                                   S_KV, stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, KV_QUANT, qk_scale)
     acc = acc / l_i[:, None]
     o = o_ptr + b.to(tl.int64) * stride_ob + offs_m[:, None] * stride_on + h * stride_oh + offs_d[None, :]
     tl.store(o, acc.to(o_ptr.dtype.element_ty), mask=qmask)
 
 
-def attention_config(n_new: int, head_dim: int, dtype=torch.bfloat16, *, block_m=None, block_n=None) -> dict:
-    """Query tile, key tile, warps and stages. fp32 (IEEE FMA dots) takes small tiles that do not spill."""
+def attention_config(n_new: int, head_dim: int, dtype=torch.bfloat16, *, block_m=None, block_n=None,
+                     kv_quant: bool = False) -> dict:
+    """Query tile, key tile, warps and stages. fp32 (IEEE FMA dots) takes small tiles that do not spill; an 8-bit
+    cache (``kv_quant``) 32-key tiles in 16 bits (its scale loads spilled 4 B per thread at 64 keys on sm_80)."""
     for name, v in (("block_m", block_m), ("block_n", block_n)):
         if v is not None and (int(v) < 16 or int(v) & (int(v) - 1)):
             raise ValueError(f"{name} must be a power of two of at least 16 (tl.dot needs operands of 16 or more "
@@ -125,19 +146,25 @@ def attention_config(n_new: int, head_dim: int, dtype=torch.bfloat16, *, block_m
     else:
         bm, bn = (128 if head_dim <= 128 else 64), 64
         warps, stages = (8 if bm >= 128 else 4), (3 if head_dim <= 128 else 2)
+    if kv_quant:
+        bn = min(bn, 32)
     bm, bn = block_m or bm, block_n or bn
     return dict(block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
 
 
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
                       cached: int = 0, *, causal: bool = True, sm_scale: float | None = None, out=None,
-                      **config) -> torch.Tensor:
-    """o [B, n, Hq, D] for new queries at positions cached..cached+n-1 over cache rows ``slots``."""
+                      scales=None, **config) -> torch.Tensor:
+    """o [B, n, Hq, D] for new queries at positions cached..cached+n-1 over cache rows ``slots``; an 8-bit
+    cache (int8 / fp8) comes with ``scales=(k_scale, v_scale)`` [S, Hkv, L] fp32."""
     # q: [B, n, Hq, D]   k_cache, v_cache: [S, Hkv, L, D] (any strides but D contiguous)   slots: [B]
     check_tensor("q", q, (None, None, None, None), dtypes=FLOAT_DTYPES)
     B, n, HQ, D = q.shape
-    check_tensor("k_cache", k_cache, (None, None, None, D), dtype=q.dtype, device=q.device)
-    check_tensor("v_cache", v_cache, tuple(k_cache.shape), dtype=q.dtype, device=q.device)
+    check_tensor("k_cache", k_cache, (None, None, None, D), dtypes=CACHE_DTYPES, device=q.device)
+    kind = check_scales(k_cache, scales)
+    if not kind:
+        check_tensor("k_cache", k_cache, dtype=q.dtype)
+    check_tensor("v_cache", v_cache, tuple(k_cache.shape), dtype=k_cache.dtype, device=q.device)
     if k_cache.stride() != v_cache.stride():
         raise ValueError("k_cache and v_cache must have the same strides.")
     _, HKV, L, _ = k_cache.shape
@@ -150,27 +177,32 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     check_tensor("out", out, (B, n, HQ, D), dtype=q.dtype)
     if B * n == 0:
         return out
-    c = attention_config(n, D, q.dtype, **config)
+    c = attention_config(n, D, q.dtype, kv_quant=bool(kind), **config)
     scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * 1.4426950408889634  # log2(e)
     prec = "ieee" if (q.dtype == torch.float32 or INTERPRET) else "tf32"
     grid = (cdiv(n, c["block_m"]) * B * HQ,)
-    launch(_prefill_attn_kernel, grid, q, k_cache, v_cache, out, slots, n, int(cached), HQ, B * HQ, HQ // HKV, D,
-           scale, q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1), out.stride(2),
-           k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+    ks, vs = scales if kind else (k_cache, v_cache)
+    launch(_prefill_attn_kernel, grid, q, k_cache, v_cache, ks, vs, out, slots, n, int(cached), HQ, B * HQ, HQ // HKV,
+           D, scale, q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1), out.stride(2),
+           k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), ks.stride(0), ks.stride(1),
            BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], BLOCK_D=max(16, next_pow2(D)),
-           CAUSAL=causal, HEAVY_FIRST=causal, UPCAST=INTERPRET, DOT_PREC=prec,
+           CAUSAL=causal, HEAVY_FIRST=causal, UPCAST=INTERPRET, DOT_PREC=prec, KV_QUANT=bool(kind),
            num_warps=c["num_warps"], num_stages=c["num_stages"])
     return out
 
 
-def reference(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True, sm_scale=None):
-    """Plain torch: softmax(q k^T * scale + mask) v, math in q's dtype (fp32 when q is lower)."""
+def reference(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True, sm_scale=None, scales=None):
+    """Plain torch: softmax(q k^T * scale + mask) v, math in q's dtype (fp32 when q is lower); an 8-bit cache
+    is dequantized (values x scales) first."""
     B, n, HQ, D = q.shape
     HKV = k_cache.shape[1]
     ct = torch.float64 if q.dtype == torch.float64 else torch.float32
     S = cached + n
-    k = k_cache[slots][:, :, :S].to(ct).repeat_interleave(HQ // HKV, dim=1)      # [B, Hq, S, D]
-    v = v_cache[slots][:, :, :S].to(ct).repeat_interleave(HQ // HKV, dim=1)
+    ks, vs = scales if scales is not None else (None, None)
+    kd = dequantized(take(k_cache, slots)[:, :, :S], None if ks is None else ks[slots][:, :, :S], ct)
+    vd = dequantized(take(v_cache, slots)[:, :, :S], None if vs is None else vs[slots][:, :, :S], ct)
+    k = kd.repeat_interleave(HQ // HKV, dim=1)                                     # [B, Hq, S, D]
+    v = vd.repeat_interleave(HQ // HKV, dim=1)
     qq = q.to(ct).transpose(1, 2)                                                 # [B, Hq, n, D]
     s = qq @ k.transpose(-1, -2) * (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D))
     if causal:
@@ -179,16 +211,21 @@ def reference(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = Tru
     return (s.softmax(-1) @ v).transpose(1, 2).to(q.dtype)                       # [B, n, Hq, D]
 
 
-def sdpa(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True):
+def sdpa(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True, scales=None):
     """The fast torch peer: F.scaled_dot_product_attention in the inputs' dtype (flash on a GPU).
 
     K/V are the cache rows themselves (a view when slots are 0..B-1) and GQA is SDPA's own
-    (``enable_gqa``, torch >= 2.5): no repeat_interleave copy; older torch repeats K/V.
+    (``enable_gqa``, torch >= 2.5): no repeat_interleave copy; older torch repeats K/V. An 8-bit
+    cache is a dequantize reference (``DEQUANT_NOTE``): torch has no attention op over int8/fp8 K/V
+    with per-token scales, so the rows read are dequantized to q's dtype first.
     """
     B, n, HQ, D = q.shape
     HKV = k_cache.shape[1]
     S = cached + n
     k, v = slot_rows(k_cache, slots, S), slot_rows(v_cache, slots, S)            # [B, Hkv, S, D]
+    if scales is not None:
+        k = dequantized(k, slot_rows(scales[0], slots, S), q.dtype)
+        v = dequantized(v, slot_rows(scales[1], slots, S), q.dtype)
     qq = q.transpose(1, 2)
     if causal and cached:
         rows = cached + torch.arange(n, device=q.device)
@@ -204,8 +241,12 @@ def sdpa(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True):
     return torch.nn.functional.scaled_dot_product_attention(qq, k, v, **kw).transpose(1, 2)
 
 
+DEQUANT_NOTE = ("dequantize reference: the 8-bit K/V rows are dequantized to the activation dtype, then the float "
+                "attention runs (torch has no attention op over int8/fp8 K/V with per-token scales)")
+
+
 def cost(batch: int, new_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, *, cached: int = 0,
-         causal: bool = True, dtype="bf16"):
+         causal: bool = True, dtype="bf16", kv_dtype=None):
     d = dtype if isinstance(dtype, str) else dtype_name(dtype)
     return F.prefill_attention(batch, new_tokens, n_heads, n_kv_heads, head_dim, cached_tokens=cached,
-                               causal=causal, act_dtype=d, kv_dtype=d)
+                               causal=causal, act_dtype=d, kv_dtype=kv_dtype or d)

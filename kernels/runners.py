@@ -17,6 +17,12 @@ embedding as its local part, "layer" without its all-reduces, and the step's col
 (``roofline.parallel.COLLECTIVE_OPS``) come last, flagged "communication" (cost 0: their bytes cross
 the interconnect; message and wire bytes in ``config["detail"]``). Every rank gets the same runners
 in the same order, so the collectives meet.
+
+Quantization (``weight_dtype="int8"|"int4"``, ``kv_dtype="int8"|"fp8"``): the one-layer weights are the
+same seeded weights quantized (``kernels.quant``), the KV cache of the attention runners is 8-bit with
+per-token scales, and costs are the workload's for those dtypes (scales counted). A linear's config says
+which kernel ran: the Triton kernel's tiles, or ``impl`` on the torch backend (the ecosystem op, or a
+dequantize reference, said so).
 """
 
 from __future__ import annotations
@@ -36,8 +42,10 @@ from ._common import dtype_name, torch_dtype
 from .backend import get_ops
 from .decode_attention import decode_config
 from .linear import linear_config
-from .model import init_weights, seeded_generator, transformer_layer
-from .prefill_attention import attention_config
+from .linear_int4 import linear_int4_config
+from .model import init_weights, quant_dtypes, seeded_generator, transformer_layer
+from .prefill_attention import DEQUANT_NOTE, attention_config
+from .quant import KV_DTYPES, QuantWeight, WEIGHT_DTYPES, kv_storage, quantize_model_weights
 from .rope import rope_tables
 from .tp import embed_local, shard_weights, tp_parts
 
@@ -58,28 +66,35 @@ class OpRunner:
 _WEIGHTS: dict = {}   # the last one-layer weights built: a sweep's points share them (same model, dtype, seed)
 
 
-def _one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None) -> dict:
-    """One layer's weights plus the embedding and lm_head, built once per (model, dtype, device, seed).
+def _one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, quant=None, backend="triton") -> dict:
+    """One layer's weights plus the embedding and lm_head, built once per (model, dtype, device, seed, quantization).
 
     Every point of a sweep times the same weights; building them (random normal, the embedding
     and lm_head are vocab x hidden) cost a sweep a third of a second per point on a CPU. Only the
-    last set is kept, so a sweep over another model does not hold two in memory.
+    last set is kept, so a sweep over another model does not hold two in memory. ``quant`` =
+    (weight dtype, group size, zero point) quantizes the same seeded weights.
     """
-    key = (cfg, dt, str(dev), seed, (tp.rank, tp.world) if tp is not None else None)
+    key = (cfg, dt, str(dev), seed, (tp.rank, tp.world) if tp is not None else None, quant,
+           backend if quant else None)
     if key not in _WEIGHTS:
         _WEIGHTS.clear()
         one = cfg.with_layers(1)
         w = init_weights(one, dt, dev, seed)
         if tp is not None:                    # this rank's slice of the same seeded weights
             w = shard_weights(one, w, tp_parts(cfg, tp)[0], tp.rank)
+        if quant:
+            wd, g, zp = quant
+            w = quantize_model_weights(cfg, w, wd, group_size=g, zero_point=zp, backend=backend)
         _WEIGHTS[key] = w
     return _WEIGHTS[key]
 
 
 def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtype="bf16", backend="triton",
-                 device="cpu", seed=0, ops=None, tp=None) -> list[OpRunner]:
+                 device="cpu", seed=0, ops=None, tp=None, weight_dtype=None, kv_dtype=None, group_size=None,
+                 zero_point=False) -> list[OpRunner]:
     """Runners for every op of ``phase`` (or only ``ops``), in OP_NAMES order then "layer" (then, under
-    tensor parallelism, the collectives)."""
+    tensor parallelism, the collectives). ``weight_dtype`` / ``kv_dtype``: quantized weights (int8, int4 with
+    ``group_size`` and ``zero_point``) and an 8-bit KV cache (int8, fp8); None: the activation dtype."""
     if phase not in ("prefill", "decode"):
         raise RooflineError(f"phase must be 'prefill' or 'decode', not {phase!r}.")
     tp = tp if tp is not None and tp.world > 1 else None
@@ -91,10 +106,17 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         names = [n for n in names if n in ops]
     dt = torch_dtype(dtype)
     dname = dtype_name(dt)
-    kw = dict(weight_dtype=dname, act_dtype=dname, kv_dtype=dname, tp=tp.world if tp is not None else 1)
+    dev = torch.device(device)
+    wdt, kvdt = quant_dtypes(dt, weight_dtype, kv_dtype, dev)
+    qw, qkv = wdt in WEIGHT_DTYPES, kvdt in KV_DTYPES
+    if tp is not None and tp.world > 1 and (qw or qkv):
+        raise RooflineError("quantized weights or KV cache are not combined with tensor parallelism: run them at "
+                            "one rank (no --tp).")
+    gsize = int(group_size or 128)
+    kw = dict(weight_dtype=wdt, act_dtype=dname, kv_dtype=kvdt, tp=tp.world if tp is not None else 1,
+              group_size=gsize, zero_point=bool(zero_point) and wdt == "int4")
     ph = W.prefill(cfg, batch, context, **kw) if phase == "prefill" else W.decode(cfg, batch, context, **kw)
     K = get_ops(backend)
-    dev = torch.device(device)
     g = seeded_generator(dev, seed + 1)
     rnd = lambda *s: torch.randn(*s, generator=g, device=dev, dtype=torch.float32).to(dt)  # noqa: E731
     if g is None:                                        # meta tensors: shapes only (the compile check)
@@ -106,35 +128,66 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     n = context if phase == "prefill" else 1          # new tokens per sequence
     T = B * n
     kv_len = context if phase == "prefill" else context + 1
-    w = _one_layer_weights(cfg, dt, dev, seed, tp)
+    quant = (wdt, gsize if wdt == "int4" else 0, kw["zero_point"]) if qw else None
+    w = _one_layer_weights(cfg, dt, dev, seed, tp, quant, K.name)
     lw = w["layers"][0]
     cos, sin = rope_tables(kv_len, D, cfg.rope_theta, dev)
     x, r, h = rnd(T, H), rnd(T, H), rnd(T, H)                                    # [T, H]
     q, k, v = rnd(T, Hq, D), rnd(T, Hkv, D), rnd(T, Hkv, D)                       # [T, heads, D]
     o = rnd(T, Hq * D)
     gate, up, act = rnd(T, I), rnd(T, I), rnd(T, I)
-    k_cache, v_cache = rnd(B, Hkv, kv_len, D), rnd(B, Hkv, kv_len, D)           # k: [B, Hkv, S, D]
+    kv_scales = None
+    if qkv:                         # 8-bit cache: random values quantized once (per-token scales)
+        from .quant import quantize_kv_rows
+
+        shape = (B, Hkv, kv_len, D)
+        g_ = seeded_generator(dev, seed + 2)
+        if g_ is not None:
+            (k_cache, ks), (v_cache, vs) = (quantize_kv_rows(torch.randn(*shape, generator=g_, device=dev), kvdt)
+                                            for _ in range(2))
+        else:                       # meta: shapes only
+            k_cache, v_cache = (torch.empty(shape, dtype=kv_storage(kvdt), device=dev) for _ in range(2))
+            ks, vs = (torch.empty(shape[:-1], dtype=torch.float32, device=dev) for _ in range(2))
+        kv_scales = (ks, vs)
+    else:
+        k_cache, v_cache = rnd(B, Hkv, kv_len, D), rnd(B, Hkv, kv_len, D)       # k: [B, Hkv, S, D]
     slots = torch.arange(B, device=dev)
+    skw = {} if kv_scales is None else {"scales": kv_scales}
     if phase == "prefill":
         pos = torch.arange(n, device=dev).repeat(B)                               # [T]
         tok_slot = slots.repeat_interleave(n)
-        attn_cfg = attention_config(n, D, dt)
+        attn_cfg = attention_config(n, D, dt, kv_quant=qkv)
 
-        def attend(qq, kc, vc):
-            return K.prefill_attention(qq.view(B, n, Hq, D), kc, vc, slots, 0).view(qq.shape)
+        def attend(qq, kc, vc, **akw):
+            return K.prefill_attention(qq.view(B, n, Hq, D), kc, vc, slots, 0, **akw).view(qq.shape)
     else:
         pos = torch.full((B,), context, dtype=torch.long, device=dev)
         tok_slot = slots
         lens = pos + 1
-        attn_cfg = decode_config(B, Hkv, kv_len, dev, dtype=dt)
+        attn_cfg = decode_config(B, Hkv, kv_len, dev, dtype=dt, kv_quant=qkv)
 
-        def attend(qq, kc, vc):
-            return K.decode_attention(qq, kc, vc, lens, slots, max_len=kv_len)
+        def attend(qq, kc, vc, **akw):
+            return K.decode_attention(qq, kc, vc, lens, slots, max_len=kv_len, **akw)
     ids = torch.randint(0, cfg.vocab, (T,), generator=g, device=dev)
     last = rnd(B, H)                                                              # final_norm / lm_head rows
 
-    def lin_cfg(M, Kd, N):
-        return linear_config(M, N, Kd, dt, dev) if K.name == "triton" else {}
+    def lin_cfg(M, wt):
+        Kd, N = wt.shape
+        if not isinstance(wt, QuantWeight):
+            return linear_config(M, N, Kd, dt, dev) if K.name == "triton" else {}
+        label = {"weights": wt.dtype + (f" g{wt.group_size}" + (" zero points" if wt.zeros is not None else "")
+                                        if wt.dtype == "int4" else " per-channel")}
+        if K.name != "triton":
+            return {**label, "impl": wt.torch_impl or "not prepared"}
+        c = (linear_int4_config(M, N, Kd, wt.group_size, dt, dev, zero_point=wt.zeros is not None)
+             if wt.dtype == "int4" else linear_config(M, N, Kd, dt, dev))
+        return {**label, **c}
+
+    kv_cfg = {}
+    if qkv:
+        kv_cfg = {"kv_cache": f"{kvdt}, fp32 scale per token per KV head"}
+        if K.name != "triton":
+            kv_cfg["impl"] = DEQUANT_NOTE
 
     table = {
         "embedding": ((lambda: K.embedding(ids, w["embed"])) if tp is None else
@@ -142,16 +195,20 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         "attn_norm": (lambda: K.rmsnorm(x, lw["attn_norm"], cfg.rms_eps), {}),
         "mlp_norm": (lambda: K.rmsnorm(x, lw["mlp_norm"], cfg.rms_eps), {}),
         "rope": (lambda: K.rope(q, k, cos, sin, pos), {}),
-        "kv_append": (lambda: K.kv_append(k, v, k_cache, v_cache, tok_slot, pos), {}),
-        "attention": (lambda: attend(q, k_cache, v_cache), attn_cfg if K.name == "triton" else {}),
+        "kv_append": (lambda: K.kv_append(k, v, k_cache, v_cache, tok_slot, pos, **skw),
+                      {"kv_cache": kv_cfg["kv_cache"]} if qkv else {}),
+        "attention": (lambda: attend(q, k_cache, v_cache, **skw), (attn_cfg if K.name == "triton" else {}) | kv_cfg),
         "attn_residual": (lambda: K.residual_add(x, r), {}),
         "mlp_residual": (lambda: K.residual_add(x, r), {}),
         "swiglu": (lambda: K.swiglu(gate, up), {}),
         "final_norm": (lambda: K.rmsnorm(last, w["final_norm"], cfg.rms_eps), {}),
-        "lm_head": (lambda: K.linear(last, w["lm_head"]), lin_cfg(B, H, w["lm_head"].shape[1])),
-        "layer": (lambda: transformer_layer(K, lcfg, lw, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend),
+        "lm_head": (lambda: K.linear(last, w["lm_head"]), lin_cfg(B, w["lm_head"])),
+        "layer": (lambda: transformer_layer(K, lcfg, lw, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend,
+                                            kv_scales=kv_scales),
                   ({"attention": attn_cfg} if K.name == "triton" else {})
-                  | ({"collectives": "not included: timed as attn_allreduce, mlp_allreduce"} if tp else {})),
+                  | ({"collectives": "not included: timed as attn_allreduce, mlp_allreduce"} if tp else {})
+                  | ({"weights": lin_cfg(T, lw["wq"])["weights"]} if qw else {})
+                  | ({"kv_cache": kv_cfg["kv_cache"]} if qkv else {})),
     }
     if tp is not None:
         table.update(_collective_runners(ph, tp, torch.zeros(T, H, device=dev, dtype=dt),
@@ -159,7 +216,7 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     for name, wkey in _LINEAR_W.items():
         src = {"o_proj": o, "down_proj": act}.get(name, h)
         wt = lw[wkey]
-        table[name] = ((lambda s=src, wt=wt: K.linear(s, wt)), lin_cfg(T, wt.shape[0], wt.shape[1]))
+        table[name] = ((lambda s=src, wt=wt: K.linear(s, wt)), lin_cfg(T, wt))
 
     out = []
     for name in names:

@@ -9,6 +9,12 @@ the JIT would compile (signature, constexprs, divisibility attributes), so the v
 the launchers' own, never a copy of their rules. Distinct compilations become ``Variant``s;
 the grids of every launch that maps to one are kept for the grid-limit check.
 
+Quantized passes (``QUANT_PASSES``): the same shapes again with int8 / int4 weights and an 8-bit KV
+cache (the linears, kv_append and attention only), in the 16-bit dtypes a GPU runs them in: int8
+weights with an int8 KV cache; int4 (g128) with an fp8 KV cache where the target has fp8 (sm_90;
+int8 on sm_80); int4 (g64, zero points) in bf16. So ``roofline check --compile`` compiles the fp8
+path the interpreter cannot run.
+
 This module needs Triton's compiler-side objects (``JITFunction``, not the interpreter's
 wrapper): ``kernels.compile_check`` runs it in a process with ``TRITON_INTERPRET=0``.
 """
@@ -31,6 +37,13 @@ PHASES = ("prefill", "decode")
 FULL = dict(batches=(1, 2, 4, 8, 16, 32, 64, 128, 256), contexts=(128, 256, 512, 1024, 2048, 4096, 8192))
 QUICK = dict(batches=(1, 8, 64, 256), contexts=(128, 1024, 8192))
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
+QUANT_OPS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head", "kv_append",
+             "attention")
+# (dtypes it runs in, make_runners keywords); "fp8" KV falls back to int8 on a target without fp8
+QUANT_PASSES = ((("bf16", "fp16"), dict(weight_dtype="int8", kv_dtype="int8")),
+                (("bf16", "fp16"), dict(weight_dtype="int4", kv_dtype="fp8")),
+                (("bf16",), dict(weight_dtype="int4", group_size=64, zero_point=True)))
+FP8_CAPABILITY = 89
 
 
 @dataclass(frozen=True)
@@ -123,6 +136,15 @@ def record(target: Target, combos) -> list:
             for r in make_runners(cfg, phase, batch, context, dtype=dtype, device=meta):
                 if r.name != "layer":       # the layer runs the same launchers again
                     rec.context = dict(where, op=r.name)
+                    r.fn()
+            for dts, qkw in QUANT_PASSES:
+                if dtype not in dts:
+                    continue
+                if qkw.get("kv_dtype") == "fp8" and target.capability < FP8_CAPABILITY:
+                    qkw = dict(qkw, kv_dtype="int8")
+                tag = " ".join(f"{k.split('_')[0]}={v}" for k, v in qkw.items() if k.endswith("dtype"))
+                for r in make_runners(cfg, phase, batch, context, dtype=dtype, device=meta, ops=QUANT_OPS, **qkw):
+                    rec.context = dict(where, op=f"{r.name} {tag}")
                     r.fn()
             # what the runners do not reach: the fused residual+norm, non-causal prefill attention, and a
             # chunk after a cached prefix (P = 17 is neither 1 nor a multiple of 16: another specialisation)

@@ -107,6 +107,74 @@ def dtype_option(name="--dtype", default="bf16", help="data type"):
                         help=f"{help} ({', '.join(DTYPES)})")
 
 
+WEIGHT_QUANT = ("int8", "int4")     # weight-only quantization the kernels run (kernels.quant)
+KV_QUANT = ("int8", "fp8")          # 8-bit KV caches (fp8 where the GPU has it)
+FLOAT_DTYPES = ("fp32", "bf16", "fp16")
+INT4_GROUPS = (32, 64, 128)
+
+
+def _quant_cb(allowed: tuple, what: str, several: bool):
+    """A dtype (or, with ``several``, a comma-separated list) of ``allowed`` or a float dtype (= not quantized:
+    it must be the run's activation dtype, checked where that is known)."""
+    def cb(ctx, param, value):
+        if value is None:
+            return None
+        parts = [p.strip() for p in str(value).split(",") if p.strip()]
+        if not parts or (len(parts) > 1 and not several):
+            _bad(value, f"{param.opts[0]} takes one of {', '.join(allowed)} (or the activation dtype: not quantized)"
+                        + ("; a comma-separated list runs each in one file" if several else ""))
+        out = []
+        for p in parts:
+            try:
+                key = normalize_dtype(p)
+            except RooflineError:
+                key = p.lower()
+            if key not in allowed + FLOAT_DTYPES:
+                raise click.BadParameter(f"{what} must be {', '.join(allowed)} or the activation dtype "
+                                         f"({', '.join(FLOAT_DTYPES)}: not quantized), but {p!r} was given.")
+            out.append(key)
+        return tuple(dedupe(out, param)) if several else out[0]
+    return cb
+
+
+def _group_cb(ctx, param, value):
+    if value is None:
+        return None
+    if value not in INT4_GROUPS:
+        _bad(value, f"--group-size must be one of {', '.join(map(str, INT4_GROUPS))} (int4 input rows per scale)")
+    return value
+
+
+def quant_options(several: bool = False):
+    """--weight-dtype, --kv-dtype, --group-size, --zero-point: weight-only int8/int4 weights and an 8-bit KV cache.
+
+    ``several``: comma-separated lists (``roofline profile`` runs each in the same file, so a float and a
+    quantized run of the same workload sit side by side for ``roofline diagnose``)."""
+    lst = " (comma-separated: each runs in the same file, e.g. fp32,int8)" if several else ""
+
+    def deco(f):
+        f = click.option("--zero-point", is_flag=True, help="int4 weights: a zero point per group (asymmetric)")(f)
+        f = click.option("--group-size", type=int, default=None, callback=_group_cb,
+                         help="int4 weights: input rows per scale, 32, 64 or 128 [128]; it must divide every "
+                              "linear's in-features")(f)
+        f = click.option("--kv-dtype", "kv_dtype", default=None, callback=_quant_cb(KV_QUANT, "--kv-dtype", several),
+                         help=f"an 8-bit KV cache: int8, or fp8 (e4m3, GPUs with fp8){lst} [the activation dtype]")(f)
+        f = click.option("--weight-dtype", "weight_dtype", default=None,
+                         callback=_quant_cb(WEIGHT_QUANT, "--weight-dtype", several),
+                         help=f"weight-only quantization: int8 (per-channel scales) or int4 (group-wise){lst} "
+                              "[the activation dtype]")(f)
+        return f
+    return deco
+
+
+def analytic_quant_options(f):
+    """explain's --group-size and --zero-point (its --weight-dtype and --kv-dtype take every costed dtype)."""
+    f = click.option("--zero-point", is_flag=True, help="int4 weights: count a zero point per group")(f)
+    f = click.option("--group-size", type=int, default=None, callback=_group_cb,
+                     help="int4 weights: input rows per scale (32, 64, 128) [128]")(f)
+    return f
+
+
 def model_option(default=None, required=False):
     return click.option("--model", "model", default=default, required=required, callback=_model_cb,
                         show_default=True, help="a preset (llama-3-8b, ...; see `roofline devices`) "

@@ -63,7 +63,12 @@ def phase_table(result_file) -> str:
     if not rows:
         return "no phase verdicts: no op was measured."
     tp = any(s.tp > 1 for s in rows)
-    head = (f"{'phase':<8}{'backend':<8}{'batch':>6}{'context':>8}" + (f"{'tp':>4}" if tp else "")
+    quant = any(s.key.weight_dtype != s.dtype or s.key.kv_dtype != s.dtype for s in rows)
+    qtext = lambda s: "".join(f" {k}:{v}" for k, v in (("w", s.key.weight_dtype), ("kv", s.key.kv_dtype))  # noqa: E731
+                              if v != s.dtype).strip() or s.dtype
+    qw = max((len(qtext(s)) for s in rows), default=0) + 2 if quant else 0
+    head = (f"{'phase':<8}{'backend':<8}" + (f"{'dtypes':<{qw}}" if quant else "") + f"{'batch':>6}{'context':>8}"
+            + (f"{'tp':>4}" if tp else "")
             + f"{'step':>11}{'FLOP/B':>9}{'roof':>7}"
             + (f"{'collectives':>13}{'share':>7}  {'ranks slow/fast':<17}" if tp else "") + "  verdict")
     out = [head, "-" * len(head)]
@@ -76,7 +81,9 @@ def phase_table(result_file) -> str:
             ts = [t for _, t in s.rank_s]
             bal = f"{U.seconds(max(ts))}/{U.seconds(min(ts))}" if ts else "-"
             comm = f"{U.seconds(s.communication_s):>13}{U.percent(s.comm_share):>7}  {bal:<17}"
-        out.append(f"{s.phase:<8}{s.backend:<8}{s.batch:>6}{s.context:>8}" + (f"{s.tp:>4}" if tp else "")
+        out.append(f"{s.phase:<8}{s.backend:<8}" + (f"{qtext(s):<{qw}}" if quant else "")
+                   + f"{s.batch:>6}{s.context:>8}"
+                   + (f"{s.tp:>4}" if tp else "")
                    + f"{U.seconds(s.time_s):>11}{U.intensity(s.intensity):>9}{U.percent(s.roof_fraction):>7}"
                    + comm + f"  {s.label}{star}"
                    + (f" (by op mix: {s.bound_by_mix})" if s.bound_by_mix != s.bound_by_sum else ""))

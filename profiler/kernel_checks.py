@@ -16,21 +16,25 @@ from pathlib import Path
 from roofline.errors import RooflineError
 
 
-def validate_kernels(backends, dtype, device="cpu") -> list:
+def validate_kernels(backends, dtype, device="cpu", quant: bool = False) -> list:
     """Run kernels.check quickly for each backend; refuse (RooflineError) if any check fails.
 
     A pass is remembered (beside the ceilings) for the exact kernel sources, software versions,
     device and dtype: the checks are deterministic (seeded inputs), so the same code on the same
     box passes again. A failure is never cached, and any change to ``kernels/`` re-runs them.
+    ``quant``: the run quantizes weights or the KV cache, so the quantized kernels are checked too.
     """
     from kernels.check import run_checks
 
+    parts = ("kernels", "model") + (("quant",) if quant else ())
     results, failed = [], []
     for be in backends:
         key = _check_key(be, dtype, device)
+        if quant:
+            key["parts"] = list(parts)
         if _check_cached(key):
             continue
-        rs = run_checks(backend=be, dtype=dtype, device=device, quick=True)
+        rs = run_checks(backend=be, dtype=dtype, device=device, quick=True, parts=parts)
         results += [(be, r) for r in rs]
         bad = [r for r in rs if not r.passed]
         failed += [f"{be} {r.name} (max rel err {r.max_rel_err:.3g} > tol {r.tol:.3g}"

@@ -44,6 +44,10 @@ class LatencyRun:
     out: Path = Path("roofline-out")
     mode: str = "new"
     model_arg: str = ""
+    weight_dtype: str | None = None   # None: the activation dtype; "int8" / "int4" (kernels.quant)
+    kv_dtype: str | None = None       # None: the activation dtype; "int8" / "fp8"
+    group_size: int | None = None     # int4 weights: input rows per scale (128)
+    zero_point: bool = False          # int4 weights: zero points
 
     def __post_init__(self):
         check_output(self)
@@ -58,13 +62,27 @@ class LatencyRun:
         caches = [False, True] if (self.prefix_cache and self.shared_prefix >= self.block_size) else [self.prefix_cache]
         return [(b, c, config_label(b, c)) for b in self.budgets for c in caches]
 
+    @property
+    def quant(self) -> dict:
+        """The quantization settings a quantized run records (and the model is built with); {} for a float run."""
+        w = self.weight_dtype if self.weight_dtype not in (None, self.dtype) else None
+        kv = self.kv_dtype if self.kv_dtype not in (None, self.dtype) else None
+        out = {}
+        if w:
+            out["weight_dtype"] = w
+            if w == "int4":
+                out.update(group_size=self.group_size or 128, zero_point=self.zero_point)
+        if kv:
+            out["kv_dtype"] = kv
+        return out
+
     def settings(self, threads: int) -> dict:
         return {"prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens, "requests": self.requests,
                 "rate": self.rate, "arrival": self.arrival, "seed": self.seed, "chunk_budgets": list(self.budgets),
                 "shared_prefix": self.shared_prefix, "block_size": self.block_size, "max_slots": self.max_slots,
                 "backend": self.backend, "torch_device": self.device, "threads": threads, "slo": dict(self.slo),
                 "timestamps": "profiler.timing.timestamp after a device sync; seconds since the loop started; "
-                              "arrival = scheduled offset"}
+                              "arrival = scheduled offset", **self.quant}
 
     def command(self, resume: bool = False) -> str:
         args = ["roofline", "latency", "--model", self.model_arg or self.model.name, "--backend", self.backend,
@@ -81,6 +99,12 @@ class LatencyRun:
             from roofline.latency import format_slo
 
             args += ["--slo", format_slo(self.slo)]
+        q = self.quant
+        for k in ("weight_dtype", "kv_dtype", "group_size"):
+            if k in q and not (k == "group_size" and q[k] == 128):
+                args += ["--" + k.replace("_", "-"), str(q[k])]
+        if q.get("zero_point"):
+            args += ["--zero-point"]
         args += ["--resume"] if resume else (["--overwrite"] if self.mode == "overwrite" else [])
         return shlex.join(args)
 
@@ -119,6 +143,8 @@ def run_latency(run: LatencyRun, *, say=quiet) -> LatencyResult:
     if run.device.startswith("cuda") and not torch.cuda.is_available():
         raise RooflineError(f"--device {run.device}: no CUDA GPU is visible to torch here; use --device cpu.")
     check_writable(run.out)
+    check_quant(run.model, run.dtype, run.backend, run.device, run.weight_dtype, run.kv_dtype, run.group_size,
+                run.zero_point)
     for n in run.model.notes:
         say(f"note: {n}")
     with cpu_threads(_cpu_threads_default(run.device, run.threads)) as n_threads:
@@ -143,8 +169,9 @@ def run_latency(run: LatencyRun, *, say=quiet) -> LatencyResult:
 
         def one(label, sink):
             budget, cache = configs[label]
-            say(f"running {label}: {run.requests} requests, {run.model.name} {run.backend} {run.dtype} on "
-                f"{run.device}")
+            q = ", ".join(f"{k.removesuffix('_dtype')} {v}" for k, v in run.quant.items() if k.endswith("dtype"))
+            say(f"running {label}: {run.requests} requests, {run.model.name} {run.backend} {run.dtype}"
+                + (f" ({q})" if q else "") + f" on {run.device}")
             m = model[0]
             for s in range(run.max_slots):
                 m.reset(s)
@@ -159,6 +186,25 @@ def run_latency(run: LatencyRun, *, say=quiet) -> LatencyResult:
                            resume=lambda: run.command(resume=True), prepare=prepare)
 
 
+def check_quant(cfg, dtype, backend, device, weight_dtype, kv_dtype, group_size, zero_point) -> None:
+    """One-line RooflineErrors for quantization a run cannot do, before any model is built: weights the activation
+    dtype, int8 or int4 (its group dividing every linear; on the torch backend only where torch has the op), the KV
+    cache the activation dtype, int8 or fp8 (only on a GPU with fp8); --group-size / --zero-point only with int4."""
+    import torch
+
+    from kernels._common import torch_dtype
+    from kernels.model import quant_dtypes
+    from kernels.quant import check_model_groups, check_torch_int4
+
+    w, _ = quant_dtypes(torch_dtype(dtype), weight_dtype, kv_dtype, torch.device(device))
+    if w != "int4" and (group_size is not None or zero_point):
+        raise RooflineError("--group-size and --zero-point go with int4 weights (--weight-dtype int4).")
+    if w == "int4":
+        check_model_groups(cfg, group_size or 128)
+        if backend == "torch":
+            check_torch_int4(device)
+
+
 def _build_model(run: LatencyRun):
     from kernels.model import LlamaModel
 
@@ -166,7 +212,11 @@ def _build_model(run: LatencyRun):
 
     try:
         m = LlamaModel(run.model, dtype=run.dtype, backend=run.backend, device=run.device, seed=run.seed,
-                       max_slots=run.max_slots, max_len=run.prompt_tokens + run.output_tokens + 1)
+                       max_slots=run.max_slots, max_len=run.prompt_tokens + run.output_tokens + 1,
+                       weight_dtype=run.weight_dtype, kv_dtype=run.kv_dtype, group_size=run.group_size,
+                       zero_point=run.zero_point)
+    except RooflineError:
+        raise
     except (ValueError, RuntimeError) as e:
         raise RooflineError(f"cannot build {run.model.name} ({run.backend}, {run.dtype}, {run.device}): {e}") from None
     warmup(m)

@@ -54,8 +54,12 @@ BUDGET_MS = {"gpu": 50.0, "cpu": 40.0, "quick-gpu": 20.0, "quick-cpu": 25.0}
 
 
 def default_plan(*, model=None, phases=("prefill", "decode"), batches=None, contexts=None, backends=None, dtype=None,
-                 device=None, quick=False, budget_ms=None, flush_cache=False):
-    """(SweepPlan, model name as given): this machine's defaults (a GPU's or a CPU's) for what is not given."""
+                 device=None, quick=False, budget_ms=None, flush_cache=False, weight_dtypes=None, kv_dtypes=None,
+                 group_size=None, zero_point=False):
+    """(SweepPlan, model name as given): this machine's defaults (a GPU's or a CPU's) for what is not given.
+
+    ``weight_dtypes`` / ``kv_dtypes``: a dtype or a tuple of them (the activation dtype = not quantized, "int8",
+    "int4"; KV "int8", "fp8"); each runs in the same file (``SweepPlan.variants``)."""
     import torch
 
     from roofline.models import load_model
@@ -72,11 +76,19 @@ def default_plan(*, model=None, phases=("prefill", "decode"), batches=None, cont
     if dtype not in ("fp32", "bf16", "fp16"):
         raise RooflineError(f"--dtype must be fp32, bf16 or fp16 for a sweep, but {dtype!r} was given.")
     budget_ms = budget_ms or BUDGET_MS[("quick-" if quick else "") + ("gpu" if gpu else "cpu")]
+    as_tuple = lambda v: () if v is None else ((v,) if isinstance(v, str) else tuple(v))  # noqa: E731
+    ws, kvs = as_tuple(weight_dtypes), as_tuple(kv_dtypes)
+    if zero_point and "int4" not in ws:
+        raise RooflineError("--zero-point goes with int4 weights (--weight-dtype int4): int8 weights are symmetric.")
+    if group_size is not None and "int4" not in ws:
+        raise RooflineError("--group-size goes with int4 weights (--weight-dtype int4).")
     plan = SweepPlan(model=cfg, phases=tuple(phases), batches=tuple(batches or d["batches"]),
                      contexts=tuple(contexts or d["contexts"]), backends=tuple(backends or d["backends"]),
                      dtype=dtype, device=device, budget_s=budget_ms / 1e3,
                      warmup_s=budget_ms / (4e3 if gpu else 8e3),  # a GPU also ramps its clocks
-                     flush_bytes=2 * llc_bytes()[0] if flush_cache and not gpu else 0)
+                     flush_bytes=2 * llc_bytes()[0] if flush_cache and not gpu else 0,
+                     weight_dtypes=ws if ws != (dtype,) else (), kv_dtypes=kvs if kvs != (dtype,) else (),
+                     group_size=group_size or 128, zero_point=bool(zero_point))
     return plan, (model if isinstance(model, str) else cfg.name)
 
 
@@ -114,6 +126,14 @@ class ProfileRun:
             args += ["--threads", str(self.threads)]
         if p.flush_bytes:
             args += ["--flush-cache"]
+        if p.weight_dtypes:
+            args += ["--weight-dtype", ",".join(p.weight_dtypes)]
+        if p.kv_dtypes:
+            args += ["--kv-dtype", ",".join(p.kv_dtypes)]
+        if "int4" in p.weight_dtypes and p.group_size != 128:
+            args += ["--group-size", str(p.group_size)]
+        if "int4" in p.weight_dtypes and p.zero_point:
+            args += ["--zero-point"]
         if self.quick:
             args += ["--quick"]
         if self.tp > 1:
@@ -160,6 +180,8 @@ def run_profile(run: ProfileRun, *, say=quiet, progress=None, probe=None, make_r
     import torch
 
     if run.tp != 1:
+        if run.plan.quantized:
+            raise RooflineError("quantized weights or KV cache are not combined with --tp: profile them at one rank.")
         from .tp_run import run_profile_tp
 
         return run_profile_tp(run, say=say, progress=progress, make_runners=make_runners)
@@ -197,7 +219,8 @@ def run_profile(run: ProfileRun, *, say=quiet, progress=None, probe=None, make_r
             if run.check_kernels:
                 say(f"validating kernels ({', '.join(plan.backends)}, {plan.dtype}) ...")
                 t = now()
-                kernel_checks.validate_kernels(plan.backends, plan.dtype, plan.device)
+                kernel_checks.validate_kernels(plan.backends, plan.dtype, plan.device,
+                                              **({"quant": True} if plan.quantized else {}))
                 stages["checks"] = now() - t
             header = _profile_header(run, probe, n_threads, say, stages)
             writer.begin(header)

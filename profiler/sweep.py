@@ -13,6 +13,9 @@ point through a ``ResultWriter``, flushed as each finishes:
 * the device is probed before and after each op (``probes.point_flags``); an op
   disturbed by other processes ("host-busy") is timed once more, a throttled one flagged;
 * KeyboardInterrupt propagates after the last finished line is on disk.
+* quantization: ``weight_dtypes`` (the activation dtype, int8, int4) and ``kv_dtypes`` (the
+  activation dtype, int8, fp8) run one after the other into the same file, each point keyed by
+  its dtypes, so a float and a quantized run of one workload sit side by side.
 
 Run a sweep with ``roofline profile`` (profiler/commands/profile.py).
 """
@@ -52,25 +55,46 @@ class SweepPlan:
     warmup_s: float = 0.025
     ops: tuple | None = None       # None: every op the runners provide
     flush_bytes: int = 0           # CPU: write this many bytes between repetitions (GPU: always flushed)
+    weight_dtypes: tuple = ()      # () = (dtype,); else each of dtype, "int8", "int4" runs (kernels.quant)
+    kv_dtypes: tuple = ()          # () = (dtype,); else each of dtype, "int8", "fp8"
+    group_size: int = 128          # int4 weights: input rows per scale
+    zero_point: bool = False       # int4 weights: a zero point per group
 
     def combos(self) -> list:
         """(phase, backend, batch, context) in the order they run: small first, so early lines are cheap."""
         return [(ph, be, b, c) for ph in self.phases for be in self.backends
                 for b in self.batches for c in self.contexts]
 
+    def variants(self) -> list:
+        """(weight dtype, KV dtype) of each pass over ``combos``, in order: the float one first."""
+        ws = self.weight_dtypes or (self.dtype,)
+        kvs = self.kv_dtypes or (self.dtype,)
+        return [(w, kv) for w in ws for kv in kvs]
+
+    @property
+    def quantized(self) -> bool:
+        return any(w != self.dtype or kv != self.dtype for w, kv in self.variants())
+
     @property
     def op_names(self) -> tuple:
         return tuple(self.ops) if self.ops else EXPECTED_OPS
 
     def settings(self) -> dict:
-        return {"phases": list(self.phases), "batches": list(self.batches), "contexts": list(self.contexts),
-                "backends": list(self.backends), "dtype": self.dtype, "device": self.device,
-                "budget_s": self.budget_s, "warmup_s": self.warmup_s, "ops": list(self.op_names),
-                "cpu_flush_bytes": self.flush_bytes}
+        out = {"phases": list(self.phases), "batches": list(self.batches), "contexts": list(self.contexts),
+               "backends": list(self.backends), "dtype": self.dtype, "device": self.device,
+               "budget_s": self.budget_s, "warmup_s": self.warmup_s, "ops": list(self.op_names),
+               "cpu_flush_bytes": self.flush_bytes}
+        if self.quantized:            # only then: a float run's settings stay what older files hold
+            out.update(weight_dtypes=list(self.weight_dtypes or (self.dtype,)),
+                       kv_dtypes=list(self.kv_dtypes or (self.dtype,)))
+            if "int4" in self.weight_dtypes:
+                out.update(group_size=self.group_size, zero_point=self.zero_point)
+        return out
 
     def validate(self) -> None:
         """RooflineError naming the rule, before anything runs."""
         m = self.model
+        self._check_quant()
         for ph in self.phases:
             if ph not in PHASES:
                 raise RooflineError(f"phase must be one of {', '.join(PHASES)}, but {ph!r} was given.")
@@ -93,6 +117,29 @@ class SweepPlan:
                     f"{INTERPRETER_MAX_TOKENS} (got {m.name}, hidden {m.hidden}, batch x context {big}), "
                     "or --backends torch.")
 
+
+    def _check_quant(self) -> None:
+        """Weights float (the activation dtype) or int8 / int4; the KV cache float or int8 / fp8 (fp8 only on a GPU
+        with it); int4's group dividing every linear; int4 on the torch backend only where torch has the op."""
+        allowed_w, allowed_kv = (self.dtype, "int8", "int4"), (self.dtype, "int8", "fp8")
+        for w in self.weight_dtypes:
+            if w not in allowed_w:
+                raise RooflineError(f"--weight-dtype takes {', '.join(allowed_w)} (with --dtype {self.dtype}: the "
+                                    f"activation dtype means not quantized), but {w!r} was given.")
+        for kv in self.kv_dtypes:
+            if kv not in allowed_kv:
+                raise RooflineError(f"--kv-dtype takes {', '.join(allowed_kv)} (with --dtype {self.dtype}: the "
+                                    f"activation dtype means not quantized), but {kv!r} was given.")
+        if not self.quantized:
+            return
+        from kernels.quant import check_kv_dtype, check_model_groups, check_torch_int4
+
+        if "fp8" in self.kv_dtypes:
+            check_kv_dtype("fp8", self.device)
+        if "int4" in self.weight_dtypes:
+            check_model_groups(self.model, self.group_size)
+            if "torch" in self.backends:
+                check_torch_int4(self.device)
 
     def _check_memory(self) -> None:
         """Refuse a grid whose largest point cannot fit the device at all (an OOM on a point that almost
@@ -149,14 +196,16 @@ def device_memory_bytes(device: str) -> float:
 
 
 def point_for(plan: SweepPlan, name: str, phase: str, backend: str, batch: int, context: int, cost,
-              compute_dtype: str = "", tp: int = 1) -> WorkloadPoint:
+              compute_dtype: str = "", tp: int = 1, weight_dtype: str | None = None,
+              kv_dtype: str | None = None) -> WorkloadPoint:
     return WorkloadPoint(model=plan.model.name, op=name, phase=phase, batch=batch,
                          new_tokens=context if phase == "prefill" else 1, context=context, cost=cost,
-                         dtype=plan.dtype, backend=backend, cached=0, weight_dtype=plan.dtype,
-                         kv_dtype=plan.dtype, compute_dtype=compute_dtype, tp=tp)
+                         dtype=plan.dtype, backend=backend, cached=0, weight_dtype=weight_dtype or plan.dtype,
+                         kv_dtype=kv_dtype or plan.dtype, compute_dtype=compute_dtype, tp=tp)
 
 
-def formula_cost(plan: SweepPlan, name: str, phase: str, batch: int, context: int, tp: int = 1):
+def formula_cost(plan: SweepPlan, name: str, phase: str, batch: int, context: int, tp: int = 1,
+                 weight_dtype: str | None = None, kv_dtype: str | None = None):
     """(Cost, compute dtype) of one op instance (or the whole layer) from roofline.workload; a collective
     (tensor parallelism) costs 0 here: its bytes cross the interconnect, not HBM."""
     from roofline import workload as W
@@ -164,7 +213,8 @@ def formula_cost(plan: SweepPlan, name: str, phase: str, batch: int, context: in
 
     if name in COLLECTIVE_OPS:
         return ZERO, plan.dtype
-    kw = dict(weight_dtype=plan.dtype, act_dtype=plan.dtype, kv_dtype=plan.dtype, tp=tp)
+    kw = dict(weight_dtype=weight_dtype or plan.dtype, act_dtype=plan.dtype, kv_dtype=kv_dtype or plan.dtype, tp=tp,
+              group_size=plan.group_size, zero_point=plan.zero_point and weight_dtype == "int4")
     ph = W.prefill(plan.model, batch, context, **kw) if phase == "prefill" else W.decode(plan.model, batch, context, **kw)
     o = ph.op(name)
     return o.cost, o.compute_dtype
@@ -222,31 +272,34 @@ def run_sweep(plan: SweepPlan, writer, *, make_runners=None, probe=None, progres
     static = probe.static() if probe.kind == "gpu" else {}  # the CPU's static facts carry no clocks
     stats, t_start = SweepStats(), now()
     progress = progress or (lambda n, d: None)
-    for phase, backend, batch, context in plan.combos():
-        label = f"{phase} {backend} b={batch} ctx={context}"
+    for (wdt, kvdt), (phase, backend, batch, context) in ((v, c) for v in plan.variants() for c in plan.combos()):
+        q = {} if (wdt, kvdt) == (plan.dtype, plan.dtype) else {"weight_dtype": wdt, "kv_dtype": kvdt}
+        label = f"{phase} {backend} b={batch} ctx={context}" + "".join(
+            f" {k[0]}:{v}" for k, v in (("w", wdt), ("kv", kvdt)) if q and v != plan.dtype)
         # the key ignores the cost: ZERO stands in until the runner brings the real one
-        keys = {n: point_for(plan, n, phase, backend, batch, context, ZERO).key for n in plan.op_names}
+        keys = {n: point_for(plan, n, phase, backend, batch, context, ZERO, **q).key for n in plan.op_names}
         remaining = [n for n, k in keys.items() if k not in writer.done]
         stats.resumed += len(keys) - len(remaining)
         progress(len(keys) - len(remaining), label)
         if not remaining:
             continue
+        qkw = dict(q, group_size=plan.group_size, zero_point=plan.zero_point) if q else {}
         try:
             runners = make_runners(plan.model, phase, batch, context, dtype=plan.dtype, backend=backend,
                                    device=plan.device, seed=0, ops=list(remaining) if plan.ops or
-                                   len(remaining) < len(keys) else None)
+                                   len(remaining) < len(keys) else None, **qkw)
         except Exception as e:  # noqa: BLE001 - only OOM is survivable; anything else is re-raised
             if not is_oom(e):
                 raise
             _free_memory(plan.device, after_oom=True)
             for n in remaining:
-                cost, cdt = formula_cost(plan, n, phase, batch, context)
-                _skip(writer, plan, stats, point_for(plan, n, phase, backend, batch, context, cost, cdt),
+                cost, cdt = formula_cost(plan, n, phase, batch, context, **q)
+                _skip(writer, plan, stats, point_for(plan, n, phase, backend, batch, context, cost, cdt, **q),
                       f"out of memory while allocating inputs: {_short(e)}", device_name)
             progress(len(remaining), label)
             continue
         for r in runners:
-            point = point_for(plan, r.name, phase, backend, batch, context, r.cost, r.compute_dtype)
+            point = point_for(plan, r.name, phase, backend, batch, context, r.cost, r.compute_dtype, **q)
             if point.key in writer.done or (plan.ops and r.name not in plan.ops):
                 continue
             try:

@@ -19,7 +19,7 @@ from .latency_figures import latency_section
 
 from .roofline_plot import plot_roofline, plotted, step_markers, zero_flop_ops
 from .style import RASTER_ABOVE, new_figure, op_color
-from .sweep_plot import plot_compare, plot_fraction_sweep, plot_intensity_sweep, sweep_slices
+from .sweep_plot import plot_compare, plot_fraction_sweep, plot_intensity_sweep, style_note, sweep_slices
 from .time_plot import plot_predicted_vs_measured, plot_time_breakdown, step_times
 
 
@@ -104,7 +104,8 @@ def sweep_figure(rf) -> ReportFigure | None:
     cap = ("Left: each op's arithmetic intensity along the sweep; the horizontal lines are the ridges "
            f"({rf.header.dtype} solid, fp32 dotted for vector ops); a star marks where an op first reaches its "
            "ridge, i.e. turns compute-bound. Right: the fraction of its roof each op reaches; under "
-           f"{U.percent(OVERHEAD_FRACTION)} it is limited by launches, latency or the kernel, not by memory.")
+           f"{U.percent(OVERHEAD_FRACTION)} it is limited by launches, latency or the kernel, not by memory."
+           + style_note(rf))
     return ReportFigure("sweep", "Sweep view", fig, cap)
 
 

@@ -51,7 +51,10 @@ def render(report, out_dir: Path) -> str:
         if run.steps:
             lines += ["**Verdicts**", ""] + [f"- **{s.label}**: {_cell(s.sentence)}" for s in run.analysis.headline()]
             lines += ["", "<details><summary>Every step of the sweep</summary>", ""]
-            lines += _table(PHASE_COLUMNS, [[t for t, _ in r] for r in phase_rows(run.steps)])
+            cols = PHASE_COLUMNS                    # a file with quantized steps: their dtypes beside each row
+            if any(s.quant for s in run.steps):
+                cols = PHASE_COLUMNS[:4] + ("dtype",) + PHASE_COLUMNS[4:]
+            lines += _table(cols, [[t for t, _ in r] for r in phase_rows(run.steps, cols)])
             lines += ["", "</details>", ""]
         lines += [f"- {_cell(n)}" for n in run.notes] + ([""] if run.notes else [])
         for fig, paths in run.figures:

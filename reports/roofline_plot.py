@@ -283,7 +283,8 @@ def point_labels(a, shown, above) -> list:
     for s in shown:
         if id(s) in head:
             on = f" {s.backend}" if several else ""
-            out.append((f"step:{s.phase}:{s.backend}:{s.batch}:{s.context}", (s.intensity, s.achieved_flops),
+            q = "".join(f":{n}-{v}" for n, v in (("w", s.key.weight_dtype), ("kv", s.key.kv_dtype)) if v != s.dtype)
+            out.append((f"step:{s.phase}:{s.backend}:{s.batch}:{s.context}{q}", (s.intensity, s.achieved_flops),
                         f"{s.phase} step {s.where}{on}: {s.label}-bound, {U.percent(s.roof_fraction)}",
                         MEASURED_COLOR))
     return out

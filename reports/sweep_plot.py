@@ -9,6 +9,10 @@
   roof (100%) and the overhead threshold (25%) drawn.
 * ``plot_compare(ax, result_files, phase, what)``: phase step time or roof fraction against
   batch (decode) or prompt tokens (prefill), one colour per run/device.
+
+A file holding several weight / KV-cache dtypes (``roofline profile --weight-dtype fp32,int8``) draws
+one line per op and dtype variant, told apart by line style (``variant_styles``, said in the caption
+by ``style_note``); a variant's gid ends in ":w-int8" (":kv-int8", ...).
 """
 
 from __future__ import annotations
@@ -55,14 +59,19 @@ def sweep_slices(result_file) -> list[tuple[str, str, int]]:
     return out
 
 
+def variant(p) -> str:
+    """'' for weights and KV cache in the activation dtype, else 'w-int8', 'kv-int8', 'w-int4 kv-fp8'."""
+    return " ".join(f"{n}-{v}" for n, v in (("w", p.weight_dtype), ("kv", p.kv_dtype)) if v != p.dtype)
+
+
 def _series(result_file, phase, vary, fixed):
-    """{(op, backend): [(x, OpResult), ...]} sorted by x."""
+    """{(op, backend, variant): [(x, OpResult), ...]} sorted by x."""
     other = "context" if vary == "batch" else "batch"
     out: dict = {}
     for r in analyze(result_file).ok:
         p = r.point
         if p.phase == phase and getattr(p, other) == fixed:
-            out.setdefault((p.op, p.backend), []).append((getattr(p, vary), r))
+            out.setdefault((p.op, p.backend, variant(p)), []).append((getattr(p, vary), r))
     return {k: sorted(v, key=lambda t: t[0]) for k, v in out.items()}
 
 
@@ -71,9 +80,27 @@ def _index(result_file, r) -> int:
     return hover.result_index(analyze(result_file))[id(r)]
 
 
-def _backend_style(backends) -> dict:
-    styles = ["-", "--", ":", "-."]
-    return {b: styles[i % 4] for i, b in enumerate(sorted(backends))}
+STYLES = ["-", "--", ":", "-."]
+
+
+def variant_styles(keys) -> dict:
+    """{(backend, variant): line style}: one per backend and dtype variant, in sorted order."""
+    return {k: STYLES[i % 4] for i, k in enumerate(sorted(set(keys)))}
+
+
+def _gid(kind: str, op: str, backend: str, var: str) -> str:
+    return f"{kind}:{op}:{backend}" + (":" + var.replace(" ", ":") if var else "")
+
+
+def style_note(result_file) -> str:
+    """What the sweep's line styles mean, when they tell backends or dtype variants apart ('' otherwise)."""
+    keys = {(r.point.backend, variant(r.point)) for r in analyze(result_file).ok}
+    if len(keys) < 2:
+        return ""
+    names = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dotted"}
+    parts = [f"{names[st]} {b}" + (f" {v.replace('-', ':')}" if v else f" {result_file.header.dtype}")
+             for (b, v), st in variant_styles(keys).items()]
+    return " Line styles: " + ", ".join(parts) + "."
 
 
 @styled
@@ -81,23 +108,23 @@ def plot_intensity_sweep(ax, result_file, phase: str, vary: str, fixed: int):
     """Intensity of each op along a slice, with ridges and crossing stars; returns ``ax``."""
     dev, dtype = result_file.header.device, result_file.header.dtype
     series = _series(result_file, phase, vary, fixed)
-    ls = _backend_style({b for _, b in series})
+    ls = variant_styles((b, v) for _, b, v in series)
     ridges = {d: dev.peak_flops[d] / dev.bandwidth for d in (dtype, "fp32") if d in dev.peak_flops and dev.bandwidth}
-    for (op, backend), pts in series.items():
+    for (op, backend, var), pts in series.items():
         if pts[0][1].point.cost.flops == 0:
             continue  # 0 FLOP/byte cannot sit on a log axis
         xs = [x for x, _ in pts]
         ys = [r.m.intensity for _, r in pts]
         lw = 2.2 if op == LAYER_OP else 1.3
-        ax.plot(xs, ys, ls=ls[backend], color="black" if op == LAYER_OP else op_color(op), lw=lw, marker=".",
-                ms=4, label=op, gid=f"intensity:{op}:{backend}")
+        ax.plot(xs, ys, ls=ls[(backend, var)], color="black" if op == LAYER_OP else op_color(op), lw=lw, marker=".",
+                ms=4, label=op, gid=_gid("intensity", op, backend, var))
         hover.register(ax, xs, ys, [("p", _index(result_file, r)) for _, r in pts])
         ridge = pts[0][1].roof.ridge   # the op's own roof (roofline.analysis.roof_for)
         if ridge:
             cross = next(((x, y) for x, y in zip(xs, ys) if y >= ridge), None)
             if cross is not None and ys[0] < ridge:
                 ax.plot(*cross, marker="*", ms=11, color=op_color(op), mec="black", mew=0.5, zorder=5,
-                        gid=f"crossing:{op}:{backend}")
+                        gid=_gid("crossing", op, backend, var))
     for d, r in ridges.items():
         ax.axhline(r, color="#444444", lw=1.0, ls="-" if d == dtype else ":", gid=f"ridge:{d}")
         ax.annotate(f"ridge {U.intensity(r)} ({d})", (0.01, r), xycoords=("axes fraction", "data"),
@@ -118,14 +145,14 @@ def plot_intensity_sweep(ax, result_file, phase: str, vary: str, fixed: int):
 def plot_fraction_sweep(ax, result_file, phase: str, vary: str, fixed: int):
     """Roof fraction of each op along a slice; returns ``ax``."""
     series = _series(result_file, phase, vary, fixed)
-    ls = _backend_style({b for _, b in series})
+    ls = variant_styles((b, v) for _, b, v in series)
     top = 1.1
-    for (op, backend), pts in series.items():
+    for (op, backend, var), pts in series.items():
         xs = [x for x, _ in pts]
         ys = [r.roof_fraction for _, r in pts]
         top = max(top, max(ys) * 1.05)
-        ax.plot(xs, ys, ls=ls[backend], color="black" if op == LAYER_OP else op_color(op),
-                lw=2.2 if op == LAYER_OP else 1.3, marker=".", ms=4, label=op, gid=f"fraction:{op}:{backend}")
+        ax.plot(xs, ys, ls=ls[(backend, var)], color="black" if op == LAYER_OP else op_color(op),
+                lw=2.2 if op == LAYER_OP else 1.3, marker=".", ms=4, label=op, gid=_gid("fraction", op, backend, var))
         hover.register(ax, xs, ys, [("p", _index(result_file, r)) for _, r in pts])
     ax.axhline(1.0, color="#444444", lw=1.0)
     ax.axhline(OVERHEAD_FRACTION, color="#b0b0b0", lw=1.0, ls="--")
@@ -170,13 +197,17 @@ def plot_compare(ax, result_files, phase: str, what: str = "time"):
     attr, vary = ("context", "batch") if phase == "decode" else ("batch", "context")
     fixed = _common_fixed(summaries, phase, attr)
     for i, (rf, ss) in enumerate(zip(result_files, summaries)):
-        pts = sorted((getattr(s, vary), s) for s in ss if s.phase == phase and getattr(s, attr) == fixed)
-        if not pts:
-            continue
-        xs = [x for x, _ in pts]
-        ys = [s.time_s if what == "time" else s.roof_fraction for _, s in pts]
-        ax.plot(xs, ys, color=device_color(i), ls=PHASE_LINESTYLE[phase], marker="o", ms=4, lw=1.6,
-                label=run_label(rf), gid=f"compare:{phase}:{what}:{i}")
+        sel = [s for s in ss if s.phase == phase and getattr(s, attr) == fixed]
+        variants = sorted({variant(s.key) for s in sel})
+        styles = variant_styles(("", v) for v in variants)
+        for var in variants:       # a file with several weight / KV dtypes: one line each, its own style
+            pts = sorted(((getattr(s, vary), s) for s in sel if variant(s.key) == var), key=lambda t: t[0])
+            xs = [x for x, _ in pts]
+            ys = [s.time_s if what == "time" else s.roof_fraction for _, s in pts]
+            ls = styles[("", var)] if len(variants) > 1 else PHASE_LINESTYLE[phase]
+            ax.plot(xs, ys, color=device_color(i), ls=ls,
+                    marker="o", ms=4, lw=1.6, label=run_label(rf) + (f" [{var.replace('-', ':')}]" if var else ""),
+                    gid=f"compare:{phase}:{what}:{i}" + (":" + var.replace(" ", ":") if var else ""))
     ax.set_xscale("log", base=2)
     if what == "time":
         ax.set_yscale("log")

@@ -392,18 +392,28 @@ class Step:
         return max(self.ops, key=lambda r: r.time_s)
 
     @property
+    def quant(self) -> str:
+        """'' when weights and KV cache are in the activation dtype, else 'int8 weights' / 'int8 weights, fp8 KV'."""
+        k = self.key
+        parts = ([f"{k.weight_dtype} weights"] if k.weight_dtype != k.dtype else []) + \
+                ([f"{k.kv_dtype} KV"] if k.kv_dtype != k.dtype else [])
+        return ", ".join(parts)
+
+    @property
     def where(self) -> str:
-        """'b8/ctx1024' (with the backend, cached prefix and tp when they are not the default)."""
+        """'b8/ctx1024' (with the cached prefix, tp and quantized dtypes when they are not the default)."""
         k = self.key
         s = f"b{k.batch}/ctx{k.context}" + (f"+{k.cached} cached" if k.cached else "")
+        s += "".join(f" {n}:{v}" for n, v in (("w", k.weight_dtype), ("kv", k.kv_dtype)) if v != k.dtype)
         return s + (f" tp{k.tp}" if k.tp > 1 else "")
 
     @property
     def title(self) -> str:
+        q = f" with {self.quant}" if self.quant else ""
         if self.phase == "prefill":
             s = f"Prefill of batch {self.batch} x {self.context:,} tokens"
-            return s + (f" ({self.cached:,} cached)" if self.cached else "")
-        return f"Decode at batch {self.batch}, context {self.context:,}"
+            return s + (f" ({self.cached:,} cached)" if self.cached else "") + q
+        return f"Decode at batch {self.batch}, context {self.context:,}" + q
 
     @property
     def tokens_per_s(self) -> float:
@@ -560,13 +570,13 @@ class RunAnalysis:
         return [s for s in self.steps if s.phase == phase and (backend is None or s.backend == backend)]
 
     def headline(self) -> list:
-        """The steps a reader sees first: per phase and backend, the smallest and the largest
-        step of the sweep (decode by batch then context, prefill by tokens)."""
+        """The steps a reader sees first: per phase, backend and dtypes (weights, KV cache), the smallest and
+        the largest step of the sweep (decode by batch then context, prefill by tokens)."""
         by: dict[tuple, list] = defaultdict(list)
         for s in self.steps:
-            by[(s.phase, s.backend)].append(s)
+            by[(s.phase, s.backend, s.key.weight_dtype, s.key.kv_dtype)].append(s)
         out = []
-        for (phase, _), ss in sorted(by.items(), key=lambda kv: (kv[0][0] != "prefill", kv[0][1])):
+        for (phase, *_), ss in sorted(by.items(), key=lambda kv: (kv[0][0] != "prefill",) + kv[0][1:]):
             size = (lambda s: (s.batch * s.context, s.batch)) if phase == "prefill" else (lambda s: (s.batch, s.context))
             ss = sorted(ss, key=size)
             out.append(ss[0])

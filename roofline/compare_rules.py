@@ -17,6 +17,15 @@ prints for a compare result (``roofline diagnose OUT/compare.json``, or ``roofli
 * ``change-regressions`` ops that got slower beyond the noise, the largest losses first.
 * ``change-unmatched`` points only in one file, or skipped in one.
 * ``change-latency``   per latency configuration, the TTFT / TPOT / ITL percentiles that moved.
+* ``dequant-bound``    (weight quantization) quantized decode linears whose measured speed-up falls short
+                       of what their bytes predict: the kernel spends its time dequantizing, not reading.
+
+One file holding a float and a quantized run of the same workload (``roofline profile --weight-dtype
+fp32,int8``) is the same comparison inside one file: ``in_file_comparisons`` splits it by weight (and
+KV-cache) dtype and hands the halves to ``roofline.compare.compare``; ``measured_effect_findings``
+quotes the effect on decode ("decode bytes 0.53x, step time 0.61x at batch 1; at batch 64 bytes 0.71x,
+step time 0.90x: no longer weight-bound"), per backend, beside the rule's verdict and the dequant-bound
+warning. ``roofline diagnose`` prints them for such a file.
 """
 
 from __future__ import annotations
@@ -103,9 +112,143 @@ def change_findings(c: Comparison, src: str = "") -> list:
     """Every finding about comparison ``c`` (see the module docstring)."""
     out = [_summary(c, src)]
     out += _effects(c, src)
-    out += [f for f in (_regressions(c, src), _unmatched(c, src)) if f]
+    out += [f for f in (_dequant_bound(c, src), _regressions(c, src), _unmatched(c, src)) if f]
     out += _latency(c, src)
     return out
+
+
+# ---------------------------------------------------------------- weight quantization: what the bytes promised
+
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
+WEIGHT_BOUND = 0.5   # a step is weight-bound when half its time is in memory-bound linears (diagnose.DOMINANT)
+
+
+def short_fall(o) -> bool:
+    """A decode linear, memory-bound before, whose measured speed-up realises under ``REALISED`` of the gain its
+    bytes predict (before bytes / after bytes: a memory-bound op's time should follow its bytes)."""
+    b, a = o.before, o.after
+    if b.point.op not in LINEARS or b.point.phase != "decode" or b.label != "memory" or not a.point.cost.bytes:
+        return False
+    pred = b.point.cost.bytes / a.point.cost.bytes
+    if pred < 1 + MIN_CHANGE:
+        return False
+    got = o.time.speedup
+    return not math.isnan(got) and (got - 1) / (pred - 1) < REALISED
+
+
+def _dequant_bound(c: Comparison, src: str):
+    if "weight_dtype" not in c.changed:
+        return None
+    short = [o for o in c.ops if short_fall(o)]
+    if not short:
+        return None
+    lin = [o for o in c.ops if o.before.point.op in LINEARS and o.before.point.phase == "decode"]
+    short.sort(key=lambda o: o.time.speedup * o.after.point.cost.bytes / o.before.point.cost.bytes)
+    _, new = c.changed["weight_dtype"]
+    promise = lambda o: o.before.point.cost.bytes / o.after.point.cost.bytes  # noqa: E731
+    ev = "; ".join(f"{o.title}: bytes {1 / promise(o):.2f}x, time {1 / o.time.speedup:.2f}x (the bytes predict "
+                   f"{promise(o):.2f}x faster)" for o in short[:4])
+    impl = {o.after.m.config.get("impl") for o in short} - {None}
+    if impl:
+        ev += f"; kernel: {', '.join(sorted(impl))}"
+    return Finding("dequant-bound", f"{len(short)} of {len(lin)} {new} decode linears run slower than their bytes "
+                   f"predict: a dequantization-bound kernel (the speed-up realises under {REALISED:.0%} of the "
+                   "bytes' promise).", ev,
+                   "the kernel spends its time unpacking and converting weights, not reading them: use a kernel that "
+                   "dequantizes in registers on the tensor-core path (the triton backend on a GPU), 16-bit "
+                   "activations (torch's CPU int8 GEMM is fast only for bf16/fp16), or keep these layers in the float "
+                   "dtype", src, {"ops": [o.title for o in short]})
+
+
+def in_file_comparisons(rf) -> list:
+    """[(field, Comparison)]: for weight_dtype and kv_dtype, each quantized value against the float run (the
+    activation dtype) of the same file, when the file holds both (``roofline.compare.compare`` on its halves)."""
+    from dataclasses import replace
+
+    from .compare import compare
+    from .errors import RooflineError
+
+    out = []
+    ms = rf.measurements
+    for name in ("weight_dtype", "kv_dtype"):
+        parts: dict = {}
+        for m in ms:
+            parts.setdefault(getattr(m.point, name) if getattr(m.point, name) != m.point.dtype else "", []).append(m)
+        if "" not in parts or len(parts) < 2:
+            continue
+        base = replace(rf, measurements=parts.pop(""), _analysis=None)
+        for v, sub in sorted(parts.items(), key=lambda kv: (ORDER.index(kv[0]) if kv[0] in ORDER else 9, kv[0])):
+            try:
+                out.append((name, compare(base, replace(rf, measurements=sub, _analysis=None))))
+            except RooflineError:
+                continue
+    return out
+
+
+def measured_effect_findings(rf, src: str = "") -> list:
+    """For a file holding a float and a quantized run of one workload: the measured effect on decode per backend
+    (``*-measured``), then the rule's verdict per phase (``*-effect``) and the dequant-bound warning."""
+    out = []
+    for name, c in in_file_comparisons(rf):
+        if name not in c.changed:
+            continue
+        rule, label, _ = RULES[name]
+        backends = sorted({s.after.backend for s in c.steps})
+        for backend in backends:
+            f = _quoted_effect(c, name, label, rule, backend if len(backends) > 1 else "", src)
+            if f:
+                out.append(f)
+        out += [f for f in _effects(c, src) + [_dequant_bound(c, src)] if f]
+    return out
+
+
+def _quoted_effect(c: Comparison, name: str, label: str, rule: str, backend: str, src: str):
+    """"decode bytes 0.53x, step time 0.61x at batch 1; at batch 64 bytes 0.71x, step time 0.90x: no longer
+    weight-bound" (after / before), at the context holding the most decode batches."""
+    ss = [s for s in c.steps if s.phase == "decode" and s.comparable and (not backend or s.after.backend == backend)]
+    if not ss:
+        return None
+    by_ctx: dict = {}
+    for s in ss:
+        by_ctx.setdefault(s.after.context, []).append(s)
+    ctx = max(by_ctx, key=lambda k: (len(by_ctx[k]), -k))
+    row = sorted(by_ctx[ctx], key=lambda s: s.after.batch)
+    lo, hi = row[0], row[-1]
+
+    def b(s):
+        return 1 / s.bytes_ratio if s.bytes_ratio else math.nan
+
+    def t(s):
+        return 1 / s.time.speedup if s.time.speedup else math.nan
+
+    def weight_bound(s):
+        return s.before.weight_memory_share >= WEIGHT_BOUND
+
+    old, new = c.changed[name]
+    on = f", {backend}" if backend else ""
+    claim = (f"{label} measured in this file ({FIELD[name]} {old} -> {new}{on}): decode bytes {b(lo):.2f}x, step time "
+             f"{t(lo):.2f}x at batch {lo.after.batch}" + ("" if weight_bound(lo) else ": not weight-bound"))
+    if hi is not lo:
+        claim += (f"; at batch {hi.after.batch} bytes {b(hi):.2f}x, step time {t(hi):.2f}x"
+                  + (": still weight-bound" if weight_bound(hi) else ": no longer weight-bound"))
+    claim += f" (context {ctx:,})."
+    predicted = ", ".join(f"{1 / s.predicted_speedup:.2f}x at b{s.after.batch}" for s in row)
+    shares = ", ".join(f"{100 * s.before.weight_memory_share:.0f}% at b{s.after.batch}" for s in row)
+    ev = (f"after / before per decode step, both runs in this file; the roofline predicted step time {predicted}; "
+          f"share of the {old} step in memory-bound linears: {shares}")
+    pf = [1 / s.time.speedup for s in c.steps if s.phase == "prefill" and s.comparable and s.time.speedup
+          and (not backend or s.after.backend == backend)]
+    if pf:
+        ev += f"; prefill step time {min(pf):.2f}-{max(pf):.2f}x of before"
+    return Finding(f"{rule}-measured", claim, ev, "", src,
+                   {"field": name, "before": old, "after": new, "context": ctx, "backend": backend or None,
+                    "steps": [{"batch": s.after.batch, "bytes_ratio": b(s), "time_ratio": t(s),
+                               "predicted_ratio": 1 / s.predicted_speedup if s.predicted_speedup else math.nan,
+                               "weight_bound_before": weight_bound(s)} for s in row]})
+
+
+FIELD = {"weight_dtype": "weights", "kv_dtype": "KV cache"}
+ORDER = ("fp8", "int8", "int4")   # the quantized runs of a file, the larger element first
 
 
 def _summary(c: Comparison, src: str) -> Finding:

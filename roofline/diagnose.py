@@ -26,6 +26,9 @@ evidence"):
 * ``trace-collectives``  collectives take over ``TRACE_EXTRA`` of a traced phase, with their bus bandwidth.
 * ``communication-bound`` tensor-parallel steps whose collectives take at least half of the step
                          (``roofline.bounds.COMM_DOMINANT``): the interconnect, not HBM, sets the step.
+* ``weight-quantization-measured`` / ``kv-quantization-measured``, with ``*-effect`` and ``dequant-bound``:
+                         a file holding a float and a quantized run of the same workload quotes the
+                         measured effect against the roofline's prediction (``roofline.compare_rules``).
 
 Thresholds are named constants below, each with its reason.
 """
@@ -334,6 +337,9 @@ def profile_findings(rf, src: str = "") -> list:
             out.append(f)
     if rf.header.kind == "trace":
         out += trace_findings(a, src)
+    from .compare_rules import measured_effect_findings   # it builds on this module's Finding
+
+    out += measured_effect_findings(rf, src)
     return out
 
 

@@ -11,15 +11,20 @@ from .dtypes import bytes_per_element, normalize_dtype
 from .errors import check_positive_int
 
 
-def explain_linear(tokens: int, in_features: int, out_features: int, dtype: str, device: Device) -> dict:
-    """The seed's walk-through for y[T, N] = x[T, K] @ W[K, N]: returns figures and ``text``."""
+def explain_linear(tokens: int, in_features: int, out_features: int, dtype: str, device: Device, *,
+                   group_size: int | None = None, zero_point: bool = False) -> dict:
+    """The seed's walk-through for y[T, N] = x[T, K] @ W[K, N]: returns figures and ``text``. A quantized
+    ``dtype`` (int8, int4, fp8) runs with bf16 activations, its scales counted (``formulas.weight_scale_bytes``)."""
     T = check_positive_int("--tokens", tokens)
     K = check_positive_int("--in", in_features)
     N = check_positive_int("--out", out_features)
     dt = normalize_dtype(dtype)
     b = bytes_per_element(dt)
     w_bytes = K * N * b
-    cost = F.linear(T, K, N, weight_dtype=dt, act_dtype=dt if dt in ("fp32", "bf16", "fp16") else "bf16")
+    act = cost_act(dt)
+    scale_bytes = F.weight_scale_bytes(K, N, weight_dtype=dt, act_dtype=act, group_size=group_size,
+                                       zero_point=zero_point)
+    cost = F.linear(T, K, N, weight_dtype=dt, act_dtype=act, group_size=group_size, zero_point=zero_point)
     wi = F.weight_only_intensity(T, K, N, weight_dtype=dt)
     compute_dt = dt if dt in device.peak_flops else "bf16"
     peak, bw = device.peak(compute_dt), device.bandwidth
@@ -33,7 +38,8 @@ def explain_linear(tokens: int, in_features: int, out_features: int, dtype: str,
         f"  FLOPs, {T:,} tokens = {T:,} x {2 * K * N:,} = {cost.flops:,.0f} FLOPs",
         f"  weight-only intensity = {cost.flops:,.0f} / {w_bytes:,.0f} = {wi:,.1f} FLOP/byte",
         f"  with activations  = {cost.flops:,.0f} / {cost.bytes:,.0f} bytes = {cost.intensity:,.1f} FLOP/byte "
-        f"(adds x and y: {T:,} x ({K:,} + {N:,}) x {bytes_per_element(cost_act(dt)):g} bytes)",
+        f"(adds x and y: {T:,} x ({K:,} + {N:,}) x {bytes_per_element(act):g} bytes"
+        + (f", and the scales: {scale_bytes:,.0f} bytes)" if scale_bytes else ")"),
         f"  {device.name} ridge ({compute_dt}) = {U.flops_rate(peak)} / {U.bandwidth(bw)} = {ridge:,.1f} FLOP/byte "
         f"[{device.source}]",
         f"  verdict: {cost.intensity:,.1f} {'>=' if verdict == COMPUTE else '<'} {ridge:,.1f}, so it is "
@@ -41,6 +47,7 @@ def explain_linear(tokens: int, in_features: int, out_features: int, dtype: str,
         "  (weight-only is the seed's number; real kernels also move activations and attention state.)",
     ]
     return {"tokens": T, "in": K, "out": N, "dtype": dt, "device": device.name, "weight_bytes": w_bytes,
+            "scale_bytes": scale_bytes,
             "flops": cost.flops, "bytes": cost.bytes, "weight_only_intensity": wi, "intensity": cost.intensity,
             "ridge": ridge, "bound": verdict, "time_s": tm, "text": "\n".join(lines)}
 

@@ -10,8 +10,14 @@ Conventions (also printed in reports):
 * Exponentials, reciprocals and square roots are not counted as FLOPs (the
   FlashAttention convention); the elementwise FLOP counts below say what is counted.
 * Weights, activations and the KV cache each have their own dtype, so quantized weights
-  (int8/int4/fp8) and an 8-bit KV cache cost the right bytes. Scales and zero points of
-  quantized formats are NB: not counted (under 1% for group size >= 128).
+  (int8/int4/fp8) and an 8-bit KV cache cost the right bytes, scales included:
+  - int8 / fp8 weights: one scale per output channel (N of them), in the activation dtype;
+  - int4 weights: one scale per group of ``group_size`` input rows per output channel
+    (K/group_size x N, group 128 by default), plus as many zero points when ``zero_point``,
+    in the activation dtype: int4 with groups is K*N/2 + (K/g)*N*(1 or 2)*act bytes;
+  - an int8 / fp8 KV cache: one fp32 scale per token per KV head, for K and for V
+    (2 x tokens x Hkv x 4 bytes), written by kv_append and read with the cache.
+    ``kv_scales=False`` drops them (a framework's per-tensor scales: a few bytes in all).
 * ``tokens`` always means all rows processed by the op: batch x new tokens.
 """
 
@@ -23,14 +29,57 @@ from .dtypes import bytes_per_element as _b
 # Every formula returns a Cost; arguments are element counts and dtype names.
 
 
+QUANTIZED_WEIGHTS = ("int8", "int4", "fp8")   # weight dtypes that carry scales (weight-only quantization)
+QUANTIZED_KV = ("int8", "fp8")                 # KV-cache dtypes with per-token-per-head scales
+INT4_GROUP = 128                               # the default int4 group: input rows sharing one scale
+KV_SCALE_BYTES = 4                             # a KV scale is fp32
+
+
 def linear(tokens: int, in_features: int, out_features: int, *,
-           weight_dtype: str = "bf16", act_dtype: str = "bf16") -> Cost:
+           weight_dtype: str = "bf16", act_dtype: str = "bf16", group_size: int | None = None,
+           zero_point: bool = False) -> Cost:
     """y[T, N] = x[T, K] @ W[K, N].
 
-    FLOPs = 2*T*K*N. Bytes = weight K*N (weight dtype, read once per call) +
-    input T*K + output T*N (activation dtype). No bias (Llama has none).
+    FLOPs = 2*T*K*N. Bytes = weight K*N (weight dtype, read once per call) + its scales
+    (``weight_scale_bytes``: 0 for a float weight) + input T*K + output T*N (activation
+    dtype). No bias (Llama has none). The dequantization multiplies are NB: not FLOPs
+    (a weight-only kernel folds them into the GEMM's epilogue or per group).
     """
-    return gemm(tokens, in_features, out_features, a_dtype=act_dtype, b_dtype=weight_dtype, out_dtype=act_dtype)
+    c = gemm(tokens, in_features, out_features, a_dtype=act_dtype, b_dtype=weight_dtype, out_dtype=act_dtype)
+    return c + Cost(0, weight_scale_bytes(in_features, out_features, weight_dtype=weight_dtype, act_dtype=act_dtype,
+                                          group_size=group_size, zero_point=zero_point))
+
+
+def weight_scale_bytes(in_features: int, out_features: int, *, weight_dtype: str, act_dtype: str = "bf16",
+                       group_size: int | None = None, zero_point: bool = False) -> float:
+    """Bytes of the scales (and zero points) that dequantize a K x N weight, in the activation dtype.
+
+    int8 / fp8: N (one symmetric scale per output channel). int4: ceil(K / g) x N scales, g =
+    ``group_size`` (default ``INT4_GROUP``), doubled with ``zero_point``. Float weights: 0.
+    """
+    if weight_dtype not in QUANTIZED_WEIGHTS:
+        return 0.0
+    if weight_dtype != "int4":
+        return out_features * _b(act_dtype)
+    g = int(group_size or INT4_GROUP)
+    groups = -(-in_features // g)
+    return groups * out_features * _b(act_dtype) * (2 if zero_point else 1)
+
+
+def quantized_weight_bytes(in_features: int, out_features: int, *, weight_dtype: str, act_dtype: str = "bf16",
+                           group_size: int | None = None, zero_point: bool = False) -> float:
+    """A K x N weight as stored: K*N in its dtype + ``weight_scale_bytes`` (int4, g=128: K*N/2 + K*N/128 x act)."""
+    return in_features * out_features * _b(weight_dtype) + weight_scale_bytes(
+        in_features, out_features, weight_dtype=weight_dtype, act_dtype=act_dtype, group_size=group_size,
+        zero_point=zero_point)
+
+
+def kv_scale_bytes(tokens: int, n_kv_heads: int, *, kv_dtype: str, kv_scales: bool = True) -> float:
+    """The KV cache's scales for ``tokens`` tokens: 2 (K, V) x tokens x Hkv x 4 bytes (fp32, per token per KV
+    head) for an int8 / fp8 cache; 0 for a float cache or with ``kv_scales=False``."""
+    if not kv_scales or kv_dtype not in QUANTIZED_KV:
+        return 0.0
+    return 2 * tokens * n_kv_heads * KV_SCALE_BYTES
 
 
 def gemm(m: int, k: int, n: int, *, batch: int = 1, a_dtype: str = "bf16", b_dtype: str = "bf16",
@@ -127,22 +176,26 @@ def embedding(tokens: int, hidden: int, *, weight_dtype: str = "bf16", act_dtype
     return Cost(0, nbytes)
 
 
-def lm_head(rows: int, hidden: int, vocab: int, *, weight_dtype: str = "bf16", act_dtype: str = "bf16") -> Cost:
+def lm_head(rows: int, hidden: int, vocab: int, *, weight_dtype: str = "bf16", act_dtype: str = "bf16",
+            group_size: int | None = None, zero_point: bool = False) -> Cost:
     """Logits for ``rows`` positions: a linear [rows, H] x [H, vocab].
 
     In prefill only the last position of each sequence needs logits, so rows = batch
     (NB: frameworks that compute logits for every prompt position pay prompt x more).
     """
-    return linear(rows, hidden, vocab, weight_dtype=weight_dtype, act_dtype=act_dtype)
+    return linear(rows, hidden, vocab, weight_dtype=weight_dtype, act_dtype=act_dtype, group_size=group_size,
+                  zero_point=zero_point)
 
 
 def kv_append(tokens: int, n_kv_heads: int, head_dim: int, *,
-              act_dtype: str = "bf16", kv_dtype: str = "bf16") -> Cost:
+              act_dtype: str = "bf16", kv_dtype: str = "bf16", kv_scales: bool = True) -> Cost:
     """Write the new tokens' K and V into the cache: 0 FLOPs.
 
-    Bytes = read k and v [T, Hkv, D] (activations) + write them into the cache (KV dtype).
+    Bytes = read k and v [T, Hkv, D] (activations) + write them into the cache (KV dtype) + an
+    8-bit cache's scales (``kv_scale_bytes``). Quantizing (an absmax per row, a scale) is NB: not FLOPs.
     """
-    return copy(2 * tokens * n_kv_heads * head_dim, src_dtype=act_dtype, dst_dtype=kv_dtype)
+    c = copy(2 * tokens * n_kv_heads * head_dim, src_dtype=act_dtype, dst_dtype=kv_dtype)
+    return c + Cost(0, kv_scale_bytes(tokens, n_kv_heads, kv_dtype=kv_dtype, kv_scales=kv_scales))
 
 
 def causal_pairs(new_tokens: int, cached_tokens: int = 0) -> float:
@@ -157,7 +210,7 @@ def causal_pairs(new_tokens: int, cached_tokens: int = 0) -> float:
 
 def prefill_attention(batch: int, new_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, *,
                       cached_tokens: int = 0, causal: bool = True,
-                      act_dtype: str = "bf16", kv_dtype: str = "bf16") -> Cost:
+                      act_dtype: str = "bf16", kv_dtype: str = "bf16", kv_scales: bool = True) -> Cost:
     """softmax(q k^T / sqrt(D)) v for ``new_tokens`` queries over the prefix and themselves.
 
     FLOPs = 4 * B * Hq * D * pairs (2 for q.k, 2 for p.v per pair); pairs =
@@ -165,34 +218,41 @@ def prefill_attention(batch: int, new_tokens: int, n_heads: int, n_kv_heads: int
     FlopCounterMode does NOT follow, so it reports twice ours for causal attention).
     Bytes = q read and o written (activations, Hq heads) + K and V of all
     S_kv = prefix + new tokens read once per KV head from the cache (KV dtype): under
-    GQA a KV tile is shared by the Hq/Hkv query heads of its group.
+    GQA a KV tile is shared by the Hq/Hkv query heads of its group. An 8-bit cache adds its
+    scales (``kv_scale_bytes`` of the S_kv tokens), read with it.
     """
     s_kv = cached_tokens + new_tokens
     pairs = causal_pairs(new_tokens, cached_tokens) if causal else new_tokens * s_kv
     flops = 4 * batch * n_heads * head_dim * pairs
     q_o = 2 * batch * new_tokens * n_heads * head_dim * _b(act_dtype)
     kv = 2 * batch * s_kv * n_kv_heads * head_dim * _b(kv_dtype)
+    kv += kv_scale_bytes(batch * s_kv, n_kv_heads, kv_dtype=kv_dtype, kv_scales=kv_scales)
     return Cost(flops, q_o + kv)
 
 
 def decode_attention(batch: int, kv_len: int, n_heads: int, n_kv_heads: int, head_dim: int, *,
-                     act_dtype: str = "bf16", kv_dtype: str = "bf16") -> Cost:
+                     act_dtype: str = "bf16", kv_dtype: str = "bf16", kv_scales: bool = True) -> Cost:
     """One new query per sequence over ``kv_len`` cached keys (the new token's included).
 
     FLOPs = 4 * B * Hq * S_kv * D, no causal halving (one query sees every key).
     Bytes = K and V, B * S_kv * Hkv * D each, read once per KV head (KV dtype) + q read
     and o written (activations). Intensity ~ Hq/Hkv FLOP per KV element: it does not grow
-    with context, and batching does not share KV reads between sequences.
+    with context, and batching does not share KV reads between sequences. An 8-bit cache adds
+    its scales (``kv_scale_bytes`` of the B * S_kv tokens).
     """
     flops = 4 * batch * n_heads * kv_len * head_dim
     kv = 2 * batch * kv_len * n_kv_heads * head_dim * _b(kv_dtype)
+    kv += kv_scale_bytes(batch * kv_len, n_kv_heads, kv_dtype=kv_dtype, kv_scales=kv_scales)
     q_o = 2 * batch * n_heads * head_dim * _b(act_dtype)
     return Cost(flops, kv + q_o)
 
 
-def kv_cache_bytes(tokens: int, n_layers: int, n_kv_heads: int, head_dim: int, *, kv_dtype: str = "bf16") -> float:
-    """Bytes that ``tokens`` cached tokens occupy across the model: 2 (K, V) * L * Hkv * D * bytes."""
-    return 2 * tokens * n_layers * n_kv_heads * head_dim * _b(kv_dtype)
+def kv_cache_bytes(tokens: int, n_layers: int, n_kv_heads: int, head_dim: int, *, kv_dtype: str = "bf16",
+                   kv_scales: bool = True) -> float:
+    """Bytes that ``tokens`` cached tokens occupy across the model: 2 (K, V) * L * Hkv * D * bytes, plus an
+    8-bit cache's scales (L x ``kv_scale_bytes``)."""
+    return (2 * tokens * n_layers * n_kv_heads * head_dim * _b(kv_dtype)
+            + n_layers * kv_scale_bytes(tokens, n_kv_heads, kv_dtype=kv_dtype, kv_scales=kv_scales))
 
 
 # ---------------------------------------------------------------- generic ops, as a profiler trace records them

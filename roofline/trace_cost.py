@@ -215,13 +215,13 @@ def _attention(name, q, k, v, causal, masked, layout) -> OpCost | None:
         return None
     note = ""
     if s_q == 1:
-        cost = F.decode_attention(b, s_kv, hq, hkv, d, act_dtype=tq, kv_dtype=tk)
+        cost = F.decode_attention(b, s_kv, hq, hkv, d, act_dtype=tq, kv_dtype=tk, kv_scales=False)
     else:
         if causal is None or (not causal and masked):
             causal, note = True, "causal assumed"
         cached = max(s_kv - s_q, 0) if causal else 0
         cost = F.prefill_attention(b, s_q, hq, hkv, d, cached_tokens=cached, causal=causal, act_dtype=tq,
-                                   kv_dtype=tk)
+                                   kv_dtype=tk, kv_scales=False)   # NB: a framework's 8-bit cache: per-tensor scales
         if causal and s_kv < s_q:
             return None
     sig = f"b{b} q{s_q} kv{s_kv} h{hq}/{hkv} d{d} {tq}" + (" causal" if causal and s_q > 1 else "")

@@ -87,7 +87,8 @@ def custom(name, base, a: _Args):
         if k is None or cache is None or len(k[0]) != 3:
             return None
         kv = "fp8" if "fp8" in str(a.value(5)).lower() else cache[1]
-        return OpCost(name, "kv_write", F.kv_append(k[0][0], k[0][1], k[0][2], act_dtype=k[1], kv_dtype=kv), k[1],
+        return OpCost(name, "kv_write", F.kv_append(k[0][0], k[0][1], k[0][2], act_dtype=k[1], kv_dtype=kv,
+                                                  kv_scales=False), k[1],   # vLLM: per-tensor fp8 scales
                       _sig(k[0], dtype=f"{k[1]}->{kv}"))
     if name == "flash_attn::_flash_attn_varlen_forward":   # one sequence only: cu_seqlens [2]
         q, k, cu = a.tensor(0), a.tensor(1), a.tensor(3)

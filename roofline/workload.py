@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from . import formulas as F
 from .cost import ZERO, Cost
-from .dtypes import bytes_per_element, normalize_dtype
+from .dtypes import normalize_dtype
 from .errors import RooflineError, check_positive_int
 from .models import ModelConfig
 from .parallel import PER_LAYER_COLLECTIVES, Shard, shard, step_collectives
@@ -47,6 +47,13 @@ class Dtypes:
     weight: str = "bf16"
     act: str = "bf16"
     kv: str = "bf16"
+    group_size: int = F.INT4_GROUP   # int4 weights: input rows per scale (formulas.weight_scale_bytes)
+    zero_point: bool = False         # int4 weights: a zero point per group beside each scale
+
+    @property
+    def weight_quant(self) -> dict:
+        """The keyword arguments every linear formula takes: weight dtype, group size, zero point."""
+        return dict(weight_dtype=self.weight, group_size=self.group_size, zero_point=self.zero_point)
 
 
 @dataclass(frozen=True)
@@ -115,33 +122,43 @@ class Phase:
 
     @property
     def weight_bytes(self) -> float:
-        """Bytes of linear-layer weights the step reads (once per chunk), across all layers (one rank's, under tp)."""
-        m, sh, wb = self.model, self._sizes, bytes_per_element(self.dtypes.weight)
-        per_layer = m.hidden * sh.q_dim + 2 * m.hidden * sh.kv_dim + sh.q_dim * m.hidden + 3 * m.hidden * sh.intermediate
-        return (per_layer * m.n_layers * len(self.chunks) + m.hidden * sh.vocab) * wb
+        """Bytes of linear-layer weights the step reads (once per chunk), across all layers (one rank's, under tp),
+        the scales of quantized weights included (``formulas.quantized_weight_bytes``)."""
+        m, sh, dt = self.model, self._sizes, self.dtypes
+        wb = lambda k, n: F.quantized_weight_bytes(k, n, act_dtype=dt.act, **dt.weight_quant)  # noqa: E731
+        per_layer = (wb(m.hidden, sh.q_dim) + 2 * wb(m.hidden, sh.kv_dim) + wb(sh.q_dim, m.hidden)
+                     + 2 * wb(m.hidden, sh.intermediate) + wb(sh.intermediate, m.hidden))
+        return per_layer * m.n_layers * len(self.chunks) + wb(m.hidden, sh.vocab)
 
     @property
     def _sizes(self) -> Shard:
         return self.shard or shard(self.model, 1)
 
 
-def _check_dtypes(weight_dtype, act_dtype, kv_dtype) -> Dtypes:
+INT4_GROUPS = (32, 64, 128)   # the int4 group sizes the kernels run (kernels/linear_int4.py)
+
+
+def _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size=None, zero_point=False) -> Dtypes:
     act = normalize_dtype(act_dtype)
     if act not in ("fp32", "bf16", "fp16"):
         raise RooflineError(f"activation dtype must be fp32, bf16 or fp16, not {act_dtype!r}.")
-    return Dtypes(normalize_dtype(weight_dtype), act, normalize_dtype(kv_dtype))
+    g = F.INT4_GROUP if group_size is None else group_size
+    if isinstance(g, bool) or not isinstance(g, int) or g not in INT4_GROUPS:
+        raise RooflineError(f"the int4 group size must be one of {', '.join(map(str, INT4_GROUPS))}, "
+                            f"but {group_size!r} was given.")
+    return Dtypes(normalize_dtype(weight_dtype), act, normalize_dtype(kv_dtype), g, bool(zero_point))
 
 
 def _layer_ops(cfg: ModelConfig, sh: Shard, dt: Dtypes, batch: int, chunks, prior: int, decode: bool):
     """Per-layer op costs summed over chunks (one rank's share of each over ``sh.tp`` ranks): {name: Cost}."""
     H, I, D = cfg.hidden, sh.intermediate, cfg.head_dim
     Hq, Hkv = sh.n_heads, sh.n_kv_heads
-    w, a, kv = dt.weight, dt.act, dt.kv
+    a, kv = dt.act, dt.kv
     acc = {n: ZERO for n in PER_LAYER_OPS}
     p = prior
     for c in chunks:
         T = batch * c
-        lin = lambda k, n: F.linear(T, k, n, weight_dtype=w, act_dtype=a)  # noqa: E731
+        lin = lambda k, n: F.linear(T, k, n, act_dtype=a, **dt.weight_quant)  # noqa: E731
         if decode:
             attn = F.decode_attention(batch, p + 1, Hq, Hkv, D, act_dtype=a, kv_dtype=kv)
         else:
@@ -179,15 +196,18 @@ def _assemble(phase, cfg, dt, batch, new_tokens, context, cached, chunks, prior,
     ops.append(OpCost("final_norm", F.rmsnorm(batch, cfg.hidden, act_dtype=dt.act, weight_dtype=dt.act), 1, vec))
     # lm_head is vocab-parallel: each rank computes its V/N logits (the padded vocabulary's share)
     vocab = cfg.vocab if tp == 1 else sh.vocab
-    ops.append(OpCost("lm_head", F.lm_head(batch, cfg.hidden, vocab, weight_dtype=dt.weight,
-                                           act_dtype=dt.act), 1, dt.act))
+    ops.append(OpCost("lm_head", F.lm_head(batch, cfg.hidden, vocab, act_dtype=dt.act, **dt.weight_quant), 1,
+                      dt.act))
     return Phase(phase, cfg, batch, new_tokens, context, cached, tuple(chunks), dt, tuple(ops), tp, sh,
                  step_collectives(cfg, sh, batch, chunks, dt.act))
 
 
 def prefill(cfg: ModelConfig, batch: int, prompt_tokens: int, cached_tokens: int = 0, chunk: int | None = None,
-            *, weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16", tp: int = 1) -> Phase:
-    """The prompt-processing work of ``batch`` prompts of ``prompt_tokens`` tokens (one rank's, over ``tp``)."""
+            *, weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16", tp: int = 1, group_size: int | None = None,
+            zero_point: bool = False) -> Phase:
+    """The prompt-processing work of ``batch`` prompts of ``prompt_tokens`` tokens (one rank's, over ``tp``).
+
+    ``group_size`` / ``zero_point``: int4 weights' groups (default 128) and zero points (formulas.linear)."""
     batch = check_positive_int("batch", batch)
     prompt_tokens = check_positive_int("prompt length (--context)", prompt_tokens)
     cached_tokens = check_positive_int("cached prefix (--cached)", cached_tokens, allow_zero=True)
@@ -206,12 +226,12 @@ def prefill(cfg: ModelConfig, batch: int, prompt_tokens: int, cached_tokens: int
             raise RooflineError(f"the chunk ({chunk}) is larger than the prompt ({prompt_tokens}); "
                                 "use a chunk no larger than the prompt, or no --chunk.")
         chunks = [chunk] * (new // chunk) + ([new % chunk] if new % chunk else [])
-    dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype)
+    dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size, zero_point)
     return _assemble("prefill", cfg, dt, batch, new, prompt_tokens, cached_tokens, chunks, cached_tokens, False, tp)
 
 
 def decode(cfg: ModelConfig, batch: int, context: int, *, weight_dtype="bf16", act_dtype="bf16",
-           kv_dtype="bf16", tp: int = 1) -> Phase:
+           kv_dtype="bf16", tp: int = 1, group_size: int | None = None, zero_point: bool = False) -> Phase:
     """One decode step: each of ``batch`` sequences has ``context`` cached tokens and adds one (one rank's
     share over ``tp`` ranks)."""
     batch = check_positive_int("batch", batch)
@@ -219,7 +239,7 @@ def decode(cfg: ModelConfig, batch: int, context: int, *, weight_dtype="bf16", a
     if context + 1 > cfg.max_context:
         raise RooflineError(f"a decode step at context {context} needs {context + 1} positions, past "
                             f"{cfg.name}'s maximum context of {cfg.max_context}.")
-    dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype)
+    dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size, zero_point)
     return _assemble("decode", cfg, dt, batch, 1, context, 0, [1], context, True, tp)
 
 

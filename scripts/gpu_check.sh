@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# GPU check for an A100/H100/H200 box, in at most 6 minutes: the compile check first (every kernel
+# GPU check for an A100/H100/H200 box, in at most 8 minutes: the compile check first (every kernel
 # variant for sm_80 and sm_90: compile errors, shared memory, registers, spills, grids), then
 # environment, `roofline check` in bf16 (both backends), the GPU-marked timing tests, measured
 # ceilings, a short sweep with its report, and the kernel benchmark against cuBLAS / SDPA. It prints
 # MET/MISS against the targets last:
 #   Triton linear >= 0.9x cuBLAS at M >= 1024, and >= 85% of measured HBM bandwidth at M <= 16;
 #   decode attention >= 85% of measured copy bandwidth at batch x context >= 32 x 4096;
-#   prefill attention >= 0.8x SDPA (flash).
+#   prefill attention >= 0.8x SDPA (flash);
+#   int8 / int4 weight-only decode linears >= 80% of measured HBM bandwidth counting their int bytes.
+# A short quantized sweep (bf16, int8 and int4 weights; bf16 and int8 KV cache) and its diagnosis
+# measure what quantization does to decode (`roofline check` above also covers the fp8 KV cache).
 #
 #   scripts/gpu_check.sh                  # results in gpu-check-out/
 #   OUT=/tmp/gc BUDGET_S=300 scripts/gpu_check.sh
@@ -20,7 +23,7 @@ OUT=${OUT:-gpu-check-out}
 mkdir -p "$OUT"
 export ROOFLINE_CACHE_DIR=${ROOFLINE_CACHE_DIR:-$OUT/cache}
 RUN=${ROOFLINE:-roofline}
-BUDGET_S=${BUDGET_S:-350}          # the whole script; each step is cut to what is left
+BUDGET_S=${BUDGET_S:-460}          # the whole script; each step is cut to what is left
 SUMMARY=()
 FAILED=0
 T_START=$SECONDS
@@ -59,6 +62,9 @@ step check-pt 40  $RUN check --backend torch --dtype bf16
 step tests    60  python -m pytest -q -m gpu tests/test_profiler_timing.py tests/test_kernels_gpu.py -k "bf16 or cuda or runners"
 step ceilings 45  $RUN ceilings --remeasure
 step profile  100 $RUN profile --quick --out "$OUT" --csv --quiet
+step quant    90  $RUN profile --quick --phases decode --weight-dtype bf16,int8,int4 --kv-dtype bf16,int8 \
+    --out "$OUT/quant" --quiet --no-report
+step qdiag    20  $RUN diagnose "$OUT/quant/results.jsonl"
 step bench    90  python benchmarks/kernel_speed.py --quick
 # tensor parallelism needs a GPU per rank: NCCL over 2 GPUs when the box has them
 if python -c "import torch, sys; sys.exit(0 if torch.cuda.device_count() >= 2 else 1)"; then
@@ -81,8 +87,10 @@ echo "step       status  time"
 printf '%s\n' "${SUMMARY[@]}"
 echo "total $((SECONDS - T_START))s of a ${BUDGET_S}s budget"
 echo
-# the short tables last: the phase verdicts `roofline profile` printed, then the targets
+# the short tables last: the phase verdicts `roofline profile` printed, what quantization did, then the targets
 cat "$OUT/profile.log" 2>/dev/null
+echo
+grep -E "measured in this file|dequantization-bound" "$OUT/qdiag.log" 2>/dev/null | head -n 8
 echo
 echo "targets (benchmarks/kernel_speed.py, measured ceilings):"
 grep -E "MET|MISS" "$OUT/bench.log" 2>/dev/null | head -n 30 || echo "  (no benchmark output: see $OUT/bench.log)"

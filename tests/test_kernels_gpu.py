@@ -60,3 +60,18 @@ def test_cuda_length_zero_decode_is_zeros():
     lens, slots = torch.tensor([0, 4096, 17], device="cuda"), torch.arange(3, device="cuda")
     o = DA.decode_attention(q, kc, kc, lens, slots, max_len=4096)
     assert torch.isfinite(o).all() and not o[0].any()
+
+
+def test_quantized_runners_on_gpu():
+    """int8 / int4 weights and an 8-bit KV cache (fp8 where the GPU has it) on both backends, natively compiled."""
+    from kernels.quant import fp8_supported
+    from kernels.runners import make_runners
+    from roofline.models import load_model
+
+    kv = "fp8" if fp8_supported("cuda") else "int8"
+    for backend in ("triton", "torch"):
+        for wd in ("int8", "int4"):
+            for r in make_runners(load_model("llama-3-8b"), "decode", 8, 1024, device="cuda", backend=backend,
+                                  weight_dtype=wd, kv_dtype=kv):
+                r.fn()
+    torch.cuda.synchronize()

@@ -26,10 +26,11 @@ def test_seed_weight_bytes_and_intensity():
 
 
 def test_quantized_weights_cost_fewer_bytes():
-    # int4: 4,096 x 4,096 x 0.5 = 8,388,608 weight bytes; x and y stay bf16: 2 x 4,096 x 2 = 16,384
-    assert F.linear(1, 4096, 4096, weight_dtype="int4").bytes == 8_388_608 + 16_384
-    # int8 weights: 16,777,216 + 16,384
-    assert F.linear(1, 4096, 4096, weight_dtype="int8").bytes == 16_777_216 + 16_384
+    # int4: 4,096 x 4,096 x 0.5 = 8,388,608 weight bytes; scales: 4,096 / 128 = 32 groups x 4,096 x 2 = 262,144;
+    # x and y stay bf16: 2 x 4,096 x 2 = 16,384
+    assert F.linear(1, 4096, 4096, weight_dtype="int4").bytes == 8_388_608 + 262_144 + 16_384
+    # int8 weights: 16,777,216 + one bf16 scale per output channel 4,096 x 2 = 8,192 + 16,384
+    assert F.linear(1, 4096, 4096, weight_dtype="int8").bytes == 16_777_216 + 8_192 + 16_384
 
 
 def test_elementwise_ops():
@@ -45,8 +46,9 @@ def test_elementwise_ops():
     assert F.rope(2, 4, 2, 8) == Cost(288, 448)
     # embedding: 0 FLOPs; 5 x 16 x 2 (rows) + 5 x 16 x 2 (out) + 5 x 8 (ids) = 360 bytes
     assert F.embedding(5, 16) == Cost(0, 360)
-    # kv_append: elems = 2 x 3 x 2 x 8 = 96; read bf16 + write fp8: 96 x 2 + 96 x 1 = 288
-    assert F.kv_append(3, 2, 8, kv_dtype="fp8") == Cost(0, 288)
+    # kv_append: elems = 2 x 3 x 2 x 8 = 96; read bf16 + write fp8: 96 x 2 + 96 x 1 = 288;
+    # + fp32 scales per token per KV head for K and V: 2 x 3 x 2 x 4 = 48
+    assert F.kv_append(3, 2, 8, kv_dtype="fp8") == Cost(0, 288 + 48)
 
 
 def test_prefill_attention_causal_gqa_prefix():
@@ -144,8 +146,11 @@ def test_trace_formulas_exact():
     assert F.softmax(4, 9, in_dtype="fp32") == Cost(144, 288)
     # a cast of 4,096 fp32 to bf16: 0 FLOPs, 4,096 x 4 + 4,096 x 2 = 24,576 bytes
     assert F.copy(4_096, src_dtype="fp32", dst_dtype="bf16") == Cost(0, 24_576)
-    # kv_append is a copy of the K and V rows: 2 x 3 x 2 x 8 = 96 elements, 96 x 2 + 96 x 1 = 288 (unchanged)
-    assert F.kv_append(3, 2, 8, kv_dtype="fp8") == F.copy(96, src_dtype="bf16", dst_dtype="fp8") == Cost(0, 288)
+    # kv_append is a copy of the K and V rows: 2 x 3 x 2 x 8 = 96 elements, 96 x 2 + 96 x 1 = 288, plus our 8-bit
+    # cache's per-token scales (2 x 3 x 2 x 4 = 48; a trace's framework keeps per-tensor ones: kv_scales=False)
+    assert F.kv_append(3, 2, 8, kv_dtype="fp8", kv_scales=False) == F.copy(96, src_dtype="bf16", dst_dtype="fp8") \
+        == Cost(0, 288)
+    assert F.kv_append(3, 2, 8, kv_dtype="fp8") == Cost(0, 288 + 48)
     # fill 8 int64 (arange): 64 bytes; storage-only types have sizes too
     assert F.fill(8, dtype="int64") == Cost(0, 64)
     # all-reduce of 65,536 bytes over 2 ranks: 2 x 1/2 x 65,536 = 65,536 on the wire; over 8: 2 x 7/8 = 114,688

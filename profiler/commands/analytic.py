@@ -6,6 +6,7 @@ import json
 
 import click
 
+from roofline import formulas as F
 from roofline import units as U
 from roofline import workload as W
 from roofline.devices import CATALOGUE, COMPUTE_DTYPES
@@ -13,7 +14,7 @@ from roofline.errors import RooflineError
 from roofline.explain import collectives_table_text, explain_linear, explain_phase, phase_table_text
 from roofline.models import PRESETS
 
-from ..cli_args import device_options, dtype_option, model_option, resolve_device
+from ..cli_args import analytic_quant_options, device_options, dtype_option, model_option, resolve_device
 
 
 @click.command()
@@ -70,17 +71,22 @@ def devices(as_json):
 @click.option("--in", "in_features", type=int, default=None, help="linear: input features K")
 @click.option("--out", "out_features", type=int, default=None, help="linear: output features N")
 @dtype_option("--dtype", help="linear: dtype of weights and activations")
+@analytic_quant_options
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, phase, batch, context, cached,
             chunk, weight_dtype, act_dtype, kv_dtype, tp, link_gbs, link_latency_us, tokens, in_features,
-            out_features, dtype, as_json):
+            out_features, dtype, group_size, zero_point, as_json):
     """Analytic roofline of one linear layer or one model step (no hardware).
 
     \b
     roofline explain linear --tokens 1024 --in 4096 --out 4096 --dtype bf16 --device h100
     roofline explain --model llama-2-7b --device h100 --phase decode --batch 1 --context 1024
     roofline explain --model llama-3-70b --device h100 --tp 8 --phase decode --batch 1
+    roofline explain --model llama-3-8b --weight-dtype int4 --group-size 64 --kv-dtype fp8
     """
+    if (group_size is not None or zero_point) and "int4" not in (weight_dtype, dtype):
+        raise RooflineError("--group-size and --zero-point describe int4 weights: add --weight-dtype int4 "
+                            "(or --dtype int4 for `explain linear`).")
     device = resolve_device(device_name, device_file, peak_tflops, bandwidth_gbs,
                             dtype=dtype if what == "linear" else act_dtype)
     if what == "linear":
@@ -88,7 +94,8 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
         if missing:
             raise RooflineError(f"`explain linear` needs {', '.join(missing)} "
                                 "(e.g. --tokens 1024 --in 4096 --out 4096).")
-        d = explain_linear(tokens, in_features, out_features, dtype, device)
+        d = explain_linear(tokens, in_features, out_features, dtype, device, group_size=group_size,
+                           zero_point=zero_point)
         click.echo(json.dumps({k: v for k, v in d.items() if k != "text"}) if as_json else d["text"])
         return
     if link_latency_us is not None and link_gbs is None:
@@ -98,7 +105,8 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
         from roofline.devices import custom_link
 
         link = custom_link(link_gbs, link_latency_us or 0.0)
-    kw = dict(weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, tp=tp)
+    kw = dict(weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, tp=tp, group_size=group_size,
+              zero_point=zero_point)
     if phase == "prefill":
         ph = W.prefill(model, batch, context, cached_tokens=cached, chunk=chunk, **kw)
     else:
@@ -112,12 +120,16 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
         click.echo(json.dumps(d))
         return
     click.echo(f"{d['model']} {d['phase']} on {d['device']} ({device.source} ceilings), "
-               f"weights {weight_dtype}, activations {act_dtype}, KV cache {kv_dtype}"
+               f"weights {weight_dtype}" + (f" (group {ph.dtypes.group_size}{', zero points' if zero_point else ''})"
+                                            if weight_dtype == "int4" else "")
+               + f", activations {act_dtype}, KV cache {kv_dtype}"
                + (f"; tensor parallel over {tp} ranks: every row is one rank's share" if tp > 1 else ""))
     click.echo(phase_table_text(d))
     if tp > 1:
         click.echo(collectives_table_text(d))
     if ph.phase == "decode":
         click.echo(f"KV cache read: {U.nbytes(ph.kv_cache_read_bytes)} ({ph.kv_cache_read_bytes:,.0f} bytes); "
-                   f"weights read: {U.nbytes(ph.weight_bytes)}" + (" (per rank)." if tp > 1 else "."))
+                   f"weights read: {U.nbytes(ph.weight_bytes)}" + (" (per rank)" if tp > 1 else "")
+                   + ("; scales counted (formulas.weight_scale_bytes, kv_scale_bytes)."
+                      if ph.dtypes.weight in F.QUANTIZED_WEIGHTS or ph.dtypes.kv in F.QUANTIZED_KV else "."))
     click.echo(d["verdict"])

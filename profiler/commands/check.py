@@ -1,7 +1,7 @@
 """``roofline check``: every kernel and the model against their references (kernels.check), or
 ``--compile``: every kernel variant compiled for sm_80 / sm_90 with no GPU (kernels.compile_check).
 
-    roofline check --backend triton --dtype bf16
+    roofline check --backend triton --dtype bf16   # kernels, model, quantized kernels; then the quality notes
     roofline check --json
     roofline check --compile --quick                 # CI: the quick set, cached, under a minute warm
     roofline check --compile                         # before renting a GPU: the full set
@@ -10,7 +10,9 @@
 Thin: options are validated here, the work is ``kernels.check.run_checks`` or
 ``kernels.compile_check.run_subprocess``. Exits 1 if any check fails. With no GPU the kernels run
 under the Triton interpreter on small shapes; the compile check runs in a child process with
-the interpreter off (it compiles, it never launches).
+the interpreter off (it compiles, it never launches). After the checks, the quality notes
+(``kernels.check.quality_notes``): what int8 / int4 weights and an int8 KV cache do to the logits of
+the same seeded model (max difference, top-1 agreement over a prompt); ``--no-quality`` skips them.
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ TARGETS = ("sm_80", "sm_90")
 @click.option("--target", default=",".join(TARGETS), show_default=True, help="with --compile: targets")
 @click.option("--kernel", "kernel_names", multiple=True, help="with --compile: only this kernel (repeatable)")
 @click.option("--jobs", type=int, default=None, help="with --compile: compile processes (default: CPU count)")
-def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, jobs):
-    """Validate every kernel and the model (prefill+decode, chunked, prefix reuse, backends)."""
+@click.option("--quality/--no-quality", default=True, show_default=True,
+              help="print the quantization quality notes (logits of int8/int4 weights and an int8 KV cache against "
+                   "the unquantized model; text output only)")
+def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, jobs, quality):
+    """Validate every kernel and the model (prefill+decode, chunked, prefix reuse, backends, quantized)."""
     if compile_:
         _compile_check(quick, target, kernel_names, jobs, as_json)
         return
@@ -64,6 +69,12 @@ def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, 
             click.echo(str(r))
         click.echo(f"{len(results) - len(failed)}/{len(results)} checks passed"
                    + ("" if not failed else f"; failed: {', '.join(r.name for r in failed)}"))
+        if quality:
+            from kernels.check import quality_notes
+
+            click.echo("quality notes (what quantization does to the logits; not pass/fail):")
+            for n in quality_notes(dtype):
+                click.echo(f"  {n}")
     if failed:
         raise SystemExit(1)
 

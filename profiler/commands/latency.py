@@ -3,6 +3,7 @@
     roofline latency                                   # small model, 8 Poisson requests, chunk budget 64
     roofline latency --sweep-chunks 16,64,256,none     # the TTFT vs stall trade-off
     roofline latency --shared-prefix 192               # prefix reuse on, against a no-reuse baseline
+    roofline latency --weight-dtype int8 --kv-dtype int8   # the same seeded model, quantized at build time
     roofline latency --slo ttft=200ms,tpot=50ms,e2e=2s --json
     roofline latency --endpoint http://127.0.0.1:8000 --max-concurrency 1,8   # a served model, from outside
     roofline diagnose roofline-out/latency.jsonl roofline-out/results.jsonl
@@ -26,7 +27,8 @@ from roofline.errors import RooflineError
 from roofline.latency import FORMULAS, format_slo, parse_slo, summary_lines
 from roofline.units import ms
 
-from ..cli_args import dtype_option, mode_of, mode_options, model_option, threads_option, torch_device
+from ..cli_args import (dtype_option, mode_of, mode_options, model_option, quant_options, threads_option,
+                        torch_device)
 
 MAX_RATE = 1e6      # arrivals per second: beyond this every request arrives at once anyway
 MIN_RATE = 1e-3     # one request per ~17 minutes: slower runs are waiting, not measuring
@@ -90,7 +92,7 @@ def validate(*, rate, output_tokens, prompt_tokens, requests, chunk, sweep, slo,
 
 
 IN_PROCESS_ONLY = ("backend", "torch_device", "chunk", "sweep_chunks", "prefix_cache", "block_size", "max_slots",
-                   "threads")
+                   "threads", "weight_dtype", "kv_dtype", "group_size", "zero_point")
 ENDPOINT_ONLY = ("api", "model_name", "api_key", "max_concurrency", "timeout", "connect_timeout", "ignore_eos",
                  "usage_per_chunk")
 
@@ -178,10 +180,11 @@ def _seconds(v, name: str) -> float:
               help="endpoint: ask for exactly --output-tokens (ignore_eos, min_tokens) where the server accepts it")
 @click.option("--usage-per-chunk/--no-usage-per-chunk", default=True, show_default=True,
               help="endpoint: ask for usage in every chunk (exact tokens per chunk on vLLM and SGLang)")
+@quant_options()
 def latency(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n_requests, rate, arrival, seed, chunk,
             sweep_chunks, shared_prefix, prefix_cache, block_size, max_slots, threads, slo, out_dir, resume,
             overwrite, as_json, endpoint, api, model_name, api_key, max_concurrency, timeout, connect_timeout,
-            ignore_eos, usage_per_chunk):
+            ignore_eos, usage_per_chunk, weight_dtype, kv_dtype, group_size, zero_point):
     """Serve several requests through a continuous-batching loop (or an endpoint); measure TTFT, TPOT, ITL, goodput."""
     from ..run import Interrupted, LatencyRun, run_latency, strict_json
 
@@ -214,7 +217,8 @@ def latency(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n
                      output_tokens=output_tokens, requests=n_requests, rate=rate, arrival=arrival, seed=seed,
                      budgets=tuple(budgets), shared_prefix=shared_prefix, prefix_cache=prefix_cache,
                      block_size=block_size, max_slots=max_slots, threads=threads, slo=slo_s, out=out_dir,
-                     mode=mode_of(resume, overwrite))
+                     mode=mode_of(resume, overwrite), weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                     group_size=group_size, zero_point=zero_point)
     try:
         result = run_latency(run, say=lambda m: click.echo(m, err=True))
     except Interrupted as e:
@@ -223,7 +227,8 @@ def latency(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n
     if as_json:
         click.echo(strict_json(result.to_json()))
         return
-    click.echo(f"{model.name} ({backend}, {dtype}, {torch_device}): {n_requests} requests, prompt {prompt_tokens}, "
+    q = "".join(f", {k.removesuffix('_dtype')} {v}" for k, v in run.quant.items() if k.endswith("dtype"))
+    click.echo(f"{model.name} ({backend}, {dtype}{q}, {torch_device}): {n_requests} requests, prompt {prompt_tokens}, "
                f"output {output_tokens}, {arrival} arrivals at {rate:g}/s, shared prefix {shared_prefix}")
     click.echo("Formulas: " + "; ".join(FORMULAS) + ".")
     _print_summaries(result)

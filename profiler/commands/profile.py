@@ -4,6 +4,8 @@
     roofline profile --model llama-3-8b --phases decode --batches 1,8,64 --contexts 512,4096
     roofline profile --resume --out roofline-out      # continue an interrupted sweep
     roofline profile --tp 2 --model tiny              # tensor parallel: 2 ranks (gloo on a CPU, NCCL on GPUs)
+    roofline profile --weight-dtype fp32,int8 --phases decode   # float and int8 weights in one file (CPU: fp32)
+    roofline profile --weight-dtype bf16,int4 --group-size 64 --kv-dtype bf16,int8   # GPU: 4 passes
     torchrun --nproc-per-node 8 -m profiler.cli profile --tp 8   # the same ranks started by torchrun
 
 Everything the user typed is validated before anything is measured (usage errors name
@@ -18,19 +20,23 @@ import click
 
 from roofline.errors import RooflineError
 
-from ..cli_args import (budget_option, device_arg, int_list, mode_options, model_arg_option, names, say_for,
-                        threads_option)
+from ..cli_args import (budget_option, device_arg, int_list, mode_options, model_arg_option, names, quant_options,
+                        say_for, threads_option)
 
 def build_run(*, model_arg, phases, batches, contexts, backends, dtype, device, out_dir, mode, quick, csv_out,
-              budget_ms, threads, flush_cache, no_report, tp=1):
+              budget_ms, threads, flush_cache, no_report, tp=1, weight_dtype=None, kv_dtype=None, group_size=None,
+              zero_point=False):
     """A ``ProfileRun`` from the options, with the defaults of this machine (a GPU or a CPU) filled in."""
     from ..run import ProfileRun, default_plan
 
     plan, model_arg = default_plan(model=model_arg, phases=phases, batches=batches, contexts=contexts,
                                    backends=backends, dtype=dtype, device=device, quick=quick, budget_ms=budget_ms,
-                                   flush_cache=flush_cache)
+                                   flush_cache=flush_cache, weight_dtypes=weight_dtype, kv_dtypes=kv_dtype,
+                                   group_size=group_size, zero_point=zero_point)
     run = ProfileRun(plan, out=out_dir, mode=mode, threads=threads, quick=quick, csv=csv_out, report=not no_report,
                      model_arg=model_arg, tp=tp)
+    if tp != 1 and plan.quantized:
+        raise RooflineError("quantized weights or KV cache are not combined with --tp: profile them at one rank.")
     if tp != 1:                      # bad --tp fails here, before anything starts
         from ..tp_run import validate_tp
 
@@ -65,8 +71,9 @@ def build_run(*, model_arg, phases, batches, contexts, backends, dtype, device, 
 @click.option("--tp", type=int, default=1, show_default=True,
               help="tensor-parallel ranks: each times its shard and the collectives (spawned here, or by torchrun); "
                    "rank 0 writes the file")
+@quant_options(several=True)
 def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_dir, resume, overwrite, quick, quiet,
-            csv_out, budget_ms, threads, flush_cache, no_report, tp):
+            csv_out, budget_ms, threads, flush_cache, no_report, tp, weight_dtype, kv_dtype, group_size, zero_point):
     """Sweep prefill and decode over batch sizes and context lengths, timing every op of one layer.
 
     Each point times every op of one transformer layer, the embedding, final norm and
@@ -80,7 +87,8 @@ def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_d
     run = build_run(model_arg=model_arg, phases=phases, batches=batches, contexts=contexts, backends=backends,
                     dtype=dtype, device=device, out_dir=out_dir, mode=mode_of(resume, overwrite), quick=quick,
                     csv_out=csv_out, budget_ms=budget_ms, threads=threads, flush_cache=flush_cache,
-                    no_report=no_report, tp=tp)
+                    no_report=no_report, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, group_size=group_size,
+                    zero_point=zero_point)
     try:
         with _progress(run, quiet) as progress:
             result = run_profile(run, say=say, progress=progress)
@@ -128,7 +136,7 @@ class _progress:
                 from ..tp_sweep import tp_op_names
 
                 names = tp_op_names(plan)
-            self.task = self.bar.add_task("sweep", total=len(plan.combos()) * len(names))
+            self.task = self.bar.add_task("sweep", total=len(plan.combos()) * len(plan.variants()) * len(names))
         self.bar.update(self.task, advance=n, description=desc)
 
     def __exit__(self, *exc):

@@ -3,6 +3,7 @@
     roofline serve --model small --port 8000           # then, from anywhere on this machine:
     roofline latency --endpoint http://127.0.0.1:8000 --requests 16 --rate 8 --max-concurrency 8
     roofline serve --port 0                             # an ephemeral port: the first stdout line names it
+    roofline serve --weight-dtype int8 --kv-dtype int8  # the same seeded weights, quantized at build time
 
 The first stdout line is ``serving MODEL on http://HOST:PORT`` once the port is bound and the
 model built (``--port 0`` picks a free port). The work is ``profiler.server``; this module checks
@@ -18,7 +19,7 @@ import click
 
 from roofline.errors import RooflineError
 
-from ..cli_args import dtype_option, model_option, threads_option, torch_device
+from ..cli_args import dtype_option, model_option, quant_options, threads_option, torch_device
 
 MAX_QUEUE = 1 << 16
 
@@ -75,8 +76,9 @@ def bind(host: str, port: int) -> socket.socket:
               "at most 4096)")
 @click.option("--seed", type=int, default=0, show_default=True, help="seeds the weights")
 @threads_option("CPU threads for torch; default on a CPU: one less than the cores")
+@quant_options()
 def serve(model, backend, dtype, torch_device, host, port, model_name, chunk, prefix_cache, block_size, max_slots,
-          max_queue, max_model_len, seed, threads):
+          max_queue, max_model_len, seed, threads, weight_dtype, kv_dtype, group_size, zero_point):
     """Serve the model through our continuous-batching loop behind an OpenAI-compatible API."""
     _need_extra()
     budget = None if str(chunk).strip().lower() in ("none", "off") else _whole(chunk, "--chunk", 1, 1 << 20)
@@ -94,10 +96,14 @@ def serve(model, backend, dtype, torch_device, host, port, model_name, chunk, pr
 
     if torch_device == "auto":
         torch_device = "cuda" if torch.cuda.is_available() else "cpu"
+    from ..latency_run import check_quant
+
+    check_quant(model, dtype, backend, torch_device, weight_dtype, kv_dtype, group_size, zero_point)
+    quant = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, group_size=group_size, zero_point=zero_point)
     sock = bind(host, port)
     try:
         _run(sock, host, model, backend, dtype, torch_device, model_name or model.name, budget, prefix_cache,
-             block_size, max_slots, max_queue, max_len, seed, threads)
+             block_size, max_slots, max_queue, max_len, seed, threads, quant)
     finally:
         sock.close()
 
@@ -127,7 +133,7 @@ def _server_class():
 
 
 def _run(sock, host, cfg, backend, dtype, torch_device, name, budget, prefix_cache, block_size, max_slots, max_queue,
-         max_len, seed, threads):
+         max_len, seed, threads, quant=None):
     import uvicorn
 
     from kernels.model import LlamaModel
@@ -142,7 +148,9 @@ def _run(sock, host, cfg, backend, dtype, torch_device, name, budget, prefix_cac
     with cpu_threads(_cpu_threads_default(torch_device, threads)) as n_threads:
         try:
             model = LlamaModel(cfg, dtype=dtype, backend=backend, device=torch_device, seed=seed, max_slots=max_slots,
-                               max_len=max_len)
+                               max_len=max_len, **(quant or {}))
+        except RooflineError:
+            raise
         except (ValueError, RuntimeError) as e:
             raise RooflineError(f"cannot build {cfg.name} ({backend}, {dtype}, {torch_device}): {e}") from None
         warmup(model)
@@ -152,7 +160,8 @@ def _run(sock, host, cfg, backend, dtype, torch_device, name, budget, prefix_cac
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         click.echo(f"serving {name} on http://{shown}:{bound[1]}", nl=True)
         sys.stdout.flush()
-        click.echo(f"{cfg.name} ({backend}, {dtype}, {torch_device}, {n_threads} threads): chunk budget "
+        q = f", {model.quant_label}" if model.quant_label else ""
+        click.echo(f"{cfg.name} ({backend}, {dtype}{q}, {torch_device}, {n_threads} threads): chunk budget "
                    f"{budget or 'none'}, prefix cache {'on' if prefix_cache else 'off'}, {max_slots} slots, queue "
                    f"{max_queue}, max length {max_len}. Ctrl-C stops.", err=True)
         # the engine thread runs Python between kernels: a short switch interval keeps the event loop's

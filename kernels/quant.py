@@ -1,0 +1,242 @@
+"""Weight-only quantized weights and 8-bit KV caches: the containers and the rules every kernel shares.
+
+    from kernels.quant import quantize_weight
+    qw = quantize_weight(w, "int8")                  # w: [K, N] float -> QuantWeight (per-output-channel scales)
+    qw = quantize_weight(w, "int4", group_size=64)   # two values per byte, a scale per 64 input rows
+    y = get_ops("triton").linear(x, qw)              # the backends' linear takes either kind of weight
+
+``QuantWeight`` holds a [K, N] weight the way its kernel reads it (``kernels.linear_int8``:
+int8 [N, K] + scales [N]; ``kernels.linear_int4``: packed uint8 [N, K/2] + scales [K/g, N] and
+optional zero points), and, once ``prepare_torch`` ran, what the torch backend runs: the
+ecosystem's own CPU/GPU op (``torch.ops.aten._weight_int8pack_mm``, ``_weight_int4pack_mm*``)
+where this torch has it for this shape and dtype, else a dequantize reference (x @ the
+dequantized weight), said in ``torch_impl``, which the sweep records in its ``config``.
+
+An 8-bit KV cache (``KV_DTYPES``) stores K and V as int8 or fp8 e4m3 with one fp32 scale per
+token per KV head (``kernels.kv_append`` quantizes; the attention kernels dequantize on load).
+fp8 needs a GPU that has it (compute capability 8.9 or later): the Triton interpreter cannot run
+fp8, so on a CPU only int8 runs; ``roofline check --compile`` compiles the fp8 path for sm_90.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from roofline.errors import RooflineError
+from roofline.formulas import INT4_GROUP
+from roofline.workload import INT4_GROUPS
+
+WEIGHT_DTYPES = ("int8", "int4")              # weight-only quantization the kernels run
+KV_DTYPES = ("int8", "fp8")                   # 8-bit KV caches
+KV_QMAX = {"int8": 127.0, "fp8": 448.0}       # the largest magnitude each stores (fp8 e4m3: 448)
+KV_TORCH = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}
+FP8_CAPABILITY = (8, 9)                       # Ada and Hopper: the first GPUs with fp8 e4m3 conversions
+
+
+@dataclass(eq=False)
+class QuantWeight:
+    """A weight-only quantized [K, N] weight, stored as its kernel reads it (see the module docstring)."""
+
+    dtype: str                       # "int8" | "int4"
+    qweight: torch.Tensor            # int8 [N, K] | uint8 [N, K/2] (kernels.linear_int4's packing)
+    scales: torch.Tensor             # int8: [N]; int4: [K/g, N]; in the activation dtype
+    zeros: torch.Tensor | None       # int4 with zero points: [K/g, N]; else None
+    in_features: int
+    out_features: int
+    group_size: int = 0              # int4: input rows per scale
+    torch_impl: str = ""             # what the torch backend runs (prepare_torch); "" before
+    torch_args: tuple = ()           # that op's prepared operands
+
+    @property
+    def shape(self) -> tuple:
+        """The float weight's shape [K, N] (what the runners and the model read)."""
+        return (self.in_features, self.out_features)
+
+    @property
+    def device(self):
+        return self.qweight.device
+
+    @property
+    def act_dtype(self) -> torch.dtype:
+        return self.scales.dtype
+
+    def dequantize(self, dtype=torch.float32) -> torch.Tensor:
+        """The [K, N] weight these values stand for (the references' weight), in ``dtype``."""
+        from . import linear_int4, linear_int8
+
+        mod = linear_int8 if self.dtype == "int8" else linear_int4
+        return mod.dequantize(self, dtype)
+
+
+def check_weight_dtype(name) -> str:
+    key = str(name).strip().lower()
+    if key not in WEIGHT_DTYPES:
+        raise RooflineError(f"weight-only quantization runs {', '.join(WEIGHT_DTYPES)}, but {name!r} was given.")
+    return key
+
+
+def check_group(group_size) -> int:
+    g = INT4_GROUP if group_size is None else group_size
+    if isinstance(g, bool) or not isinstance(g, int) or g not in INT4_GROUPS:
+        raise RooflineError(f"the int4 group size must be one of {', '.join(map(str, INT4_GROUPS))}, but "
+                            f"{group_size!r} was given.")
+    return g
+
+
+def quantize_weight(w: torch.Tensor, dtype: str, *, group_size: int | None = None, zero_point: bool = False,
+                    name: str = "w") -> QuantWeight:
+    """Quantize a float weight ``w`` [K, N] (any strides) to int8 or int4; scales in ``w``'s dtype."""
+    from . import linear_int4, linear_int8
+
+    d = check_weight_dtype(dtype)
+    if d == "int8":
+        if zero_point:
+            raise RooflineError("int8 weights are symmetric (one scale per output channel): a zero point is int4's.")
+        return linear_int8.quantize(w)
+    return linear_int4.quantize(w, group_size=check_group(group_size), zero_point=zero_point, name=name)
+
+
+LINEAR_WEIGHTS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+
+def check_model_groups(cfg, group_size: int) -> None:
+    """One line naming the model's first linear whose in-features ``group_size`` does not divide."""
+    ins = {"q/k/v_proj": cfg.hidden, "o_proj": cfg.q_dim, "gate/up_proj": cfg.hidden, "down_proj": cfg.intermediate,
+           "lm_head": cfg.hidden}
+    bad = [(n, k) for n, k in ins.items() if k % group_size]
+    if bad:
+        n, k = bad[0]
+        fits = [g for g in INT4_GROUPS if all(v % g == 0 for v in ins.values())]
+        hint = (f"give --group-size {' or '.join(map(str, fits))}" if fits else
+                f"no int4 group size ({', '.join(map(str, INT4_GROUPS))}) divides all of them: use int8 weights")
+        raise RooflineError(f"int4 group size {group_size} does not divide {cfg.name}'s {n} in-features ({k}): "
+                            f"{hint}.")
+
+
+def quantize_model_weights(cfg, w: dict, dtype: str, *, group_size: int | None = None, zero_point: bool = False,
+                           backend: str = "triton") -> dict:
+    """The model's weight dict with every linear (the 7 per layer and lm_head) quantized; norms and the
+    embedding stay in the activation dtype (the workload model charges them so). A tied lm_head gets its own
+    quantized copy of embed.t(). ``backend="torch"`` also prepares what the torch backend runs."""
+    d = check_weight_dtype(dtype)
+    if d == "int4":
+        group_size = check_group(group_size)
+        check_model_groups(cfg, group_size)
+    q = lambda t, n: quantize_weight(t, d, group_size=group_size, zero_point=zero_point, name=n)  # noqa: E731
+    out = {k: v for k, v in w.items() if k != "layers"}
+    out["layers"] = [{k: (q(v, k) if k in LINEAR_WEIGHTS else v) for k, v in lw.items()} for lw in w["layers"]]
+    out["lm_head"] = q(w["lm_head"], "lm_head")
+    if backend == "torch":
+        for lw in out["layers"]:
+            for k in LINEAR_WEIGHTS:
+                prepare_torch(lw[k])
+        prepare_torch(out["lm_head"])
+    return out
+
+
+# ---------------------------------------------------------------- the torch backend's quantized GEMMs
+
+def aten():
+    """torch.ops.aten (one place, so a test can take an op away)."""
+    return torch.ops.aten
+
+
+def prepare_torch(qw: QuantWeight) -> QuantWeight:
+    """Choose and prepare what the torch backend runs for ``qw`` (idempotent); RooflineError when int4 has no op.
+
+    int8: ``aten._weight_int8pack_mm(x, int8 [N, K], scales [N])`` (CPU, and CUDA where this torch has it).
+    int4: CPU ``_weight_int4pack_mm_for_cpu`` (torch >= 2.5) on ``_convert_weight_to_int4pack_for_cpu``'s
+    packing; CUDA ``_weight_int4pack_mm`` (bf16 tinygemm). Scales and zero points go as tinygemm's
+    [K/g, N, 2] (w = (q - 8) x scale + zero: exactly linear_int4's convention). A shape the op refuses
+    (the CPU op wants N a multiple of 16) runs the dequantize reference, labelled so.
+    """
+    if qw.torch_impl or qw.device.type == "meta":
+        return qw
+    from . import linear_int4, linear_int8
+
+    (linear_int8 if qw.dtype == "int8" else linear_int4).prepare_torch(qw)
+    return qw
+
+
+def torch_linear(x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
+    """y[..., N] = x[..., K] @ dequant(qw) with what ``prepare_torch`` chose."""
+    prepare_torch(qw)
+    from . import linear_int4, linear_int8
+
+    return (linear_int8 if qw.dtype == "int8" else linear_int4).torch_linear(x, qw)
+
+
+def check_torch_int4(device) -> None:
+    """A one-line RooflineError when this torch has no int4 GEMM for ``device`` (before anything runs)."""
+    ops = aten()
+    if torch.device(device).type == "cpu":
+        if not (hasattr(ops, "_weight_int4pack_mm_for_cpu") or hasattr(ops, "_weight_int4pack_mm")):
+            raise op_missing("int4 weights", "_weight_int4pack_mm_for_cpu", "2.5")
+    elif not hasattr(ops, "_weight_int4pack_mm"):
+        raise op_missing("int4 weights", "_weight_int4pack_mm", "2.4")
+
+
+def op_missing(what: str, op: str, since: str) -> RooflineError:
+    return RooflineError(f"{what} on the torch backend need torch.ops.aten.{op} (torch >= {since}), which torch "
+                         f"{torch.__version__} lacks: use the triton backend, or int8 weights.")
+
+
+# ---------------------------------------------------------------- 8-bit KV caches
+
+def check_kv_dtype(kv_dtype: str, device) -> str:
+    """``kv_dtype`` as a KV_DTYPES key; fp8 on a device without fp8 is a one-line RooflineError."""
+    key = str(kv_dtype).strip().lower()
+    if key not in KV_DTYPES:
+        raise RooflineError(f"an 8-bit KV cache is one of {', '.join(KV_DTYPES)}, but {kv_dtype!r} was given.")
+    if key == "fp8" and not fp8_supported(device):
+        raise RooflineError(f"an fp8 (e4m3) KV cache needs a GPU with fp8 (compute capability 8.9+: Ada, Hopper); "
+                            f"{device_label(device)} has none: use --kv-dtype int8.")
+    return key
+
+
+def fp8_supported(device) -> bool:
+    dev = torch.device(device)
+    if dev.type == "meta":
+        return True                     # the compile check: the target decides (kernels.variants)
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(dev) >= FP8_CAPABILITY
+
+
+def device_label(device) -> str:
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(dev)} (sm_{''.join(map(str, torch.cuda.get_device_capability(dev)))})"
+    return "the CPU (the Triton interpreter cannot run fp8)" if dev.type == "cpu" else str(dev)
+
+
+def kv_storage(kv_dtype: str) -> torch.dtype:
+    return KV_TORCH[kv_dtype]
+
+
+def kv_dtype_of(cache: torch.Tensor) -> str:
+    """"int8" / "fp8" for an 8-bit cache tensor, "" for a float one."""
+    return next((k for k, v in KV_TORCH.items() if cache.dtype == v), "")
+
+
+def quantize_kv_rows(x: torch.Tensor, kv_dtype: str) -> tuple:
+    """(values, fp32 scales) of ``x`` [..., D] quantized per row (per token per head): scale = absmax / QMAX,
+    value = x / scale rounded (int8: half away from zero, as the kernel's truncation of x + 0.5 sign(x);
+    fp8: the cast's round to nearest even). Arithmetic in fp32, as the kernel does it."""
+    xf = x.float()
+    amax = xf.abs().amax(-1)
+    qmax = KV_QMAX[kv_dtype]
+    inv = torch.where(amax > 0, qmax / torch.where(amax > 0, amax, torch.ones_like(amax)), torch.zeros_like(amax))
+    y = xf * inv[..., None]
+    if kv_dtype == "int8":
+        q = torch.trunc(y + torch.where(y >= 0, 0.5, -0.5)).clamp(-127, 127).to(torch.int8)
+    else:
+        q = y.clamp(-qmax, qmax).to(KV_TORCH["fp8"])
+    return q, amax / qmax
+
+
+def dequantize_kv(q: torch.Tensor, scale: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+    """values [..., D] x scale [...] -> ``dtype``."""
+    return (q.float() * scale.float()[..., None]).to(dtype)
