@@ -17,5 +17,6 @@ setup: $(VENV)/.installed
 run: $(VENV)/.installed
 	$(VENV)/bin/roofline profile --quick --overwrite --out roofline-out
 
+# Two workers: the suite is CPU-bound and the reference box has two cores.
 test: $(VENV)/.installed
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2

@@ -21,7 +21,7 @@ from . import hover
 from .style import save
 
 PARALLEL_FROM = 4     # fewer builders than this: a pool costs more than it saves
-WORKERS = 2
+WORKERS = 2          # at most; ROOFLINE_RENDER_PROCESSES sets it (1: draw here, e.g. when the cores are taken)
 
 _JOBS: list = []      # (stem prefix, build) set before forking; the workers index into it
 
@@ -51,7 +51,11 @@ def _workers(n_jobs: int) -> int:
     if n_jobs < PARALLEL_FROM or not sys.platform.startswith("linux"):
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(WORKERS, cores)
+    try:
+        wanted = int(os.environ.get("ROOFLINE_RENDER_PROCESSES", WORKERS))
+    except ValueError:
+        wanted = WORKERS
+    return max(1, min(wanted, cores))
 
 
 def render(jobs, folder: Path) -> list:

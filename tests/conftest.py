@@ -2,6 +2,12 @@
 
 import os
 
+# Under pytest-xdist (`make test` runs two workers on a 2-core box), each worker and the processes it
+# starts use one OpenMP thread: two workers of two threads each would fight over the same two cores.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("ROOFLINE_RENDER_PROCESSES", "1")   # reports drawn in the worker, not in two more
+
 # The Triton interpreter must be chosen before triton is imported anywhere.
 try:
     import torch

@@ -98,7 +98,8 @@ def test_driver_older_than_the_ptxas_is_said():
 
 
 def test_discovery_covers_every_kernel_and_grids_fit(tmp_path):
-    rep = C.run_subprocess(("sm_80", "sm_90"), quick=True, compile=False, timeout=300)
+    # sm_90 here; .ci/run's `roofline check --compile --quick` discovers and compiles both targets
+    rep = C.run_subprocess(("sm_90",), quick=True, compile=False, timeout=300)
     assert not rep.get("notice"), rep.get("notice")
     assert rep["unreached"] == [] and rep["compiled"] is False
     rows = rep["rows"]
@@ -106,9 +107,9 @@ def test_discovery_covers_every_kernel_and_grids_fit(tmp_path):
     assert {"_linear_kernel", "_prefill_attn_kernel", "_decode_split_kernel", "_decode_merge_kernel",
             "_rmsnorm_kernel", "_rope_kernel", "_kv_append_kernel", "_swiglu_kernel", "_add_kernel",
             "_embedding_kernel", "_linear_int8_kernel", "_linear_int4_kernel"} == kernels_seen
-    assert 150 <= len(rows) <= 400                          # "a few hundred"
+    assert 150 <= len(rows) <= 400                          # "a few hundred" for one target
     assert all(r["status"] == "ok" for r in rows), [r["problems"] for r in rows if r["status"] != "ok"]
-    assert {r["target"] for r in rows} == {"sm_80", "sm_90"}
+    assert {r["target"] for r in rows} == {"sm_90"}
 
 
 _COMPILE_SCRIPT = textwrap.dedent("""

@@ -15,7 +15,9 @@ from roofline.models import load_model
 TINY = load_model("tiny")
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+# fp32 and bf16 (the GPU default): fp16 takes the same 16-bit storage path through the interpreter as bf16,
+# and tests/test_kernels_ops.py checks every kernel in fp16 too.
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_model_invariants(dtype):
     res = {r.name: r for r in run_checks("triton", dtype, parts=("model",))}
     assert set(res) == {"model prefill+decode = forward_full", "model chunked prefill = unchunked",
