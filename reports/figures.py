@@ -57,7 +57,8 @@ def roofline_figure(rf) -> ReportFigure:
         cap = (f"{len(plotted(rf))} traced ops (one point per op and shape) at (arithmetic intensity, achieved FLOP/s = "
                "FLOPs / mean instance time); error bars span the p20-p80 instance times. Marker shape: phase; colour: "
                "op category; area: share of the traced time. Uncosted ops and collectives are not on the chart. ")
-    cap += (f"Solid: the ceilings used to classify ({dev.source} where measured); dashed: datasheet. "
+    cap += (f"Solid: the ceilings used to classify ({dev.source}; a dtype it did not measure keeps its datasheet "
+            "figure); dashed: the datasheet's. "
             "Vector ops (norms, rope, residuals, swiglu) compute in fp32 and sit under the fp32 roof.")
     steps = step_markers(analyze(rf))
     if steps:

@@ -159,4 +159,4 @@ def test_run_figures_in_report_order(rf):
 def test_the_roofline_caption_says_which_lines_are_which(rf):
     cap = roofline_figure(rf).caption
     assert cap.startswith("290 measured points at (arithmetic intensity")   # 327 lines: 36 zero-FLOP, 1 skipped
-    assert "Solid: the ceilings used to classify (measured where measured); dashed: datasheet." in cap
+    assert "Solid: the ceilings used to classify (measured; a dtype it did not measure keeps its datasheet figure); dashed: the datasheet's." in cap
