@@ -47,20 +47,52 @@ SKINNY_TILES = {"fp32": [(None, 64, 32, 4, 4), (None, 32, 32, 4, 4)],
 
 
 @triton.jit
+def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of program ``pid`` in grouped order: GROUP_M row-tiles walk the same column
+    tiles together, so neighbouring programs share weight tiles in L2 (the Triton matmul tutorial's
+    scheme). Shared by every linear kernel (bf16/fp16/fp32, int8, int4)."""
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * num_n
+    first_m = (pid // per_group) * GROUP_M
+    group_size = tl.minimum(num_m - first_m, GROUP_M)
+    return first_m + (pid % per_group) % group_size, (pid % per_group) // group_size
+
+
+@triton.jit
+def _store_tile(acc, y_ptr, p_ptr, lock_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):
+    """Write a tile's fp32 ``acc`` to y; with SPLIT_K, the one-launch split-K protocol (module docstring):
+    store the partial, take a ticket, and the last program of the tile adds the partials and resets
+    its counter. The one copy of this protocol: every linear kernel ends with it."""
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    y = y_ptr + rows[:, None].to(tl.int64) * stride_ym + cols[None, :] * stride_yn
+    if SPLIT_K:
+        # partials [SPLIT, M, N] fp32, contiguous; the last program of this tile to finish adds them up
+        mn = rows[:, None].to(tl.int64) * N + cols[None, :]
+        tl.store(p_ptr + pid_k.to(tl.int64) * M * N + mn, acc, mask=mask)
+        tl.debug_barrier()                                   # every thread's partial is issued ...
+        ticket = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel")  # ... before it is released
+        if ticket == SPLIT - 1:
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for s in range(0, SPLIT):                        # .cg: from L2, never a stale L1 line
+                total += tl.load(p_ptr + s * M * N + mn, mask=mask, other=0.0, cache_modifier=".cg")
+            tl.store(y, total.to(y_ptr.dtype.element_ty), mask=mask)
+            tl.atomic_xchg(lock_ptr + pid, 0)                # ready for the next call
+    else:
+        tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _linear_kernel(x_ptr, w_ptr, y_ptr, p_ptr, lock_ptr, M, N, K, K_PER_SPLIT, SPLIT,
                    stride_xm, stride_xk, stride_wk, stride_wn, stride_ym, stride_yn,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    num_m = tl.cdiv(M, BLOCK_M)
-    num_n = tl.cdiv(N, BLOCK_N)
-    # Grouped ordering: GROUP_M row-tiles walk the same column tiles together (L2 reuse).
-    per_group = GROUP_M * num_n
-    first_m = (pid // per_group) * GROUP_M
-    group_size = tl.minimum(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_size
-    pid_n = (pid % per_group) // group_size
+    pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     # Rows/cols past the edge wrap (modulo) instead of masking: they compute garbage that is
     # never stored, and the hot loop keeps unmasked M/N loads (the tutorial's trick).
@@ -80,24 +112,8 @@ def _linear_kernel(x_ptr, w_ptr, y_ptr, p_ptr, lock_ptr, M, N, K, K_PER_SPLIT, S
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=DOT_PREC)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    y = y_ptr + rows[:, None].to(tl.int64) * stride_ym + cols[None, :] * stride_yn
-    if SPLIT_K:
-        # partials [SPLIT, M, N] fp32, contiguous; the last program of this tile to finish adds them up
-        mn = rows[:, None].to(tl.int64) * N + cols[None, :]
-        tl.store(p_ptr + pid_k.to(tl.int64) * M * N + mn, acc, mask=mask)
-        tl.debug_barrier()                                   # every thread's partial is issued ...
-        ticket = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel")  # ... before it is released
-        if ticket == SPLIT - 1:
-            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for s in range(0, SPLIT):                        # .cg: from L2, never a stale L1 line
-                total += tl.load(p_ptr + s * M * N + mn, mask=mask, other=0.0, cache_modifier=".cg")
-            tl.store(y, total.to(y_ptr.dtype.element_ty), mask=mask)
-            tl.atomic_xchg(lock_ptr + pid, 0)                # ready for the next call
-    else:
-        tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=mask)
+    _store_tile(acc, y_ptr, p_ptr, lock_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
+                BLOCK_M, BLOCK_N, SPLIT_K)
 
 
 def _check_block(name: str, value) -> None:
@@ -153,6 +169,28 @@ def linear_config(M: int, N: int, K: int, dtype=torch.bfloat16, device="cpu", *,
 _LOCKS: dict = {}   # device -> list of int32 counter buffers (older ones kept alive for captured graphs)
 
 
+def gemm_io(x: torch.Tensor, K: int, N: int, out: torch.Tensor | None, weight: str):
+    """(x as rows [M, K], the output [..., N], its rows [M, N]) for a linear launcher: the output is
+    allocated in x's dtype unless given, and checked; ``weight`` names the weight in the message."""
+    if x.dim() == 0 or x.shape[-1] != K:
+        raise ValueError(f"x must have shape [..., {K}] to match {weight} [{K}, {N}], got {list(x.shape)}.")
+    x2 = x.reshape(-1, K)
+    if out is None:
+        out = torch.empty(*x.shape[:-1], N, dtype=x.dtype, device=x.device)
+    check_tensor("out", out, tuple(x.shape[:-1]) + (N,), dtype=x.dtype)
+    return x2, out, out.view(-1, N)
+
+
+def split_k_buffers(M: int, N: int, c: dict, y2: torch.Tensor):
+    """(tiles, splits, fp32 partials [SPLIT, M, N], the per-tile counters) for a linear launch of config ``c``;
+    without split-K the output stands in for both buffers (the kernel never touches them)."""
+    tiles = cdiv(M, c["block_m"]) * cdiv(N, c["block_n"])
+    split = c["split_k"]
+    if split == 1:
+        return tiles, split, y2, y2
+    return tiles, split, torch.empty(split, M, N, dtype=torch.float32, device=y2.device), _tile_locks(y2.device, tiles)
+
+
 def _tile_locks(device, n: int) -> torch.Tensor:
     bufs = _LOCKS.setdefault(str(device), [])
     if not bufs or bufs[-1].numel() < n:
@@ -167,23 +205,14 @@ def linear(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | None = None,
     check_tensor("w", w, (None, None), dtypes=FLOAT_DTYPES, contiguous_last=False)
     K, N = w.shape
     check_tensor("x", x, dtype=w.dtype, device=w.device)
-    if x.dim() == 0 or x.shape[-1] != K:
-        raise ValueError(f"x must have shape [..., {K}] to match w [{K}, {N}], got {list(x.shape)}.")
-    x2 = x.reshape(-1, K)
+    x2, out, y2 = gemm_io(x, K, N, out, "w")
     M = x2.shape[0]
-    if out is None:
-        out = torch.empty(*x.shape[:-1], N, dtype=w.dtype, device=w.device)
-    check_tensor("out", out, tuple(x.shape[:-1]) + (N,), dtype=w.dtype)
-    y2 = out.view(-1, N)
     if M == 0:
         return out
     c = linear_config(M, N, K, w.dtype, w.device, **config)
     upcast = INTERPRET
     prec = "ieee" if (w.dtype == torch.float32 or upcast) else "tf32"
-    tiles = cdiv(M, c["block_m"]) * cdiv(N, c["block_n"])
-    split = c["split_k"]
-    part = torch.empty(split, M, N, dtype=torch.float32, device=w.device) if split > 1 else y2
-    locks = _tile_locks(w.device, tiles) if split > 1 else y2
+    tiles, split, part, locks = split_k_buffers(M, N, c, y2)
     launch(_linear_kernel, (tiles, split), x2, w, y2, part, locks, M, N, K, c["k_per_split"], split,
            x2.stride(0), x2.stride(1), w.stride(0), w.stride(1), y2.stride(0), y2.stride(1),
            BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], BLOCK_K=c["block_k"], GROUP_M=c["group_m"],

@@ -38,9 +38,9 @@ import triton.language as tl
 from roofline import formulas as F
 from roofline.errors import RooflineError
 
-from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name
+from ._common import FLOAT_DTYPES, INTERPRET, check_tensor, dtype_name
 from ._launch import launch
-from .linear import _tile_locks, linear_config
+from .linear import _grouped_tile, _store_tile, gemm_io, linear_config, split_k_buffers
 from . import quant
 from .quant import QuantWeight, check_group, op_missing
 
@@ -53,13 +53,7 @@ def _linear_int4_kernel(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, p_ptr, lock_ptr, M, N
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    num_m = tl.cdiv(M, BLOCK_M)
-    num_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * num_n                       # grouped tile order (L2 reuse of weight tiles)
-    first_m = (pid // per_group) * GROUP_M
-    group_size = tl.minimum(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_size
-    pid_n = (pid % per_group) // group_size
+    pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)   # grouped order (L2 reuse)
 
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M     # wrapped rows/cols: computed, never stored
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
@@ -85,23 +79,8 @@ def _linear_int4_kernel(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, p_ptr, lock_ptr, M, N
         if ZERO_POINT:
             z = tl.load(z_ptr + g * stride_sg + offs_n).to(tl.float32)
             acc += tl.sum(a.to(tl.float32), 1)[:, None] * z[None, :]
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    y = y_ptr + rows[:, None].to(tl.int64) * stride_ym + cols[None, :] * stride_yn
-    if SPLIT_K:
-        mn = rows[:, None].to(tl.int64) * N + cols[None, :]
-        tl.store(p_ptr + pid_k.to(tl.int64) * M * N + mn, acc, mask=mask)
-        tl.debug_barrier()
-        ticket = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel")
-        if ticket == SPLIT - 1:
-            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for sp in range(0, SPLIT):
-                total += tl.load(p_ptr + sp * M * N + mn, mask=mask, other=0.0, cache_modifier=".cg")
-            tl.store(y, total.to(y_ptr.dtype.element_ty), mask=mask)
-            tl.atomic_xchg(lock_ptr + pid, 0)
-    else:
-        tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=mask)
+    _store_tile(acc, y_ptr, p_ptr, lock_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
+                BLOCK_M, BLOCK_N, SPLIT_K)
 
 
 def linear_int4_config(M: int, N: int, K: int, group_size: int, dtype=torch.bfloat16, device="cpu", *,
@@ -133,22 +112,13 @@ def linear_int4(x: torch.Tensor, qw: QuantWeight, *, out: torch.Tensor | None = 
         check_tensor("zeros", qw.zeros, (K // G, N), dtype=x.dtype, device=qw.device)
         if qw.zeros.stride() != qw.scales.stride():
             raise ValueError("zeros and scales must have the same strides.")
-    if x.dim() == 0 or x.shape[-1] != K:
-        raise ValueError(f"x must have shape [..., {K}] to match the int4 weight [{K}, {N}], got {list(x.shape)}.")
-    x2 = x.reshape(-1, K)
+    x2, out, y2 = gemm_io(x, K, N, out, "the int4 weight")
     M = x2.shape[0]
-    if out is None:
-        out = torch.empty(*x.shape[:-1], N, dtype=x.dtype, device=x.device)
-    check_tensor("out", out, tuple(x.shape[:-1]) + (N,), dtype=x.dtype)
-    y2 = out.view(-1, N)
     if M == 0:
         return out
     c = linear_int4_config(M, N, K, G, x.dtype, x.device, zero_point=qw.zeros is not None, **config)
     prec = "ieee" if (x.dtype == torch.float32 or INTERPRET) else "tf32"
-    tiles = cdiv(M, c["block_m"]) * cdiv(N, c["block_n"])
-    split = c["split_k"]
-    part = torch.empty(split, M, N, dtype=torch.float32, device=x.device) if split > 1 else y2
-    locks = _tile_locks(x.device, tiles) if split > 1 else y2
+    tiles, split, part, locks = split_k_buffers(M, N, c, y2)
     w, s = qw.qweight, qw.scales
     z = qw.zeros if qw.zeros is not None else s
     launch(_linear_int4_kernel, (tiles, split), x2, w, s, z, y2, part, locks, M, N, K, c["k_per_split"], split,
