@@ -10,9 +10,10 @@ export, every figure and table of the report, and ``roofline diagnose`` consume 
     for s in a.steps:
         print(s.sentence)
 
-* ``roof_for(device, compute_dtype, run_dtype)``: the ceilings that judge one op, with the
-  one fallback rule: the peak of the op's compute dtype (fp32 for vector ops), else the
-  run's dtype when the device knows only that one (a custom device), said so in ``Roof.note``.
+* ``roof_for(device, compute_dtype, run_dtype)`` (``roofline.bounds``, re-exported here): the
+  ceilings that judge one op, with the one fallback rule: the peak of the op's compute dtype
+  (fp32 for vector ops), else the run's dtype when the device knows only that one (a custom
+  device), said so in ``Roof.note``.
 * ``OpResult``: one measurement with its count per step, its roof, roof fraction, bound,
   label (memory / compute / overhead, or "skipped"), predicted time and weight share.
 * ``Step``: every measurement sharing a ``StepKey`` (phase, backend, batch, context,
@@ -50,11 +51,10 @@ from dataclasses import dataclass, field, replace
 
 from . import units as U
 from . import ranks as R
-from .bounds import COMM_DOMINANT, COMPUTE, MEMORY, OVERHEAD, attainable, bound, measured_label, predicted_time
+from .bounds import COMM_DOMINANT, COMPUTE, MEMORY, OVERHEAD, Roof, bound, measured_label, roof_for
 from .cost import ZERO, Cost
 from .devices import Device
 from .dtypes import bytes_per_element
-from .errors import RooflineError
 from .records import ABOVE_ROOF, Measurement
 from .workload import LAYER_OP, LINEAR_OPS, OP_NAMES, op_count
 
@@ -116,55 +116,6 @@ def ceilings(header, dtypes=None) -> tuple[list[Ceiling], list[Ceiling]]:
 
 
 # ---------------------------------------------------------------- one op against its roof
-
-@dataclass(frozen=True)
-class Roof:
-    """The ceilings that judge one op: a peak (FLOP/s, of ``dtype``) and the memory bandwidth (B/s)."""
-
-    peak: float
-    bandwidth: float
-    dtype: str        # the dtype whose peak is used
-    wanted: str = ""  # the op's compute dtype, when it differs (the fallback rule applied)
-
-    @property
-    def ridge(self) -> float:
-        return self.peak / self.bandwidth
-
-    @property
-    def note(self) -> str:
-        if not self.wanted or self.wanted == self.dtype:
-            return ""
-        return f"no {self.wanted} peak on this device: judged against its {self.dtype} peak"
-
-    def attainable(self, intensity: float) -> float:
-        return attainable(intensity, self.peak, self.bandwidth)
-
-    def predicted_s(self, cost: Cost) -> float:
-        return predicted_time(cost, self.peak, self.bandwidth)
-
-    def fraction(self, cost: Cost, seconds: float) -> float:
-        """Achieved / attainable; a 0-FLOP op (a copy, a gather) by bytes/s against bandwidth."""
-        if not seconds > 0:
-            return math.nan
-        if cost.flops == 0:
-            return cost.bytes / seconds / self.bandwidth
-        return (cost.flops / seconds) / self.attainable(cost.intensity)
-
-
-def roof_for(device: Device, compute_dtype: str, run_dtype: str) -> Roof:
-    """The one fallback rule: the compute dtype's peak, else the run dtype's (said in ``Roof.note``)."""
-    if not device.bandwidth > 0:
-        raise RooflineError(f"{device.name} has no memory bandwidth ({device.bandwidth!r} B/s), so nothing can be "
-                            "placed on a roofline: run `roofline ceilings` on that machine, or give the device with "
-                            "--device/--device-file.")
-    for d in dict.fromkeys((compute_dtype, run_dtype)):
-        try:
-            return Roof(device.peak(d), device.bandwidth, d, compute_dtype if d != compute_dtype else "")
-        except RooflineError:
-            continue
-    device.peak(compute_dtype)  # raises the catalogue's message: which peaks the device has
-    raise AssertionError  # pragma: no cover
-
 
 @dataclass(frozen=True, eq=False)
 class OpResult:

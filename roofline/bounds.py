@@ -1,6 +1,9 @@
 """Roofline math: attainable FLOP/s, predicted time, bound labels, ridge crossings.
 
 attainable(I) = min(peak, I x bandwidth); predicted time = max(flops/peak, bytes/bw).
+``roof_for`` picks the ceilings that judge one op, with the one fallback rule (the op's compute
+dtype's peak, else the run dtype's when a device knows only that): every verdict, analytic
+(``analyze_phase``, ``ridge_crossings``, floors) or measured (``roofline.analysis``), uses it.
 An op is compute-bound when its intensity is at or above the ridge (peak / bandwidth)
 of the dtype it computes in, memory-bound below it. Measured: roof fraction =
 achieved FLOP/s / attainable; under ``OVERHEAD_FRACTION`` of its roof a kernel is not
@@ -34,6 +37,55 @@ def attainable(intensity: float, peak: float, bandwidth: float) -> float:
 def predicted_time(cost: Cost, peak: float, bandwidth: float) -> float:
     """Seconds at the roof: the slower of the arithmetic and the data movement."""
     return max(cost.flops / peak if peak else 0.0, cost.bytes / bandwidth if bandwidth else 0.0)
+
+
+@dataclass(frozen=True)
+class Roof:
+    """The ceilings that judge one op: a peak (FLOP/s, of ``dtype``) and the memory bandwidth (B/s)."""
+
+    peak: float
+    bandwidth: float
+    dtype: str        # the dtype whose peak is used
+    wanted: str = ""  # the op's compute dtype, when it differs (the fallback rule applied)
+
+    @property
+    def ridge(self) -> float:
+        return self.peak / self.bandwidth
+
+    @property
+    def note(self) -> str:
+        if not self.wanted or self.wanted == self.dtype:
+            return ""
+        return f"no {self.wanted} peak on this device: judged against its {self.dtype} peak"
+
+    def attainable(self, intensity: float) -> float:
+        return attainable(intensity, self.peak, self.bandwidth)
+
+    def predicted_s(self, cost: Cost) -> float:
+        return predicted_time(cost, self.peak, self.bandwidth)
+
+    def fraction(self, cost: Cost, seconds: float) -> float:
+        """Achieved / attainable; a 0-FLOP op (a copy, a gather) by bytes/s against bandwidth."""
+        if not seconds > 0:
+            return math.nan
+        if cost.flops == 0:
+            return cost.bytes / seconds / self.bandwidth
+        return (cost.flops / seconds) / self.attainable(cost.intensity)
+
+
+def roof_for(device: Device, compute_dtype: str, run_dtype: str) -> Roof:
+    """The one fallback rule: the compute dtype's peak, else the run dtype's (said in ``Roof.note``)."""
+    if not device.bandwidth > 0:
+        raise RooflineError(f"{device.name} has no memory bandwidth ({device.bandwidth!r} B/s), so nothing can be "
+                            "placed on a roofline: run `roofline ceilings` on that machine, or give the device with "
+                            "--device/--device-file.")
+    for d in dict.fromkeys((compute_dtype, run_dtype)):
+        try:
+            return Roof(device.peak(d), device.bandwidth, d, compute_dtype if d != compute_dtype else "")
+        except RooflineError:
+            continue
+    device.peak(run_dtype)      # raises the catalogue's message: which peaks the device has, how to add one
+    raise AssertionError  # pragma: no cover
 
 
 def bound(intensity: float, ridge: float) -> str:
@@ -125,11 +177,9 @@ def analyze_phase(phase, device: Device, link=None) -> PhaseVerdict:
     verdicts = []
     for op in phase.ops:
         # vector ops use the fp32 (non-tensor) peak; a custom device may only know its tensor peak
-        dt = op.compute_dtype if op.compute_dtype in device.peak_flops else phase.dtypes.act
-        peak = device.peak(dt)
-        ridge = peak / device.bandwidth
-        verdicts.append(OpVerdict(op.name, op.count, op.cost, ridge, peak,
-                                  predicted_time(op.cost, peak, device.bandwidth), bound(op.cost.intensity, ridge)))
+        roof = roof_for(device, op.compute_dtype, phase.dtypes.act)
+        verdicts.append(OpVerdict(op.name, op.count, op.cost, roof.ridge, roof.peak, roof.predicted_s(op.cost),
+                                  bound(op.cost.intensity, roof.ridge)))
     total = phase.total
     ridge = device.ridge(phase.dtypes.act)
     t = sum(v.total_time_s for v in verdicts)
@@ -191,8 +241,7 @@ def ridge_crossings(model, device: Device, phase: str, *, context: int = 1024, b
     out = {}
     for name in W.OP_NAMES:
         probe = make(1).op(name)
-        dt = probe.compute_dtype if probe.compute_dtype in device.peak_flops else act_dtype
-        ridge = device.peak(dt) / device.bandwidth
+        ridge = roof_for(device, probe.compute_dtype, act_dtype).ridge
 
         def f(n, name=name):
             if phase == "prefill" and n > model.max_context:

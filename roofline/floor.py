@@ -6,7 +6,7 @@ A stage's floor is the sum over its ops of each op's time at the roof, times its
 
 with the ops and costs of ``roofline.workload`` (``prefill`` of the measured prompt, ``decode``
 of one step at the measured batch and mean context) and each op's ceilings from
-``roofline.analysis.roof_for`` (the one fallback rule: the op's compute dtype's peak, fp32 for
+``roofline.bounds.roof_for`` (the one fallback rule: the op's compute dtype's peak, fp32 for
 vector ops, else the run's dtype). No kernel can beat it; how far a measured latency sits above
 it says whether the hardware is the limit:
 
@@ -27,8 +27,7 @@ import math
 from dataclasses import dataclass
 
 from . import workload
-from .analysis import roof_for
-from .bounds import OVERHEAD_FRACTION
+from .bounds import OVERHEAD_FRACTION, roof_for
 from .errors import RooflineError
 from .records import ABOVE_ROOF
 from .units import ms, seconds

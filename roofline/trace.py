@@ -297,7 +297,7 @@ def model_expectation(result: TraceResult, model, device) -> dict:
     model's step does not have (casts, copies, fills, framework overhead); GPU idle is in the summary.
     """
     from . import workload as W
-    from .bounds import predicted_time
+    from .bounds import analyze_phase
 
     out = {}
     for ph, shape in result.summary["phases"].items():
@@ -310,13 +310,10 @@ def model_expectation(result: TraceResult, model, device) -> dict:
             else:
                 step = W.decode(model, shape["batch"], max(shape["context"], 1), weight_dtype=dt, act_dtype=dt,
                                 kv_dtype=dt)
+            roof = analyze_phase(step, device).time_s      # each op at its roof (bounds.roof_for), x count
         except RooflineError as e:   # a shape the model cannot take (context past its maximum): say so
             out[ph] = {"error": str(e)}
             continue
-        roof = 0.0
-        for op in step.ops:
-            pk = device.peak_flops.get(op.compute_dtype) or device.peak_flops.get(dt) or 0.0
-            roof += predicted_time(op.cost, pk, device.bandwidth) * op.count
         traced = [m for m in result.measurements if m.point.phase == ph]
         costed = [m for m in traced if not m.flags]
         cost = sum((m.point.cost * m.point.count for m in costed), ZERO)
