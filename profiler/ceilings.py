@@ -23,9 +23,6 @@ Run ``python -m profiler.ceilings`` (or ``roofline ceilings``) to measure this m
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,7 +30,7 @@ from pathlib import Path
 from roofline.devices import Device, cpu_device, find_device
 from roofline.errors import RooflineError
 
-from . import probes
+from . import cache, probes
 from .timing import measure
 
 METHOD_VERSION = 1        # bump when the measurement changes: old cache entries are ignored
@@ -53,10 +50,6 @@ class Ceilings:
     cached: bool = False
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("ROOFLINE_CACHE_DIR") or Path.home() / ".cache" / "roofline")
-
-
 def _torch_device(device) -> str:
     return "cuda" if str(device) == "gpu" else str(device)
 
@@ -69,9 +62,7 @@ def cache_key(device: str, name: str, threads: int) -> dict:
 
 
 def _cache_path(key: dict) -> Path:
-    slug = re.sub(r"[^a-z0-9]+", "-", key["device"].lower()).strip("-")[:40]
-    h = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
-    return cache_dir() / f"ceilings-{slug}-{h}.json"
+    return cache.path(f"ceilings-{cache.slug(key['device'])}", key)
 
 
 def device_name(device="cpu") -> str:
@@ -116,9 +107,11 @@ def get_ceilings(device="cpu", *, remeasure: bool = False, dtypes=None, quick: b
 
 
 def _load(path: Path, key: dict, dtypes) -> Ceilings | None:
+    d = cache.load(path, key)
+    if d is None:
+        return None
     try:
-        d = json.loads(path.read_text())
-        if d.get("key") != key or any(t not in d["device"]["peak_flops"] for t in dtypes):
+        if any(t not in d["device"]["peak_flops"] for t in dtypes):
             return None
         if "host-busy" in d["details"].get("flags", ()) and not _host_busy():
             return None  # measured while the host was busy and it is quiet now: measure again
@@ -130,15 +123,8 @@ def _load(path: Path, key: dict, dtypes) -> Ceilings | None:
 
 
 def _save(path: Path, key: dict, c: Ceilings) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": key, "device": c.device.to_dict(),
-                                   "datasheet": c.datasheet.to_dict() if c.datasheet else None,
-                                   "details": c.details}, indent=1))
-        tmp.replace(path)
-    except OSError:
-        pass  # an unwritable cache only costs a re-measurement next time
+    cache.store(path, key, {"device": c.device.to_dict(), "datasheet": c.datasheet.to_dict() if c.datasheet else None,
+                            "details": c.details}, indent=1)
 
 
 def _meminfo(key: str) -> int:

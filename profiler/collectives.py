@@ -10,15 +10,11 @@ being its gathered output (``roofline.formulas.bus_bandwidth``). The link the pr
 collectives against is derived from them (``roofline.interconnect.link_from_measurements``: the
 best all-reduce busbw, the smallest message's time as its latency).
 
-Results are cached beside the other ceilings (``profiler.ceilings.cache_dir``), keyed by device,
+Results are cached beside the other ceilings (``profiler.cache``), keyed by device,
 backend, rank count, threads, sizes and software versions.
 """
 
 from __future__ import annotations
-
-import hashlib
-import json
-import re
 
 from roofline import formulas as F
 from roofline import units as U
@@ -86,30 +82,22 @@ def cache_key(device_name: str, backend: str, world: int, threads: int, sizes) -
 
 
 def _path(key: dict):
-    from .ceilings import cache_dir
+    from . import cache
 
-    slug = re.sub(r"[^a-z0-9]+", "-", key["device"].lower()).strip("-")[:40]
-    h = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
-    return cache_dir() / f"collectives-{slug}-tp{key['world']}-{h}.json"
+    return cache.path(f"collectives-{cache.slug(key['device'])}-tp{key['world']}", key)
 
 
 def _load(key: dict) -> dict | None:
-    try:
-        d = json.loads(_path(key).read_text())
-        return d["result"] if d.get("key") == key else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    from . import cache
+
+    d = cache.load(_path(key), key)
+    return d.get("result") if d else None
 
 
 def _save(key: dict, result: dict) -> None:
-    try:
-        p = _path(key)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": key, "result": result}, indent=1))
-        tmp.replace(p)
-    except OSError:
-        pass  # an unwritable cache only costs a re-measurement
+    from . import cache
+
+    cache.store(_path(key), key, {"result": result}, indent=1)
 
 
 def collective_ceilings(ctx, device_name: str, *, quick: bool = False, remeasure: bool = False,

@@ -85,32 +85,19 @@ def flop_check(cfg, *, dtype: str = "fp32", device: str = "cpu", prompt: int = 1
 def cached_flop_check(cfg, *, dtype: str = "fp32", device: str = "cpu", prompt: int = 128) -> dict:
     """``flop_check``, cached beside the ceilings: the count depends only on the model's shapes, the dtype,
     the prompt, the device kind and torch's version, so a second run of the same sweep does not pay for it."""
-    import hashlib
-    import json
-
-    from .ceilings import cache_dir
+    from . import cache
     from .probes import versions
 
     d = cfg.to_dict()
     d.pop("notes", None)
     key = {"model": d, "dtype": dtype, "device": "cuda" if str(device).startswith("cuda") else "cpu",
            "prompt": int(prompt), "torch": versions().get("torch"), "method": 1}
-    h = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    path = cache_dir() / f"flopcheck-{h}.json"
-    try:
-        hit = json.loads(path.read_text())
-        if hit.get("key") == key:
-            return dict(hit["result"], cached=True)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    path = cache.path("flopcheck", key, digits=16)
+    hit = cache.load(path, key)
+    if hit is not None and "result" in hit:
+        return dict(hit["result"], cached=True)
     fc = flop_check(cfg, dtype=dtype, device=device, prompt=prompt)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": key, "result": fc}))
-        tmp.replace(path)
-    except OSError:
-        pass  # an unwritable cache only costs the check again next time
+    cache.store(path, key, {"result": fc})
     return fc
 
 

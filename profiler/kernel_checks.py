@@ -10,7 +10,6 @@ never remembered.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from roofline.errors import RooflineError
@@ -64,27 +63,18 @@ def _check_key(backend: str, dtype: str, device: str) -> dict:
 
 
 def _check_path(key: dict) -> Path:
-    import hashlib
+    from . import cache
 
-    from .ceilings import cache_dir
-
-    return cache_dir() / f"kernelcheck-{hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}.json"
+    return cache.path("kernelcheck", key, digits=16)
 
 
 def _check_cached(key: dict) -> bool:
-    try:
-        return json.loads(_check_path(key).read_text()).get("key") == key
-    except (OSError, ValueError):
-        return False
+    from . import cache
+
+    return cache.load(_check_path(key), key) is not None
 
 
 def _check_store(key: dict, results) -> None:
-    try:
-        p = _check_path(key)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": key, "passed": [[r.name, r.max_rel_err, r.tol] for r in results]},
-                                  default=str))
-        tmp.replace(p)
-    except OSError:
-        pass  # an unwritable cache only costs the checks again next time
+    from . import cache
+
+    cache.store(_check_path(key), key, {"passed": [[r.name, r.max_rel_err, r.tol] for r in results]})
