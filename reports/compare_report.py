@@ -95,7 +95,7 @@ def _title(c) -> str:
 
 
 def render_html(c, findings, figs) -> str:
-    from .html import CSS, HOVER_HINT, HOVER_JS, JS, _figure, _table
+    from .html import HOVER_HINT, _figure, _table, filter_controls, page
 
     def name_of(k):
         if k.kind == "t":
@@ -121,11 +121,7 @@ def render_html(c, findings, figs) -> str:
     if c.ops:
         verdicts = sorted({o.time.verdict for o in c.ops})
         phases = sorted({o.after.point.phase for o in c.ops})
-        opts = lambda xs: "".join(f'<option value="{_e(x)}">{_e(x)}</option>' for x in xs)  # noqa: E731
-        controls = (f'<div class="controls"><input id="q" placeholder="filter: op, verdict..." size="32">'
-                    f'<select id="phase"><option value="">all phases</option>{opts(phases)}</select>'
-                    f'<select id="label"><option value="">all verdicts</option>{opts(verdicts)}</select>'
-                    f'<span id="shown" class="sub"></span> <span class="sub">(click a header to sort)</span></div>')
+        controls = filter_controls("filter: op, verdict...", phases, verdicts, "verdicts")
 
         def attrs(k):
             o = c.ops[k]
@@ -146,11 +142,7 @@ def render_html(c, findings, figs) -> str:
     lines = unmatched_lines(c)
     if lines:
         body.append("<h2>Not compared</h2>" + "".join(f'<div class="note">{_e(x)}</div>' for x in lines))
-    title = _title(c)
-    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>" + "".join(body)
-            + f'</main><div id="tip" role="tooltip" hidden></div><script>{JS}{HOVER_JS}</script></body></html>')
+    return page(_title(c), body)
 
 
 def render_markdown(c, findings, figs, out: Path) -> str:

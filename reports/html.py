@@ -263,15 +263,29 @@ def _run_top(run) -> str:
     return "".join(out)
 
 
+def page(title: str, body) -> str:
+    """The self-contained document around ``body`` (a list of HTML strings): styles, tooltip, scripts."""
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>"
+            + "".join(body) + f'</main><div id="tip" role="tooltip" hidden></div><script>{JS}{HOVER_JS}</script>'
+            "</body></html>")
+
+
+def filter_controls(placeholder: str, phases, labels, label_word: str) -> str:
+    """The text filter and the phase / label selects above a table with id "points" (the JS filters it)."""
+    opts = lambda xs: "".join(f'<option value="{_e(x)}">{_e(x)}</option>' for x in xs)  # noqa: E731
+    return (f'<div class="controls"><input id="q" placeholder="{_e(placeholder)}" size="32">'
+            f'<select id="phase"><option value="">all phases</option>{opts(phases)}</select>'
+            f'<select id="label"><option value="">all {_e(label_word)}</option>{opts(labels)}</select>'
+            f'<span id="shown" class="sub"></span> <span class="sub">(click a header to sort)</span></div>')
+
+
 def _points_table(runs) -> str:
     results = [(run, r) for run in runs for r in run.analysis.results]
     phases = sorted({r.point.phase for _, r in results})
     labels = sorted({r.label for _, r in results})
-    opts = lambda xs: "".join(f'<option value="{_e(x)}">{_e(x)}</option>' for x in xs)  # noqa: E731
-    controls = (f'<div class="controls"><input id="q" placeholder="filter: op, flag, device..." size="32">'
-                f'<select id="phase"><option value="">all phases</option>{opts(phases)}</select>'
-                f'<select id="label"><option value="">all labels</option>{opts(labels)}</select>'
-                f'<span id="shown" class="sub"></span> <span class="sub">(click a header to sort)</span></div>')
+    controls = filter_controls("filter: op, flag, device...", phases, labels, "labels")
 
     ids = [f"r{run.index}-{i}" for run in runs for i in range(len(run.analysis.results))]
 
@@ -347,8 +361,4 @@ def render(report) -> str:
     if any(trace_section.is_trace(r.rf) for r in runs):
         body.append(f'<div class="card"><h3>How a trace\'s ops are costed</h3><pre>'
                     f'{_e(trace_section.conventions())}</pre><p class="sub">From roofline/trace_cost.py.</p></div>')
-    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>"
-            + "".join(body) + f'</main><div id="tip" role="tooltip" hidden></div><script>{JS}{HOVER_JS}</script>'
-            "</body></html>")
+    return page(title, body)
