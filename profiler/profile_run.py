@@ -177,8 +177,6 @@ def run_profile(run: ProfileRun, *, say=quiet, progress=None, probe=None, make_r
     (before anything is measured) and ``Interrupted`` on Ctrl-C (after the file is closed).
     ``run.tp`` > 1 runs the tensor-parallel sweep (``profiler.tp_run``): same rules, N ranks.
     """
-    import torch
-
     if run.tp != 1:
         if run.plan.quantized:
             raise RooflineError("quantized weights or KV cache are not combined with --tp: profile them at one rank.")
@@ -187,41 +185,24 @@ def run_profile(run: ProfileRun, *, say=quiet, progress=None, probe=None, make_r
         return run_profile_tp(run, say=say, progress=progress, make_runners=make_runners)
 
     from . import probes
-    from .ceilings import device_name
     from .sweep import run_sweep
 
     plan = run.plan
     gpu = plan.device.startswith("cuda")
-    if gpu and not torch.cuda.is_available():
-        raise RooflineError(f"--device {plan.device}: no CUDA GPU is visible to torch here; use --device cpu.")
-    plan.validate()
-    check_writable(run.out)
-    stages: dict = {}
+    check_inputs(run, say)
     if "triton" in plan.backends and not gpu:
         say("note: triton on a CPU runs in the Triton interpreter: its times measure the interpreter, not a kernel.")
-    for n in plan.model.notes:
-        say(f"note: {n}")
-    writer = ResultWriter(run.path, mode=run.mode)
+    stages: dict = {}
+    writer = open_writer(run, say)
     own_probe = probe is None
     stats = None
     try:
-        if writer.repaired_bytes:
-            say(f"note: the last line of {run.path} was cut off ({writer.repaired_bytes} bytes, an interrupted "
-                "write): it was removed before resuming.")
         with cpu_threads(run.threads if not gpu else None) as n_threads:
-            dev_name = device_name(plan.device)
-            early = RunHeader(device=_named(dev_name), model=plan.model, dtype=plan.dtype,
-                              settings=_settings(run, n_threads))
-            writer.check(early)          # a resume that cannot match fails before anything runs
+            writer.check(early_header(run, n_threads))   # a resume that cannot match fails before anything runs
             probe = probe or probes.open_probe(plan.device)
             if probe.note:
                 say(f"note: {probe.note}")
-            if run.check_kernels:
-                say(f"validating kernels ({', '.join(plan.backends)}, {plan.dtype}) ...")
-                t = now()
-                kernel_checks.validate_kernels(plan.backends, plan.dtype, plan.device,
-                                              **({"quant": True} if plan.quantized else {}))
-                stages["checks"] = now() - t
+            check_kernels(run, say, stages)
             header = _profile_header(run, probe, n_threads, say, stages)
             writer.begin(header)
             remove_derived(run.out)
@@ -241,6 +222,58 @@ def run_profile(run: ProfileRun, *, say=quiet, progress=None, probe=None, make_r
     result = ProfileResult(run.path, stats, rf, stages, repaired_bytes=writer.repaired_bytes)
     _finish_profile(run, result, say)
     return result
+
+
+def check_inputs(run: ProfileRun, say) -> None:
+    """Everything checked before a file is touched: ``check_plan``, then ``check_folder``."""
+    check_plan(run)
+    check_folder(run, say)
+
+
+def check_plan(run: ProfileRun) -> None:
+    """The device is there and the plan can run on it (one-line errors)."""
+    import torch
+
+    plan = run.plan
+    if plan.device.startswith("cuda") and not torch.cuda.is_available():
+        raise RooflineError(f"--device {plan.device}: no CUDA GPU is visible to torch here; use --device cpu.")
+    plan.validate()
+
+
+def check_folder(run: ProfileRun, say) -> None:
+    """The output folder can be written; the model's notes are said."""
+    check_writable(run.out)
+    for n in run.plan.model.notes:
+        say(f"note: {n}")
+
+
+def open_writer(run: ProfileRun, say) -> ResultWriter:
+    """The one writer of ``run.path`` (locked; refused, repaired or truncated by ``run.mode``)."""
+    writer = ResultWriter(run.path, mode=run.mode)
+    if writer.repaired_bytes:
+        say(f"note: the last line of {run.path} was cut off ({writer.repaired_bytes} bytes, an interrupted "
+            "write): it was removed before resuming.")
+    return writer
+
+
+def early_header(run: ProfileRun, n_threads: int) -> RunHeader:
+    """What a resume is compared against before any work: device name, model, dtype, settings."""
+    from .ceilings import device_name
+
+    return RunHeader(device=_named(device_name(run.plan.device)), model=run.plan.model, dtype=run.plan.dtype,
+                     settings=_settings(run, n_threads))
+
+
+def check_kernels(run: ProfileRun, say, stages: dict) -> None:
+    """Validate the kernels (``profiler.kernel_checks``) unless the run says not to; timed in ``stages``."""
+    plan = run.plan
+    if not run.check_kernels:
+        return
+    say(f"validating kernels ({', '.join(plan.backends)}, {plan.dtype}) ...")
+    t = now()
+    kernel_checks.validate_kernels(plan.backends, plan.dtype, plan.device,
+                                   **({"quant": True} if plan.quantized else {}))
+    stages["checks"] = now() - t
 
 
 def _named(name: str):

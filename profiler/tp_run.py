@@ -24,11 +24,10 @@ from dataclasses import replace
 
 from roofline.errors import RooflineError
 from roofline.records import read_results
-from roofline.writer import ResultWriter
 
-from . import kernel_checks
-from .profile_run import ProfileResult, _finish_profile, _named, _profile_header, _settings
-from .run import Interrupted, check_writable, quiet, remove_derived
+from .profile_run import (ProfileResult, _finish_profile, _profile_header, check_folder, check_kernels,
+                          check_plan, early_header, open_writer)
+from .run import Interrupted, quiet, remove_derived
 from .timing import cpu_threads, now
 
 
@@ -51,40 +50,25 @@ def validate_tp(run, device_count: int | None = None) -> None:
 
 def run_profile_tp(run, *, say=quiet, progress=None, make_runners=None) -> ProfileResult | None:
     """The tensor-parallel ``run_profile`` (module docstring); None on a follower rank under torchrun."""
-    import torch
-
     from .distributed import RankLost, run_ranks, torchrun_env
 
     plan = run.plan
     gpu = plan.device.startswith("cuda")
-    if gpu and not torch.cuda.is_available():
-        raise RooflineError(f"--device {plan.device}: no CUDA GPU is visible to torch here; use --device cpu.")
-    plan.validate()
+    check_plan(run)
     validate_tp(run)
     threads = rank_threads(run)
     env = torchrun_env()
     if env is not None and env["rank"] != 0:      # a follower under torchrun: no file, no output
         run_ranks(run.tp, plan.device, None, _follow, (plan, run.quick, make_runners), threads=threads)
         return None
-    check_writable(run.out)
-    for n in plan.model.notes:
-        say(f"note: {n}")
-    writer = ResultWriter(run.path, mode=run.mode)
+    check_folder(run, say)
+    writer = open_writer(run, say)
     stages: dict = {}
     box: dict = {}
     try:
-        if writer.repaired_bytes:
-            say(f"note: the last line of {run.path} was cut off ({writer.repaired_bytes} bytes, an interrupted "
-                "write): it was removed before resuming.")
         with cpu_threads(threads) as n_threads:
-            from .ceilings import device_name
-
-            writer.check(_early_header(run, device_name(plan.device), n_threads))
-            if run.check_kernels:
-                say(f"validating kernels ({', '.join(plan.backends)}, {plan.dtype}) ...")
-                t = now()
-                kernel_checks.validate_kernels(plan.backends, plan.dtype, plan.device)
-                stages["checks"] = now() - t
+            writer.check(early_header(run, n_threads))
+            check_kernels(run, say, stages)
             from . import probes
 
             probe = probes.open_probe(plan.device)
@@ -117,13 +101,6 @@ def _kept(path) -> int:
         return sum(1 for m in read_results(path).measurements if m.ok)
     except RooflineError:
         return 0
-
-
-def _early_header(run, dev_name: str, n_threads: int):
-    from roofline.records import RunHeader
-
-    return RunHeader(device=_named(dev_name), model=run.plan.model, dtype=run.plan.dtype,
-                     settings=_settings(run, n_threads))
 
 
 class _Lead:
