@@ -13,7 +13,6 @@ by configuration, one attempt per configuration), ``strict_json`` (stdout JSON w
 from __future__ import annotations
 
 import json
-import math
 import shlex
 import sys
 from dataclasses import dataclass, field, replace
@@ -45,10 +44,6 @@ class Interrupted(KeyboardInterrupt):
 
 def quiet(msg: str) -> None:
     """The default ``say``: notes go nowhere."""
-
-
-def stderr(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 SECRET_OPTIONS = ("--api-key",)   # their values never reach a result file or a printed command
@@ -114,12 +109,6 @@ def check_output(run) -> None:
     object.__setattr__(run, "out", Path(run.out))
     if run.mode not in MODES:
         raise RooflineError(f"mode must be one of {', '.join(MODES)}, not {run.mode!r}.")
-
-
-def _mode(resume: bool, overwrite: bool) -> str:
-    if resume and overwrite:
-        raise RooflineError("--resume and --overwrite contradict each other: give one of them.")
-    return "resume" if resume else "overwrite" if overwrite else "new"
 
 
 @dataclass
@@ -207,8 +196,6 @@ def strict_json(obj) -> str:
     return json.dumps(strict(obj), allow_nan=False)
 
 
-def finite_or_none(x):
-    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
 # The runs themselves, importable from here. Looked up when first asked for (PEP 562): their modules

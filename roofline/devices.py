@@ -281,8 +281,8 @@ def custom_device(peak_tflops: float, bandwidth_gbs: float, name: str = "custom"
                                if v is None)
         raise RooflineError(f"a custom device needs both --peak-tflops (dense TFLOP/s, e.g. 989) and --bandwidth-gbs "
                             f"(GB/s, e.g. 3350), but {given} was given: add {lacking}.")
-    peak = _positive_finite(peak_tflops, f"--peak-tflops must be a positive, finite number of dense TFLOP/s "
-                                         f"(e.g. 989)", repr(peak_tflops))
+    peak = _positive_finite(peak_tflops, "--peak-tflops must be a positive, finite number of dense TFLOP/s "
+                                         "(e.g. 989)", repr(peak_tflops))
     bw = _positive_finite(bandwidth_gbs, "--bandwidth-gbs must be a positive, finite number of GB/s (e.g. 3350)",
                           repr(bandwidth_gbs))
     d = normalize_dtype(dtype)
