@@ -159,3 +159,69 @@ def test_trace_formulas_exact():
     # all-gather of a 65,536-byte output over 4 ranks: 3/4 = 49,152; broadcast: the message
     assert F.collective_bytes("_allgather_base", 65_536, 4) == 49_152
     assert F.collective_bytes("broadcast", 1_000, 8) == 1_000
+
+
+def test_linear_bias_adds_one_add_per_output_and_the_bias_read():
+    # 3 tokens, 8 -> 5: 2 x 3 x 8 x 5 = 240 FLOPs + 3 x 5 = 15 adds = 255
+    c = F.linear(3, 8, 5, bias=True)
+    assert c.flops == 240 + 15 == 255
+    # bytes: w 8 x 5 x 2 = 80; x 3 x 8 x 2 = 48; y 3 x 5 x 2 = 30; bias 5 x 2 = 10
+    assert c.bytes == 80 + 48 + 30 + 10 == 168
+    assert F.linear(3, 8, 5) == Cost(240, 158)
+    # int8 weights keep their scale bytes: 40 + 5 x 2 (scales) + 48 + 30 + 10 (bias in bf16)
+    assert F.linear(3, 8, 5, weight_dtype="int8", bias=True).bytes == 40 + 10 + 48 + 30 + 10
+
+
+def test_geglu_counts_nine_flops_per_element():
+    # 9 x 2 x 10 = 180 FLOPs; bytes as swiglu: 3 x 20 x 2 = 120
+    assert F.geglu(2, 10) == Cost(180, 120)
+    assert F.geglu(2, 10, act_dtype="fp32").bytes == F.swiglu(2, 10, act_dtype="fp32").bytes == 240
+
+
+def test_window_pairs_three_pieces():
+    # no window, or a window not yet full: n x p + n^2 / 2
+    assert F.window_pairs(16, 32, None) == F.causal_pairs(16, 32) == 16 * 32 + 128 == 640
+    assert F.window_pairs(16, 32, 48) == 640
+    # p >= W: every query sees W keys: 16 x 40 = 640 ... with W = 32: 16 x 32 = 512
+    assert F.window_pairs(16, 32, 32) == 512
+    # between: p = 8, n = 40, W = 32: fill = 24: 24 x 8 + 24^2 / 2 = 192 + 288 = 480; then 16 x 32 = 512
+    assert F.window_pairs(40, 8, 32) == 480 + 512 == 992
+    # p = 0, n = 64, W = 32: 32^2 / 2 = 512, then 32 x 32 = 1,024
+    assert F.window_pairs(64, 0, 32) == 1536
+    with pytest.raises(ValueError, match="window must be"):
+        F.window_pairs(64, 0, 0)
+
+
+def test_prefill_attention_under_a_window():
+    B, n, Hq, Hkv, D = 2, 64, 8, 2, 64
+    c = F.prefill_attention(B, n, Hq, Hkv, D, window=32)
+    # pairs 1,536 (above): 4 x 2 x 8 x 64 x 1,536 = 6,291,456
+    assert c.flops == 6_291_456
+    # q,o: 2 x 2 x 64 x 8 x 64 x 2 = 262,144; keys read min(0 + 64, 64 + 31) = 64: 2 x 2 x 64 x 2 x 64 x 2 = 65,536
+    assert c.bytes == 262_144 + 65_536
+    # a long cached prefix: p = 1,000, n = 64, W = 32: keys min(1,064, 64 + 31 = 95) = 95
+    c = F.prefill_attention(B, n, Hq, Hkv, D, cached_tokens=1000, window=32)
+    assert c.flops == 4 * 2 * 8 * 64 * (64 * 32) == 8_388_608
+    assert c.bytes == 262_144 + 2 * 2 * 95 * 2 * 64 * 2 == 262_144 + 97_280
+    # no window = today's numbers
+    assert F.prefill_attention(B, n, Hq, Hkv, D, window=4096) == F.prefill_attention(B, n, Hq, Hkv, D)
+    # an 8-bit cache's scales follow the keys read: 2 x (2 x 95) x 2 x 4 = 3,040
+    q8 = F.prefill_attention(B, n, Hq, Hkv, D, cached_tokens=1000, window=32, kv_dtype="int8")
+    assert q8.bytes == 262_144 + 2 * 2 * 95 * 2 * 64 + 3_040
+    with pytest.raises(ValueError, match="causal"):
+        F.prefill_attention(B, n, Hq, Hkv, D, window=32, causal=False)
+
+
+def test_decode_attention_and_cache_under_a_window():
+    # Mistral-7B (32 layers, 8 KV heads of 128, window 4,096), batch 1, context 16,384:
+    # the KV read is 2 x 4,096 x 8 x 128 x 2 = 16,777,216 bytes a layer; x 32 = 536,870,912
+    per_layer = F.decode_attention(1, 16384, 32, 8, 128, window=4096)
+    assert per_layer.bytes - 2 * 32 * 128 * 2 == 16_777_216
+    assert 32 * (per_layer.bytes - 16_384) == 536_870_912
+    # FLOPs: 4 x 32 x 4,096 x 128 = 67,108,864 (not 4x that)
+    assert per_layer.flops == 67_108_864
+    # a length inside the window is unchanged
+    assert F.decode_attention(2, 100, 32, 8, 128, window=4096) == F.decode_attention(2, 100, 32, 8, 128)
+    # the cache holds at most W tokens: 2 x 4,096 x 32 x 8 x 128 x 2 = 536,870,912 for 16,384 tokens
+    assert F.kv_cache_bytes(16384, 32, 8, 128, window=4096) == 536_870_912
+    assert F.kv_cache_bytes(100, 32, 8, 128, window=4096) == F.kv_cache_bytes(100, 32, 8, 128) == 100 * 131_072
