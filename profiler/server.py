@@ -24,8 +24,14 @@ through ``loop.call_soon_threadsafe`` into the request's own ``asyncio.Queue``.
   ``continuous_usage_stats`` every chunk carries the usage so far (vLLM's option).
 * A client that goes away (its connection closes) cancels its request: the engine frees its
   KV slot at the next step.
-* SIGINT / SIGTERM: uvicorn stops accepting, gives open streams ``GRACE_S`` to finish, then the
-  engine thread stops.
+* Bodies are read through ``roofline.safejson`` (``HTTP_BODY``: 8 MB, 32 levels deep, UTF-8 text
+  only): a body nested 100,000 deep or holding a lone surrogate is a 400, never a 500. A client
+  that sends half a body and leaves gets nothing and leaves nothing in the log.
+* SIGINT / SIGTERM: the server stops accepting, new requests on open connections are answered
+  503, running requests get ``drain_s`` (``--shutdown-grace``) to finish; the rest are cancelled
+  and end with a proper final event (a stream: an error event of type ``server_shutdown`` and
+  ``data: [DONE]``; a whole response: HTTP 503). Then the engine thread stops. No task is left
+  for uvicorn to cancel, so no traceback.
 """
 
 from __future__ import annotations
@@ -37,10 +43,13 @@ import queue
 import threading
 import time
 
+from roofline.safejson import HTTP_BODY, BadJSON, loads
+
 from .serving import Engine, RequestSpec
 from .tokenizer import ByteTokenizer
 
-GRACE_S = 3.0
+GRACE_S = 3.0          # default seconds running requests get to finish after SIGTERM / SIGINT
+SHUTDOWN_MESSAGE = "the server is shutting down: the request was stopped before it finished; retry elsewhere"
 
 
 class EngineThread:
@@ -258,12 +267,19 @@ class Generation:
         return {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
 
     async def _next(self, listener):
+        """The next engine event; None when the client went away; ("shutdown",) when the drain time is over."""
         get = asyncio.ensure_future(self.events.get())
-        done, _ = await asyncio.wait({get, listener}, return_when=asyncio.FIRST_COMPLETED)
+        halt = asyncio.ensure_future(self.s.halt.wait())
+        try:
+            done, _ = await asyncio.wait({get, listener, halt}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            halt.cancel()
         if get in done:
             return get.result()
         get.cancel()
-        return None                          # the client went away
+        if listener in done:
+            return None                      # the client went away
+        return ("shutdown",)
 
     async def __call__(self, scope, receive, send):
         async def disconnected():
@@ -299,6 +315,11 @@ class Generation:
                 n += 1
                 await send(_body(self._chunk(self._piece(ev[1]), self._usage(n) if cont else None)))
                 continue
+
+            if ev[0] == "shutdown":          # cancelled by the shutdown (the finally clause frees the slot)
+                body = error_body(SHUTDOWN_MESSAGE, "server_shutdown", code=503)
+                await send(_body(b"data: " + json.dumps(body).encode() + b"\n\ndata: [DONE]\n\n", more=False))
+                return
             self.finished = True
             if ev[0] == "error" or not ev[1].ok:
                 msg = ev[1] if ev[0] == "error" else ev[1].error
@@ -324,6 +345,9 @@ class Generation:
             if ev[0] == "token":
                 pieces.append(ev[1])
                 continue
+            if ev[0] == "shutdown":
+                await _json(send, 503, error_body(SHUTDOWN_MESSAGE, "server_shutdown", code=503))
+                return
             self.finished = True
             if ev[0] == "error" or not ev[1].ok:
                 msg = ev[1] if ev[0] == "error" else ev[1].error
@@ -353,16 +377,53 @@ async def _json(send, status: int, doc: dict):
 # ---------------------------------------------------------------- the app
 
 class State:
-    def __init__(self, engine: EngineThread, name: str, max_len: int, capacity: int):
+    def __init__(self, engine: EngineThread, name: str, max_len: int, capacity: int, drain_s: float = GRACE_S):
         self.engine, self.name, self.max_len, self.capacity = engine, name, max_len, capacity
+        self.drain_s = drain_s
         self.inflight = 0
         self.ids = itertools.count()
+        self.stopping = False                # no new requests
+        self._halt: asyncio.Event | None = None
+
+    @property
+    def halt(self) -> asyncio.Event:
+        """Set when the drain time after a stop is over: running requests end with the shutdown event."""
+        if self._halt is None:               # made on the event loop that uses it
+            self._halt = asyncio.Event()
+        return self._halt
+
+    def begin_shutdown(self) -> None:
+        """On the event loop: refuse new requests now, end the running ones ``drain_s`` from now."""
+        if self.stopping:
+            return
+        self.stopping = True
+        halt = self.halt
+        if self.inflight == 0 or self.drain_s <= 0:
+            halt.set()
+        else:
+            asyncio.get_running_loop().call_later(self.drain_s, halt.set)
 
 
-def make_app(engine: EngineThread, *, name: str, max_len: int, capacity: int):
+async def read_json(request):
+    """The request body as JSON through the one HTTP-body reader; BadRequest for anything wrong, None when the
+    client left before sending all of it."""
+    from starlette.requests import ClientDisconnect
+
+    try:
+        raw = await request.body()
+    except ClientDisconnect:
+        return None
+    try:
+        return loads(raw, limits=HTTP_BODY)
+    except BadJSON as e:
+        raise BadRequest(str(e)) from None
+
+
+def make_app(engine: EngineThread, *, name: str, max_len: int, capacity: int, drain_s: float = GRACE_S):
     """The Starlette app around a (not yet started) ``EngineThread``; the app's lifespan starts and stops it.
 
     ``capacity``: requests in flight (running + waiting) beyond which a new one is answered 503.
+    ``drain_s``: seconds running requests get to finish once ``app.state.roofline.begin_shutdown()`` was called.
     """
     import contextlib
 
@@ -371,20 +432,22 @@ def make_app(engine: EngineThread, *, name: str, max_len: int, capacity: int):
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    st = State(engine, name, max_len, capacity)
+    st = State(engine, name, max_len, capacity, drain_s)
 
     def bad(e: BadRequest):
         return JSONResponse(error_body(e.message, e.kind, e.param, e.status), status_code=e.status)
 
     async def generate(request, chat: bool):
+        if st.stopping:
+            return JSONResponse(error_body(SHUTDOWN_MESSAGE.split(":")[0] + ": no new requests.", "server_shutdown",
+                                           code=503), status_code=503)
         if not engine.alive:
             return JSONResponse(error_body(f"the engine stopped: {engine.error or 'shutting down'}", "server_error",
                                            code=503), status_code=503)
         try:
-            try:
-                body = json.loads(await request.body())
-            except (ValueError, UnicodeDecodeError):
-                raise BadRequest("the request body is not valid JSON.") from None
+            body = await read_json(request)
+            if body is None:
+                return Response(status_code=400)   # the client left mid-body: nobody reads this
             req = parse_request(body, chat=chat, served=name, max_len=max_len)
         except BadRequest as e:
             return bad(e)
@@ -421,10 +484,9 @@ def make_app(engine: EngineThread, *, name: str, max_len: int, capacity: int):
 
     async def tokenize(request):
         try:
-            try:
-                body = json.loads(await request.body())
-            except (ValueError, UnicodeDecodeError):
-                raise BadRequest("the request body is not valid JSON.") from None
+            body = await read_json(request)
+            if body is None:
+                return Response(status_code=400)
             if not isinstance(body, dict):
                 raise BadRequest("the request body must be a JSON object.")
             if "messages" in body:
@@ -433,9 +495,10 @@ def make_app(engine: EngineThread, *, name: str, max_len: int, capacity: int):
                 text = body.get("prompt", body.get("content"))
                 if not isinstance(text, str):
                     raise BadRequest("give 'prompt' (a string) or 'messages'.", "prompt")
+            bos = _bool(body, "add_special_tokens", True)
         except BadRequest as e:
             return bad(e)
-        ids = ByteTokenizer().encode(text, bos=_bool(body, "add_special_tokens", True))
+        ids = ByteTokenizer().encode(text, bos=bos)
         return JSONResponse({"count": len(ids), "max_model_len": max_len, "tokens": ids})
 
     async def http_error(request, exc: HTTPException):

@@ -75,12 +75,19 @@ def bind(host: str, port: int) -> socket.socket:
 @click.option("--max-model-len", type=int, default=None, help="tokens per sequence (default: the model's context, "
               "at most 4096)")
 @click.option("--seed", type=int, default=0, show_default=True, help="seeds the weights")
+@click.option("--shutdown-grace", type=float, default=None, help="seconds running requests get to finish after "
+              "SIGTERM / SIGINT; the rest end with a shutdown event  [default: 3]")
 @threads_option("CPU threads for torch; default on a CPU: one less than the cores")
 @quant_options()
 def serve(model, backend, dtype, torch_device, host, port, model_name, chunk, prefix_cache, block_size, max_slots,
-          max_queue, max_model_len, seed, threads, weight_dtype, kv_dtype, group_size, zero_point):
+          max_queue, max_model_len, seed, shutdown_grace, threads, weight_dtype, kv_dtype, group_size, zero_point):
     """Serve the model through our continuous-batching loop behind an OpenAI-compatible API."""
     _need_extra()
+    from ..server import GRACE_S
+
+    grace = GRACE_S if shutdown_grace is None else shutdown_grace
+    if not 0 <= grace <= 3600:
+        raise RooflineError(f"--shutdown-grace must be from 0 to 3600 seconds, but {grace:g} was given.")
     budget = None if str(chunk).strip().lower() in ("none", "off") else _whole(chunk, "--chunk", 1, 1 << 20)
     if max_slots < 1 or max_slots > 4096:
         raise RooflineError(f"--max-slots must be from 1 to 4096, but {max_slots} was given.")
@@ -103,7 +110,7 @@ def serve(model, backend, dtype, torch_device, host, port, model_name, chunk, pr
     sock = bind(host, port)
     try:
         _run(sock, host, model, backend, dtype, torch_device, model_name or model.name, budget, prefix_cache,
-             block_size, max_slots, max_queue, max_len, seed, threads, quant)
+             block_size, max_slots, max_queue, max_len, seed, threads, quant, grace)
     finally:
         sock.close()
 
@@ -123,17 +130,25 @@ def _server_class():
 
     class Server(uvicorn.Server):
         """uvicorn's server, except that a stop asked for by SIGINT or SIGTERM ends with status 0 after the
-        graceful shutdown (uvicorn re-raises the signal, so the process would die by it)."""
+        graceful shutdown (uvicorn re-raises the signal, so the process would die by it), and the shutdown
+        first tells the app (``State.begin_shutdown``): running requests get their drain time, then end with a
+        shutdown event, all before uvicorn's own (longer) timeout would cancel them with a traceback."""
 
         def handle_exit(self, sig, frame):
             super().handle_exit(sig, frame)
             getattr(self, "_captured_signals", []).clear()
 
+        async def shutdown(self, sockets=None):
+            state = getattr(getattr(self.config.app, "state", None), "roofline", None)
+            if state is not None:
+                state.begin_shutdown()
+            await super().shutdown(sockets)
+
     return Server
 
 
 def _run(sock, host, cfg, backend, dtype, torch_device, name, budget, prefix_cache, block_size, max_slots, max_queue,
-         max_len, seed, threads, quant=None):
+         max_len, seed, threads, quant=None, grace=None):
     import uvicorn
 
     from kernels.model import LlamaModel
@@ -155,7 +170,8 @@ def _run(sock, host, cfg, backend, dtype, torch_device, name, budget, prefix_cac
             raise RooflineError(f"cannot build {cfg.name} ({backend}, {dtype}, {torch_device}): {e}") from None
         warmup(model)
         engine = EngineThread(model, chunk_budget=budget, prefix_cache=prefix_cache, block_size=block_size)
-        app = make_app(engine, name=name, max_len=max_len, capacity=max_slots + max_queue)
+        drain = GRACE_S if grace is None else grace
+        app = make_app(engine, name=name, max_len=max_len, capacity=max_slots + max_queue, drain_s=drain)
         bound = sock.getsockname()
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         click.echo(f"serving {name} on http://{shown}:{bound[1]}", nl=True)
@@ -169,7 +185,8 @@ def _run(sock, host, cfg, backend, dtype, torch_device, name, budget, prefix_cac
         old = sys.getswitchinterval()
         sys.setswitchinterval(0.0005)
         try:
-            config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=GRACE_S, lifespan="on")
+            config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=drain + 5.0,
+                                    lifespan="on")
             _Server(config).run(sockets=[sock])
         finally:
             sys.setswitchinterval(old)
