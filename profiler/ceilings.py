@@ -14,7 +14,11 @@
 
 Results are cached per device and software versions as JSON under
 ``$ROOFLINE_CACHE_DIR`` (default ``~/.cache/roofline``); ``remeasure=True`` ignores the
-cache. ``get_ceilings`` returns a ``Ceilings``: the Device with measured ceilings
+cache. A measurement during which other processes took over a quarter of the machine's CPU
+time is flagged "host-busy" and **not cached** as the machine's ceilings: the run that took it
+uses it (and says so: ``RunHeader.ceilings["flags"]``, which ``roofline.analysis`` reads), and
+the next run measures again. ``cached_ceilings`` returns the cached figures only, never measuring
+(``explain --device cpu``). ``get_ceilings`` returns a ``Ceilings``: the Device with measured ceilings
 (``Device.with_ceilings``), the datasheet Device (or None), and details for
 ``RunHeader.ceilings``.
 
@@ -100,10 +104,27 @@ def get_ceilings(device="cpu", *, remeasure: bool = False, dtypes=None, quick: b
             return hit
     c = _measure(device, name, dtypes, quick, working_set_bytes)
     details = dict(c.details, cache_key=key, cache_file=str(path))
+    busy = "host-busy" in details.get("flags", ())
+    if busy:
+        details["not_cached"] = ("measured while other processes took the CPUs: not cached as this machine's "
+                                 "ceilings; the next run on a quiet machine measures them again")
     c = replace(c, details=details)
-    if working_set_bytes is None:
+    if working_set_bytes is None and not busy:
         _save(path, key, c)
     return c
+
+
+def cached_ceilings(device="cpu", dtypes=None) -> Ceilings | None:
+    """The cached (quiet) ceilings of ``device`` if there are any; None otherwise. Never measures."""
+    import torch
+
+    device = _torch_device(device)
+    gpu = device.startswith("cuda")
+    if gpu and not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name(device) if gpu else probes.cpu_model_name()
+    key = cache_key(device, name, torch.get_num_threads())
+    return _load(_cache_path(key), key, tuple(dtypes or ()))
 
 
 def _load(path: Path, key: dict, dtypes) -> Ceilings | None:
@@ -113,8 +134,8 @@ def _load(path: Path, key: dict, dtypes) -> Ceilings | None:
     try:
         if any(t not in d["device"]["peak_flops"] for t in dtypes):
             return None
-        if "host-busy" in d["details"].get("flags", ()) and not _host_busy():
-            return None  # measured while the host was busy and it is quiet now: measure again
+        if "host-busy" in d["details"].get("flags", ()):
+            return None  # an older toolkit cached a busy measurement: never the machine's ceilings
         return Ceilings(Device.from_dict(d["device"]),
                         Device.from_dict(d["datasheet"]) if d.get("datasheet") else None,
                         dict(d["details"], cached=True), cached=True)
@@ -202,12 +223,6 @@ def _measure(device: str, name: str, dtypes, quick: bool, working_set_bytes) -> 
 
 def _measured_busy(before: dict, after: dict) -> bool:
     return probes.others_share(before, after) > probes.OTHERS_BUSY
-
-
-def _host_busy() -> bool:
-    """More runnable processes than CPUs (1-minute load average): ceilings measured now are low."""
-    s = probes.CpuProbe().sample()
-    return s.get("loadavg_1m", 0.0) > s["usable_cpus"] + 0.5
 
 
 def _mem_total() -> int:
@@ -308,9 +323,8 @@ def ceilings_table(c: Ceilings) -> str:
     if not ds:
         lines.append("no datasheet for this device: figures are what it achieves here, not a peak.")
     if "host-busy" in c.details.get("flags", ()):
-        lines.append("warning: measured while other processes were busy on this machine (load above the CPU "
-                     "count): these ceilings are low. `roofline ceilings --remeasure` when it is quiet "
-                     "(a cached busy measurement is retaken automatically once the load drops).")
+        lines.append("warning: measured while other processes took the CPUs (host-busy): these ceilings are low "
+                     "and were not cached as this machine's. Run `roofline ceilings` again when the machine is quiet.")
     lines.append("ceilings used: bandwidth = the higher of copy and read; cache: " + c.details.get("cache_file", "-"))
     return "\n".join(lines)
 

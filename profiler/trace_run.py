@@ -79,13 +79,14 @@ def _device(run: TraceRun, traces, say) -> tuple:
             say(f"note: the trace ran on {named.name}, the ceilings file measured {sheet.name}: classified against "
                 "the ceilings file as asked.")
         return dev, sheet, dict(rf.header.ceilings), how
-    if run.device is not None:
+    cpu_asked = run.device is not None and run.device.kind == "cpu" and not run.device.peak_flops
+    if run.device is not None and not cpu_asked:
         d = run.device
         return d, d if d.source == "datasheet" else None, {}, f"{d.name} as given ({d.source})"
-    dev, how = trace_device(traces)
+    dev, how = (None, "--device cpu") if cpu_asked else trace_device(traces)
     if dev is not None:
         return dev, dev, {}, how
-    if any(t.is_gpu for t in traces):
+    if any(t.is_gpu for t in traces) and not cpu_asked:
         raise RooflineError(f"{how}: pass --device (e.g. h100, a100, mi300x) or --device-file to say which GPU it "
                             "ran on.")
     from .ceilings import get_ceilings

@@ -1,10 +1,13 @@
 """Devices and their ceilings: a datasheet catalogue, custom devices, the CPU.
 
 Every peak is *dense* (never the 2:4-sparse figure vendors print beside it) and every
-device names where its figures come from. ``find_device`` accepts forgiving names
-(``h100``, ``H100-SXM``, ``nvidia_h100_sxm``) and the names NVML reports
-(``NVIDIA H100 80GB HBM3``). Measured ceilings replace datasheet ones through
-``Device.with_ceilings``; the record keeps which is which.
+device names where its figures come from. ``find_device`` accepts a catalogue key, a listed
+alias or a name NVML reports (``NVIDIA H100 80GB HBM3``), compared without case, spaces,
+dashes or underscores and without "NVIDIA"/"AMD"/"Tesla" (``h100``, ``H100-SXM``,
+``nvidia_h100_sxm``); nothing else. A name that is not listed is an error with "did you
+mean" (``h1000`` is not an H100, ``gh200`` not an H200, ``a100-pcie-40gb`` not the 80 GB SXM
+card): a roofline judged against the wrong card is worse than none. Measured ceilings replace
+datasheet ones through ``Device.with_ceilings``; the record keeps which is which.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from pathlib import Path
 
 from .dtypes import normalize_dtype
 from .errors import RooflineError, check_positive_int
-from .interconnect import (INFINITY_FABRIC_MI300X, NVLINK3, NVLINK4, NVLINK5, NVLINK_BRIDGE_H100_NVL, PCIE4, PCIE5,
-                           Interconnect)
+from .interconnect import (INFINITY_FABRIC_MI300X, NCCL_TUNING, NVLINK3, NVLINK4, NVLINK5, NVLINK_BRIDGE_H100_NVL,
+                           PCIE4, PCIE5, Interconnect)
 from .models import read_json_file, show_value
 
 T = 1e12  # TFLOP/s and TB/s to base units
@@ -175,6 +178,20 @@ def _gpu(key, name, *, fp32, tf32, fp16, bf16, fp8, int8, bw_tbs, mem_gb, l2_mb,
                   provenance=provenance, notes=notes, aliases=tuple(aliases), nvml_names=tuple(nvml), link=link)
 
 
+def _link(name: str, per_dir_gbs: float, hop_us: float, provenance: str, notes: str = "") -> Interconnect:
+    """A link the interconnect module does not list, with its latency from NCCL's tuning model."""
+    return Interconnect(name, per_dir_gbs * GB, 6.6e-6, hop_us * 1e-6, "datasheet",
+                        f"{provenance}; latency: {NCCL_TUNING.format(hop=hop_us)}", notes)
+
+
+NVLINK2_V100 = _link("NVLink 2 (6 links)", 150, 0.6, "NVIDIA V100 datasheet: 300 GB/s NVLink per GPU, both directions")
+NVLINK4_H800 = _link("NVLink 4 (8 links)", 200, 0.6, "NVIDIA H800 SXM5 (export variant): 400 GB/s NVLink per GPU, "
+                     "both directions")
+PCIE3 = _link("PCIe 3.0 x16", 16, 1.0, "PCI-SIG PCIe 3.0: 8 GT/s x 16 lanes, about 16 GB/s per direction",
+              "no NVLink: peers talk over PCIe (through the host bridge or a switch)")
+INFINITY_FABRIC_MI250X = _link("Infinity Fabric (8 links)", 400, 0.6, "AMD Instinct MI250X datasheet: 800 GB/s peak "
+                               "Infinity Fabric bandwidth per module, both directions (unverified per GCD)")
+
 CATALOGUE: dict[str, Device] = {d.key: d for d in [
     _gpu("h100-sxm", "NVIDIA H100 SXM5 80GB", fp32=67, tf32=494.5, fp16=989, bf16=989, fp8=1979, int8=1979,
          bw_tbs=3.35, mem_gb=80, l2_mb=50, sms=132,
@@ -196,8 +213,39 @@ CATALOGUE: dict[str, Device] = {d.key: d for d in [
          # SXM: facebookincubator/AITemplate PR #749; traces tell 40 from 80 GB by totalGlobalMem
          nvml=("NVIDIA A100-SXM4-80GB", "NVIDIA A100-PG509-200"), link=NVLINK3),
     _gpu("a100-pcie-80gb", "NVIDIA A100 PCIe 80GB", fp32=19.5, tf32=156, fp16=312, bf16=312, fp8=None, int8=624,
-         bw_tbs=1.935, mem_gb=80, l2_mb=40, sms=108, aliases=("a100-pcie",), nvml=("NVIDIA A100 80GB PCIe",),
-         link=PCIE4),
+         bw_tbs=1.935, mem_gb=80, l2_mb=40, sms=108, aliases=("a100-pcie", "a100-pcie-80gb"),
+         nvml=("NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-80GB"), link=PCIE4),
+    _gpu("a100-pcie-40gb", "NVIDIA A100 PCIe 40GB", fp32=19.5, tf32=156, fp16=312, bf16=312, fp8=None, int8=624,
+         bw_tbs=1.555, mem_gb=40, l2_mb=40, sms=108, provenance="NVIDIA A100 datasheet (PCIe 40GB: 1,555 GB/s; dense)",
+         nvml=("NVIDIA A100-PCIE-40GB",), link=PCIE4),
+    _gpu("h800", "NVIDIA H800 SXM5 80GB", fp32=67, tf32=494.5, fp16=989, bf16=989, fp8=1979, int8=1979,
+         bw_tbs=3.35, mem_gb=80, l2_mb=50, sms=132,
+         provenance="NVIDIA H800 SXM5 product specifications (the H100 SXM5's export variant: the same SMs, "
+                    "clocks and HBM3; dense)",
+         notes="Compute and memory as the H100 SXM5; only NVLink is cut to 400 GB/s (both directions).",
+         aliases=("h800-sxm", "h800-sxm5"), nvml=("NVIDIA H800", "NVIDIA H800 80GB HBM3"), link=NVLINK4_H800),
+    _gpu("h20", "NVIDIA H20 96GB", fp32=44, tf32=74, fp16=148, bf16=148, fp8=296, int8=296,
+         bw_tbs=4.0, mem_gb=96, l2_mb=60, sms=78,
+         provenance="NVIDIA HGX H20 product brief (dense = half the sparse figure)",
+         notes="A Hopper part with most tensor throughput removed: ridge ~37 FLOP/byte in bf16 (unverified: "
+               "measure with `roofline ceilings`).", nvml=("NVIDIA H20",), link=NVLINK4),
+    _gpu("v100-sxm2", "NVIDIA V100 SXM2 32GB", fp32=15.7, tf32=None, fp16=125, bf16=None, fp8=None, int8=None,
+         bw_tbs=0.900, mem_gb=32, l2_mb=6, sms=80,
+         provenance="NVIDIA Tesla V100 datasheet (SXM2: 125 TF fp16 tensor, 15.7 TF fp32, 900 GB/s)",
+         notes="Volta has no bf16, tf32 or int8 tensor cores: run it in fp16 or fp32 (--dtype fp16). The 16 GB "
+               "board has the same ceilings.", aliases=("v100", "v100-sxm2-32gb", "v100-32gb"),
+         nvml=("Tesla V100-SXM2-32GB", "Tesla V100-SXM2-16GB", "Tesla V100-SXM3-32GB"), link=NVLINK2_V100),
+    _gpu("v100-pcie", "NVIDIA V100 PCIe 32GB", fp32=14, tf32=None, fp16=112, bf16=None, fp8=None, int8=None,
+         bw_tbs=0.900, mem_gb=32, l2_mb=6, sms=80,
+         provenance="NVIDIA Tesla V100 datasheet (PCIe: 112 TF fp16 tensor, 14 TF fp32, 900 GB/s)",
+         notes="Volta has no bf16, tf32 or int8 tensor cores: run it in fp16 or fp32. The 16 GB board has the "
+               "same ceilings.", aliases=("v100-pcie-32gb",), nvml=("Tesla V100-PCIE-32GB", "Tesla V100-PCIE-16GB"),
+         link=PCIE3),
+    _gpu("t4", "NVIDIA T4", fp32=8.1, tf32=None, fp16=65, bf16=None, fp8=None, int8=130,
+         bw_tbs=0.320, mem_gb=16, l2_mb=4, sms=40,
+         provenance="NVIDIA T4 datasheet (65 TF fp16 tensor, 130 TOPS int8, 8.1 TF fp32, 320 GB/s; 70 W)",
+         notes="Turing has no bf16 or tf32: run it in fp16 (--dtype fp16). At 70 W it rarely holds its boost "
+               "clock: measure.", aliases=("tesla-t4",), nvml=("Tesla T4",), link=PCIE3),
     _gpu("l4", "NVIDIA L4", fp32=30.3, tf32=60, fp16=121, bf16=121, fp8=242.5, int8=242.5,
          bw_tbs=0.300, mem_gb=24, l2_mb=48, sms=58,
          notes="Tensor rates are halves of the datasheet's sparse figures (unverified): measure. "
@@ -219,20 +267,38 @@ CATALOGUE: dict[str, Device] = {d.key: d for d in [
          provenance="NVIDIA DGX B200 / HGX B200 datasheet (dense)",
          notes="SKUs differ: fp32 75-80 TF, tf32 1100-1125 TF, 7.7-8.0 TB/s. L2 size unverified.",
          nvml=("NVIDIA B200",), link=NVLINK5),
+    _gpu("gb200", "NVIDIA GB200 (one Blackwell GPU)", fp32=80, tf32=1250, fp16=2500, bf16=2500, fp8=5000, int8=5000,
+         bw_tbs=8.0, mem_gb=186, l2_mb=126, sms=148,
+         provenance="NVIDIA GB200 NVL72 datasheet, per GPU (the rack's figures / 72; dense = half the sparse)",
+         notes="Per Blackwell GPU of a GB200 superchip; L2 size and SM count as B200 (unverified).",
+         aliases=("gb200-nvl72",), nvml=("NVIDIA GB200",), link=NVLINK5),
     _gpu("mi300x", "AMD Instinct MI300X", fp32=163.4, tf32=653.7, fp16=1307.4, bf16=1307.4, fp8=2614.9,
          int8=2614.9, bw_tbs=5.3, mem_gb=192, l2_mb=32, sms=304,
          provenance="AMD Instinct MI300X datasheet (dense)",
          notes="'sms' holds compute units; l2 is 4 MB per XCD (x8), plus a 256 MB Infinity Cache.",
          nvml=("AMD Instinct MI300X",), link=INFINITY_FABRIC_MI300X),
+    _gpu("mi250x", "AMD Instinct MI250X", fp32=95.7, tf32=None, fp16=383, bf16=383, fp8=None, int8=383,
+         bw_tbs=3.2, mem_gb=128, l2_mb=16, sms=220,
+         provenance="AMD Instinct MI250X datasheet (dense matrix rates; fp32 is the matrix rate, vector 47.9)",
+         notes="One MI250X is two GCDs, and torch sees each as its own device with half of every figure here "
+               "(64 GB, 1.6 TB/s, 191.5 TF bf16): give a single GCD's run --device-file or measure it. 'sms' holds "
+               "compute units; l2 is 8 MB per GCD.", aliases=("mi250",), nvml=("AMD Instinct MI250X",),
+         link=INFINITY_FABRIC_MI250X),
 ]}
 
 
 def _norm(s: str) -> str:
-    s = s.lower().replace("nvidia", "").replace("geforce", "").replace("amd", "").replace("instinct", "")
+    s = s.lower()
+    for word in ("nvidia", "geforce", "amd", "instinct", "tesla"):
+        s = s.replace(word, "")
     return re.sub(r"[^a-z0-9]+", "", s)
 
 
+CPU_NAMES = ("cpu", "thiscpu", "host")
+
+
 def _index() -> dict[str, str]:
+    """Every accepted spelling, normalized -> catalogue key: keys, names, listed aliases and NVML names."""
     idx = {}
     for d in CATALOGUE.values():
         for n in (d.key, d.name, *d.aliases, *d.nvml_names):
@@ -241,25 +307,33 @@ def _index() -> dict[str, str]:
 
 
 def find_device(name: str) -> Device:
-    """Catalogue look-up by a forgiving name or an NVML name; RooflineError lists the choices."""
+    """Catalogue look-up by key, name, listed alias or NVML name (case, spaces and dashes aside); nothing fuzzier.
+
+    An unlisted name is a RooflineError with the closest listed names ("did you mean") and the choices.
+    """
     if name is None or not str(name).strip():
         raise RooflineError("No device name given: " + _choices())
     key = _norm(str(name))
-    if key in ("cpu", "thiscpu", "host"):
+    if key in CPU_NAMES:
         return cpu_device()
     idx = _index()
     if key in idx:
         return CATALOGUE[idx[key]]
-    # NVML names carry memory sizes and suffixes: match the longest known name inside.
-    hits = sorted((k for k in idx if len(k) >= 4 and k in key), key=len, reverse=True)
-    if hits:
-        return CATALOGUE[idx[hits[0]]]
-    raise RooflineError(f"Unknown device {name!r}. " + _choices())
+    raise RooflineError(f"Unknown device {name!r}{_did_you_mean(key, idx)}. " + _choices())
+
+
+def _did_you_mean(key: str, idx: dict) -> str:
+    """' (did you mean h100-sxm or h100-pcie?)' for the catalogue keys spelled closest to ``key``, or ''."""
+    import difflib
+
+    close = difflib.get_close_matches(key, list(idx), n=6, cutoff=0.6)
+    keys = list(dict.fromkeys(idx[c] for c in close))[:3]
+    return f" (did you mean {' or '.join(keys)}?)" if keys else ""
 
 
 def _choices() -> str:
-    return ("Known devices: " + ", ".join(CATALOGUE) + ", cpu; or describe one with "
-            "--device-file FILE.json or --peak-tflops/--bandwidth-gbs.")
+    return ("Known devices (exact names or their listed aliases, see `roofline devices`): " + ", ".join(CATALOGUE)
+            + ", cpu; or describe one with --device-file FILE.json or --peak-tflops/--bandwidth-gbs.")
 
 
 def cpu_device(name: str = "CPU", peak_flops: dict | None = None, bandwidth: float = 0.0) -> Device:

@@ -8,31 +8,52 @@ from . import units as U
 from .bounds import COMMUNICATION, COMPUTE, analyze_phase
 from .devices import Device
 from .dtypes import bytes_per_element, normalize_dtype
-from .errors import check_positive_int
+from .errors import RooflineError, check_positive_int
+
+
+WEIGHT_ONLY = ("int8", "int4")   # weights dequantized into the activation dtype: the GEMM runs at its peak
 
 
 def explain_linear(tokens: int, in_features: int, out_features: int, dtype: str, device: Device, *,
+                   weight_dtype: str | None = None, act_dtype: str | None = None,
                    group_size: int | None = None, zero_point: bool = False) -> dict:
-    """The seed's walk-through for y[T, N] = x[T, K] @ W[K, N]: returns figures and ``text``. A quantized
-    ``dtype`` (int8, int4, fp8) runs with bf16 activations, its scales counted (``formulas.weight_scale_bytes``)."""
+    """The seed's walk-through for y[T, N] = x[T, K] @ W[K, N]: returns figures and ``text``.
+
+    ``dtype`` is the layer's dtype; ``weight_dtype`` (default ``dtype``) and ``act_dtype`` (default ``dtype``,
+    bf16 when ``dtype`` is not a float) override one side. Weight-only int8 / int4 weights are dequantized into
+    the activation dtype, so the ridge is the activation dtype's; their scales are counted
+    (``formulas.weight_scale_bytes``). An int4 ``group_size`` must divide K (the kernels split each column's K
+    rows into whole groups): anything else is a RooflineError.
+    """
     T = check_positive_int("--tokens", tokens)
     K = check_positive_int("--in", in_features)
     N = check_positive_int("--out", out_features)
-    dt = normalize_dtype(dtype)
+    dt = normalize_dtype(weight_dtype or dtype)
+    act = normalize_dtype(act_dtype) if act_dtype else cost_act(normalize_dtype(dtype))
+    if dt == "int4" and K % int(group_size or F.INT4_GROUP):
+        g = int(group_size or F.INT4_GROUP)
+        fits = [x for x in (32, 64, 128) if K % x == 0]
+        raise RooflineError(f"int4 group size {g} does not divide --in {K:,} (K): each column's K rows are split "
+                            "into whole groups of one scale; "
+                            + (f"give --group-size {' or '.join(map(str, fits))}." if fits else
+                               "no int4 group size (32, 64, 128) divides it: use --weight-dtype int8 or another --in."))
     b = bytes_per_element(dt)
     w_bytes = K * N * b
-    act = cost_act(dt)
     scale_bytes = F.weight_scale_bytes(K, N, weight_dtype=dt, act_dtype=act, group_size=group_size,
                                        zero_point=zero_point)
     cost = F.linear(T, K, N, weight_dtype=dt, act_dtype=act, group_size=group_size, zero_point=zero_point)
     wi = F.weight_only_intensity(T, K, N, weight_dtype=dt)
-    compute_dt = dt if dt in device.peak_flops else "bf16"
+    if dt in WEIGHT_ONLY or dt != normalize_dtype(dtype):
+        compute_dt = act                      # dequantized (or upcast) into the activation dtype
+    else:
+        compute_dt = dt if dt in device.peak_flops else "bf16"
     peak, bw = device.peak(compute_dt), device.bandwidth
-    ridge = peak / bw
+    ridge = device.ridge(compute_dt)
     verdict = COMPUTE if cost.intensity >= ridge else "memory"
     tm = max(cost.flops / peak, cost.bytes / bw)
+    kind = (f"{dt} weights, {act} activations" if dt != act else dt)
     lines = [
-        f"Linear layer: x[{T:,}, {K:,}] @ W[{K:,}, {N:,}] in {dt} ({b:g} bytes per element)",
+        f"Linear layer: x[{T:,}, {K:,}] @ W[{K:,}, {N:,}] in {kind} ({b:g} bytes per weight element)",
         f"  weight bytes      = {K:,} x {N:,} x {b:g} = {w_bytes:,.0f} bytes ({U.nbytes(w_bytes)})",
         f"  FLOPs, 1 token    = 2 x {K:,} x {N:,} = {2 * K * N:,} FLOPs",
         f"  FLOPs, {T:,} tokens = {T:,} x {2 * K * N:,} = {cost.flops:,.0f} FLOPs",
@@ -46,7 +67,8 @@ def explain_linear(tokens: int, in_features: int, out_features: int, dtype: str,
         f"{verdict}-bound; at the roof it takes {U.seconds(tm)}.",
         "  (weight-only is the seed's number; real kernels also move activations and attention state.)",
     ]
-    return {"tokens": T, "in": K, "out": N, "dtype": dt, "device": device.name, "weight_bytes": w_bytes,
+    return {"tokens": T, "in": K, "out": N, "dtype": dt, "weight_dtype": dt, "act_dtype": act,
+            "compute_dtype": compute_dt, "device": device.name, "weight_bytes": w_bytes,
             "scale_bytes": scale_bytes,
             "flops": cost.flops, "bytes": cost.bytes, "weight_only_intensity": wi, "intensity": cost.intensity,
             "ridge": ridge, "bound": verdict, "time_s": tm, "text": "\n".join(lines)}

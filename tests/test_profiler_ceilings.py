@@ -16,8 +16,7 @@ def small_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(probes, "llc_bytes", lambda *a: (2**20, "test"))
     monkeypatch.setattr(C, "CPU_SHAPES", ((128, 128, 128), (256, 128, 192)))
-    monkeypatch.setattr(C, "_host_busy", lambda: False)   # the real load must not decide these tests
-    monkeypatch.setattr(C, "_measured_busy", lambda a, b: False)
+    monkeypatch.setattr(C, "_measured_busy", lambda a, b: False)   # the real load must not decide these tests
     return tmp_path / "cache"
 
 
@@ -66,16 +65,30 @@ def test_ceilings_command_json(small_cpu):
     assert "[cached]" in r.output and "fp32 GEMM" in r.output
 
 
-def test_a_busy_measurement_is_flagged_and_retaken_when_quiet(small_cpu, monkeypatch):
+def test_a_busy_measurement_is_flagged_and_never_cached(small_cpu, monkeypatch):
     monkeypatch.setattr(C, "_measured_busy", lambda a, b: True)
-    monkeypatch.setattr(C, "_host_busy", lambda: True)
     busy = C.get_ceilings("cpu", quick=True)
-    assert busy.details["flags"] == ["host-busy"] and "warning: measured while" in C.ceilings_table(busy)
-    assert C.get_ceilings("cpu", quick=True).cached                   # still busy: the cache stands
-    monkeypatch.setattr(C, "_host_busy", lambda: False)
+    assert busy.details["flags"] == ["host-busy"] and "not cached" in busy.details["not_cached"]
+    assert "were not cached" in C.ceilings_table(busy)
+    assert list(small_cpu.glob("ceilings-*.json")) == []              # not the machine's ceilings
+    assert C.cached_ceilings("cpu") is None
+    again = C.get_ceilings("cpu", quick=True)                          # still busy: measured again, still uncached
+    assert not again.cached and again.details["flags"] == ["host-busy"]
     monkeypatch.setattr(C, "_measured_busy", lambda a, b: False)
     quiet = C.get_ceilings("cpu", quick=True)
-    assert not quiet.cached and quiet.details["flags"] == []
+    assert not quiet.cached and quiet.details["flags"] == [] and "not_cached" not in quiet.details
+    assert len(list(small_cpu.glob("ceilings-*.json"))) == 1
+    assert C.cached_ceilings("cpu").device.bandwidth == quiet.device.bandwidth
+
+
+def test_an_older_cached_busy_measurement_is_not_used(small_cpu):
+    quiet = C.get_ceilings("cpu", quick=True)
+    f = next(small_cpu.glob("ceilings-*.json"))
+    d = json.loads(f.read_text())
+    d["details"]["flags"] = ["host-busy"]
+    f.write_text(json.dumps(d))
+    assert C.cached_ceilings("cpu") is None and not C.get_ceilings("cpu", quick=True).cached
+    assert quiet.device.bandwidth > 0
 
 
 @pytest.mark.gpu

@@ -38,14 +38,42 @@ def devices(as_json):
     for d in CATALOGUE.values():
         tf = lambda k: f"{d.peak_flops[k] / 1e12:g}" if k in d.peak_flops else "-"  # noqa: E731
         click.echo(f"{d.key:<16}{d.name[:25]:<26}{tf('bf16'):>10}{tf('fp8'):>10}{tf('fp32'):>8}"
-                   f"{d.bandwidth / 1e12:>9.3g}TB{d.ridge('bf16'):>7.0f}{d.memory_bytes / 1e9:>6.0f}GB"
+                   f"{d.bandwidth / 1e12:>9.3g}TB{_ridge16(d):>7}{d.memory_bytes / 1e9:>6.0f}GB"
                    f"{d.l2_bytes / 1e6:>5.0f}MB")
-    click.echo("\nTFLOP/s are dense (no 2:4 sparsity); ridge = bf16 peak / bandwidth in FLOP/byte.")
+    click.echo("\nTFLOP/s are dense (no 2:4 sparsity); ridge = bf16 peak / bandwidth in FLOP/byte (fp16 on cards "
+               "without bf16, marked *). Names: each key, its listed aliases (`--json`) and NVML's names.")
     click.echo("Sources: " + "; ".join(sorted({d.provenance for d in CATALOGUE.values()})) + ".")
     notes = [f"  {d.key}: {d.notes}" for d in CATALOGUE.values() if d.notes]
     if notes:
         click.echo("Notes:\n" + "\n".join(notes))
     click.echo(f"Model presets: {', '.join(PRESETS)}. Compute dtypes: {', '.join(COMPUTE_DTYPES)}.")
+
+
+def _ridge16(d) -> str:
+    """The bf16 ridge, or the fp16 one marked '*' on a card without bf16 (V100, T4)."""
+    if "bf16" in d.peak_flops:
+        return f"{d.ridge('bf16'):.0f}"
+    return f"{d.ridge('fp16'):.0f}*" if "fp16" in d.peak_flops else "-"
+
+
+def _explicit(name: str) -> bool:
+    """Whether the option ``name`` was given on the command line (not its default)."""
+    from click.core import ParameterSource
+
+    return click.get_current_context().get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
+
+
+def _measured_cpu(device):
+    """``--device cpu``: this machine's cached measured CPU ceilings (never measured here: explain is analytic)."""
+    if device.kind != "cpu" or device.peak_flops:
+        return device
+    from ..ceilings import cached_ceilings
+
+    c = cached_ceilings("cpu")
+    if c is None:
+        raise RooflineError("--device cpu: this machine's CPU ceilings are not measured yet (explain never measures); "
+                            "run `roofline ceilings --device cpu` once, or give --peak-tflops and --bandwidth-gbs.")
+    return c.device
 
 
 @click.command()
@@ -87,15 +115,17 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
     if (group_size is not None or zero_point) and "int4" not in (weight_dtype, dtype):
         raise RooflineError("--group-size and --zero-point describe int4 weights: add --weight-dtype int4 "
                             "(or --dtype int4 for `explain linear`).")
-    device = resolve_device(device_name, device_file, peak_tflops, bandwidth_gbs,
-                            dtype=dtype if what == "linear" else act_dtype)
+    device = _measured_cpu(resolve_device(device_name, device_file, peak_tflops, bandwidth_gbs,
+                                          dtype=dtype if what == "linear" else act_dtype))
     if what == "linear":
         missing = [n for n, v in (("--tokens", tokens), ("--in", in_features), ("--out", out_features)) if v is None]
         if missing:
             raise RooflineError(f"`explain linear` needs {', '.join(missing)} "
                                 "(e.g. --tokens 1024 --in 4096 --out 4096).")
-        d = explain_linear(tokens, in_features, out_features, dtype, device, group_size=group_size,
-                           zero_point=zero_point)
+        d = explain_linear(tokens, in_features, out_features, dtype, device,
+                           weight_dtype=weight_dtype if _explicit("weight_dtype") else None,
+                           act_dtype=act_dtype if _explicit("act_dtype") else None,
+                           group_size=group_size, zero_point=zero_point)
         click.echo(json.dumps({k: v for k, v in d.items() if k != "text"}) if as_json else d["text"])
         return
     if link_latency_us is not None and link_gbs is None:
