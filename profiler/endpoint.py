@@ -16,7 +16,10 @@ in-process run's. The definitions are vLLM ``bench serve``'s (``roofline.latency
 * tokens per chunk: the increase of ``usage.completion_tokens`` when each chunk carries usage
   (vLLM and SGLang do when asked with ``continuous_usage_stats``), else one per output chunk,
   checked against the final usage: extra tokens are spread evenly over the chunks after the
-  first (``RequestTimeline.token_counts`` says which rule applied);
+  first (``RequestTimeline.token_counts`` says which rule applied). A usage count beyond the
+  ``max_tokens`` asked for cannot be true: it is recorded (``served_output_tokens``) but not
+  believed, the tokens are counted one per chunk, and the rule says "usage beyond the request";
+  so no count is ever larger than the request (a server claiming 10**9 tokens costs nothing);
 * a chunk of k tokens splits the gap since the previous chunk evenly into k deliveries; the
   tokens of the first chunk arrive with it (TTFT is the first chunk's time);
 * ``finish`` is the last output chunk, so E2E = finish - sent and TPOT = (E2E - TTFT) / (n - 1).
@@ -29,22 +32,38 @@ complete answer within the per-request timeout), ``connection`` (no connection).
 
 ``discover`` (``GET /v1/models``) and ``prompt_token_count`` (``POST /tokenize``, vLLM's and
 llama.cpp's forms) run before anything is measured; their failures are one-line
-``RooflineError``s. The API key is sent as ``Authorization: Bearer ...`` and never stored.
+``RooflineError``s. Every event and JSON answer is read through ``roofline.safejson`` (an event:
+1 MB, 32 levels deep): an event nested 100,000 deep fails its request as a malformed event.
+The API key is sent as ``Authorization: Bearer ...`` and never stored: ``scrub`` takes it (and
+any ``Bearer``/``Authorization`` value) out of every text a server sent back before it is
+kept or printed, so a 401 body that echoes the key records ``[redacted]``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from roofline.errors import RooflineError
 from roofline.latency import RequestTimeline
+from roofline.safejson import HTTP_REPLY, SSE_EVENT, BadJSON, loads, whole
 
 from .timing import now
 
 APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+REDACTED = "[redacted]"
+_CREDENTIAL = re.compile(r"(?i)(bearer\s+|authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token)\s+)?|api[_-]?key[\"']?\s*[:=]\s*[\"']?)"
+                         r"(?!\[redacted\])[^\s\"',;}]+")
+
+
+def scrub(text: str, secret: str | None = None) -> str:
+    """``text`` with ``secret`` and every Bearer / Authorization / api_key value replaced by ``[redacted]``."""
+    text = str(text)
+    if secret:
+        text = text.replace(secret, REDACTED)
+    return _CREDENTIAL.sub(lambda m: m.group(1) + REDACTED, text)
 
 
 def base_url(url: str) -> str:
@@ -123,9 +142,9 @@ async def discover(client, base: str, model: str = "") -> tuple[str, list]:
     ids = None
     if r.status_code == 200:
         try:
-            doc = r.json()
+            doc = loads(r.content, limits=HTTP_REPLY)
             ids = [str(m["id"]) for m in doc["data"]]
-        except (ValueError, KeyError, TypeError):
+        except (BadJSON, KeyError, TypeError, IndexError):
             ids = None
     if ids is None:
         what = r.headers.get("content-type", "no content type").split(";")[0]
@@ -157,10 +176,10 @@ async def prompt_token_count(client, model: str, text: str, chat: bool = False) 
         if r.status_code != 200:
             continue
         try:
-            doc = r.json()
-        except ValueError:
+            doc = loads(r.content, limits=HTTP_REPLY)
+        except BadJSON:
             return None
-        if isinstance(doc, dict) and isinstance(doc.get("count"), int):
+        if isinstance(doc, dict) and isinstance(doc.get("count"), int) and not isinstance(doc["count"], bool):
             return doc["count"]
         toks = doc.get("tokens") if isinstance(doc, dict) else doc
         if isinstance(toks, list):
@@ -253,36 +272,37 @@ class _Stream:
         return sum(k or 1 for _, k in self.chunks)
 
 
-def _error_text(r_text: str) -> str:
+def _error_text(r_text: str, secret: str | None = None) -> str:
+    """An error body's message (OpenAI's form) or its text, credentials scrubbed before it is cut to 200."""
     try:
-        doc = json.loads(r_text)
+        doc = loads(r_text, limits=HTTP_REPLY)
         err = doc.get("error", doc) if isinstance(doc, dict) else doc
         msg = err.get("message") if isinstance(err, dict) else None
         if msg:
-            return str(msg)[:200]
-    except ValueError:
+            return scrub(str(msg), secret)[:200]
+    except BadJSON:
         pass
-    return " ".join(r_text.split())[:200] or "no body"
+    return scrub(" ".join(r_text.split()), secret)[:200] or "no body"
 
 
 def _reason(e) -> str:
     return str(e) or type(e).__name__
 
 
-def _event(st: _Stream, data: str, t: float, api: str) -> None:
+def _event(st: _Stream, data: str, t: float, api: str, secret: str | None = None) -> None:
     if data.strip() == "[DONE]":
         st.done = True
         return
     try:
-        d = json.loads(data)
-    except ValueError:
-        raise Failed(f"malformed event: not JSON: {data[:80]!r}") from None
+        d = loads(data, limits=SSE_EVENT)
+    except BadJSON as e:
+        raise Failed(f"malformed event: not JSON ({str(e).rstrip('.')}): {scrub(data[:200], secret)[:80]!r}") from None
     if not isinstance(d, dict):
-        raise Failed(f"malformed event: not a JSON object: {data[:80]!r}")
+        raise Failed(f"malformed event: not a JSON object: {scrub(data[:200], secret)[:80]!r}")
     if "error" in d or d.get("object") == "error":
         err = d.get("error", d)
         msg = err.get("message", err) if isinstance(err, dict) else err
-        raise Failed(f"error event: {str(msg)[:200]}")
+        raise Failed(f"error event: {scrub(str(msg), secret)[:200]}")
     usage = d.get("usage") if isinstance(d.get("usage"), dict) else None
     if usage is not None:
         st.usage = usage
@@ -294,8 +314,8 @@ def _event(st: _Stream, data: str, t: float, api: str) -> None:
     c = choices[0]
     if c.get("finish_reason"):
         st.finish_reason = str(c["finish_reason"])
-    ct = usage.get("completion_tokens") if usage else None
-    if isinstance(ct, int) and not isinstance(ct, bool):
+    ct = whole(usage.get("completion_tokens"), 0) if usage else None
+    if ct is not None:
         st.per_chunk = True
         k, st.last_usage_tokens = ct - st.last_usage_tokens, max(ct, st.last_usage_tokens)
         if k > 0:
@@ -319,8 +339,8 @@ async def _stream(client, target: Target, prompt: str, max_tokens: int, st: _Str
         st.sent = now() - t0                       # the request is handed to httpx now
         async with client.stream("POST", APIS[target.api], json=body) as r:
             if r.status_code != 200:
-                text = (await r.aread()).decode("utf-8", "replace")
-                raise Failed(f"http {r.status_code}: {_error_text(text)}")
+                text = (await r.aread())[:HTTP_REPLY.max_bytes].decode("utf-8", "replace")
+                raise Failed(f"http {r.status_code}: {_error_text(text, target.api_key)}")
             ctype = r.headers.get("content-type", "").split(";")[0].strip()
             if ctype != "text/event-stream":
                 raise Failed(f"not an event stream: HTTP 200 with content type {ctype or 'none'!r}, not "
@@ -330,10 +350,10 @@ async def _stream(client, target: Target, prompt: str, max_tokens: int, st: _Str
                 t = now() - t0
                 data = sse.feed(line)
                 if data is not None and not st.done:    # read on to the end: the connection is reused
-                    _event(st, data, t, target.api)
+                    _event(st, data, t, target.api, target.api_key)
             data = sse.flush()
             if data is not None and not st.done:
-                _event(st, data, now() - t0, target.api)
+                _event(st, data, now() - t0, target.api, target.api_key)
     except httpx.ConnectTimeout:
         raise Failed(f"connection: no connection within {target.connect_timeout:g} s") from None
     except httpx.ConnectError as e:
@@ -350,11 +370,23 @@ async def _stream(client, target: Target, prompt: str, max_tokens: int, st: _Str
         raise Failed("no output: the stream carried no output chunk")
 
 
-def split_tokens(chunks, total: int | None, per_chunk: bool) -> tuple[list, str]:
-    """(tokens per output chunk, the ``TOKEN_COUNTS`` rule that applied); see the module docstring."""
+def split_tokens(chunks, total: int | None, per_chunk: bool, limit: int | None = None) -> tuple[list, str]:
+    """(tokens per output chunk, the ``TOKEN_COUNTS`` rule that applied); see the module docstring.
+
+    ``limit``: the ``max_tokens`` asked for; usage that claims more is not believed (one token per chunk)."""
+    ones = [1] * len(chunks)
+    if limit is not None and len(chunks) > limit:
+        return ones, "chunks beyond the request"
     if per_chunk and all(k is not None for _, k in chunks):
-        return [k for _, k in chunks], "usage per chunk"
+        counts = [k for _, k in chunks]
+        if limit is None or sum(counts) <= limit:
+            return counts, "usage per chunk"
+        return ones, "usage beyond the request"
+    if total is not None and limit is not None and total > limit:
+        return ones, "usage beyond the request"
     counts = [k or 1 for _, k in chunks]
+    if limit is not None and sum(counts) > limit:
+        return ones, "usage beyond the request"
     if total is None:
         return counts, "one per chunk, no usage"
     have = sum(counts)
@@ -398,16 +430,19 @@ async def stream_request(client, target: Target, rid: int, prompt: str, max_toke
                                   "received)"
     end = now() - t0
     usage = st.usage or {}
-    total = usage.get("completion_tokens") if isinstance(usage.get("completion_tokens"), int) else None
+    total = whole(usage.get("completion_tokens"), 0)
     if status == "ok":
-        counts, rule = split_tokens(st.chunks, total, st.per_chunk)
-    else:
-        counts, rule = [k or 1 for _, k in st.chunks], ""
-    times = [t for t, _ in st.chunks]
+        counts, rule = split_tokens(st.chunks, total, st.per_chunk, max_tokens)
+    else:                                          # what arrived before the failure, no more than was asked for
+        counts = [k or 1 for _, k in st.chunks]
+        if sum(counts) > max_tokens:
+            counts = [1] * min(len(counts), max_tokens)
+        rule = ""
+    times = [t for t, _ in st.chunks][:len(counts)]
     dl = deliveries(times, counts)
-    served_prompt = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None
+    served_prompt = whole(usage.get("prompt_tokens"), 0)
     details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
-    cached = details.get("cached_tokens") if isinstance(details.get("cached_tokens"), int) else 0
+    cached = whole(details.get("cached_tokens"), 0) or 0
     sent = st.sent
     return RequestTimeline(
         id=rid, arrival=arrival, queue=(arrival, sent), deliveries=tuple(dl),

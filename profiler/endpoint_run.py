@@ -180,6 +180,11 @@ def run_endpoint(run: EndpointRun, *, say=quiet) -> LatencyResult:
         say(f"running {label}: {run.requests} requests to {name!r} at {base}")
         ts = asyncio.run(run_requests(target, prompts, arrivals, concurrency=c, config=label,
                                       on_finish=sink.request))
+        beyond = sum(t.token_counts == "usage beyond the request" for t in ts)
+        if beyond:
+            say(f"note: {beyond} of {len(ts)} requests reported usage beyond the {run.output_tokens} tokens asked for "
+                "(completion_tokens up to {:,}); their tokens are counted one per output chunk, not from the "
+                "usage.".format(max(t.served_output_tokens or 0 for t in ts)))
         return summarize(ts, run.slo, label, {"api": run.api, "max_concurrency": c or 0, "model_name": name,
                                               "token_counts": _token_rules(ts)})
 

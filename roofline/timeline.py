@@ -31,6 +31,10 @@ TOKEN_COUNTS = {
                          "chunks after the first",
     "chunks, usage disagrees": "one token per output chunk; the usage total reports fewer",
     "one per chunk, no usage": "one token per output chunk; the server reported no usage",
+    "usage beyond the request": "one token per output chunk; the usage reports more tokens than max_tokens asked "
+                                "for, which cannot be: it is kept (served_output_tokens) but not believed",
+    "chunks beyond the request": "one token per output chunk; the server streamed more chunks than max_tokens "
+                                 "asked for",
 }
 
 

@@ -1,0 +1,115 @@
+"""``roofline latency --endpoint`` against a hostile server (``tests/hostile_server.py``, issue 23): every fault is
+a failed request with its reason, or a counted and labelled disagreement; never a traceback, an unreadable file,
+an unbounded count or a leaked key."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+pytest.importorskip("httpx")
+
+from profiler.cli import main  # noqa: E402
+from profiler.endpoint import SSE, Failed, _event, _Stream, scrub, split_tokens  # noqa: E402
+from roofline.records import read_results  # noqa: E402
+from tests.hostile_server import hostile_server  # noqa: E402
+
+KEY = "sk-proj-Zq8x3Secret0123456789"
+
+
+@pytest.fixture(scope="module")
+def server():
+    with hostile_server() as (url, state):
+        yield url, state
+
+
+def run(url, model, out, *extra):
+    r = CliRunner().invoke(main, ["latency", "--endpoint", url, "--model-name", model, "--requests", "2",
+                                  "--prompt-tokens", "8", "--output-tokens", "4", "--rate", "100", "--arrival",
+                                  "fixed", "--timeout", "1", "--api-key", KEY, "--out", str(out), *extra])
+    assert r.exit_code == 0, r.output
+    assert KEY not in r.output and "Traceback" not in r.output
+    raw = (out / "latency.jsonl").read_text()
+    assert KEY not in raw and KEY[8:20] not in raw            # not the key, not a piece of it
+    return read_results(out / "latency.jsonl").requests, r.output
+
+
+def test_usage_that_claims_more_than_was_asked_for_is_kept_but_not_believed(server, tmp_path):
+    ts, out = run(server[0], "lying-usage", tmp_path / "lie")
+    assert [(t.ok, t.n, t.served_output_tokens, t.token_counts) for t in ts] == \
+        [(True, 4, 1000, "usage beyond the request")] * 2
+    assert all(t.chunk_tokens == (1, 1, 1, 1) for t in ts)
+    ts, _ = run(server[0], "huge-usage", tmp_path / "huge")          # 10**9 claimed: no MemoryError, 4 counted
+    assert [(t.n, t.served_output_tokens, t.token_counts) for t in ts] == [(4, 10**9, "usage beyond the request")] * 2
+    assert "2 of 2 requests reported usage beyond the 4 tokens asked for" in out
+
+
+def test_usage_of_the_wrong_type_is_no_count(server, tmp_path):
+    ts, _ = run(server[0], "nan-usage", tmp_path)
+    assert [(t.ok, t.n, t.served_output_tokens, t.token_counts) for t in ts] == \
+        [(True, 4, None, "one per chunk, no usage")] * 2
+
+
+def test_an_echoed_api_key_is_redacted_everywhere(server, tmp_path):
+    ts, out = run(server[0], "echo-key", tmp_path / "401")
+    assert [t.error for t in ts] == ["http 401: Incorrect API key provided: Bearer [redacted]. You can find your "
+                                     "API key at https://example.invalid."] * 2
+    ts, _ = run(server[0], "echo-event", tmp_path / "event")
+    assert [t.error for t in ts] == ["error event: Incorrect API key provided: Bearer [redacted]"] * 2
+    assert f"Bearer {KEY}" in server[1]["auth"]                     # it was sent, only never kept
+
+
+def test_a_nested_event_and_a_cut_stream_are_failed_requests_with_reasons(server, tmp_path):
+    ts, _ = run(server[0], "nested", tmp_path / "nested")
+    assert all(t.error.startswith("malformed event: not JSON (the event is nested deeper than 32 levels")
+               for t in ts), [t.error for t in ts]
+    ts, _ = run(server[0], "cut", tmp_path / "cut")
+    assert [t.error.split(":")[0] for t in ts] == ["disconnected"] * 2 and [t.n for t in ts] == [2, 2]
+
+
+def test_scrub_takes_out_keys_and_authorization_values():
+    assert scrub(f"bad key {KEY}", KEY) == "bad key [redacted]"
+    assert scrub('{"Authorization": "Bearer abc.def"}') == '{"Authorization": "Bearer [redacted]"}'
+    assert scrub("authorization: Basic dXNlcjpwYXNz") == "authorization: Basic [redacted]"
+    assert scrub("api_key=xyz123 and bearer  tok") == "api_key=[redacted] and bearer  [redacted]"
+
+
+def test_split_tokens_never_counts_more_than_the_request():
+    chunks = [(0.1 * i, None) for i in range(4)]
+    assert split_tokens(chunks, 10**9, False, 4) == ([1, 1, 1, 1], "usage beyond the request")
+    assert split_tokens(chunks, 6, False, 8) == ([1, 1, 2, 2], "spread from usage")      # 2 extra over chunks 2..4
+    per = [(0.1, 1), (0.2, 2), (0.3, 997)]
+    assert split_tokens(per, None, True, 4) == ([1, 1, 1], "usage beyond the request")
+    assert split_tokens([(0.0, None)] * 6, None, False, 4) == ([1] * 6, "chunks beyond the request")
+
+
+def test_the_sse_parser_never_raises_anything_but_a_failed_request():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    scalars = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=10)
+    values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
+                          | st.dictionaries(st.sampled_from(["choices", "usage", "text", "delta", "content",
+                                                              "completion_tokens", "finish_reason", "error",
+                                                              "message", "role", "object"]), inner, max_size=4),
+                          max_leaves=16)
+    lines = st.one_of(values.map(lambda v: "data: " + json.dumps(v)), st.text(max_size=40),
+                      st.sampled_from(["", ": ping", "data: [DONE]", "data: {", "data: " + "[" * 5000, "event: x"]))
+
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(st.lists(lines, max_size=12), st.sampled_from(["completions", "chat"]), st.integers(1, 64))
+    def check(feed, api, max_tokens):
+        s, sse = _Stream(sent=0.0), SSE()
+        try:
+            for i, line in enumerate(feed):
+                data = sse.feed(line)
+                if data is not None and not s.done:
+                    _event(s, data, 0.01 * i, api, KEY)
+        except Failed as e:
+            assert KEY not in str(e)
+        counts, _ = split_tokens(s.chunks, None, s.per_chunk, max_tokens) if s.chunks else ([], "")
+        assert sum(counts) <= max(max_tokens, len(s.chunks))
+
+    check()
