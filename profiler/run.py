@@ -24,7 +24,7 @@ from roofline.records import RunHeader, read_results
 from roofline.writer import ResultWriter
 
 
-DERIVED = ("report.html", "report.md", "results.csv", "figures")   # made from results.jsonl: stale when it changes
+DERIVED = ("report.html", "report.md", "results.csv", "figures", ".report-sources.json")   # made from results.jsonl: stale when it changes
 
 
 MODES = ("new", "resume", "overwrite")
@@ -89,10 +89,17 @@ def check_writable(out: Path) -> None:
                             "you can write to.") from None
 
 
-def remove_derived(out: Path, names=DERIVED) -> None:
-    """Delete outputs made from an older result file (a report, a CSV): they would describe other data."""
+def remove_derived(out: Path, names=DERIVED, source: Path | None = None) -> None:
+    """Delete outputs made from an older result file (a report, a CSV): they would describe other data.
+
+    With ``source`` (the file this run rewrites), a report (report.html, report.md, figures/) goes only
+    when its ``reports.SOURCES_FILE`` names that file: a latency run never deletes the report a profile
+    wrote into the same folder. A report with no record of its sources is kept then.
+    """
     import shutil
 
+    if source is not None and not _made_from(out, Path(source)):
+        names = [n for n in names if n not in REPORT_FILES]
     for n in names:
         p = out / n
         try:
@@ -102,6 +109,18 @@ def remove_derived(out: Path, names=DERIVED) -> None:
                 p.unlink()
         except OSError as e:
             raise RooflineError(f"cannot remove the stale {p} ({e.strerror or e}); remove it by hand.") from None
+
+
+REPORT_FILES = ("report.html", "report.md", "figures", ".report-sources.json")
+
+
+def _made_from(out: Path, source: Path) -> bool:
+    """Whether the report in ``out`` records ``source`` among the result files it was made from."""
+    try:
+        made = json.loads((out / REPORT_FILES[-1]).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(made, list) and str(source.resolve()) in made
 
 
 def check_output(run) -> None:
@@ -175,7 +194,7 @@ def run_configs(path: Path, mode: str, header: RunHeader, labels: list, run_one,
         if prepare is not None:
             prepare(todo)
         writer.begin(header)
-        remove_derived(path.parent, ("report.html", "report.md", "figures"))
+        remove_derived(path.parent, REPORT_FILES, source=path)   # only a report made from this file
         for label in todo:
             sink = ConfigSink(writer, attempts.get(label, 0) + 1, written)
             s = replace(run_one(label, sink), attempt=sink.attempt)

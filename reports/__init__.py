@@ -13,6 +13,7 @@ naming the file (and line) at fault.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,9 @@ def _run_notes(a) -> list[str]:
     return notes
 
 
+SOURCES_FILE = ".report-sources.json"   # the result files report.html, report.md and figures/ were made from
+
+
 def write_report(paths_or_result_files, out_dir="roofline-report") -> dict[str, Path]:
     """Render figures, ``report.html`` and ``report.md`` into ``out_dir``; returns {name: path}.
 
@@ -144,6 +148,8 @@ def write_report(paths_or_result_files, out_dir="roofline-report") -> dict[str, 
     try:
         html_path.write_text(html.render(report), encoding="utf-8")
         md_path.write_text(markdown.render(report, out), encoding="utf-8")
+        # what it was made from: a later run removes this report only when it rewrote one of these files
+        (out / SOURCES_FILE).write_text(json.dumps([str(rf.path.resolve()) for rf in rfs]), encoding="utf-8")
     except OSError as e:
         raise RooflineError(f"cannot write the report into {out}: {e.strerror or e}.") from None
     return {"html": html_path, "markdown": md_path, **written}
