@@ -7,6 +7,8 @@ the tensor, the expected and the received shape or dtype.
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
 from roofline.dtypes import normalize_dtype
 from roofline.errors import RooflineError
@@ -58,6 +60,32 @@ def check_tensor(name: str, t, shape=None, dtype=None, *, dtypes=None, device=No
     if contiguous_last and t.dim() and t.stride(-1) != 1 and t.shape[-1] > 1:
         raise ValueError(f"{name} must be contiguous in its last dimension (stride {t.stride()}).")
     return t
+
+
+@triton.jit
+def tanh(x):
+    """tanh of an fp32 tensor from exp2 (the interpreter has no libdevice tanh): sign(x) (1 - e) / (1 + e),
+    e = exp(-2|x|) in (0, 1], so it never overflows; |error| ~ 1e-7 near 0, exactly +-1 far out. Used by
+    softcapped attention scores and gelu-tanh (a launched kernel must call it by name: the compile check's
+    reach rule)."""
+    e = tl.math.exp2(-2.8853900817779268 * tl.abs(x))     # 2 log2(e) |x|
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+def check_window(window, softcap) -> tuple:
+    """(window as an int or None, softcap as a float or None): window a whole number >= 1, softcap > 0."""
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int) and not (hasattr(window, "__index__")):
+            raise ValueError(f"window must be a whole number of keys of at least 1 (or None), got {window!r}.")
+        window = int(window)
+        if window < 1:
+            raise ValueError(f"window must be a whole number of keys of at least 1 (or None), got {window}.")
+    if softcap is not None:
+        softcap = float(softcap)
+        if not softcap > 0 or softcap == float("inf"):
+            raise ValueError(f"softcap must be a finite number above 0 (or None: no softcapping), got {softcap}.")
+    return window, softcap
 
 
 def num_sms(device) -> int:

@@ -48,12 +48,16 @@ def _torch_rope(q, k, cos, sin, pos):
     return q, k
 
 
-def _torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None, scales=None):
-    return DA.torch_decode(q, k_cache, v_cache, lengths, slots, max_len=max_len, scales=scales)
+def _torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None, sm_scale=None, window=None, softcap=None,
+                  scales=None):
+    return DA.torch_decode(q, k_cache, v_cache, lengths, slots, max_len=max_len, sm_scale=sm_scale, window=window,
+                           softcap=softcap, scales=scales)
 
 
-def _torch_prefill(q, k_cache, v_cache, slots, cached=0, *, causal=True, scales=None):
-    return PA.sdpa(q, k_cache, v_cache, slots, cached, causal=causal, scales=scales)
+def _torch_prefill(q, k_cache, v_cache, slots, cached=0, *, causal=True, sm_scale=None, window=None, softcap=None,
+                   scales=None):
+    return PA.sdpa(q, k_cache, v_cache, slots, cached, causal=causal, sm_scale=sm_scale, window=window,
+                   softcap=softcap, scales=scales)
 
 
 _OPS = {

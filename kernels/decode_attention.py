@@ -32,24 +32,28 @@ import triton.language as tl
 
 from roofline import formulas as F
 
-from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name, next_pow2, num_sms, slot_rows
+from ._common import (FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, check_window, dtype_name, next_pow2, num_sms,
+                      slot_rows, take, tanh)
 from ._launch import launch
 from .kv_append import CACHE_DTYPES, check_scales, dequantized
 
 
 @triton.jit
 def _decode_split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, len_ptr, slot_ptr, mid_o_ptr, mid_lse_ptr,
-                         GROUP, D, SPLIT_SIZE, qk_scale,
+                         GROUP, D, SPLIT_SIZE, qk_scale, win, cap_scale,
                          stride_qb, stride_qh, stride_ks, stride_kh, stride_kn, stride_ss, stride_sh,
                          stride_mb, stride_mh, stride_ms, stride_lb, stride_lh,
                          BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, KV_QUANT: tl.constexpr):
+                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, KV_QUANT: tl.constexpr,
+                         WINDOW: tl.constexpr, SOFTCAP: tl.constexpr):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)
     seq_len = tl.load(len_ptr + b).to(tl.int32)
     slot = tl.load(slot_ptr + b).to(tl.int64)
     lo = sp * SPLIT_SIZE
+    if WINDOW:                                             # the splits cover only the window's keys
+        lo += tl.maximum(seq_len - win, 0)
     hi = tl.minimum(lo + SPLIT_SIZE, seq_len)
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, BLOCK_D)
@@ -79,6 +83,8 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, len_ptr, slot_ptr,
         s = tl.dot(q, k, input_precision=DOT_PREC) * qk_scale                     # [BLOCK_G, BLOCK_N]
         if KV_QUANT:
             s = s * tl.load(ks_base + offs_n, mask=nmask, other=0.0)[None, :]
+        if SOFTCAP:
+            s = tanh(s) * cap_scale                        # scaled by sm_scale / cap: cap * tanh(.) * log2(e)
         s = tl.where(nmask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         p = tl.math.exp2(s - m_new[:, None])
@@ -152,11 +158,14 @@ def decode_config(batch: int, n_kv_heads: int, max_len: int, device="cpu", *, dt
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lengths: torch.Tensor,
                      slots: torch.Tensor, *, max_len: int | None = None, sm_scale: float | None = None,
-                     out=None, scales=None, **config) -> torch.Tensor:
+                     window: int | None = None, softcap: float | None = None, out=None, scales=None,
+                     **config) -> torch.Tensor:
     """o [B, Hq, D]: each query over its sequence's ``lengths[b]`` cached keys.
 
     ``max_len`` (the largest of ``lengths``, known to the caller) avoids a device sync. An 8-bit cache
-    (int8 / fp8) comes with ``scales=(k_scale, v_scale)`` [S, Hkv, L] fp32.
+    (int8 / fp8) comes with ``scales=(k_scale, v_scale)`` [S, Hkv, L] fp32. ``window`` W: the query (at
+    position lengths[b]-1) sees keys max(0, len-W) .. len-1, and the splits cover only those (min(max_len, W)
+    keys split, each sequence's from its own first key). ``softcap`` c: scores c * tanh(s / c).
     """
     # q: [B, Hq, D]   k_cache, v_cache: [S, Hkv, L, D]   lengths, slots: [B]   o: [B, Hq, D]
     check_tensor("q", q, (None, None, None), dtypes=FLOAT_DTYPES)
@@ -177,33 +186,42 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         max_len = int(lengths.max().item()) if B else 0
     if max_len > L:
         raise ValueError(f"lengths up to {max_len} exceed the cache length {L}.")
+    window, softcap = check_window(window, softcap)
     out = torch.empty_like(q) if out is None else out
     check_tensor("out", out, (B, HQ, D), dtype=q.dtype)
     if B == 0 or max_len == 0:
         return out.zero_() if B else out                                 # no keys at all: zeros
-    c = decode_config(B, HKV, max_len, q.device, dtype=q.dtype, kv_quant=bool(kind), **config)
+    span = max_len if window is None else min(max_len, window)          # keys one query sees, at most
+    c = decode_config(B, HKV, span, q.device, dtype=q.dtype, kv_quant=bool(kind), **config)
     G = HQ // HKV
     BD = max(16, next_pow2(D))
     mid_o = torch.empty(B, HQ, c["splits"], BD, dtype=torch.float32, device=q.device)
     mid_lse = torch.empty(B, HQ, c["splits"], dtype=torch.float32, device=q.device)
-    scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * 1.4426950408889634
+    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
+    if softcap is None:
+        scale, cap_scale = scale * 1.4426950408889634, 1.0                    # log2(e) folded into the scale
+    else:
+        scale, cap_scale = scale / softcap, softcap * 1.4426950408889634      # tanh(s / c), then c * log2(e)
     prec = "ieee" if (q.dtype == torch.float32 or INTERPRET) else "tf32"
     ks, vs = scales if kind else (k_cache, v_cache)
     launch(_decode_split_kernel, (B, HKV, c["splits"]),
-           q, k_cache, v_cache, ks, vs, lengths, slots, mid_o, mid_lse, G, D, c["split_size"], scale,
+           q, k_cache, v_cache, ks, vs, lengths, slots, mid_o, mid_lse, G, D, c["split_size"], scale, window or 0,
+           cap_scale,
            q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), ks.stride(0),
            ks.stride(1), mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
            BLOCK_G=max(16, next_pow2(G)), BLOCK_N=c["block_n"], BLOCK_D=BD, UPCAST=INTERPRET, DOT_PREC=prec,
-           KV_QUANT=bool(kind), num_warps=c["num_warps"], num_stages=c["num_stages"])
+           KV_QUANT=bool(kind), WINDOW=window is not None, SOFTCAP=softcap is not None,
+           num_warps=c["num_warps"], num_stages=c["num_stages"])
     launch(_decode_merge_kernel, (B, HQ), mid_o, mid_lse, out, HQ, D, c["splits"], mid_o.stride(0), mid_o.stride(1),
            mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1), out.stride(0), out.stride(1),
            BLOCK_S=max(2, next_pow2(c["splits"])), BLOCK_D=BD)
     return out
 
 
-def reference(q, k_cache, v_cache, lengths, slots, *, sm_scale=None, scales=None):
+def reference(q, k_cache, v_cache, lengths, slots, *, sm_scale=None, window=None, softcap=None, scales=None):
     """Plain torch, one sequence at a time (ragged lengths; length 0 gives zeros), math in fp32 (fp64 for fp64);
-    an 8-bit cache is dequantized (values x scales) first."""
+    an 8-bit cache is dequantized (values x scales) first. ``window`` W: keys max(0, len-W) .. len-1;
+    ``softcap`` c: scores c * tanh(s / c)."""
     B, HQ, D = q.shape
     HKV = k_cache.shape[1]
     ct = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -212,16 +230,19 @@ def reference(q, k_cache, v_cache, lengths, slots, *, sm_scale=None, scales=None
     outs = []
     for b in range(B):
         n, sl = int(lengths[b]), int(slots[b])
-        k = dequantized(k_cache[sl, :, :n], None if ks is None else ks[sl, :, :n], ct)
-        v = dequantized(v_cache[sl, :, :n], None if vs is None else vs[sl, :, :n], ct)
-        k = k.repeat_interleave(HQ // HKV, dim=0)                                      # [Hq, n, D]
+        k0 = max(0, n - window) if window is not None else 0
+        k = dequantized(k_cache[sl, :, k0:n], None if ks is None else ks[sl, :, k0:n], ct)
+        v = dequantized(v_cache[sl, :, k0:n], None if vs is None else vs[sl, :, k0:n], ct)
+        k = k.repeat_interleave(HQ // HKV, dim=0)                                      # [Hq, n - k0, D]
         v = v.repeat_interleave(HQ // HKV, dim=0)
-        s = (k @ q[b].to(ct)[:, :, None])[..., 0] * scale                              # [Hq, n]
+        s = (k @ q[b].to(ct)[:, :, None])[..., 0] * scale                              # [Hq, n - k0]
+        s = torch.tanh(s / softcap) * softcap if softcap is not None else s
         outs.append((s.softmax(-1)[:, None, :] @ v)[:, 0] if n else torch.zeros(HQ, D, dtype=ct, device=q.device))
     return torch.stack(outs).to(q.dtype)
 
 
-def torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None, scales=None):
+def torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None, sm_scale=None, window=None, softcap=None,
+                 scales=None):
     """The batched torch peer: grouped-query matmuls over the cache rows, masked to each length.
 
     No K/V copy: the cache rows are a view when ``slots`` are 0..B-1 (``slot_rows``), and the
@@ -229,23 +250,44 @@ def torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None, scales=No
     repeat_interleave). SDPA's own GQA path is not used: it runs only in the flash kernel, which
     takes no per-sequence mask, and the math kernel it falls back to repeats K/V. An 8-bit cache
     is a dequantize reference (``prefill_attention.DEQUANT_NOTE``): its rows are dequantized first.
+    A ``window`` W shorter than ``max_len`` gathers each sequence's last W rows (positions len-W ..
+    len-1, a copy) instead of reading all max_len; ``softcap`` caps the fp32 scores.
     """
     B, HQ, D = q.shape
     HKV = k_cache.shape[1]
     S = max_len if max_len is not None else int(lengths.max())
-    k = slot_rows(k_cache, slots, S)                                                 # [B, Hkv, S, D]
-    v = slot_rows(v_cache, slots, S)
-    if scales is not None:
-        k = dequantized(k, slot_rows(scales[0], slots, S), q.dtype)
-        v = dequantized(v, slot_rows(scales[1], slots, S), q.dtype)
+    window, softcap = check_window(window, softcap)
+    if window is not None and S > window:
+        pos = lengths[:, None] - window + torch.arange(window, device=q.device)[None, :]   # [B, W] absolute
+        idx = (slots[:, None], slice(None), pos.clamp(min=0))
+        k, v = take(k_cache, idx).transpose(1, 2), take(v_cache, idx).transpose(1, 2)      # [B, Hkv, W, D]
+        if scales is not None:
+            k = dequantized(k, scales[0][idx].transpose(1, 2), q.dtype)
+            v = dequantized(v, scales[1][idx].transpose(1, 2), q.dtype)
+        keep = pos >= 0
+        S = window
+    else:
+        k = slot_rows(k_cache, slots, S)                                             # [B, Hkv, S, D]
+        v = slot_rows(v_cache, slots, S)
+        if scales is not None:
+            k = dequantized(k, slot_rows(scales[0], slots, S), q.dtype)
+            v = dequantized(v, slot_rows(scales[1], slots, S), q.dtype)
+        j = torch.arange(S, device=q.device)[None, :]
+        keep = j < lengths[:, None]                                                  # [B, S]
+        if window is not None:
+            keep &= j >= lengths[:, None] - window
     qg = q.view(B, HKV, HQ // HKV, D)                                                # [B, Hkv, G, D]
-    s = (qg @ k.transpose(-1, -2)).float() / math.sqrt(D)                           # [B, Hkv, G, S]
-    keep = torch.arange(S, device=q.device)[None, :] < lengths[:, None]              # [B, S]
+    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
+    s = (qg @ k.transpose(-1, -2)).float() * scale                                   # [B, Hkv, G, S]
+    s = torch.tanh(s / softcap) * softcap if softcap is not None else s
     s = s.masked_fill(~keep[:, None, None, :], float("-inf"))
     p = s.softmax(-1).nan_to_num(0.0)                                                # length 0: zeros
     return (p.to(v.dtype) @ v).reshape(B, HQ, D)
 
 
-def cost(batch: int, kv_len: int, n_heads: int, n_kv_heads: int, head_dim: int, dtype="bf16", kv_dtype=None):
+def cost(batch: int, kv_len: int, n_heads: int, n_kv_heads: int, head_dim: int, dtype="bf16", kv_dtype=None, *,
+         window: int | None = None):
+    """formulas.decode_attention (softcapping costs no FLOPs: a tanh, like the exp)."""
     d = dtype if isinstance(dtype, str) else dtype_name(dtype)
-    return F.decode_attention(batch, kv_len, n_heads, n_kv_heads, head_dim, act_dtype=d, kv_dtype=kv_dtype or d)
+    return F.decode_attention(batch, kv_len, n_heads, n_kv_heads, head_dim, window=window, act_dtype=d,
+                              kv_dtype=kv_dtype or d)

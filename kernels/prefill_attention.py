@@ -38,7 +38,8 @@ import triton.language as tl
 
 from roofline import formulas as F
 
-from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name, next_pow2, slot_rows, take
+from ._common import (FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, check_window, dtype_name, next_pow2, slot_rows,
+                      take, tanh)
 from ._launch import launch
 from .kv_append import CACHE_DTYPES, check_scales, dequantized
 
@@ -46,7 +47,7 @@ from .kv_append import CACHE_DTYPES, check_scales, dequantized
 @triton.jit
 def _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, lo, hi, qpos0, stride_kn, D,
                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
-               KV_QUANT: tl.constexpr, qk_scale):
+               KV_QUANT: tl.constexpr, qk_scale, WINDOW: tl.constexpr, win, SOFTCAP: tl.constexpr, cap_scale):
     dmask = offs_d < D
     for start in range(lo, hi, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
@@ -60,10 +61,16 @@ def _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_
         s = tl.dot(q, k, input_precision=DOT_PREC) * qk_scale                    # [BLOCK_M, BLOCK_N]
         if KV_QUANT:
             s = s * tl.load(ks_base + offs_n, mask=kv_mask, other=0.0)[None, :]   # each key's scale
+        if SOFTCAP:
+            s = tanh(s) * cap_scale                       # s was scaled by sm_scale / cap: cap * tanh(.) * log2(e)
         if MASKED:
             keep = ((qpos0 + offs_m)[:, None] >= offs_n[None, :]) & kv_mask[None, :]
+            if WINDOW:
+                keep = keep & ((qpos0 + offs_m)[:, None] - win < offs_n[None, :])
             s = tl.where(keep, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
+        if WINDOW:                                        # a row may see no key of a tile yet: no -inf - -inf
+            m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.math.exp2(s - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
@@ -85,11 +92,12 @@ def _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_
 
 @triton.jit
 def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, o_ptr, slot_ptr, N_NEW, P, HQ, BH, GROUP, D, qk_scale,
-                         stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh,
+                         win, cap_scale, stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh,
                          stride_ks, stride_kh, stride_kn, stride_ss, stride_sh,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                          CAUSAL: tl.constexpr, HEAVY_FIRST: tl.constexpr, UPCAST: tl.constexpr,
-                         DOT_PREC: tl.constexpr, KV_QUANT: tl.constexpr):
+                         DOT_PREC: tl.constexpr, KV_QUANT: tl.constexpr, WINDOW: tl.constexpr,
+                         SOFTCAP: tl.constexpr):
     pid = tl.program_id(0)
     pid_bh = pid % BH                                       # (batch, head) fastest
     pid_m = pid // BH
@@ -114,20 +122,38 @@ def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, o_ptr, slot_ptr, N
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     if CAUSAL:
-        # keys below every query of this tile: no mask; then the diagonal band, masked
-        diag_lo = ((P + pid_m * BLOCK_M) // BLOCK_N) * BLOCK_N
-        hi = tl.minimum(P + (pid_m + 1) * BLOCK_M, P + N_NEW)
-        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, 0, diag_lo,
-                                   P, stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC, KV_QUANT, qk_scale)
+        # [lo, mid): the window's lower edge, masked; [mid, diag_lo): keys every query of this tile sees, no
+        # mask; [diag_lo, hi): the diagonal band, masked. No window: lo = mid = 0. Tiles wholly below the
+        # window of every query of this tile are never visited.
+        q_first = P + pid_m * BLOCK_M
+        hi = tl.minimum(q_first + BLOCK_M, P + N_NEW)
+        diag_lo = (q_first // BLOCK_N) * BLOCK_N
+        mid = 0
+        if WINDOW:
+            lo = (tl.maximum(q_first - win + 1, 0) // BLOCK_N) * BLOCK_N
+            full_lo = tl.cdiv(tl.maximum(hi - win, 0), BLOCK_N) * BLOCK_N     # seen by the tile's last query
+            mid = tl.maximum(lo, tl.minimum(full_lo, diag_lo))
+            acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, lo, mid,
+                                       P, stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, KV_QUANT, qk_scale,
+                                       WINDOW, win, SOFTCAP, cap_scale)
+            diag_lo = tl.maximum(mid, diag_lo)
+        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, mid, diag_lo,
+                                   P, stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC, KV_QUANT, qk_scale,
+                                   WINDOW, win, SOFTCAP, cap_scale)
         acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, diag_lo, hi,
-                                   P, stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, KV_QUANT, qk_scale)
+                                   P, stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, KV_QUANT, qk_scale,
+                                   WINDOW, win, SOFTCAP, cap_scale)
     else:
         S_KV = P + N_NEW
         full = (S_KV // BLOCK_N) * BLOCK_N
         acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, 0, full,
-                                   S_KV, stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC, KV_QUANT, qk_scale)
+                                   S_KV, stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC, KV_QUANT, qk_scale,
+                                   False, win, SOFTCAP, cap_scale)
         acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, full, S_KV,
-                                   S_KV, stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, KV_QUANT, qk_scale)
+                                   S_KV, stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, KV_QUANT, qk_scale,
+                                   False, win, SOFTCAP, cap_scale)
+    if WINDOW:                                              # rows past the chunk may see no key at all
+        l_i = tl.where(l_i > 0, l_i, 1.0)
     acc = acc / l_i[:, None]
     o = o_ptr + b.to(tl.int64) * stride_ob + offs_m[:, None] * stride_on + h * stride_oh + offs_d[None, :]
     tl.store(o, acc.to(o_ptr.dtype.element_ty), mask=qmask)
@@ -153,10 +179,14 @@ def attention_config(n_new: int, head_dim: int, dtype=torch.bfloat16, *, block_m
 
 
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
-                      cached: int = 0, *, causal: bool = True, sm_scale: float | None = None, out=None,
-                      scales=None, **config) -> torch.Tensor:
+                      cached: int = 0, *, causal: bool = True, sm_scale: float | None = None, window: int | None = None,
+                      softcap: float | None = None, out=None, scales=None, **config) -> torch.Tensor:
     """o [B, n, Hq, D] for new queries at positions cached..cached+n-1 over cache rows ``slots``; an 8-bit
-    cache (int8 / fp8) comes with ``scales=(k_scale, v_scale)`` [S, Hkv, L] fp32."""
+    cache (int8 / fp8) comes with ``scales=(k_scale, v_scale)`` [S, Hkv, L] fp32.
+
+    ``window`` W (causal only): query i sees keys i-W < j <= i (transformers' sliding window); key tiles
+    below every query's window are skipped. ``softcap`` c (Gemma-2): scores s = c * tanh(s / c) before the
+    softmax (s already times ``sm_scale``)."""
     # q: [B, n, Hq, D]   k_cache, v_cache: [S, Hkv, L, D] (any strides but D contiguous)   slots: [B]
     check_tensor("q", q, (None, None, None, None), dtypes=FLOAT_DTYPES)
     B, n, HQ, D = q.shape
@@ -173,27 +203,48 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     check_tensor("slots", slots, (B,), dtypes=(torch.int32, torch.int64), device=q.device)
     if cached < 0 or cached + n > L:
         raise ValueError(f"positions {cached}..{cached + n - 1} do not fit the cache length {L}.")
+    window, softcap = check_window(window, softcap)
+    if window is not None and not causal:
+        raise ValueError("a sliding window needs causal attention: pass causal=True, or window=None.")
     out = torch.empty_like(q) if out is None else out
     check_tensor("out", out, (B, n, HQ, D), dtype=q.dtype)
     if B * n == 0:
         return out
     c = attention_config(n, D, q.dtype, kv_quant=bool(kind), **config)
-    scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * 1.4426950408889634  # log2(e)
+    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
+    if softcap is None:
+        scale, cap_scale = scale * 1.4426950408889634, 1.0                    # log2(e) folded into the scale
+    else:
+        scale, cap_scale = scale / softcap, softcap * 1.4426950408889634      # tanh(s / c), then c * log2(e)
     prec = "ieee" if (q.dtype == torch.float32 or INTERPRET) else "tf32"
     grid = (cdiv(n, c["block_m"]) * B * HQ,)
     ks, vs = scales if kind else (k_cache, v_cache)
     launch(_prefill_attn_kernel, grid, q, k_cache, v_cache, ks, vs, out, slots, n, int(cached), HQ, B * HQ, HQ // HKV,
-           D, scale, q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1), out.stride(2),
-           k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), ks.stride(0), ks.stride(1),
+           D, scale, window or 0, cap_scale, q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1),
+           out.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), ks.stride(0), ks.stride(1),
            BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], BLOCK_D=max(16, next_pow2(D)),
            CAUSAL=causal, HEAVY_FIRST=causal, UPCAST=INTERPRET, DOT_PREC=prec, KV_QUANT=bool(kind),
+           WINDOW=window is not None, SOFTCAP=softcap is not None,
            num_warps=c["num_warps"], num_stages=c["num_stages"])
     return out
 
 
-def reference(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True, sm_scale=None, scales=None):
-    """Plain torch: softmax(q k^T * scale + mask) v, math in q's dtype (fp32 when q is lower); an 8-bit cache
-    is dequantized (values x scales) first."""
+def visible(rows: torch.Tensor, S: int, window=None) -> torch.Tensor:
+    """[len(rows), S] bool: query at position rows[i] sees key j iff j <= rows[i] and rows[i] - window < j."""
+    j = torch.arange(S, device=rows.device)[None, :]
+    keep = j <= rows[:, None]
+    return keep & (j > rows[:, None] - window) if window is not None else keep
+
+
+def capped(s: torch.Tensor, softcap=None) -> torch.Tensor:
+    """Gemma-2's logit softcapping: softcap * tanh(s / softcap); s itself without one."""
+    return s if softcap is None else torch.tanh(s / softcap) * softcap
+
+
+def reference(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True, sm_scale=None, window=None,
+              softcap=None, scales=None):
+    """Plain torch: softmax(cap(q k^T * scale) + mask) v, math in q's dtype (fp32 when q is lower); an 8-bit
+    cache is dequantized (values x scales) first. ``window``/``softcap``: as ``prefill_attention``."""
     B, n, HQ, D = q.shape
     HKV = k_cache.shape[1]
     ct = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -204,34 +255,44 @@ def reference(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = Tru
     k = kd.repeat_interleave(HQ // HKV, dim=1)                                     # [B, Hq, S, D]
     v = vd.repeat_interleave(HQ // HKV, dim=1)
     qq = q.to(ct).transpose(1, 2)                                                 # [B, Hq, n, D]
-    s = qq @ k.transpose(-1, -2) * (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D))
+    s = capped(qq @ k.transpose(-1, -2) * (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)), softcap)
     if causal:
-        keep = torch.arange(S, device=q.device)[None, :] <= (cached + torch.arange(n, device=q.device))[:, None]
-        s = s.masked_fill(~keep, float("-inf"))
+        s = s.masked_fill(~visible(cached + torch.arange(n, device=q.device), S, window), float("-inf"))
     return (s.softmax(-1) @ v).transpose(1, 2).to(q.dtype)                       # [B, n, Hq, D]
 
 
-def sdpa(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True, scales=None):
+def sdpa(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True, sm_scale=None, window=None,
+         softcap=None, scales=None):
     """The fast torch peer: F.scaled_dot_product_attention in the inputs' dtype (flash on a GPU).
 
     K/V are the cache rows themselves (a view when slots are 0..B-1) and GQA is SDPA's own
     (``enable_gqa``, torch >= 2.5): no repeat_interleave copy; older torch repeats K/V. An 8-bit
     cache is a dequantize reference (``DEQUANT_NOTE``): torch has no attention op over int8/fp8 K/V
-    with per-token scales, so the rows read are dequantized to q's dtype first.
+    with per-token scales, so the rows read are dequantized to q's dtype first. A ``window`` reads
+    only the keys some query sees (from cached - W + 1) under a boolean mask (SDPA's memory-efficient
+    or math kernel: flash takes no mask). ``softcap``: SDPA has no hook for it, so the scores are
+    computed by matmuls, capped, masked and softmaxed in fp32 (``_capped_sdpa``).
     """
     B, n, HQ, D = q.shape
     HKV = k_cache.shape[1]
     S = cached + n
-    k, v = slot_rows(k_cache, slots, S), slot_rows(v_cache, slots, S)            # [B, Hkv, S, D]
+    window, softcap = check_window(window, softcap)
+    if window is not None and not causal:
+        raise ValueError("a sliding window needs causal attention: pass causal=True, or window=None.")
+    k0 = max(0, cached - window + 1) if window is not None else 0   # keys below every window: unread
+    k, v = slot_rows(k_cache, slots, S)[:, :, k0:], slot_rows(v_cache, slots, S)[:, :, k0:]  # [B, Hkv, S-k0, D]
     if scales is not None:
-        k = dequantized(k, slot_rows(scales[0], slots, S), q.dtype)
-        v = dequantized(v, slot_rows(scales[1], slots, S), q.dtype)
+        k = dequantized(k, slot_rows(scales[0], slots, S)[:, :, k0:], q.dtype)
+        v = dequantized(v, slot_rows(scales[1], slots, S)[:, :, k0:], q.dtype)
     qq = q.transpose(1, 2)
-    if causal and cached:
-        rows = cached + torch.arange(n, device=q.device)
-        kw = dict(attn_mask=torch.arange(S, device=q.device)[None, :] <= rows[:, None])
-    else:
-        kw = dict(is_causal=causal)
+    mask = None
+    if causal and (cached or window is not None):
+        mask = visible(cached + torch.arange(n, device=q.device), S, window)[:, k0:]
+    if softcap is not None:
+        return _capped_sdpa(qq, k, v, mask if causal else None, causal and mask is None, sm_scale, softcap)
+    kw = dict(attn_mask=mask) if mask is not None else dict(is_causal=causal)
+    if sm_scale is not None:
+        kw["scale"] = sm_scale
     if HQ != HKV:
         try:
             o = torch.nn.functional.scaled_dot_product_attention(qq, k, v, enable_gqa=True, **kw)
@@ -241,12 +302,29 @@ def sdpa(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True, sc
     return torch.nn.functional.scaled_dot_product_attention(qq, k, v, **kw).transpose(1, 2)
 
 
+def _capped_sdpa(qq, k, v, mask, is_causal, sm_scale, softcap):
+    """Softcapped attention by matmuls (qq [B, Hq, n, D], k/v [B, Hkv, S, D]); the scores in fp32, grouped
+    query heads as the rows of one matmul per KV head (no K/V repeat)."""
+    B, HQ, n, D = qq.shape
+    HKV, S = k.shape[1], k.shape[2]
+    qg = qq.reshape(B, HKV, HQ // HKV * n, D)
+    s = (qg @ k.transpose(-1, -2)).float().view(B, HKV, HQ // HKV, n, S)
+    s = capped(s * (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)), softcap)
+    if is_causal:
+        mask = visible(torch.arange(n, device=qq.device) + S - n, S)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    p = s.softmax(-1).to(v.dtype).view(B, HKV, HQ // HKV * n, S)
+    return (p @ v).view(B, HQ, n, D).transpose(1, 2)
+
+
 DEQUANT_NOTE = ("dequantize reference: the 8-bit K/V rows are dequantized to the activation dtype, then the float "
                 "attention runs (torch has no attention op over int8/fp8 K/V with per-token scales)")
 
 
 def cost(batch: int, new_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, *, cached: int = 0,
-         causal: bool = True, dtype="bf16", kv_dtype=None):
+         causal: bool = True, window: int | None = None, dtype="bf16", kv_dtype=None):
+    """formulas.prefill_attention (softcapping costs no FLOPs: a tanh, like the exp)."""
     d = dtype if isinstance(dtype, str) else dtype_name(dtype)
     return F.prefill_attention(batch, new_tokens, n_heads, n_kv_heads, head_dim, cached_tokens=cached,
-                               causal=causal, act_dtype=d, kv_dtype=kv_dtype or d)
+                               causal=causal, window=window, act_dtype=d, kv_dtype=kv_dtype or d)
