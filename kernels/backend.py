@@ -18,6 +18,7 @@ from roofline.errors import RooflineError
 
 from . import decode_attention as DA
 from . import embedding as E
+from . import geglu as G
 from . import kv_append as KV
 from . import linear as L
 from . import linear_int4 as L4
@@ -64,11 +65,11 @@ _OPS = {
     "triton": SimpleNamespace(
         name="triton", embedding=E.embedding, rmsnorm=N.rmsnorm, add_rmsnorm=N.add_rmsnorm, linear=_triton_linear,
         rope=P.rope, kv_append=KV.kv_append, prefill_attention=PA.prefill_attention,
-        decode_attention=DA.decode_attention, residual_add=R.residual_add, swiglu=S.swiglu),
+        decode_attention=DA.decode_attention, residual_add=R.residual_add, swiglu=S.swiglu, geglu=G.geglu),
     "torch": SimpleNamespace(
         name="torch", embedding=E.reference, rmsnorm=N.reference, add_rmsnorm=N.add_reference, linear=_torch_linear,
         rope=_torch_rope, kv_append=KV.reference, prefill_attention=_torch_prefill,
-        decode_attention=_torch_decode, residual_add=R.reference, swiglu=S.reference),
+        decode_attention=_torch_decode, residual_add=R.reference, swiglu=S.reference, geglu=G.reference),
 }
 
 

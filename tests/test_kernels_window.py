@@ -164,3 +164,31 @@ def test_attention_costs_take_the_window():
     assert c == F.decode_attention(1, 16384, 32, 8, 128, window=4096)
     assert c.flops == 4 * 32 * 4096 * 128
     assert math.isclose(DA.cost(1, 16384, 32, 8, 128).flops / c.flops, 4.0)
+
+
+# ---------------------------------------------------------------- GeGLU
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.float16, 2e-3), (torch.bfloat16, 1.6e-2)])
+def test_geglu_matches_gelu_tanh_times_up(dtype, tol):
+    from kernels import geglu as G
+
+    g = torch.Generator().manual_seed(4)
+    gate = (rnd(g, 3, 1500) * 4).to(dtype)                            # far into both tails of the tanh
+    gate[0, :3] = torch.tensor([0.0, 30.0, -30.0])
+    up = rnd(g, 3, 1500).to(dtype)
+    ref = torch.nn.functional.gelu(gate.double(), approximate="tanh") * up.double()
+    y = G.geglu(gate, up, out=torch.full((3, 1500), float("nan"), dtype=dtype))
+    assert y.dtype == dtype and y.shape == (3, 1500)
+    assert rel_err(y, ref) < tol
+    assert rel_err(G.reference(gate, up), ref) < tol
+    assert rel_err(get_ops("torch").geglu(gate, up), ref) < tol
+    # not swiglu: silu differs from gelu-tanh by far more than the tolerance
+    assert rel_err(torch.nn.functional.silu(gate.double()) * up.double(), ref) > 1e-2
+
+
+def test_geglu_cost_and_errors():
+    from kernels import geglu as G
+
+    assert G.cost(2, 10) == F.geglu(2, 10) and G.cost(2, 10).flops == 180
+    with pytest.raises(ValueError, match="up must have shape"):
+        G.geglu(torch.zeros(3, 4), torch.zeros(3, 5))
