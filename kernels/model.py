@@ -12,8 +12,10 @@ device to learn it). ``prefill`` appends a chunk after the slot's length (repeat
 chunked prefill; after ``copy_prefix`` = prefix reuse). ``decode_step`` adds one token to
 each of several slots of different lengths. Weights are random from a seed (no checkpoint
 is loaded): enough to time and validate kernels, and logits are deterministic.
-Layers: attn_norm, q/k/v_proj, rope, kv_append, attention, o_proj, residual, mlp_norm,
-gate/up_proj, swiglu, down_proj, residual: exactly roofline.workload.PER_LAYER_OPS.
+Layers: the ops of ``roofline.layer.model_ops(cfg)`` in its order (a Llama's: attn_norm, q/k/v_proj, rope,
+kv_append, attention, o_proj, residual, mlp_norm, gate/up_proj, swiglu, down_proj, residual; Qwen's biases
+and qk-norm, sliding windows, Gemma's GeGLU, embedding scale, four norms and softcaps where the config
+has them). Weights load from a checkpoint folder with ``kernels.checkpoint.load_weights``.
 Tensor parallelism: ``LlamaModel(..., tp=kernels.tp.TPGroup(rank, world))`` inside an initialised
 torch.distributed group holds this rank's shard of the same seeded weights (``kernels.tp``); its
 logits equal the single-device model's.
@@ -31,6 +33,7 @@ import math
 import torch
 
 from roofline.errors import RooflineError
+from roofline.layer import model_ops
 from roofline.models import ModelConfig
 
 from ._common import dtype_name, torch_dtype
@@ -48,7 +51,10 @@ def seeded_generator(device, seed: int):
 
 
 def init_weights(cfg: ModelConfig, dtype: torch.dtype, device, seed: int = 0) -> dict:
-    """Random weights: linear [in, out] ~ N(0, 1/in) (activations stay O(1)); norms ~ 1 + N(0, 0.1)."""
+    """Random weights for every WeightSpec of ``cfg``'s ops (``roofline.layer``), drawn in op order:
+    linear [in, out] ~ N(0, 1/in) (activations stay O(1)); norms ~ 1 + N(0, 0.1) (the multiplier the model
+    applies: for (1 + w) norms, 1 + w); biases ~ N(0, 0.1); the embedding ~ N(0, 1).
+    Layout: {"embed", "final_norm", "lm_head" (embed.t() when tied), "layers": [{key: tensor}]}."""
     g = seeded_generator(device, seed)
 
     def rnd(*shape, std=1.0, mean=0.0):
@@ -56,44 +62,83 @@ def init_weights(cfg: ModelConfig, dtype: torch.dtype, device, seed: int = 0) ->
             return torch.empty(*shape, device=device, dtype=dtype)
         return (torch.randn(*shape, generator=g, device=device, dtype=torch.float32) * std + mean).to(dtype)
 
-    H, I, V = cfg.hidden, cfg.intermediate, cfg.vocab
-    lin = lambda k, n: rnd(k, n, std=1.0 / math.sqrt(k))  # noqa: E731
-    w = {"embed": rnd(V, H), "final_norm": rnd(H, std=0.1, mean=1.0), "layers": []}
+    def make(ws):
+        if ws.role == "linear":
+            return rnd(*ws.shape, std=1.0 / math.sqrt(ws.shape[0]))
+        if ws.role == "norm":
+            return rnd(*ws.shape, std=0.1, mean=1.0)
+        if ws.role == "bias":
+            return rnd(*ws.shape, std=0.1)
+        return rnd(*ws.shape)
+
+    ops = model_ops(cfg)
+    edge = {ws.key: ws for o in ops if not o.per_layer for ws in o.weights}
+    w = {"embed": make(edge["embed"]), "final_norm": make(edge["final_norm"]), "layers": []}
+    layer_ws = [ws for o in ops if o.per_layer for ws in o.weights]
     for _ in range(cfg.n_layers):
-        w["layers"].append({
-            "attn_norm": rnd(H, std=0.1, mean=1.0), "wq": lin(H, cfg.q_dim), "wk": lin(H, cfg.kv_dim),
-            "wv": lin(H, cfg.kv_dim), "wo": lin(cfg.q_dim, H), "mlp_norm": rnd(H, std=0.1, mean=1.0),
-            "w_gate": lin(H, I), "w_up": lin(H, I), "w_down": lin(I, H)})
-    w["lm_head"] = w["embed"].t() if cfg.tie_embeddings else lin(H, V)
+        w["layers"].append({ws.key: make(ws) for ws in layer_ws})
+    w["lm_head"] = w["embed"].t() if cfg.tie_embeddings else make(edge["lm_head"])
     return w
 
 
-def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend,
-                      reduce=None, kv_scales=None):
-    """One layer on T token rows; ``attend(q, k_cache, v_cache) -> o`` is the prefill or decode attention.
+def _linear(ops, x, w: dict, key: str, bias_key: str):
+    b = w.get(bias_key)
+    return ops.linear(x, w[key]) if b is None else ops.linear(x, w[key], bias=b)
 
+
+def attention_options(cfg: ModelConfig, layer: int) -> dict:
+    """The keywords layer ``layer``'s attention kernels take beyond the defaults: its window, the softcap and
+    a score scale other than 1/sqrt(head_dim)."""
+    kw = {}
+    if cfg.windows[layer]:
+        kw["window"] = cfg.windows[layer]
+    if cfg.attn_softcap:
+        kw["softcap"] = cfg.attn_softcap
+    if cfg.query_scale:
+        kw["sm_scale"] = cfg.query_scale
+    return kw
+
+
+def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend,
+                      reduce=None, kv_scales=None, attn_kw=None):
+    """One layer on T token rows; ``attend(q, k_cache, v_cache, **kw) -> o`` is the prefill or decode attention.
+
+    The ops are ``roofline.layer.model_ops``'s, in its order; which ones run follows the config: q/k/v (and
+    o, MLP) biases, qk-norm, the MLP's activation, Gemma's norms after attention and the MLP. ``attn_kw``:
+    this layer's window, softcap and score scale (``attention_options``); ``cos``/``sin`` its RoPE tables.
     ``reduce`` (tensor parallelism: an all-reduce) sums the row-parallel o_proj and down_proj partial
     outputs before each residual add; ``cfg`` then holds one rank's heads and intermediate size.
     ``kv_scales`` = (k_scale, v_scale) of an 8-bit cache: kv_append writes them, and ``attend`` gets
     them as ``scales=``. A linear's weight may be a ``kernels.quant.QuantWeight`` (ops.linear takes both)."""
     reduce = reduce or (lambda t: t)
+    akw = dict(attn_kw or {})
     # x: [T, H]   pos, tok_slot: [T]   k_cache, v_cache: [slots, Hkv, L, D]
-    T, D = x.shape[0], cfg.head_dim
-    h = ops.rmsnorm(x, w["attn_norm"], cfg.rms_eps)
-    q = ops.linear(h, w["wq"]).view(T, cfg.n_heads, D)                  # q: [T, Hq, D]
-    k = ops.linear(h, w["wk"]).view(T, cfg.n_kv_heads, D)               # k: [T, Hkv, D]
-    v = ops.linear(h, w["wv"]).view(T, cfg.n_kv_heads, D)               # v: [T, Hkv, D]
+    T, D, eps = x.shape[0], cfg.head_dim, cfg.rms_eps
+    h = ops.rmsnorm(x, w["attn_norm"], eps)
+    q = _linear(ops, h, w, "wq", "bq").view(T, cfg.n_heads, D)           # q: [T, Hq, D]
+    k = _linear(ops, h, w, "wk", "bk").view(T, cfg.n_kv_heads, D)        # k: [T, Hkv, D]
+    v = _linear(ops, h, w, "wv", "bv").view(T, cfg.n_kv_heads, D)        # v: [T, Hkv, D]
+    if "q_norm" in w:                                                    # qk-norm: over each head's D features
+        q = ops.rmsnorm(q.reshape(T * cfg.n_heads, D), w["q_norm"], eps).view(T, cfg.n_heads, D)
+        k = ops.rmsnorm(k.reshape(T * cfg.n_kv_heads, D), w["k_norm"], eps).view(T, cfg.n_kv_heads, D)
     ops.rope(q, k, cos, sin, pos)
     if kv_scales is None:
         ops.kv_append(k, v, k_cache, v_cache, tok_slot, pos)
-        o = attend(q, k_cache, v_cache)                                  # o: [T, Hq, D]
+        o = attend(q, k_cache, v_cache, **akw)                           # o: [T, Hq, D]
     else:
         ops.kv_append(k, v, k_cache, v_cache, tok_slot, pos, scales=kv_scales)
-        o = attend(q, k_cache, v_cache, scales=kv_scales)
-    x = ops.residual_add(x, reduce(ops.linear(o.reshape(T, cfg.q_dim), w["wo"])))
-    h = ops.rmsnorm(x, w["mlp_norm"], cfg.rms_eps)
-    a = ops.swiglu(ops.linear(h, w["w_gate"]), ops.linear(h, w["w_up"]))  # a: [T, I]
-    return ops.residual_add(x, reduce(ops.linear(a, w["w_down"])))
+        o = attend(q, k_cache, v_cache, scales=kv_scales, **akw)
+    a = reduce(_linear(ops, o.reshape(T, cfg.q_dim), w, "wo", "bo"))
+    if "post_attn_norm" in w:
+        a = ops.rmsnorm(a, w["post_attn_norm"], eps)
+    x = ops.residual_add(x, a)
+    h = ops.rmsnorm(x, w["mlp_norm"], eps)
+    act = ops.swiglu if cfg.activation == "silu" else ops.geglu
+    a = act(_linear(ops, h, w, "w_gate", "b_gate"), _linear(ops, h, w, "w_up", "b_up"))    # a: [T, I]
+    d = reduce(_linear(ops, a, w, "w_down", "b_down"))
+    if "post_mlp_norm" in w:
+        d = ops.rmsnorm(d, w["post_mlp_norm"], eps)
+    return ops.residual_add(x, d)
 
 
 class LlamaModel:
@@ -124,6 +169,9 @@ class LlamaModel:
         self.group_size = int(group_size or 128) if self.weight_dtype == "int4" else 0
         self.zero_point = bool(zero_point) and self.weight_dtype == "int4"
         self.cos, self.sin = rope_tables(self.max_len, cfg.head_dim, cfg.rope_theta, self.device)
+        self.local_rope = (self.cos, self.sin)          # sliding layers with their own RoPE base (Gemma-3)
+        if cfg.rope_local_theta and cfg.rope_local_theta != cfg.rope_theta:
+            self.local_rope = rope_tables(self.max_len, cfg.head_dim, cfg.rope_local_theta, self.device)
         shape = (cfg.n_layers, self.max_slots, self.lcfg.n_kv_heads, self.max_len, cfg.head_dim)
         cache_dt = kv_storage(self.kv_dtype) if self.kv_dtype in KV_DTYPES else self.dtype
         self.k_cache = torch.zeros(shape, dtype=cache_dt, device=self.device)     # [L, slots, Hkv, max_len, D]
@@ -158,17 +206,26 @@ class LlamaModel:
         out = self.ops.linear(h, self.w["lm_head"])
         if self.tp is not None:                          # vocab-parallel: gather every rank's logits, drop padding
             out = self.tp.all_gather_last(out)[..., : self.cfg.vocab]
-        return out.float()
+        out = out.float()
+        if self.cfg.final_softcap:                       # Gemma-2: logits -> c * tanh(logits / c)
+            c = self.cfg.final_softcap
+            out = torch.tanh(out / c) * c
+        return out
 
     def _embed(self, tokens) -> torch.Tensor:
         if self.tp is None:
-            return self.ops.embedding(tokens, self.w["embed"])
-        return embed(self.ops, tokens, self.w["embed"], self.shard.vocab_rows(self.tp.rank), self.tp)
+            x = self.ops.embedding(tokens, self.w["embed"])
+        else:
+            x = embed(self.ops, tokens, self.w["embed"], self.shard.vocab_rows(self.tp.rank), self.tp)
+        if self.cfg.embed_scale:                         # Gemma: sqrt(hidden), rounded to the activation dtype
+            x = x * torch.tensor(self.cfg.hidden ** 0.5, dtype=x.dtype)
+        return x
 
     def _layer(self, i, x, pos, tok_slot, k_cache, v_cache, attend, scales=None):
-        return transformer_layer(self.ops, self.lcfg, self.w["layers"][i], x, self.cos, self.sin, pos, tok_slot,
+        cos, sin = self.local_rope if self.cfg.windows[i] else (self.cos, self.sin)
+        return transformer_layer(self.ops, self.lcfg, self.w["layers"][i], x, cos, sin, pos, tok_slot,
                                  k_cache, v_cache, attend, self.tp.all_reduce if self.tp is not None else None,
-                                 kv_scales=scales)
+                                 kv_scales=scales, attn_kw=attention_options(self.cfg, i))
 
     # ---- phases -------------------------------------------------------------------------
     def prefill(self, tokens, slot: int, logits: bool = True) -> torch.Tensor | None:

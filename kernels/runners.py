@@ -35,6 +35,7 @@ import torch
 from roofline import workload as W
 from roofline.cost import Cost
 from roofline.errors import RooflineError
+from roofline.layer import model_ops
 from roofline.models import ModelConfig
 from roofline.parallel import COLLECTIVE_OPS
 
@@ -43,19 +44,15 @@ from .backend import get_ops
 from .decode_attention import decode_config
 from .linear import linear_config
 from .linear_int4 import linear_int4_config
-from .model import init_weights, quant_dtypes, seeded_generator, transformer_layer
+from .model import attention_options, init_weights, quant_dtypes, seeded_generator, transformer_layer
 from .prefill_attention import DEQUANT_NOTE, attention_config
 from .quant import KV_DTYPES, QuantWeight, WEIGHT_DTYPES, kv_storage, quantize_model_weights
 from .rope import rope_tables
 from .tp import embed_local, shard_weights, tp_parts
 
-_LINEAR_W = {"q_proj": "wq", "k_proj": "wk", "v_proj": "wv", "o_proj": "wo", "gate_proj": "w_gate",
-             "up_proj": "w_up", "down_proj": "w_down"}
-
-
 @dataclass
 class OpRunner:
-    name: str                  # an entry of roofline.workload.OP_NAMES, or "layer"
+    name: str                  # an op of roofline.layer.model_ops(cfg), or "layer"
     fn: Callable[[], object]   # runs the op once on preallocated inputs
     cost: Cost                 # one instance, from roofline.workload
     compute_dtype: str         # the Phase op's compute_dtype ("layer": the activation dtype)
@@ -92,13 +89,14 @@ def _one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, quant=None
 def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtype="bf16", backend="triton",
                  device="cpu", seed=0, ops=None, tp=None, weight_dtype=None, kv_dtype=None, group_size=None,
                  zero_point=False) -> list[OpRunner]:
-    """Runners for every op of ``phase`` (or only ``ops``), in OP_NAMES order then "layer" (then, under
+    """Runners for every op of ``phase`` (or only ``ops``), in the model's op order then "layer" (then, under
     tensor parallelism, the collectives). ``weight_dtype`` / ``kv_dtype``: quantized weights (int8, int4 with
     ``group_size`` and ``zero_point``) and an 8-bit KV cache (int8, fp8); None: the activation dtype."""
     if phase not in ("prefill", "decode"):
         raise RooflineError(f"phase must be 'prefill' or 'decode', not {phase!r}.")
     tp = tp if tp is not None and tp.world > 1 else None
-    names = list(W.OP_NAMES) + ["layer"] + (list(COLLECTIVE_OPS) if tp is not None else [])
+    specs = {o.name: o for o in model_ops(cfg)}
+    names = list(specs) + ["layer"] + (list(COLLECTIVE_OPS) if tp is not None else [])
     if ops is not None:
         bad = [o for o in ops if o not in names]
         if bad:
@@ -170,6 +168,7 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
             return K.decode_attention(qq, kc, vc, lens, slots, max_len=kv_len, **akw)
     ids = torch.randint(0, cfg.vocab, (T,), generator=g, device=dev)
     last = rnd(B, H)                                                              # final_norm / lm_head rows
+    logits = rnd(B, sh.vocab)                                                     # final_softcap's input
 
     def lin_cfg(M, wt):
         Kd, N = wt.shape
@@ -189,34 +188,69 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         if K.name != "triton":
             kv_cfg["impl"] = DEQUANT_NOTE
 
-    table = {
-        "embedding": ((lambda: K.embedding(ids, w["embed"])) if tp is None else
-                      (lambda: embed_local(K, ids, w["embed"], sh.vocab_rows(tp.rank))), {}),
-        "attn_norm": (lambda: K.rmsnorm(x, lw["attn_norm"], cfg.rms_eps), {}),
-        "mlp_norm": (lambda: K.rmsnorm(x, lw["mlp_norm"], cfg.rms_eps), {}),
-        "rope": (lambda: K.rope(q, k, cos, sin, pos), {}),
-        "kv_append": (lambda: K.kv_append(k, v, k_cache, v_cache, tok_slot, pos, **skw),
-                      {"kv_cache": kv_cfg["kv_cache"]} if qkv else {}),
-        "attention": (lambda: attend(q, k_cache, v_cache, **skw), (attn_cfg if K.name == "triton" else {}) | kv_cfg),
-        "attn_residual": (lambda: K.residual_add(x, r), {}),
-        "mlp_residual": (lambda: K.residual_add(x, r), {}),
-        "swiglu": (lambda: K.swiglu(gate, up), {}),
-        "final_norm": (lambda: K.rmsnorm(last, w["final_norm"], cfg.rms_eps), {}),
-        "lm_head": (lambda: K.linear(last, w["lm_head"]), lin_cfg(B, w["lm_head"])),
-        "layer": (lambda: transformer_layer(K, lcfg, lw, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend,
-                                            kv_scales=kv_scales),
-                  ({"attention": attn_cfg} if K.name == "triton" else {})
-                  | ({"collectives": "not included: timed as attn_allreduce, mlp_allreduce"} if tp else {})
-                  | ({"weights": lin_cfg(T, lw["wq"])["weights"]} if qw else {})
-                  | ({"kv_cache": kv_cfg["kv_cache"]} if qkv else {})),
-    }
+    act_fn = K.swiglu if cfg.activation == "silu" else K.geglu
+    # the inputs each op reads: the hidden rows, q/k heads, the attention output, the MLP's activation
+    lin_in = {"q_proj": h, "k_proj": h, "v_proj": h, "o_proj": o, "gate_proj": h, "up_proj": h, "down_proj": act}
+
+    def runner(spec):
+        kind, d = spec.kind, spec.dims
+        if kind == "embedding":
+            if tp is None:
+                return (lambda: K.embedding(ids, w["embed"])), {}
+            return (lambda: embed_local(K, ids, w["embed"], sh.vocab_rows(tp.rank))), {}
+        if kind == "scale":
+            s_ = torch.tensor(d["factor"], dtype=dt, device=dev)
+            return (lambda: x * s_), {}
+        if kind == "norm":
+            key = spec.weights[0].key
+            nw = w[key] if key in w else lw[key]
+            if spec.part == "post":
+                return (lambda: K.rmsnorm(last, nw, cfg.rms_eps)), {}
+            if d["rows"] > 1:                                   # qk-norm: each head's D features
+                src = (q if spec.name == "q_norm" else k).view(-1, D)
+                return (lambda: K.rmsnorm(src, nw, cfg.rms_eps)), {}
+            return (lambda: K.rmsnorm(x, nw, cfg.rms_eps)), {}
+        if kind == "linear":
+            if spec.part == "post":
+                return (lambda: K.linear(last, w["lm_head"])), lin_cfg(B, w["lm_head"])
+            wk = spec.weights[0].key
+            bias = lw.get(spec.weights[1].key) if len(spec.weights) > 1 else None
+            src, wt = lin_in[spec.name], lw[wk]
+            fn = (lambda: K.linear(src, wt)) if bias is None else (lambda: K.linear(src, wt, bias=bias))
+            return fn, lin_cfg(T, wt) | ({"bias": True} if bias is not None else {})
+        if kind == "rope":
+            return (lambda: K.rope(q, k, cos, sin, pos)), {}
+        if kind == "kv_append":
+            return ((lambda: K.kv_append(k, v, k_cache, v_cache, tok_slot, pos, **skw)),
+                    {"kv_cache": kv_cfg["kv_cache"]} if qkv else {})
+        if kind == "attention":
+            akw = attention_options(cfg, spec.layers[0])
+            extra = {key: val for key, val in akw.items() if key != "sm_scale"}
+            return ((lambda: attend(q, k_cache, v_cache, **skw, **akw)),
+                    (attn_cfg if K.name == "triton" else {}) | kv_cfg | extra)
+        if kind == "residual":
+            return (lambda: K.residual_add(x, r)), {}
+        if kind == "activation":
+            return (lambda: act_fn(gate, up)), {}
+        if kind == "softcap":
+            c = d["cap"]
+            return (lambda: torch.tanh(logits / c) * c), {}
+        raise RooflineError(f"op {spec.name!r} of kind {kind!r} has no runner")
+
+    table = {name: runner(spec) for name, spec in specs.items() if name in names}
+    first = 0                                         # the layer op times layer 0 (its window)
+    table["layer"] = (lambda: transformer_layer(K, lcfg, lw, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend,
+                                                kv_scales=kv_scales, attn_kw=attention_options(cfg, first)),
+                      ({"attention": attn_cfg} if K.name == "triton" else {})
+                      | ({"collectives": "not included: timed as attn_allreduce, mlp_allreduce"} if tp else {})
+                      | ({"weights": lin_cfg(T, lw["wq"])["weights"]} if qw else {})
+                      | ({"kv_cache": kv_cfg["kv_cache"]} if qkv else {})
+                      | ({"layer": "the first layer's attention (window "
+                                   f"{cfg.windows[first] or 'none'}); layers differ"} if len(set(cfg.windows)) > 1
+                         else {}))
     if tp is not None:
         table.update(_collective_runners(ph, tp, torch.zeros(T, H, device=dev, dtype=dt),
                                          torch.zeros(B, sh.vocab, device=dev, dtype=dt)))
-    for name, wkey in _LINEAR_W.items():
-        src = {"o_proj": o, "down_proj": act}.get(name, h)
-        wt = lw[wkey]
-        table[name] = ((lambda s=src, wt=wt: K.linear(s, wt)), lin_cfg(T, wt))
 
     out = []
     for name in names:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from roofline.layer import model_ops
 from roofline.models import ModelConfig
 from roofline.parallel import Shard, shard
 
@@ -56,10 +57,6 @@ def layer_config(cfg: ModelConfig, sh: Shard, rank: int = 0) -> ModelConfig:
                    intermediate=sh.intermediate, head_dim=cfg.head_dim, vocab=sh.vocab)
 
 
-def _cols(t: torch.Tensor, idx: range, width: int) -> torch.Tensor:
-    return t[:, idx.start * width: idx.stop * width]
-
-
 def _rows(t: torch.Tensor, idx: range, width: int) -> torch.Tensor:
     return t[idx.start * width: idx.stop * width]
 
@@ -71,22 +68,38 @@ def _pad_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([t, t.new_zeros(rows - t.shape[0], *t.shape[1:])])
 
 
+def _slice(t: torch.Tensor, rule: str, sh: Shard, rank: int, D: int) -> torch.Tensor:
+    """Rank ``rank``'s part of one weight by its WeightSpec shard rule (roofline.layer): columns (the last
+    dimension: a linear's outputs, or a bias) by query heads, KV heads or intermediate features; rows (a
+    row-parallel linear's inputs); "rank0" keeps a row-parallel bias on rank 0 only (it is added once, to the
+    partial sums before the all-reduce); "replicated" copies."""
+    last = lambda idx, width: t[..., idx.start * width: idx.stop * width]  # noqa: E731
+    if rule == "q_cols":
+        return last(sh.q_heads(rank), D)
+    if rule == "kv_cols":
+        return last(sh.kv_heads(rank), D)
+    if rule == "i_cols":
+        return last(sh.columns(rank), 1)
+    if rule == "q_rows":
+        return _rows(t, sh.q_heads(rank), D)
+    if rule == "i_rows":
+        return _rows(t, sh.columns(rank), 1)
+    if rule == "rank0":
+        return t if rank == 0 else torch.zeros_like(t)
+    return t
+
+
 def shard_weights(cfg: ModelConfig, w: dict, sh: Shard, rank: int) -> dict:
     """Rank ``rank``'s slice of the full weights ``w`` (``init_weights``'s layout: linear [in, out]), copied
-    so the full set can be freed."""
+    so the full set can be freed. Each per-layer weight is split by its WeightSpec's shard rule."""
     if sh.tp == 1:
         return w
     D = cfg.head_dim
-    q, kv, cols = sh.q_heads(rank), sh.kv_heads(rank), sh.columns(rank)
     keep = lambda t: t.contiguous().clone()  # noqa: E731 - a copy, not a view of the full tensor
+    rules = {ws.key: ws.shard for o in model_ops(cfg) if o.per_layer for ws in o.weights}
     out = {"final_norm": w["final_norm"].clone(), "layers": []}
     for lw in w["layers"]:
-        out["layers"].append({
-            "attn_norm": lw["attn_norm"].clone(), "mlp_norm": lw["mlp_norm"].clone(),
-            "wq": keep(_cols(lw["wq"], q, D)), "wk": keep(_cols(lw["wk"], kv, D)), "wv": keep(_cols(lw["wv"], kv, D)),
-            "wo": keep(_rows(lw["wo"], q, D)),
-            "w_gate": keep(_cols(lw["w_gate"], cols, 1)), "w_up": keep(_cols(lw["w_up"], cols, 1)),
-            "w_down": keep(_rows(lw["w_down"], cols, 1))})
+        out["layers"].append({k: keep(_slice(t, rules[k], sh, rank, D)) for k, t in lw.items()})
     vocab = sh.vocab_rows(rank)
     out["embed"] = keep(_rows(_pad_rows(w["embed"], sh.vocab_padded), vocab, 1))
     if cfg.tie_embeddings:

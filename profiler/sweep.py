@@ -29,12 +29,18 @@ from roofline.cost import ZERO
 from roofline.errors import RooflineError
 from roofline.models import ModelConfig
 from roofline.records import Measurement, WorkloadPoint
-from roofline.workload import OP_NAMES
+from roofline.layer import LAYER_OP, op_names
 
 from . import probes
 from .timing import measure, now
 
-EXPECTED_OPS = OP_NAMES + ("layer",)   # what kernels.runners.make_runners builds
+
+
+def expected_ops(model: ModelConfig) -> tuple:
+    """What kernels.runners.make_runners builds for ``model``: every op of its layer list, then the layer op."""
+    return op_names(model) + (LAYER_OP,)
+
+
 PHASES = ("prefill", "decode")
 BACKENDS = ("triton", "torch")
 # The Triton interpreter runs programs one by one in Python: only tiny shapes finish.
@@ -77,7 +83,7 @@ class SweepPlan:
 
     @property
     def op_names(self) -> tuple:
-        return tuple(self.ops) if self.ops else EXPECTED_OPS
+        return tuple(self.ops) if self.ops else expected_ops(self.model)
 
     def settings(self) -> dict:
         out = {"phases": list(self.phases), "batches": list(self.batches), "contexts": list(self.contexts),

@@ -25,7 +25,7 @@ from dataclasses import replace
 from roofline.parallel import COLLECTIVE_OPS
 from roofline.records import Measurement
 
-from .sweep import EXPECTED_OPS, SweepStats, _backend_flags, _default_make_runners, _free_memory, _short, \
+from .sweep import expected_ops, SweepStats, _backend_flags, _default_make_runners, _free_memory, _short, \
     formula_cost, is_oom, point_for
 from .timing import measure, now
 
@@ -36,7 +36,7 @@ def tp_op_names(plan) -> tuple:
     """What a TP sweep times per point: the plan's ops (default: every op and the layer) then the collectives."""
     if plan.ops:
         return tuple(plan.ops)
-    return EXPECTED_OPS + COLLECTIVE_OPS
+    return expected_ops(plan.model) + COLLECTIVE_OPS
 
 
 def _done_pairs(writer) -> set:

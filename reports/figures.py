@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from roofline import units as U
 from roofline.analysis import analyze
 from roofline.bounds import OVERHEAD_FRACTION
-from roofline.workload import LAYER_OP, OP_NAMES
+from .style import OP_ORDER
 
 from .latency_figures import latency_section
 
@@ -84,7 +84,7 @@ def time_figure(rf, phase) -> ReportFigure | None:
     fig, ax = new_figure(min(4 + 0.45 * len(keys), 13), 4.2)
     plot_time_breakdown(ax, rf, phase)
     ops = [o for o in dict.fromkeys(op for k in keys for op in per[k])]
-    _op_legend(fig, [o for o in OP_NAMES + (LAYER_OP,) if o in ops])
+    _op_legend(fig, [o for o in OP_ORDER if o in ops])
     cap = (f"{phase.capitalize()}: each bar is one step of the sweep; segments are each op's share of the measured "
            "step time (median x instances per step; per-layer ops count n_layers times). The whole-layer op, "
            "when measured, is not stacked.")
@@ -101,7 +101,7 @@ def sweep_figure(rf) -> ReportFigure | None:
         plot_intensity_sweep(row[0], rf, phase, vary, fixed)
         plot_fraction_sweep(row[1], rf, phase, vary, fixed)
         ops |= {ln.get_label() for ln in row[1].lines if not ln.get_label().startswith("_")}
-    _op_legend(fig, [o for o in OP_NAMES + (LAYER_OP,) if o in ops])
+    _op_legend(fig, [o for o in OP_ORDER if o in ops])
     cap = ("Left: each op's arithmetic intensity along the sweep; the horizontal lines are the ridges "
            f"({rf.header.dtype} solid, fp32 dotted for vector ops); a star marks where an op first reaches its "
            "ridge, i.e. turns compute-bound. Right: the fraction of its roof each op reaches; under "
@@ -114,7 +114,7 @@ def predicted_figure(rf) -> ReportFigure:
     fig, ax = new_figure(7.6, 6.2)
     plot_predicted_vs_measured(ax, rf)
     ops = {r.op for r in analyze(rf).ok}
-    _op_legend(fig, [o for o in OP_NAMES + (LAYER_OP,) if o in ops])
+    _op_legend(fig, [o for o in OP_ORDER if o in ops])
     cap = ("Each op instance's median time against the roofline's prediction with this file's ceilings: "
            "max(FLOPs / peak, bytes / bandwidth). On the diagonal an op runs at its roof; above the dashed "
            "line it runs under a quarter of it. Points below the diagonal beat the roof (circled): check "

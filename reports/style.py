@@ -3,7 +3,7 @@
 Figures are made with ``matplotlib.figure.Figure`` and the Agg canvas directly (no pyplot
 state), so rendering is thread-safe and never leaks windows. Colours: one per batch size for a
 handful of them (a ramp beyond), a fixed palette for devices, one colour per op (tab20, in
-OP_NAMES order).
+``roofline.layer.op_order``: every preset's ops in the order they run).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from roofline.workload import OP_NAMES
+from roofline.layer import LAYER_OP, op_order
 
 RC = {
     "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
@@ -38,7 +38,9 @@ DATASHEET_COLOR = "#888888"
 ABOVE_ROOF_COLOR = "#d62728"
 
 _TAB20 = matplotlib.colormaps["tab20"]
-OP_COLORS = {name: _TAB20(i % 20) for i, name in enumerate(OP_NAMES + ("layer",))}
+_TAB20B = matplotlib.colormaps["tab20b"]
+OP_ORDER = op_order() + (LAYER_OP,)
+OP_COLORS = {name: (_TAB20(i) if i < 20 else _TAB20B(i - 20)) for i, name in enumerate(OP_ORDER)}
 
 
 def op_color(op: str):

@@ -21,7 +21,7 @@ from matplotlib.ticker import NullFormatter
 from roofline import units as U
 from roofline.analysis import analyze
 from roofline.bounds import OVERHEAD_FRACTION
-from roofline.workload import LAYER_OP, OP_NAMES
+from .style import OP_ORDER
 
 from . import hover
 from .style import ABOVE_ROOF_COLOR, MAX_BAR_LABELS, PHASE_MARKER, RASTER_ABOVE, op_color, styled
@@ -45,7 +45,7 @@ def step_label(s, several_backends: bool) -> str:
 def plot_time_breakdown(ax, result_file, phase: str):
     """Stacked share of step time per op across the sweep; returns ``ax``."""
     keys, per = step_times(result_file, phase)
-    ops = [o for o in OP_NAMES + (LAYER_OP,) if any(o in per[k] for k in keys)]
+    ops = [o for o in OP_ORDER if any(o in per[k] for k in keys)]
     x = np.arange(len(keys))
     bottom = np.zeros(len(keys))
     totals = np.array([sum(per[k].values()) for k in keys])

@@ -180,6 +180,23 @@ class ModelConfig:
     rope_theta: float = 10000.0
     rms_eps: float = 1e-5
     tie_embeddings: bool = False
+    # ---- architecture (roofline.architectures reads these from a config.json per model_type; the
+    # defaults are a Llama). Each changes cost or numerics and is modelled by roofline.layer's ops.
+    arch: str = "llama"            # the Hugging Face model_type the config was read as
+    qkv_bias: bool = False         # biases on q/k/v_proj (Qwen2; Llama's attention_bias)
+    o_bias: bool = False           # a bias on o_proj (Llama's attention_bias)
+    mlp_bias: bool = False         # biases on gate/up/down_proj (Llama's mlp_bias)
+    qk_norm: bool = False          # RMSNorm over each head's q and k before RoPE (Qwen3, Gemma-3)
+    activation: str = "silu"       # the gated MLP's activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    norm_offset: bool = False      # RMSNorm multiplies by (1 + w) (Gemma): numerics only
+    sandwich_norms: bool = False   # norms after attention and after the MLP too (Gemma-2/3: four per layer)
+    embed_scale: bool = False      # embeddings multiplied by sqrt(hidden) (Gemma)
+    query_scale: float = 0.0       # attention's score scale; 0: 1/sqrt(head_dim) (Gemma-2/3: query_pre_attn_scalar**-0.5)
+    attn_softcap: float = 0.0      # scores -> c * tanh(scores / c) (Gemma-2); 0: none
+    final_softcap: float = 0.0     # logits -> c * tanh(logits / c) (Gemma-2); 0: none
+    sliding_window: int = 0        # keys a windowed layer's query sees (itself included); 0: no window
+    layer_types: tuple = ()        # per layer "full" or "sliding"; () with a window: every layer slides
+    rope_local_theta: float = 0.0  # RoPE base of the sliding layers (Gemma-3); 0: rope_theta
     # Sentences about what the config holds and the model does not implement (e.g. RoPE scaling).
     notes: tuple = field(default=(), compare=False)
 
@@ -195,6 +212,21 @@ class ModelConfig:
             raise RooflineError(f"{where}: notes must be a list of sentences (strings), but {show_value(notes)} "
                                 "was given.")
         object.__setattr__(self, "notes", tuple(notes))
+        _check_arch(self, where)
+
+    @property
+    def windows(self) -> tuple:
+        """Each layer's attention window in keys (0: full attention), from sliding_window and layer_types."""
+        if not self.sliding_window:
+            return (0,) * self.n_layers
+        if not self.layer_types:
+            return (self.sliding_window,) * self.n_layers
+        return tuple(self.sliding_window if t == "sliding" else 0 for t in self.layer_types)
+
+    @property
+    def scale(self) -> float:
+        """The attention score scale (1/sqrt(head_dim) unless the config gives another)."""
+        return self.query_scale or 1.0 / math.sqrt(self.head_dim)
 
     @property
     def q_dim(self) -> int:
@@ -205,18 +237,22 @@ class ModelConfig:
         return self.n_kv_heads * self.head_dim
 
     def params(self) -> int:
-        """Parameter count (embedding and lm_head counted separately unless tied)."""
-        h = self.hidden
-        per_layer = h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h + 3 * h * self.intermediate + 2 * h
-        emb = self.vocab * h * (1 if self.tie_embeddings else 2)
-        return self.n_layers * per_layer + emb + h
+        """Parameter count: every weight the model's ops read (roofline.layer), the embedding and lm_head
+        counted separately unless tied."""
+        from .layer import model_params
+
+        return model_params(self)
 
     def with_layers(self, n_layers: int) -> "ModelConfig":
-        return replace(self, n_layers=n_layers, name=f"{self.name} ({n_layers} layers)")
+        types = self.layer_types
+        if types:   # keep the pattern: the first n_layers layers' types
+            types = tuple(types[i % len(types)] for i in range(n_layers))
+        return replace(self, n_layers=n_layers, layer_types=types, name=f"{self.name} ({n_layers} layers)")
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["notes"] = list(self.notes)
+        d["layer_types"] = list(self.layer_types)
         return d
 
     @classmethod
@@ -231,7 +267,43 @@ class ModelConfig:
         if missing:
             raise RooflineError(f"model description {d.get('name', '')!r} is missing the key {missing[0]!r} "
                                 f"(it needs {', '.join(required)}).")
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        if isinstance(kw.get("layer_types"), list):
+            kw["layer_types"] = tuple(kw["layer_types"])
+        return cls(**kw)
+
+
+ACTIVATIONS = ("silu", "gelu_tanh")
+
+
+def _check_arch(m: "ModelConfig", where: str) -> None:
+    """The architecture fields' rules (one line each, like the sizes')."""
+    if m.activation not in ACTIVATIONS:
+        raise RooflineError(f"{where}: activation must be one of {', '.join(ACTIVATIONS)}, but "
+                            f"{show_value(m.activation)} was given.")
+    for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "norm_offset", "sandwich_norms", "embed_scale"):
+        _bool_field(where, name, getattr(m, name))
+    for name in ("query_scale", "attn_softcap", "final_softcap", "rope_local_theta"):
+        v = getattr(m, name)
+        if v != 0:
+            object.__setattr__(m, name, _float_field(where, name, v, " (0 means none)"))
+    object.__setattr__(m, "sliding_window", _int_field(where, "sliding_window", m.sliding_window, 0,
+                                                       " (0 means no window)"))
+    types = m.layer_types
+    if not isinstance(types, (list, tuple)) or any(t not in ("full", "sliding") for t in types):
+        raise RooflineError(f"{where}: layer_types must be a list of \"full\" or \"sliding\" per layer, but "
+                            f"{show_value(types)} was given.")
+    if types and len(types) != m.n_layers:
+        raise RooflineError(f"{where}: layer_types has {len(types)} entries for {m.n_layers} layers: give one per "
+                            "layer.")
+    if "sliding" in types and not m.sliding_window:
+        raise RooflineError(f"{where}: layer_types has sliding layers but sliding_window is 0: give the window.")
+    object.__setattr__(m, "layer_types", tuple(types))
+
+
+def _alternate(n: int, every: int) -> tuple:
+    """Layer types where every ``every``-th layer (1-based) is full and the rest slide (Gemma-2: 2, Gemma-3: 6)."""
+    return tuple("full" if (i + 1) % every == 0 else "sliding" for i in range(n))
 
 
 # Presets from each model's published config.json (Hugging Face hub), reasons beside.
@@ -241,18 +313,36 @@ PRESETS: dict[str, ModelConfig] = {m.name: m for m in [
     ModelConfig("llama-2-70b", 8192, 28672, 80, 64, 8, 32000, 4096),            # GQA 8:1
     ModelConfig("llama-3-8b", 4096, 14336, 32, 32, 8, 128256, 8192, rope_theta=500000.0),   # GQA 4:1, big vocab
     ModelConfig("llama-3-70b", 8192, 28672, 80, 64, 8, 128256, 8192, rope_theta=500000.0),
-    # Mistral's 4096-token sliding window is NB: not modelled (full attention is costed).
-    ModelConfig("mistral-7b", 4096, 14336, 32, 32, 8, 32000, 32768),
-    # Qwen2.5's q/k/v biases are NB: not modelled (under 0.01% of the FLOPs).
-    ModelConfig("qwen2.5-7b", 3584, 18944, 28, 28, 4, 152064, 32768, rope_theta=1e6, rms_eps=1e-6),
+    # mistralai/Mistral-7B-v0.1: every layer attends over a 4,096-token window.
+    ModelConfig("mistral-7b", 4096, 14336, 32, 32, 8, 32000, 32768, arch="mistral", sliding_window=4096),
+    # Qwen/Qwen2.5-7B-Instruct: q/k/v biases; use_sliding_window false.
+    ModelConfig("qwen2.5-7b", 3584, 18944, 28, 28, 4, 152064, 32768, rope_theta=1e6, rms_eps=1e-6, arch="qwen2",
+                qkv_bias=True),
+    # Qwen/Qwen3-8B: qk-norm, head_dim 128 (not hidden/heads), no biases.
+    ModelConfig("qwen3-8b", 4096, 12288, 36, 32, 8, 151936, 40960, head_dim=128, rope_theta=1e6, rms_eps=1e-6,
+                arch="qwen3", qk_norm=True),
+    # google/gemma-2-9b: GeGLU, (1+w) norms, four per layer, sqrt(hidden) embedding scale, softcaps 50/30,
+    # every other layer (the first) over a 4,096 window, head_dim 256, query_pre_attn_scalar 256, tied.
+    ModelConfig("gemma-2-9b", 3584, 14336, 42, 16, 8, 256000, 8192, head_dim=256, rms_eps=1e-6,
+                tie_embeddings=True, arch="gemma2", activation="gelu_tanh", norm_offset=True, sandwich_norms=True,
+                embed_scale=True, query_scale=256 ** -0.5, attn_softcap=50.0, final_softcap=30.0,
+                sliding_window=4096, layer_types=_alternate(42, 2)),
+    # google/gemma-3-12b-pt (text): as Gemma-2 without softcaps, plus qk-norm; 5 of every 6 layers over a
+    # 1,024 window with RoPE base 10,000, the 6th global with base 1e6 (its linear RoPE scaling x8 is a note).
+    ModelConfig("gemma-3-12b", 3840, 15360, 48, 16, 8, 262208, 131072, head_dim=256, rope_theta=1e6,
+                rms_eps=1e-6, tie_embeddings=True, arch="gemma3_text", qk_norm=True, activation="gelu_tanh",
+                norm_offset=True, sandwich_norms=True, embed_scale=True, query_scale=256 ** -0.5,
+                sliding_window=1024, layer_types=_alternate(48, 6), rope_local_theta=10000.0,
+                notes=('rope_scaling {"rope_type": "linear", "factor": 8.0} (global layers) is not modelled: RoPE '
+                       "uses plain theta=1e+06; costs are unaffected, logits differ from the real model.",)),
+    # microsoft/Phi-3-mini-4k-instruct: fused qkv_proj / gate_up_proj (costed as the split ones), MHA,
+    # a 2,047-token window on every layer.
+    ModelConfig("phi-3-mini", 3072, 8192, 32, 32, 32, 32064, 4096, arch="phi3", sliding_window=2047),
     # CPU-sized: ~40M parameters; its ops take milliseconds on two cores, so a sweep is quick.
     ModelConfig("small", 512, 1408, 4, 8, 2, 8192, 2048),
     # Test-sized: small enough for the Triton interpreter.
     ModelConfig("tiny", 64, 176, 2, 4, 2, 256, 512),
 ]}
-
-_HF_REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
-
 
 def load_model(name_or_path: str) -> ModelConfig:
     """A preset by name, or a local Hugging Face config.json (a file or its folder)."""
@@ -266,7 +356,9 @@ def load_model(name_or_path: str) -> ModelConfig:
                                 "config.json file (or of the folder that holds one).")
         p = p / "config.json"
     if p.suffix == ".json" or p.exists():
-        return _from_hf_config(p)
+        from .architectures import read_hf_config
+
+        return read_hf_config(read_json_file(p, "model config"), p)
     raise RooflineError(f"Unknown model {name_or_path!r}. Presets: {', '.join(PRESETS)}; "
                         "or give the path to a local Hugging Face config.json.")
 
@@ -313,35 +405,3 @@ def _rope(d: dict, where: str, notes: list) -> float:
         notes.append(f"{key} {_brief(spec)} is not modelled: RoPE uses plain theta={theta:g}; "
                      "costs are unaffected, logits differ from the real model.")
     return theta
-
-
-def _from_hf_config(p: Path) -> ModelConfig:
-    where = f"model config {p}"
-    d = read_json_file(p, "model config")
-    if not isinstance(d, dict):
-        raise RooflineError(f"{where} must hold a JSON object (a Hugging Face config.json), "
-                            f"but it holds {show_value(d)}.")
-    missing = [k for k in _HF_REQUIRED if k not in d]
-    if missing:
-        raise RooflineError(f"{where} is missing the key {missing[0]!r} "
-                            "(a Llama-style config.json needs hidden_size, intermediate_size, "
-                            "num_hidden_layers, num_attention_heads and vocab_size).")
-
-    def opt(key, default):  # absent and null both mean the default
-        v = d.get(key)
-        return default if v is None else v
-
-    notes: list[str] = []
-    head_dim = d.get("head_dim")
-    raw = {
-        "hidden": d["hidden_size"], "intermediate": d["intermediate_size"], "n_layers": d["num_hidden_layers"],
-        "n_heads": d["num_attention_heads"], "n_kv_heads": opt("num_key_value_heads", d["num_attention_heads"]),
-        "vocab": d["vocab_size"], "max_context": opt("max_position_embeddings", 4096),
-        "head_dim": 0 if head_dim is None else _int_field(where, "head_dim", head_dim, 1, _HF_HINTS["head_dim"]),
-        "rope_theta": 10000.0, "rms_eps": opt("rms_norm_eps", 1e-5),
-        "tie_embeddings": opt("tie_word_embeddings", False),
-    }
-    values = _checked(raw, where, _HF_NAMES, _HF_HINTS)  # sizes first, so their errors come first
-    values["rope_theta"] = _rope(d, where, notes)
-    name = d.get("_name_or_path") or d.get("model_type") or p.parent.name or "custom"
-    return ModelConfig(name=str(name), **values, notes=tuple(notes))

@@ -23,23 +23,33 @@ from dataclasses import dataclass, field
 
 from . import formulas as F
 from .cost import ZERO, Cost
-from .dtypes import normalize_dtype
+from .dtypes import bytes_per_element, normalize_dtype
 from .errors import RooflineError, check_positive_int
 from .models import ModelConfig
 from .parallel import PER_LAYER_COLLECTIVES, Shard, shard, step_collectives
 
-PER_LAYER_OPS = ("attn_norm", "q_proj", "k_proj", "v_proj", "rope", "kv_append", "attention", "o_proj",
-                 "attn_residual", "mlp_norm", "gate_proj", "up_proj", "swiglu", "down_proj", "mlp_residual")
-OP_NAMES = ("embedding",) + PER_LAYER_OPS + ("final_norm", "lm_head")
-LINEAR_OPS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
-TENSOR_OPS = LINEAR_OPS + ("attention",)  # run on tensor cores; the rest on vector units (fp32 peak)
-LAYER_OP = "layer"   # one whole transformer layer timed as one op: the sum of PER_LAYER_OPS
+from .layer import LAYER_OP, model_ops, op_names, op_spec  # noqa: F401 (op_names, op_spec: the API)
 
 
-def op_count(op: str, n_layers: int) -> int:
-    """Instances of ``op`` per step: ``n_layers`` for per-layer ops, the layer op and the per-layer
-    collectives of tensor parallelism, else 1."""
-    return int(n_layers) if op in PER_LAYER_OPS or op == LAYER_OP or op in PER_LAYER_COLLECTIVES else 1
+def op_count(op: str, model) -> int:
+    """Instances of ``op`` per step for ``model`` (a ModelConfig, or a layer count for the Llama layer of older
+    result files): its OpSpec's count, the layer count for the layer op and the per-layer collectives of
+    tensor parallelism, else 1."""
+    if isinstance(model, ModelConfig):
+        n_layers = model.n_layers
+        for o in model_ops(model):
+            if o.name == op:
+                return o.count
+    else:
+        n_layers = int(model)
+        if op in _LLAMA_LAYER_OPS:
+            return n_layers
+    return n_layers if op == LAYER_OP or op in PER_LAYER_COLLECTIVES else 1
+
+
+# The per-layer op names of a Llama (result files written before the layer became data carry no counts).
+_LLAMA_LAYER_OPS = ("attn_norm", "q_proj", "k_proj", "v_proj", "rope", "kv_append", "attention", "o_proj",
+                    "attn_residual", "mlp_norm", "gate_proj", "up_proj", "swiglu", "down_proj", "mlp_residual")
 
 
 @dataclass(frozen=True)
@@ -88,7 +98,8 @@ class Phase:
         return sum((op.total for op in self.ops), ZERO)
 
     def op(self, name: str) -> OpCost:
-        """An op by name; ``LAYER_OP`` is one whole layer (the per-layer ops summed), computed in the act dtype."""
+        """An op by name; ``LAYER_OP`` is one whole layer (the per-layer ops summed, averaged over the layers
+        when their windows differ), computed in the act dtype."""
         if name == LAYER_OP:
             return OpCost(LAYER_OP, self.layer_cost, self.model.n_layers, self.dtypes.act)
         for o in self.ops:
@@ -110,25 +121,39 @@ class Phase:
 
     @property
     def layer_cost(self) -> Cost:
-        """One transformer layer: the sum of every per-layer op's instance cost."""
-        return sum((o.cost for o in self.ops if o.name in PER_LAYER_OPS), ZERO)
+        """One transformer layer on average: every per-layer op's instances summed, over the layer count."""
+        per = [o for o in self.ops if o.name in self._layer_names]
+        return sum((o.total for o in per), ZERO) * (1 / self.model.n_layers)
+
+    @property
+    def _layer_names(self) -> set:
+        return {o.name for o in model_ops(self.model) if o.per_layer}
 
     @property
     def kv_cache_read_bytes(self) -> float:
-        """Bytes of KV cache already present that the step reads, across all layers (one rank's, under tp)."""
+        """Bytes of KV cache already present that the step reads, across all layers (one rank's, under tp): a
+        windowed layer reads at most its window."""
         cached = self.context if self.phase == "decode" else self.cached_tokens
         m, sh = self.model, self._sizes
-        return self.batch * F.kv_cache_bytes(cached, m.n_layers, sh.n_kv_heads, m.head_dim, kv_dtype=self.dtypes.kv)
+        return self.batch * sum(F.kv_cache_bytes(cached, 1, sh.n_kv_heads, m.head_dim, kv_dtype=self.dtypes.kv,
+                                                 window=w or None) for w in m.windows)
 
     @property
     def weight_bytes(self) -> float:
         """Bytes of linear-layer weights the step reads (once per chunk), across all layers (one rank's, under tp),
-        the scales of quantized weights included (``formulas.quantized_weight_bytes``)."""
-        m, sh, dt = self.model, self._sizes, self.dtypes
-        wb = lambda k, n: F.quantized_weight_bytes(k, n, act_dtype=dt.act, **dt.weight_quant)  # noqa: E731
-        per_layer = (wb(m.hidden, sh.q_dim) + 2 * wb(m.hidden, sh.kv_dim) + wb(sh.q_dim, m.hidden)
-                     + 2 * wb(m.hidden, sh.intermediate) + wb(sh.intermediate, m.hidden))
-        return per_layer * m.n_layers * len(self.chunks) + wb(m.hidden, sh.vocab)
+        the scales of quantized weights included (``formulas.quantized_weight_bytes``); biases in the
+        activation dtype."""
+        dt = self.dtypes
+        total = 0.0
+        for o in model_ops(self.model, self._sizes):
+            if o.kind != "linear":
+                continue
+            k, n = o.dims["in_features"], o.dims["out_features"]
+            b = F.quantized_weight_bytes(k, n, act_dtype=dt.act, **dt.weight_quant)
+            if o.dims.get("bias"):
+                b += n * bytes_per_element(dt.act)
+            total += b * (o.count * len(self.chunks) if o.per_layer else 1)
+        return total
 
     @property
     def _sizes(self) -> Shard:
@@ -149,55 +174,65 @@ def _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size=None, zero_point
     return Dtypes(normalize_dtype(weight_dtype), act, normalize_dtype(kv_dtype), g, bool(zero_point))
 
 
-def _layer_ops(cfg: ModelConfig, sh: Shard, dt: Dtypes, batch: int, chunks, prior: int, decode: bool):
-    """Per-layer op costs summed over chunks (one rank's share of each over ``sh.tp`` ranks): {name: Cost}."""
-    H, I, D = cfg.hidden, sh.intermediate, cfg.head_dim
-    Hq, Hkv = sh.n_heads, sh.n_kv_heads
-    a, kv = dt.act, dt.kv
-    acc = {n: ZERO for n in PER_LAYER_OPS}
-    p = prior
-    for c in chunks:
-        T = batch * c
-        lin = lambda k, n: F.linear(T, k, n, act_dtype=a, **dt.weight_quant)  # noqa: E731
+def _op_cost(o, dt: Dtypes, T: int, batch: int, c: int, p: int, decode: bool) -> Cost:
+    """One instance of the per-layer op ``o`` for a chunk of ``c`` new tokens per sequence after ``p`` cached
+    (decode: c = 1, p = context); T = batch * c rows."""
+    a, kv, d = dt.act, dt.kv, o.dims
+    k = o.kind
+    if k == "linear":
+        return F.linear(T, d["in_features"], d["out_features"], act_dtype=a, bias=d["bias"], **dt.weight_quant)
+    if k == "norm":
+        return F.rmsnorm(T * d["rows"], d["width"], act_dtype=a, weight_dtype=a)
+    if k == "rope":
+        return F.rope(T, d["n_heads"], d["n_kv_heads"], d["head_dim"], act_dtype=a)
+    if k == "kv_append":
+        return F.kv_append(T, d["n_kv_heads"], d["head_dim"], act_dtype=a, kv_dtype=kv)
+    if k == "attention":
+        w = d["window"] or None
         if decode:
-            attn = F.decode_attention(batch, p + 1, Hq, Hkv, D, act_dtype=a, kv_dtype=kv)
-        else:
-            attn = F.prefill_attention(batch, c, Hq, Hkv, D, cached_tokens=p, act_dtype=a, kv_dtype=kv)
-        step = {
-            "attn_norm": F.rmsnorm(T, H, act_dtype=a, weight_dtype=a),
-            "q_proj": lin(H, sh.q_dim), "k_proj": lin(H, sh.kv_dim), "v_proj": lin(H, sh.kv_dim),
-            "rope": F.rope(T, Hq, Hkv, D, act_dtype=a),
-            "kv_append": F.kv_append(T, Hkv, D, act_dtype=a, kv_dtype=kv),
-            "attention": attn,
-            "o_proj": lin(sh.q_dim, H),
-            "attn_residual": F.residual_add(T, H, act_dtype=a),
-            "mlp_norm": F.rmsnorm(T, H, act_dtype=a, weight_dtype=a),
-            "gate_proj": lin(H, I), "up_proj": lin(H, I),
-            "swiglu": F.swiglu(T, I, act_dtype=a),
-            "down_proj": lin(I, H),
-            "mlp_residual": F.residual_add(T, H, act_dtype=a),
-        }
-        for n in PER_LAYER_OPS:
-            acc[n] = acc[n] + step[n]
-        p += c
-    return acc
+            return F.decode_attention(batch, p + 1, d["n_heads"], d["n_kv_heads"], d["head_dim"], window=w,
+                                      act_dtype=a, kv_dtype=kv)
+        return F.prefill_attention(batch, c, d["n_heads"], d["n_kv_heads"], d["head_dim"], cached_tokens=p,
+                                   window=w, act_dtype=a, kv_dtype=kv)
+    if k == "residual":
+        return F.residual_add(T, d["width"], act_dtype=a)
+    if k == "activation":
+        return (F.swiglu if d["fn"] == "silu" else F.geglu)(T, d["width"], act_dtype=a)
+    raise ValueError(f"op {o.name!r} of kind {k!r} has no per-layer cost")
+
+
+def _edge_cost(o, dt: Dtypes, T_all: int, batch: int, tp: int) -> Cost:
+    """One instance of a pre- or post-layer op: the embedding over every new token; the final norm, lm_head
+    and logit softcap over one row per sequence (only the last position needs logits)."""
+    a, d = dt.act, o.dims
+    if o.kind == "embedding":
+        return F.embedding(T_all, d["hidden"], weight_dtype=a, act_dtype=a, vocab_shards=tp)
+    if o.kind == "scale":
+        e = T_all * d["width"]
+        return F.elementwise(e, ((e, a),), out_dtype=a)
+    if o.kind == "norm":
+        return F.rmsnorm(batch, d["width"], act_dtype=a, weight_dtype=a)
+    if o.kind == "linear":   # lm_head is vocab-parallel: each rank computes its V/N logits (of the padded vocab)
+        return F.lm_head(batch, d["in_features"], d["out_features"], act_dtype=a, **dt.weight_quant)
+    if o.kind == "softcap":  # c * tanh(x / c): a divide and a multiply; tanh, like exp, is not counted
+        e = batch * d["width"]
+        return F.elementwise(e, ((e, a),), out_dtype=a, flops_per_element=2)
+    raise ValueError(f"op {o.name!r} of kind {o.kind!r} has no pre/post-layer cost")
 
 
 def _assemble(phase, cfg, dt, batch, new_tokens, context, cached, chunks, prior, decode, tp=1) -> Phase:
     sh = shard(cfg, tp)
-    layer = _layer_ops(cfg, sh, dt, batch, chunks, prior, decode)
-    T_all = batch * new_tokens
-    vec = "fp32"
-    ops = [OpCost("embedding", F.embedding(T_all, cfg.hidden, weight_dtype=dt.act, act_dtype=dt.act,
-                                           vocab_shards=tp), 1, vec)]
-    for n in PER_LAYER_OPS:
-        ops.append(OpCost(n, layer[n], cfg.n_layers, dt.act if n in TENSOR_OPS else vec))
-    # Only the last position of each sequence needs logits: final_norm and lm_head see `batch` rows.
-    ops.append(OpCost("final_norm", F.rmsnorm(batch, cfg.hidden, act_dtype=dt.act, weight_dtype=dt.act), 1, vec))
-    # lm_head is vocab-parallel: each rank computes its V/N logits (the padded vocabulary's share)
-    vocab = cfg.vocab if tp == 1 else sh.vocab
-    ops.append(OpCost("lm_head", F.lm_head(batch, cfg.hidden, vocab, act_dtype=dt.act, **dt.weight_quant), 1,
-                      dt.act))
+    ops = []
+    for o in model_ops(cfg, sh):
+        cdt = dt.act if o.tensor else "fp32"
+        if not o.per_layer:
+            ops.append(OpCost(o.name, _edge_cost(o, dt, batch * new_tokens, batch, tp), 1, cdt))
+            continue
+        acc, p = ZERO, prior            # one instance, summed over the chunks (weights read once per chunk)
+        for c in chunks:
+            acc = acc + _op_cost(o, dt, batch * c, batch, c, p, decode)
+            p += c
+        ops.append(OpCost(o.name, acc, o.count, cdt))
     return Phase(phase, cfg, batch, new_tokens, context, cached, tuple(chunks), dt, tuple(ops), tp, sh,
                  step_collectives(cfg, sh, batch, chunks, dt.act))
 

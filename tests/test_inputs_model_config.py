@@ -14,7 +14,7 @@ from roofline.errors import RooflineError
 from roofline.models import PRESETS, ModelConfig, load_model
 
 BASE = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512}
+        "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512, "model_type": "llama"}
 
 
 def write(tmp_path, text=None, **over):
@@ -248,8 +248,8 @@ def test_presets_unchanged():
     assert (t.hidden, t.intermediate, t.n_layers, t.n_heads, t.n_kv_heads, t.vocab, t.max_context, t.head_dim) == \
         (64, 176, 2, 4, 2, 256, 512, 16)
     assert PRESETS["llama-3-8b"].rope_theta == 500000.0 and PRESETS["qwen2.5-7b"].rms_eps == 1e-6
-    for p in PRESETS.values():
-        assert p.notes == () and ModelConfig.from_dict(p.to_dict()) == p
+    for p in PRESETS.values():   # only Gemma-3's linear RoPE scaling (global layers) is a note
+        assert (p.notes == ()) == (p.name != "gemma-3-12b") and ModelConfig.from_dict(p.to_dict()) == p
 
 
 def test_from_dict_ignores_unknown_keys():

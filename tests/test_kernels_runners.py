@@ -20,11 +20,11 @@ TINY = load_model("tiny")
 @pytest.mark.parametrize("backend", ["triton", "torch"])
 def test_runners_cover_ops_costs_match_and_run(phase, batch, context, backend):
     rs = make_runners(TINY, phase, batch, context, dtype="bf16", backend=backend)
-    assert [r.name for r in rs] == list(W.OP_NAMES) + ["layer"]
+    assert [r.name for r in rs] == list(W.op_names(TINY)) + ["layer"]
     ph = (W.prefill if phase == "prefill" else W.decode)(TINY, batch, context)
     for r in rs:
         if r.name == "layer":
-            assert r.cost == sum((ph.op(n).cost for n in W.PER_LAYER_OPS), ZERO)
+            assert r.cost == sum((ph.op(n).cost for n in W.op_names(TINY) if W.op_spec(TINY, n).per_layer), ZERO)
             assert r.compute_dtype == "bf16"
         else:
             assert r.cost == ph.op(r.name).cost

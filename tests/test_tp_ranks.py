@@ -16,13 +16,14 @@ from roofline.analysis import analyze
 from roofline.errors import RooflineError
 from roofline.models import ModelConfig
 from roofline.parallel import COLLECTIVE_OPS
-from roofline.workload import OP_NAMES
+from roofline.layer import op_names
+from roofline.models import load_model
 
 import tp_helpers
 
 # untied, a vocabulary two ranks split unevenly (251 -> 252 padded), GQA 4:2
 ODD = ModelConfig("odd", 64, 176, 2, 4, 2, 251, 64)
-NAMES = len(OP_NAMES) + 1 + len(COLLECTIVE_OPS)        # every op, the layer, the collectives: per rank
+NAMES = len(op_names(load_model("tiny"))) + 1 + len(COLLECTIVE_OPS)        # every op, the layer, the collectives: per rank
 
 
 def test_tp2_logits_equal_tp1_for_prefill_decode_and_chunked_prefill():

@@ -52,7 +52,7 @@ def _sig(x: float, n: int = 4) -> float:
 
 def _efficiency(op: str, cost: Cost, ridge: float) -> float:
     """Fraction of the roof a plausible kernel reaches: big GEMMs near 80%, small vector ops less."""
-    if op in W.LINEAR_OPS:
+    if op.endswith("_proj") or op == "lm_head":
         return 0.72 if cost.intensity >= ridge else 0.86
     if op == "attention":
         return 0.55 if cost.intensity >= ridge else 0.78
@@ -111,9 +111,9 @@ def _sweep(path, device, datasheet, gpu_name, clocks, decode_grid, prefill_grid,
                                     clocks={"sm_mhz": clocks[0], "mem_mhz": clocks[2]},
                                     status=status, reason=reason))
             if specials and ph.phase == "decode" and ph.batch == 1:
-                layer = sum((o.cost for o in ops if o.name in W.PER_LAYER_OPS), Cost(0, 0))
+                layer = sum((o.cost for o in ops if o.name not in ("embedding", "final_norm", "lm_head")), Cost(0, 0))
                 t_layer = sum(predicted_time(o.cost, device.peak(o.compute_dtype), device.bandwidth)
-                              / _efficiency(o.name, o.cost, 300) for o in ops if o.name in W.PER_LAYER_OPS) + 8e-6
+                              / _efficiency(o.name, o.cost, 300) for o in ops if o.name not in ("embedding", "final_norm", "lm_head")) + 8e-6
                 point = WorkloadPoint(model=model.name, op="layer", phase="decode", batch=ph.batch, new_tokens=1,
                                       context=ph.context, cost=layer, compute_dtype="bf16")
                 w.write(Measurement(point=point, times_s=tuple(_sig(t_layer * (1 + 0.01 * rng.standard_normal()))

@@ -1,0 +1,261 @@
+"""Config readers, one per Hugging Face ``model_type``: a config.json -> one typed ``ModelConfig``.
+
+Refuse, never guess. Each reader knows its family's fields: a field that changes cost or numerics is
+read into ``ModelConfig`` (and modelled by ``roofline.layer``'s ops) or refused in one line naming it
+("gemma2: attn_logit_softcapping ..."); a field that changes only numerics, not cost (RoPE scaling), is
+a note said once. An unknown ``model_type`` is refused with the supported list. Mixtures of experts and
+latent attention (mixtral, qwen2_moe, qwen3_moe, deepseek_v3, gpt_oss) are refused until they are
+modelled.
+
+Adding a dense variant: write ``_read_<type>(d, c)`` (fill the architecture fields of ``c`` from ``d``,
+refuse what it cannot model) and add it to ``READERS``; if it brings a new kind of op, describe the op in
+``roofline/layer.py`` (and give it a kernel file). Nothing in the analysis, reports or sweep changes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import RooflineError
+from .models import (ModelConfig, _bool_field, _float_field, _int_field, _rope, _checked, _HF_HINTS, _HF_NAMES,
+                     read_json_file, show_value)
+
+_HF_REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "dbrx", "jamba",
+             "olmoe", "phimoe", "granitemoe")
+
+
+class _Reader:
+    """What one config.json says, read field by field: ``get`` (absent and null mean the default) and
+    ``refuse`` (a one-line RooflineError naming the model type and the field)."""
+
+    def __init__(self, d: dict, where: str, mtype: str):
+        self.d, self.where, self.mtype = d, where, mtype
+        self.arch: dict = {"arch": mtype}
+        self.notes: list[str] = []
+
+    def get(self, key, default=None):
+        v = self.d.get(key)
+        return default if v is None else v
+
+    def refuse(self, key, why: str = "is not modelled"):
+        raise RooflineError(f"{self.where}: {self.mtype}: {key} = {show_value(self.d.get(key))} {why}; "
+                            "costs and logits would be wrong, so the model is refused.")
+
+    def expect(self, key, allowed, default=None):
+        """``key`` must be one of ``allowed`` (absent: ``default``), else refused."""
+        v = self.get(key, default)
+        if v not in allowed:
+            self.refuse(key, f"is not modelled (supported: {', '.join(map(str, allowed))})")
+        return v
+
+    def flag(self, key, default=False) -> bool:
+        return _bool_field(self.where, key, self.get(key, default))
+
+    def number(self, key) -> float:
+        """A positive float, or 0.0 when absent or null."""
+        v = self.d.get(key)
+        return 0.0 if v is None else _float_field(self.where, key, v)
+
+    def activation(self, *keys, want=("silu",)):
+        for k in keys:
+            if self.d.get(k) is not None:
+                v = self.d[k]
+                if v in ("silu", "swish"):
+                    return "silu"
+                if v in ("gelu_pytorch_tanh", "gelu_tanh") or (v == "gelu" and "gelu_tanh" in want):
+                    # Gemma-1 configs say "gelu" and run the tanh approximation (transformers forces it)
+                    return "gelu_tanh"
+                self.refuse(k, "is not modelled (supported: silu, gelu_pytorch_tanh)")
+        return want[0]
+
+    def window(self, use_key: str | None = None, max_window_layers: bool = False):
+        """sliding_window (0 when absent, null, or switched off by ``use_key``) and per-layer types."""
+        n = self.d["num_hidden_layers"]
+        w = self.d.get("sliding_window")
+        if use_key is not None and not self.flag(use_key):
+            w = None
+        if w is None:
+            self._no_sliding_types()
+            return 0, ()
+        w = _int_field(self.where, "sliding_window", w, 1, " (keys a windowed query sees)")
+        types = self._layer_types(n)
+        if types is None:
+            if max_window_layers:   # Qwen2/3: layers from max_window_layers on slide
+                first = _int_field(self.where, "max_window_layers", self.get("max_window_layers", n), 0)
+                types = tuple("sliding" if i >= first else "full" for i in range(n))
+            else:
+                types = ("sliding",) * n
+        if "sliding" not in types:
+            return 0, ()
+        return w, (() if all(t == "sliding" for t in types) else types)
+
+    def _layer_types(self, n: int):
+        lt = self.d.get("layer_types")
+        if lt is None:
+            return None
+        kinds = {"full_attention": "full", "sliding_attention": "sliding"}
+        if not isinstance(lt, list) or any(t not in kinds for t in lt):
+            self.refuse("layer_types", "is not modelled (supported: full_attention, sliding_attention per layer)")
+        if len(lt) != n:
+            raise RooflineError(f"{self.where}: layer_types has {len(lt)} entries for num_hidden_layers {n}: give "
+                                "one per layer.")
+        return tuple(kinds[t] for t in lt)
+
+    def _no_sliding_types(self):
+        types = self._layer_types(self.d["num_hidden_layers"])
+        if types and "sliding" in types:
+            raise RooflineError(f"{self.where}: layer_types has sliding_attention layers but sliding_window is "
+                                "null or switched off: give the window.")
+
+
+# ---- one reader per model_type: fill r.arch, refuse what is not modelled -----------------------------
+
+def _llama_like(r: _Reader) -> None:
+    r.arch["activation"] = r.activation("hidden_act")
+    if r.get("pretraining_tp", 1) not in (1,):
+        r.refuse("pretraining_tp", "is not modelled (only 1: the split-weight matmul of Llama-2 pretraining)")
+    if r.get("partial_rotary_factor", 1.0) != 1.0:
+        r.refuse("partial_rotary_factor", "is not modelled (RoPE rotates every head dimension)")
+    if r.flag("use_bidirectional_attention"):
+        r.refuse("use_bidirectional_attention", "is not modelled (attention is causal)")
+
+
+def _read_llama(r: _Reader) -> None:
+    _llama_like(r)
+    bias = r.flag("attention_bias")
+    r.arch.update(qkv_bias=bias, o_bias=bias, mlp_bias=r.flag("mlp_bias"))
+
+
+def _read_mistral(r: _Reader) -> None:
+    _llama_like(r)
+    r.arch["sliding_window"], r.arch["layer_types"] = r.window()
+
+
+def _read_qwen2(r: _Reader) -> None:
+    _llama_like(r)
+    r.arch["qkv_bias"] = True       # Qwen2's q/k/v projections always carry biases; o_proj has none
+    r.arch["sliding_window"], r.arch["layer_types"] = r.window("use_sliding_window", max_window_layers=True)
+
+
+def _read_qwen3(r: _Reader) -> None:
+    _llama_like(r)
+    bias = r.flag("attention_bias")
+    r.arch.update(qkv_bias=bias, o_bias=bias, qk_norm=True)
+    r.arch["sliding_window"], r.arch["layer_types"] = r.window("use_sliding_window", max_window_layers=True)
+
+
+def _read_phi3(r: _Reader) -> None:
+    _llama_like(r)                  # fused qkv_proj / gate_up_proj: costed as the split ones, loaded into them
+    params = r.get("rope_parameters", {})
+    if isinstance(params, dict) and params.get("partial_rotary_factor", 1.0) != 1.0:
+        r.refuse("rope_parameters.partial_rotary_factor", "is not modelled (RoPE rotates every head dimension)")
+    r.arch["sliding_window"], r.arch["layer_types"] = r.window()
+
+
+def _gemma_common(r: _Reader) -> None:
+    r.arch.update(activation=r.activation("hidden_activation", "hidden_act", want=("gelu_tanh",)),
+                  norm_offset=True, embed_scale=True)
+    if r.flag("attention_bias"):
+        r.refuse("attention_bias")
+    if r.flag("use_bidirectional_attention"):
+        r.refuse("use_bidirectional_attention", "is not modelled (attention is causal)")
+
+
+def _read_gemma(r: _Reader) -> None:
+    _gemma_common(r)
+
+
+def _read_gemma2(r: _Reader) -> None:
+    _gemma_common(r)
+    qs = r.number("query_pre_attn_scalar")
+    r.arch.update(sandwich_norms=True, query_scale=qs ** -0.5 if qs else 0.0,
+                  attn_softcap=r.number("attn_logit_softcapping"), final_softcap=r.number("final_logit_softcapping"))
+    w, types = r.window()
+    if w and r.d.get("layer_types") is None:      # older configs: even layers (the first) slide
+        n = r.d["num_hidden_layers"]
+        types = tuple("sliding" if i % 2 == 0 else "full" for i in range(n))
+    r.arch["sliding_window"], r.arch["layer_types"] = w, types
+
+
+def _read_gemma3_text(r: _Reader) -> None:
+    _read_gemma2(r)
+    r.arch["qk_norm"] = True
+    w, types = r.arch["sliding_window"], r.arch["layer_types"]
+    if w and r.d.get("layer_types") is None:      # older configs: sliding_window_pattern (every 6th layer full)
+        n, every = r.d["num_hidden_layers"], _int_field(r.where, "sliding_window_pattern",
+                                                        r.get("sliding_window_pattern", 6), 1)
+        types = tuple("full" if (i + 1) % every == 0 else "sliding" for i in range(n))
+        r.arch["layer_types"] = () if all(t == "sliding" for t in types) else types
+
+
+READERS = {"llama": _read_llama, "mistral": _read_mistral, "qwen2": _read_qwen2, "qwen3": _read_qwen3,
+           "phi3": _read_phi3, "gemma": _read_gemma, "gemma2": _read_gemma2, "gemma3_text": _read_gemma3_text}
+
+
+def _gemma3_rope(r: _Reader, where: str) -> tuple[float, float]:
+    """(global theta, local theta) of a Gemma-3 config: rope_parameters keyed by layer type (transformers 5)
+    or rope_theta + rope_local_base_freq (+ rope_scaling for the global layers) at the top (4.x)."""
+    params = r.d.get("rope_parameters")
+    if isinstance(params, dict) and {"full_attention", "sliding_attention"} & set(params):
+        thetas = {}
+        for kind, default in (("full_attention", 1e6), ("sliding_attention", 1e4)):
+            sub = dict(params.get(kind) or {})
+            d = {"rope_parameters": sub}
+            thetas[kind] = _rope(d, where, r.notes) if sub else default
+            if sub:
+                r.notes[:] = [n.replace("rope_parameters", f"rope_parameters.{kind}") for n in r.notes]
+        return thetas["full_attention"], thetas["sliding_attention"]
+    theta = _rope(r.d, where, r.notes)
+    local = r.d.get("rope_local_base_freq")
+    return theta, (10000.0 if local is None else _float_field(where, "rope_local_base_freq", local))
+
+
+def read_hf_config(d: dict, p: Path) -> ModelConfig:
+    """The ``ModelConfig`` of a parsed Hugging Face config.json ``d`` (read from ``p``)."""
+    where = f"model config {p}"
+    if not isinstance(d, dict):
+        raise RooflineError(f"{where} must hold a JSON object (a Hugging Face config.json), "
+                            f"but it holds {show_value(d)}.")
+    if isinstance(d.get("text_config"), dict) and "hidden_size" not in d:
+        raise RooflineError(f"{where} is a multimodal config ({d.get('model_type')!r}): give its text model's "
+                            "config (the text_config object saved as its own config.json).")
+    mtype = d.get("model_type")
+    if mtype is None:
+        mtype = "llama"   # a bare Llama-style config (older tools write none): read as a Llama, and say so
+        note = "config.json has no model_type: read as a Llama (model_type 'llama')."
+    else:
+        note = None
+    if mtype in MOE_TYPES:
+        raise RooflineError(f"{where}: model_type {mtype!r} is a mixture of experts (or a hybrid), which is not "
+                            f"modelled yet: supported are {', '.join(READERS)}.")
+    if mtype not in READERS:
+        raise RooflineError(f"{where}: model_type {show_value(mtype)} is not supported: supported are "
+                            f"{', '.join(READERS)}.")
+    missing = [k for k in _HF_REQUIRED if k not in d]
+    if missing:
+        raise RooflineError(f"{where} is missing the key {missing[0]!r} "
+                            "(a config.json needs hidden_size, intermediate_size, "
+                            "num_hidden_layers, num_attention_heads and vocab_size).")
+    r = _Reader(d, where, mtype)
+    if note:
+        r.notes.append(note)
+    head_dim = d.get("head_dim")
+    tie_default = mtype in ("gemma", "gemma2", "gemma3_text")   # transformers' own defaults per family
+    raw = {
+        "hidden": d["hidden_size"], "intermediate": d["intermediate_size"], "n_layers": d["num_hidden_layers"],
+        "n_heads": d["num_attention_heads"], "n_kv_heads": r.get("num_key_value_heads", d["num_attention_heads"]),
+        "vocab": d["vocab_size"], "max_context": r.get("max_position_embeddings", 4096),
+        "head_dim": 0 if head_dim is None else _int_field(where, "head_dim", head_dim, 1, _HF_HINTS["head_dim"]),
+        "rope_theta": 10000.0, "rms_eps": r.get("rms_norm_eps", 1e-6 if tie_default else 1e-5),
+        "tie_embeddings": r.get("tie_word_embeddings", tie_default),
+    }
+    values = _checked(raw, where, _HF_NAMES, _HF_HINTS)  # sizes first, so their errors come first
+    _int_field(where, "num_hidden_layers", d["num_hidden_layers"])
+    READERS[mtype](r)
+    if mtype == "gemma3_text":
+        values["rope_theta"], r.arch["rope_local_theta"] = _gemma3_rope(r, where)
+    else:
+        values["rope_theta"] = _rope(d, where, r.notes)
+    name = d.get("_name_or_path") or p.parent.name or mtype or "custom"
+    return ModelConfig(name=str(name), **values, **r.arch, notes=tuple(r.notes))
