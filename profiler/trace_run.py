@@ -38,6 +38,7 @@ class TraceRun:
     markers: tuple = ()                          # "PHASE=NAME" specs
     model: object = None                         # ModelConfig for the expectation
     device: object = None                        # a Device that overrides the trace's
+    peak_of_trace_dtype: bool = False            # device is --peak-tflops/--bandwidth-gbs: its peak is the trace's dtype's
     ceilings: str | None = None                  # a results file whose measured ceilings classify
     rank: int | None = None                      # the rank written (default: the lowest)
     mode: str = "new"
@@ -97,6 +98,14 @@ def _device(run: TraceRun, traces, say) -> tuple:
     return c.device, c.datasheet, dict(c.details), f"{how}: this machine's measured CPU ceilings"
 
 
+def _retyped(dev, dtype: str):
+    """A custom device whose one given peak applies to ``dtype`` (the trace's), not to the bf16 it was built for."""
+    from dataclasses import replace
+
+    peak = next(iter(dev.peak_flops.values()))
+    return replace(dev, peak_flops={dtype: peak}, provenance=dev.provenance.replace(" bf16,", f" {dtype},"))
+
+
 def _versions() -> dict:
     """python and roofline (the versions that read the trace; the traced run's own are not recorded in it).
     torch is not imported for a trace: its import alone is seconds of a 100 MB trace's budget."""
@@ -139,6 +148,9 @@ def _run(run: TraceRun, say) -> TraceRunResult:
     mine = results[rank]
     trace = next(t for t in traces if t.rank == rank)
     notes = list(mine.notes)
+    if run.peak_of_trace_dtype and mine.dtype not in dev.peak_flops:
+        dev = _retyped(dev, mine.dtype)
+        notes.append(f"--peak-tflops is taken as the {mine.dtype} peak: the trace computes in {mine.dtype}.")
     breakdown = []
     if not trace.has_shapes:
         notes.append(f"{trace.path.name} was recorded without shapes (record_shapes=False): no op can be costed; "

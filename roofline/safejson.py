@@ -64,7 +64,9 @@ def loads(data, *, limits: Limits):
     except UnicodeDecodeError:
         raise BadJSON(f"{what} is not UTF-8 text.") from None
     except json.JSONDecodeError as e:
-        raise BadJSON(f"{what} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}).") from None
+        cut = e.pos >= len(data.rstrip()) - 1
+        raise BadJSON(f"{what} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
+                      + ("; it ends early, so it was probably cut off while being written." if cut else ".")) from None
     except (ValueError, TypeError) as e:
         raise BadJSON(f"{what} is not valid JSON ({e}).") from None
     if limits.max_depth is not None:

@@ -199,7 +199,8 @@ def build_instances(trace, dtype: str, captures=()) -> tuple[list, dict]:
 
 def _shape_sig(op) -> str:
     dims = (op.args or {}).get("Input Dims") or []
-    shapes = [d for d in dims if isinstance(d, list) and d and all(isinstance(x, int) for x in d)]
+    shapes = [d for d in (dims if isinstance(dims, list) else []) if isinstance(d, list) and d
+              and all(isinstance(x, int) for x in d)]
     return "x".join("[" + ",".join(map(str, s)) + "]" for s in shapes[:3])
 
 

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from . import formulas as F
 from .cost import Cost
 from .dtypes import bytes_per_element as _b
+from .safejson import finite, whole
 
 TYPES = {"float": "fp32", "c10::bfloat16": "bf16", "bfloat16": "bf16", "c10::half": "fp16", "half": "fp16",
          "double": "fp64", "long int": "int64", "long": "int64", "int": "int32", "short int": "int16",
@@ -117,19 +118,19 @@ def dtype_of(type_name) -> str | None:
 class _Args:
     """An op's recorded inputs: shapes (Input Dims), dtypes (Input type), values (Concrete Inputs)."""
 
-    def __init__(self, args: dict):
-        self.dims = args.get("Input Dims") or []
-        self.types = args.get("Input type") or []
-        self.concrete = args.get("Concrete Inputs") or []
+    def __init__(self, args: dict):           # read_trace kept these only as lists
+        self.dims = _list(args.get("Input Dims"))
+        self.types = _list(args.get("Input type"))
+        self.concrete = _list(args.get("Concrete Inputs"))
 
     def tensor(self, i):
         """(shape tuple, dtype) of input i, or None when it is not a tensor."""
         if i >= len(self.dims) or i >= len(self.types):
             return None
         d, t = self.dims[i], dtype_of(self.types[i])
-        if t is None or not isinstance(d, list) or any(not isinstance(x, int) for x in d):
+        if t is None or not isinstance(d, list) or any(whole(x, 0) is None for x in d):
             return None
-        return tuple(d), t
+        return tuple(whole(x) for x in d), t
 
     def tensors(self):
         return [x for x in (self.tensor(i) for i in range(len(self.dims))) if x is not None]
@@ -146,6 +147,10 @@ class _Args:
             return int(str(self.value(i)).strip())
         except ValueError:
             return None
+
+
+def _list(v) -> list:
+    return v if isinstance(v, list) else []
 
 
 def _n(shape) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from . import formulas as F
 from .cost import Cost
 from .dtypes import bytes_per_element as _b
+from .safejson import finite, whole
 from .trace_cost import FLOATS, SDPA, OpCost, _Args, _attention, _n, _sig
 
 _COMM_TYPES = {"float": "fp32", "bfloat16": "bf16", "half": "fp16", "double": "fp64", "long": "int64", "int": "int32",
@@ -44,13 +45,22 @@ def norm(name, a: _Args) -> OpCost | None:
     return OpCost(name, "norm", f(rows, h, act_dtype=x[1], weight_dtype=w[1]), x[1], _sig(x[0], dtype=x[1]))
 
 
+def _elements(v):
+    """A message's element count as recorded: a whole number stays one; NaN, Infinity, negatives and junk are None."""
+    n = whole(v, 0)
+    if n is not None:
+        return n
+    f = finite(v)
+    return f if f is not None and f >= 0 else None
+
+
 def collective(name, args: dict, a: _Args) -> OpCost:
     kind = str(args.get("Collective name") or name.split("::")[-1].split(":")[-1]).strip('"')
-    group = args.get("Group size")
+    group = whole(args.get("Group size"), 1)
     dt = _COMM_TYPES.get(str(args.get("dtype", "")).strip('"').lower())
-    elems = args.get("In msg nelems") if "In msg nelems" in args else None
+    elems = _elements(args.get("In msg nelems"))
     if "gather" in kind.lower():
-        elems = args.get("Out msg nelems", elems)
+        elems = _elements(args.get("Out msg nelems", elems))
     ts = a.tensors()
     if elems is None and ts:
         elems, dt = _n(ts[0][0]), ts[0][1]

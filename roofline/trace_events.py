@@ -37,12 +37,12 @@ from __future__ import annotations
 import bisect
 import gc
 import gzip
-import json
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import RooflineError
+from .safejson import TRACE_FILE, BadJSON, finite, key, loads, whole
 
 US = 1e-6  # trace timestamps and durations are microseconds
 
@@ -196,8 +196,27 @@ class Trace:
             g.op = op
 
 
-def _num(v, default=None):
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+ARG_LISTS = ("Input Dims", "Input type", "Concrete Inputs", "Input Strides")   # lists when present, else dropped
+
+
+def _args(e: dict):
+    """An event's ``args``, validated where read: join keys are str or whole numbers (else dropped), the per-input
+    lists are lists (else dropped); returns (args, how many fields were dropped)."""
+    args = e.get("args")
+    if not isinstance(args, dict):
+        return {}, 0
+    dropped = 0
+    for k in ("External id", "correlation", "stream"):
+        if k in args and args[k] is not None and key(args[k]) is None:
+            args = {**args}
+            del args[k]
+            dropped += 1
+    for k in ARG_LISTS:
+        if k in args and not isinstance(args[k], list):
+            args = {**args}
+            del args[k]
+            dropped += 1
+    return args, dropped
 
 
 def _load_json(p: Path):
@@ -219,16 +238,9 @@ def _load_json(p: Path):
     if not raw.strip():
         raise RooflineError(f"trace {p} is empty: it holds no JSON.")
     try:
-        return json.loads(raw)
-    except UnicodeDecodeError:
-        raise RooflineError(f"trace {p} is not a text (JSON) file.") from None
-    except json.JSONDecodeError as e:
-        cut = e.pos >= len(raw.rstrip()) - 1
-        raise RooflineError(f"trace {p} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
-                            + ("; it ends early, so it was probably cut off while being written." if cut else ".")
-                            ) from None
-    except RecursionError:
-        raise RooflineError(f"trace {p} is nested too deeply to be a profiler trace.") from None
+        return loads(raw, limits=TRACE_FILE)
+    except BadJSON as e:
+        raise RooflineError(f"trace {p} {str(e).removeprefix('the trace ')}") from None
 
 
 def read_trace(path) -> Trace:
@@ -257,32 +269,55 @@ def _read(p: Path) -> Trace:
     if not isinstance(d, dict) or not isinstance(d.get("traceEvents"), list):
         raise RooflineError(f"trace {p} has no 'traceEvents' list: it is not a PyTorch profiler (Chrome) trace.")
     dist = d.get("distributedInfo") if isinstance(d.get("distributedInfo"), dict) else {}
-    t = Trace(p, rank=int(_num(dist.get("rank"), 0)), world_size=int(_num(dist.get("world_size"), 1)),
-              devices=[x for x in d.get("deviceProperties") or [] if isinstance(x, dict)])
+    rank, world = dist.get("rank", 0), dist.get("world_size", 1)
+    if whole(rank, 0) is None:
+        raise RooflineError(f"trace {p}: distributedInfo.rank must be a whole number of at least 0, not {rank!r}.")
+    if whole(world, 1) is None:
+        raise RooflineError(f"trace {p}: distributedInfo.world_size must be a whole number of at least 1, not "
+                            f"{world!r}.")
+    devices = d.get("deviceProperties") or []
+    if not isinstance(devices, list):
+        raise RooflineError(f"trace {p}: deviceProperties must be a list of device objects, not "
+                            f"{type(devices).__name__} {str(devices)[:40]}.")
+    t = Trace(p, rank=whole(rank), world_size=whole(world), devices=[x for x in devices if isinstance(x, dict)])
     rs = d.get("record_shapes")
     t.record_shapes = None if rs is None else bool(rs)
     ops, gpu, launches = t.ops, t.gpu, t.launches
-    bad = 0
+    skipped: dict = {}          # why -> events skipped
+    fields = 0                  # bad fields dropped from kept events
+
+    def skip(why):
+        skipped[why] = skipped.get(why, 0) + 1
+
     for e in d["traceEvents"]:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         kind = _CATS.get(str(e.get("cat", "")).lower())
         if kind is None:
             continue
-        ts, dur = e.get("ts"), e.get("dur", 0)
-        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or dur < 0:
-            bad += 1
+        ts, dur = finite(e.get("ts")), finite(e.get("dur", 0))
+        if ts is None:
+            skip("no finite ts")
             continue
-        args = e.get("args")
-        if not isinstance(args, dict):
-            args = {}
+        if dur is None or dur < 0:
+            skip("a negative or non-finite dur" if "dur" in e else "no dur")
+            continue
+        if finite(ts + dur) is None:
+            skip("a negative or non-finite dur")
+            continue
+        pid, tid = e.get("pid"), e.get("tid")
+        if (pid is not None and key(pid) is None) or (tid is not None and key(tid) is None):
+            skip("a pid or tid that is not a string or whole number")
+            continue
+        args, n_bad = _args(e)
+        fields += n_bad
         name = str(e.get("name", ""))
-        thread = (e.get("pid"), e.get("tid"))
+        thread = (pid, tid)
         if kind == "op":
             ops.append(Op(name, ts, ts + dur, thread, args.get("External id"), args, len(ops)))
         elif kind in ("kernel", "memcpy", "memset"):
-            stream = args.get("stream", e.get("tid"))
-            gpu.append(Gpu(kind, name, ts, ts + dur, e.get("pid"), stream, args.get("correlation"),
+            stream = args.get("stream", tid)
+            gpu.append(Gpu(kind, name, ts, ts + dur, pid, stream, args.get("correlation"),
                            args.get("External id"), args))
         elif kind == "runtime":
             corr = args.get("correlation")
@@ -294,8 +329,13 @@ def _read(p: Path) -> Trace:
             t.gpu_annotations.append(Span(name, ts, ts + dur, thread, "gpu_user_annotation"))
         elif kind == "python" and name.startswith("nn.Module:"):
             t.modules.append(Span(name, ts, ts + dur, thread, "python_function"))
-    if bad:
-        t.notices.append(f"{bad} event(s) of {p.name} have no valid ts/dur and were skipped.")
+    if skipped:
+        n = sum(skipped.values())
+        why = "; ".join(f"{k}: {v}" for k, v in sorted(skipped.items()))
+        t.notices.append(f"{n} event(s) of {p.name} were skipped, their time not counted ({why}).")
+    if fields:
+        t.notices.append(f"{fields} malformed field(s) of {p.name} (External id, correlation, stream not a string "
+                         "or whole number; Input Dims, Input type or Concrete Inputs not a list) were ignored.")
     if not ops and not gpu:
         raise RooflineError(f"trace {p} holds no ops and no GPU activity ({len(d['traceEvents'])} events): "
                             "was the profiler stopped before the work ran, or are these steps outside its "

@@ -74,8 +74,10 @@ def trace(args, capture, skip_forwards, captures, markers, model, device_name, d
     device = None
     if device_file or peak_tflops is not None or bandwidth_gbs is not None or device_name is not None:
         device = resolve_device(device_name, device_file, peak_tflops, bandwidth_gbs)
+    given_peak = device is not None and not device_file and peak_tflops is not None   # its dtype: the trace's
     run = TraceRun(trace=str(path), out=str(out), captures=tuple(captures), markers=tuple(markers), model=model,
-                   device=device, ceilings=ceilings, rank=rank, mode=mode_of(False, overwrite),
+                   device=device, peak_of_trace_dtype=given_peak, ceilings=ceilings, rank=rank,
+                   mode=mode_of(False, overwrite),
                    report=not no_report, command=command_line(f"roofline trace {path}"))
     result = run_trace(run, say=say)
     for n in result.notes:
