@@ -33,14 +33,14 @@ from .quant import QuantWeight, torch_linear
 BACKENDS = ("triton", "torch")
 
 
-def _triton_linear(x, w, **config):
+def _triton_linear(x, w, bias=None, **config):
     if isinstance(w, QuantWeight):
-        return (L8.linear_int8 if w.dtype == "int8" else L4.linear_int4)(x, w, **config)
-    return L.linear(x, w, **config)
+        return (L8.linear_int8 if w.dtype == "int8" else L4.linear_int4)(x, w, bias, **config)
+    return L.linear(x, w, bias, **config)
 
 
-def _torch_linear(x, w):
-    return torch_linear(x, w) if isinstance(w, QuantWeight) else L.reference(x, w)
+def _torch_linear(x, w, bias=None):
+    return torch_linear(x, w, bias) if isinstance(w, QuantWeight) else L.reference(x, w, bias)
 
 
 def _torch_rope(q, k, cos, sin, pos):

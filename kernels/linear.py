@@ -60,11 +60,12 @@ def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP
 
 
 @triton.jit
-def _store_tile(acc, y_ptr, p_ptr, lock_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):
-    """Write a tile's fp32 ``acc`` to y; with SPLIT_K, the one-launch split-K protocol (module docstring):
-    store the partial, take a ticket, and the last program of the tile adds the partials and resets
-    its counter. The one copy of this protocol: every linear kernel ends with it."""
+def _store_tile(acc, y_ptr, p_ptr, lock_ptr, bias_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, BIAS: tl.constexpr):
+    """Write a tile's fp32 ``acc`` (+ the bias b[N], with BIAS) to y; with SPLIT_K, the one-launch split-K
+    protocol (module docstring): store the partial, take a ticket, and the last program of the tile adds
+    the partials, then the bias (once), and resets its counter. The one copy of this protocol: every
+    linear kernel ends with it."""
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
@@ -79,17 +80,22 @@ def _store_tile(acc, y_ptr, p_ptr, lock_ptr, pid, pid_k, pid_m, pid_n, M, N, SPL
             total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for s in range(0, SPLIT):                        # .cg: from L2, never a stale L1 line
                 total += tl.load(p_ptr + s * M * N + mn, mask=mask, other=0.0, cache_modifier=".cg")
+            if BIAS:
+                total += tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
             tl.store(y, total.to(y_ptr.dtype.element_ty), mask=mask)
             tl.atomic_xchg(lock_ptr + pid, 0)                # ready for the next call
     else:
+        if BIAS:
+            acc += tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
         tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _linear_kernel(x_ptr, w_ptr, y_ptr, p_ptr, lock_ptr, M, N, K, K_PER_SPLIT, SPLIT,
+def _linear_kernel(x_ptr, w_ptr, y_ptr, p_ptr, lock_ptr, M, N, K, K_PER_SPLIT, SPLIT, bias_ptr,
                    stride_xm, stride_xk, stride_wk, stride_wn, stride_ym, stride_yn,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
+                   GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
+                   BIAS: tl.constexpr):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -112,8 +118,8 @@ def _linear_kernel(x_ptr, w_ptr, y_ptr, p_ptr, lock_ptr, M, N, K, K_PER_SPLIT, S
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=DOT_PREC)
-    _store_tile(acc, y_ptr, p_ptr, lock_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
-                BLOCK_M, BLOCK_N, SPLIT_K)
+    _store_tile(acc, y_ptr, p_ptr, lock_ptr, bias_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
+                BLOCK_M, BLOCK_N, SPLIT_K, BIAS)
 
 
 def _check_block(name: str, value) -> None:
@@ -198,13 +204,23 @@ def _tile_locks(device, n: int) -> torch.Tensor:
     return bufs[-1]
 
 
-def linear(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | None = None, **config) -> torch.Tensor:
-    """y[..., N] = x[..., K] @ w[K, N] with the Triton kernel. ``config`` overrides block sizes."""
-    # x: [..., K]   w: [K, N]   y: [..., N]
+def check_bias(bias, N: int, x: torch.Tensor):
+    """``bias`` [N] in x's dtype on x's device (contiguous), or None; a ValueError naming what is wrong."""
+    if bias is not None:
+        check_tensor("bias", bias, (N,), dtype=x.dtype, device=x.device)
+    return bias
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *, out: torch.Tensor | None = None,
+           **config) -> torch.Tensor:
+    """y[..., N] = x[..., K] @ w[K, N] (+ bias[N], added in the epilogue: by the tile that finishes under
+    split-K) with the Triton kernel. ``config`` overrides block sizes."""
+    # x: [..., K]   w: [K, N]   bias: [N]   y: [..., N]
     # Any strides: the kernel takes both of w's (a tied lm_head is embed.t(), contiguous along K, not N).
     check_tensor("w", w, (None, None), dtypes=FLOAT_DTYPES, contiguous_last=False)
     K, N = w.shape
     check_tensor("x", x, dtype=w.dtype, device=w.device)
+    check_bias(bias, N, x)
     x2, out, y2 = gemm_io(x, K, N, out, "w")
     M = x2.shape[0]
     if M == 0:
@@ -214,18 +230,27 @@ def linear(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | None = None,
     prec = "ieee" if (w.dtype == torch.float32 or upcast) else "tf32"
     tiles, split, part, locks = split_k_buffers(M, N, c, y2)
     launch(_linear_kernel, (tiles, split), x2, w, y2, part, locks, M, N, K, c["k_per_split"], split,
-           x2.stride(0), x2.stride(1), w.stride(0), w.stride(1), y2.stride(0), y2.stride(1),
+           w if bias is None else bias, x2.stride(0), x2.stride(1), w.stride(0), w.stride(1), y2.stride(0),
+           y2.stride(1),
            BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], BLOCK_K=c["block_k"], GROUP_M=c["group_m"],
-           SPLIT_K=split > 1, UPCAST=upcast, DOT_PREC=prec, num_warps=c["num_warps"], num_stages=c["num_stages"])
+           SPLIT_K=split > 1, UPCAST=upcast, DOT_PREC=prec, BIAS=bias is not None, num_warps=c["num_warps"],
+           num_stages=c["num_stages"])
     return out
 
 
-def reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Plain torch: x @ w in the inputs' dtype (cuBLAS on a GPU)."""
-    return torch.matmul(x, w)
+def reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Plain torch: x @ w (+ bias) in the inputs' dtype (cuBLAS on a GPU; the bias fused by addmm)."""
+    if bias is None:
+        return torch.matmul(x, w)
+    return torch.addmm(bias, x.reshape(-1, w.shape[0]), w).view(*x.shape[:-1], w.shape[1])
 
 
-def cost(tokens: int, in_features: int, out_features: int, dtype="bf16"):
+def add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """y + bias in place (a quantized GEMM's torch peer has no bias epilogue: one more pass over y)."""
+    return y if bias is None else y.add_(bias)
+
+
+def cost(tokens: int, in_features: int, out_features: int, dtype="bf16", *, bias: bool = False):
     """The roofline formula's Cost (roofline.formulas.linear)."""
     d = dtype if isinstance(dtype, str) else dtype_name(dtype)
-    return F.linear(tokens, in_features, out_features, weight_dtype=d, act_dtype=d)
+    return F.linear(tokens, in_features, out_features, weight_dtype=d, act_dtype=d, bias=bias)

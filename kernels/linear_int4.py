@@ -40,17 +40,17 @@ from roofline.errors import RooflineError
 
 from ._common import FLOAT_DTYPES, INTERPRET, check_tensor, dtype_name
 from ._launch import launch
-from .linear import _grouped_tile, _store_tile, gemm_io, linear_config, split_k_buffers
+from .linear import _grouped_tile, _store_tile, add_bias, check_bias, gemm_io, linear_config, split_k_buffers
 from . import quant
 from .quant import QuantWeight, check_group, op_missing
 
 
 @triton.jit
-def _linear_int4_kernel(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, p_ptr, lock_ptr, M, N, K, K_PER_SPLIT, SPLIT,
+def _linear_int4_kernel(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, p_ptr, lock_ptr, M, N, K, K_PER_SPLIT, SPLIT, bias_ptr,
                         stride_xm, stride_xk, stride_wn, stride_wk, stride_sg, stride_ym, stride_yn,
                         GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, ZERO_POINT: tl.constexpr,
-                        UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
+                        UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, BIAS: tl.constexpr):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)   # grouped order (L2 reuse)
@@ -79,8 +79,8 @@ def _linear_int4_kernel(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, p_ptr, lock_ptr, M, N
         if ZERO_POINT:
             z = tl.load(z_ptr + g * stride_sg + offs_n).to(tl.float32)
             acc += tl.sum(a.to(tl.float32), 1)[:, None] * z[None, :]
-    _store_tile(acc, y_ptr, p_ptr, lock_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
-                BLOCK_M, BLOCK_N, SPLIT_K)
+    _store_tile(acc, y_ptr, p_ptr, lock_ptr, bias_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
+                BLOCK_M, BLOCK_N, SPLIT_K, BIAS)
 
 
 def linear_int4_config(M: int, N: int, K: int, group_size: int, dtype=torch.bfloat16, device="cpu", *,
@@ -97,8 +97,10 @@ def linear_int4_config(M: int, N: int, K: int, group_size: int, dtype=torch.bflo
     return c
 
 
-def linear_int4(x: torch.Tensor, qw: QuantWeight, *, out: torch.Tensor | None = None, **config) -> torch.Tensor:
-    """y[..., N] = x[..., K] @ dequant(qw) with the Triton kernel. ``config`` overrides block sizes / splits."""
+def linear_int4(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None, *, out: torch.Tensor | None = None,
+                **config) -> torch.Tensor:
+    """y[..., N] = x[..., K] @ dequant(qw) (+ bias[N], in the epilogue) with the Triton kernel. ``config``
+    overrides block sizes / splits."""
     # x: [..., K]   qw.qweight: uint8 [N, K/2]   qw.scales (qw.zeros): [K/g, N]   y: [..., N]
     if not isinstance(qw, QuantWeight) or qw.dtype != "int4":
         raise ValueError(f"qw must be an int4 QuantWeight (kernels.quant.quantize_weight(w, 'int4')), got "
@@ -112,6 +114,7 @@ def linear_int4(x: torch.Tensor, qw: QuantWeight, *, out: torch.Tensor | None = 
         check_tensor("zeros", qw.zeros, (K // G, N), dtype=x.dtype, device=qw.device)
         if qw.zeros.stride() != qw.scales.stride():
             raise ValueError("zeros and scales must have the same strides.")
+    check_bias(bias, N, x)
     x2, out, y2 = gemm_io(x, K, N, out, "the int4 weight")
     M = x2.shape[0]
     if M == 0:
@@ -122,10 +125,10 @@ def linear_int4(x: torch.Tensor, qw: QuantWeight, *, out: torch.Tensor | None = 
     w, s = qw.qweight, qw.scales
     z = qw.zeros if qw.zeros is not None else s
     launch(_linear_int4_kernel, (tiles, split), x2, w, s, z, y2, part, locks, M, N, K, c["k_per_split"], split,
-           x2.stride(0), x2.stride(1), w.stride(0), w.stride(1), s.stride(0), y2.stride(0), y2.stride(1),
-           GROUP=G, BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], BLOCK_K=c["block_k"], GROUP_M=c["group_m"],
-           SPLIT_K=split > 1, ZERO_POINT=qw.zeros is not None, UPCAST=INTERPRET, DOT_PREC=prec,
-           num_warps=c["num_warps"], num_stages=c["num_stages"])
+           s if bias is None else bias, x2.stride(0), x2.stride(1), w.stride(0), w.stride(1), s.stride(0), y2.stride(0),
+           y2.stride(1), GROUP=G, BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], BLOCK_K=c["block_k"],
+           GROUP_M=c["group_m"], SPLIT_K=split > 1, ZERO_POINT=qw.zeros is not None, UPCAST=INTERPRET,
+           DOT_PREC=prec, BIAS=bias is not None, num_warps=c["num_warps"], num_stages=c["num_stages"])
     return out
 
 
@@ -177,9 +180,10 @@ def dequantize(qw: QuantWeight, dtype=torch.float32) -> torch.Tensor:
     return w.t().to(dtype)
 
 
-def reference(x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
-    """The dequantize reference: x @ dequant(qw) in fp64 (fp64 in, fp64 out; otherwise x's dtype out)."""
+def reference(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The dequantize reference: x @ dequant(qw) (+ bias) in fp64 (fp64 in, fp64 out; otherwise x's dtype out)."""
     y = x.double() @ dequantize(qw, torch.float64)
+    y = y if bias is None else y + bias.double()
     return y if x.dtype == torch.float64 else y.to(x.dtype)
 
 
@@ -240,16 +244,19 @@ def prepare_torch(qw: QuantWeight) -> None:
     qw.torch_args = ()
 
 
-def torch_linear(x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
+def torch_linear(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The torch peer; a bias is added after the GEMM (``add_bias``: the int4 op has no bias epilogue)."""
     if qw.torch_args:
         op, packed, g, sz = qw.torch_args
-        return op(x.reshape(-1, qw.in_features).contiguous(), packed, g, sz).view(*x.shape[:-1], -1)
-    return x @ dequantize(qw, x.dtype)
+        y = op(x.reshape(-1, qw.in_features).contiguous(), packed, g, sz).view(*x.shape[:-1], -1)
+    else:
+        y = x @ dequantize(qw, x.dtype)
+    return add_bias(y, bias)
 
 
 def cost(tokens: int, in_features: int, out_features: int, dtype="bf16", group_size: int = 128,
-         zero_point: bool = False):
+         zero_point: bool = False, *, bias: bool = False):
     """The roofline formula's Cost: K*N/2 weight bytes + (K/g) x N scales (x 2 with zero points)."""
     d = dtype if isinstance(dtype, str) else dtype_name(dtype)
     return F.linear(tokens, in_features, out_features, weight_dtype="int4", act_dtype=d, group_size=group_size,
-                    zero_point=zero_point)
+                    zero_point=zero_point, bias=bias)

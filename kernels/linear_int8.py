@@ -29,7 +29,7 @@ from roofline import formulas as F
 
 from ._common import FLOAT_DTYPES, INTERPRET, check_tensor, dtype_name
 from ._launch import launch
-from .linear import _grouped_tile, _store_tile, gemm_io, linear_config, split_k_buffers
+from .linear import _grouped_tile, _store_tile, add_bias, check_bias, gemm_io, linear_config, split_k_buffers
 from . import quant
 from .quant import QuantWeight
 
@@ -37,10 +37,11 @@ QMAX = 127
 
 
 @triton.jit
-def _linear_int8_kernel(x_ptr, w_ptr, s_ptr, y_ptr, p_ptr, lock_ptr, M, N, K, K_PER_SPLIT, SPLIT,
+def _linear_int8_kernel(x_ptr, w_ptr, s_ptr, y_ptr, p_ptr, lock_ptr, M, N, K, K_PER_SPLIT, SPLIT, bias_ptr,
                         stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
+                        GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
+                        BIAS: tl.constexpr):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)   # grouped order (L2 reuse)
@@ -64,8 +65,8 @@ def _linear_int8_kernel(x_ptr, w_ptr, s_ptr, y_ptr, p_ptr, lock_ptr, M, N, K, K_
             b = q.to(a.dtype)                          # dequantized in registers: exact for |q| <= 127
         acc = tl.dot(a, b, acc, input_precision=DOT_PREC)
     acc = acc * tl.load(s_ptr + offs_n).to(tl.float32)[None, :]     # the per-channel scale, once per tile
-    _store_tile(acc, y_ptr, p_ptr, lock_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
-                BLOCK_M, BLOCK_N, SPLIT_K)
+    _store_tile(acc, y_ptr, p_ptr, lock_ptr, bias_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
+                BLOCK_M, BLOCK_N, SPLIT_K, BIAS)
 
 
 def linear_int8_config(M: int, N: int, K: int, dtype=torch.bfloat16, device="cpu", **overrides) -> dict:
@@ -73,8 +74,10 @@ def linear_int8_config(M: int, N: int, K: int, dtype=torch.bfloat16, device="cpu
     return linear_config(M, N, K, dtype, device, **overrides)
 
 
-def linear_int8(x: torch.Tensor, qw: QuantWeight, *, out: torch.Tensor | None = None, **config) -> torch.Tensor:
-    """y[..., N] = x[..., K] @ dequant(qw) with the Triton kernel. ``config`` overrides block sizes / splits."""
+def linear_int8(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None, *, out: torch.Tensor | None = None,
+                **config) -> torch.Tensor:
+    """y[..., N] = x[..., K] @ dequant(qw) (+ bias[N], in the epilogue) with the Triton kernel. ``config``
+    overrides block sizes / splits."""
     # x: [..., K]   qw.qweight: int8 [N, K]   qw.scales: [N]   y: [..., N]
     if not isinstance(qw, QuantWeight) or qw.dtype != "int8":
         raise ValueError(f"qw must be an int8 QuantWeight (kernels.quant.quantize_weight(w, 'int8')), got "
@@ -83,6 +86,7 @@ def linear_int8(x: torch.Tensor, qw: QuantWeight, *, out: torch.Tensor | None = 
     check_tensor("qweight", qw.qweight, (N, K), dtype=torch.int8, contiguous_last=False)
     check_tensor("x", x, dtypes=FLOAT_DTYPES, device=qw.device)
     check_tensor("scales", qw.scales, (N,), dtype=x.dtype, device=qw.device)
+    check_bias(bias, N, x)
     x2, out, y2 = gemm_io(x, K, N, out, "the int8 weight")
     M = x2.shape[0]
     if M == 0:
@@ -92,9 +96,11 @@ def linear_int8(x: torch.Tensor, qw: QuantWeight, *, out: torch.Tensor | None = 
     tiles, split, part, locks = split_k_buffers(M, N, c, y2)
     w = qw.qweight
     launch(_linear_int8_kernel, (tiles, split), x2, w, qw.scales, y2, part, locks, M, N, K, c["k_per_split"], split,
+           qw.scales if bias is None else bias,
            x2.stride(0), x2.stride(1), w.stride(0), w.stride(1), y2.stride(0), y2.stride(1),
            BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], BLOCK_K=c["block_k"], GROUP_M=c["group_m"],
-           SPLIT_K=split > 1, UPCAST=INTERPRET, DOT_PREC=prec, num_warps=c["num_warps"], num_stages=c["num_stages"])
+           SPLIT_K=split > 1, UPCAST=INTERPRET, DOT_PREC=prec, BIAS=bias is not None, num_warps=c["num_warps"],
+           num_stages=c["num_stages"])
     return out
 
 
@@ -115,9 +121,10 @@ def dequantize(qw: QuantWeight, dtype=torch.float32) -> torch.Tensor:
     return (qw.qweight.t().double() * qw.scales.double()[None, :]).to(dtype)
 
 
-def reference(x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
-    """The dequantize reference: x @ (q * s) in fp64 (fp64 in, fp64 out; otherwise x's dtype out)."""
+def reference(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The dequantize reference: x @ (q * s) (+ bias) in fp64 (fp64 in, fp64 out; otherwise x's dtype out)."""
     y = x.double() @ dequantize(qw, torch.float64)
+    y = y if bias is None else y + bias.double()
     return y if x.dtype == torch.float64 else y.to(x.dtype)
 
 
@@ -137,14 +144,17 @@ def prepare_torch(qw: QuantWeight) -> None:
     qw.torch_args = ()
 
 
-def torch_linear(x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
+def torch_linear(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The torch peer; a bias is added after the GEMM (``add_bias``: the int8 op has no bias epilogue)."""
     if qw.torch_args:
         q, s = qw.torch_args
-        return torch.ops.aten._weight_int8pack_mm(x.reshape(-1, qw.in_features), q, s).view(*x.shape[:-1], -1)
-    return x @ (qw.qweight.t().to(x.dtype) * qw.scales[None, :])
+        y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, qw.in_features), q, s).view(*x.shape[:-1], -1)
+    else:
+        y = x @ (qw.qweight.t().to(x.dtype) * qw.scales[None, :])
+    return add_bias(y, bias)
 
 
-def cost(tokens: int, in_features: int, out_features: int, dtype="bf16"):
+def cost(tokens: int, in_features: int, out_features: int, dtype="bf16", *, bias: bool = False):
     """The roofline formula's Cost: int8 weights + one scale per output channel (activation dtype)."""
     d = dtype if isinstance(dtype, str) else dtype_name(dtype)
-    return F.linear(tokens, in_features, out_features, weight_dtype="int8", act_dtype=d)
+    return F.linear(tokens, in_features, out_features, weight_dtype="int8", act_dtype=d, bias=bias)

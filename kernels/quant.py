@@ -160,12 +160,12 @@ def prepare_torch(qw: QuantWeight) -> QuantWeight:
     return qw
 
 
-def torch_linear(x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
-    """y[..., N] = x[..., K] @ dequant(qw) with what ``prepare_torch`` chose."""
+def torch_linear(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y[..., N] = x[..., K] @ dequant(qw) (+ bias[N], added after) with what ``prepare_torch`` chose."""
     prepare_torch(qw)
     from . import linear_int4, linear_int8
 
-    return (linear_int8 if qw.dtype == "int8" else linear_int4).torch_linear(x, qw)
+    return (linear_int8 if qw.dtype == "int8" else linear_int4).torch_linear(x, qw, bias)
 
 
 def check_torch_int4(device) -> None:

@@ -192,3 +192,57 @@ def test_geglu_cost_and_errors():
     assert G.cost(2, 10) == F.geglu(2, 10) and G.cost(2, 10).flops == 180
     with pytest.raises(ValueError, match="up must have shape"):
         G.geglu(torch.zeros(3, 4), torch.zeros(3, 5))
+
+
+# ---------------------------------------------------------------- linear with a bias
+
+LIN = [(37, 70, 90, dict(block_m=16, block_n=32, block_k=16)),       # tiles, no split
+       (3, 200, 300, dict(block_k=32, split_k=3)),                  # split-K: the bias added once
+       (1, 48, 40, {})]
+
+
+@pytest.mark.parametrize("M,N,K,cfg", LIN)
+def test_linear_bias_fused_in_the_epilogue(M, N, K, cfg):
+    from kernels import linear as L
+
+    g = torch.Generator().manual_seed(M + N)
+    x, w, b = rnd(g, M, K), rnd(g, K, N), rnd(g, N) * 10               # a large bias: added twice shows
+    ref = x.double() @ w.double() + b.double()
+    y = get_ops("triton").linear(x, w, b, out=nan(M, N), **cfg)
+    assert y.shape == (M, N) and rel_err(y, ref) < TOL
+    assert rel_err(get_ops("torch").linear(x, w, b), ref) < TOL
+    assert rel_err(L.reference(x.double(), w.double(), b.double()), ref) < 1e-12
+    assert rel_err(get_ops("triton").linear(x, w, **cfg), x.double() @ w.double()) < TOL   # without: unchanged
+    x3 = x[None]                                                                             # [1, M, K] rows
+    assert get_ops("torch").linear(x3, w, b).shape == (1, M, N)
+
+
+@pytest.mark.parametrize("kind,qkw", [("int8", {}), ("int4", dict(group_size=32)),
+                                      ("int4", dict(group_size=32, zero_point=True))])
+def test_quantized_linear_bias(kind, qkw):
+    from kernels import linear_int4 as L4
+    from kernels import linear_int8 as L8
+    from kernels.quant import quantize_weight
+
+    g = torch.Generator().manual_seed(7)
+    for M, N, K, cfg in [(37, 70, 128, dict(block_m=16, block_n=32, block_k=32)), (3, 200, 256,
+                                                                                     dict(block_k=32, split_k=3))]:
+        x, w, b = rnd(g, M, K), rnd(g, K, N), rnd(g, N) * 10
+        qw = quantize_weight(w, kind, **qkw)
+        ref = (L8 if kind == "int8" else L4).reference(x.double(), qw, b.double())
+        assert rel_err(ref, (L8 if kind == "int8" else L4).reference(x.double(), qw) + b.double()) < 1e-12
+        y = get_ops("triton").linear(x, qw, b, out=nan(M, N), **cfg)
+        assert rel_err(y, ref) < TOL
+        assert rel_err(get_ops("torch").linear(x, qw, b), ref) < 1e-4
+
+
+def test_linear_bias_errors_and_cost():
+    from kernels import linear as L
+
+    x, w = torch.zeros(3, 8), torch.zeros(8, 5)
+    with pytest.raises(ValueError, match=r"bias must have shape \[5\]"):
+        L.linear(x, w, torch.zeros(4))
+    with pytest.raises(ValueError, match="bias must have dtype"):
+        L.linear(x, w, torch.zeros(5, dtype=torch.float16))
+    assert L.cost(3, 8, 5, bias=True) == F.linear(3, 8, 5, bias=True)
+    assert L.cost(3, 8, 5, bias=True).flops - L.cost(3, 8, 5).flops == 15
