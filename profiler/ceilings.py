@@ -9,6 +9,12 @@
   best over a few shapes, on random data (zeros run faster on GPUs: never time them).
   tf32 is fp32 storage with ``torch.set_float32_matmul_precision("high")``; "fp32" with
   "highest".
+* Cache levels (CPU): the L2 and the last-level cache as ceilings of their own, each a copy and a
+  read over a working set sized to fit it (half the level, and past the level below), sizes from
+  /sys (summed over the instances the measuring threads use) or lscpu (``cpu_cache_levels``,
+  ``measure_cache_levels``). They become ``Device.cache_levels``: a point whose working set fits a
+  level and that beats the DRAM roof is judged against that level (``roofline.bounds.roof_for``).
+  A GPU's L2 roof enters the same way (a device file's ``cache_levels``); it is not measured here yet.
 * Next to the datasheet figures with the ratio measured / datasheet (a CPU has no
   datasheet here: its figures are labelled "achievable").
 
@@ -27,6 +33,7 @@ Run ``python -m profiler.ceilings`` (or ``roofline ceilings``) to measure this m
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,7 +44,7 @@ from roofline.errors import RooflineError
 from . import cache, probes
 from .timing import measure
 
-METHOD_VERSION = 1        # bump when the measurement changes: old cache entries are ignored
+METHOD_VERSION = 2        # bump when the measurement changes: old cache entries are ignored (2: cache levels)
 WORKING_SET_X_CACHE = 8   # working set / cache size
 GPU_MIN_WORKING_SET = 2 * 2**30
 GPU_SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 4096, 8192))   # (M, N, K)
@@ -183,6 +190,8 @@ def _measure(device: str, name: str, dtypes, quick: bool, working_set_bytes) -> 
     before = probes.CpuProbe().sample()
     bw = measure_bandwidth(device, ws, quick=quick)
     flops = {dt: measure_gemm(device, dt, quick=quick) for dt in dtypes}
+    levels = [] if gpu or working_set_bytes is not None else measure_cache_levels(device, cpu_cache_levels(),
+                                                                                   quick=quick)
     # others' share of the CPU time while we measured (on a GPU box: a busy host CPU starves launches)
     busy = _measured_busy(before, probes.CpuProbe().sample())
 
@@ -196,6 +205,8 @@ def _measure(device: str, name: str, dtypes, quick: bool, working_set_bytes) -> 
         details["note"] = note
     details["flags"] = ["host-busy"] if busy else []
     details["quick"] = quick
+    details["cache_levels"] = levels if levels or gpu else \
+        "not measured: working set overridden by the caller" if working_set_bytes is not None else []
     if gpu:
         datasheet = _datasheet(name)
         probe = probes.open_probe(device)
@@ -218,6 +229,8 @@ def _measure(device: str, name: str, dtypes, quick: bool, working_set_bytes) -> 
     dev = replace(dev, l2_bytes=float(cache_bytes), memory_bytes=float(_mem_total()),
                   provenance=f"measured on this machine with {torch.get_num_threads()} threads "
                              "(achievable, not peak: no CPU datasheet)")
+    dev = dev.with_cache_levels([(c["name"], c["size_bytes"], c["bandwidth"], "measured")
+                                 for c in levels if c.get("bandwidth")])
     return Ceilings(dev, None, details)
 
 
@@ -241,6 +254,85 @@ def _ratios(measured: Device, datasheet: Device, dtypes) -> dict:
     for dt in dtypes:
         if dt in datasheet.peak_flops:
             out[dt] = measured.peak_flops[dt] / datasheet.peak_flops[dt]
+    return out
+
+
+def cpu_cache_levels(sys_cpu: str = "/sys/devices/system/cpu", cpus=None) -> list:
+    """[(name, bytes, source)] of the CPU's data caches from L2 up, smallest first.
+
+    ``cpus``: the CPUs whose caches count (default: the first ``torch.get_num_threads()`` this process may
+    run on); a level's size is the sum over the distinct instances they use (two cores' private 1 MiB L2s
+    hold 2 MiB between them; a shared L3 counts once). From /sys, else lscpu's totals, else [] (no cache roofs).
+    """
+    if cpus is None:
+        import torch
+
+        cpus = sorted(os.sched_getaffinity(0))[:max(1, torch.get_num_threads())]
+    found: dict = {}   # level -> {shared cpu list: size}
+    for c in cpus:
+        for idx in sorted(Path(sys_cpu, f"cpu{c}", "cache").glob("index*")):
+            try:
+                if (idx / "type").read_text().strip() == "Instruction":
+                    continue
+                level = int((idx / "level").read_text())
+                size = probes._parse_size((idx / "size").read_text())
+                shared = (idx / "shared_cpu_list").read_text().strip() if (idx / "shared_cpu_list").exists() \
+                    else f"cpu{c}"
+            except (OSError, ValueError):
+                continue
+            if level >= 2 and size:
+                found.setdefault(level, {})[shared] = size
+    if found:
+        return [(f"L{lv}", sum(by.values()), f"{sys_cpu} ({len(by)} x {_mib(max(by.values()))})")
+                for lv, by in sorted(found.items())]
+    return _lscpu_cache_levels()
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:g} MiB"
+
+
+def _lscpu_cache_levels(text: str | None = None) -> list:
+    """[(name, bytes, source)] from lscpu's "L2 cache: 2 MiB (2 instances)" lines (totals); [] without lscpu."""
+    import subprocess
+
+    if text is None:
+        try:
+            text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=5).stdout
+        except (OSError, subprocess.SubprocessError):
+            return []
+    out = []
+    for lv in (2, 3, 4):
+        m = re.search(rf"^L{lv} cache:\s*(.+)$", text, re.M)
+        size = probes._parse_size(m.group(1)) if m else None
+        if size:
+            out.append((f"L{lv}", size, f"lscpu ({m.group(1).strip()})"))
+    return out
+
+
+def measure_cache_levels(device: str, levels, *, quick: bool = False) -> list:
+    """One bandwidth ceiling per cache level: ``measure_bandwidth`` over a working set of half the level (and at
+    least 1.5x the level below, so the level below cannot serve it), the higher of copy and read.
+
+    ``levels``: [(name, size_bytes, source)], smallest first. Returns a dict per level: name, size_bytes,
+    source, working_set_bytes, the copy and read figures and ``bandwidth``; a level too close in size to
+    the one below to be told apart gets ``bandwidth`` None and a ``note``. Caches stay warm between
+    repetitions (no flush): that is the point.
+    """
+    out, below = [], 0
+    for name, size, src in levels:
+        row = {"name": name, "size_bytes": int(size), "source": src}
+        ws = max(int(size) // 2, int(1.5 * below))
+        if ws > 0.75 * size:
+            row.update(bandwidth=None, note=f"not measured: a working set past the {_mib(below)} below it does not "
+                                            f"fit well inside {_mib(size)}")
+        else:
+            bw = measure_bandwidth(device, ws, quick=quick)
+            row.update(working_set_bytes=ws, copy_bytes_per_s=bw["copy_bytes_per_s"],
+                       read_bytes_per_s=bw["read_bytes_per_s"], timer=bw["timer"],
+                       bandwidth=max(bw["copy_bytes_per_s"], bw["read_bytes_per_s"]))
+        out.append(row)
+        below = size
     return out
 
 
@@ -312,6 +404,9 @@ def ceilings_table(c: Ceilings) -> str:
 
     row("bandwidth (copy)", bw["copy_bytes_per_s"], ds_bw, "B/s")
     row("bandwidth (read)", bw["read_bytes_per_s"], ds_bw, "B/s")
+    for lv in c.details.get("cache_levels") or ():
+        if isinstance(lv, dict) and lv.get("bandwidth"):
+            row(f"{lv['name']} ({_mib(lv['size_bytes'])})", lv["bandwidth"], None, "B/s")
     for dt, g in c.details["gemm"].items():
         ref = ds.peak_flops.get(dt) if ds else None
         row(f"{dt} GEMM {'x'.join(map(str, g['best_shape']))}", g["best_flops"], ref, "FLOP/s")

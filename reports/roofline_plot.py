@@ -16,7 +16,11 @@ FLOP/byte, y: FLOP/s):
   phase's shape with a black edge at (step intensity, step FLOPs / step time): all steps, or
   the headline ones (smallest and largest per phase) past ``MAX_STEP_MARKERS``; the headline
   steps are labelled with their verdict;
-* a point above its roof circled in red and named: a counting error or cache reuse.
+* a point above its roof circled in red and named: a counting error or cache reuse;
+* the device's cache levels (``Device.cache_levels``: a CPU's L2 and L3, a GPU's L2) as extra
+  bandwidth roofs, dash-dotted, one per level ("ceiling:cache:L3"), as in Nsight Compute's
+  hierarchical roofline: a point judged against a level (``roofline.analysis``: cache-resident)
+  sits under that roof, not above the DRAM one.
 
 Labels are placed by ``reports.labels.place_labels``: never over each other, a marker or other
 text (one without a free spot is left out). Every point and step is registered with
@@ -41,7 +45,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 
 from roofline import units as U
-from roofline.analysis import analyze, ceilings
+from roofline.analysis import CACHE_RESIDENT, analyze, cache_ceilings, ceilings
 
 from . import hover
 from .hover import marker_radius
@@ -51,6 +55,8 @@ from .style import (ABOVE_ROOF_COLOR, BATCH_CMAP, CATEGORY_COLORS, DATASHEET_COL
 
 
 BATCH_CMAP_OBJ = matplotlib.colormaps[BATCH_CMAP]
+CACHE_ROOF_COLOR = "#6a51a3"   # the cache levels' roofs: apart from the DRAM roof's colour
+CACHE_ROOF_STYLE = (0, (6, 2, 1, 2))
 
 
 def plotted(result_file) -> list:
@@ -82,8 +88,9 @@ def draw_ceilings(ax, header, dtypes, xs, ys) -> tuple:
     used, sheet = ceilings(header, dtypes)
     xs = np.asarray(xs, dtype=float) if len(xs) else np.array([1.0])
     ys = np.asarray(ys, dtype=float) if len(ys) else np.array([1e12])
+    levels = cache_ceilings(header)
     peaks = [c.value for c in used + sheet if c.kind == "peak"]
-    bws = [c.value for c in used + sheet if c.kind == "bandwidth" and c.value > 0]
+    bws = [c.value for c in used + sheet + levels if c.kind == "bandwidth" and c.value > 0]
     elbows = [p / b for p in peaks for b in bws] or [1.0]
     x_lo = 10 ** math.floor(math.log10(min(xs.min(), min(elbows)) / 2))
     x_hi = 10 ** math.ceil(math.log10(max(xs.max(), max(elbows)) * 3))
@@ -134,6 +141,9 @@ def draw_ceilings(ax, header, dtypes, xs, ys) -> tuple:
                        f"ceiling-label:peak:{c.dtype}:{'used' if solid else 'datasheet'}",
                        ha="right", va="bottom" if up else "top")
 
+    slope_labels += draw_cache_roofs(ax, levels, max((c.value for c in used if c.kind == "peak"), default=None),
+                                     x_lo, y_lo)
+
     if dev.bandwidth > 0 and header.dtype in dev.peak_flops:
         peak = dev.peak_flops[header.dtype]
         ridge = peak / dev.bandwidth
@@ -146,6 +156,27 @@ def draw_ceilings(ax, header, dtypes, xs, ys) -> tuple:
                     bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
 
     return sheet, slope_labels
+
+
+def draw_cache_roofs(ax, levels, top, x_lo, y_lo) -> list:
+    """One dash-dotted bandwidth roof per cache level (``analysis.cache_ceilings``) up to its elbow with the
+    highest peak ``top``, labelled "L3 180 GB/s (measured, 32 MiB)"; returns the labels (to align to the slope)."""
+    out = []
+    if top is None:
+        return out
+    for c in levels:
+        ax.plot([x_lo, top / c.value], [x_lo * c.value, top], color=CACHE_ROOF_COLOR, ls=CACHE_ROOF_STYLE, lw=1.2,
+                gid=f"ceiling:cache:{c.level}")
+        lx = max(x_lo * 2.5, y_lo * 3 / c.value)
+        out.append(ax.text(lx, lx * c.value, f"  {c.level} {U.si(c.value, 'B/s')} ({c.source}, {U.nbytes(c.size_bytes)})",
+                           color=CACHE_ROOF_COLOR, fontsize=7.5, va="bottom", ha="left", rotation_mode="anchor",
+                           zorder=5, gid=f"ceiling-label:cache:{c.level}"))
+    return out
+
+
+def verdict_text(s) -> str:
+    """A step's verdict in a few words: 'memory-bound', 'cache-resident (L3)'."""
+    return f"cache-resident ({s.roof.level_name})" if s.label == CACHE_RESIDENT else f"{s.label}-bound"
 
 
 @styled
@@ -240,6 +271,9 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
     handles.append(Line2D([], [], color=MEASURED_COLOR, label=f"{dev.source} ceilings"))
     if sheet:
         handles.append(Line2D([], [], color=DATASHEET_COLOR, ls=(0, (5, 3)), label="datasheet ceilings"))
+    if dev.cache_levels:
+        handles.append(Line2D([], [], color=CACHE_ROOF_COLOR, ls=CACHE_ROOF_STYLE,
+                              label="cache roofs (" + ", ".join(c.name for c in dev.cache_levels) + ")"))
     if above:
         handles.append(Line2D([], [], marker="o", mfc="none", mec=ABOVE_ROOF_COLOR, ls="none", ms=9,
                               label=f"above its roof ({len(above)})"))
@@ -285,7 +319,7 @@ def point_labels(a, shown, above) -> list:
             on = f" {s.backend}" if several else ""
             q = "".join(f":{n}-{v}" for n, v in (("w", s.key.weight_dtype), ("kv", s.key.kv_dtype)) if v != s.dtype)
             out.append((f"step:{s.phase}:{s.backend}:{s.batch}:{s.context}{q}", (s.intensity, s.achieved_flops),
-                        f"{s.phase} step {s.where}{on}: {s.label}-bound, {U.percent(s.roof_fraction)}",
+                        f"{s.phase} step {s.where}{on}: {verdict_text(s)}, {U.percent(s.roof_fraction)}",
                         MEASURED_COLOR))
     return out
 

@@ -37,6 +37,12 @@ export, every figure and table of the report, and ``roofline diagnose`` consume 
   traced time its label is **communication** (the interconnect sets the step), said with the
   collectives' bus bandwidth against the device's link.
 
+* Cache levels: a device with ``cache_levels`` judges an op whose working set (``working_set_bytes``: the
+  weight of a linear op, else its bytes) fits a level and that moved more bytes/s than the DRAM roof against
+  that level's roof (``roof_for``), labelled **cache-resident** (``Roof.level`` names the level). A step is
+  judged alike: its working set is its largest op's (each op was timed alone, repeated), the sum of its ops'
+  for a trace (they ran one after another).
+
 A step's label follows DESIGN.md "Classification": the summed cost's intensity against the
 ridge of the run's dtype (``bound_by_sum``), the time-weighted op mix (``bound_by_mix``:
 compute when at least half the measured time is in compute-bound ops), and ``overhead``
@@ -51,15 +57,16 @@ from dataclasses import dataclass, field, replace
 
 from . import units as U
 from . import ranks as R
-from .bounds import COMM_DOMINANT, COMPUTE, MEMORY, OVERHEAD, Roof, bound, measured_label, roof_for
+from .bounds import CACHE_RESIDENT, COMM_DOMINANT, COMPUTE, MEMORY, OVERHEAD, Roof, bound, measured_label, roof_for
 from .cost import ZERO, Cost
 from .devices import Device
 from .dtypes import bytes_per_element
+from .formulas import linear_weight_bytes_from_flops
 from .records import ABOVE_ROOF, Measurement
 from .workload import LAYER_OP, LINEAR_OPS, OP_NAMES, op_count
 
 SKIPPED = "skipped"
-LABELS = (MEMORY, COMPUTE, OVERHEAD)
+LABELS = (MEMORY, COMPUTE, OVERHEAD)   # always in label_shares; CACHE_RESIDENT only when a step has such ops
 UNCOSTED, COMMUNICATION = "uncosted", "communication"   # measurement flags that keep an op off the roofline
 OFF_ROOF = (UNCOSTED, COMMUNICATION)
 
@@ -73,6 +80,8 @@ class Ceiling:
     value: float     # B/s or FLOP/s
     source: str      # "measured", "datasheet", "custom", ...
     device: str      # device name
+    level: str = ""  # a cache level's bandwidth ("L2", "L3"); "" for DRAM/HBM
+    size_bytes: float = 0.0  # that level's size
 
     @property
     def unit(self) -> str:
@@ -80,9 +89,15 @@ class Ceiling:
 
     @property
     def text(self) -> str:
-        """'3 TB/s measured' or '800 TFLOP/s bf16 datasheet'."""
+        """'3 TB/s measured', '800 TFLOP/s bf16 datasheet' or '90 GB/s L3 measured'."""
         what = U.si(self.value, self.unit)
-        return f"{what} {self.dtype + ' ' if self.dtype else ''}{self.source}"
+        return f"{what} {self.dtype + ' ' if self.dtype else ''}{self.level + ' ' if self.level else ''}{self.source}"
+
+
+def cache_ceilings(header) -> list[Ceiling]:
+    """The device's cache levels as bandwidth ceilings (smallest level first); [] when it has none."""
+    dev = header.device
+    return [Ceiling("bandwidth", "", c.bandwidth, c.source, dev.name, c.name, c.size_bytes) for c in dev.cache_levels]
 
 
 def ceiling_source(header, kind: str, dtype: str = "") -> str:
@@ -162,6 +177,11 @@ class OpResult:
         return self.m.instance_s * self.count if self.ok else 0.0
 
     @property
+    def verdict(self) -> str:
+        """The label, with the cache level that judged it: 'cache-resident (L3)'."""
+        return f"{self.label} ({self.roof.level_name})" if self.roof.level_name else self.label
+
+    @property
     def above_roof(self) -> bool:
         """Faster than the roof allows: a counting error or cache reuse, never a win."""
         return self.ok and self.roof_fraction > ABOVE_ROOF
@@ -196,6 +216,25 @@ def _weight_share(m: Measurement, model) -> float:
     return _weight_bytes_per_layer(model) * bytes_per_element(m.point.weight_dtype) / m.point.tp / b
 
 
+def working_set_bytes(p) -> float:
+    """Bytes a point's repeated calls keep touching: a linear op's weight (the activations stream through), else
+    its whole ``Cost.bytes``."""
+    if p.op.endswith("_proj") or p.op == "lm_head":
+        rows = p.batch if p.op == "lm_head" else p.batch * p.new_tokens   # the head reads the last token only
+        return linear_weight_bytes_from_flops(p.cost.flops, rows, weight_dtype=p.weight_dtype)
+    return p.cost.bytes
+
+
+def measured_roof(m: Measurement, device: Device, run_dtype: str, base: Roof | None = None) -> Roof:
+    """``roof_for`` with the point's working set and the bytes/s it moved: a cache level's roof when one
+    served it, else ``base`` (the DRAM roof, when the caller has it)."""
+    p = m.point
+    if device.cache_levels and m.ok and m.instance_s > 0 and not any(f in m.flags for f in OFF_ROOF):
+        return roof_for(device, p.compute_dtype, run_dtype, working_set_bytes=working_set_bytes(p),
+                        achieved_bytes_per_s=p.cost.bytes / m.instance_s)
+    return base or roof_for(device, p.compute_dtype, run_dtype)
+
+
 def judge(m: Measurement, roof: Roof, n_layers: int, model=None) -> OpResult:
     p = m.point
     b = bound(p.cost.intensity, roof.ridge)
@@ -206,7 +245,7 @@ def judge(m: Measurement, roof: Roof, n_layers: int, model=None) -> OpResult:
         frac, label = math.nan, off
     else:
         frac = roof.fraction(p.cost, m.instance_s)
-        label = measured_label(p.cost.intensity, frac, roof.ridge)
+        label = measured_label(p.cost.intensity, frac, roof.ridge, roof.level_name)
     count = p.count if p.count else op_count(p.op, n_layers)
     return OpResult(m, count, roof, frac, b, label, roof.predicted_s(p.cost), _weight_share(m, model))
 
@@ -256,6 +295,7 @@ class Step:
     weight_memory_share: float  # share of time in memory-labelled ops whose bytes are mostly weights
     above_roof: tuple          # names of ops faster than their roof allows
     ceiling: Ceiling = field(compare=False, default=None)  # the roof that applies by sum
+    working_set_bytes: float = 0.0  # what the cache rule compared with the levels (see the module docstring)
     sentence: str = ""
     off_roof: tuple = ()       # OpResult kept off the roofline (uncosted, communication): not in time_s
     uncosted_s: float = 0.0    # their time per step, by kind
@@ -415,18 +455,25 @@ def _build_step(key: StepKey, results, roof: Roof, device_name: str, header) -> 
         t_pred += r.predicted_s * n
         if r.bound == COMPUTE:
             t_compute += r.time_s
-        shares[r.label] += r.time_s
+        shares[r.label] = shares.get(r.label, 0.0) + r.time_s
         if r.label == MEMORY and r.weight_share >= 0.5:
             weight_mem += r.time_s
+    ws = _step_working_set(ops, header)
+    if header.device.cache_levels and t > 0:   # the cache rule, as for each op (roof_for)
+        roof = roof_for(header.device, key.dtype, header.dtype, working_set_bytes=ws,
+                        achieved_bytes_per_s=cost.bytes / t)
     fraction = roof.fraction(cost, t)
     by_sum = bound(cost.intensity, roof.ridge)
     share = t_compute / t if t > 0 else 0.0
     src = ceiling_source(header, "bandwidth" if by_sum == MEMORY else "peak", roof.dtype)
-    ceiling = (Ceiling("bandwidth", "", roof.bandwidth, src, device_name) if by_sum == MEMORY
+    if roof.level is not None:
+        src = roof.level.source
+    ceiling = (Ceiling("bandwidth", "", roof.bandwidth, src, device_name, roof.level_name,
+                       roof.level.size_bytes if roof.level else 0.0) if by_sum == MEMORY
                else Ceiling("peak", roof.dtype, roof.peak, src, device_name))
     s = Step(key=key, ops=tuple(ops), layer=layer, skipped=skipped, from_layer=from_layer, roof=roof, time_s=t,
              cost=cost, predicted_s=t_pred, roof_fraction=fraction,
-             label=measured_label(cost.intensity, fraction, roof.ridge), bound_by_sum=by_sum,
+             label=measured_label(cost.intensity, fraction, roof.ridge, roof.level_name), bound_by_sum=by_sum,
              bound_by_mix=COMPUTE if share >= 0.5 else MEMORY, compute_time_share=share,
              label_shares={k: v / t if t > 0 else 0.0 for k, v in shares.items()},
              weight_memory_share=weight_mem / t if t > 0 else 0.0,
@@ -434,15 +481,34 @@ def _build_step(key: StepKey, results, roof: Roof, device_name: str, header) -> 
              uncosted_s=sum(r.time_s for r in off if r.off_roof == UNCOSTED),
              communication_s=sum(r.time_s for r in off if r.off_roof == COMMUNICATION), rank_s=rank_s,
              wire_bytes=sum(R.wire_bytes(r) for r in off if r.off_roof == COMMUNICATION),
-             link=getattr(header.device, "link", None))
+             link=getattr(header.device, "link", None), working_set_bytes=ws)
     if s.communication_s and s.comm_share >= COMM_DOMINANT:
         s = replace(s, label=COMMUNICATION)
     return replace(s, sentence=_sentence(s))
 
 
+def _step_working_set(ops, header) -> float:
+    """Bytes a step keeps touching: its largest op's working set when each op was timed alone and repeated (a
+    profile), the sum over its ops' instances when they ran one after another (a trace)."""
+    sets = [working_set_bytes(r.point) * (r.count if header.kind == "trace" else 1) for r in ops]
+    return (sum(sets) if header.kind == "trace" else max(sets)) if sets else 0.0
+
+
+def _cache_text(s: Step) -> str:
+    """Why a step is judged against a cache level's roof, or ""."""
+    lv = s.roof.level
+    if lv is None:
+        return ""
+    return (f"its working set of {U.nbytes(s.working_set_bytes)} fits the {U.nbytes(lv.size_bytes)} {lv.name} and it "
+            f"moved {U.bandwidth(s.achieved_bytes_per_s)}, above the {U.bandwidth(s.roof.dram_bandwidth)} DRAM roof, "
+            f"so the {lv.name}'s {U.bandwidth(lv.bandwidth)} {lv.source} roof judges it")
+
+
 def _sentence(s: Step) -> str:
     c = s.ceiling
     roof = f"the {U.si(c.value, c.unit)} {c.source} {'bandwidth roof' if c.kind == 'bandwidth' else c.dtype + ' peak'}"
+    if c.level:
+        roof = f"the {U.si(c.value, c.unit)} {c.source} {c.level} bandwidth roof"
     side = f"{U.intensity(s.intensity)} FLOP/byte {'<' if s.bound_by_sum == MEMORY else '>='} ridge {U.intensity(s.ridge)}"
     if s.label == COMMUNICATION:
         bw = f" at {U.bandwidth(s.bus_bandwidth)} bus bandwidth" if s.wire_bytes else ""
@@ -453,6 +519,9 @@ def _sentence(s: Step) -> str:
         head = (f"{s.title} is communication-bound: {U.percent(s.comm_share)} of its {U.seconds(s.traced_s)} step "
                 f"is in collectives ({U.seconds(s.communication_s)}{bw}); its ops alone are "
                 f"{ops}-bound at {U.percent(s.roof_fraction)} of {roof} ({side})")
+    elif s.label == CACHE_RESIDENT and s.roof_fraction <= ABOVE_ROOF:
+        head = (f"{s.title} is cache-resident ({s.roof.level_name}), not DRAM-bound: {U.percent(s.roof_fraction)} "
+                f"of {roof} ({side})")
     elif s.label == OVERHEAD:
         head = (f"{s.title} is overhead-bound (launches, latency or the kernels, not {s.bound_by_sum}): "
                 f"it reaches only {U.percent(s.roof_fraction)} of {roof} that would limit it ({side})")
@@ -470,7 +539,7 @@ def _sentence(s: Step) -> str:
         mix = f"{U.percent(share)} of its measured {U.seconds(s.time_s)} is in compute-bound ops"
     if s.bound_by_mix != s.bound_by_sum:
         mix += f", so by time-weighted op mix it is {s.bound_by_mix}-bound"
-    extra = []
+    extra = [_cache_text(s)] if s.roof.level is not None else []
     if s.from_layer:
         extra.append("step taken as the layer op x n_layers")
     elif s.missing:
@@ -553,7 +622,8 @@ def analyze(rf) -> RunAnalysis:
             r = roofs[compute_dtype] = roof_for(device, compute_dtype, header.dtype)
         return r
 
-    results = [judge(m, roof(m.point.compute_dtype), n_layers, header.model) for m in rf.measurements]
+    results = [judge(m, measured_roof(m, device, header.dtype, roof(m.point.compute_dtype)), n_layers, header.model)
+               for m in rf.measurements]
     groups: dict = defaultdict(list)
     for r in results:
         groups[StepKey.of(r.point)].append(r)

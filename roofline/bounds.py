@@ -12,12 +12,20 @@ Under tensor parallelism a step also waits on collectives: when their time is at
 the step's (``COMM_DOMINANT``), the step is **communication-bound** (the interconnect, not HBM
 or the tensor cores, sets its time). Collectives run between the row-parallel linears and the
 residual adds, so they are added to the ops' time (no overlap).
+
+Cache levels (``Device.cache_levels``: a CPU's L2 and last-level cache, a GPU's L2) are roofs too,
+as in Nsight Compute's hierarchical roofline. Given a measured point's working set (its bytes, the
+weights for a linear op) and the bytes/s it moved, ``roof_for`` judges it against a cache level
+when the working set fits that level and the point moved more bytes/s than the DRAM roof allows:
+of the levels that hold it, the slowest whose bandwidth still bounds the point (the level that
+served it); the fastest that holds it when none does (it stays above its roof). Such a point is
+**cache-resident** (``CACHE_RESIDENT``), not memory-bound, and ``Roof.level`` names the level.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .cost import Cost
 from .devices import Device
@@ -25,6 +33,7 @@ from .errors import RooflineError
 
 MEMORY, COMPUTE, OVERHEAD = "memory", "compute", "overhead"
 COMMUNICATION = "communication"  # a step whose collectives take at least COMM_DOMINANT of its time
+CACHE_RESIDENT = "cache-resident"  # memory-side, but judged against the cache level that served its working set
 OVERHEAD_FRACTION = 0.25  # the seed's "small models may instead spend the step on launches"
 COMM_DOMINANT = 0.5       # collective time "dominates" a step from half of it
 
@@ -47,6 +56,13 @@ class Roof:
     bandwidth: float
     dtype: str        # the dtype whose peak is used
     wanted: str = ""  # the op's compute dtype, when it differs (the fallback rule applied)
+    level: object = None  # the devices.CacheLevel whose bandwidth this is; None: DRAM/HBM
+    dram_bandwidth: float = 0.0  # the DRAM/HBM roof's bandwidth, when this is a cache level's
+
+    @property
+    def level_name(self) -> str:
+        """"L3" for a cache level's roof, "" for the DRAM/HBM roof."""
+        return self.level.name if self.level is not None else ""
 
     @property
     def ridge(self) -> float:
@@ -73,8 +89,32 @@ class Roof:
         return (cost.flops / seconds) / self.attainable(cost.intensity)
 
 
-def roof_for(device: Device, compute_dtype: str, run_dtype: str) -> Roof:
-    """The one fallback rule: the compute dtype's peak, else the run dtype's (said in ``Roof.note``)."""
+def roof_for(device: Device, compute_dtype: str, run_dtype: str, *, working_set_bytes: float = 0.0,
+             achieved_bytes_per_s: float = 0.0) -> Roof:
+    """The one roof rule: the compute dtype's peak, else the run dtype's (said in ``Roof.note``), and the DRAM
+    bandwidth, or a cache level's when ``working_set_bytes`` fits it and ``achieved_bytes_per_s`` is above
+    the DRAM roof (``cache_level``; the module docstring). Analytic callers give neither: the DRAM roof."""
+    roof = _dram_roof(device, compute_dtype, run_dtype)
+    level = cache_level(device, working_set_bytes, achieved_bytes_per_s)
+    if level is None:
+        return roof
+    return replace(roof, bandwidth=level.bandwidth, level=level, dram_bandwidth=roof.bandwidth)
+
+
+def cache_level(device: Device, working_set_bytes: float, achieved_bytes_per_s: float):
+    """The ``CacheLevel`` that served a point, or None (DRAM): levels that hold ``working_set_bytes`` and are
+    faster than DRAM; when the point moved more bytes/s than DRAM allows, the slowest of them whose bandwidth
+    is at least ``achieved_bytes_per_s``, else the fastest of them."""
+    if not (working_set_bytes > 0 and achieved_bytes_per_s > device.bandwidth > 0):
+        return None
+    fits = sorted((c for c in device.cache_levels if c.size_bytes >= working_set_bytes
+                   and c.bandwidth > device.bandwidth), key=lambda c: c.bandwidth)
+    if not fits:
+        return None
+    return next((c for c in fits if c.bandwidth >= achieved_bytes_per_s), fits[-1])
+
+
+def _dram_roof(device: Device, compute_dtype: str, run_dtype: str) -> Roof:
     if not device.bandwidth > 0:
         raise RooflineError(f"{device.name} has no memory bandwidth ({device.bandwidth!r} B/s), so nothing can be "
                             "placed on a roofline: run `roofline ceilings` on that machine, or give the device with "
@@ -98,11 +138,13 @@ def roof_fraction(achieved_flops: float, intensity: float, peak: float, bandwidt
     return achieved_flops / roof if roof > 0 else 0.0
 
 
-def measured_label(intensity: float, fraction: float, ridge: float) -> str:
-    """memory / compute by the ridge, or overhead when far under the roof."""
+def measured_label(intensity: float, fraction: float, ridge: float, level: str = "") -> str:
+    """memory / compute by the ridge, or overhead when far under the roof; cache-resident in place of memory
+    when the roof is a cache ``level``'s."""
     if fraction < OVERHEAD_FRACTION:
         return OVERHEAD
-    return bound(intensity, ridge)
+    b = bound(intensity, ridge)
+    return CACHE_RESIDENT if level and b == MEMORY else b
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,34 @@ COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 
 
 @dataclass(frozen=True)
+class CacheLevel:
+    """One cache level as a ceiling: its name ("L2", "L3"), the bytes it holds (all the instances the
+    measuring threads use together), the bandwidth it served in a copy/read over a working set sized to
+    fit it (B/s), and where those come from. A point whose working set fits it and that moves more
+    bytes/s than the DRAM roof is judged against it (``roofline.bounds.roof_for``)."""
+
+    name: str
+    size_bytes: float
+    bandwidth: float
+    source: str = "measured"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "size_bytes": self.size_bytes, "bandwidth": self.bandwidth, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d, where: str) -> "CacheLevel":
+        if not isinstance(d, dict) or not isinstance(d.get("name"), str) or not d["name"].strip():
+            raise RooflineError(f"{where} must be an object with a non-empty 'name', 'size_bytes' and 'bandwidth' "
+                                f"(e.g. {{\"name\": \"L3\", \"size_bytes\": 33554432, \"bandwidth\": 8e10}}), "
+                                f"but {show_value(d)} was given.")
+        where = f"{where} ({d['name']})"
+        return cls(d["name"], _positive_finite(d.get("size_bytes"), f"{where}: size_bytes must be a positive number "
+                                                                   "of bytes"),
+                   _positive_finite(d.get("bandwidth"), f"{where}: bandwidth must be a positive number of byte/s"),
+                   str(d.get("source", "custom")))
+
+
+@dataclass(frozen=True)
 class Device:
     """A processor's ceilings in SI base units (FLOP/s, byte/s, bytes).
 
@@ -57,6 +85,7 @@ class Device:
     aliases: tuple = ()
     nvml_names: tuple = ()
     link: Interconnect | None = None
+    cache_levels: tuple = ()  # CacheLevel, smallest first: per-level ceilings (a CPU's L2 and L3, a GPU's L2)
 
     def peak(self, dtype: str) -> float:
         d = normalize_dtype(dtype)
@@ -91,7 +120,14 @@ class Device:
             "memory_bytes": self.memory_bytes, "l2_bytes": self.l2_bytes, "sms": self.sms,
             "source": self.source, "provenance": self.provenance, "notes": self.notes,
             "link": self.link.to_dict() if self.link else None,
+            **({"cache_levels": [c.to_dict() for c in self.cache_levels]} if self.cache_levels else {}),
         }
+
+    def with_cache_levels(self, levels) -> "Device":
+        """A copy with these per-level ceilings (``CacheLevel``s, or (name, size_bytes, bandwidth) tuples),
+        kept smallest first."""
+        levels = [c if isinstance(c, CacheLevel) else CacheLevel(*c) for c in levels]
+        return replace(self, cache_levels=tuple(sorted(levels, key=lambda c: c.size_bytes)))
 
     def with_link(self, link: Interconnect | None) -> "Device":
         """A copy whose interconnect is ``link`` (a measured one, or one given on the command line)."""
@@ -122,9 +158,15 @@ class Device:
         sms = check_positive_int(f"{where}: sms", d.get("sms", 0), allow_zero=True)
         link = d.get("link")
         link = Interconnect.from_dict(link, f"{where}: link") if link is not None else None
-        return cls(key=str(d.get("key") or _norm(name)), name=name, kind=str(d.get("kind", "gpu")),
-                   peak_flops=peaks, sms=sms, source=str(d.get("source", "custom")),
-                   provenance=str(d.get("provenance", "")), notes=str(d.get("notes", "")), link=link, **sizes)
+        levels = d.get("cache_levels") or []
+        if not isinstance(levels, list):
+            raise RooflineError(f"{where}: cache_levels must be a list of {{name, size_bytes, bandwidth}} objects, "
+                                f"but {show_value(levels)} was given.")
+        levels = [CacheLevel.from_dict(c, f"{where}: cache_levels[{i}]") for i, c in enumerate(levels)]
+        dev = cls(key=str(d.get("key") or _norm(name)), name=name, kind=str(d.get("kind", "gpu")),
+                  peak_flops=peaks, sms=sms, source=str(d.get("source", "custom")),
+                  provenance=str(d.get("provenance", "")), notes=str(d.get("notes", "")), link=link, **sizes)
+        return dev.with_cache_levels(levels) if levels else dev
 
 
 def _positive_finite(value, rule: str, shown: str | None = None, *, allow_zero: bool = False) -> float:

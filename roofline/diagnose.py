@@ -14,6 +14,9 @@ evidence"):
 * ``decode-weight-bound`` memory-bound linear layers dominate decode: quantize weights or more bandwidth.
 * ``prefill-compute-bound`` compute-bound kernels dominate prefill: more compute.
 * ``overhead-bound``     a phase far under its roof: launches and latency, not the hardware limits.
+* ``cache-resident``     steps whose working set fit a cache level and ran above the DRAM roof
+                         (``roofline.bounds``): judged against that level; the figures do not carry over to
+                         a model or batch that does not fit.
 * ``decode-batch``       decode throughput grows with batch: batch more, but check TPOT against its target.
 * ``latency-floor``      TTFT p50 and TPOT p50 against the roofline floor of their stage (``roofline.floor``) on
                          the device given (or the ceilings of a profile run on the same device): how far above
@@ -30,6 +33,8 @@ evidence"):
                          a file holding a float and a quantized run of the same workload quotes the
                          measured effect against the roofline's prediction (``roofline.compare_rules``).
 
+Actions fit the device kind (``advice``): a CPU is never told to use CUDA graphs.
+
 Thresholds are named constants below, each with its reason.
 """
 
@@ -41,7 +46,7 @@ from dataclasses import dataclass, field
 
 from . import units as U
 from .analysis import analyze
-from .bounds import COMMUNICATION, COMPUTE, MEMORY, OVERHEAD, OVERHEAD_FRACTION
+from .bounds import CACHE_RESIDENT, COMMUNICATION, COMPUTE, MEMORY, OVERHEAD, OVERHEAD_FRACTION
 from .errors import RooflineError
 from .latency import LatencySummary, latency_runs
 from .stats import median
@@ -343,23 +348,74 @@ def profile_findings(rf, src: str = "") -> list:
     return out
 
 
+ADVICE = {   # (rule, device kind) -> what to try; "gpu" is also the advice for a device of unknown kind
+    ("overhead-bound", "gpu"): "look at launches, synchronisation and small shapes: CUDA graphs, fused kernels, a "
+                               "larger batch; more bandwidth or FLOP/s will not show",
+    ("overhead-bound", "cpu"): "look at threads and call sizes: set the thread count to the physical cores "
+                               "(torch.set_num_threads, OMP_NUM_THREADS; fewer threads for small shapes), pin the "
+                               "OpenMP threads (OMP_PROC_BIND=close), a larger batch per call, bf16 only where the "
+                               "CPU has fast paths for it (AMX, AVX512-BF16; else fp32); more bandwidth or FLOP/s "
+                               "will not show",
+    ("prefill-compute-bound", "gpu"): "more compute helps prefill (a faster GPU, tensor-core dtypes); reverse this "
+                                      "if queueing or decode dominate what users wait for",
+    ("prefill-compute-bound", "cpu"): "more compute helps prefill: all physical cores as threads "
+                                      "(torch.set_num_threads), bf16 or int8 matmuls where the CPU has fast paths "
+                                      "(AMX, AVX512-BF16/VNNI), or a GPU; reverse this if queueing or decode "
+                                      "dominate what users wait for",
+    ("cache-resident", "gpu"): "these steps ran from the L2, not HBM: profile the model and batch you will serve "
+                               "(a working set past the L2 falls to the HBM roof) before trusting their times",
+    ("cache-resident", "cpu"): "these steps ran from the CPU's cache, not DRAM: their times hold only while the "
+                               "working set fits; profile the model and batch you will serve (a larger one falls "
+                               "to the DRAM roof), and keep the thread count fixed (each core's cache is its own)",
+}
+
+
+def advice(rule: str, kind: str) -> str:
+    """What to try for ``rule`` on a device of ``kind`` ("cpu" or "gpu")."""
+    return ADVICE.get((rule, kind)) or ADVICE[(rule, "gpu")]
+
+
+def _verdict(label: str) -> str:
+    return "cache-resident" if label == CACHE_RESIDENT else f"{label}-bound"
+
+
+def _cache_finding(name: str, ss, dev, src):
+    """Steps judged against a cache level's roof (``roofline.bounds.roof_for``), or None."""
+    cr = [s for s in ss if s.roof.level is not None]
+    if not cr:
+        return None
+    levels = ", ".join(f"{s.where} in the {s.roof.level_name} ({U.nbytes(s.working_set_bytes)} of "
+                       f"{U.nbytes(s.roof.level.size_bytes)}, {U.bandwidth(s.achieved_bytes_per_s)})" for s in cr)
+    dram = U.bandwidth(cr[0].roof.dram_bandwidth)
+    return Finding("cache-resident", f"{name} ran from cache at {_where(cr)}: faster than the {dram} DRAM roof "
+                   "allows, so each is judged against the roof of the cache level that held its working set.",
+                   f"working set in cache level (of its size) and the bandwidth reached: {levels}",
+                   advice("cache-resident", dev.kind), src)
+
+
 def _phase_findings(phase: str, backend: str, ss, dev, src) -> list:
     name = phase.capitalize() + (f" ({backend})" if backend else "")
-    by_label = {lab: [s for s in ss if s.label == lab] for lab in (MEMORY, COMPUTE, OVERHEAD, COMMUNICATION)}
+    by_label = {lab: [s for s in ss if s.label == lab]
+                for lab in (MEMORY, COMPUTE, OVERHEAD, CACHE_RESIDENT, COMMUNICATION)}
     label = max(by_label, key=lambda lab: (len(by_label[lab]), sum(s.time_s for s in by_label[lab])))
     big = max(ss, key=lambda s: s.time_s)
     sh, top = big.label_shares, big.top
     where = "; ".join(f"{lab} at {_where(x)}" for lab, x in by_label.items() if x)
-    claim = (f"{name} is {label}-bound"
+    claim = (f"{name} is {_verdict(label)}"
              + (" at every measured batch and context." if len(by_label[label]) == len(ss) else
                 f" at {len(by_label[label])} of {len(ss)} measured (batch, context) points."))
     ev = (f"{where} (each step's verdict: its summed cost against the roof). Largest step, batch {big.batch} "
           f"context {big.context}: {U.percent(big.roof_fraction)} of its roof; {100 * sh[MEMORY]:.0f}% of its time "
           f"in memory-bound kernels, {100 * sh[COMPUTE]:.0f}% compute-bound, {100 * sh[OVERHEAD]:.0f}% under "
-          f"{OVERHEAD_FRACTION:.0%} of their roof; its largest kernel {top.op} {ms(top.instance_s)}, intensity "
+          f"{OVERHEAD_FRACTION:.0%} of their roof"
+          + (f", {100 * sh[CACHE_RESIDENT]:.0f}% cache-resident" if sh.get(CACHE_RESIDENT) else "")
+          + f"; its largest kernel {top.op} {ms(top.instance_s)}, intensity "
           f"{top.point.cost.intensity:.1f} FLOP/B vs ridge {top.roof.ridge:.0f}, {100 * top.roof_fraction:.0f}% of "
-          f"its roof on {dev.name}")
+          f"its {top.roof.level_name + ' ' if top.roof.level_name else ''}roof on {dev.name}")
     out = [Finding("phase-bound", claim, ev, "", src)]
+    cache = _cache_finding(name, ss, dev, src)
+    if cache:
+        out.append(cache)
     cb = by_label[COMMUNICATION]
     if cb:
         shares = ", ".join(f"{s.where} {100 * s.comm_share:.0f}%" + (f" at {U.bandwidth(s.bus_bandwidth)} bus "
@@ -389,16 +445,14 @@ def _phase_findings(phase: str, backend: str, ss, dev, src) -> list:
             shares = ", ".join(f"{s.where} {100 * s.label_shares[COMPUTE]:.0f}%" for s in cb)
             out.append(Finding("prefill-compute-bound", f"{name} is limited by arithmetic at {_where(cb)}.",
                                f"share of the prefill step in compute-bound kernels: {shares}",
-                               "more compute helps prefill (a faster GPU, tensor-core dtypes); reverse this if "
-                               "queueing or decode dominate what users wait for", src))
+                               advice("prefill-compute-bound", dev.kind), src))
     ob = [s for s in ss if s.label_shares[OVERHEAD] >= DOMINANT]
     if ob:
         shares = ", ".join(f"{s.where} {100 * s.label_shares[OVERHEAD]:.0f}%" for s in ob)
         out.append(Finding("overhead-bound", f"{name} kernels run far under their roof at {_where(ob)}: "
                            "neither bandwidth nor compute is the limit there.",
                            f"share of the step in kernels under {OVERHEAD_FRACTION:.0%} of their roof: {shares}",
-                           "look at launches, synchronisation and small shapes: CUDA graphs, fused kernels, a larger "
-                           "batch; more bandwidth or FLOP/s will not show", src))
+                           advice("overhead-bound", dev.kind), src))
     return out
 
 
