@@ -26,7 +26,7 @@ from roofline.records import RunHeader, read_results
 from roofline.trace import analyze_trace, kernel_breakdown, model_expectation
 from roofline.trace_device import trace_device
 from roofline.trace_events import read_traces
-from roofline.trace_phases import parse_markers
+from roofline.trace_phases import parse_markers, phase_text
 from roofline.writer import ResultWriter
 
 
@@ -221,8 +221,7 @@ def summary_text(r: TraceRunResult) -> str:
                      f"of {U.seconds(s['attributed_s'])}")
     s = next(x for x in r.summaries if x["rank"] == r.header.settings["rank"])
     for p, ph in s["phases"].items():
-        lines.append(f"{p}: {ph['steps']} step(s), batch {ph['batch']}, context {ph['context']:,} ({ph['how']}); "
-                     f"phases by {ph['method']}")
+        lines.append(f"{phase_text(p, ph)}; phases by {ph['method']}")
     lines.append(f"device: {r.header.device.name} ({r.header.settings['device_from']})")
     for st in r.steps:
         lines.append(f"[{st.label}] {st.sentence}")

@@ -14,6 +14,7 @@ import math
 
 from roofline import units as U
 from roofline import trace_cost
+from roofline.trace_phases import phase_text
 
 TOP_COLUMNS = ("phase", "op", "kind", "instances / step", "time / step", "share of phase", "FLOP/byte", "roof %",
                "label")
@@ -50,8 +51,8 @@ def trace_facts(analysis) -> list[str]:
                    f"collectives {_pct(s['communication_s'] / tot)}, framework {_pct(s['framework_s'] / tot)}; "
                    f"outside the phases {U.seconds(s.get('outside_phases_s', 0.0))}.")
     for p, ph in (st.get("phases") or {}).items():
-        out.append(f"{p.capitalize()}: {ph['steps']} step(s), batch {ph['batch']}, context {ph['context']:,} "
-                   f"({ph['how']}); found by {ph['method']}.")
+        t = phase_text(p, ph)
+        out.append(f"{t[0].upper()}{t[1:]}; found by {ph['method']}.")
     for p, e in (st.get("model_expectation") or {}).items():
         if "error" in e:
             out.append(f"The cost model for {h.model_name} ({p}): {e['error']}")

@@ -66,6 +66,7 @@ from .records import ABOVE_ROOF, Measurement
 from .workload import LAYER_OP, LINEAR_OPS, OP_NAMES, op_count
 
 SKIPPED = "skipped"
+FORWARD = "forward"     # a traced forward whose phase is unknown (roofline.trace_phases): no batch or context
 LABELS = (MEMORY, COMPUTE, OVERHEAD)   # always in label_shares; CACHE_RESIDENT only when a step has such ops
 UNCOSTED, COMMUNICATION = "uncosted", "communication"   # measurement flags that keep an op off the roofline
 OFF_ROOF = (UNCOSTED, COMMUNICATION)
@@ -394,13 +395,19 @@ class Step:
     def where(self) -> str:
         """'b8/ctx1024' (with the cached prefix, tp and quantized dtypes when they are not the default)."""
         k = self.key
-        s = f"b{k.batch}/ctx{k.context}" + (f"+{k.cached} cached" if k.cached else "")
+        if k.phase == FORWARD:
+            s = "forward"
+        else:
+            s = f"b{k.batch}/ctx{k.context}" + (f"+{k.cached} cached" if k.cached else "")
         s += "".join(f" {n}:{v}" for n, v in (("w", k.weight_dtype), ("kv", k.kv_dtype)) if v != k.dtype)
         return s + (f" tp{k.tp}" if k.tp > 1 else "")
 
     @property
     def title(self) -> str:
         q = f" with {self.quant}" if self.quant else ""
+        if self.phase == FORWARD:       # a trace that does not tell its phase: no batch or context invented
+            tok = next((r.point.new_tokens for r in self.ops if r.point.new_tokens), 0)
+            return "A forward (phase unknown)" + (f" of {tok:,} tokens" if tok else "") + q
         if self.phase == "prefill":
             s = f"Prefill of batch {self.batch} x {self.context:,} tokens"
             return s + (f" ({self.cached:,} cached)" if self.cached else "") + q
@@ -409,6 +416,8 @@ class Step:
     @property
     def tokens_per_s(self) -> float:
         """New tokens per second of this step (batch x new tokens / step time)."""
+        if self.phase == FORWARD:
+            return math.nan         # its sequences and tokens per sequence are unknown
         new = self.batch * (1 if self.phase == "decode" else self.context - self.cached)
         return new / self.time_s if self.time_s > 0 else math.nan
 

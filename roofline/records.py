@@ -56,7 +56,7 @@ FORMAT = "roofline-results"
 FORMAT_VERSION = 1
 WIDE_SPREAD = 0.10  # (p80 - p20) / median above this is flagged
 ABOVE_ROOF = 1.05   # a roof fraction above this is faster than the roof allows (5% for timer noise)
-PHASES = ("prefill", "decode")
+PHASES = ("prefill", "decode", "forward")   # forward: a traced forward whose phase is unknown (batch 0)
 STATUSES = ("ok", "skipped")
 TRACE_TIMERS = ("trace", "trace-cpu")  # kernel times from a profiler trace (GPU), or its ops' own durations (CPU)
 
@@ -141,7 +141,7 @@ def _opt(d: dict, key: str, kind, what: str, default):
 class WorkloadPoint:
     model: str
     op: str                 # an OP_NAMES entry, or "layer" for one whole transformer layer
-    phase: str              # "prefill" | "decode"
+    phase: str              # "prefill" | "decode" | "forward" (a trace's forward of unknown phase: batch 0)
     batch: int
     new_tokens: int         # per sequence: prompt - cached for prefill, 1 for decode
     context: int            # prefill: prompt length; decode: tokens already cached
@@ -181,7 +181,8 @@ class WorkloadPoint:
         if not (math.isfinite(flops) and math.isfinite(nbytes)) or flops < 0 or nbytes < 0:
             raise RooflineError(f"cost flops and bytes must be finite and >= 0, not {flops!r}, {nbytes!r}")
         return cls(model=_str(d, "model", what, default=""), op=_str(d, "op", what),
-                   phase=_str(d, "phase", what, choices=PHASES), batch=_int(d, "batch", what, 1),
+                   phase=_str(d, "phase", what, choices=PHASES),
+                   batch=_int(d, "batch", what, 0 if d.get("phase") == "forward" else 1),
                    new_tokens=_int(d, "new_tokens", what, 0), context=_int(d, "context", what, 0),
                    cost=Cost(float(flops), float(nbytes)), dtype=_str(d, "dtype", what, default="bf16"),
                    backend=_str(d, "backend", what, default="torch"), cached=_int(d, "cached", what, 0, default=0),

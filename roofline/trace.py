@@ -37,7 +37,7 @@ from .records import Measurement, WorkloadPoint
 from .trace_cost import COLLECTIVE_OPS, FRAMEWORK, OpCost, cost_op, is_wrapper
 from .trace_events import US, gpu_time, work_items
 from .trace_graphs import ReplayMap, graph_launches, kernel_category
-from .trace_phases import plan_phases
+from .trace_phases import FORWARD, PLAN_PHASES, plan_phases
 
 UNCOSTED, COMMUNICATION = "uncosted", "communication"
 NOT_MODELLED = ("cast", "copy", "fill", "framework")   # work the cost model's step does not have
@@ -232,9 +232,9 @@ def _analyze(trace, model, markers, captures, device_name) -> TraceResult:
         steps = plan.steps.get(ph, 1)
         first = items[0]
         cost = first.cost if first.cost is not None else ZERO
-        new = 1 if ph == "decode" else max(shape["context"] - shape["cached"], 1)
+        new = 1 if ph == "decode" else shape["tokens"] if ph == FORWARD else max(shape["context"] - shape["cached"], 1)
         point = WorkloadPoint(model=model.name if model else "trace", op=f"{name} {sig}".strip(), phase=ph,
-                              batch=max(shape["batch"], 1), new_tokens=new, context=shape["context"], cost=cost,
+                              batch=shape["batch"] if ph == FORWARD else max(shape["batch"], 1), new_tokens=new, context=shape["context"], cost=cost,
                               dtype=dtype, backend="trace", cached=shape["cached"], weight_dtype=dtype, kv_dtype=dtype,
                               compute_dtype=cdt, tp=max(trace.world_size, 1), count=len(items) / steps)
         kernels = Counter()
@@ -275,7 +275,7 @@ def _summary(trace, instances, plan, gt, replay_stats) -> dict:
     top_ops = sorted(agg.items(), key=lambda kv: -kv[1][0])[:15]
     phases = {p: {"steps": plan.steps.get(p, 0), "method": plan.method.get(p, ""), **plan.shape.get(p, {}),
                   "time_s": sum(i.seconds for i, ph in zip(instances, plan.phase) if ph == p)}
-              for p in ("prefill", "decode") if p in plan.shape}
+              for p in PLAN_PHASES if p in plan.shape}
     outside = sum(i.seconds for i, ph in zip(instances, plan.phase) if ph is None)
     uncosted = by_kind[UNCOSTED]
     return {"file": str(trace.path), "rank": trace.rank, "world_size": trace.world_size, "time": gt,
@@ -302,6 +302,8 @@ def model_expectation(result: TraceResult, model, device) -> dict:
 
     out = {}
     for ph, shape in result.summary["phases"].items():
+        if ph == FORWARD:          # no phase, no batch or context: nothing to build the model's step from
+            continue
         steps = max(shape.get("steps", 1), 1)
         dt = result.dtype if result.dtype in ("fp32", "bf16", "fp16") else "bf16"
         try:

@@ -13,9 +13,17 @@ Three sources, the first that applies (``plan_phases``; the plan says which was 
    tokens are [B, S] with S > 1 is a prefill, S = 1 a decode; without token ids, a forward
    seeing more tokens (GEMM rows) than the fewest seen is a prefill, and when every forward
    sees the same count the first is the prefill and the rest decode (a generate call).
-3. **Tokens per step, inferred**: each instance takes the phase of the nearest GEMM or
-   attention before it: attention with one query per sequence is decode; GEMMs with the
-   fewest rows are decode when several row counts appear. Stated as inferred.
+3. **Tokens per step, inferred**, only where the ops show generation (``_generation_pattern``:
+   attention at one query per sequence, or GEMM rows that drop once and for good):
+   each instance takes the phase of the nearest GEMM or attention before it: attention with
+   one query per sequence is decode; GEMMs with the fewest rows are decode when several row
+   counts appear. Stated as inferred.
+
+When none of these tells the phases -- one plain forward, forwards that all see the same tokens
+(a training step, an encoder, a recommender), GEMMs with no attention op at one query per
+sequence -- the instances are **"forward (phase unknown)"** (``FORWARD``): a prefill needs a
+decode after it to be one. Such a step gets no invented batch or context (both 0: unknown);
+its tokens (the GEMM rows it saw) are kept, as seen.
 
 The step shape of each phase (batch, context, cached) comes from its first attention op
 (q [B, Hq, S_q, D] against S_kv keys), else its embedded token ids, else its GEMM rows.
@@ -27,6 +35,17 @@ import bisect
 from dataclasses import dataclass, field
 
 DEFAULT_MARKERS = {"prefill": ("prefill",), "decode": ("decode",)}
+FORWARD = "forward"                       # a forward pass whose phase the trace does not tell
+PLAN_PHASES = ("prefill", "decode", FORWARD)
+UNKNOWN_SHAPE = "phase unknown: batch and context are not inferred"
+
+
+def phase_text(phase: str, ph: dict) -> str:
+    """'decode: 3 step(s), batch 1, context 8 (how)' or 'forward (phase unknown): 2 step(s), 4,096 tokens each (...)'."""
+    if phase == FORWARD:
+        tok = f", {ph['tokens']:,} tokens each" if ph.get("tokens") else ""
+        return f"forward (phase unknown): {ph['steps']} step(s){tok} ({ph['how']})"
+    return f"{phase}: {ph['steps']} step(s), batch {ph['batch']}, context {ph['context']:,} ({ph['how']})"
 
 
 @dataclass
@@ -150,23 +169,32 @@ def plan_phases(trace, instances, markers=None) -> PhasePlan:
                 phase_of[k] = "prefill" if shapes[k][-1] > 1 else "decode"
             elif k in toks and not same:
                 phase_of[k] = "prefill" if toks[k] > low else "decode"
-            else:
-                phase_of[k] = "prefill" if k == min(range(len(fwd))) else "decode"
+        generation = "decode" in phase_of.values()      # a prefill is one only with decode steps after it
+        for k in range(len(fwd)):
+            if not generation:
+                phase_of[k] = FORWARD
+            elif k not in phase_of:                      # no tokens seen: its place in a generate call
+                phase_of[k] = "prefill" if k == 0 else "decode"
         for i in range(n):
             if fwd_of[i] is not None:
                 plan.phase[i] = phase_of[fwd_of[i]]
                 step_of[i] = (0, fwd_of[i])
         how = ("token ids [B, S]: S > 1 is prefill" if shapes else "tokens per forward: more than the fewest is "
-               "prefill" if not same else "call order: the first forward is the prefill, the rest decode")
-        for p in ("prefill", "decode"):
-            plan.method[p] = f"forward sequence ({what}; {how})"
+               "prefill")
+        if generation:
+            for p in ("prefill", "decode"):
+                plan.method[p] = f"forward sequence ({what}; {how})"
+        else:
+            plan.method[FORWARD] = (f"forward sequence ({what}): no forward with fewer tokens follows (no decode "
+                                    "step), so no phase is told")
+            plan.notes.append(_UNKNOWN_NOTE)
         before = sum(1 for k in fwd_of if k is None)
         if before:
             plan.notes.append(f"{before} op instance(s) ran before the first forward call: counted in the totals, "
                               "not in a phase.")
     else:
         _infer_by_tokens(instances, plan, step_of)
-    for p in ("prefill", "decode"):
+    for p in PLAN_PHASES:
         steps = {s for ph, s in zip(plan.phase, step_of) if ph == p}
         if steps:
             plan.steps[p] = max(len(steps), 1)
@@ -174,8 +202,44 @@ def plan_phases(trace, instances, markers=None) -> PhasePlan:
     return plan
 
 
+_UNKNOWN_NOTE = ("the trace does not tell prefill from decode (no phase annotations, no decode step at one token "
+                 "per sequence): its ops are one 'forward (phase unknown)' step, with no batch or context inferred. "
+                 "Record with roofline.capture (or record_function('prefill') / ('decode')) to mark the phases.")
+
+
+def _generation_pattern(instances, order) -> tuple:
+    """Whether the ops look like generation: attention at one query per sequence; or GEMMs whose rows, in time
+    order, drop once and for good: a run of prefill GEMMs, then from the first GEMM with the fewest rows to the
+    end (at least two) none with as many rows as the smallest prefill GEMM (decode, whose attention GEMMs may
+    have a few rows); or only one-row GEMMs (decode at batch 1). A training step (rows rise again in the
+    backward), a plain forward (one row count, or a lone last-token head) is not.
+
+    Returns (generation?, prefill rows: GEMMs with at least this many rows are prefill, or None: the fewest-row
+    rule)."""
+    if any(instances[i].category == "attention" and instances[i].detail.get("s_q") == 1 for i in order):
+        return True, None
+    rows = [instances[i].detail["m"] for i in order if instances[i].category == "gemm" and instances[i].detail.get("m")]
+    if not rows:
+        return False, None
+    low = min(rows)
+    if len(set(rows)) == 1:
+        return low == 1, None
+    first = rows.index(low)
+    head, tail = rows[:first], rows[first:]
+    ok = bool(head) and len(tail) >= 2 and max(tail) < min(head)
+    return ok, (min(head) if ok else None)
+
+
 def _infer_by_tokens(instances, plan: PhasePlan, step_of) -> None:
     order = sorted(range(len(instances)), key=lambda i: instances[i].t)
+    generation, prefill_rows = _generation_pattern(instances, order)
+    if not generation:
+        for i in order:
+            plan.phase[i], step_of[i] = FORWARD, (0, None)
+        plan.method[FORWARD] = ("no annotations or forward calls, and the tokens per op show no generation "
+                                "(prefill GEMMs, then decode GEMMs with the fewest rows to the end)")
+        plan.notes.append(_UNKNOWN_NOTE)
+        return
     ms = {instances[i].detail["m"] for i in order if instances[i].category == "gemm" and instances[i].detail.get("m")}
     low = min(ms) if ms else None
     cur, seg, last = None, -1, None
@@ -184,6 +248,8 @@ def _infer_by_tokens(instances, plan: PhasePlan, step_of) -> None:
         d = inst.detail
         if inst.category == "attention" and d.get("s_q"):
             cur = "decode" if d["s_q"] == 1 else "prefill"
+        elif inst.category == "gemm" and d.get("m") and prefill_rows:
+            cur = "decode" if d["m"] < prefill_rows else "prefill"
         elif inst.category == "gemm" and d.get("m") and len(ms) > 1:
             cur = "decode" if d["m"] == low else "prefill"
         elif inst.category == "gemm" and d.get("m") and cur is None:
@@ -205,9 +271,14 @@ def _infer_by_tokens(instances, plan: PhasePlan, step_of) -> None:
 
 
 def _shapes(instances, plan: PhasePlan, fwd) -> None:
-    for p in ("prefill", "decode"):
+    for p in PLAN_PHASES:
         idx = [i for i, ph in enumerate(plan.phase) if ph == p]
         if not idx:
+            continue
+        if p == FORWARD:                  # no invented batch or context: only the rows it saw
+            rows = next((instances[i].detail.get("m") for i in idx if instances[i].category == "gemm"
+                         and instances[i].detail.get("m")), 0)
+            plan.shape[p] = {"batch": 0, "context": 0, "cached": 0, "tokens": rows, "how": UNKNOWN_SHAPE}
             continue
         att = next((instances[i].detail for i in idx if instances[i].category == "attention"), None)
         if att:
