@@ -158,6 +158,21 @@ async def discover(client, base: str, model: str = "") -> tuple[str, list]:
     return (model or ids[0]), ids
 
 
+async def served_dtype(client, model: str) -> str | None:
+    """The compute dtype the server lists for ``model`` (``GET /v1/models``: ``roofline serve`` adds ``dtype``); None
+    when it says none (most servers) or anything is wrong."""
+    import httpx
+
+    from roofline.dtypes import normalize_dtype
+
+    try:
+        doc = loads((await client.get("/v1/models")).content, limits=HTTP_REPLY)
+        entry = next(m for m in doc["data"] if isinstance(m, dict) and m.get("id") == model)
+        return normalize_dtype(entry["dtype"]) if isinstance(entry.get("dtype"), str) else None
+    except (httpx.HTTPError, BadJSON, KeyError, TypeError, StopIteration, ValueError):
+        return None
+
+
 async def prompt_token_count(client, model: str, text: str, chat: bool = False) -> int | None:
     """Tokens the server counts for ``text`` (its ``/tokenize``: vLLM's or llama.cpp's form); None if not offered.
 

@@ -44,7 +44,7 @@ class EndpointRun:
     model_name: str = ""              # the request's "model"; "" = the first of GET /v1/models
     model: object = None              # a roofline ModelConfig describing the served model (floors), optional
     model_arg: str = ""
-    dtype: str = "bf16"               # the served dtype, as the user says (floors)
+    dtype: str = ""                   # the served dtype as the user says it (floors); "": the server's, else bf16
     prompt_tokens: int = 256
     output_tokens: int = 32
     requests: int = 8
@@ -86,7 +86,7 @@ class EndpointRun:
         if self.model_name:
             args += ["--model-name", self.model_name]
         if self.model is not None:
-            args += ["--model", self.model_arg or self.model.name, "--dtype", self.dtype]
+            args += ["--model", self.model_arg or self.model.name] + (["--dtype", self.dtype] if self.dtype else [])
         args += ["--prompt-tokens", str(self.prompt_tokens), "--output-tokens", str(self.output_tokens),
                  "--requests", str(self.requests), "--rate", f"{self.rate:g}", "--arrival", self.arrival,
                  "--seed", str(self.seed), "--shared-prefix", str(self.shared_prefix),
@@ -128,14 +128,16 @@ def _server_device(model_name: str, base: str):
 
 
 async def _prepare(run: EndpointRun, target, say) -> tuple:
-    """(model name, prompts [(text, requested tokens, max_tokens)]): discovery and prompt sizing."""
-    from .endpoint import chars_per_token, discover, sized_prompt
+    """(model name, prompts [(text, requested tokens, max_tokens)], the dtype the server lists or None): discovery
+    and prompt sizing."""
+    from .endpoint import chars_per_token, discover, served_dtype, sized_prompt
     from .tokenizer import make_prompt
 
     async with target.client(timeout=min(target.timeout, DISCOVERY_TIMEOUT_S)) as client:
         name, ids = await discover(client, target.base, run.model_name)
         if not run.model_name and len(ids) > 1:
             say(f"note: {target.base} serves {len(ids)} models; measuring the first, {name!r} (--model-name picks)")
+        dtype = await served_dtype(client, name)
         per = await chars_per_token(client, name, make_prompt(max(run.prompt_tokens, 256), seed=run.seed * 1000))
         shared = round(max(run.shared_prefix - 1, 0) * (per or 1.0))      # the shared prefix, in characters
         prompts = []
@@ -147,7 +149,16 @@ async def _prepare(run: EndpointRun, target, say) -> tuple:
     if per is None:
         say(f"note: {target.base} offers no /tokenize: each prompt is {run.prompt_tokens - 1} characters (one token "
             "each in our byte tokenizer); the served prompt lengths come from the usage reports.")
-    return name, prompts
+    return name, prompts, dtype
+
+
+def dtype_of(given: str, served: str | None) -> tuple:
+    """(the served dtype for the floors, where it came from): --dtype, else what the server lists, else bf16 assumed."""
+    if given:
+        return given, "given with --dtype"
+    if served:
+        return served, "listed by the server (GET /v1/models)"
+    return "bf16", "assumed: neither --dtype nor the server named it"
 
 
 def run_endpoint(run: EndpointRun, *, say=quiet) -> LatencyResult:
@@ -165,12 +176,13 @@ def run_endpoint(run: EndpointRun, *, say=quiet) -> LatencyResult:
     target = Target(base, run.api, run.model_name, run.timeout, run.connect_timeout, run.ignore_eos,
                     run.usage_per_chunk, run.api_key)
     t = now()
-    name, prompts = asyncio.run(_prepare(run, target, say))
+    name, prompts, served = asyncio.run(_prepare(run, target, say))
+    dtype, dtype_from = dtype_of(run.dtype, served)
     say(f"{base}: model {name!r}; prompts sized in {now() - t:.1f} s")
     target = Target(base, run.api, name, run.timeout, run.connect_timeout, run.ignore_eos, run.usage_per_chunk,
                      run.api_key)
-    header = RunHeader(device=_server_device(name, base), model=run.model, kind="latency", dtype=run.dtype,
-                       settings=run.settings(name), versions=_versions(), git_sha=git_sha(),
+    header = RunHeader(device=_server_device(name, base), model=run.model, kind="latency", dtype=dtype,
+                       settings={**run.settings(name), "dtype_from": dtype_from}, versions=_versions(), git_sha=git_sha(),
                        command=command_line(run.command(run.mode == "resume")), started=started())
     arrivals = arrival_times(run.requests, run.rate, run.arrival, run.seed)
     concurrency = {label: c for c, label in run.configs}

@@ -419,11 +419,13 @@ async def read_json(request):
         raise BadRequest(str(e)) from None
 
 
-def make_app(engine: EngineThread, *, name: str, max_len: int, capacity: int, drain_s: float = GRACE_S):
+def make_app(engine: EngineThread, *, name: str, max_len: int, capacity: int, drain_s: float = GRACE_S,
+             dtype: str = ""):
     """The Starlette app around a (not yet started) ``EngineThread``; the app's lifespan starts and stops it.
 
     ``capacity``: requests in flight (running + waiting) beyond which a new one is answered 503.
     ``drain_s``: seconds running requests get to finish once ``app.state.roofline.begin_shutdown()`` was called.
+    ``dtype``: the served compute dtype, listed with the model (``GET /v1/models``) so a client's floor uses it.
     """
     import contextlib
 
@@ -470,7 +472,8 @@ def make_app(engine: EngineThread, *, name: str, max_len: int, capacity: int, dr
 
     async def models(request):
         return JSONResponse({"object": "list", "data": [{"id": name, "object": "model", "created": 0,
-                                                         "owned_by": "roofline", "max_model_len": max_len}]})
+                                                         "owned_by": "roofline", "max_model_len": max_len,
+                                                         **({"dtype": dtype} if dtype else {})}]})
 
     async def metrics(request):
         c = engine.counts

@@ -109,7 +109,9 @@ def floor_context(rf, result_files, model=None, device=None, dtype=None):
         dev = same[0] if same else None
     if cfg is None or dev is None or not dev.bandwidth > 0 or not dev.peak_flops:
         return None
-    return cfg, dev, dtype or rf.header.dtype
+    if dtype:
+        return cfg, dev, dtype, "given with --dtype"
+    return cfg, dev, rf.header.dtype, rf.header.settings.get("dtype_from") or "recorded by the run"
 
 
 def _with_tpot_targets(findings, result_files, floors=None) -> list:
@@ -157,26 +159,74 @@ def latency_findings(rf, src: str = "", floor_ctx=None, floors=None) -> list:
                                f"no summary line for attempt {run.attempt} in the file",
                                "resume the run (the command printed at the interrupt, or the same command with "
                                "--resume) to measure it completely", src))
-        out += [f for f in (_split(tag, ts, s, src, ratios), _queue(tag, s, src), _stalls(tag, ts, s, src, others),
+        out += [f for f in (_failures(tag, ts, s, src), _split(tag, ts, s, src, ratios), _outside(tag, ts, s, src),
+                            _queue(tag, s, src), _stalls(tag, ts, s, src, others),
                             _prefix(tag, ts, s, rf.header.settings, src, others)) if f]
     return out
+
+
+def _failures(tag, ts, s: LatencySummary, src):
+    """Failed requests, counted by reason (the recorded error's kind), with one full reason each."""
+    failed = [t for t in ts if not t.ok]
+    if not failed:
+        return None
+    kinds: dict = {}
+    for t in failed:
+        kinds.setdefault(t.error.split(":")[0] or "no reason recorded", t.error)
+    counts = {k: sum((t.error.split(":")[0] or "no reason recorded") == k for t in failed) for k in kinds}
+    why = "; ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    every = len(failed) == len(ts)
+    claim = (f"{tag}All {len(ts)} requests failed ({why}): there is no latency to diagnose." if every else
+             f"{tag}{len(failed)} of {len(ts)} requests failed ({why}); the findings below use the "
+             f"{len(ts) - len(failed)} that did not.")
+    ev = "first of each: " + "; ".join(f"request {next(t.id for t in failed if t.error == e)}: {e[:160]}"
+                                       for e in kinds.values())
+    action = ("fix what the reasons name (the server's address, key, model or limits) and run again" if every else
+              "check the reasons: failed requests are left out of every metric")
+    return Finding("requests-failed", claim, ev, action, src)
+
+
+def _outside(tag, ts, s: LatencySummary, src):
+    """The TTFT / TPOT / ITL / queue story of a run measured from outside a server (no server-side stages)."""
+    ok = [t for t in ts if t.ok and t.deliveries and not math.isnan(t.sent)]
+    if not ok or not math.isnan(s.stages.get("queue", math.nan)):      # in-process: _split tells it
+        return None
+    queue = sum(t.sent - t.arrival for t in ok) / len(ok)
+    server = sum(t.ttft for t in ok) / len(ok)
+    ttft = queue + server
+    decode = sum(t.finish - t.deliveries[0] for t in ok) / len(ok)
+    e2e = ttft + decode
+    pct = lambda x, tot: f"{100 * x / tot:.0f}%" if tot > 0 else "n/a"  # noqa: E731
+    itl = s.chunk_itl or s.itl
+    claim = (f"{tag}Mean TTFT {ms(ttft)} = client queue {ms(queue)} ({pct(queue, ttft)}) + server {ms(server)} "
+             f"({pct(server, ttft)}); mean E2E {ms(e2e)} = TTFT {pct(ttft, e2e)}, decode {pct(decode, e2e)}; TPOT p50 "
+             f"{ms(s.tpot.get('p50', math.nan))}, ITL p50 {ms(itl.get('p50', math.nan))}, p99 "
+             f"{ms(itl.get('p99', math.nan))}.")
+    ev = (f"{len(ok)} ok requests ({s.failed} failed), measured from the client: client queue = scheduled arrival -> "
+          "request sent (the wait for a concurrency slot), server = sent -> first output chunk (the server's own "
+          "queue, prefill and the first token's trip; the client cannot split them), decode = first -> last chunk")
+    action = ""
+    if ttft > 0 and queue / ttft >= DOMINANT:
+        action = ("the client's own concurrency limit holds requests back: raise --max-concurrency or lower the rate "
+                  "to measure the server rather than the queue in front of it")
+    return Finding("latency-split", claim, ev, action, src)
 
 
 def _floors(tag, ts, s: LatencySummary, ctx, src) -> tuple:
     """([latency-floor findings], [FloorRatio]) for one configuration."""
     from .floor import latency_floors
 
-    model, device, dtype = ctx
+    model, device, dtype, dtype_from = ctx
     try:
         ratios = latency_floors(s, ts, model, device, dtype)
     except RooflineError as e:
         return [Finding("latency-floor", f"{tag}No roofline floor for this run: {e}", f"model {model.name}, device "
-                        f"{device.name}, dtype {dtype}", "give the --model the server runs", src)], []
+                        f"{device.name}, dtype {dtype} ({dtype_from})", "give the --model the server runs", src)], []
     out = []
     for r in ratios:
         f = r.floor
         notes = f" ({'; '.join(f.notes)})" if f.notes else ""
-        ev = (f"floor = sum over the ops of {model.name} ({dtype}) of max(FLOPs / peak, bytes / bandwidth) x count on "
+        ev = (f"floor = sum over the ops of {model.name} ({dtype}, {dtype_from}) of max(FLOPs / peak, bytes / bandwidth) x count on "
               f"{device.name} ({device.source} ceilings){notes}: {f.flops:.3g} FLOP and {f.bytes:.3g} B for "
               f"{f.shape}; {100 * f.memory_share:.0f}% of the floor's time is bytes")
         if r.metric == "TPOT":

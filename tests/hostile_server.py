@@ -3,7 +3,8 @@
     with hostile_server() as url:                      # 127.0.0.1, an ephemeral port; stops on leaving
         roofline latency --endpoint URL --model-name lying-usage ...
 
-Models (``GET /v1/models`` lists them all; ``/tokenize`` counts one token per character plus <bos>):
+Models (``GET /v1/models`` lists them all, "ok" with ``dtype: fp32`` as ``roofline serve`` lists its own;
+``/tokenize`` counts one token per character plus <bos>):
 
     ok            four one-token chunks with usage, a finish chunk, the usage chunk, [DONE]
     lying-usage   four chunks, each claiming completion_tokens 250, 500, 750, 1000 (for max_tokens 4)
@@ -49,7 +50,8 @@ def make_app(state: dict):
 
     async def models(request):
         state["auth"].append(request.headers.get("authorization"))
-        return JSONResponse({"object": "list", "data": [{"id": m, "object": "model"} for m in MODELS]})
+        return JSONResponse({"object": "list", "data": [{"id": m, "object": "model", **({"dtype": "fp32"} if m == "ok"
+                                                                                        else {})} for m in MODELS]})
 
     async def tokenize(request):
         body = await request.json()

@@ -209,7 +209,7 @@ def test_prefix_reuse_fires_when_shared_blocks_were_recomputed(tmp_path):
 def test_split_and_phase_rules_stay_silent_without_their_evidence(tmp_path):
     failed = RequestTimeline(id=0, arrival=0.0, finish=0.1, status="failed", error="boom", config="c")
     rf = latency_file(tmp_path, "diagnose_all_failed.jsonl", [failed])
-    assert rules(rf) == []                                  # no ok request: nothing to split
+    assert rules(rf) == ["requests-failed"]                 # no ok request: nothing to split, only the failure
     seed = timeline_from_stages(queue=0.020, prefill=0.080, first_delivery=0.005, gaps=(0.025,) * 3)
     assert "phase-bound" not in rules(latency_file(tmp_path, "diagnose_latency_only.jsonl", [seed]))
 

@@ -113,3 +113,43 @@ def test_the_sse_parser_never_raises_anything_but_a_failed_request():
         assert sum(counts) <= max(max_tokens, len(s.chunks))
 
     check()
+
+
+# ------------------------------------------------------------------ diagnose of endpoint runs (issues 22 and 23)
+
+def diagnose(path, *extra):
+    r = CliRunner().invoke(main, ["diagnose", str(path), "--json", *extra])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_diagnose_tells_the_latency_story_of_an_endpoint_run(server, tmp_path):
+    run(server[0], "ok", tmp_path)
+    (split,) = [f for f in diagnose(tmp_path / "latency.jsonl") if f["rule"] == "latency-split"]
+    assert split["claim"].startswith("[endpoint=completions,concurrency=unlimited] Mean TTFT ")
+    assert "= client queue " in split["claim"] and "TPOT p50 " in split["claim"] and "ITL p50 " in split["claim"]
+    assert split["evidence"].startswith("2 ok requests (0 failed), measured from the client")
+
+
+def test_the_endpoint_floor_uses_the_dtype_the_run_recorded_or_was_given_and_says_which(server, tmp_path):
+    run(server[0], "ok", tmp_path, "--model", "tiny")                  # the server lists dtype fp32
+    assert read_results(tmp_path / "latency.jsonl").header.dtype == "fp32"
+    floors = [f for f in diagnose(tmp_path / "latency.jsonl", "--device", "h100") if f["rule"] == "latency-floor"]
+    assert {f["data"]["metric"] for f in floors} == {"TTFT", "TPOT"}
+    assert all("tiny (fp32, listed by the server (GET /v1/models))" in f["evidence"] for f in floors)
+    floors = [f for f in diagnose(tmp_path / "latency.jsonl", "--device", "h100", "--dtype", "bf16")
+              if f["rule"] == "latency-floor"]
+    assert all("tiny (bf16, given with --dtype)" in f["evidence"] for f in floors)
+    run(server[0], "lying-usage", tmp_path / "none", "--model", "tiny")  # a server that names no dtype
+    floors = [f for f in diagnose(tmp_path / "none" / "latency.jsonl", "--device", "h100")
+              if f["rule"] == "latency-floor"]
+    assert floors and all("(bf16, assumed: neither --dtype nor the server named it)" in f["evidence"] for f in floors)
+
+
+def test_diagnose_of_a_run_where_every_request_failed_says_so_and_why(server, tmp_path):
+    run(server[0], "echo-key", tmp_path)
+    found = diagnose(tmp_path / "latency.jsonl")
+    assert [f["rule"] for f in found] == ["requests-failed"]
+    assert found[0]["claim"] == ("[endpoint=completions,concurrency=unlimited] All 2 requests failed (2 http 401): "
+                                 "there is no latency to diagnose.")
+    assert "Incorrect API key provided: Bearer [redacted]" in found[0]["evidence"] and KEY not in found[0]["evidence"]

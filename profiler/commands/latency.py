@@ -195,7 +195,7 @@ def latency(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n
             raise RooflineError(f"{_option_name(ctx, wrong[0])} shapes the in-process loop; with --endpoint the server "
                                 "schedules: leave it out.")
         model_given = bool(_given(ctx, ("model",)))
-        return _endpoint(model=model if model_given else None, dtype=dtype if _given(ctx, ("dtype",)) else "bf16",
+        return _endpoint(model=model if model_given else None, dtype=dtype if _given(ctx, ("dtype",)) else "",
                          url=endpoint, api=api, model_name=model_name, api_key=api_key,
                          concurrency=_concurrency_list(max_concurrency), timeout=timeout,
                          connect_timeout=connect_timeout, ignore_eos=ignore_eos, usage_per_chunk=usage_per_chunk,

@@ -171,7 +171,8 @@ def _run(sock, host, cfg, backend, dtype, torch_device, name, budget, prefix_cac
         warmup(model)
         engine = EngineThread(model, chunk_budget=budget, prefix_cache=prefix_cache, block_size=block_size)
         drain = GRACE_S if grace is None else grace
-        app = make_app(engine, name=name, max_len=max_len, capacity=max_slots + max_queue, drain_s=drain)
+        app = make_app(engine, name=name, max_len=max_len, capacity=max_slots + max_queue, drain_s=drain,
+                       dtype=dtype)
         bound = sock.getsockname()
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         click.echo(f"serving {name} on http://{shown}:{bound[1]}", nl=True)
