@@ -8,6 +8,10 @@ weights scaled so the logits are O(1); ``reference_logits`` gives transformers' 
 for one full forward and for a cached prefill followed by one-token decode steps, past the window.
 
 ``checkpoint(model_type)`` and ``reference(model_type)`` cache both per test session (per process).
+How a parity test uses a ``Reference`` r: our full prefill of r.sequence ~ r.prefill; our prefill of
+r.sequence[:r.prompt] then one-token decode steps ~ r.decode; chunked prefill and prefix reuse give, at each
+position, the same logits as the full prefill, so they compare against r.prefill's rows (positions past
+``WINDOW`` check the window). ``prefill_logits(folder, tokens)`` is one uncached forward of any tokens.
 
 Written against transformers 5.24 (``BUILT_WITH``). Fields that moved between 4.4x and 5.x are guarded:
 - RoPE: 4.4x ``rope_theta`` / ``rope_scaling`` / ``rope_local_base_freq`` became 5.x ``rope_parameters``
