@@ -144,7 +144,10 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
 class LlamaModel:
     def __init__(self, cfg: ModelConfig, *, dtype="bf16", backend="triton", device="cpu", seed=0, max_slots=8,
                  max_len=None, tp: TPGroup | None = None, weight_dtype=None, kv_dtype=None, group_size=None,
-                 zero_point=False):
+                 zero_point=False, random_weights: bool = False):
+        """``cfg.checkpoint`` (a config read from a folder with *.safetensors) loads the real weights
+        (``kernels.checkpoint``) unless ``random_weights``; otherwise weights are random from ``seed``.
+        ``weights_info`` says which (and the files' sha256)."""
         self.cfg = cfg
         self.tp = tp if tp is not None and tp.world > 1 else None
         self.shard, self.lcfg = tp_parts(cfg, self.tp)      # lcfg: the sizes this rank's layers hold
@@ -160,7 +163,13 @@ class LlamaModel:
         if self.max_len < 1 or max_slots < 1:
             raise RooflineError(f"max_len ({self.max_len}) and max_slots ({max_slots}) must be at least 1.")
         self.max_slots = int(max_slots)
-        self.w = init_weights(cfg, self.dtype, self.device, seed)
+        if cfg.checkpoint and not random_weights:
+            from .checkpoint import load_weights
+
+            self.w, self.weights_info = load_weights(cfg, cfg.checkpoint, self.dtype, self.device)
+        else:
+            self.w = init_weights(cfg, self.dtype, self.device, seed)
+            self.weights_info = {"weights": f"random (seed {seed})"}
         if self.tp is not None:
             self.w = shard_weights(cfg, self.w, self.shard, self.tp.rank)
         if self.weight_dtype in WEIGHT_DTYPES:              # the same seeded weights, quantized

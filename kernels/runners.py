@@ -76,7 +76,12 @@ def _one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, quant=None
     if key not in _WEIGHTS:
         _WEIGHTS.clear()
         one = cfg.with_layers(1)
-        w = init_weights(one, dt, dev, seed)
+        if cfg.checkpoint and dev.type != "meta":   # the checkpoint's first layer, embedding and lm_head
+            from .checkpoint import load_weights
+
+            w, _ = load_weights(one, cfg.checkpoint, dt, dev, layers=[0])
+        else:
+            w = init_weights(one, dt, dev, seed)
         if tp is not None:                    # this rank's slice of the same seeded weights
             w = shard_weights(one, w, tp_parts(cfg, tp)[0], tp.rank)
         if quant:

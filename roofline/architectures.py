@@ -258,4 +258,5 @@ def read_hf_config(d: dict, p: Path) -> ModelConfig:
     else:
         values["rope_theta"] = _rope(d, where, r.notes)
     name = d.get("_name_or_path") or p.parent.name or mtype or "custom"
-    return ModelConfig(name=str(name), **values, **r.arch, notes=tuple(r.notes))
+    ckpt = str(p.parent.resolve()) if any(p.parent.glob("*.safetensors")) else ""
+    return ModelConfig(name=str(name), **values, **r.arch, checkpoint=ckpt, notes=tuple(r.notes))

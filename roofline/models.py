@@ -197,6 +197,8 @@ class ModelConfig:
     sliding_window: int = 0        # keys a windowed layer's query sees (itself included); 0: no window
     layer_types: tuple = ()        # per layer "full" or "sliding"; () with a window: every layer slides
     rope_local_theta: float = 0.0  # RoPE base of the sliding layers (Gemma-3); 0: rope_theta
+    # The folder of the checkpoint's *.safetensors when the config came with weights ("": random weights).
+    checkpoint: str = field(default="", compare=False)
     # Sentences about what the config holds and the model does not implement (e.g. RoPE scaling).
     notes: tuple = field(default=(), compare=False)
 

@@ -43,7 +43,10 @@ TARGETS = ("sm_80", "sm_90")
 @click.option("--quality/--no-quality", default=True, show_default=True,
               help="print the quantization quality notes (logits of int8/int4 weights and an int8 KV cache against "
                    "the unquantized model; text output only)")
-def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, jobs, quality):
+@click.option("--model", default="tiny", show_default=True,
+              help="the model checks' model: a preset or a Hugging Face folder (config.json, with *.safetensors its "
+                   "real weights); under the Triton interpreter keep it tiny")
+def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, jobs, quality, model):
     """Validate every kernel and the model (prefill+decode, chunked, prefix reuse, backends, quantized)."""
     if compile_:
         _compile_check(quick, target, kernel_names, jobs, as_json)
@@ -56,7 +59,10 @@ def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, 
     except ImportError as e:  # pragma: no cover
         raise RooflineError(f"the kernels need torch and triton: {e}. Install them with "
                             "`pip install torch triton`.") from None
-    results = run_checks(backend=backend, dtype=dtype, quick=not full)
+    from roofline.models import load_model
+
+    cfg = load_model(model)
+    results = run_checks(backend=backend, dtype=dtype, quick=not full, model=cfg)
     failed = [r for r in results if not r.passed]
     if as_json:
         click.echo(json.dumps([dict(name=r.name, max_rel_err=r.max_rel_err, tol=r.tol, passed=r.passed,
@@ -64,7 +70,9 @@ def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, 
     else:
         from kernels._env import INTERPRET
         mode = "Triton interpreter (no GPU), small shapes" if INTERPRET else "GPU"
-        click.echo(f"roofline check: backend {backend}, dtype {dtype}, {mode}")
+        what = (f"; model {cfg.name}: checkpoint weights from {cfg.checkpoint}" if cfg.checkpoint
+                else f"; model {cfg.name}, random weights")
+        click.echo(f"roofline check: backend {backend}, dtype {dtype}, {mode}{what}")
         for r in results:
             click.echo(str(r))
         click.echo(f"{len(results) - len(failed)}/{len(results)} checks passed"

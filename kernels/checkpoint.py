@@ -1,0 +1,142 @@
+"""Real weights: a Hugging Face checkpoint folder (config.json + *.safetensors) into our model's weights.
+
+    w, info = load_weights(cfg, folder, torch.float32, "cpu")      # init_weights's layout, real values
+
+Every tensor is found through ``roofline.layer``'s WeightSpecs (their ``hf`` names), so a new
+architecture loads with no change here. Linear weights are stored [out, in] by transformers and
+become [in, out]; a fused tensor (Phi-3's qkv_proj, gate_up_proj) is split along its outputs by the
+spec's ``part``; a (1 + w) norm (Gemma) is stored as the multiplier 1 + w, added in fp32 before the
+cast. A tied lm_head is the embedding's transpose. A tensor the ops need and the files lack, or a
+tensor the files hold and no op reads, is a one-line error: the model would not be the checkpoint's.
+``info`` says what was loaded: files, their total bytes, and a sha256 over their contents (recorded
+in result files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import torch
+
+from roofline.errors import RooflineError
+from roofline.layer import model_ops
+from roofline.models import ModelConfig
+
+# Buffers some checkpoints carry that are recomputed, not weights (RoPE's inverse frequencies).
+_IGNORED = ("rotary_emb.inv_freq",)
+# Where the decoder's tensors sit in the files: a causal LM's "model.", or a multimodal model's text part.
+_PREFIXES = ("model.", "model.language_model.", "language_model.model.", "")
+
+
+def weight_files(folder) -> list[Path]:
+    """The *.safetensors files of a checkpoint folder (sorted), [] when it holds none."""
+    p = Path(folder)
+    return sorted(p.glob("*.safetensors")) if p.is_dir() else []
+
+
+def files_sha256(files) -> str:
+    """sha256 over the files' contents, in order (16 MiB reads)."""
+    h = hashlib.sha256()
+    for f in files:
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 24), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def _open_all(files):
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        raise RooflineError("loading *.safetensors needs the safetensors package: pip install safetensors "
+                            "(or give a folder with only config.json for random weights).") from None
+    handles, where = [], {}
+    for f in files:
+        try:
+            h = safe_open(str(f), framework="pt")
+        except Exception as e:   # a damaged or foreign file: name it
+            raise RooflineError(f"checkpoint file {f} cannot be read as safetensors ({e}): give the model's "
+                                "own *.safetensors files.") from None
+        handles.append(h)
+        for k in h.keys():
+            where[k] = h
+    return handles, where
+
+
+def load_weights(cfg: ModelConfig, folder, dtype: torch.dtype, device, *, layers=None) -> tuple[dict, dict]:
+    """The checkpoint's weights in ``init_weights``'s layout (``layers``: only these layer indices, e.g. [0]
+    for a one-layer runner; default all). Returns (weights, info)."""
+    files = weight_files(folder)
+    if not files:
+        raise RooflineError(f"checkpoint folder {folder} holds no *.safetensors files: give the folder the "
+                            "model was saved to (save_pretrained writes model.safetensors).")
+    _, where = _open_all(files)
+    prefix = next((p for p in _PREFIXES if f"{p}layers.0.{_first_layer_name(cfg)}" in where), None)
+    if prefix is None:
+        raise RooflineError(f"checkpoint {folder} has no tensor named like "
+                            f"'model.layers.0.{_first_layer_name(cfg)}': is it a {cfg.arch} checkpoint?")
+    used: set = set()
+
+    def get(name: str) -> torch.Tensor:
+        if name not in where:
+            raise RooflineError(f"checkpoint {folder} lacks the tensor {name!r} that a {cfg.arch} model with this "
+                                "config.json reads: the files and the config do not belong together.")
+        used.add(name)
+        return where[name].get_tensor(name)
+
+    def convert(ws, name: str) -> torch.Tensor:
+        t = get(name)
+        if ws.part:                      # one slice of a fused tensor along its outputs (HF rows)
+            i, sizes = ws.part
+            t = t[sum(sizes[:i]): sum(sizes[: i + 1])]
+        if ws.role == "linear":
+            t = t.t()
+        if tuple(t.shape) != tuple(ws.shape):
+            raise RooflineError(f"checkpoint tensor {name!r} has shape {list(t.shape)} where the config says "
+                                f"{list(ws.shape)} (our layout): the files and the config do not belong together.")
+        t = t.to(torch.float32)
+        if ws.offset:
+            t = t + 1.0                  # Gemma's norms multiply by (1 + w)
+        return t.to(dtype=dtype, device=device).contiguous()
+
+    ops = model_ops(cfg)
+    edge = {ws.key: ws for o in ops if not o.per_layer for ws in o.weights}
+    w = {"embed": convert(edge["embed"], edge["embed"].hf.replace("model.", prefix, 1)),
+         "final_norm": convert(edge["final_norm"], edge["final_norm"].hf.replace("model.", prefix, 1)),
+         "layers": []}
+    layer_ws = [ws for o in ops if o.per_layer for ws in o.weights]
+    for i in (range(cfg.n_layers) if layers is None else layers):
+        w["layers"].append({ws.key: convert(ws, f"{prefix}layers.{i}.{ws.hf}") for ws in layer_ws})
+    if cfg.tie_embeddings:
+        w["lm_head"] = w["embed"].t()
+        used.add("lm_head.weight")       # some tied checkpoints still write it
+    else:
+        w["lm_head"] = convert(edge["lm_head"], "lm_head.weight")
+    loaded = set(range(cfg.n_layers) if layers is None else layers)
+
+    def read_by_us(k: str) -> bool:   # a tensor of the decoder: a loaded layer's, or outside the layers
+        m = re.match(re.escape(prefix) + r"layers\.(\d+)\.", k)
+        return int(m.group(1)) in loaded if m else (k.startswith(prefix) or k.startswith("lm_head"))
+
+    extra = sorted(k for k in where if k not in used and not k.endswith(_IGNORED) and read_by_us(k))
+    if extra:
+        more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
+        raise RooflineError(f"checkpoint {folder} holds tensors no op of a {cfg.arch} model reads: "
+                            f"{', '.join(extra[:3])}{more}; that part of the model is not modelled.")
+    return w, describe(folder)
+
+
+def _first_layer_name(cfg: ModelConfig) -> str:
+    return next(ws.hf for o in model_ops(cfg) if o.per_layer for ws in o.weights)
+
+
+def describe(folder) -> dict:
+    """What a checkpoint folder holds, for a result file's header: {"weights": "checkpoint", files, bytes,
+    sha256}, or {"weights": "random"} without weight files."""
+    files = weight_files(folder) if folder else []
+    if not files:
+        return {"weights": "random (seeded)"}
+    return {"weights": "checkpoint", "folder": str(Path(folder).resolve()), "files": [f.name for f in files],
+            "bytes": sum(f.stat().st_size for f in files), "sha256": files_sha256(files)}
