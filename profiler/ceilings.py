@@ -312,7 +312,9 @@ def _lscpu_cache_levels(text: str | None = None) -> list:
 
 def measure_cache_levels(device: str, levels, *, quick: bool = False) -> list:
     """One bandwidth ceiling per cache level: ``measure_bandwidth`` over a working set of half the level (and at
-    least 1.5x the level below, so the level below cannot serve it), the higher of copy and read.
+    least 1.5x the level below, so the level below cannot serve it), the higher of copy and read, each from its
+    fastest repetition (a copy of a few microseconds loses whole scheduler slices to other processes, and a
+    roof must bound what a kernel can reach; the medians are kept beside them).
 
     ``levels``: [(name, size_bytes, source)], smallest first. Returns a dict per level: name, size_bytes,
     source, working_set_bytes, the copy and read figures and ``bandwidth``; a level too close in size to
@@ -328,9 +330,11 @@ def measure_cache_levels(device: str, levels, *, quick: bool = False) -> list:
                                             f"fit well inside {_mib(size)}")
         else:
             bw = measure_bandwidth(device, ws, quick=quick)
-            row.update(working_set_bytes=ws, copy_bytes_per_s=bw["copy_bytes_per_s"],
-                       read_bytes_per_s=bw["read_bytes_per_s"], timer=bw["timer"],
-                       bandwidth=max(bw["copy_bytes_per_s"], bw["read_bytes_per_s"]))
+            copy = bw["copy_bytes"] / min(bw["copy_times_s"])
+            read = bw["read_bytes"] / min(bw["read_times_s"])
+            row.update(working_set_bytes=ws, copy_bytes_per_s=copy, read_bytes_per_s=read, timer=bw["timer"],
+                       median_copy_bytes_per_s=bw["copy_bytes_per_s"], median_read_bytes_per_s=bw["read_bytes_per_s"],
+                       bandwidth=max(copy, read))
         out.append(row)
         below = size
     return out
@@ -407,6 +411,9 @@ def ceilings_table(c: Ceilings) -> str:
     for lv in c.details.get("cache_levels") or ():
         if isinstance(lv, dict) and lv.get("bandwidth"):
             row(f"{lv['name']} ({_mib(lv['size_bytes'])})", lv["bandwidth"], None, "B/s")
+            if lv["bandwidth"] <= d.bandwidth:
+                lines.append(f"  ({lv['name']} measured no faster than DRAM: not used as a roof; measure again when "
+                             "the machine is quiet)")
     for dt, g in c.details["gemm"].items():
         ref = ds.peak_flops.get(dt) if ds else None
         row(f"{dt} GEMM {'x'.join(map(str, g['best_shape']))}", g["best_flops"], ref, "FLOP/s")
