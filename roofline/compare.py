@@ -202,6 +202,17 @@ class Comparison:
         return [o for o in self.ops if o.time.verdict != SAME]
 
     @property
+    def noise_note(self) -> str:
+        """'' when both runs were quiet; else which side was measured on a busy host (``RunAnalysis.noisy``):
+        such a comparison is said first and not judged (``roofline.compare_rules``)."""
+        sides = [w for w, a in (("before", self.before), ("after", self.after)) if a.noisy]
+        if not sides:
+            return ""
+        return (f"The {' and the '.join(sides)} run{'s were' if len(sides) > 1 else ' was'} measured on a busy "
+                "machine (host-busy: other processes took the CPUs), so the times moved with the load, not only with "
+                "the change: this comparison is not judged. Measure both again on a quiet machine.")
+
+    @property
     def change_text(self) -> str:
         """'weights bf16 -> int8' (or '' when both files ran the same configuration)."""
         return ", ".join(f"{FIELD_NAMES.get(k, k)} {b} -> {a}" for k, (b, a) in self.changed.items())
@@ -258,6 +269,8 @@ def compare(before, after, *, allow_different: bool = False) -> Comparison:
 
     b, a = analyze(before), analyze(after)
     notes = check_comparable(b, a, allow_different)
+    for side, x in (("BEFORE", b), ("AFTER", a)):    # what each reader says (a cut last line), as diagnose does
+        notes += [f"{side}: {n}" for n in getattr(x.rf, "notices", ()) if f"{side}: {n}" not in notes]
     changed = changed_fields(b, a)
     trace = _is_trace(b) or _is_trace(a)
     pfields = tuple(f for f in (TRACE_FIELDS if trace else POINT_FIELDS) if f not in changed)

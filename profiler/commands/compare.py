@@ -37,6 +37,9 @@ def compare(before, after, out_dir, allow_different, as_json):
         click.echo(w.paths["json"].read_text(encoding="utf-8").rstrip())
         return
     c = w.comparison
+    for n in c.notes:                  # what the readers said about each file (a cut last line) comes first
+        if n.startswith(("BEFORE: ", "AFTER: ")):
+            click.echo(f"note: {n}")
     for f in w.findings:
         click.echo(f.text())
     moved = [s for s in c.steps if s.verdict != "no change"]
