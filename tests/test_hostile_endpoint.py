@@ -148,7 +148,7 @@ def test_the_endpoint_floor_uses_the_dtype_the_run_recorded_or_was_given_and_say
 
 def test_diagnose_of_a_run_where_every_request_failed_says_so_and_why(server, tmp_path):
     run(server[0], "echo-key", tmp_path)
-    found = diagnose(tmp_path / "latency.jsonl")
+    found = [f for f in diagnose(tmp_path / "latency.jsonl") if f["rule"] != "noisy-run"]   # the host's load aside
     assert [f["rule"] for f in found] == ["requests-failed"]
     assert found[0]["claim"] == ("[endpoint=completions,concurrency=unlimited] All 2 requests failed (2 http 401): "
                                  "there is no latency to diagnose.")
