@@ -144,11 +144,18 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
             raise RooflineError("--cached and --chunk apply to --phase prefill only.")
         ph = W.decode(model, batch, context, **kw)
     d = explain_phase(ph, device, link)
+    from roofline.capacity import capacity
+
+    cap = capacity(model, device, batch, context, tp=tp, new_tokens=ph.new_tokens if phase == "prefill" else 1,
+                   weight_dtype=ph.dtypes.weight, act_dtype=ph.dtypes.act, kv_dtype=ph.dtypes.kv,
+                   group_size=ph.dtypes.group_size, zero_point=ph.dtypes.zero_point)
+    d["capacity"] = cap.to_dict()
     for n in model.notes:
         click.echo(f"note: {n}", err=True)
     if as_json:
         click.echo(json.dumps(d))
         return
+    click.echo(("DOES NOT FIT: " if not cap.fits else "capacity: ") + cap.sentence)
     click.echo(f"{d['model']} {d['phase']} on {d['device']} ({device.source} ceilings), "
                f"weights {weight_dtype}" + (f" (group {ph.dtypes.group_size}{', zero points' if zero_point else ''})"
                                             if weight_dtype == "int4" else "")

@@ -1,0 +1,174 @@
+"""Does the model fit? Weights + KV cache + activations at a batch and context against a device's memory.
+
+``capacity(cfg, device, batch, context, tp=...)`` returns a ``Capacity`` with one rank's bytes (under
+--tp every rank holds its shard: ``roofline.parallel``), the verdict, the largest batch that fits at
+that context, and the smallest tensor-parallel degree that fits one sequence. Everything is counted
+from ``roofline.layer``'s op list:
+
+* weights: every WeightSpec, linears in the weight dtype (quantized ones with their scales,
+  ``formulas.quantized_weight_bytes``), the embedding, norms and biases in the activation dtype; a tied
+  lm_head is the embedding (once);
+* KV cache: ``batch`` sequences of ``context`` tokens, each layer's capped at its window
+  (``formulas.kv_cache_bytes``: a ring buffer holds at most the window);
+* activations: the largest live set of one layer's step, NB: an estimate: the residual stream, the
+  attention input and output and the MLP's gate, up and activation for every new token
+  (T x (3 H + q + 2 kv + 3 I) elements), plus the fp32 logits of one row per sequence.
+
+Nothing here counts a framework's workspace, CUDA context or fragmentation (typically 1-3 GB on a
+GPU): a fit within a few percent is said as tight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import formulas as F
+from . import units as U
+from .dtypes import bytes_per_element
+from .errors import RooflineError
+from .layer import model_ops
+from .models import ModelConfig
+from .parallel import shard
+
+TIGHT = 0.9   # above this share of the memory a fit is "tight"
+
+
+@dataclass(frozen=True)
+class Capacity:
+    model: str
+    device: str
+    memory_bytes: float          # one device's (0: unknown)
+    tp: int
+    batch: int
+    context: int
+    weight_bytes: float          # one rank's
+    kv_bytes: float              # one rank's, for batch x context
+    activation_bytes: float      # one rank's, an estimate
+    max_batch: int               # the largest batch that fits at this context and tp (0: not even one)
+    min_tp: int                  # the smallest tp that fits batch 1 at this context (0: none up to 64)
+    min_tp_max_batch: int = 0    # the largest batch that fits at min_tp
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weight_bytes + self.kv_bytes + self.activation_bytes
+
+    @property
+    def known(self) -> bool:
+        return self.memory_bytes > 0
+
+    @property
+    def fits(self) -> bool:
+        return not self.known or self.total_bytes <= self.memory_bytes
+
+    @property
+    def verdict(self) -> str:
+        if not self.known:
+            return "unknown"
+        if not self.fits:
+            return "does not fit"
+        return "fits (tight)" if self.total_bytes > TIGHT * self.memory_bytes else "fits"
+
+    @property
+    def sentence(self) -> str:
+        where = f"{self.tp} x {self.device}" if self.tp > 1 else f"one {self.device}"
+        per = " per rank" if self.tp > 1 else ""
+        need = (f"{self.model} needs {U.nbytes(self.weight_bytes)} of weights{per} + "
+                f"{U.nbytes(self.kv_bytes)} of KV cache (batch {self.batch} x context {self.context:,}) + "
+                f"~{U.nbytes(self.activation_bytes)} of activations")
+        if not self.known:
+            return f"{need}; {self.device}'s memory is unknown, so whether it fits is not said."
+        have = f"{U.nbytes(self.memory_bytes)}"
+        if self.fits:
+            return (f"{need} = {U.nbytes(self.total_bytes)} of {where}'s {have}: {self.verdict}; "
+                    f"up to batch {self.max_batch:,} fits at this context.")
+        if self.max_batch:
+            hint = f"batch <= {self.max_batch:,} fits at this context"
+        elif self.min_tp:
+            hint = f"--tp {self.min_tp} fits at batch <= {self.min_tp_max_batch:,} at this context"
+        else:
+            hint = "no tensor-parallel degree up to 64 fits one sequence at this context"
+        return f"{need} = {U.nbytes(self.total_bytes)}, more than {where}'s {have}: does not fit; {hint}."
+
+    def to_dict(self) -> dict:
+        return {"verdict": self.verdict, "fits": self.fits, "memory_bytes": self.memory_bytes, "tp": self.tp,
+                "batch": self.batch, "context": self.context, "weight_bytes": self.weight_bytes,
+                "kv_bytes": self.kv_bytes, "activation_bytes": self.activation_bytes,
+                "total_bytes": self.total_bytes, "max_batch": self.max_batch, "min_tp": self.min_tp,
+                "min_tp_max_batch": self.min_tp_max_batch, "sentence": self.sentence}
+
+
+def weight_bytes(cfg: ModelConfig, tp: int = 1, *, weight_dtype="bf16", act_dtype="bf16", group_size=None,
+                 zero_point=False) -> float:
+    """One rank's bytes of every weight of ``cfg`` (linears in ``weight_dtype``, the rest in ``act_dtype``)."""
+    a = bytes_per_element(act_dtype)
+    total = 0.0
+    for o in model_ops(cfg, shard(cfg, tp)):
+        n = o.count if o.per_layer else 1
+        for w in o.weights:
+            if w.role == "linear":
+                total += n * F.quantized_weight_bytes(*w.shape, weight_dtype=weight_dtype, act_dtype=act_dtype,
+                                                      group_size=group_size, zero_point=zero_point)
+            else:
+                e = 1
+                for s in w.shape:
+                    e *= s
+                total += n * e * a
+    return total
+
+
+def kv_bytes(cfg: ModelConfig, batch: int, context: int, tp: int = 1, *, kv_dtype="bf16") -> float:
+    sh = shard(cfg, tp)
+    return batch * sum(F.kv_cache_bytes(context, 1, sh.n_kv_heads, cfg.head_dim, kv_dtype=kv_dtype,
+                                        window=w or None) for w in cfg.windows)
+
+
+def activation_bytes(cfg: ModelConfig, batch: int, new_tokens: int, tp: int = 1, *, act_dtype="bf16") -> float:
+    sh = shard(cfg, tp)
+    T = batch * new_tokens
+    per_token = 3 * cfg.hidden + sh.q_dim + 2 * sh.kv_dim + 3 * sh.intermediate
+    return T * per_token * bytes_per_element(act_dtype) + batch * sh.vocab * 4
+
+
+def _fits(cfg, memory, batch, context, tp, new_tokens, dt) -> bool:
+    need = (weight_bytes(cfg, tp, **dt["w"]) + kv_bytes(cfg, batch, context, tp, kv_dtype=dt["kv"])
+            + activation_bytes(cfg, batch, new_tokens, tp, act_dtype=dt["w"]["act_dtype"]))
+    return need <= memory
+
+
+def capacity(cfg: ModelConfig, device, batch: int, context: int, *, tp: int = 1, new_tokens: int = 1,
+             weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16", group_size=None, zero_point=False) -> Capacity:
+    """The fit of ``batch`` sequences of ``context`` tokens (``new_tokens`` each this step: 1 for decode, the
+    prompt for prefill) on ``device`` (its ``memory_bytes``) at ``tp`` ranks."""
+    dt = {"w": dict(weight_dtype=weight_dtype, act_dtype=act_dtype, group_size=group_size, zero_point=zero_point),
+          "kv": kv_dtype}
+    mem = float(getattr(device, "memory_bytes", 0) or 0)
+    wb = weight_bytes(cfg, tp, **dt["w"])
+    kb = kv_bytes(cfg, batch, context, tp, kv_dtype=kv_dtype)
+    ab = activation_bytes(cfg, batch, new_tokens, tp, act_dtype=act_dtype)
+    max_batch = min_tp = min_tp_batch = 0
+    if mem:
+        max_batch = _max_batch(cfg, mem, context, tp, new_tokens, dt)
+        for n in (1, 2, 4, 8, 16, 32, 64):
+            try:
+                b = _max_batch(cfg, mem, context, n, new_tokens, dt)
+            except RooflineError:   # a degree the heads do not allow (roofline.parallel's rules)
+                continue
+            if b:
+                min_tp, min_tp_batch = n, b
+                break
+    return Capacity(cfg.name, getattr(device, "name", str(device)), mem, tp, batch, context, wb, kb, ab,
+                    max_batch, min_tp, min_tp_batch)
+
+
+def _max_batch(cfg, mem, context, tp, new_tokens, dt) -> int:
+    """The largest batch that fits (0: not even one sequence), by doubling then bisecting."""
+    fits = lambda b: _fits(cfg, mem, b, context, tp, new_tokens, dt)  # noqa: E731
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while fits(hi) and hi < 1 << 24:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
