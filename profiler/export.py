@@ -59,7 +59,8 @@ def write_csv(result_file, path) -> int:
 def phase_table(result_file) -> str:
     """One row per step. Tensor-parallel steps add the rank count, the collectives' time and share of the
     step, and the per-rank balance (each rank's own step time, slowest / fastest)."""
-    rows = analyze(result_file).steps
+    a = analyze(result_file)
+    rows = a.steps
     if not rows:
         return "no phase verdicts: no op was measured."
     tp = any(s.tp > 1 for s in rows)
@@ -71,7 +72,7 @@ def phase_table(result_file) -> str:
             + (f"{'tp':>4}" if tp else "")
             + f"{'step':>11}{'FLOP/B':>9}{'roof':>7}"
             + (f"{'collectives':>13}{'share':>7}  {'ranks slow/fast':<17}" if tp else "") + "  verdict")
-    out = [head, "-" * len(head)]
+    out = ([f"WARNING: {a.noise_note}"] if a.noise_note else []) + [head, "-" * len(head)]
     above = False
     for s in rows:
         star = "*" if s.roof_fraction > ABOVE_ROOF else ""
@@ -85,8 +86,8 @@ def phase_table(result_file) -> str:
                    + f"{s.batch:>6}{s.context:>8}"
                    + (f"{s.tp:>4}" if tp else "")
                    + f"{U.seconds(s.time_s):>11}{U.intensity(s.intensity):>9}{U.percent(s.roof_fraction):>7}"
-                   + comm + f"  {s.label}{star}"
-                   + (f" (by op mix: {s.bound_by_mix})" if s.bound_by_mix != s.bound_by_sum else ""))
+                   + comm + f"  {s.verdict}{star if s.reliable else ''}"
+                   + (f" (by op mix: {s.bound_by_mix})" if s.bound_by_mix != s.bound_by_sum and s.reliable else ""))
     if tp:
         out.append("tp > 1: step = the ops (each on its slowest rank), collectives beside it; share = collectives / "
                    "(step + collectives); ranks = each rank's own step time, slowest / fastest.")

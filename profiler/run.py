@@ -7,7 +7,8 @@ Shared here: ``Interrupted`` (Ctrl-C after the file is closed, with the command 
 it), the one recorded command line (``command_line``, secrets such as ``--api-key`` redacted),
 ``check_writable`` (the output folder, before any work), ``remove_derived`` (a report or CSV
 made from an older file), ``run_configs`` (latency and endpoint runs: the one writer, resume
-by configuration, one attempt per configuration), ``strict_json`` (stdout JSON without NaN).
+by configuration, one attempt per configuration, a ``host-load`` record per configuration: how
+busy the host was), ``strict_json`` (stdout JSON without NaN).
 """
 
 from __future__ import annotations
@@ -174,6 +175,8 @@ def run_configs(path: Path, mode: str, header: RunHeader, labels: list, run_one,
     """
     from roofline.latency import latency_runs
 
+    from . import probes
+
     writer = ResultWriter(path, mode=mode)
     summaries, skipped, written = [], [], [0]
     try:
@@ -197,7 +200,9 @@ def run_configs(path: Path, mode: str, header: RunHeader, labels: list, run_one,
         remove_derived(path.parent, REPORT_FILES, source=path)   # only a report made from this file
         for label in todo:
             sink = ConfigSink(writer, attempts.get(label, 0) + 1, written)
+            before = probes.CpuProbe().sample()
             s = replace(run_one(label, sink), attempt=sink.attempt)
+            sink.record(host_load(label, before, probes.CpuProbe().sample()))
             writer.write(s)
             summaries.append(s)
     except KeyboardInterrupt:
@@ -206,6 +211,20 @@ def run_configs(path: Path, mode: str, header: RunHeader, labels: list, run_one,
     finally:
         writer.close()
     return LatencyResult(path, summaries, skipped, read_results(path))
+
+
+def host_load(label: str, before: dict, after: dict) -> dict:
+    """A ``host-load`` record: how busy the host was while configuration ``label`` ran (``probes`` samples around it).
+
+    ``others_share``: the machine's CPU time other processes took; ``busy`` when over ``probes.OTHERS_BUSY``.
+    ``roofline.analysis`` reads these records: a latency run with busy configurations says so first.
+    """
+    from . import probes
+
+    share = probes.others_share(before, after)
+    return {"type": "host-load", "config": label, "others_share": round(share, 4),
+            "loadavg_1m": after.get("loadavg_1m"), "usable_cpus": after.get("usable_cpus"),
+            "busy": share > probes.OTHERS_BUSY}
 
 
 def strict_json(obj) -> str:

@@ -132,6 +132,8 @@ def write_report(paths_or_result_files, out_dir="roofline-report") -> dict[str, 
         jobs.append(("", lambda: compare_figures(rfs)))
         owner.append((None, ""))
     report = ReportData(runs)
+    report.notes += [(f"{run.name}: " if several else "") + run.analysis.noise_note for run in runs
+                     if run.analysis.noise_note]          # said first, above every table and figure
     for (run, prefix), figs in zip(owner, render(jobs, out / "figures")):
         for fig, paths in figs:
             (run.figures if run is not None else report.compare).append((fig, paths))

@@ -49,7 +49,7 @@ def render(report, out_dir: Path) -> str:
             lines += _table(trace_section.TOP_COLUMNS, [[t for t, _ in r] for r in
                                                         trace_section.top_rows(run.analysis)]) + [""]
         if run.steps:
-            lines += ["**Verdicts**", ""] + [f"- **{s.label}**: {_cell(s.sentence)}" for s in run.analysis.headline()]
+            lines += ["**Verdicts**", ""] + [f"- **{s.verdict}**: {_cell(s.sentence)}" for s in run.analysis.headline()]
             lines += ["", "<details><summary>Every step of the sweep</summary>", ""]
             cols = PHASE_COLUMNS                    # a file with quantized steps: their dtypes beside each row
             if any(s.quant for s in run.steps):

@@ -67,6 +67,9 @@ from .workload import LAYER_OP, LINEAR_OPS, OP_NAMES, op_count
 
 SKIPPED = "skipped"
 FORWARD = "forward"     # a traced forward whose phase is unknown (roofline.trace_phases): no batch or context
+HOST_BUSY = "host-busy"   # a measurement (or the ceilings) timed while other processes took the CPUs
+UNRELIABLE = "unreliable"  # a step's verdict when a large share of its time was timed on a busy host
+NOISY_SHARE = 0.25      # that share: a step (its time) or a run (its points, its latency configurations)
 LABELS = (MEMORY, COMPUTE, OVERHEAD)   # always in label_shares; CACHE_RESIDENT only when a step has such ops
 UNCOSTED, COMMUNICATION = "uncosted", "communication"   # measurement flags that keep an op off the roofline
 OFF_ROOF = (UNCOSTED, COMMUNICATION)
@@ -303,12 +306,23 @@ class Step:
     communication_s: float = 0.0
     rank_s: tuple = ()         # ((rank, seconds per step), ...) under tensor parallelism: each rank's own sum
     wire_bytes: float = 0.0    # bytes per step one rank put on the interconnect (its collectives)
+    busy_share: float = 0.0    # share of time_s in ops timed while other processes took the CPUs (host-busy)
     link: object = None        # the device's roofline.interconnect.Interconnect, when known
 
     @property
     def traced_s(self) -> float:
         """The step's whole time: its ops on the roofline plus those kept off it."""
         return self.time_s + self.uncosted_s + self.communication_s
+
+    @property
+    def reliable(self) -> bool:
+        """False when at least ``NOISY_SHARE`` of its time was timed on a busy host: its verdict is withheld."""
+        return self.busy_share < NOISY_SHARE
+
+    @property
+    def verdict(self) -> str:
+        """The label a reader is told: ``label``, or "unreliable" when the step is not ``reliable``."""
+        return self.label if self.reliable else UNRELIABLE
 
     @property
     def comm_share(self) -> float:
@@ -491,6 +505,8 @@ def _build_step(key: StepKey, results, roof: Roof, device_name: str, header) -> 
              communication_s=sum(r.time_s for r in off if r.off_roof == COMMUNICATION), rank_s=rank_s,
              wire_bytes=sum(R.wire_bytes(r) for r in off if r.off_roof == COMMUNICATION),
              link=getattr(header.device, "link", None), working_set_bytes=ws)
+    if t > 0:
+        s = replace(s, busy_share=sum(r.time_s for r in ops if HOST_BUSY in r.m.flags) / t)
     if s.communication_s and s.comm_share >= COMM_DOMINANT:
         s = replace(s, label=COMMUNICATION)
     return replace(s, sentence=_sentence(s))
@@ -514,6 +530,10 @@ def _cache_text(s: Step) -> str:
 
 
 def _sentence(s: Step) -> str:
+    if not s.reliable:     # no verdict stated: the time it would rest on includes waiting for a core
+        return (f"{s.title}: unreliable, no verdict: {U.percent(s.busy_share)} of its measured {U.seconds(s.time_s)} "
+                "was timed while other processes took the CPUs (host-busy), so its time, roof fraction and label "
+                "would be the load's, not the kernels'. Measure again on a quiet machine.")
     c = s.ceiling
     roof = f"the {U.si(c.value, c.unit)} {c.source} {'bandwidth roof' if c.kind == 'bandwidth' else c.dtype + ' peak'}"
     if c.level:
@@ -590,6 +610,44 @@ class RunAnalysis:
     @property
     def ok(self) -> list:
         return [r for r in self.results if r.ok]
+
+    @property
+    def busy_points(self) -> int:
+        """Measurements timed while other processes took the CPUs."""
+        return sum(HOST_BUSY in r.m.flags for r in self.ok)
+
+    @property
+    def busy_configs(self) -> list:
+        """Latency / endpoint configurations whose run recorded a busy host (``host-load`` records)."""
+        return [d.get("config", "?") for d in self.rf.extra if d.get("type") == "host-load" and d.get("busy")]
+
+    @property
+    def noisy(self) -> bool:
+        """Whether a large share of the run was measured on a busy host (or its ceilings were): the gate every
+        consumer reads before it judges."""
+        loads = [d for d in self.rf.extra if d.get("type") == "host-load"]
+        return (bool(self.ok) and self.busy_points / len(self.ok) >= NOISY_SHARE) or self.ceilings_busy \
+            or (bool(loads) and len(self.busy_configs) / len(loads) >= NOISY_SHARE)
+
+    @property
+    def ceilings_busy(self) -> bool:
+        return HOST_BUSY in (self.header.ceilings or {}).get("flags", ())
+
+    @property
+    def noise_note(self) -> str:
+        """One sentence for the top of every table, report, diagnosis and comparison; "" on a quiet run."""
+        if not self.noisy:
+            return ""
+        what = []
+        if self.ok and self.busy_points:
+            what.append(f"{self.busy_points} of {len(self.ok)} points were timed while other processes took the CPUs")
+        if self.ceilings_busy:
+            what.append("its ceilings were measured on a busy host")
+        if self.busy_configs:
+            what.append(f"{len(self.busy_configs)} latency configuration(s) ran on a busy host "
+                        f"({', '.join(self.busy_configs)})")
+        return (f"Measured on a busy machine: {'; '.join(what)} (host-busy). Times, ceilings and verdicts from this "
+                "run are unreliable; verdicts on such steps are withheld. Measure again on a quiet machine.")
 
     @property
     def backends(self) -> list:

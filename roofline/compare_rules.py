@@ -87,16 +87,28 @@ def _span(xs, noun: str) -> str:
     return f"{noun} {lo:.2f}-{hi:.2f}x of before (median {m:.2f}x; > 1 is down)"
 
 
+AGAINST = "against prediction"
+
+
 def step_outcome(s) -> str:
-    """"as predicted", "partly", "not" (or "not comparable") for one StepChange."""
+    """"as predicted", "partly", "not", "against prediction" (or "not comparable") for one StepChange.
+
+    Against prediction, always: a step that moved beyond the noise the other way than predicted, or that moved
+    when its cost predicted no change, or that was predicted slower and ended slower still by more than the noise
+    (its whole speed-up range under the prediction, and under ``1 - MIN_CHANGE`` of it) -- a 20x slowdown against
+    a predicted 0.9x is not "as predicted" for having the same sign. A predicted gain realised in part is "partly".
+    """
     if not s.comparable:
         return "not comparable"
     pred, got, v = s.predicted_speedup, s.time.speedup, s.time.verdict
+    _, hi = s.time.interval                   # speed-up range from both sides' p20-p80
     if math.isnan(pred) or abs(pred - 1) < MIN_CHANGE:
-        return "as predicted" if v == SAME else "not"
+        return "as predicted" if v == SAME else AGAINST
     want = FASTER if pred > 1 else SLOWER
-    if v != want:
+    if v == SAME:
         return "not"
+    if v != want or (want == SLOWER and hi < pred and got < pred * (1 - MIN_CHANGE)):
+        return AGAINST                          # the other way, or slower still than a predicted slowdown
     realised = (got - 1) / (pred - 1)
     return "as predicted" if realised >= REALISED else "partly"
 
@@ -110,6 +122,10 @@ def _rule(c: Comparison) -> tuple:
 
 def change_findings(c: Comparison, src: str = "") -> list:
     """Every finding about comparison ``c`` (see the module docstring)."""
+    if c.noise_note:          # said first; nothing is judged on a busy machine's times
+        return [Finding("compare-noisy", c.noise_note, "; ".join(
+            f"{w}: {a.noise_note}" for w, a in (("before", c.before), ("after", c.after)) if a.noise_note),
+            "measure both runs again when the machine is quiet", src), _summary(c, src)]
     out = [_summary(c, src)]
     out += _effects(c, src)
     out += [f for f in (_dequant_bound(c, src), _regressions(c, src), _unmatched(c, src)) if f]
@@ -280,8 +296,11 @@ def _effects(c: Comparison, src: str) -> list:
         if not ss:
             continue
         outcome = [step_outcome(s) for s in ss]
-        n_ok = outcome.count("as predicted")
-        if n_ok == len(ss):
+        n_ok, n_against = outcome.count("as predicted"), outcome.count(AGAINST)
+        if n_against:
+            did = (f"went against its prediction at {n_against} of {len(ss)} steps"
+                   + (f" (as predicted at {n_ok})" if n_ok else ""))
+        elif n_ok == len(ss):
             did = "did what its rule predicted"
         elif n_ok or outcome.count("partly"):
             did = f"did what its rule predicted at {n_ok} of {len(ss)} steps"
@@ -308,7 +327,8 @@ def _effects(c: Comparison, src: str) -> list:
                       "'partly' or 'not' in the comparison table")
         out.append(Finding(f"{rule}-effect", claim, ev, action, src,
                            {"phase": phase, "steps": len(ss), "as_predicted": n_ok,
-                            "partly": outcome.count("partly"), "not": outcome.count("not")}))
+                            "partly": outcome.count("partly"), "not": outcome.count("not"),
+                            "against": n_against}))
     return out
 
 

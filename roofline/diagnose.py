@@ -92,6 +92,9 @@ def diagnose(result_files, *, model=None, device=None, dtype: str | None = None)
     out, floors = [], {}
     for rf in result_files:
         src = str(getattr(rf, "path", ""))
+        noisy = noise_finding(rf, src)
+        if noisy:
+            out.append(noisy)             # said first: what follows rests on a busy machine's numbers
         if rf.measurements:
             out += profile_findings(rf, src)
         if rf.requests:
@@ -371,6 +374,22 @@ def _where(steps) -> str:
     return ", ".join(s.where for s in steps)
 
 
+def noise_finding(rf, src: str = ""):
+    """A "noisy-run" Finding when a large share of ``rf`` was measured on a busy host (``RunAnalysis.noisy``)."""
+    try:
+        a = analyze(rf)
+    except RooflineError:
+        return None
+    if not a.noisy:
+        return None
+    held = [s for s in a.steps if not s.reliable]
+    ev = (f"{len(held)} of {len(a.steps)} steps have no verdict (over a quarter of their time host-busy): "
+          + ", ".join(f"{s.phase} {s.where}" for s in held[:6]) + ("..." if len(held) > 6 else "")
+          if held else "flags host-busy on the points, the ceilings or the latency configurations")
+    return Finding("noisy-run", a.noise_note, ev, "measure again when the machine is quiet (on a shared machine, "
+                   "--threads one below the cores keeps OpenMP from waiting on a busy core)", src)
+
+
 def profile_findings(rf, src: str = "") -> list:
     """Phase verdicts and what to try, from ``roofline.analysis`` steps: one set per backend when a
     file measured several (a triton and a torch step are different steps, never summed)."""
@@ -383,7 +402,7 @@ def profile_findings(rf, src: str = "") -> list:
     several = len(a.backends) > 1
     for phase in ("prefill", "decode"):
         for backend in a.backends:
-            ss = a.phase_steps(phase, backend)
+            ss = [s for s in a.phase_steps(phase, backend) if s.reliable]   # unreliable: said by noise_finding
             if ss:
                 out += _phase_findings(phase, backend if several else "", ss, a.device, src)
     for backend in a.backends:
