@@ -1,13 +1,19 @@
 # Two entry points for a fresh machine (see README): `make run` and `make test`.
-# Both create .venv once; torch is installed first so pip takes the local CPU build
-# (torch==2.13.0) instead of pulling a multi-GB CUDA build through an open range.
+# Both create .venv once; torch is installed first (TORCH, from TORCH_INDEX: below) so the
+# package's open torch range does not pull another build.
 VENV ?= .venv
+# Which torch: TORCH_INDEX is an extra package index for it. Default: the CPU-wheel index when this machine
+# has no nvidia-smi (a CPU box gets torch's CPU build, ~200 MB, not the multi-GB CUDA build), none otherwise
+# (PyPI's default build, CUDA on Linux). Override: make run TORCH_INDEX=https://download.pytorch.org/whl/cu126
+# or TORCH_INDEX= (PyPI only); TORCH picks the version.
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,https://download.pytorch.org/whl/cpu)
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip -q --disable-pip-version-check
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -c "import torch" 2>/dev/null || $(PIP) install torch==2.13.0
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH)"
 	$(PIP) install -e '.[test]'
 	touch $@
 
