@@ -258,7 +258,7 @@ def _ratios(measured: Device, datasheet: Device, dtypes) -> dict:
 
 
 def cpu_cache_levels(sys_cpu: str = "/sys/devices/system/cpu", cpus=None) -> list:
-    """[(name, bytes, source)] of the CPU's data caches from L2 up, smallest first.
+    """[(name, bytes, source, instances)] of the CPU's data caches from L2 up, smallest first.
 
     ``cpus``: the CPUs whose caches count (default: the first ``torch.get_num_threads()`` this process may
     run on); a level's size is the sum over the distinct instances they use (two cores' private 1 MiB L2s
@@ -283,7 +283,7 @@ def cpu_cache_levels(sys_cpu: str = "/sys/devices/system/cpu", cpus=None) -> lis
             if level >= 2 and size:
                 found.setdefault(level, {})[shared] = size
     if found:
-        return [(f"L{lv}", sum(by.values()), f"{sys_cpu} ({len(by)} x {_mib(max(by.values()))})")
+        return [(f"L{lv}", sum(by.values()), f"{sys_cpu} ({len(by)} x {_mib(max(by.values()))})", len(by))
                 for lv, by in sorted(found.items())]
     return _lscpu_cache_levels()
 
@@ -293,7 +293,8 @@ def _mib(n: float) -> str:
 
 
 def _lscpu_cache_levels(text: str | None = None) -> list:
-    """[(name, bytes, source)] from lscpu's "L2 cache: 2 MiB (2 instances)" lines (totals); [] without lscpu."""
+    """[(name, bytes, source, instances)] from lscpu's "L2 cache: 2 MiB (2 instances)" lines (totals); [] without
+    lscpu."""
     import subprocess
 
     if text is None:
@@ -306,7 +307,8 @@ def _lscpu_cache_levels(text: str | None = None) -> list:
         m = re.search(rf"^L{lv} cache:\s*(.+)$", text, re.M)
         size = probes._parse_size(m.group(1)) if m else None
         if size:
-            out.append((f"L{lv}", size, f"lscpu ({m.group(1).strip()})"))
+            n = re.search(r"\((\d+) instances?\)", m.group(1))
+            out.append((f"L{lv}", size, f"lscpu ({m.group(1).strip()})", int(n.group(1)) if n else 1))
     return out
 
 
@@ -316,28 +318,55 @@ def measure_cache_levels(device: str, levels, *, quick: bool = False) -> list:
     fastest repetition (a copy of a few microseconds loses whole scheduler slices to other processes, and a
     roof must bound what a kernel can reach; the medians are kept beside them).
 
-    ``levels``: [(name, size_bytes, source)], smallest first. Returns a dict per level: name, size_bytes,
-    source, working_set_bytes, the copy and read figures and ``bandwidth``; a level too close in size to
-    the one below to be told apart gets ``bandwidth`` None and a ``note``. Caches stay warm between
-    repetitions (no flush): that is the point.
+    Twice: with all of torch's threads over the whole working set ("all_threads"), and with one thread over
+    one instance's share of it, times the thread count ("one_thread_x"): a roof must bound, and on a busy
+    host a few-microsecond copy split over OpenMP threads waits for every thread's core (measured here under
+    load: 0.1 GB/s with 2 threads, 90 GB/s with one), while one thread runs as soon as it has a core. The
+    level's ``bandwidth`` is the higher of the two.
+
+    ``levels``: [(name, size_bytes, source[, instances])], smallest first; ``size_bytes`` is all the
+    instances together (``cpu_cache_levels``). Returns a dict per level: name, size_bytes, source,
+    working_set_bytes, the figures of both ways and ``bandwidth``; a level too close in size to the one
+    below to be told apart gets ``bandwidth`` None and a ``note``. Caches stay warm between repetitions
+    (no flush): that is the point.
     """
+    import torch
+
+    threads = torch.get_num_threads()
     out, below = [], 0
-    for name, size, src in levels:
-        row = {"name": name, "size_bytes": int(size), "source": src}
+    for name, size, src, *rest in levels:
+        instances = max(1, int(rest[0]) if rest else 1)
+        row = {"name": name, "size_bytes": int(size), "source": src, "instances": instances, "threads": threads}
         ws = max(int(size) // 2, int(1.5 * below))
         if ws > 0.75 * size:
             row.update(bandwidth=None, note=f"not measured: a working set past the {_mib(below)} below it does not "
                                             f"fit well inside {_mib(size)}")
         else:
-            bw = measure_bandwidth(device, ws, quick=quick)
-            copy = bw["copy_bytes"] / min(bw["copy_times_s"])
-            read = bw["read_bytes"] / min(bw["read_times_s"])
-            row.update(working_set_bytes=ws, copy_bytes_per_s=copy, read_bytes_per_s=read, timer=bw["timer"],
-                       median_copy_bytes_per_s=bw["copy_bytes_per_s"], median_read_bytes_per_s=bw["read_bytes_per_s"],
-                       bandwidth=max(copy, read))
+            row.update(working_set_bytes=ws, all_threads=_best_rates(device, ws, quick))
+            if threads > 1:
+                torch.set_num_threads(1)
+                try:
+                    one = _best_rates(device, ws // min(instances, threads), quick)
+                finally:
+                    torch.set_num_threads(threads)
+                row["one_thread_x"] = {k: v * threads if k.endswith("_per_s") or k == "bandwidth" else v
+                                       for k, v in one.items()}
+            best = max((row[k] for k in ("all_threads", "one_thread_x") if k in row), key=lambda r: r["bandwidth"])
+            row.update(copy_bytes_per_s=best["copy_bytes_per_s"], read_bytes_per_s=best["read_bytes_per_s"],
+                       timer=best["timer"], bandwidth=best["bandwidth"])
         out.append(row)
         below = size
     return out
+
+
+def _best_rates(device: str, ws: int, quick: bool) -> dict:
+    """``measure_bandwidth`` over ``ws`` bytes: copy and read from their fastest repetitions, medians beside."""
+    bw = measure_bandwidth(device, ws, quick=quick)
+    copy = bw["copy_bytes"] / min(bw["copy_times_s"])
+    read = bw["read_bytes"] / min(bw["read_times_s"])
+    return {"working_set_bytes": ws, "copy_bytes_per_s": copy, "read_bytes_per_s": read,
+            "median_copy_bytes_per_s": bw["copy_bytes_per_s"], "median_read_bytes_per_s": bw["read_bytes_per_s"],
+            "bandwidth": max(copy, read), "timer": bw["timer"]}
 
 
 def measure_bandwidth(device: str, working_set_bytes: int, *, quick: bool = False) -> dict:

@@ -216,23 +216,34 @@ def test_cache_sizes_from_sysfs_sum_private_instances(tmp_path):
         cache(c, 2, 2, "Unified", "1280K", str(c))
         cache(c, 3, 3, "Unified", "30720K", "0-1")
     levels = C.cpu_cache_levels(str(tmp_path), cpus=[0, 1])
-    assert [(n, b) for n, b, _ in levels] == [("L2", 2 * 1280 * 1024), ("L3", 30720 * 1024)]
-    assert [(n, b) for n, b, _ in C.cpu_cache_levels(str(tmp_path), cpus=[1])] == [("L2", 1280 * 1024),
-                                                                                  ("L3", 30720 * 1024)]
+    assert [(n, b, k) for n, b, _, k in levels] == [("L2", 2 * 1280 * 1024, 2), ("L3", 30720 * 1024, 1)]
+    assert [(n, b, k) for n, b, _, k in C.cpu_cache_levels(str(tmp_path), cpus=[1])] == [("L2", 1280 * 1024, 1),
+                                                                                        ("L3", 30720 * 1024, 1)]
     text = "L1d cache: 64 KiB (2 instances)\nL2 cache: 2 MiB (2 instances)\nL3 cache: 32 MiB (1 instance)\n"
-    assert [(n, b) for n, b, _ in C._lscpu_cache_levels(text)] == [("L2", 2 * MiB), ("L3", 32 * MiB)]
+    assert [(n, b, k) for n, b, _, k in C._lscpu_cache_levels(text)] == [("L2", 2 * MiB, 2), ("L3", 32 * MiB, 1)]
 
 
 def test_the_cache_benchmark_gives_a_finite_bandwidth_per_level():
-    rows = C.measure_cache_levels("cpu", [("L2", 128 * 1024, "test"), ("L3", 512 * 1024, "test"),
-                                          ("L4", 600 * 1024, "test")], quick=True)
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        rows = C.measure_cache_levels("cpu", [("L2", 128 * 1024, "test", 2), ("L3", 512 * 1024, "test", 1),
+                                              ("L4", 600 * 1024, "test")], quick=True)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.get_num_threads() == threads
     assert [r["name"] for r in rows] == ["L2", "L3", "L4"]
     assert [r.get("working_set_bytes") for r in rows] == [64 * 1024, 256 * 1024, None]
+    # one thread over one instance's share: half of the L2's 64 KiB working set, all of the shared L3's
+    assert [r["one_thread_x"]["working_set_bytes"] for r in rows[:2]] == [32 * 1024, 256 * 1024]
     for r in rows[:2]:
-        assert math.isfinite(r["bandwidth"]) and r["bandwidth"] > 0
-        assert r["bandwidth"] == max(r["copy_bytes_per_s"], r["read_bytes_per_s"]) and r["timer"] == "cpu-clock"
-        # from the fastest repetition: never below the median's figure
-        assert r["copy_bytes_per_s"] >= r["median_copy_bytes_per_s"] > 0
+        assert math.isfinite(r["bandwidth"]) and r["bandwidth"] > 0 and r["timer"] == "cpu-clock"
+        assert r["bandwidth"] == max(r["copy_bytes_per_s"], r["read_bytes_per_s"])
+        assert r["bandwidth"] == max(r["all_threads"]["bandwidth"], r["one_thread_x"]["bandwidth"])
+        for way in ("all_threads", "one_thread_x"):   # the fastest repetition: never below the median's figure
+            assert r[way]["copy_bytes_per_s"] >= r[way]["median_copy_bytes_per_s"] > 0
     # 1.5 x 512 KiB does not fit well inside 600 KiB: not measured, and said
     assert rows[2]["bandwidth"] is None and "not measured" in rows[2]["note"]
 
