@@ -7,6 +7,8 @@ Kernel checks: fresh random inputs (seeded), shapes that are not multiples of th
 block overrides that force several tiles / splits, outputs poisoned with NaN before the
 launch (an element the kernel forgets to write fails). The reference runs in float64 on the
 same (dtype-rounded) inputs. Error = max |out - ref| / max |ref| (NaN anywhere -> inf).
+Architecture checks (``_architecture_checks``): a linear's bias, GeGLU, sliding-window attention (with and
+without a cached prefix; decode lengths on both sides of the window) and logit softcapping.
 Model checks (model "tiny", 2 layers, 12 tokens quick): prefill + decode steps equal one
 forward_full over the sequence (two slots of different lengths decoded in one batch); chunked prefill equals
 unchunked; prefix reuse equals a full prefill; the triton backend equals the torch backend.
@@ -32,6 +34,7 @@ from roofline.models import load_model
 
 from . import decode_attention as DA
 from . import embedding as E
+from . import geglu as G
 from . import kv_append as KV
 from . import linear as L
 from . import linear_int4 as L4
@@ -143,10 +146,47 @@ def _kernel_checks(ops, dt, dev, quick):
         o = ops.decode_attention(q, kc, vc, ln, slots, **(dict(cfg, out=nan(B, Hq, D)) if tri else {}))
         yield (f"decode_attn lens={lens} Hq/Hkv={Hq}/{Hkv} D={D}", o, DA.reference(*dbl(q, kc, vc), ln, slots),
                ", ".join(f"{k}={v}" for k, v in cfg.items()))
+    yield from _architecture_checks(ops, dev, rnd, nan, tri)
 
 
-def _model_checks(backend, dt, dev, quick):
-    cfg = load_model("tiny")
+def _architecture_checks(ops, dev, rnd, nan, tri):
+    """What other dense architectures add (issue 20): a linear's bias (Qwen2), GeGLU (Gemma), sliding-window
+    attention (Mistral, Gemma-2/3) with and without a cached prefix and decode lengths on both sides of the
+    window, and Gemma-2's logit softcapping. Yields (name, out, ref, detail) like ``_kernel_checks``."""
+    dbl = lambda *ts: [t.double() for t in ts]  # noqa: E731
+    cfgs = lambda c: ", ".join(f"{k}={v}" for k, v in c.items()) if tri else ""  # noqa: E731
+    for M, Nn, K, cfg in [(37, 70, 90, dict(block_m=16, block_n=32, block_k=16)), (3, 200, 300,
+                                                                                    dict(block_k=32, split_k=3))]:
+        x, w, b = rnd(M, K), rnd(K, Nn), rnd(Nn)
+        y = ops.linear(x, w, b, out=nan(M, Nn), **cfg) if tri else ops.linear(x, w, b)
+        yield f"linear+bias M={M} N={Nn} K={K}", y, L.reference(*dbl(x, w, b)), cfgs(cfg)
+    gt, up = rnd(3, 1500), rnd(3, 1500)
+    yield "geglu T=3 I=1500", ops.geglu(gt, up, out=nan(3, 1500)) if tri else ops.geglu(gt, up), \
+        G.reference(*dbl(gt, up)), "gelu(tanh) x up"
+    acfg = dict(block_m=16, block_n=16) if tri else {}
+    for B, n, p, W, cap in [(2, 37, 0, 5, None), (1, 23, 29, 20, None), (1, 30, 10, 25, None),
+                            (2, 19, 5, None, 3.0), (1, 41, 13, 9, 2.5)]:
+        kc, vc, q = rnd(3, 2, 80, 16), rnd(3, 2, 80, 16), rnd(B, n, 4, 16)
+        slots = torch.tensor([2, 0][:B], device=dev)
+        kw = dict(window=W, softcap=cap)
+        o = ops.prefill_attention(q, kc, vc, slots, p, **kw, **(dict(acfg, out=nan(B, n, 4, 16)) if tri else {}))
+        what = (f" window={W}" if W else "") + (f" softcap={cap}" if cap else "")
+        yield f"prefill_attn B={B} n={n} p={p}{what}", o, PA.reference(*dbl(q, kc, vc), slots, p, **kw), cfgs(acfg)
+    for lens, W, cap, cfg in [([3, 40, 0, 17], 16, None, dict(block_n=16, splits=3)),
+                              ([50, 13], 7, None, dict(block_n=16)), ([45, 9], 20, 2.0, dict(block_n=16))]:
+        B = len(lens)
+        kc, vc, q = rnd(4, 2, 64, 16), rnd(4, 2, 64, 16), rnd(B, 4, 16)
+        slots, ln = torch.tensor([3, 0, 1, 2][:B], device=dev), torch.tensor(lens, device=dev)
+        kw = dict(window=W, softcap=cap)
+        o = ops.decode_attention(q, kc, vc, ln, slots, **kw, **(dict(cfg, out=nan(B, 4, 16)) if tri else {}))
+        what = f" window={W}" + (f" softcap={cap}" if cap else "")
+        yield f"decode_attn lens={lens}{what}", o, DA.reference(*dbl(q, kc, vc), ln, slots, **kw), cfgs(cfg)
+
+
+def _model_checks(backend, dt, dev, quick, model="tiny"):
+    """The model (a preset, or a checkpoint folder: its real weights) against itself: prefill+decode =
+    forward_full, chunked = unchunked, prefix reuse = full prefill, one backend = the other."""
+    cfg = model if not isinstance(model, str) else load_model(model)
     make = lambda be=backend: LlamaModel(cfg, dtype=dt, backend=be, device=dev, seed=7, max_slots=4,  # noqa: E731
                                          max_len=64)
     g = torch.Generator().manual_seed(99)
@@ -369,12 +409,13 @@ def quality_notes(dtype="fp32", device=None, *, backend=None, model="small", tok
 
 
 def run_checks(backend="triton", dtype="fp32", device=None, quick=True, *,
-               parts=("kernels", "model", "quant")) -> list:
+               parts=("kernels", "model", "quant"), model="tiny") -> list:
     """Every kernel and the model against their references; returns CheckResults (never raises on a miss).
 
     ``quick``: small shapes (the only sensible choice under the interpreter); ``quick=False`` adds
     larger shapes with the default (GPU) block sizes and longer model sequences. ``parts``: "kernels",
-    "model", "quant" (the quantized kernels and model, ``_quant_checks``).
+    "model", "quant" (the quantized kernels and model, ``_quant_checks``). ``model``: the model checks' model
+    (a preset or a Hugging Face folder, with its real weights when it holds *.safetensors).
     """
     dt = torch_dtype(dtype)
     dname = dtype_name(dt)
@@ -383,7 +424,7 @@ def run_checks(backend="triton", dtype="fp32", device=None, quick=True, *,
     results = []
     for name, out, ref, detail in (_kernel_checks(ops, dt, dev, quick) if "kernels" in parts else ()):
         results.append(_result(name, rel_err(out, ref), KERNEL_TOL[dname], detail))
-    for name, out, ref, detail in (_model_checks(ops.name, dt, dev, quick) if "model" in parts else ()):
+    for name, out, ref, detail in (_model_checks(ops.name, dt, dev, quick, model) if "model" in parts else ()):
         results.append(_result(name, rel_err(out, ref), MODEL_TOL[dname], detail))
     if "quant" in parts:
         results += list(_quant_checks(ops, dt, dev, quick))

@@ -9,6 +9,9 @@ the JIT would compile (signature, constexprs, divisibility attributes), so the v
 the launchers' own, never a copy of their rules. Distinct compilations become ``Variant``s;
 the grids of every launch that maps to one are kept for the grid-limit check.
 
+Other dense architectures (``_architecture_launches``, issue 20): attention with a sliding window and / or
+logit softcapping, linears with a bias (float, int8, int4) and GeGLU, on the same shapes.
+
 Quantized passes (``QUANT_PASSES``): the same shapes again with int8 / int4 weights and an 8-bit KV
 cache (the linears, kv_append and attention only), in the 16-bit dtypes a GPU runs them in: int8
 weights with an int8 KV cache; int4 (g128) with an fp8 KV cache where the target has fp8 (sm_90;
@@ -160,7 +163,58 @@ def record(target: Target, combos) -> list:
                 kc = torch.empty(batch, cfg.n_kv_heads, context + 17, cfg.head_dim, dtype=dt, device=meta)
                 rec.context = dict(where, op="attention after 17 cached")
                 PA.prefill_attention(q, kc, kc, torch.arange(batch, device=meta), 17)
+            _architecture_launches(rec, where, cfg, phase, batch, context, dt, target)
     return rec.launches
+
+
+WINDOW, SOFTCAP = 4096, 50.0   # Mistral-7B's and Gemma-2's sliding window; Gemma-2's attention softcap
+# (window, softcap) beside the plain launch: Mistral (window), Gemma-2 local (both) and global (softcap) layers
+ATTENTION_FEATURES = ((WINDOW, None), (WINDOW, SOFTCAP), (None, SOFTCAP))
+
+
+def _architecture_launches(rec, where, cfg, phase, batch, context, dt, target) -> None:
+    """What the Llama runners do not reach but other dense architectures launch (issue 20): attention with a
+    sliding window and / or softcapping (WINDOW / SOFTCAP on), a q_proj-shaped linear with a bias (BIAS on;
+    int8 and int4 weights too in the 16-bit dtypes), and GeGLU, on ``cfg``'s shapes."""
+    from . import decode_attention as DA
+    from . import geglu as G
+    from . import linear as L
+    from . import linear_int4 as L4
+    from . import linear_int8 as L8
+    from . import prefill_attention as PA
+    from .quant import INT4_GROUP, QuantWeight
+
+    meta = torch.device("meta")
+    T = batch * (context if phase == "prefill" else 1)
+    H, D, Hq, Hkv = cfg.hidden, cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
+    slots = torch.arange(batch, device=meta)
+    for window, softcap in ATTENTION_FEATURES:
+        rec.context = dict(where, op=f"attention window={window} softcap={softcap}")
+        if phase == "prefill":
+            q = torch.empty(batch, context, Hq, D, dtype=dt, device=meta)
+            kc = torch.empty(batch, Hkv, context, D, dtype=dt, device=meta)
+            PA.prefill_attention(q, kc, kc, slots, 0, window=window, softcap=softcap)
+        else:
+            q = torch.empty(batch, Hq, D, dtype=dt, device=meta)
+            kc = torch.empty(batch, Hkv, context + 1, D, dtype=dt, device=meta)
+            DA.decode_attention(q, kc, kc, torch.empty(batch, dtype=torch.int32, device=meta), slots,
+                                max_len=context + 1, window=window, softcap=softcap)
+    x, N = torch.empty(T, H, dtype=dt, device=meta), Hq * D
+    bias = torch.empty(N, dtype=dt, device=meta)
+    rec.context = dict(where, op="q_proj bias")
+    L.linear(x, torch.empty(H, N, dtype=dt, device=meta), bias)
+    if dt != torch.float32:                                  # the quantized passes' dtypes
+        q8 = QuantWeight("int8", torch.empty(N, H, dtype=torch.int8, device=meta),
+                         torch.empty(N, dtype=dt, device=meta), None, H, N)
+        q4 = QuantWeight("int4", torch.empty(N, H // 2, dtype=torch.uint8, device=meta),
+                         torch.empty(H // INT4_GROUP, N, dtype=dt, device=meta), None, H, N, INT4_GROUP)
+        rec.context = dict(where, op="q_proj bias w=int8")
+        L8.linear_int8(x, q8, bias)
+        rec.context = dict(where, op="q_proj bias w=int4")
+        L4.linear_int4(x, q4, bias)
+    rec.context = dict(where, op="geglu")
+    g = torch.empty(T, cfg.intermediate, dtype=dt, device=meta)
+    G.geglu(g, g)
 
 
 class BinderMissing(RuntimeError):

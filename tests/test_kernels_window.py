@@ -246,3 +246,40 @@ def test_linear_bias_errors_and_cost():
         L.linear(x, w, torch.zeros(5, dtype=torch.float16))
     assert L.cost(3, 8, 5, bias=True) == F.linear(3, 8, 5, bias=True)
     assert L.cost(3, 8, 5, bias=True).flops - L.cost(3, 8, 5).flops == 15
+
+
+# ---------------------------------------------------------------- checks and compile-check variants
+
+def test_run_checks_cover_the_new_features():
+    from kernels.check import run_checks
+
+    res = [r for r in run_checks("triton", "fp32", parts=("kernels",))
+           if any(k in r.name for k in ("bias", "geglu", "window", "softcap"))]
+    names = " | ".join(r.name for r in res)
+    assert len(res) == 11, names
+    assert "linear+bias M=3" in names and "geglu" in names and "p=29 window=20" in names
+    assert "decode_attn lens=[3, 40, 0, 17] window=16" in names and "softcap=2.5" in names
+    assert all(r.passed for r in res), [str(r) for r in res if not r.passed]
+
+
+def test_variants_launch_window_softcap_bias_and_geglu():
+    from kernels import variants as V
+    from kernels._launch import kernel_name, recording
+    from roofline.models import load_model
+
+    cfg = load_model("llama-3-8b")
+    flags = {}
+    with recording(132) as rec:
+        for phase in ("prefill", "decode"):
+            V._architecture_launches(rec, {}, cfg, phase, 2, 128, torch.bfloat16, V.TARGETS["sm_90"])
+    for ln in rec.launches:
+        c = ln.constexprs
+        flags.setdefault(kernel_name(ln.kernel), set()).add(
+            tuple(c.get(k) for k in ("WINDOW", "SOFTCAP", "BIAS") if k in c))
+    assert flags["_prefill_attn_kernel"] == flags["_decode_split_kernel"] == {(True, False), (True, True),
+                                                                               (False, True)}
+    assert flags["_linear_kernel"] == flags["_linear_int8_kernel"] == flags["_linear_int4_kernel"] == {(True,)}
+    assert "_geglu_kernel" in flags
+    # the window reaches the decode kernel as a runtime int and the splits cover min(129, 4096) keys
+    dec = [ln for ln in rec.launches if kernel_name(ln.kernel) == "_decode_split_kernel"]
+    assert {ln.args[13] for ln in dec} == {4096, 0}
