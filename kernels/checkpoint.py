@@ -132,11 +132,18 @@ def _first_layer_name(cfg: ModelConfig) -> str:
     return next(ws.hf for o in model_ops(cfg) if o.per_layer for ws in o.weights)
 
 
+_DESCRIBED: dict = {}   # (folder, (name, size, mtime_ns) per file) -> its description: hashed once per process
+
+
 def describe(folder) -> dict:
-    """What a checkpoint folder holds, for a result file's header: {"weights": "checkpoint", files, bytes,
-    sha256}, or {"weights": "random"} without weight files."""
+    """What a checkpoint folder holds, for a result file's header: {"weights": "checkpoint", folder, files,
+    bytes, sha256}, or {"weights": "random (seeded)"} without weight files."""
     files = weight_files(folder) if folder else []
     if not files:
         return {"weights": "random (seeded)"}
-    return {"weights": "checkpoint", "folder": str(Path(folder).resolve()), "files": [f.name for f in files],
-            "bytes": sum(f.stat().st_size for f in files), "sha256": files_sha256(files)}
+    stats = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    key = (str(Path(folder).resolve()), stats)
+    if key not in _DESCRIBED:
+        _DESCRIBED[key] = {"weights": "checkpoint", "folder": key[0], "files": [f.name for f in files],
+                           "bytes": sum(s[1] for s in stats), "sha256": files_sha256(files)}
+    return dict(_DESCRIBED[key])

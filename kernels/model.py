@@ -260,7 +260,7 @@ class LlamaModel:
 
         def attend(q, kc, vc, **kw):                                       # q: [n, Hq, D] -> [1, n, Hq, D]
             return ops.prefill_attention(q.view(1, n, cfg.n_heads, cfg.head_dim), kc, vc, slots, p,
-                                         **kw).view(q.shape)
+                                         **kw).reshape(q.shape)
 
         x = self._embed(tokens)                                            # x: [n, H]
         for i in range(len(self.w["layers"])):
@@ -316,7 +316,7 @@ class LlamaModel:
 
         def attend(q, kc, vc, **kw):
             return ops.prefill_attention(q.view(1, S, cfg.n_heads, cfg.head_dim), kc, vc, zero[:1], 0,
-                                         **kw).view(q.shape)
+                                         **kw).reshape(q.shape)
 
         x = self._embed(tokens[0])
         for i in range(len(self.w["layers"])):

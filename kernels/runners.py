@@ -162,7 +162,7 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         attn_cfg = attention_config(n, D, dt, kv_quant=qkv)
 
         def attend(qq, kc, vc, **akw):
-            return K.prefill_attention(qq.view(B, n, Hq, D), kc, vc, slots, 0, **akw).view(qq.shape)
+            return K.prefill_attention(qq.view(B, n, Hq, D), kc, vc, slots, 0, **akw).reshape(qq.shape)
     else:
         pos = torch.full((B,), context, dtype=torch.long, device=dev)
         tok_slot = slots

@@ -82,7 +82,15 @@ class LatencyRun:
                 "shared_prefix": self.shared_prefix, "block_size": self.block_size, "max_slots": self.max_slots,
                 "backend": self.backend, "torch_device": self.device, "threads": threads, "slo": dict(self.slo),
                 "timestamps": "profiler.timing.timestamp after a device sync; seconds since the loop started; "
-                              "arrival = scheduled offset", **self.quant}
+                              "arrival = scheduled offset", **self.quant, **self._weights()}
+
+    def _weights(self) -> dict:
+        """{"weights": files, bytes, sha256} when the model runs on a checkpoint's real weights; {} otherwise."""
+        if not self.model.checkpoint:
+            return {}
+        from kernels.checkpoint import describe
+
+        return {"weights": describe(self.model.checkpoint)}
 
     def command(self, resume: bool = False) -> str:
         args = ["roofline", "latency", "--model", self.model_arg or self.model.name, "--backend", self.backend,

@@ -95,6 +95,10 @@ class SweepPlan:
                        kv_dtypes=list(self.kv_dtypes or (self.dtype,)))
             if "int4" in self.weight_dtypes:
                 out.update(group_size=self.group_size, zero_point=self.zero_point)
+        if self.model.checkpoint:     # real weights: which files (a float run on random weights records nothing)
+            from kernels.checkpoint import describe
+
+            out["weights"] = describe(self.model.checkpoint)
         return out
 
     def validate(self) -> None:

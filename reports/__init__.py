@@ -68,6 +68,13 @@ def _run_notes(a) -> list[str]:
     rf = a.rf
     dev = rf.header.device
     notes = list(rf.notices) + list(a.notes)
+    model = rf.header.model
+    if model is not None:   # what the config holds and the model does not implement (e.g. RoPE scaling)
+        notes += [f"{model.name}: {n}" for n in model.notes]
+    weights = rf.header.settings.get("weights") if isinstance(rf.header.settings, dict) else None
+    if isinstance(weights, dict) and weights.get("weights") == "checkpoint":
+        notes.append(f"Measured on the checkpoint's real weights: {', '.join(map(str, weights.get('files', [])))} "
+                     f"in {weights.get('folder')} (sha256 {str(weights.get('sha256', ''))[:16]}...).")
     skipped = [r for r in a.results if not r.ok]
     if skipped:
         reasons = sorted({r.m.reason or r.m.status for r in skipped})

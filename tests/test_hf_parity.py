@@ -92,3 +92,39 @@ def test_random_weights_without_files(tmp_path):
     m = LlamaModel(cfg, dtype="fp32", backend="torch", max_slots=1, max_len=8)
     assert cfg.checkpoint == "" and m.weights_info == {"weights": "random (seed 0)"}
     assert m.w["layers"][0]["bq"].shape == (cfg.q_dim,)     # the biases exist, random
+
+
+def test_runners_time_the_checkpoint_and_the_run_records_it(built):
+    from kernels.runners import make_runners
+    from profiler.sweep import SweepPlan
+
+    folder, _ = built("gemma2")
+    cfg = load_model(folder)
+    rs = {r.name: r for r in make_runners(cfg, "decode", 2, 12, dtype="fp32", backend="torch")}
+    assert set(rs) >= {"attention", "attention_sliding", "geglu", "embed_scale", "final_softcap", "post_mlp_norm"}
+    assert rs["attention_sliding"].config["window"] == H.WINDOW and rs["attention"].config.get("window") is None
+    assert rs["final_softcap"].fn().shape == (2, cfg.vocab)
+    settings = SweepPlan(cfg, phases=("decode",), batches=(1,), contexts=(8,), backends=("torch",),
+                         dtype="fp32").settings()
+    assert settings["weights"]["weights"] == "checkpoint" and len(settings["weights"]["sha256"]) == 64
+    assert settings["weights"]["files"] == ["model.safetensors"]
+
+
+def test_a_checkpoint_that_does_not_match_its_config_is_refused(built, tmp_path):
+    import json
+    import shutil
+
+    from roofline.errors import RooflineError
+
+    folder, _ = built("qwen2")
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    d = json.loads((bad / "config.json").read_text())
+    d["model_type"] = "llama"            # the same sizes read as a Llama: the q/k/v biases are read by no op
+    (bad / "config.json").write_text(json.dumps(d))
+    with pytest.raises(RooflineError, match="holds tensors no op of a llama model reads: model.layers.0.self_attn"):
+        LlamaModel(load_model(bad), dtype="fp32", backend="torch", max_slots=1, max_len=8)
+    d["model_type"], d["hidden_size"] = "qwen2", 32
+    (bad / "config.json").write_text(json.dumps(d))
+    with pytest.raises(RooflineError, match="has shape .* where the config says"):
+        LlamaModel(load_model(bad), dtype="fp32", backend="torch", max_slots=1, max_len=8)
