@@ -155,6 +155,7 @@ def run_latency(run: LatencyRun, *, say=quiet) -> LatencyResult:
                 run.zero_point)
     for n in run.model.notes:
         say(f"note: {n}")
+    _check_capacity(run)
     with cpu_threads(_cpu_threads_default(run.device, run.threads)) as n_threads:
         from roofline.latency import arrival_times, summarize
 
@@ -211,6 +212,26 @@ def check_quant(cfg, dtype, backend, device, weight_dtype, kv_dtype, group_size,
         check_model_groups(cfg, group_size or 128)
         if backend == "torch":
             check_torch_int4(device)
+
+
+def _check_capacity(run: LatencyRun) -> None:
+    """Refuse, before building anything, a model whose weights and KV cache (max_slots sequences of the
+    longest request) cannot fit the device's memory (``roofline.capacity``), with the batch that would."""
+    from types import SimpleNamespace
+
+    from roofline.capacity import capacity
+
+    from .sweep import device_memory_bytes
+
+    have = device_memory_bytes(run.device)
+    wd = run.weight_dtype if run.weight_dtype not in (None, "") else run.dtype
+    kd = run.kv_dtype if run.kv_dtype not in (None, "") else run.dtype
+    cap = capacity(run.model, SimpleNamespace(name=run.device, memory_bytes=have), run.max_slots,
+                   run.prompt_tokens + run.output_tokens + 1, new_tokens=run.prompt_tokens, weight_dtype=wd,
+                   act_dtype=run.dtype, kv_dtype=kd, group_size=run.group_size, zero_point=bool(run.zero_point))
+    if not cap.fits:
+        raise RooflineError(f"{cap.sentence} Give fewer --max-slots, shorter --prompt-tokens/--output-tokens, "
+                            "quantized weights, or a device with more memory.")
 
 
 def _build_model(run: LatencyRun):

@@ -225,9 +225,33 @@ def run_profile(run: ProfileRun, *, say=quiet, progress=None, probe=None, make_r
 
 
 def check_inputs(run: ProfileRun, say) -> None:
-    """Everything checked before a file is touched: ``check_plan``, then ``check_folder``."""
+    """Everything checked before a file is touched: ``check_plan``, then ``check_folder``; the whole model's
+    fit is said (``capacity_note``)."""
     check_plan(run)
     check_folder(run, say)
+    note = capacity_note(run.plan)
+    if note:
+        say(note)
+
+
+def capacity_note(plan) -> str:
+    """Whether the whole model fits this device at the plan's largest batch and context (``roofline.capacity``);
+    the sweep times one layer at a time, so it runs either way: a model that does not fit is said, not refused."""
+    from types import SimpleNamespace
+
+    from roofline.capacity import capacity
+
+    from .sweep import device_memory_bytes
+
+    have = device_memory_bytes(plan.device)
+    if not have:
+        return ""
+    cap = capacity(plan.model, SimpleNamespace(name=plan.device, memory_bytes=have), max(plan.batches),
+                   max(plan.contexts), act_dtype=plan.dtype, weight_dtype=plan.dtype, kv_dtype=plan.dtype)
+    if cap.fits:
+        return ""
+    return (f"note: {cap.sentence} This sweep times one layer at a time and runs anyway; serving the whole model "
+            "needs what the sentence says.")
 
 
 def check_plan(run: ProfileRun) -> None:

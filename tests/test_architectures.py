@@ -150,3 +150,26 @@ def test_explain_says_it_does_not_fit():
                                   "--json"])
     d = json.loads(r.output)
     assert d["capacity"]["fits"] is True and d["capacity"]["tp"] == 2
+
+
+def test_latency_refuses_a_model_that_cannot_fit_before_building_it(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from profiler import sweep
+    from profiler.cli import main
+
+    monkeypatch.setattr(sweep, "device_memory_bytes", lambda device: 24e9)   # a 24 GB host
+    r = CliRunner().invoke(main, ["latency", "--model", "llama-3-70b", "--requests", "1", "--prompt-tokens", "8",
+                                  "--output-tokens", "2", "--out", str(tmp_path / "L")])
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert "llama-3-70b needs 282 GB of weights" in r.output and "does not fit" in r.output
+
+
+def test_profile_says_when_the_whole_model_would_not_fit(monkeypatch):
+    from profiler import profile_run, sweep
+
+    monkeypatch.setattr(sweep, "device_memory_bytes", lambda device: 80e9)
+    plan = sweep.SweepPlan(PRESETS["llama-3-70b"], batches=(1,), contexts=(1024,), dtype="bf16")
+    note = profile_run.capacity_note(plan)
+    assert note.startswith("note: llama-3-70b needs 141 GB of weights") and "one layer at a time" in note
+    assert profile_run.capacity_note(sweep.SweepPlan(PRESETS["llama-3-8b"], dtype="bf16")) == ""
