@@ -142,7 +142,7 @@ def draw_ceilings(ax, header, dtypes, xs, ys) -> tuple:
                        ha="right", va="bottom" if up else "top")
 
     slope_labels += draw_cache_roofs(ax, levels, max((c.value for c in used if c.kind == "peak"), default=None),
-                                     x_lo, y_lo)
+                                     dev.bandwidth, x_lo, y_lo)
 
     if dev.bandwidth > 0 and header.dtype in dev.peak_flops:
         peak = dev.peak_flops[header.dtype]
@@ -158,25 +158,37 @@ def draw_ceilings(ax, header, dtypes, xs, ys) -> tuple:
     return sheet, slope_labels
 
 
-def draw_cache_roofs(ax, levels, top, x_lo, y_lo) -> list:
+def draw_cache_roofs(ax, levels, top, dram, x_lo, y_lo) -> list:
     """One dash-dotted bandwidth roof per cache level (``analysis.cache_ceilings``) up to its elbow with the
-    highest peak ``top``, labelled "L3 180 GB/s (measured, 32 MiB)"; returns the labels (to align to the slope)."""
+    highest peak ``top``, then along that peak to the DRAM roof's elbow (``dram`` B/s), as Nsight Compute's
+    hierarchical roofline draws them; labelled "L3 180 GB/s (measured, 33.6 MB)", the faster level's label
+    above its line, the others' below and further right. Returns the labels (to align to the slope)."""
     out = []
     if top is None:
         return out
-    for c in levels:
-        ax.plot([x_lo, top / c.value], [x_lo * c.value, top], color=CACHE_ROOF_COLOR, ls=CACHE_ROOF_STYLE, lw=1.2,
-                gid=f"ceiling:cache:{c.level}")
+    fastest = max((c.value for c in levels), default=0.0)
+    for i, c in enumerate(levels):
+        elbow = top / c.value
+        xs, ys = [x_lo, elbow], [x_lo * c.value, top]
+        if dram > 0 and top / dram > elbow:
+            xs.append(top / dram)
+            ys.append(top)
+        ax.plot(xs, ys, color=CACHE_ROOF_COLOR, ls=CACHE_ROOF_STYLE, lw=1.2, gid=f"ceiling:cache:{c.level}")
+        up = c.value >= fastest
         lx = max(x_lo * 2.5, y_lo * 3 / c.value)
+        if not up:   # further along its slope, short of its elbow: apart from the faster level's label
+            lx = max(lx, min(lx * 4 ** (i + 1), elbow / 8))
         out.append(ax.text(lx, lx * c.value, f"  {c.level} {U.si(c.value, 'B/s')} ({c.source}, {U.nbytes(c.size_bytes)})",
-                           color=CACHE_ROOF_COLOR, fontsize=7.5, va="bottom", ha="left", rotation_mode="anchor",
-                           zorder=5, gid=f"ceiling-label:cache:{c.level}"))
+                           color=CACHE_ROOF_COLOR, fontsize=7.5, va="bottom" if up else "top", ha="left",
+                           rotation_mode="anchor", zorder=5, gid=f"ceiling-label:cache:{c.level}"))
     return out
 
 
 def verdict_text(s) -> str:
-    """A step's verdict in a few words: 'memory-bound', 'cache-resident (L3)'."""
-    return f"cache-resident ({s.roof.level_name})" if s.label == CACHE_RESIDENT else f"{s.label}-bound"
+    """A step's verdict in a few words: 'memory-bound', 'cache-resident (L3)', 'compute-bound (L3 roof)'."""
+    if s.label == CACHE_RESIDENT:
+        return f"cache-resident ({s.roof.level_name})"
+    return f"{s.label}-bound" + (f" ({s.roof.level_name} roof)" if s.roof.level_name else "")
 
 
 @styled

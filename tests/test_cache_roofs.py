@@ -183,7 +183,9 @@ def test_the_figure_draws_one_roof_per_cache_level(cpu_run):
     assert sorted(roofs) == ["ceiling:cache:L2", "ceiling:cache:L3"]
     for name, bw in (("L2", 80 * GB), ("L3", 40 * GB)):
         x, y = roofs[f"ceiling:cache:{name}"].get_xdata(), roofs[f"ceiling:cache:{name}"].get_ydata()
-        assert y[0] / x[0] == pytest.approx(bw) and y[-1] == pytest.approx(100 * GB)   # slope, up to the peak
+        assert y[0] / x[0] == pytest.approx(bw) and y[1] == pytest.approx(100 * GB)    # slope, up to the peak
+        assert x[1] == pytest.approx(100 * GB / bw) and (x[-1], y[-1]) == pytest.approx((10.0, 100 * GB))  # then
+        # along the peak to the DRAM roof's elbow (100 GFLOP/s / 10 GB/s)
     labels = [t.get_text() for t in ax.texts if str(t.get_gid()).startswith("ceiling-label:cache:")]
     assert len(labels) == 2 and any("L3 40 GB/s" in t for t in labels)
     fig2, ax2 = new_figure(10, 6.4)
