@@ -63,7 +63,22 @@ from .devices import Device
 from .dtypes import bytes_per_element
 from .formulas import linear_weight_bytes_from_flops
 from .records import ABOVE_ROOF, Measurement
-from .workload import LAYER_OP, LINEAR_OPS, OP_NAMES, op_count
+from .layer import model_ops
+from .workload import _LLAMA_LAYER_OPS, LAYER_OP, op_count
+
+# The ops of a Llama step: what a result file without a model description was measured with.
+_LLAMA_OPS = ("embedding",) + _LLAMA_LAYER_OPS + ("final_norm", "lm_head")
+
+
+def expected_ops(model) -> tuple:
+    """The op names a full step of ``model`` measures (roofline.layer), a Llama's when the model is unknown."""
+    return tuple(o.name for o in model_ops(model)) if model is not None else _LLAMA_OPS
+
+
+def _is_linear(op: str, model) -> bool:
+    if model is None:
+        return op.endswith("_proj") or op == "lm_head"
+    return any(o.name == op and o.kind == "linear" for o in model_ops(model))
 
 SKIPPED = "skipped"
 FORWARD = "forward"     # a traced forward whose phase is unknown (roofline.trace_phases): no batch or context
@@ -206,13 +221,14 @@ class OpResult:
 
 
 def _weight_bytes_per_layer(model) -> float:
-    return (model.hidden * model.q_dim + 2 * model.hidden * model.kv_dim + model.q_dim * model.hidden
-            + 3 * model.hidden * model.intermediate)
+    """Linear weight elements of one layer (on average over the layers), from the model's op list."""
+    per = [o for o in model_ops(model) if o.kind == "linear" and o.per_layer]
+    return sum(o.dims["in_features"] * o.dims["out_features"] * o.count for o in per) / model.n_layers
 
 
 def _weight_share(m: Measurement, model) -> float:
     """Share of a measurement's bytes that are linear-layer weights (1 for a linear op)."""
-    if m.point.op in LINEAR_OPS:
+    if _is_linear(m.point.op, model):
         return 1.0
     b = m.point.cost.bytes
     if m.point.op != LAYER_OP or model is None or not b:
@@ -250,7 +266,7 @@ def judge(m: Measurement, roof: Roof, n_layers: int, model=None) -> OpResult:
     else:
         frac = roof.fraction(p.cost, m.instance_s)
         label = measured_label(p.cost.intensity, frac, roof.ridge, roof.level_name)
-    count = p.count if p.count else op_count(p.op, n_layers)
+    count = p.count if p.count else op_count(p.op, model if model is not None else n_layers)
     return OpResult(m, count, roof, frac, b, label, roof.predicted_s(p.cost), _weight_share(m, model))
 
 
@@ -302,6 +318,7 @@ class Step:
     working_set_bytes: float = 0.0  # what the cache rule compared with the levels (see the module docstring)
     sentence: str = ""
     off_roof: tuple = ()       # OpResult kept off the roofline (uncosted, communication): not in time_s
+    expected: tuple = _LLAMA_OPS  # the op names a full step of the run's model measures (roofline.layer)
     uncosted_s: float = 0.0    # their time per step, by kind
     communication_s: float = 0.0
     rank_s: tuple = ()         # ((rank, seconds per step), ...) under tensor parallelism: each rank's own sum
@@ -382,11 +399,11 @@ class Step:
 
     @property
     def missing(self) -> tuple:
-        """OP_NAMES not measured ok in this step (none when the layer op stands in)."""
+        """The model's ops not measured ok in this step (none when the layer op stands in)."""
         names = {r.op for r in self.ops}
-        if self.from_layer or not names & set(OP_NAMES):   # a trace's ops are not the workload's names
+        if self.from_layer or not names & set(self.expected):   # a trace's ops are not the workload's names
             return ()
-        return tuple(n for n in OP_NAMES if n not in names)
+        return tuple(n for n in self.expected if n not in names)
 
     @property
     def skipped_reasons(self) -> tuple:
@@ -504,7 +521,7 @@ def _build_step(key: StepKey, results, roof: Roof, device_name: str, header) -> 
              uncosted_s=sum(r.time_s for r in off if r.off_roof == UNCOSTED),
              communication_s=sum(r.time_s for r in off if r.off_roof == COMMUNICATION), rank_s=rank_s,
              wire_bytes=sum(R.wire_bytes(r) for r in off if r.off_roof == COMMUNICATION),
-             link=getattr(header.device, "link", None), working_set_bytes=ws)
+             link=getattr(header.device, "link", None), working_set_bytes=ws, expected=expected_ops(header.model))
     if t > 0:
         s = replace(s, busy_share=sum(r.time_s for r in ops if HOST_BUSY in r.m.flags) / t)
     if s.communication_s and s.comm_share >= COMM_DOMINANT:
@@ -572,7 +589,7 @@ def _sentence(s: Step) -> str:
     if s.from_layer:
         extra.append("step taken as the layer op x n_layers")
     elif s.missing:
-        extra.append(f"{len(OP_NAMES) - len(s.missing)} of {len(OP_NAMES)} ops measured")
+        extra.append(f"{len(s.expected) - len(s.missing)} of {len(s.expected)} ops measured")
     if s.above_roof:
         extra.append(f"{', '.join(s.above_roof)} above the roof: check its byte count or cache reuse")
     if s.uncosted_s > 0:

@@ -281,7 +281,7 @@ def ridge_crossings(model, device: Device, phase: str, *, context: int = 1024, b
     else:
         make = lambda n: W.prefill(model, batch, n, **kw)  # noqa: E731
     out = {}
-    for name in W.OP_NAMES:
+    for name in (o.name for o in W.model_ops(model)):
         probe = make(1).op(name)
         ridge = roof_for(device, probe.compute_dtype, act_dtype).ridge
 
