@@ -61,7 +61,7 @@ def test_custom_device_flags():
 
 @pytest.mark.parametrize("args, msg", [
     (["explain", "--model", "gpt-17"], "Presets:"),
-    (["explain", "--device", "tpu"], "Known devices:"),
+    (["explain", "--device", "tpu"], "Known devices"),
     (["explain", "--batch", "0"], "batch must be at least 1"),
     (["explain", "--batch", "-3"], "batch must be at least 1"),
     (["explain", "--phase", "prefill", "--context", "100", "--chunk", "500"], "larger than the prompt"),
