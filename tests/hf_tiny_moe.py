@@ -1,0 +1,308 @@
+"""Tiny real mixture-of-experts and latent-attention checkpoints built with transformers' own code, and
+transformers' own logits for them (issue 21). The same API as tests/hf_tiny.py, whose helpers this reuses.
+
+For each ``model_type`` of ``MODEL_TYPES``: ``tiny_config(model_type)`` is a float32 config, 3 layers,
+hidden 64, vocab 256, experts of intermediate 32, exercising every feature of the family (see ``_CONFIGS``):
+
+- mixtral: 8 experts, top-2 (softmax over all, renormalised top-2); untied; no window (as Mixtral-8x7B).
+- qwen2_moe: 8 experts, top-4, ``norm_topk_prob`` false; a shared expert (intermediate 48) behind its sigmoid
+  gate (``shared_expert_gate``, hidden -> 1); q/k/v biases; ``mlp_only_layers=[1]`` makes layer 1 a dense MLP
+  (intermediate 96), layers 0 and 2 are MoE (``decoder_sparse_step`` 1).
+- qwen3_moe: 8 experts, top-2, ``norm_topk_prob`` true; qk-norm; head_dim 32 independent of hidden / heads.
+- deepseek_v3: MLA (q_lora_rank 48, kv_lora_rank 32, qk_nope_head_dim 16, qk_rope_head_dim 8, v_head_dim 24,
+  4 heads); ``first_k_dense_replace`` 1 (layer 0 a dense MLP of 96, layers 1-2 MoE); 8 routed experts in
+  4 groups, ``topk_group`` 2, top-3; sigmoid scores with a non-zero ``e_score_correction_bias`` (a buffer,
+  saved in the safetensors), ``routed_scaling_factor`` 2.5, one shared expert (intermediate 32);
+  ``rope_scaling`` null (default RoPE, theta 1e4); ``rope_interleave`` as the config defaults
+  (``ROPE_INTERLEAVE``: True in transformers 5.24, the rotary pairs interleaved).
+- gpt_oss: 4 experts, top-2 (softmax over the top-2 logits); biases on q/k/v/o, the router and both expert
+  projections; per-head attention sinks; the clamped SwiGLU (``swiglu_limit`` 1.0, so the clamp bites on
+  O(1) activations; alpha 1.702; gate/up interleaved); layers 0 and 2 slide over ``WINDOW`` (8) keys, layer 1
+  full; RoPE as the config defaults (YaRN, factor 32 over 4096, theta 150000); no quantization_config.
+
+``build_checkpoint`` saves it (config.json + model.safetensors) with seeded weights: hf_tiny's scales, plus
+router weights N(0, ROUTER_STD) so the routing is decisive (different tokens pick different experts, the
+k-th and (k+1)-th scores far apart: ties impossible in practice; ``routing`` measures both), expert biases
+N(0, BIAS_STD), sinks N(0, SINK_STD), DeepSeek's correction bias N(0, E_BIAS_STD).
+
+``reference_logits`` / ``reference`` / ``prefill_logits`` / ``checkpoint`` are hf_tiny's, loading with eager
+attention and eager experts (transformers' loop over the experts that received tokens; its default on CPU
+is grouped_mm, which routes identically). ``routing(folder, tokens)`` is what each MoE layer's router chose
+for a prefill of ``tokens``, with the selection margins.
+
+The safetensors are in the hub's layout, as save_pretrained converts back: per-expert 2-D weights
+(Mixtral ``block_sparse_moe.experts.N.w1/w2/w3`` and ``block_sparse_moe.gate``; Qwen / DeepSeek
+``mlp.experts.N.gate_proj/up_proj/down_proj``, ``mlp.gate``, ``mlp.shared_expert(s)``, ``mlp.shared_expert_gate``,
+``mlp.gate.e_score_correction_bias``), except gpt_oss's fused 3-D ``mlp.experts.gate_up_proj`` [E, hidden, 2I]
+(gate and up interleaved along the last axis), ``down_proj`` [E, I, hidden] and their ``_bias``, ``mlp.router``.
+
+Written against transformers 5.24 (``BUILT_WITH``); ``require`` skips on versions without these classes.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hf_tiny as H
+from hf_tiny import PROMPT, TOKENS, Reference, one_thread, tokens, version  # noqa: F401  (re-exported API)
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+BUILT_WITH = "5.24.0"
+MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss")
+WINDOW = H.WINDOW          # gpt_oss's sliding layers
+ROPE_INTERLEAVE = True     # DeepseekV3Config's default in 5.24 (the tiny config leaves it unset): see test
+LAYERS = 3
+
+_COMMON = dict(hidden_size=64, num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=2,
+               vocab_size=256, max_position_embeddings=256, rms_norm_eps=1e-6, initializer_range=0.02,
+               use_cache=True, pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+
+_CONFIGS = {
+    "mixtral": ("MixtralConfig", dict(intermediate_size=32, num_local_experts=8, num_experts_per_tok=2,
+                                      sliding_window=None, rope_theta=1000000.0)),
+    "qwen2_moe": ("Qwen2MoeConfig", dict(intermediate_size=96, moe_intermediate_size=32, num_experts=8,
+                                         num_experts_per_tok=4, norm_topk_prob=False,
+                                         shared_expert_intermediate_size=48, decoder_sparse_step=1,
+                                         mlp_only_layers=[1], use_sliding_window=False,
+                                         rope_theta=1000000.0)),
+    "qwen3_moe": ("Qwen3MoeConfig", dict(intermediate_size=96, moe_intermediate_size=32, num_experts=8,
+                                         num_experts_per_tok=2, norm_topk_prob=True, head_dim=32,
+                                         attention_bias=False, decoder_sparse_step=1, mlp_only_layers=[],
+                                         use_sliding_window=False, rope_theta=1000000.0)),
+    "deepseek_v3": ("DeepseekV3Config", dict(num_key_value_heads=4, intermediate_size=96, moe_intermediate_size=32,
+                                             n_routed_experts=8, num_experts_per_tok=3, n_group=4, topk_group=2,
+                                             n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+                                             first_k_dense_replace=1, q_lora_rank=48, kv_lora_rank=32,
+                                             qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=24,
+                                             rope_scaling=None, rope_theta=10000.0, attention_bias=False)),
+    "gpt_oss": ("GptOssConfig", dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16,
+                                     sliding_window=WINDOW, attention_bias=True, swiglu_limit=1.0,
+                                     layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
+}
+
+# Which layers run experts (the others a dense MLP): what a reader of these configs must find.
+MOE_LAYERS = {"mixtral": (0, 1, 2), "qwen2_moe": (0, 2), "qwen3_moe": (0, 1, 2), "deepseek_v3": (1, 2),
+              "gpt_oss": (0, 1, 2)}
+
+LINEAR_STD, EMBED_STD, BIAS_STD = H.LINEAR_STD, H.EMBED_STD, H.BIAS_STD
+ROUTER_STD = 0.5     # router logits ~N(0, 4): decisive choices, top-k margins far above fp32 rounding
+SINK_STD = 1.0       # gpt_oss sinks: O(1) logits, comparable with the attention scores
+E_BIAS_STD = 0.2     # DeepSeek's e_score_correction_bias against sigmoid scores in (0, 1): changes some choices
+
+
+def require(model_type: str) -> None:
+    """Skip the calling test when the installed transformers cannot build ``model_type`` as written here."""
+    if model_type not in _CONFIGS:
+        raise ValueError(f"model_type {model_type!r} has no tiny MoE config: known are {', '.join(MODEL_TYPES)}")
+    cls_name = _CONFIGS[model_type][0]
+    if not hasattr(transformers, cls_name):
+        pytest.skip(f"transformers {version()} has no {cls_name}: the {model_type} fixture needs a newer one")
+    if H._major_minor(version()) < (5, 0):
+        pytest.skip(f"transformers {version()}: the tiny MoE fixtures are written for 5.x (3-D expert weights, "
+                    f"experts_implementation); built with {BUILT_WITH}")
+
+
+def tiny_config(model_type: str):
+    """A float32 transformers config of ``model_type`` (see the module docstring)."""
+    require(model_type)
+    cls_name, extra = _CONFIGS[model_type]
+    cfg = getattr(transformers, cls_name)(**{**_COMMON, **extra})
+    setattr(cfg, H._DTYPE(), torch.float32)
+    return cfg
+
+
+def _load(folder):
+    kw = {H._DTYPE(): torch.float32, "attn_implementation": "eager", "experts_implementation": "eager"}
+    return transformers.AutoModelForCausalLM.from_pretrained(Path(folder), **kw).eval()
+
+
+def _is_router(module) -> bool:
+    return type(module).__name__.lower().endswith("router")
+
+
+def _randomize(model, model_type: str, seed: int) -> None:
+    """hf_tiny's draw for every parameter, then, from the same generator: router weights N(0, ROUTER_STD),
+    expert biases N(0, BIAS_STD), sinks N(0, SINK_STD), DeepSeek's correction bias N(0, E_BIAS_STD)."""
+    H._randomize(model, model_type, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for fqn, m in model.named_modules():
+            if _is_router(m):
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g) * ROUTER_STD)
+                bias = getattr(m, "e_score_correction_bias", None)
+                if bias is not None:
+                    bias.copy_(torch.randn(bias.shape, generator=g) * E_BIAS_STD)
+        for name, p in model.named_parameters():
+            if name.endswith("_proj_bias"):           # gpt_oss experts: [E, out], 2-D but a bias
+                p.copy_(torch.randn(p.shape, generator=g) * BIAS_STD)
+            elif name.endswith(".sinks"):
+                p.copy_(torch.randn(p.shape, generator=g) * SINK_STD)
+    _spread_routers(model, seed)
+
+
+def _spread_routers(model, seed: int) -> None:
+    """Take out of each router's weight the direction every token shares.
+
+    Biases and norm weights give all hidden states a common component; a router reading it sends every token
+    to the same experts (seen: one gpt_oss layer sending all 20 tokens to experts 0 and 1). Layer by layer, on
+    ``tokens(32, seed)``, the mean router input u (unit) is projected out of the rows: W <- W - (W u) u^T, so
+    the logits vary with the token. A later layer is calibrated after the earlier ones changed."""
+    ids = torch.tensor([tokens(32, seed)])
+    routers = [m for _, m in model.named_modules() if _is_router(m)]
+    for r in routers:
+        got = []
+        h = r.register_forward_hook(lambda mod, inp, out: got.append(inp[0].detach().reshape(-1, inp[0].shape[-1])))
+        try:
+            model(input_ids=ids, use_cache=False)
+        finally:
+            h.remove()
+        u = got[0].double().mean(dim=0)
+        u = u / u.norm()
+        w = r.weight.double()
+        r.weight.copy_((w - (w @ u)[:, None] * u[None, :]).to(r.weight.dtype))
+
+
+def build_checkpoint(model_type: str, folder, seed: int = 0) -> Path:
+    """Save a tiny ``model_type`` checkpoint in ``folder`` (config.json + model.safetensors, float32) with
+    weights drawn from ``seed``; returns the folder."""
+    cfg = tiny_config(model_type)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with one_thread(), torch.no_grad():
+        torch.manual_seed(seed)
+        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
+                                                              experts_implementation="eager").float().eval()
+        _randomize(model, model_type, seed)
+        model.save_pretrained(folder, safe_serialization=True)
+    if not (folder / "model.safetensors").exists():
+        raise RuntimeError(f"save_pretrained wrote no model.safetensors in {folder}: {sorted(folder.iterdir())}")
+    return folder
+
+
+def reference_logits(folder, token_ids, *, prompt: int = PROMPT, steps: int = 0) -> Reference:
+    """transformers' logits for ``token_ids`` and ``steps`` greedy tokens after them (hf_tiny's ``Reference``:
+    a full uncached forward, and a cached prefill of ``prompt`` tokens then one token per step)."""
+    seq = [int(t) for t in token_ids]
+    n = len(seq)
+    if not 1 <= prompt <= n:
+        raise ValueError(f"prompt {prompt} must be between 1 and the {n} tokens given")
+    with one_thread(), torch.no_grad():
+        model = _load(folder)
+        cache_kw = H.cache_kwarg(model)
+        out = model(input_ids=torch.tensor([seq[:prompt]]), use_cache=True)
+        rows, cache = [H._logits(out)], H._cache_of(out)
+        for pos in range(prompt, n + steps):
+            if pos >= len(seq):                      # past the given tokens: greedy
+                seq.append(int(np.argmax(rows[-1][-1])))
+            out = model(input_ids=torch.tensor([[seq[pos]]]), use_cache=True, position_ids=torch.tensor([[pos]]),
+                        **{cache_kw: cache})
+            cache = H._cache_of(out)
+            rows.append(H._logits(out))
+        full = H._logits(model(input_ids=torch.tensor([seq]), use_cache=False))
+    return Reference(tuple(seq), prompt, full, np.concatenate(rows, axis=0))
+
+
+def prefill_logits(folder, token_ids) -> np.ndarray:
+    """transformers' logits [len(token_ids), vocab] of one forward over ``token_ids``, no cache."""
+    with one_thread(), torch.no_grad():
+        return H._logits(_load(folder)(input_ids=torch.tensor([[int(t) for t in token_ids]]), use_cache=False))
+
+
+@dataclass(frozen=True)
+class LayerRouting:
+    """One MoE layer's choices for a prefill: ``experts`` [tokens, k] (transformers' order), ``weights``
+    [tokens, k] as applied to the expert outputs, ``logits`` [tokens, E] the router GEMM's output, ``counts``
+    [E] tokens per expert, ``margin``: the smallest gap, over tokens, between the k-th chosen and the best
+    unchosen selection score (logits for softmax routers; sigmoid + correction bias for DeepSeek, where the
+    gap between the last chosen and the best unchosen group counts too): how far from a tie the choice was."""
+    layer: int
+    logits: np.ndarray
+    experts: np.ndarray
+    weights: np.ndarray
+    counts: np.ndarray
+    margin: float
+
+
+def _margin(scores: torch.Tensor, chosen: torch.Tensor) -> float:
+    """min over rows of (smallest chosen score - largest unchosen score)."""
+    taken = torch.zeros_like(scores, dtype=torch.bool).scatter_(1, chosen, True)
+    lo = scores.masked_fill(~taken, float("inf")).min(dim=1).values
+    hi = scores.masked_fill(taken, float("-inf")).max(dim=1).values
+    return float((lo - hi).min())
+
+
+def _selection_margin(model_type: str, router, logits: torch.Tensor, chosen: torch.Tensor) -> float:
+    """The margin of the router's choice in the space transformers ranks in."""
+    logits = logits.double()
+    if model_type == "deepseek_v3":
+        n_group, topk_group = router.num_group, router.topk_group
+        s = logits.sigmoid() + router.e_score_correction_bias.double()
+        per = s.shape[1] // n_group
+        groups = s.view(-1, n_group, per).topk(2, dim=-1).values.sum(-1)
+        gchosen = groups.topk(topk_group, dim=-1).indices
+        within = s.masked_fill(~torch.zeros_like(groups, dtype=torch.bool).scatter_(1, gchosen, True)
+                               .repeat_interleave(per, dim=1), float("-inf"))
+        finite = within.clamp(min=-1e9)
+        return min(_margin(groups, gchosen), _margin(finite, chosen))
+    if model_type == "gpt_oss":                       # top-k of the logits, softmax over the chosen
+        return _margin(logits, chosen)
+    return _margin(logits, chosen)    # softmax over all, then top-k: the same order as the logits
+
+
+def routing(folder, token_ids, model_type: str | None = None) -> list:
+    """What each MoE layer's router chose in one uncached forward over ``token_ids`` (``LayerRouting`` per MoE
+    layer, in layer order), from hooks on transformers' own router modules."""
+    seen = []
+    with one_thread(), torch.no_grad():
+        model = _load(folder)
+        model_type = model_type or model.config.model_type
+        hooks = []
+        for fqn, m in model.named_modules():
+            if _is_router(m):
+                layer = int(fqn.split("layers.")[1].split(".")[0])
+                hooks.append(m.register_forward_hook(
+                    lambda mod, inp, out, layer=layer: seen.append((layer, mod, out))))
+        try:
+            model(input_ids=torch.tensor([[int(t) for t in token_ids]]), use_cache=False)
+        finally:
+            for h in hooks:
+                h.remove()
+        out = []
+        for layer, mod, (logits, weights, idx) in seen:
+            counts = torch.bincount(idx.flatten(), minlength=mod.num_experts).numpy()
+            out.append(LayerRouting(layer, logits.float().numpy().copy(), idx.numpy().copy(), weights.float().numpy().copy(), counts,
+                                    _selection_margin(model_type, mod, logits, idx)))
+    return sorted(out, key=lambda r: r.layer)
+
+
+_CHECKPOINTS: dict = {}
+_REFERENCES: dict = {}
+_ROOT: list = []
+
+
+def checkpoint(model_type: str, seed: int = 0) -> Path:
+    """The tiny ``model_type`` checkpoint of ``seed``, built once per session in a temporary folder."""
+    key = (model_type, seed)
+    if key not in _CHECKPOINTS:
+        if not _ROOT:
+            _ROOT.append(Path(tempfile.mkdtemp(prefix="roofline-hf-tiny-moe-")))
+        _CHECKPOINTS[key] = build_checkpoint(model_type, _ROOT[0] / f"{model_type}-seed{seed}", seed)
+    return _CHECKPOINTS[key]
+
+
+def reference(model_type: str, seed: int = 0, *, n: int = TOKENS - 6, prompt: int = PROMPT,
+              steps: int = 6) -> Reference:
+    """``reference_logits`` of ``checkpoint(model_type, seed)`` over ``tokens(n, seed)`` then ``steps`` greedy
+    tokens (14 given + 6 greedy = 20 positions, past gpt_oss's window of 8; prefill of 5), cached per session."""
+    key = (model_type, seed, n, prompt, steps)
+    if key not in _REFERENCES:
+        _REFERENCES[key] = reference_logits(checkpoint(model_type, seed), tokens(n, seed), prompt=prompt,
+                                            steps=steps)
+    return _REFERENCES[key]
