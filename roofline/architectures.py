@@ -3,9 +3,9 @@
 Refuse, never guess. Each reader knows its family's fields: a field that changes cost or numerics is
 read into ``ModelConfig`` (and modelled by ``roofline.layer``'s ops) or refused in one line naming it
 ("gemma2: attn_logit_softcapping ..."); a field that changes only numerics, not cost (RoPE scaling), is
-a note said once. An unknown ``model_type`` is refused with the supported list. Mixtures of experts and
-latent attention (mixtral, qwen2_moe, qwen3_moe, deepseek_v3, gpt_oss) are refused until they are
-modelled.
+a note said once. An unknown ``model_type`` is refused with the supported list, and so are the mixtures
+of experts and hybrids not modelled (``UNMODELLED_MOE``). Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3
+(with latent attention) and GPT-OSS are read into the MoE and MLA fields of ``ModelConfig``.
 
 Adding a dense variant: write ``_read_<type>(d, c)`` (fill the architecture fields of ``c`` from ``d``,
 refuse what it cannot model) and add it to ``READERS``; if it brings a new kind of op, describe the op in
@@ -21,8 +21,7 @@ from .models import (ModelConfig, _bool_field, _float_field, _int_field, _rope, 
                      read_json_file, show_value)
 
 _HF_REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
-MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "dbrx", "jamba",
-             "olmoe", "phimoe", "granitemoe")
+UNMODELLED_MOE = ("deepseek_v2", "dbrx", "jamba", "olmoe", "phimoe", "granitemoe", "qwen3_next", "llama4")
 
 
 class _Reader:
@@ -189,8 +188,125 @@ def _read_gemma3_text(r: _Reader) -> None:
         r.arch["layer_types"] = () if all(t == "sliding" for t in types) else types
 
 
+def _experts(r: _Reader, *keys) -> int:
+    for k in keys:
+        if r.d.get(k) is not None:
+            return _int_field(r.where, k, r.d[k], 1, " (routed experts)")
+    raise RooflineError(f"{r.where}: {r.mtype}: the number of experts ({' or '.join(keys)}) is missing.")
+
+
+def _sparse_every(r: _Reader) -> tuple:
+    """Qwen-MoE's dense layers: mlp_only_layers, and those that decoder_sparse_step skips."""
+    n = r.d["num_hidden_layers"]
+    step = _int_field(r.where, "decoder_sparse_step", r.get("decoder_sparse_step", 1), 1)
+    only = r.get("mlp_only_layers", [])
+    if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
+        r.refuse("mlp_only_layers", "must list layer indices")
+    return tuple(i for i in range(n) if i in only or (i + 1) % step)
+
+
+def _read_mixtral(r: _Reader) -> None:
+    _llama_like(r)
+    r.arch["sliding_window"], r.arch["layer_types"] = r.window()
+    r.arch.update(n_experts=_experts(r, "num_local_experts", "num_experts"),
+                  n_active=_int_field(r.where, "num_experts_per_tok", r.get("num_experts_per_tok", 2), 1),
+                  moe_intermediate=r.d["intermediate_size"], router="softmax_topk", norm_topk=True)
+
+
+def _read_qwen_moe(r: _Reader, qwen3: bool) -> None:
+    _llama_like(r)
+    if qwen3:
+        bias = r.flag("attention_bias")
+        r.arch.update(qkv_bias=bias, o_bias=bias, qk_norm=True)
+    else:
+        r.arch["qkv_bias"] = r.flag("qkv_bias", True)
+    r.arch["sliding_window"], r.arch["layer_types"] = r.window("use_sliding_window", max_window_layers=True)
+    r.arch.update(n_experts=_experts(r, "num_experts", "num_local_experts"),
+                  n_active=_int_field(r.where, "num_experts_per_tok", r.get("num_experts_per_tok", 4), 1),
+                  moe_intermediate=_int_field(r.where, "moe_intermediate_size", r.d.get("moe_intermediate_size"), 1),
+                  router="softmax_topk", norm_topk=r.flag("norm_topk_prob", False),
+                  dense_layers=_sparse_every(r))
+    shared = r.get("shared_expert_intermediate_size", 0)
+    if shared and not qwen3:
+        r.arch.update(shared_intermediate=_int_field(r.where, "shared_expert_intermediate_size", shared, 1),
+                      shared_gate=True)
+
+
+def _read_qwen2_moe(r: _Reader) -> None:
+    _read_qwen_moe(r, qwen3=False)
+
+
+def _read_qwen3_moe(r: _Reader) -> None:
+    _read_qwen_moe(r, qwen3=True)
+
+
+def _read_deepseek_v3(r: _Reader) -> None:
+    _llama_like(r)
+    if r.flag("attention_bias"):
+        r.refuse("attention_bias")
+    if r.get("moe_layer_freq", 1) != 1:
+        r.refuse("moe_layer_freq", "is not modelled (only 1: every layer after the first dense ones)")
+    if r.get("topk_method", "noaux_tc") not in ("noaux_tc",) or r.get("scoring_func", "sigmoid") != "sigmoid":
+        r.refuse("topk_method" if r.get("topk_method", "noaux_tc") != "noaux_tc" else "scoring_func",
+                 "is not modelled (DeepSeek-V3's sigmoid scores with noaux_tc group routing only)")
+    n = r.d["num_hidden_layers"]
+    first = _int_field(r.where, "first_k_dense_replace", r.get("first_k_dense_replace", 0), 0)
+    E = _experts(r, "n_routed_experts", "num_local_experts")
+    inter = _int_field(r.where, "moe_intermediate_size", r.d.get("moe_intermediate_size"), 1)
+    rope = _int_field(r.where, "qk_rope_head_dim", r.d.get("qk_rope_head_dim"), 1)
+    nope = _int_field(r.where, "qk_nope_head_dim", r.d.get("qk_nope_head_dim"), 1)
+    r.arch.update(
+        n_experts=E, n_active=_int_field(r.where, "num_experts_per_tok", r.get("num_experts_per_tok", 8), 1),
+        moe_intermediate=inter, router="sigmoid_group", norm_topk=r.flag("norm_topk_prob", True),
+        routed_scale=_float_field(r.where, "routed_scaling_factor", r.get("routed_scaling_factor", 1.0)),
+        n_group=_int_field(r.where, "n_group", r.get("n_group", 1), 1),
+        topk_group=_int_field(r.where, "topk_group", r.get("topk_group", 1), 1), router_correction=True,
+        shared_intermediate=inter * _int_field(r.where, "n_shared_experts", r.get("n_shared_experts", 0), 0),
+        dense_layers=tuple(range(min(first, n))),
+        q_lora_rank=_int_field(r.where, "q_lora_rank", r.get("q_lora_rank", 0), 0),
+        kv_lora_rank=_int_field(r.where, "kv_lora_rank", r.d.get("kv_lora_rank"), 1),
+        qk_rope_dim=rope, qk_nope_dim=nope,
+        v_head_dim=_int_field(r.where, "v_head_dim", r.d.get("v_head_dim"), 1),
+        query_scale=(nope + rope) ** -0.5 * _yarn_mscale(r) ** 2, rope_interleave=r.flag("rope_interleave", True))
+    if r.get("num_nextn_predict_layers", 0):
+        r.notes.append(f"num_nextn_predict_layers = {r.d['num_nextn_predict_layers']}: the multi-token-prediction "
+                       "layer is not part of a step (not costed, not loaded).")
+
+
+def _yarn_mscale(r: _Reader) -> float:
+    """DeepSeek's YaRN softmax scale factor (0.1 mscale_all_dim ln(factor) + 1), 1 without YaRN."""
+    import math
+
+    spec = r.get("rope_scaling") or r.get("rope_parameters") or {}
+    if not isinstance(spec, dict) or spec.get("rope_type", spec.get("type")) != "yarn":
+        return 1.0
+    factor, m = float(spec.get("factor", 1.0)), float(spec.get("mscale_all_dim", 0.0) or 0.0)
+    return 0.1 * m * math.log(factor) + 1.0 if factor > 1 and m else 1.0
+
+
+def _read_gpt_oss(r: _Reader) -> None:
+    _llama_like(r)
+    if r.d.get("quantization_config") is not None:
+        q = r.d["quantization_config"]
+        method = q.get("quant_method") if isinstance(q, dict) else q
+        r.notes.append(f"quantization_config {method!r}: the experts' published weights are quantized; costs use "
+                       "--weight-dtype (give the dtype you serve), and real weights load only dequantized.")
+    w, types = r.window()
+    r.arch.update(sliding_window=w, layer_types=types, qkv_bias=r.flag("attention_bias", True),
+                  o_bias=r.flag("attention_bias", True), attn_sinks=True,
+                  n_experts=_experts(r, "num_local_experts", "num_experts"),
+                  n_active=_int_field(r.where, "num_experts_per_tok", r.get("num_experts_per_tok", 4), 1),
+                  moe_intermediate=r.d["intermediate_size"], router="topk_softmax", norm_topk=True,
+                  router_bias=True, expert_bias=True, expert_activation="swiglu_oai")
+    if r.get("swiglu_alpha", 1.702) != 1.702 or r.get("swiglu_limit", 7.0) != 7.0:
+        r.refuse("swiglu_alpha" if r.get("swiglu_alpha", 1.702) != 1.702 else "swiglu_limit",
+                 "is not modelled (GPT-OSS's alpha 1.702 and limit 7.0 only)")
+
+
 READERS = {"llama": _read_llama, "mistral": _read_mistral, "qwen2": _read_qwen2, "qwen3": _read_qwen3,
-           "phi3": _read_phi3, "gemma": _read_gemma, "gemma2": _read_gemma2, "gemma3_text": _read_gemma3_text}
+           "phi3": _read_phi3, "gemma": _read_gemma, "gemma2": _read_gemma2, "gemma3_text": _read_gemma3_text,
+           "mixtral": _read_mixtral, "qwen2_moe": _read_qwen2_moe, "qwen3_moe": _read_qwen3_moe,
+           "deepseek_v3": _read_deepseek_v3, "gpt_oss": _read_gpt_oss}
 
 
 def _gemma3_rope(r: _Reader, where: str) -> tuple[float, float]:
@@ -226,7 +342,7 @@ def read_hf_config(d: dict, p: Path) -> ModelConfig:
         note = "config.json has no model_type: read as a Llama (model_type 'llama')."
     else:
         note = None
-    if mtype in MOE_TYPES:
+    if mtype in UNMODELLED_MOE:
         raise RooflineError(f"{where}: model_type {mtype!r} is a mixture of experts (or a hybrid), which is not "
                             f"modelled yet: supported are {', '.join(READERS)}.")
     if mtype not in READERS:
@@ -250,6 +366,8 @@ def read_hf_config(d: dict, p: Path) -> ModelConfig:
         "rope_theta": 10000.0, "rms_eps": r.get("rms_norm_eps", 1e-6 if tie_default else 1e-5),
         "tie_embeddings": r.get("tie_word_embeddings", tie_default),
     }
+    if mtype == "deepseek_v3":   # latent attention: a query/key head is nope + rope dims (its "head_dim" is rope's)
+        raw["head_dim"] = sum(_int_field(where, k, d.get(k), 1) for k in ("qk_nope_head_dim", "qk_rope_head_dim"))
     values = _checked(raw, where, _HF_NAMES, _HF_HINTS)  # sizes first, so their errors come first
     _int_field(where, "num_hidden_layers", d["num_hidden_layers"])
     READERS[mtype](r)

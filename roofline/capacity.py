@@ -105,9 +105,13 @@ def weight_bytes(cfg: ModelConfig, tp: int = 1, *, weight_dtype="bf16", act_dtyp
     for o in model_ops(cfg, shard(cfg, tp)):
         n = o.count if o.per_layer else 1
         for w in o.weights:
-            if w.role == "linear":
+            if w.role == "linear" and o.kind == "linear":   # routers and latent up-projections stay unquantized
                 total += n * F.quantized_weight_bytes(*w.shape, weight_dtype=weight_dtype, act_dtype=act_dtype,
                                                       group_size=group_size, zero_point=zero_point)
+            elif w.role == "experts":                       # every expert is resident, [E, in, out]
+                total += n * w.shape[0] * F.quantized_weight_bytes(*w.shape[1:], weight_dtype=weight_dtype,
+                                                                   act_dtype=act_dtype, group_size=group_size,
+                                                                   zero_point=zero_point)
             else:
                 e = 1
                 for s in w.shape:
@@ -117,6 +121,8 @@ def weight_bytes(cfg: ModelConfig, tp: int = 1, *, weight_dtype="bf16", act_dtyp
 
 
 def kv_bytes(cfg: ModelConfig, batch: int, context: int, tp: int = 1, *, kv_dtype="bf16") -> float:
+    if cfg.mla:   # the latent cache, replicated on every rank (each rank's heads read all of it)
+        return batch * F.mla_cache_bytes(context, cfg.n_layers, cfg.kv_lora_rank, cfg.qk_rope_dim, kv_dtype=kv_dtype)
     sh = shard(cfg, tp)
     return batch * sum(F.kv_cache_bytes(context, 1, sh.n_kv_heads, cfg.head_dim, kv_dtype=kv_dtype,
                                         window=w or None) for w in cfg.windows)

@@ -166,3 +166,46 @@ def collectives_table_text(d: dict) -> str:
                 f"({U.seconds(c['step_time_s'] - c['time_s'])} of ops + {U.seconds(c['time_s'])} of collectives, "
                 "no overlap).")
     return "\n".join(rows)
+
+
+FULL_SHARE = 0.99   # "every expert loaded": a step touches at least this share of the experts, in expectation
+
+
+def expert_curve(phase_at, model, batches=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512)) -> dict:
+    """Reuse fragmentation of a mixture of experts at decode: per batch, the distinct experts a step touches per
+    MoE layer and the expert weight bytes it reads (``phase_at(batch)`` -> a decode ``Phase``), the dense
+    equivalent (the same active parameters read once), and the smallest batch from which every expert is loaded
+    (at least ``FULL_SHARE`` of them in expectation). {} for a dense model."""
+    if not model.n_experts:
+        return {}
+    rows = []
+    for b in batches:
+        ph = phase_at(b)
+        rows.append({"batch": b, "experts_touched": ph.experts_touched, "expert_bytes": ph.expert_weight_bytes,
+                     "weight_bytes": ph.weight_bytes, "step_bytes": ph.total.bytes})
+    one = rows[0]["expert_bytes"] / max(rows[0]["experts_touched"], 1e-12)   # per expert, over the MoE layers
+    full = next((b for b in range(1, 1 << 16) if phase_at_share(model, b) >= FULL_SHARE), None)
+    return {"n_experts": model.n_experts, "k": model.n_active, "rows": rows, "per_expert_bytes": one,
+            "all_experts_bytes": one * model.n_experts, "full_batch": full}
+
+
+def phase_at_share(model, batch: int) -> float:
+    """The share of a layer's experts a decode step of ``batch`` tokens touches, in expectation (uniform)."""
+    return F.expected_distinct_experts(model.n_experts, model.n_active, batch) / model.n_experts
+
+
+def expert_curve_text(c: dict) -> str:
+    if not c:
+        return ""
+    lines = [f"Expert weights against batch (decode, uniform routing: {c['k']} of {c['n_experts']} experts per "
+             "token; a step reads each distinct expert once):",
+             f"{'batch':>7} {'experts/layer':>14} {'expert bytes':>13} {'all weights':>12}"]
+    for r in c["rows"]:
+        lines.append(f"{r['batch']:>7} {r['experts_touched']:>14.2f} {U.nbytes(r['expert_bytes']):>13} "
+                     f"{U.nbytes(r['weight_bytes']):>12}")
+    if c["full_batch"]:
+        lines.append(f"Every expert is loaded (>= {FULL_SHARE:.0%} of them per layer) from batch {c['full_batch']}: "
+                     f"{U.nbytes(c['all_experts_bytes'])} of expert weights per step. Below it, an extra token in the batch "
+                     "mostly brings new experts' weights (reuse fragmentation: decode stays bound by expert bytes); "
+                     "from it on, extra tokens reuse weights already read, as in a dense model.")
+    return "\n".join(lines)

@@ -27,8 +27,8 @@ from .models import ModelConfig
 from .parallel import Shard, shard
 
 KINDS = ("embedding", "scale", "norm", "linear", "rope", "kv_append", "attention", "residual", "activation",
-         "softcap")
-TENSOR_KINDS = ("linear", "attention")   # run on tensor cores in the activation dtype; the rest in fp32
+         "softcap", "router", "experts", "gate", "mla_attention", "mla_up", "latent_append")
+TENSOR_KINDS = ("linear", "attention", "router", "experts", "mla_attention", "mla_up")   # tensor cores, act dtype
 LAYER_OP = "layer"                       # one whole transformer layer timed as one op
 
 
@@ -48,11 +48,12 @@ class WeightSpec:
 
     key: str
     shape: tuple
-    role: str                    # "linear" | "bias" | "norm" | "embedding"
+    role: str                    # "linear" | "bias" | "norm" | "embedding" | "experts" | "expert_bias" | "vector"
     hf: str
     shard: str = "replicated"
     part: tuple = ()
     offset: bool = False
+    rope: tuple = ()             # (head width, rope offset, rope dims): de-interleave the rope rows (DeepSeek)
 
 
 @dataclass(frozen=True)
@@ -97,69 +98,32 @@ def model_ops(cfg: ModelConfig, sh: Shard | None = None) -> tuple:
 
 @lru_cache(maxsize=64)
 def _model_ops(cfg: ModelConfig, sh: Shard) -> tuple:
-    L, H, D, I = cfg.n_layers, cfg.hidden, cfg.head_dim, sh.intermediate
-    Hq, Hkv, qd, kvd = sh.n_heads, sh.n_kv_heads, sh.q_dim, sh.kv_dim
+    L, H = cfg.n_layers, cfg.hidden
     every = tuple(range(L))
-    off = cfg.norm_offset
-    fused = cfg.arch == "phi3"
     ops = [OpSpec("embedding", "embedding", "pre", "embed", 1,
                   (WeightSpec("embed", (sh.vocab, H), "embedding", "model.embed_tokens.weight", "vocab"),),
                   {"vocab": sh.vocab, "hidden": H})]
     if cfg.embed_scale:
         ops.append(OpSpec("embed_scale", "scale", "pre", "embed", 1, (), {"width": H, "factor": H ** 0.5}))
-
-    def proj(name, k, n, key, shard_w, hf, part=(), bias=False, bkey=None, bshard=None):
-        return _linear(name, "attention" if name[0] in "qkvo" else "mlp", k, n, key,
-                       hf if not part else part[0], shard_w, L, every, bias, bkey,
-                       (hf.replace(".weight", ".bias") if not part else part[0].replace(".weight", ".bias")),
-                       bshard, part[1:] if part else ())
-
-    qkv = "self_attn.qkv_proj.weight"
-    sizes = (cfg.q_dim, cfg.kv_dim, cfg.kv_dim)
-    ops.append(_norm("attn_norm", "attn_norm", "input_layernorm.weight", H, L, every, off))
-    for i, (name, key, n, sh_w, b) in enumerate((("q_proj", "wq", qd, "q_cols", "bq"), ("k_proj", "wk", kvd, "kv_cols", "bk"),
-                                                 ("v_proj", "wv", kvd, "kv_cols", "bv"))):
-        ops.append(proj(name, H, n, key, sh_w, f"self_attn.{name}.weight", (qkv, i, sizes) if fused else (),
-                        cfg.qkv_bias, b, sh_w))
-    if cfg.qk_norm:
-        ops.append(_norm("q_norm", "q_norm", "self_attn.q_norm.weight", D, L, every, off, "attention", rows=Hq))
-        ops.append(_norm("k_norm", "k_norm", "self_attn.k_norm.weight", D, L, every, off, "attention", rows=Hkv))
-    ops.append(OpSpec("rope", "rope", "layer", "attention", L, (), {"n_heads": Hq, "n_kv_heads": Hkv,
-                                                                    "head_dim": D}, every))
-    ops.append(OpSpec("kv_append", "kv_append", "layer", "attention", L, (), {"n_kv_heads": Hkv, "head_dim": D},
-                      every))
-    windows = cfg.windows
-    for name, want in (("attention", False), ("attention_sliding", True)):
-        idx = tuple(i for i in every if bool(windows[i]) == want)
-        if not idx:
-            continue
-        if want and len(idx) == L:   # every layer slides (Mistral, Phi-3): one attention op, with its window
-            name = "attention"
-        ops.append(OpSpec(name, "attention", "layer", "attention", len(idx), (),
-                          {"n_heads": Hq, "n_kv_heads": Hkv, "head_dim": D, "window": windows[idx[0]],
-                           "softcap": cfg.attn_softcap, "scale": cfg.scale,
-                           "rope_theta": (cfg.rope_local_theta or cfg.rope_theta) if want else cfg.rope_theta},
-                          idx))
-    ops.append(proj("o_proj", qd, H, "wo", "q_rows", "self_attn.o_proj.weight", bias=cfg.o_bias, bkey="bo",
-                    bshard="rank0"))
+    ops.append(_norm("attn_norm", "attn_norm", "input_layernorm.weight", H, L, every, cfg.norm_offset))
+    ops += _mla_ops(cfg, sh) if cfg.mla else _attention_ops(cfg, sh)
     if cfg.sandwich_norms:
-        ops.append(_norm("post_attn_norm", "post_attn_norm", "post_attention_layernorm.weight", H, L, every, off))
+        ops.append(_norm("post_attn_norm", "post_attn_norm", "post_attention_layernorm.weight", H, L, every,
+                         cfg.norm_offset))
     ops.append(OpSpec("attn_residual", "residual", "layer", "residual", L, (), {"width": H}, every))
     ops.append(_norm("mlp_norm", "mlp_norm", "pre_feedforward_layernorm.weight" if cfg.sandwich_norms
-                     else "post_attention_layernorm.weight", H, L, every, off))
-    gu = "mlp.gate_up_proj.weight"
-    ops.append(proj("gate_proj", H, I, "w_gate", "i_cols", "mlp.gate_proj.weight", (gu, 0, (cfg.intermediate,) * 2)
-                    if fused else (), cfg.mlp_bias, "b_gate", "i_cols"))
-    ops.append(proj("up_proj", H, I, "w_up", "i_cols", "mlp.up_proj.weight", (gu, 1, (cfg.intermediate,) * 2)
-                    if fused else (), cfg.mlp_bias, "b_up", "i_cols"))
-    act = "swiglu" if cfg.activation == "silu" else "geglu"
-    ops.append(OpSpec(act, "activation", "layer", "mlp", L, (), {"width": I, "fn": cfg.activation}, every))
-    ops.append(proj("down_proj", I, H, "w_down", "i_rows", "mlp.down_proj.weight", bias=cfg.mlp_bias,
-                    bkey="b_down", bshard="rank0"))
+                     else "post_attention_layernorm.weight", H, L, every, cfg.norm_offset))
+    moe = cfg.moe_layers
+    dense = tuple(i for i in every if i not in moe)
+    if dense:
+        ops += _dense_mlp_ops(cfg, sh, dense, I=sh.intermediate if not moe else _dense_width(cfg, sh))
+    if moe:
+        ops += _moe_ops(cfg, sh, moe)
     if cfg.sandwich_norms:
-        ops.append(_norm("post_mlp_norm", "post_mlp_norm", "post_feedforward_layernorm.weight", H, L, every, off))
+        ops.append(_norm("post_mlp_norm", "post_mlp_norm", "post_feedforward_layernorm.weight", H, L, every,
+                         cfg.norm_offset))
     ops.append(OpSpec("mlp_residual", "residual", "layer", "residual", L, (), {"width": H}, every))
-    ops.append(_norm("final_norm", "final_norm", "model.norm.weight", H, 1, (), off, part="post"))
+    ops.append(_norm("final_norm", "final_norm", "model.norm.weight", H, 1, (), cfg.norm_offset, part="post"))
     head_w = () if cfg.tie_embeddings else (WeightSpec("lm_head", (H, sh.vocab), "linear", "lm_head.weight", "vocab"),)
     ops.append(OpSpec("lm_head", "linear", "post", "head", 1, head_w,
                       {"in_features": H, "out_features": sh.vocab, "bias": False, "tied": cfg.tie_embeddings}))
@@ -167,6 +131,171 @@ def _model_ops(cfg: ModelConfig, sh: Shard) -> tuple:
         ops.append(OpSpec("final_softcap", "softcap", "post", "head", 1, (), {"width": sh.vocab,
                                                                              "cap": cfg.final_softcap}))
     return tuple(ops)
+
+
+def _dense_width(cfg: ModelConfig, sh: Shard) -> int:
+    """A dense layer's MLP width in an MoE model (DeepSeek's first layers: intermediate_size), per rank."""
+    return cfg.intermediate // sh.tp
+
+
+def _attention_ops(cfg: ModelConfig, sh: Shard) -> list:
+    L, H, D = cfg.n_layers, cfg.hidden, cfg.head_dim
+    Hq, Hkv, qd, kvd = sh.n_heads, sh.n_kv_heads, sh.q_dim, sh.kv_dim
+    every = tuple(range(L))
+    fused = cfg.arch == "phi3"
+    ops = []
+
+    def proj(name, k, n, key, shard_w, hf, part=(), bias=False, bkey=None, bshard=None):
+        return _linear(name, "attention", k, n, key, hf if not part else part[0], shard_w, L, every, bias, bkey,
+                       (hf.replace(".weight", ".bias") if not part else part[0].replace(".weight", ".bias")),
+                       bshard, part[1:] if part else ())
+
+    qkv = "self_attn.qkv_proj.weight"
+    sizes = (cfg.q_dim, cfg.kv_dim, cfg.kv_dim)
+    for i, (name, key, n, sh_w, b) in enumerate((("q_proj", "wq", qd, "q_cols", "bq"), ("k_proj", "wk", kvd, "kv_cols",
+                                                                                     "bk"),
+                                                 ("v_proj", "wv", kvd, "kv_cols", "bv"))):
+        ops.append(proj(name, H, n, key, sh_w, f"self_attn.{name}.weight", (qkv, i, sizes) if fused else (),
+                        cfg.qkv_bias, b, sh_w))
+    if cfg.qk_norm:
+        ops.append(_norm("q_norm", "q_norm", "self_attn.q_norm.weight", D, L, every, cfg.norm_offset, "attention",
+                         rows=Hq))
+        ops.append(_norm("k_norm", "k_norm", "self_attn.k_norm.weight", D, L, every, cfg.norm_offset, "attention",
+                         rows=Hkv))
+    ops.append(OpSpec("rope", "rope", "layer", "attention", L, (), {"n_heads": Hq, "n_kv_heads": Hkv,
+                                                                    "head_dim": D}, every))
+    ops.append(OpSpec("kv_append", "kv_append", "layer", "attention", L, (), {"n_kv_heads": Hkv, "head_dim": D},
+                      every))
+    windows = cfg.windows
+    sinks = (WeightSpec("sinks", (Hq,), "vector", "self_attn.sinks", "q_heads"),) if cfg.attn_sinks else ()
+    for name, want in (("attention", False), ("attention_sliding", True)):
+        idx = tuple(i for i in every if bool(windows[i]) == want)
+        if not idx:
+            continue
+        if want and len(idx) == L:   # every layer slides (Mistral, Phi-3): one attention op, with its window
+            name = "attention"
+        ops.append(OpSpec(name, "attention", "layer", "attention", len(idx), sinks,
+                          {"n_heads": Hq, "n_kv_heads": Hkv, "head_dim": D, "window": windows[idx[0]],
+                           "softcap": cfg.attn_softcap, "scale": cfg.scale, "sinks": cfg.attn_sinks,
+                           "rope_theta": (cfg.rope_local_theta or cfg.rope_theta) if want else cfg.rope_theta},
+                          idx))
+    ops.append(proj("o_proj", qd, H, "wo", "q_rows", "self_attn.o_proj.weight", bias=cfg.o_bias, bkey="bo",
+                    bshard="rank0"))
+    return ops
+
+
+def _mla_ops(cfg: ModelConfig, sh: Shard) -> list:
+    """DeepSeek's multi-head latent attention. The cache holds the latent c_kv (kv_lora_rank) and the shared
+    rope key (qk_rope_dim) per token. Prefill runs it naive (kv_b_proj up-projects every key to per-head
+    K and V); decode absorbed (W_UK folded into the query, W_UV into the output: ``mla_up``)."""
+    L, H = cfg.n_layers, cfg.hidden
+    every = tuple(range(L))
+    Hq, R, P, N, V = sh.n_heads, cfg.kv_lora_rank, cfg.qk_rope_dim, cfg.qk_nope_dim, cfg.v_head_dim
+    perm = (N + P, N, P) if cfg.rope_interleave else ()
+    lin = lambda name, k, n, key, hf, shard_w, rope=(): OpSpec(  # noqa: E731
+        name, "linear", "layer", "attention", L, (WeightSpec(key, (k, n), "linear", hf, shard_w, rope=rope),),
+        {"in_features": k, "out_features": n, "bias": False}, every)
+    ops = []
+    if cfg.q_lora_rank:
+        ops.append(lin("q_a_proj", H, cfg.q_lora_rank, "wq_a", "self_attn.q_a_proj.weight", "replicated"))
+        ops.append(_norm("q_a_norm", "q_a_norm", "self_attn.q_a_layernorm.weight", cfg.q_lora_rank, L, every,
+                         cfg.norm_offset, "attention"))
+        ops.append(lin("q_b_proj", cfg.q_lora_rank, Hq * (N + P), "wq_b", "self_attn.q_b_proj.weight", "mla_q_cols",
+                       perm))
+    else:
+        ops.append(lin("q_proj", H, Hq * (N + P), "wq", "self_attn.q_proj.weight", "mla_q_cols", perm))
+    ops.append(lin("kv_a_proj", H, R + P, "wkv_a", "self_attn.kv_a_proj_with_mqa.weight", "replicated",
+                   (R + P, R, P) if cfg.rope_interleave else ()))
+    ops.append(_norm("kv_a_norm", "kv_a_norm", "self_attn.kv_a_layernorm.weight", R, L, every, cfg.norm_offset,
+                     "attention"))
+    ops.append(OpSpec("rope", "rope", "layer", "attention", L, (), {"n_heads": Hq, "n_kv_heads": 1,
+                                                                    "head_dim": P}, every))
+    ops.append(OpSpec("kv_append", "latent_append", "layer", "attention", L, (), {"width": R + P}, every))
+    ops.append(OpSpec("kv_b_proj", "mla_up", "layer", "attention", L,
+                      (WeightSpec("wkv_b", (R, Hq * (N + V)), "linear", "self_attn.kv_b_proj.weight", "mla_kv_cols"),),
+                      {"n_heads": Hq, "rank": R, "nope": N, "v": V}, every))
+    ops.append(OpSpec("attention", "mla_attention", "layer", "attention", L, (),
+                      {"n_heads": Hq, "rank": R, "rope": P, "nope": N, "v": V, "scale": cfg.scale}, every))
+    ops.append(lin("o_proj", Hq * V, H, "wo", "self_attn.o_proj.weight", "mla_o_rows"))
+    return ops
+
+
+def _dense_mlp_ops(cfg: ModelConfig, sh: Shard, layers: tuple, I: int) -> list:
+    H, n = cfg.hidden, len(layers)
+    fused = cfg.arch == "phi3"
+    gu = "mlp.gate_up_proj.weight"
+    ops = []
+    for name, key, k, m, sh_w, b in (("gate_proj", "w_gate", H, I, "i_cols", "b_gate"), ("up_proj", "w_up", H, I,
+                                                                                       "i_cols", "b_up")):
+        part = (gu, 0 if name == "gate_proj" else 1, (cfg.intermediate,) * 2) if fused else ()
+        hf = part[0] if part else f"mlp.{name}.weight"
+        ops.append(_linear(name, "mlp", k, m, key, hf, sh_w, n, layers, cfg.mlp_bias, b,
+                           hf.replace(".weight", ".bias"), sh_w, part[1:] if part else ()))
+    act = "swiglu" if cfg.activation == "silu" else "geglu"
+    ops.append(OpSpec(act, "activation", "layer", "mlp", n, (), {"width": I, "fn": cfg.activation}, layers))
+    ops.append(_linear("down_proj", "mlp", I, H, "w_down", "mlp.down_proj.weight", "i_rows", n, layers,
+                       cfg.mlp_bias, "b_down", "mlp.down_proj.bias", "rank0"))
+    return ops
+
+
+# Where each family keeps its MoE tensors (per-layer names, "{e}" for the expert): router, correction bias,
+# the experts' gate / up / down (a 3-D [E, in, out] tensor, gate and up interleaved, for GPT-OSS), shared.
+_MOE_NAMES = {
+    "mixtral": dict(router="block_sparse_moe.gate.weight", gate="block_sparse_moe.experts.{e}.w1.weight",
+                    up="block_sparse_moe.experts.{e}.w3.weight", down="block_sparse_moe.experts.{e}.w2.weight"),
+    "qwen2_moe": dict(router="mlp.gate.weight", gate="mlp.experts.{e}.gate_proj.weight",
+                      up="mlp.experts.{e}.up_proj.weight", down="mlp.experts.{e}.down_proj.weight",
+                      shared="mlp.shared_expert.", shared_gate="mlp.shared_expert_gate.weight"),
+    "deepseek_v3": dict(router="mlp.gate.weight", correction="mlp.gate.e_score_correction_bias",
+                        gate="mlp.experts.{e}.gate_proj.weight", up="mlp.experts.{e}.up_proj.weight",
+                        down="mlp.experts.{e}.down_proj.weight", shared="mlp.shared_experts."),
+    "gpt_oss": dict(router="mlp.router.weight", router_bias="mlp.router.bias", gate="mlp.experts.gate_up_proj",
+                    up="mlp.experts.gate_up_proj", down="mlp.experts.down_proj",
+                    gate_bias="mlp.experts.gate_up_proj_bias", up_bias="mlp.experts.gate_up_proj_bias",
+                    down_bias="mlp.experts.down_proj_bias"),
+}
+_MOE_NAMES["qwen3_moe"] = {k: v for k, v in _MOE_NAMES["qwen2_moe"].items() if not k.startswith("shared")}
+
+
+def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
+    """The MoE MLP: the router (a [H, E] GEMM and the top-k), the routed experts as one grouped GEMM (the
+    weight bytes of the distinct experts a step touches: roofline.workload), and the shared expert(s)."""
+    H, E, k, n = cfg.hidden, cfg.n_experts, cfg.n_active, len(layers)
+    I = cfg.moe_intermediate // sh.tp
+    names = _MOE_NAMES[cfg.arch]
+    r_ws = [WeightSpec("router", (H, E), "linear", names["router"], "replicated")]
+    if cfg.router_bias:
+        r_ws.append(WeightSpec("router_bias", (E,), "bias", names["router_bias"], "replicated"))
+    if cfg.router_correction:
+        r_ws.append(WeightSpec("router_correction", (E,), "vector", names["correction"], "replicated"))
+    ops = [OpSpec("router", "router", "layer", "mlp", n, tuple(r_ws),
+                  {"n_experts": E, "k": k, "kind": cfg.router, "in_features": H, "renorm": cfg.norm_topk,
+                   "n_group": cfg.n_group, "topk_group": cfg.topk_group, "scale": cfg.routed_scale}, layers)]
+    inter = (0, 1) if cfg.arch == "gpt_oss" else ()     # gate = [..., 0::2], up = [..., 1::2] of gate_up_proj
+    e_ws = [WeightSpec("experts_gate", (E, H, I), "experts", names["gate"], "e_cols", ("interleave", 0) if inter else ()),
+            WeightSpec("experts_up", (E, H, I), "experts", names["up"], "e_cols", ("interleave", 1) if inter else ()),
+            WeightSpec("experts_down", (E, I, H), "experts", names["down"], "e_rows")]
+    if cfg.expert_bias:
+        e_ws += [WeightSpec("experts_gate_bias", (E, I), "expert_bias", names["gate_bias"], "e_cols",
+                            ("interleave", 0)),
+                 WeightSpec("experts_up_bias", (E, I), "expert_bias", names["up_bias"], "e_cols", ("interleave", 1)),
+                 WeightSpec("experts_down_bias", (E, H), "expert_bias", names["down_bias"], "rank0")]
+    ops.append(OpSpec("experts", "experts", "layer", "mlp", n, tuple(e_ws),
+                      {"n_experts": E, "k": k, "hidden": H, "intermediate": I, "activation": cfg.expert_activation,
+                       "bias": cfg.expert_bias}, layers))
+    S = cfg.shared_intermediate // sh.tp
+    if S:
+        pre = names["shared"]
+        for name, key, a, b, sh_w in (("shared_gate_proj", "ws_gate", H, S, "i_cols"),
+                                      ("shared_up_proj", "ws_up", H, S, "i_cols")):
+            ops.append(_linear(name, "mlp", a, b, key, pre + name.replace("shared_", "") + ".weight", sh_w, n, layers))
+        ops.append(OpSpec("shared_swiglu", "activation", "layer", "mlp", n, (), {"width": S, "fn": "silu"}, layers))
+        ops.append(_linear("shared_down_proj", "mlp", S, H, "ws_down", pre + "down_proj.weight", "i_rows", n, layers))
+        if cfg.shared_gate:
+            ops.append(OpSpec("shared_expert_gate", "gate", "layer", "mlp", n,
+                              (WeightSpec("ws_gate_vec", (H, 1), "linear", names["shared_gate"], "replicated"),),
+                              {"in_features": H, "width": H}, layers))
+    return ops
 
 
 def op_names(cfg: ModelConfig) -> tuple:
@@ -185,12 +314,12 @@ def op_spec(cfg: ModelConfig, name: str) -> OpSpec:
     raise KeyError(name)
 
 
-def weight_elements(cfg: ModelConfig, sh: Shard | None = None, *, roles=("linear", "bias", "norm", "embedding")):
+def weight_elements(cfg: ModelConfig, sh: Shard | None = None, *, roles=None):
     """Elements of every weight the step reads (per-layer weights times their layer count), by ``roles``."""
     total = 0
     for o in model_ops(cfg, sh):
         for w in o.weights:
-            if w.role in roles:
+            if roles is None or w.role in roles:
                 n = 1
                 for s in w.shape:
                     n *= s

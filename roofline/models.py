@@ -197,6 +197,30 @@ class ModelConfig:
     sliding_window: int = 0        # keys a windowed layer's query sees (itself included); 0: no window
     layer_types: tuple = ()        # per layer "full" or "sliding"; () with a window: every layer slides
     rope_local_theta: float = 0.0  # RoPE base of the sliding layers (Gemma-3); 0: rope_theta
+    attn_sinks: bool = False       # a learned logit per query head in every softmax's denominator (GPT-OSS)
+    # ---- mixture of experts (roofline.layer: router, experts, shared_* ops; 0 experts: a dense model)
+    n_experts: int = 0             # routed experts per MoE layer
+    n_active: int = 0              # experts each token is routed to (top-k)
+    moe_intermediate: int = 0      # one routed expert's intermediate width
+    router: str = "softmax_topk"   # softmax_topk (Mixtral, Qwen), topk_softmax (GPT-OSS), sigmoid_group (DeepSeek)
+    norm_topk: bool = True         # renormalise the k routing weights to sum to 1
+    routed_scale: float = 1.0      # routing weights x this (DeepSeek's routed_scaling_factor)
+    n_group: int = 1               # DeepSeek: expert groups, of which topk_group are kept per token
+    topk_group: int = 1
+    router_bias: bool = False      # a bias on the router GEMM (GPT-OSS)
+    router_correction: bool = False  # DeepSeek's e_score_correction_bias (added to choose, not to weigh)
+    expert_bias: bool = False      # biases on every expert's projections (GPT-OSS)
+    expert_activation: str = "silu"  # silu (SwiGLU) or swiglu_oai (GPT-OSS: clamped, alpha 1.702, up + 1)
+    shared_intermediate: int = 0   # width of the shared expert(s) every token runs (Qwen2-MoE, DeepSeek)
+    shared_gate: bool = False      # the shared expert's output x sigmoid(a [H, 1] gate) (Qwen2-MoE)
+    dense_layers: tuple = ()       # layers of an MoE model that keep a dense MLP (DeepSeek's first 3)
+    # ---- multi-head latent attention (DeepSeek): kv_lora_rank > 0
+    q_lora_rank: int = 0           # 0: q = x W_q directly
+    kv_lora_rank: int = 0
+    qk_rope_dim: int = 0
+    qk_nope_dim: int = 0
+    v_head_dim: int = 0
+    rope_interleave: bool = False  # the rope dims are stored interleaved (DeepSeek): loaded de-interleaved
     # The folder of the checkpoint's *.safetensors when the config came with weights ("": random weights).
     checkpoint: str = field(default="", compare=False)
     # Sentences about what the config holds and the model does not implement (e.g. RoPE scaling).
@@ -226,6 +250,17 @@ class ModelConfig:
         return tuple(self.sliding_window if t == "sliding" else 0 for t in self.layer_types)
 
     @property
+    def moe_layers(self) -> tuple:
+        """The layer indices whose MLP is a mixture of experts (none for a dense model)."""
+        if not self.n_experts:
+            return ()
+        return tuple(i for i in range(self.n_layers) if i not in self.dense_layers)
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
     def scale(self) -> float:
         """The attention score scale (1/sqrt(head_dim) unless the config gives another)."""
         return self.query_scale or 1.0 / math.sqrt(self.head_dim)
@@ -249,12 +284,15 @@ class ModelConfig:
         types = self.layer_types
         if types:   # keep the pattern: the first n_layers layers' types
             types = tuple(types[i % len(types)] for i in range(n_layers))
-        return replace(self, n_layers=n_layers, layer_types=types, name=f"{self.name} ({n_layers} layers)")
+        dense = tuple(i for i in self.dense_layers if i < n_layers)
+        return replace(self, n_layers=n_layers, layer_types=types, dense_layers=dense,
+                       name=f"{self.name} ({n_layers} layers)")
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["notes"] = list(self.notes)
         d["layer_types"] = list(self.layer_types)
+        d["dense_layers"] = list(self.dense_layers)
         return d
 
     @classmethod
@@ -270,12 +308,14 @@ class ModelConfig:
             raise RooflineError(f"model description {d.get('name', '')!r} is missing the key {missing[0]!r} "
                                 f"(it needs {', '.join(required)}).")
         kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        if isinstance(kw.get("layer_types"), list):
-            kw["layer_types"] = tuple(kw["layer_types"])
+        for k in ("layer_types", "dense_layers"):
+            if isinstance(kw.get(k), list):
+                kw[k] = tuple(kw[k])
         return cls(**kw)
 
 
 ACTIVATIONS = ("silu", "gelu_tanh")
+ROUTERS = ("softmax_topk", "topk_softmax", "sigmoid_group")
 
 
 def _check_arch(m: "ModelConfig", where: str) -> None:
@@ -283,7 +323,9 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
     if m.activation not in ACTIVATIONS:
         raise RooflineError(f"{where}: activation must be one of {', '.join(ACTIVATIONS)}, but "
                             f"{show_value(m.activation)} was given.")
-    for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "norm_offset", "sandwich_norms", "embed_scale"):
+    for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "norm_offset", "sandwich_norms", "embed_scale",
+                 "attn_sinks", "norm_topk", "router_bias", "router_correction", "expert_bias", "shared_gate",
+                 "rope_interleave"):
         _bool_field(where, name, getattr(m, name))
     for name in ("query_scale", "attn_softcap", "final_softcap", "rope_local_theta"):
         v = getattr(m, name)
@@ -301,6 +343,33 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
     if "sliding" in types and not m.sliding_window:
         raise RooflineError(f"{where}: layer_types has sliding layers but sliding_window is 0: give the window.")
     object.__setattr__(m, "layer_types", tuple(types))
+    if m.router not in ROUTERS:
+        raise RooflineError(f"{where}: router must be one of {', '.join(ROUTERS)}, but {show_value(m.router)} was given.")
+    if m.expert_activation not in ("silu", "swiglu_oai"):
+        raise RooflineError(f"{where}: expert_activation must be silu or swiglu_oai, but "
+                            f"{show_value(m.expert_activation)} was given.")
+    for name in ("n_experts", "n_active", "moe_intermediate", "shared_intermediate", "q_lora_rank", "kv_lora_rank",
+                 "qk_rope_dim", "qk_nope_dim", "v_head_dim"):
+        object.__setattr__(m, name, _int_field(where, name, getattr(m, name), 0))
+    for name in ("n_group", "topk_group"):
+        object.__setattr__(m, name, _int_field(where, name, getattr(m, name), 1))
+    object.__setattr__(m, "routed_scale", _float_field(where, "routed_scale", m.routed_scale))
+    if m.n_experts:
+        if not 1 <= m.n_active <= m.n_experts or not m.moe_intermediate:
+            raise RooflineError(f"{where}: a mixture of experts needs 1 <= n_active ({m.n_active}) <= n_experts "
+                                f"({m.n_experts}) and a moe_intermediate width ({m.moe_intermediate}).")
+        if m.n_experts % m.n_group or m.topk_group > m.n_group:
+            raise RooflineError(f"{where}: n_group ({m.n_group}) must divide n_experts ({m.n_experts}) and be at "
+                                f"least topk_group ({m.topk_group}).")
+    dense = m.dense_layers
+    if not isinstance(dense, (list, tuple)) or any(isinstance(i, bool) or not isinstance(i, int)
+                                                   or not 0 <= i < m.n_layers for i in dense):
+        raise RooflineError(f"{where}: dense_layers must list layer indices 0..{m.n_layers - 1}, but "
+                            f"{show_value(dense)} was given.")
+    object.__setattr__(m, "dense_layers", tuple(sorted(set(dense))))
+    if m.kv_lora_rank and not (m.qk_rope_dim and m.qk_nope_dim and m.v_head_dim):
+        raise RooflineError(f"{where}: latent attention (kv_lora_rank {m.kv_lora_rank}) needs qk_rope_dim, "
+                            "qk_nope_dim and v_head_dim.")
 
 
 def _alternate(n: int, every: int) -> tuple:
@@ -340,6 +409,48 @@ PRESETS: dict[str, ModelConfig] = {m.name: m for m in [
     # microsoft/Phi-3-mini-4k-instruct: fused qkv_proj / gate_up_proj (costed as the split ones), MHA,
     # a 2,047-token window on every layer.
     ModelConfig("phi-3-mini", 3072, 8192, 32, 32, 32, 32064, 4096, arch="phi3", sliding_window=2047),
+    # ---- mixtures of experts (issue 21); every layer's MLP is routed unless dense_layers says otherwise
+    # mistralai/Mixtral-8x7B-v0.1: 8 experts of 14,336, top-2, softmax then renormalised (46.7B, 12.9B active).
+    ModelConfig("mixtral-8x7b", 4096, 14336, 32, 32, 8, 32000, 32768, rope_theta=1e6, arch="mixtral", n_experts=8,
+                n_active=2, moe_intermediate=14336),
+    # Qwen/Qwen3-30B-A3B: 128 experts of 768, top-8, renormalised; qk-norm, head_dim 128 (30.5B, 3.3B active).
+    ModelConfig("qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 151936, 40960, head_dim=128, rope_theta=1e6, rms_eps=1e-6,
+                arch="qwen3_moe", qk_norm=True, n_experts=128, n_active=8, moe_intermediate=768),
+    # deepseek-ai/DeepSeek-V3: MLA (q rank 1,536, kv rank 512, rope 64, nope 128, v 128); 256 routed experts of
+    # 2,048, top-8 by sigmoid scores in 4 of 8 groups, x2.5, one shared expert; the first 3 layers dense (18,432).
+    # Its YaRN RoPE (x40) is a note; the softmax scale carries YaRN's mscale. Cost model only here: it fits no
+    # single GPU (671B parameters).
+    ModelConfig("deepseek-v3", 7168, 18432, 61, 128, 128, 129280, 163840, head_dim=192, rms_eps=1e-6,
+                arch="deepseek_v3", n_experts=256, n_active=8, moe_intermediate=2048, router="sigmoid_group",
+                norm_topk=True, routed_scale=2.5, n_group=8, topk_group=4, router_correction=True,
+                shared_intermediate=2048, dense_layers=(0, 1, 2), q_lora_rank=1536, kv_lora_rank=512, qk_rope_dim=64,
+                qk_nope_dim=128, v_head_dim=128, rope_interleave=True,
+                query_scale=192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2,
+                notes=('rope_scaling {"type": "yarn", "factor": 40} is not modelled: RoPE uses plain theta=10000; '
+                       "costs are unaffected, logits differ from the real model.",)),
+    # openai/gpt-oss-20b / -120b: 32 / 128 experts of 2,880, top-4 (softmax over the chosen), biases everywhere,
+    # attention sinks, clamped SwiGLU, every other layer (the first) over a 128-token window. Their MXFP4 expert
+    # weights are a --weight-dtype choice; YaRN RoPE (x32) is a note.
+    ModelConfig("gpt-oss-20b", 2880, 2880, 24, 64, 8, 201088, 131072, head_dim=64, rope_theta=150000.0,
+                arch="gpt_oss", qkv_bias=True, o_bias=True, attn_sinks=True, sliding_window=128,
+                layer_types=tuple("sliding" if i % 2 == 0 else "full" for i in range(24)), n_experts=32, n_active=4,
+                moe_intermediate=2880, router="topk_softmax", router_bias=True, expert_bias=True,
+                expert_activation="swiglu_oai",
+                notes=('rope_scaling {"rope_type": "yarn", "factor": 32} is not modelled: RoPE uses plain '
+                       "theta=150000; costs are unaffected, logits differ from the real model.",)),
+    ModelConfig("gpt-oss-120b", 2880, 2880, 36, 64, 8, 201088, 131072, head_dim=64, rope_theta=150000.0,
+                arch="gpt_oss", qkv_bias=True, o_bias=True, attn_sinks=True, sliding_window=128,
+                layer_types=tuple("sliding" if i % 2 == 0 else "full" for i in range(36)), n_experts=128,
+                n_active=4, moe_intermediate=2880, router="topk_softmax", router_bias=True, expert_bias=True,
+                expert_activation="swiglu_oai",
+                notes=('rope_scaling {"rope_type": "yarn", "factor": 32} is not modelled: RoPE uses plain '
+                       "theta=150000; costs are unaffected, logits differ from the real model.",)),
+    # CPU- and test-sized mixtures: 8 experts top-2 (Mixtral's layout), and a DeepSeek-like latent-attention one.
+    ModelConfig("tiny-moe", 64, 96, 2, 4, 2, 256, 512, arch="mixtral", n_experts=8, n_active=2, moe_intermediate=48),
+    ModelConfig("tiny-mla", 64, 96, 2, 4, 4, 256, 512, head_dim=24, arch="deepseek_v3", n_experts=4, n_active=2,
+                moe_intermediate=32, router="sigmoid_group", routed_scale=2.5, n_group=2, topk_group=1,
+                router_correction=True, shared_intermediate=32, dense_layers=(0,), q_lora_rank=32, kv_lora_rank=32,
+                qk_rope_dim=8, qk_nope_dim=16, v_head_dim=16, rope_interleave=True),
     # CPU-sized: ~40M parameters; its ops take milliseconds on two cores, so a sweep is quick.
     ModelConfig("small", 512, 1408, 4, 8, 2, 8192, 2048),
     # Test-sized: small enough for the Triton interpreter.

@@ -59,6 +59,7 @@ class Dtypes:
     kv: str = "bf16"
     group_size: int = F.INT4_GROUP   # int4 weights: input rows per scale (formulas.weight_scale_bytes)
     zero_point: bool = False         # int4 weights: a zero point per group beside each scale
+    expert_load: tuple = ()          # MoE: each expert's share of the routed slots (a histogram); (): uniform
 
     @property
     def weight_quant(self) -> dict:
@@ -135,6 +136,9 @@ class Phase:
         windowed layer reads at most its window."""
         cached = self.context if self.phase == "decode" else self.cached_tokens
         m, sh = self.model, self._sizes
+        if m.mla:        # the latent cache: one c_kv and one rope key per token, shared by every head
+            return self.batch * F.mla_cache_bytes(cached, m.n_layers, m.kv_lora_rank, m.qk_rope_dim,
+                                                  kv_dtype=self.dtypes.kv)
         return self.batch * sum(F.kv_cache_bytes(cached, 1, sh.n_kv_heads, m.head_dim, kv_dtype=self.dtypes.kv,
                                                  window=w or None) for w in m.windows)
 
@@ -146,14 +150,41 @@ class Phase:
         dt = self.dtypes
         total = 0.0
         for o in model_ops(self.model, self._sizes):
-            if o.kind != "linear":
-                continue
-            k, n = o.dims["in_features"], o.dims["out_features"]
-            b = F.quantized_weight_bytes(k, n, act_dtype=dt.act, **dt.weight_quant)
-            if o.dims.get("bias"):
-                b += n * bytes_per_element(dt.act)
-            total += b * (o.count * len(self.chunks) if o.per_layer else 1)
+            d = o.dims
+            if o.kind == "linear":
+                k, n = d["in_features"], d["out_features"]
+                b = F.quantized_weight_bytes(k, n, act_dtype=dt.act, **dt.weight_quant)
+                if d.get("bias"):
+                    b += n * bytes_per_element(dt.act)
+                total += b * (o.count * len(self.chunks) if o.per_layer else 1)
+            elif o.kind in ("router", "mla_up", "gate"):
+                w = o.weights[0].shape
+                total += w[0] * w[1] * bytes_per_element(dt.act) * o.count * len(self.chunks)
+        return total + self.expert_weight_bytes   # the routed experts: the distinct ones each chunk touches
+
+    @property
+    def expert_weight_bytes(self) -> float:
+        """Bytes of routed-expert weights the step reads: the distinct experts each MoE layer touches, once per
+        chunk (0 for a dense model)."""
+        dt = self.dtypes
+        total = 0.0
+        for o in model_ops(self.model, self._sizes):
+            if o.kind == "experts":
+                d = o.dims
+                one = F.moe_expert_weight_bytes(d["hidden"], d["intermediate"], act_dtype=dt.act, bias=d["bias"],
+                                                **dt.weight_quant)
+                total += o.count * sum(one * distinct_experts(d["n_experts"], d["k"], self.batch * c, dt.expert_load)
+                                       for c in self.chunks)
         return total
+
+    @property
+    def experts_touched(self) -> float:
+        """Distinct routed experts per MoE layer in this step (the last chunk's), in expectation; 0 when dense."""
+        for o in model_ops(self.model, self._sizes):
+            if o.kind == "experts":
+                return distinct_experts(o.dims["n_experts"], o.dims["k"], self.batch * self.chunks[-1],
+                                        self.dtypes.expert_load)
+        return 0.0
 
     @property
     def _sizes(self) -> Shard:
@@ -163,7 +194,7 @@ class Phase:
 INT4_GROUPS = (32, 64, 128)   # the int4 group sizes the kernels run (kernels/linear_int4.py)
 
 
-def _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size=None, zero_point=False) -> Dtypes:
+def _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size=None, zero_point=False, expert_load=()) -> Dtypes:
     act = normalize_dtype(act_dtype)
     if act not in ("fp32", "bf16", "fp16"):
         raise RooflineError(f"activation dtype must be fp32, bf16 or fp16, not {act_dtype!r}.")
@@ -171,7 +202,22 @@ def _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size=None, zero_point
     if isinstance(g, bool) or not isinstance(g, int) or g not in INT4_GROUPS:
         raise RooflineError(f"the int4 group size must be one of {', '.join(map(str, INT4_GROUPS))}, "
                             f"but {group_size!r} was given.")
-    return Dtypes(normalize_dtype(weight_dtype), act, normalize_dtype(kv_dtype), g, bool(zero_point))
+    return Dtypes(normalize_dtype(weight_dtype), act, normalize_dtype(kv_dtype), g, bool(zero_point),
+                  _check_load(expert_load))
+
+
+def _check_load(load) -> tuple:
+    """An expert histogram (counts or shares, one per expert) as shares summing to 1; () for uniform."""
+    if load is None or len(load) == 0:
+        return ()
+    try:
+        v = [float(x) for x in load]
+    except (TypeError, ValueError):
+        raise RooflineError(f"the expert load must be numbers, one per expert, but {load!r} was given.") from None
+    total = sum(v)
+    if any(not x >= 0 for x in v) or not total > 0:
+        raise RooflineError("the expert load must be counts or shares, each >= 0 and not all 0: give one per expert.")
+    return tuple(x / total for x in v)
 
 
 def _op_cost(o, dt: Dtypes, T: int, batch: int, c: int, p: int, decode: bool) -> Cost:
@@ -198,7 +244,40 @@ def _op_cost(o, dt: Dtypes, T: int, batch: int, c: int, p: int, decode: bool) ->
         return F.residual_add(T, d["width"], act_dtype=a)
     if k == "activation":
         return (F.swiglu if d["fn"] == "silu" else F.geglu)(T, d["width"], act_dtype=a)
+    if k == "router":   # the gate GEMM's weights stay in the activation dtype (never quantized)
+        return F.router(T, d["in_features"], d["n_experts"], d["k"], kind=d["kind"], weight_dtype=a, act_dtype=a,
+                        gate_bias=any(w.key == "router_bias" for w in o.weights),
+                        score_bias=any(w.key == "router_correction" for w in o.weights),
+                        renorm=d.get("renorm", True), n_group=d.get("n_group", 1))
+    if k == "experts":
+        return F.moe_experts(T, d["hidden"], d["intermediate"], d["n_experts"], d["k"],
+                             distinct=distinct_experts(d["n_experts"], d["k"], T, dt.expert_load),
+                             activation=d["activation"], bias=d["bias"], act_dtype=a, **dt.weight_quant)
+    if k == "gate":     # Qwen2-MoE's shared-expert gate: sigmoid(x w) [T, 1] times the shared output [T, H]
+        return (F.linear(T, d["in_features"], 1, act_dtype=a, weight_dtype=a)
+                + F.elementwise(T * d["width"], ((T * d["width"], a), (T, a)), out_dtype=a, flops_per_element=1))
+    if k == "latent_append":
+        return F.copy(T * d["width"], src_dtype=a, dst_dtype=kv)
+    if k == "mla_up":   # decode: absorbed into the query and output; prefill: every key up-projected
+        H_, R, N, V = d["n_heads"], d["rank"], d["nope"], d["v"]
+        if decode:
+            w = R * H_ * (N + V) * bytes_per_element(dt.weight if dt.weight in ("bf16", "fp16", "fp32") else a)
+            io = T * H_ * (N + R + R + V) * bytes_per_element(a)
+            return Cost(F.mla_absorb_flops(T, H_, N, V, R), w + io)
+        return F.linear(batch * (p + c), R, H_ * (N + V), act_dtype=a, **dt.weight_quant)
+    if k == "mla_attention":
+        if decode:
+            return F.mla_decode_attention(batch, p + 1, d["n_heads"], d["rank"], d["rope"], act_dtype=a, kv_dtype=kv)
+        return F.mla_prefill_attention(batch, c, d["n_heads"], d["nope"], d["rope"], d["v"], cached_tokens=p,
+                                       kv_lora_rank=d["rank"], act_dtype=a, kv_dtype=kv)
     raise ValueError(f"op {o.name!r} of kind {k!r} has no per-layer cost")
+
+
+def distinct_experts(n_experts: int, k: int, tokens: int, load=()) -> float:
+    """Experts a step of ``tokens`` routed tokens touches per MoE layer, in expectation: uniform routing, or
+    ``load`` (each expert's share of the routed slots: a skew or a measured histogram)
+    (``formulas.expected_distinct_experts``)."""
+    return F.expected_distinct_experts(n_experts, k, tokens, skew=list(load) if load else None)
 
 
 def _edge_cost(o, dt: Dtypes, T_all: int, batch: int, tp: int) -> Cost:
@@ -239,7 +318,7 @@ def _assemble(phase, cfg, dt, batch, new_tokens, context, cached, chunks, prior,
 
 def prefill(cfg: ModelConfig, batch: int, prompt_tokens: int, cached_tokens: int = 0, chunk: int | None = None,
             *, weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16", tp: int = 1, group_size: int | None = None,
-            zero_point: bool = False) -> Phase:
+            zero_point: bool = False, expert_load=()) -> Phase:
     """The prompt-processing work of ``batch`` prompts of ``prompt_tokens`` tokens (one rank's, over ``tp``).
 
     ``group_size`` / ``zero_point``: int4 weights' groups (default 128) and zero points (formulas.linear)."""
@@ -261,12 +340,13 @@ def prefill(cfg: ModelConfig, batch: int, prompt_tokens: int, cached_tokens: int
             raise RooflineError(f"the chunk ({chunk}) is larger than the prompt ({prompt_tokens}); "
                                 "use a chunk no larger than the prompt, or no --chunk.")
         chunks = [chunk] * (new // chunk) + ([new % chunk] if new % chunk else [])
-    dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size, zero_point)
+    dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size, zero_point, expert_load)
     return _assemble("prefill", cfg, dt, batch, new, prompt_tokens, cached_tokens, chunks, cached_tokens, False, tp)
 
 
 def decode(cfg: ModelConfig, batch: int, context: int, *, weight_dtype="bf16", act_dtype="bf16",
-           kv_dtype="bf16", tp: int = 1, group_size: int | None = None, zero_point: bool = False) -> Phase:
+           kv_dtype="bf16", tp: int = 1, group_size: int | None = None, zero_point: bool = False,
+           expert_load=()) -> Phase:
     """One decode step: each of ``batch`` sequences has ``context`` cached tokens and adds one (one rank's
     share over ``tp`` ranks)."""
     batch = check_positive_int("batch", batch)
@@ -274,7 +354,7 @@ def decode(cfg: ModelConfig, batch: int, context: int, *, weight_dtype="bf16", a
     if context + 1 > cfg.max_context:
         raise RooflineError(f"a decode step at context {context} needs {context + 1} positions, past "
                             f"{cfg.name}'s maximum context of {cfg.max_context}.")
-    dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size, zero_point)
+    dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size, zero_point, expert_load)
     return _assemble("decode", cfg, dt, batch, 1, context, 0, [1], context, True, tp)
 
 

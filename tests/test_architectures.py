@@ -91,7 +91,11 @@ def test_window_caps_attention_and_kv():
 @pytest.mark.parametrize("d,msg", [
     (dict(model_type="falcon"), "model_type \"falcon\" (a string) is not supported: supported are llama, mistral"),
     (dict(model_type="jamba"), "model_type 'jamba' is a mixture of experts (or a hybrid)"),
-    (dict(model_type="mixtral"), "model_type 'mixtral' is a mixture of experts"),
+    (dict(model_type="olmoe"), "model_type 'olmoe' is a mixture of experts"),
+    (dict(model_type="mixtral"), "mixtral: the number of experts (num_local_experts or num_experts) is missing"),
+    (dict(model_type="gpt_oss", num_local_experts=4, swiglu_limit=5.0), "swiglu_limit = 5.0 is not modelled"),
+    (dict(model_type="deepseek_v3", n_routed_experts=4, moe_intermediate_size=32, qk_rope_head_dim=8,
+          qk_nope_head_dim=8, kv_lora_rank=16, v_head_dim=8, scoring_func="softmax"), "scoring_func"),
     (dict(model_type="llama", hidden_act="gelu"), "llama: hidden_act = \"gelu\" (a string) is not modelled"),
     (dict(model_type="llama", pretraining_tp=2), "pretraining_tp = 2 is not modelled"),
     (dict(model_type="gemma", attention_bias=True), "gemma: attention_bias = true (a boolean) is not modelled"),

@@ -248,8 +248,9 @@ def test_presets_unchanged():
     assert (t.hidden, t.intermediate, t.n_layers, t.n_heads, t.n_kv_heads, t.vocab, t.max_context, t.head_dim) == \
         (64, 176, 2, 4, 2, 256, 512, 16)
     assert PRESETS["llama-3-8b"].rope_theta == 500000.0 and PRESETS["qwen2.5-7b"].rms_eps == 1e-6
-    for p in PRESETS.values():   # only Gemma-3's linear RoPE scaling (global layers) is a note
-        assert (p.notes == ()) == (p.name != "gemma-3-12b") and ModelConfig.from_dict(p.to_dict()) == p
+    noted = {"gemma-3-12b", "deepseek-v3", "gpt-oss-20b", "gpt-oss-120b"}   # their RoPE scaling is a note
+    for p in PRESETS.values():
+        assert (p.notes == ()) == (p.name not in noted) and ModelConfig.from_dict(p.to_dict()) == p
 
 
 def test_from_dict_ignores_unknown_keys():

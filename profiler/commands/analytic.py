@@ -150,6 +150,11 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
                    weight_dtype=ph.dtypes.weight, act_dtype=ph.dtypes.act, kv_dtype=ph.dtypes.kv,
                    group_size=ph.dtypes.group_size, zero_point=ph.dtypes.zero_point)
     d["capacity"] = cap.to_dict()
+    from roofline.explain import expert_curve, expert_curve_text
+
+    curve = expert_curve(lambda b: W.decode(model, b, context, **kw), model) if model.n_experts else {}
+    if curve:
+        d["experts"] = curve
     for n in model.notes:
         click.echo(f"note: {n}", err=True)
     if as_json:
@@ -170,3 +175,5 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
                    + ("; scales counted (formulas.weight_scale_bytes, kv_scale_bytes)."
                       if ph.dtypes.weight in F.QUANTIZED_WEIGHTS or ph.dtypes.kv in F.QUANTIZED_KV else "."))
     click.echo(d["verdict"])
+    if curve:
+        click.echo(expert_curve_text(curve))
