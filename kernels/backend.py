@@ -8,6 +8,9 @@ Weight-only quantized weights (``kernels.quant.QuantWeight``) go through the sam
 triton backend runs ``linear_int8`` / ``linear_int4``, the torch backend the ecosystem's quantized
 GEMM (``quant.torch_linear``). An 8-bit KV cache goes through the same ``kv_append`` and attention
 ops with ``scales=(k_scale, v_scale)``.
+
+Mixture of experts: ``route`` (``kernels.router``: torch on both backends) and ``moe_experts`` (the fused
+grouped GEMM, ``kernels.moe``; the torch peer loops over experts in the input dtype).
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from . import kv_append as KV
 from . import linear as L
 from . import linear_int4 as L4
 from . import linear_int8 as L8
+from . import moe as MOE
 from . import prefill_attention as PA
 from . import residual as R
 from . import rmsnorm as N
 from . import rope as P
+from . import router as RT
 from . import swiglu as S
 from .quant import QuantWeight, torch_linear
 
@@ -65,11 +70,13 @@ _OPS = {
     "triton": SimpleNamespace(
         name="triton", embedding=E.embedding, rmsnorm=N.rmsnorm, add_rmsnorm=N.add_rmsnorm, linear=_triton_linear,
         rope=P.rope, kv_append=KV.kv_append, prefill_attention=PA.prefill_attention,
-        decode_attention=DA.decode_attention, residual_add=R.residual_add, swiglu=S.swiglu, geglu=G.geglu),
+        decode_attention=DA.decode_attention, residual_add=R.residual_add, swiglu=S.swiglu, geglu=G.geglu,
+        moe_experts=MOE.moe_experts, route=RT.route),
     "torch": SimpleNamespace(
         name="torch", embedding=E.reference, rmsnorm=N.reference, add_rmsnorm=N.add_reference, linear=_torch_linear,
         rope=_torch_rope, kv_append=KV.reference, prefill_attention=_torch_prefill,
-        decode_attention=_torch_decode, residual_add=R.reference, swiglu=S.reference, geglu=G.reference),
+        decode_attention=_torch_decode, residual_add=R.reference, swiglu=S.reference, geglu=G.reference,
+        moe_experts=MOE.torch_moe, route=RT.route),
 }
 
 

@@ -1,0 +1,304 @@
+"""Fused mixture-of-experts expert GEMM: every token through its k experts, in two launches over all experts.
+
+    y = moe_experts(x, w_gate, w_up, w_down, weights, ids)      # x [T, H], w_* [E, H, I] / [E, I, H]
+
+As serving engines do it (vLLM's fused_moe is the model; this is our own code):
+
+1. ``moe_align``: the T*k (token, expert) rows ("entries", entry = t*k + j) are sorted by expert and each
+   expert's run is padded to a multiple of BLOCK_M, so every block of BLOCK_M rows belongs to one expert
+   (``block_expert``). Pure tensor ops, no host sync: the buffers have their largest size (T*k + min(E, T*k)
+   * (BLOCK_M - 1) rows) and the kernels read the padded count from a tensor and skip blocks past it, so a
+   decode step can be captured in a CUDA graph.
+2. ``_moe_gate_up_kernel``: one launch over (blocks x I tiles): gathers the block's token rows of x, two
+   accumulators x W_gate[e] and x W_up[e] (+ biases), the activation in fp32, h [T*k, I] stored at the
+   entry's row. "silu": silu(g) * u (SwiGLU); "swiglu_oai" (GPT-OSS): g = min(g, limit),
+   u = clamp(u, -limit, limit), h = (u + 1) * g * sigmoid(alpha * g).
+3. ``_moe_down_kernel``: one launch over (blocks x H tiles): h W_down[e] (+ bias), times the entry's routing
+   weight, stored at the entry's row of the partials [T*k, H].
+4. The k partial outputs of each token are summed (``torch.sum`` over [T, k, H], fp32 accumulation).
+
+Configurations (``moe_config``): "skinny" (decode: few rows per expert, BLOCK_M = 16, long K tiles) and
+"tiled" (prefill: BLOCK_M = 64). Every load is upcast under the interpreter (it has no bf16 arithmetic); on a
+GPU bf16/fp16 go to the tensor cores and accumulate in fp32. fp32 uses IEEE dots.
+
+``reference`` loops over experts in fp32 (fp64 with ``compute_dtype``); ``torch_moe`` (the torch backend's
+peer) is the same loop in the input dtype. ``cost``: ``roofline.formulas.moe_experts``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from roofline import formulas as F
+from roofline.errors import RooflineError
+
+from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name
+from ._launch import launch
+
+ACTIVATIONS = ("silu", "swiglu_oai")
+SKINNY_ROWS = 16          # at most this many rows per expert on average: the skinny (decode) configuration
+# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) per configuration and dtype kind
+CONFIGS = {("skinny", "16bit"): (16, 64, 128, 4, 3), ("skinny", "fp32"): (16, 64, 32, 4, 3),
+           ("tiled", "16bit"): (64, 64, 64, 4, 3), ("tiled", "fp32"): (32, 64, 32, 4, 3)}
+
+
+class MoeAlign(NamedTuple):
+    sorted_ids: torch.Tensor     # [P] int32: entries (t*k + j) grouped by expert, padding = T*k
+    block_expert: torch.Tensor   # [P / BLOCK_M] int32: each block's expert (E past the padded count)
+    n_padded: torch.Tensor       # [1] int32: rows in use (the sum of each expert's padded count)
+    counts: torch.Tensor         # [E] int64: entries per expert (the grouped GEMM's load, imbalance shows here)
+
+
+def moe_align(ids: torch.Tensor, n_experts: int, block_m: int) -> MoeAlign:
+    """Sort the T*k entries of ``ids`` [T, k] by expert, each expert's run padded to a multiple of ``block_m``
+    (an expert with no tokens gets no block). Stable: within an expert, entries keep their order."""
+    E, BM = int(n_experts), int(block_m)
+    flat = ids.reshape(-1).to(torch.int64)
+    tk, dev = flat.numel(), ids.device
+    rows = tk + min(E, tk) * (BM - 1)
+    rows = cdiv(rows, BM) * BM
+    counts = torch.zeros(E, dtype=torch.int64, device=dev).scatter_add_(0, flat, torch.ones_like(flat))
+    padded = (counts + BM - 1) // BM * BM
+    pad_end = torch.cumsum(padded, 0)
+    pad_start = pad_end - padded
+    cnt_start = torch.cumsum(counts, 0) - counts
+    order = torch.argsort(flat, stable=True)
+    e_sorted = flat[order]
+    dest = pad_start[e_sorted] + torch.arange(tk, device=dev) - cnt_start[e_sorted]
+    sorted_ids = torch.full((rows,), tk, dtype=torch.int32, device=dev)
+    sorted_ids[dest] = order.to(torch.int32)
+    starts = torch.arange(0, rows, BM, device=dev)
+    block_expert = torch.searchsorted(pad_end, starts, right=True).to(torch.int32)   # E past the last expert
+    return MoeAlign(sorted_ids, block_expert, pad_end[-1:].to(torch.int32), counts)
+
+
+@triton.jit
+def _act(g, u, alpha, limit, ACT: tl.constexpr):
+    """The expert activation on fp32 gate/up tiles: silu(g) * u, or GPT-OSS's clamped SwiGLU."""
+    if ACT == 0:
+        h = g / (1.0 + tl.exp(-g)) * u
+    else:
+        g = tl.minimum(g, limit)
+        u = tl.minimum(tl.maximum(u, -limit), limit)
+        h = (u + 1.0) * (g / (1.0 + tl.exp(-alpha * g)))
+    return h
+
+
+@triton.jit
+def _moe_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, h_ptr, sorted_ptr, bexp_ptr, npad_ptr,
+                        N, K, TK, TOPK, NUM_BLOCKS, stride_xt, stride_we, stride_wk, stride_wn, stride_be, stride_ht,
+                        alpha, limit,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ACT: tl.constexpr,
+                        BIAS: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
+    # x [T, K]   w_gate, w_up [E, K, N]   h [T*k, N]   (K = H, N = I)
+    pid = tl.program_id(0)
+    pid_m = pid % NUM_BLOCKS                      # neighbouring programs: blocks of one expert, same weight tile
+    pid_n = pid // NUM_BLOCKS
+    if pid_m * BLOCK_M >= tl.load(npad_ptr):
+        return
+    e = tl.load(bexp_ptr + pid_m).to(tl.int64)
+    entry = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    valid = entry < TK
+    token = (entry // TOPK).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = offs_n < N
+    wg = wg_ptr + e * stride_we
+    wu = wu_ptr + e * stride_we
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        kmask = offs_k < K
+        a = tl.load(x_ptr + token[:, None] * stride_xt + offs_k[None, :], mask=valid[:, None] & kmask[None, :],
+                    other=0.0)
+        w_off = offs_k[:, None].to(tl.int64) * stride_wk + offs_n[None, :] * stride_wn
+        w_mask = kmask[:, None] & nmask[None, :]
+        bg = tl.load(wg + w_off, mask=w_mask, other=0.0)
+        bu = tl.load(wu + w_off, mask=w_mask, other=0.0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            bg = bg.to(tl.float32)
+            bu = bu.to(tl.float32)
+        acc_g = tl.dot(a, bg, acc_g, input_precision=DOT_PREC)
+        acc_u = tl.dot(a, bu, acc_u, input_precision=DOT_PREC)
+    if BIAS:
+        acc_g += tl.load(bg_ptr + e * stride_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+        acc_u += tl.load(bu_ptr + e * stride_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+    h = _act(acc_g, acc_u, alpha, limit, ACT)
+    rows = entry.to(tl.int64)
+    tl.store(h_ptr + rows[:, None] * stride_ht + offs_n[None, :], h.to(h_ptr.dtype.element_ty),
+             mask=valid[:, None] & nmask[None, :])
+
+
+@triton.jit
+def _moe_down_kernel(h_ptr, wd_ptr, bd_ptr, rw_ptr, p_ptr, sorted_ptr, bexp_ptr, npad_ptr,
+                     N, K, TK, NUM_BLOCKS, stride_ht, stride_we, stride_wk, stride_wn, stride_be, stride_pt,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BIAS: tl.constexpr,
+                     UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
+    # h [T*k, K]   w_down [E, K, N]   routing weights [T*k] fp32   partials [T*k, N]   (K = I, N = H)
+    pid = tl.program_id(0)
+    pid_m = pid % NUM_BLOCKS
+    pid_n = pid // NUM_BLOCKS
+    if pid_m * BLOCK_M >= tl.load(npad_ptr):
+        return
+    e = tl.load(bexp_ptr + pid_m).to(tl.int64)
+    entry = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    valid = entry < TK
+    rows = entry.to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = offs_n < N
+    wd = wd_ptr + e * stride_we
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        kmask = offs_k < K
+        a = tl.load(h_ptr + rows[:, None] * stride_ht + offs_k[None, :], mask=valid[:, None] & kmask[None, :],
+                    other=0.0)
+        b = tl.load(wd + offs_k[:, None].to(tl.int64) * stride_wk + offs_n[None, :] * stride_wn,
+                    mask=kmask[:, None] & nmask[None, :], other=0.0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=DOT_PREC)
+    if BIAS:
+        acc += tl.load(bd_ptr + e * stride_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+    acc = acc * tl.load(rw_ptr + rows, mask=valid, other=0.0)[:, None]
+    tl.store(p_ptr + rows[:, None] * stride_pt + offs_n[None, :], acc.to(p_ptr.dtype.element_ty),
+             mask=valid[:, None] & nmask[None, :])
+
+
+def moe_config(T: int, E: int, k: int, H: int, I: int, dtype=torch.bfloat16, device="cpu", *,  # noqa: E741
+               block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None) -> dict:
+    """Blocks, warps and stages for T tokens over E experts (k each), H -> I -> H; explicit arguments override.
+
+    "skinny" when the T*k rows average at most ``SKINNY_ROWS`` per expert (decode: a 16-row block holds an
+    expert's tokens, long K tiles stream its weights), else "tiled" (64-row blocks reuse each weight tile over
+    more tokens). ``device`` is for symmetry with ``linear_config`` (the choice does not depend on the SM count)."""
+    for name, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
+        if v is not None and (int(v) < 16 or int(v) & (int(v) - 1)):
+            raise ValueError(f"{name} must be a power of two of at least 16 (tl.dot needs 16 or more), got {v}.")
+    kind = "skinny" if T * k <= SKINNY_ROWS * E else "tiled"
+    bm, bn, bk, warps, stages = CONFIGS[(kind, "fp32" if dtype == torch.float32 else "16bit")]
+    return dict(kind=kind, block_m=block_m or bm, block_n=block_n or bn, block_k=block_k or bk,
+                num_warps=num_warps or warps, num_stages=num_stages or stages)
+
+
+def _check_inputs(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down):
+    if activation not in ACTIVATIONS:
+        raise RooflineError(f"unknown MoE activation {activation!r}: choose one of {', '.join(ACTIVATIONS)}.")
+    check_tensor("w_gate", w_gate, (None, None, None), dtypes=FLOAT_DTYPES)
+    E, H, I = w_gate.shape  # noqa: E741
+    dt, dev = w_gate.dtype, w_gate.device
+    check_tensor("x", x, (None, H), dtype=dt, device=dev)
+    check_tensor("w_up", w_up, (E, H, I), dtype=dt, device=dev)
+    check_tensor("w_down", w_down, (E, I, H), dtype=dt, device=dev)
+    T = x.shape[0]
+    check_tensor("ids", ids, (T, None), device=dev)
+    k = ids.shape[1]
+    check_tensor("weights", weights, (T, k), device=dev)
+    if ids.dtype not in (torch.int32, torch.int64) or not weights.dtype.is_floating_point:
+        raise ValueError(f"ids must be int32/int64 and weights float (route's output), got {ids.dtype} and "
+                         f"{weights.dtype}.")
+    biases = (b_gate, b_up, b_down)
+    if any(b is not None for b in biases) and any(b is None for b in biases):
+        raise ValueError("expert biases come together: pass b_gate [E, I], b_up [E, I] and b_down [E, H], or none.")
+    if b_gate is not None:
+        for name, b, n in (("b_gate", b_gate, I), ("b_up", b_up, I), ("b_down", b_down, H)):
+            check_tensor(name, b, (E, n), dtype=dt, device=dev)
+            if not b.is_contiguous():
+                raise ValueError(f"{name} must be contiguous.")
+    if T and (int(ids.min()) < 0 or int(ids.max()) >= E):
+        raise ValueError(f"ids must name experts 0..{E - 1}, got values {int(ids.min())}..{int(ids.max())}.")
+    return T, E, H, I, k
+
+
+def moe_experts(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_gate=None, b_up=None, b_down=None,
+                alpha=1.702, limit=7.0, out=None, **config) -> torch.Tensor:
+    """y [T, H] = sum_j weights[t, j] * expert_{ids[t, j]}(x[t]) with the two Triton launches (module docstring).
+    ``config`` overrides ``moe_config`` (block_m, block_n, block_k, num_warps, num_stages)."""
+    # x: [T, H]   w_gate, w_up: [E, H, I]   w_down: [E, I, H]   weights, ids: [T, k]   y: [T, H]
+    T, E, H, I, k = _check_inputs(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down)
+    if out is None:
+        out = torch.empty(T, H, dtype=x.dtype, device=x.device)
+    check_tensor("out", out, (T, H), dtype=x.dtype, device=x.device)
+    if w_up.stride() != w_gate.stride():
+        raise ValueError("w_gate and w_up must have the same strides (one stride set is passed to the kernel).")
+    if T == 0:
+        return out
+    c = moe_config(T, E, k, H, I, x.dtype, x.device, **config)
+    BM = c["block_m"]
+    al = moe_align(ids, E, BM)
+    blocks = al.block_expert.numel()
+    tk = T * k
+    h = torch.empty(tk, I, dtype=x.dtype, device=x.device)
+    part = torch.empty(tk, H, dtype=x.dtype, device=x.device)
+    rw = weights.reshape(tk).to(torch.float32).contiguous()
+    upcast = INTERPRET
+    prec = "ieee" if (x.dtype == torch.float32 or upcast) else "tf32"
+    bias = b_gate is not None
+    opts = dict(BLOCK_M=BM, BLOCK_N=c["block_n"], BLOCK_K=c["block_k"], num_warps=c["num_warps"],
+                num_stages=c["num_stages"])
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    launch(_moe_gate_up_kernel, (blocks * cdiv(I, c["block_n"]),), x, w_gate, w_up,
+           b_gate if bias else w_gate, b_up if bias else w_up, h, al.sorted_ids, al.block_expert, al.n_padded,
+           I, H, tk, k, blocks, x.stride(0), w_gate.stride(0), w_gate.stride(1), w_gate.stride(2),
+           b_gate.stride(0) if bias else 0, h.stride(0), float(alpha), float(limit),
+           ACT=ACTIVATIONS.index(activation), BIAS=bias, UPCAST=upcast, DOT_PREC=prec, **opts)
+    launch(_moe_down_kernel, (blocks * cdiv(H, c["block_n"]),), h, w_down, b_down if bias else w_down, rw, part,
+           al.sorted_ids, al.block_expert, al.n_padded, H, I, tk, blocks, h.stride(0), w_down.stride(0),
+           w_down.stride(1), w_down.stride(2), b_down.stride(0) if bias else 0, part.stride(0),
+           BIAS=bias, UPCAST=upcast, DOT_PREC=prec, **opts)
+    torch.sum(part.view(T, k, H), dim=1, out=out)
+    return out
+
+
+def _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down, alpha, limit, ct):
+    """Per expert: gather its tokens, the two GEMMs, the activation, the down GEMM, times the routing weight,
+    index_add into y (transformers' expert loop), in compute dtype ``ct``; y returned in x's dtype."""
+    if activation not in ACTIVATIONS:
+        raise RooflineError(f"unknown MoE activation {activation!r}: choose one of {', '.join(ACTIVATIONS)}.")
+    T, H = x.shape
+    y = torch.zeros(T, H, dtype=ct, device=x.device)
+    xc = x.to(ct)
+    for e in torch.unique(ids).tolist():
+        tok, pos = torch.where(ids == e)
+        xs = xc[tok]
+        g, u = xs @ w_gate[e].to(ct), xs @ w_up[e].to(ct)
+        if b_gate is not None:
+            g, u = g + b_gate[e].to(ct), u + b_up[e].to(ct)
+        if activation == "silu":
+            hh = torch.nn.functional.silu(g) * u
+        else:
+            g, u = g.clamp(max=limit), u.clamp(-limit, limit)
+            hh = (u + 1) * (g * torch.sigmoid(g * alpha))
+        o = hh @ w_down[e].to(ct)
+        if b_down is not None:
+            o = o + b_down[e].to(ct)
+        y.index_add_(0, tok, o * weights[tok, pos, None].to(ct))
+    return y.to(x.dtype)
+
+
+def reference(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_gate=None, b_up=None, b_down=None,
+              alpha=1.702, limit=7.0, compute_dtype=None) -> torch.Tensor:
+    """The plain loop over experts in fp32 (``compute_dtype`` torch.float64 for checks); y in x's dtype."""
+    ct = compute_dtype or (torch.float64 if x.dtype == torch.float64 else torch.float32)
+    return _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down, alpha, limit, ct)
+
+
+def torch_moe(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_gate=None, b_up=None, b_down=None,
+              alpha=1.702, limit=7.0, out=None) -> torch.Tensor:
+    """The torch backend's peer: the same loop in the input dtype (cuBLAS GEMMs per expert, as transformers)."""
+    y = _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down, alpha, limit, x.dtype)
+    return y if out is None else out.copy_(y)
+
+
+def cost(tokens: int, hidden: int, intermediate: int, n_experts: int, k: int, dtype="bf16", *, distinct=None,
+         activation: str = "silu", bias: bool = False):
+    """The roofline formula's Cost (roofline.formulas.moe_experts; uniform routing unless ``distinct``)."""
+    d = dtype if isinstance(dtype, str) else dtype_name(dtype)
+    return F.moe_experts(tokens, hidden, intermediate, n_experts, k, distinct=distinct, activation=activation,
+                         bias=bias, weight_dtype=d, act_dtype=d)
