@@ -11,6 +11,9 @@ ops with ``scales=(k_scale, v_scale)``.
 
 Mixture of experts: ``route`` (``kernels.router``: torch on both backends) and ``moe_experts`` (the fused
 grouped GEMM, ``kernels.moe``; the torch peer loops over experts in the input dtype).
+
+MLA (``kernels.mla``): ``mla_decode`` is the absorbed Triton kernel / its batched torch peer; ``mla_prefill`` is
+the naive torch path (SDPA) on both backends (``prefill_attention`` needs V's head dim equal to Q/K's).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from . import kv_append as KV
 from . import linear as L
 from . import linear_int4 as L4
 from . import linear_int8 as L8
+from . import mla as MLA
 from . import moe as MOE
 from . import prefill_attention as PA
 from . import residual as R
@@ -71,12 +75,14 @@ _OPS = {
         name="triton", embedding=E.embedding, rmsnorm=N.rmsnorm, add_rmsnorm=N.add_rmsnorm, linear=_triton_linear,
         rope=P.rope, kv_append=KV.kv_append, prefill_attention=PA.prefill_attention,
         decode_attention=DA.decode_attention, residual_add=R.residual_add, swiglu=S.swiglu, geglu=G.geglu,
-        moe_experts=MOE.moe_experts, route=RT.route),
+        moe_experts=MOE.moe_experts, route=RT.route,
+        mla_decode=MLA.mla_decode, mla_prefill=MLA.mla_prefill),
     "torch": SimpleNamespace(
         name="torch", embedding=E.reference, rmsnorm=N.reference, add_rmsnorm=N.add_reference, linear=_torch_linear,
         rope=_torch_rope, kv_append=KV.reference, prefill_attention=_torch_prefill,
         decode_attention=_torch_decode, residual_add=R.reference, swiglu=S.reference, geglu=G.reference,
-        moe_experts=MOE.torch_moe, route=RT.route),
+        moe_experts=MOE.torch_moe, route=RT.route,
+        mla_decode=MLA.torch_decode, mla_prefill=MLA.mla_prefill),
 }
 
 
