@@ -9,6 +9,8 @@ launch (an element the kernel forgets to write fails). The reference runs in flo
 same (dtype-rounded) inputs. Error = max |out - ref| / max |ref| (NaN anywhere -> inf).
 Architecture checks (``_architecture_checks``): a linear's bias, GeGLU, sliding-window attention (with and
 without a cached prefix; decode lengths on both sides of the window) and logit softcapping.
+MLA checks (``_mla_checks``): the absorbed MLA decode against its fp64 reference; the naive prefill's torch
+path.
 Model checks (model "tiny", 2 layers, 12 tokens quick): prefill + decode steps equal one
 forward_full over the sequence (two slots of different lengths decoded in one batch); chunked prefill equals
 unchunked; prefix reuse equals a full prefill; the triton backend equals the torch backend.
@@ -39,6 +41,7 @@ from . import kv_append as KV
 from . import linear as L
 from . import linear_int4 as L4
 from . import linear_int8 as L8
+from . import mla as MLA
 from . import prefill_attention as PA
 from . import residual as R
 from . import rmsnorm as N
@@ -147,7 +150,30 @@ def _kernel_checks(ops, dt, dev, quick):
         yield (f"decode_attn lens={lens} Hq/Hkv={Hq}/{Hkv} D={D}", o, DA.reference(*dbl(q, kc, vc), ln, slots),
                ", ".join(f"{k}={v}" for k, v in cfg.items()))
     yield from _architecture_checks(ops, dev, rnd, nan, tri)
+    yield from _mla_checks(ops, dev, rnd, nan, tri, quick)
 
+
+def _mla_checks(ops, dev, rnd, nan, tri, quick):
+    """MLA (issue 21): the absorbed decode over a latent cache (DeepSeek-V3's rank 512 / rope 64 shrunk to
+    32 / 16; ragged lengths, a length of 1 and of 0, head counts that are not powers of two, two head blocks,
+    forced splits; the real 512 / 64 with 128 heads in the full set) and the naive prefill's torch path."""
+    cases = [(5, 32, 16, [37, 1, 0, 60], dict(block_n=16)), (20, 32, 16, [50, 13], dict(block_n=16, splits=3)),
+             (3, 24, 8, [1], {})]
+    if not quick:
+        cases += [(128, 512, 64, [1000, 1, 4097], {})]
+    for H, Rk, Pr, lens, cfg in cases:
+        B, L = len(lens), max(64, max(lens))
+        ql, qp, ckv, kpe = rnd(B, H, Rk), rnd(B, H, Pr), rnd(4, L, Rk), rnd(4, L, Pr)
+        slots, ln = torch.tensor([3, 0, 1, 2][:B], device=dev), torch.tensor(lens, device=dev)
+        scale = (Rk // 4 + Pr) ** -0.5
+        o = ops.mla_decode(ql, qp, ckv, kpe, ln, slots, sm_scale=scale, **(dict(cfg, out=nan(B, H, Rk)) if tri else {}))
+        ref = MLA.reference(ql.double(), qp.double(), ckv.double(), kpe.double(), ln, slots, sm_scale=scale)
+        yield f"mla_decode lens={lens} H={H} R={Rk} P={Pr}", o, ref, ", ".join(f"{k}={v}" for k, v in cfg.items() if tri)
+    for B, n, cached, H, QK, V in [(2, 9, 0, 3, 24, 12), (1, 7, 5, 5, 24, 16)]:
+        q, k, v = rnd(B, n, H, QK), rnd(B, cached + n, H, QK), rnd(B, cached + n, H, V)
+        o = ops.mla_prefill(q, k, v, sm_scale=QK ** -0.5, cached=cached)
+        ref = MLA.mla_prefill_reference(q.double(), k.double(), v.double(), sm_scale=QK ** -0.5, cached=cached)
+        yield f"mla_prefill B={B} n={n} p={cached} H={H} qk={QK} v={V}", o, ref, "torch path (SDPA)"
 
 def _architecture_checks(ops, dev, rnd, nan, tri):
     """What other dense architectures add (issue 20): a linear's bias (Qwen2), GeGLU (Gemma), sliding-window

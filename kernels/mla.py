@@ -290,7 +290,7 @@ def _visible(cached: int, n: int, device) -> torch.Tensor:
 
 
 def _check_prefill(q, k, v, cached):
-    check_tensor("q", q, (None, None, None, None), dtypes=FLOAT_DTYPES)
+    check_tensor("q", q, (None, None, None, None), dtypes=FLOAT_DTYPES + (torch.float64,))   # fp64: references
     B, n, H, D = q.shape
     if cached < 0:
         raise ValueError(f"cached must be 0 or more tokens, got {cached}.")

@@ -12,6 +12,9 @@ the grids of every launch that maps to one are kept for the grid-limit check.
 Other dense architectures (``_architecture_launches``, issue 20): attention with a sliding window and / or
 logit softcapping, linears with a bias (float, int8, int4) and GeGLU, on the same shapes.
 
+DeepSeek-V3's MLA decode (``_mla_launches``, issue 21): ``kernels.mla.mla_decode`` at H 128, rank 512, rope 64
+in bf16 and fp16, at every decode combo's batch and context.
+
 Quantized passes (``QUANT_PASSES``): the same shapes again with int8 / int4 weights and an 8-bit KV
 cache (the linears, kv_append and attention only), in the 16-bit dtypes a GPU runs them in: int8
 weights with an int8 KV cache; int4 (g128) with an fp8 KV cache where the target has fp8 (sm_90;
@@ -164,7 +167,29 @@ def record(target: Target, combos) -> list:
                 rec.context = dict(where, op="attention after 17 cached")
                 PA.prefill_attention(q, kc, kc, torch.arange(batch, device=meta), 17)
             _architecture_launches(rec, where, cfg, phase, batch, context, dt, target)
+            if phase == "decode" and dtype in MLA_DTYPES:
+                _mla_launches(rec, dict(where, model="deepseek-v3"), batch, context, dt)
     return rec.launches
+
+
+# DeepSeek-V3's latent attention (issue 21): 128 heads, kv_lora_rank 512, qk_rope_head_dim 64, the 16-bit dtypes
+MLA_SHAPE = dict(n_heads=128, kv_lora_rank=512, rope_dim=64)
+MLA_DTYPES = ("bf16", "fp16")
+
+
+def _mla_launches(rec, where, batch, context, dt) -> None:
+    """``kernels.mla.mla_decode`` (absorbed decode) on DeepSeek-V3's shapes at the combo's batch and context
+    (the Llama runners do not reach it)."""
+    from . import mla as MLA
+
+    meta = torch.device("meta")
+    H, R, P = MLA_SHAPE["n_heads"], MLA_SHAPE["kv_lora_rank"], MLA_SHAPE["rope_dim"]
+    rec.context = dict(where, op="mla_decode")
+    MLA.mla_decode(torch.empty(batch, H, R, dtype=dt, device=meta), torch.empty(batch, H, P, dtype=dt, device=meta),
+                   torch.empty(batch, context + 1, R, dtype=dt, device=meta),
+                   torch.empty(batch, context + 1, P, dtype=dt, device=meta),
+                   torch.empty(batch, dtype=torch.int32, device=meta), torch.arange(batch, device=meta),
+                   sm_scale=192 ** -0.5, max_len=context + 1)
 
 
 WINDOW, SOFTCAP = 4096, 50.0   # Mistral-7B's and Gemma-2's sliding window; Gemma-2's attention softcap

@@ -164,3 +164,33 @@ def test_absorbed_decode_and_naive_prefill_match_transformers_deepseek_v3():
         o = M.mla_prefill(torch.cat([q_nope, q_pe], -1).transpose(1, 2), k, kv[..., NOPE:].contiguous(),
                           sm_scale=att.scaling)
         assert _err(att.o_proj(o.reshape(1, T, H * V)), want) < 1e-5
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_roofline_check_covers_mla(backend):
+    from kernels import check as C
+
+    g = torch.Generator().manual_seed(5)
+    rnd = lambda *s: torch.randn(*s, generator=g).to(torch.bfloat16)                   # noqa: E731
+    nan = lambda *s: torch.full(s, float("nan"), dtype=torch.bfloat16)                # noqa: E731
+    res = [C._result(n, C.rel_err(o, r), C.KERNEL_TOL["bf16"], d)
+           for n, o, r, d in C._mla_checks(get_ops(backend), torch.device("cpu"), rnd, nan, backend == "triton", True)]
+    assert [r.name.split()[0] for r in res] == ["mla_decode"] * 3 + ["mla_prefill"] * 2
+    assert "lens=[37, 1, 0, 60] H=5" in res[0].name and "H=20" in res[1].name
+    assert all(r.passed for r in res), [str(r) for r in res if not r.passed]
+
+
+def test_compile_check_variants_cover_deepseek_v3_mla_decode():
+    # the quick set's decode combos launch mla_decode at H 128, R 512, P 64 in bf16 and fp16 (not fp32)
+    from kernels import variants as V
+
+    launches = V.record(V.TARGETS["sm_90"], [("llama-2-7b", "decode", 1, 4096 - 1, "bf16"),
+                                             ("llama-2-7b", "decode", 64, 128, "fp16"),
+                                             ("llama-2-7b", "decode", 1, 128, "fp32")])
+    mla = [ln for ln in launches if ln.context.get("op") == "mla_decode"]
+    assert [(ln.name, ln.context["dtype"]) for ln in mla] == [
+        ("_mla_decode_split_kernel", "bf16"), ("_mla_decode_merge_kernel", "bf16"),
+        ("_mla_decode_split_kernel", "fp16"), ("_mla_decode_merge_kernel", "fp16")]
+    split = mla[0]
+    assert split.args[0].shape == (1, 128, 512) and split.constexprs["BLOCK_R"] == 512
+    assert split.grid == (8, 64, 1) and mla[0].context["model"] == "deepseek-v3"
