@@ -42,10 +42,12 @@ from . import linear as L
 from . import linear_int4 as L4
 from . import linear_int8 as L8
 from . import mla as MLA
+from . import moe as MOE
 from . import prefill_attention as PA
 from . import residual as R
 from . import rmsnorm as N
 from . import rope as P
+from . import router as RT
 from . import swiglu as S
 from ._common import HAS_CUDA, dtype_name, torch_dtype
 from .backend import get_ops
@@ -151,6 +153,7 @@ def _kernel_checks(ops, dt, dev, quick):
                ", ".join(f"{k}={v}" for k, v in cfg.items()))
     yield from _architecture_checks(ops, dev, rnd, nan, tri)
     yield from _mla_checks(ops, dev, rnd, nan, tri, quick)
+    yield from _moe_checks(ops, dev, rnd, nan, tri, quick)
 
 
 def _mla_checks(ops, dev, rnd, nan, tri, quick):
@@ -207,6 +210,46 @@ def _architecture_checks(ops, dev, rnd, nan, tri):
         o = ops.decode_attention(q, kc, vc, ln, slots, **kw, **(dict(cfg, out=nan(B, 4, 16)) if tri else {}))
         what = f" window={W}" + (f" softcap={cap}" if cap else "")
         yield f"decode_attn lens={lens}{what}", o, DA.reference(*dbl(q, kc, vc), ln, slots, **kw), cfgs(cfg)
+
+
+def _moe_checks(ops, dev, rnd, nan, tri, quick):
+    """Mixture of experts (issue 21): ``route`` of each kind against a plain fp64 reimplementation (weights
+    compared per expert; a different expert set is inf), and the fused expert GEMM against the fp64 expert loop
+    with uneven loads (expert 0 favoured), an expert with no tokens, T=1 and T=37, both activations, biases.
+    Yields (name, out, ref, detail) like ``_kernel_checks``."""
+    for kind, kw in (("softmax_topk", {}), ("topk_softmax", {}),
+                     ("sigmoid_group", dict(n_group=4, topk_group=2, scale=2.5, bias=rnd(16).float() * 0.2))):
+        logits = rnd(37, 16)
+        w, ids = ops.route(logits, 4, kind=kind, **kw)
+        w_ref, ids_ref = RT.reference(logits, 4, kind=kind, **kw)
+        out, ref = _by_expert(w, ids), _by_expert(w_ref, ids_ref)
+        yield f"route {kind} T=37 E=16 k=4", out if torch.equal(ids.sort(-1).values, ids_ref.sort(-1).values) \
+            else torch.full_like(out, float("nan")), ref, "weights per chosen expert vs fp64"
+    cases = [(37, 6, 2, 40, 24, "silu", False, dict(block_m=16, block_n=16, block_k=16)),
+             (37, 6, 2, 40, 24, "swiglu_oai", True, dict(block_m=16, block_n=16, block_k=16)),
+             (1, 8, 2, 64, 48, "silu", False, {}), (5, 4, 3, 48, 40, "swiglu_oai", True, {}),
+             (40, 2, 1, 40, 24, "silu", False, {})]      # tiled: 40 rows on one expert
+    if not quick:
+        cases += [(300, 8, 2, 256, 128, "silu", False, {}), (16, 8, 2, 512, 256, "swiglu_oai", True, {})]
+    for T, E, k, H, I, act, bias, cfg in cases:  # noqa: E741
+        logits = rnd(T, E).float()
+        logits[:, 0] += 2.0                                                  # expert 0 takes most tokens
+        logits[:, E - 1] = -1e9                                              # expert E-1 takes none
+        w, ids = RT.route(logits, k, kind="softmax_topk")
+        args = (rnd(T, H), rnd(E, H, I) * 0.3, rnd(E, H, I) * 0.3, rnd(E, I, H) * 0.3, w, ids)
+        bb = dict(b_gate=rnd(E, I), b_up=rnd(E, I), b_down=rnd(E, H)) if bias else {}
+        y = ops.moe_experts(*args, activation=act, **bb, **(dict(cfg, out=nan(T, H)) if tri else {}))
+        ref = MOE.reference(*[a.double() if a.is_floating_point() else a for a in args], activation=act,
+                            compute_dtype=torch.float64, **{n: b.double() for n, b in bb.items()})
+        how = MOE.moe_config(T, E, k, H, I, args[0].dtype, dev, **cfg)["kind"] if tri else "expert loop"
+        yield (f"moe_experts T={T} E={E} k={k} {act}" + (" +bias" if bias else ""), y, ref,
+               f"{how}; expert 0 loaded, expert {E - 1} empty" + (", " + ", ".join(f"{a}={v}" for a, v in cfg.items())
+                                                                 if tri and cfg else ""))
+
+
+def _by_expert(w, ids):
+    """Routing weights [T, k] reordered by expert id per token (an unsorted top-k may order them otherwise)."""
+    return w.double().gather(1, ids.sort(dim=-1).indices)
 
 
 def _model_checks(backend, dt, dev, quick, model="tiny"):
