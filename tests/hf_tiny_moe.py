@@ -16,14 +16,16 @@ hidden 64, vocab 256, experts of intermediate 32, exercising every feature of th
   ``rope_scaling`` null (default RoPE, theta 1e4); ``rope_interleave`` as the config defaults
   (``ROPE_INTERLEAVE``: True in transformers 5.24, the rotary pairs interleaved).
 - gpt_oss: 4 experts, top-2 (softmax over the top-2 logits); biases on q/k/v/o, the router and both expert
-  projections; per-head attention sinks; the clamped SwiGLU (``swiglu_limit`` 1.0, so the clamp bites on
-  O(1) activations; alpha 1.702; gate/up interleaved); layers 0 and 2 slide over ``WINDOW`` (8) keys, layer 1
+  projections; per-head attention sinks; the clamped SwiGLU (the published limit 7.0 and alpha 1.702,
+  gate/up interleaved; gate_up weights N(0, CLAMP_STD) so a share of the pre-activations pass the limit); layers 0 and 2 slide over ``WINDOW`` (8) keys, layer 1
   full; RoPE as the config defaults (YaRN, factor 32 over 4096, theta 150000); no quantization_config.
 
 ``build_checkpoint`` saves it (config.json + model.safetensors) with seeded weights: hf_tiny's scales, plus
 router weights N(0, ROUTER_STD) so the routing is decisive (different tokens pick different experts, the
 k-th and (k+1)-th scores far apart: ties impossible in practice; ``routing`` measures both), expert biases
-N(0, BIAS_STD), sinks N(0, SINK_STD), DeepSeek's correction bias N(0, E_BIAS_STD).
+N(0, BIAS_STD), sinks N(0, SINK_STD), DeepSeek's correction bias N(0, E_BIAS_STD), gpt_oss's expert
+weights N(0, CLAMP_STD) / N(0, CLAMP_DOWN_STD); then each router's weight loses the direction all tokens
+share (``_spread_routers``).
 
 ``reference_logits`` / ``reference`` / ``prefill_logits`` / ``checkpoint`` are hf_tiny's, loading with eager
 attention and eager experts (transformers' loop over the experts that received tokens; its default on CPU
@@ -83,7 +85,7 @@ _CONFIGS = {
                                              qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=24,
                                              rope_scaling=None, rope_theta=10000.0, attention_bias=False)),
     "gpt_oss": ("GptOssConfig", dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16,
-                                     sliding_window=WINDOW, attention_bias=True, swiglu_limit=1.0,
+                                     sliding_window=WINDOW, attention_bias=True, swiglu_limit=7.0,
                                      layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
 }
 
@@ -95,6 +97,8 @@ LINEAR_STD, EMBED_STD, BIAS_STD = H.LINEAR_STD, H.EMBED_STD, H.BIAS_STD
 ROUTER_STD = 0.5     # router logits ~N(0, 4): decisive choices, top-k margins far above fp32 rounding
 SINK_STD = 1.0       # gpt_oss sinks: O(1) logits, comparable with the attention scores
 E_BIAS_STD = 0.2     # DeepSeek's e_score_correction_bias against sigmoid scores in (0, 1): changes some choices
+CLAMP_STD = 0.6      # gpt_oss gate_up weights: pre-activations ~N(0, 5), so the published limit 7 clamps some
+CLAMP_DOWN_STD = 0.02  # gpt_oss down weights: the clamped SwiGLU's outputs (up to ~60) back to O(1)
 
 
 def require(model_type: str) -> None:
@@ -129,7 +133,9 @@ def _is_router(module) -> bool:
 
 def _randomize(model, model_type: str, seed: int) -> None:
     """hf_tiny's draw for every parameter, then, from the same generator: router weights N(0, ROUTER_STD),
-    expert biases N(0, BIAS_STD), sinks N(0, SINK_STD), DeepSeek's correction bias N(0, E_BIAS_STD)."""
+    expert biases N(0, BIAS_STD), sinks N(0, SINK_STD), DeepSeek's correction bias N(0, E_BIAS_STD), gpt_oss's expert
+weights N(0, CLAMP_STD) / N(0, CLAMP_DOWN_STD); then each router's weight loses the direction all tokens
+share (``_spread_routers``)."""
     H._randomize(model, model_type, seed)
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
@@ -144,6 +150,10 @@ def _randomize(model, model_type: str, seed: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=g) * BIAS_STD)
             elif name.endswith(".sinks"):
                 p.copy_(torch.randn(p.shape, generator=g) * SINK_STD)
+            elif model_type == "gpt_oss" and name.endswith("experts.gate_up_proj"):
+                p.copy_(torch.randn(p.shape, generator=g) * CLAMP_STD)
+            elif model_type == "gpt_oss" and name.endswith("experts.down_proj"):
+                p.copy_(torch.randn(p.shape, generator=g) * CLAMP_DOWN_STD)
     _spread_routers(model, seed)
 
 
