@@ -4,8 +4,9 @@ latent attention (issue 21): tests/hf_flops_moe.py.
 The published configs of tests/data/hf_configs/moe (four or five layers; meta device, batched_mm experts) at
 a short prompt and one past gpt-oss's 128-token window, and the tiny real checkpoints of tests/hf_tiny_moe.py
 (eager experts, real routing): linear GEMMs, routed-expert GEMMs and router GEMMs within 2%, attention within
-2% after ``hf_flops.to_our_convention``. A model_type not in ``EXPECTED_TO_MATCH`` that does not match (or that
-ours refuses) is an xfail (strict=False) printing its ratios; add its name once it matches.
+2% after ``hf_flops.to_our_convention``. A model_type not in ``EXPECTED_TO_MATCH`` (published) /
+``TINY_EXPECTED_TO_MATCH`` (tiny) that does not match (or that ours refuses) is an xfail (strict=False)
+printing its ratios; add its name once it matches.
 
 The harness itself is checked against hand-written counts that use neither it nor our formulas, and the two
 ways of running it (eager on real weights, batched_mm on meta) against each other.
@@ -19,13 +20,17 @@ import hf_tiny_moe as M
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+# Types that must match: published configs (meta) and tiny checkpoints (real routing) apart, since at hidden 64
+# the elementwise FLOPs an op may count beside its GEMMs (activation, routing weights, softmax / top-k) are
+# a few percent of it, and at published sizes a fraction of a percent.
 EXPECTED_TO_MATCH: set = set()
+TINY_EXPECTED_TO_MATCH: set = set()
 TOL = 0.02
 SHORT, LONG, TINY_SEQ = 64, 512, 32       # LONG: past gpt-oss-20b's 128-token window
 H, V, L = 64, 256, M.LAYERS               # the tiny configs' hidden, vocab and layers
 
 
-def _compare(label: str, path, seq: int, theirs: dict) -> None:
+def _compare(label: str, path, seq: int, theirs: dict, expected: set) -> None:
     model_type = theirs["model_type"]
     try:
         r = F.ratios_moe(path, seq, theirs)
@@ -33,10 +38,10 @@ def _compare(label: str, path, seq: int, theirs: dict) -> None:
         msg = (f"{label} ({model_type}) at {seq} tokens: ours/theirs " +
                ", ".join(f"{k} {r[k]:.4f}" for k in F.KINDS) + f" (tolerance {TOL:.0%})")
     except Exception as e:      # ours refusing (RooflineError) or not knowing the type yet
-        if model_type in EXPECTED_TO_MATCH:
+        if model_type in expected:
             raise
         ok, msg = False, f"{label} ({model_type}): ours failed: {type(e).__name__}: {e}"
-    if not ok and model_type not in EXPECTED_TO_MATCH:
+    if not ok and model_type not in expected:
         pytest.xfail(msg)
     assert ok, msg
 
@@ -47,7 +52,7 @@ def test_published_config_flops_match_transformers(name):
     for seq in (SHORT, LONG):
         theirs = F.hf_flop_split_moe(path, seq)
         assert theirs["implementation"] == "batched_mm" and theirs["other"] == 0 and theirs["experts"] > 0
-        _compare(name, path, seq, theirs)
+        _compare(name, path, seq, theirs, EXPECTED_TO_MATCH)
 
 
 @pytest.mark.parametrize("model_type", M.MODEL_TYPES)
@@ -56,7 +61,7 @@ def test_tiny_checkpoint_flops_match_transformers(model_type):
     path = M.checkpoint(model_type)
     theirs = F.hf_flop_split_moe(path, TINY_SEQ)
     assert theirs["implementation"] == "eager" and theirs["other"] == 0
-    _compare(f"tiny {model_type}", path, TINY_SEQ, theirs)
+    _compare(f"tiny {model_type}", path, TINY_SEQ, theirs, TINY_EXPECTED_TO_MATCH)
 
 
 # ---- the harness itself
