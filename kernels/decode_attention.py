@@ -16,6 +16,10 @@ check measures for this kernel), each split at least one key tile long, at most 
 ragged batches are handled in-kernel; a sequence of length 0 gets zeros.
 fp32 (IEEE FMA dots) uses 32-key tiles and 8 warps: 64-key tiles with 4 warps spilled on sm_80.
 
+Sliding window (``window`` W): the query at position len-1 sees keys max(0, len-W) .. len-1; the split
+count is sized for min(max_len, W) keys and each sequence's splits start at its own window's first key
+(no tile before it is read). Softcapping (``softcap`` c): s = c * tanh(s / c) before the softmax.
+
 8-bit KV cache (int8 or fp8 caches with ``scales=(k_scale, v_scale)``, fp32 [n_slots, Hkv, L], written
 by ``kernels.kv_append``): as in prefill attention, tiles are read as 8-bit values and converted in
 registers; K's per-token scale multiplies its column of scores, V's its column of probabilities

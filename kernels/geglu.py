@@ -18,16 +18,13 @@ from roofline import formulas as F
 from ._common import FLOAT_DTYPES, cdiv, check_tensor, dtype_name, tanh
 from ._launch import launch
 
-SQRT_2_OVER_PI = 0.7978845608028654
-
-
 @triton.jit
 def _geglu_kernel(g_ptr, u_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    inner = SQRT_2_OVER_PI * (g + 0.044715 * g * g * g)
+    inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)                     # sqrt(2 / pi) (g + 0.044715 g^3)
     y = 0.5 * g * (1.0 + tanh(inner)) * u
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 

@@ -20,6 +20,13 @@ FMAs, whose operand layouts hold a whole D-long row per thread: the fp32 tile (3
 2 stages at D <= 128) is the one ``roofline check --compile`` finds spill-free on sm_80 and
 sm_90 (64 x 32 with 4 warps spilled over 30 KB per thread on sm_90).
 
+Sliding window (``window`` W, Mistral / Gemma-2/3): query i sees keys i-W < j <= i. A query tile starts
+at the first key tile any of its queries sees (tiles below every window are never loaded); the tiles
+every query sees fully run unmasked, and the window's lower edge runs masked in the same loop as the
+diagonal band (two loops, not three: a third spilled on sm_80). Rows start from a finite running max
+(-1e30), so a row that sees no key of its first tile gets p = 0, not NaN. Softcapping (``softcap`` c,
+Gemma-2): s = c * tanh(s / c) on the scaled scores (``_common.tanh``), before the mask and the softmax.
+
 8-bit KV cache (int8 or fp8 caches with ``scales=(k_scale, v_scale)``, fp32 [n_slots, Hkv, L], written
 by ``kernels.kv_append``): K and V tiles are loaded as 8-bit values (1 byte per element from DRAM)
 and converted to q's dtype in registers (exact), and their per-token scales are applied where they
@@ -45,13 +52,19 @@ from .kv_append import CACHE_DTYPES, check_scales, dequantized
 
 
 @triton.jit
-def _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, lo, hi, qpos0, stride_kn, D,
-               BLOCK_N: tl.constexpr, MASKED: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
-               KV_QUANT: tl.constexpr, qk_scale, WINDOW: tl.constexpr, win, SOFTCAP: tl.constexpr, cap_scale):
+def _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, lo, hi, kv_hi, gap_at, gap, qpos0,
+               stride_kn, D, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, UPCAST: tl.constexpr,
+               DOT_PREC: tl.constexpr, KV_QUANT: tl.constexpr, qk_scale, WINDOW: tl.constexpr, win,
+               SOFTCAP: tl.constexpr, cap_scale):
+    """Key tiles lo, lo + BLOCK_N, ... < hi (keys < kv_hi). WINDOW: masked to the window too, and tiles from
+    ``gap_at`` on are shifted up by ``gap`` keys (the window's lower edge and the diagonal band in one loop)."""
     dmask = offs_d < D
-    for start in range(lo, hi, BLOCK_N):
+    for virt in range(lo, hi, BLOCK_N):
+        start = virt
+        if WINDOW:
+            start = tl.where(virt >= gap_at, virt + gap, virt)
         offs_n = start + tl.arange(0, BLOCK_N)
-        kv_mask = (offs_n < hi)
+        kv_mask = (offs_n < kv_hi)
         k = tl.load(k_base + offs_n[None, :].to(tl.int64) * stride_kn + offs_d[:, None],
                     mask=kv_mask[None, :] & dmask[:, None], other=0.0)           # [D, BLOCK_N]
         if UPCAST:
@@ -69,8 +82,6 @@ def _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_
                 keep = keep & ((qpos0 + offs_m)[:, None] - win < offs_n[None, :])
             s = tl.where(keep, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
-        if WINDOW:                                        # a row may see no key of a tile yet: no -inf - -inf
-            m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.math.exp2(s - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
@@ -118,40 +129,46 @@ def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, o_ptr, slot_ptr, N
     v_base = v_ptr + slot * stride_ks + kvh.to(tl.int64) * stride_kh
     ks_base = ks_ptr + slot * stride_ss + kvh.to(tl.int64) * stride_sh    # scales of an 8-bit cache (else unused)
     vs_base = vs_ptr + slot * stride_ss + kvh.to(tl.int64) * stride_sh
-    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    if WINDOW:      # a row may see no key of its first tiles: a finite start keeps exp2(s - m) at 0, never NaN
+        m_i = tl.full((BLOCK_M,), -1.0e30, tl.float32)
+    else:
+        m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     if CAUSAL:
-        # [lo, mid): the window's lower edge, masked; [mid, diag_lo): keys every query of this tile sees, no
-        # mask; [diag_lo, hi): the diagonal band, masked. No window: lo = mid = 0. Tiles wholly below the
-        # window of every query of this tile are never visited.
+        # [mid, diag_lo): keys every query of this tile sees, no mask; [diag_lo, hi): the diagonal band, masked.
+        # A window adds [lo, mid), its lower edge, masked, run in the diagonal band's loop (two loops, not three:
+        # a third spilled on sm_80); tiles wholly below the window of every query of this tile are never visited.
         q_first = P + pid_m * BLOCK_M
         hi = tl.minimum(q_first + BLOCK_M, P + N_NEW)
         diag_lo = (q_first // BLOCK_N) * BLOCK_N
-        mid = 0
         if WINDOW:
             lo = (tl.maximum(q_first - win + 1, 0) // BLOCK_N) * BLOCK_N
             full_lo = tl.cdiv(tl.maximum(hi - win, 0), BLOCK_N) * BLOCK_N     # seen by the tile's last query
             mid = tl.maximum(lo, tl.minimum(full_lo, diag_lo))
-            acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, lo, mid,
-                                       P, stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, KV_QUANT, qk_scale,
-                                       WINDOW, win, SOFTCAP, cap_scale)
             diag_lo = tl.maximum(mid, diag_lo)
-        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, mid, diag_lo,
-                                   P, stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC, KV_QUANT, qk_scale,
-                                   WINDOW, win, SOFTCAP, cap_scale)
-        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, diag_lo, hi,
-                                   P, stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, KV_QUANT, qk_scale,
-                                   WINDOW, win, SOFTCAP, cap_scale)
+            acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, mid,
+                                       diag_lo, diag_lo, 0, 0, P, stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC,
+                                       KV_QUANT, qk_scale, False, win, SOFTCAP, cap_scale)
+            acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, lo,
+                                       mid + hi - diag_lo, hi, mid, diag_lo - mid, P, stride_kn, D, BLOCK_N, True,
+                                       UPCAST, DOT_PREC, KV_QUANT, qk_scale, True, win, SOFTCAP, cap_scale)
+        else:
+            acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, 0,
+                                       diag_lo, diag_lo, 0, 0, P, stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC,
+                                       KV_QUANT, qk_scale, False, win, SOFTCAP, cap_scale)
+            acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, diag_lo,
+                                       hi, hi, 0, 0, P, stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, KV_QUANT,
+                                       qk_scale, False, win, SOFTCAP, cap_scale)
     else:
         S_KV = P + N_NEW
         full = (S_KV // BLOCK_N) * BLOCK_N
         acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, 0, full,
-                                   S_KV, stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC, KV_QUANT, qk_scale,
-                                   False, win, SOFTCAP, cap_scale)
+                                   full, 0, 0, S_KV, stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC, KV_QUANT,
+                                   qk_scale, False, win, SOFTCAP, cap_scale)
         acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, full, S_KV,
-                                   S_KV, stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, KV_QUANT, qk_scale,
-                                   False, win, SOFTCAP, cap_scale)
+                                   S_KV, 0, 0, S_KV, stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, KV_QUANT,
+                                   qk_scale, False, win, SOFTCAP, cap_scale)
     if WINDOW:                                              # rows past the chunk may see no key at all
         l_i = tl.where(l_i > 0, l_i, 1.0)
     acc = acc / l_i[:, None]
