@@ -24,6 +24,8 @@ from roofline.errors import RooflineError
 from roofline.layer import model_ops
 from roofline.models import ModelConfig
 
+from .model import layer_weights
+
 # Buffers some checkpoints carry that are recomputed, not weights (RoPE's inverse frequencies).
 _IGNORED = ("rotary_emb.inv_freq",)
 # Where the decoder's tensors sit in the files: a causal LM's "model.", or a multimodal model's text part.
@@ -87,10 +89,20 @@ def load_weights(cfg: ModelConfig, folder, dtype: torch.dtype, device, *, layers
         return where[name].get_tensor(name)
 
     def convert(ws, name: str) -> torch.Tensor:
-        t = get(name)
-        if ws.part:                      # one slice of a fused tensor along its outputs (HF rows)
+        if ws.role == "experts" and "{e}" in name:     # one [out, in] tensor per expert -> [E, in, out]
+            t = torch.stack([get(name.format(e=e)).t() for e in range(ws.shape[0])])
+        else:
+            t = get(name)
+        if ws.part and ws.part[0] == "interleave":   # GPT-OSS's gate_up: gate = [..., 0::2], up = [..., 1::2]
+            t = t[..., ws.part[1]::2]
+        elif ws.part:                    # one slice of a fused tensor along its outputs (HF rows)
             i, sizes = ws.part
             t = t[sum(sizes[:i]): sum(sizes[: i + 1])]
+        if ws.rope:                      # DeepSeek stores rope dims interleaved: reorder them to halves
+            width, off, dim = ws.rope
+            t = t.view(-1, width, t.shape[-1])
+            order = torch.cat([torch.arange(0, dim, 2), torch.arange(1, dim, 2)]) + off
+            t = torch.cat([t[:, :off], t[:, order], t[:, off + dim:]], dim=1).reshape(-1, t.shape[-1])
         if ws.role == "linear":
             t = t.t()
         if tuple(t.shape) != tuple(ws.shape):
@@ -106,9 +118,8 @@ def load_weights(cfg: ModelConfig, folder, dtype: torch.dtype, device, *, layers
     w = {"embed": convert(edge["embed"], edge["embed"].hf.replace("model.", prefix, 1)),
          "final_norm": convert(edge["final_norm"], edge["final_norm"].hf.replace("model.", prefix, 1)),
          "layers": []}
-    layer_ws = [ws for o in ops if o.per_layer for ws in o.weights]
     for i in (range(cfg.n_layers) if layers is None else layers):
-        w["layers"].append({ws.key: convert(ws, f"{prefix}layers.{i}.{ws.hf}") for ws in layer_ws})
+        w["layers"].append({ws.key: convert(ws, f"{prefix}layers.{i}.{ws.hf}") for ws in layer_weights(ops, i)})
     if cfg.tie_embeddings:
         w["lm_head"] = w["embed"].t()
         used.add("lm_head.weight")       # some tied checkpoints still write it

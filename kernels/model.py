@@ -40,6 +40,7 @@ from ._common import dtype_name, torch_dtype
 from .backend import get_ops
 from .quant import KV_DTYPES, WEIGHT_DTYPES, check_kv_dtype, kv_storage, quantize_model_weights
 from .rope import rope_tables
+from .sinks import decode_with_sinks, prefill_with_sinks
 from .tp import TPGroup, embed, shard_weights, tp_parts
 
 
@@ -65,20 +66,26 @@ def init_weights(cfg: ModelConfig, dtype: torch.dtype, device, seed: int = 0) ->
     def make(ws):
         if ws.role == "linear":
             return rnd(*ws.shape, std=1.0 / math.sqrt(ws.shape[0]))
+        if ws.role == "experts":                           # [E, in, out]
+            return rnd(*ws.shape, std=1.0 / math.sqrt(ws.shape[1]))
         if ws.role == "norm":
             return rnd(*ws.shape, std=0.1, mean=1.0)
-        if ws.role == "bias":
+        if ws.role in ("bias", "expert_bias", "vector"):
             return rnd(*ws.shape, std=0.1)
         return rnd(*ws.shape)
 
     ops = model_ops(cfg)
     edge = {ws.key: ws for o in ops if not o.per_layer for ws in o.weights}
     w = {"embed": make(edge["embed"]), "final_norm": make(edge["final_norm"]), "layers": []}
-    layer_ws = [ws for o in ops if o.per_layer for ws in o.weights]
-    for _ in range(cfg.n_layers):
-        w["layers"].append({ws.key: make(ws) for ws in layer_ws})
+    for i in range(cfg.n_layers):
+        w["layers"].append({ws.key: make(ws) for ws in layer_weights(ops, i)})
     w["lm_head"] = w["embed"].t() if cfg.tie_embeddings else make(edge["lm_head"])
     return w
+
+
+def layer_weights(ops, i: int) -> list:
+    """The WeightSpecs layer ``i`` reads (an MoE model's dense and routed layers read different ones)."""
+    return [ws for o in ops if o.per_layer and i in o.layers for ws in o.weights]
 
 
 def _linear(ops, x, w: dict, key: str, bias_key: str):
@@ -99,6 +106,12 @@ def attention_options(cfg: ModelConfig, layer: int) -> dict:
     return kw
 
 
+def attend_with(ops, attend_plain, attend_sinks, **kw):
+    """The layer's attention call: the kernels, or the torch sink path (``kernels.sinks``) when the layer has
+    sinks (GPT-OSS): ``kw`` carries ``sinks`` then."""
+    return attend_sinks(**kw) if "sinks" in kw else attend_plain(**kw)
+
+
 def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend,
                       reduce=None, kv_scales=None, attn_kw=None):
     """One layer on T token rows; ``attend(q, k_cache, v_cache, **kw) -> o`` is the prefill or decode attention.
@@ -112,9 +125,15 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     them as ``scales=``. A linear's weight may be a ``kernels.quant.QuantWeight`` (ops.linear takes both)."""
     reduce = reduce or (lambda t: t)
     akw = dict(attn_kw or {})
+    if "sinks" in w:
+        akw["sinks"] = w["sinks"]
     # x: [T, H]   pos, tok_slot: [T]   k_cache, v_cache: [slots, Hkv, L, D]
     T, D, eps = x.shape[0], cfg.head_dim, cfg.rms_eps
     h = ops.rmsnorm(x, w["attn_norm"], eps)
+    if cfg.mla:
+        a = reduce(_linear(ops, mla_attention(ops, cfg, w, h, cos, sin, pos, tok_slot, k_cache, v_cache, attend),
+                           w, "wo", "bo"))
+        return _mlp(ops, cfg, w, ops.residual_add(x, a), reduce)
     q = _linear(ops, h, w, "wq", "bq").view(T, cfg.n_heads, D)           # q: [T, Hq, D]
     k = _linear(ops, h, w, "wk", "bk").view(T, cfg.n_kv_heads, D)        # k: [T, Hkv, D]
     v = _linear(ops, h, w, "wv", "bv").view(T, cfg.n_kv_heads, D)        # v: [T, Hkv, D]
@@ -131,14 +150,100 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     a = reduce(_linear(ops, o.reshape(T, cfg.q_dim), w, "wo", "bo"))
     if "post_attn_norm" in w:
         a = ops.rmsnorm(a, w["post_attn_norm"], eps)
-    x = ops.residual_add(x, a)
-    h = ops.rmsnorm(x, w["mlp_norm"], eps)
+    return _mlp(ops, cfg, w, ops.residual_add(x, a), reduce)
+
+
+def _mlp(ops, cfg: ModelConfig, w: dict, x, reduce):
+    """The MLP half of a layer after the attention residual: a dense gated MLP, or routed experts (+ shared)."""
+    h = ops.rmsnorm(x, w["mlp_norm"], cfg.rms_eps)
+    d = reduce(moe_mlp(ops, cfg, w, h) if "router" in w else dense_mlp(ops, cfg, w, h))
+    if "post_mlp_norm" in w:
+        d = ops.rmsnorm(d, w["post_mlp_norm"], cfg.rms_eps)
+    return ops.residual_add(x, d)
+
+
+def dense_mlp(ops, cfg: ModelConfig, w: dict, h):
     act = ops.swiglu if cfg.activation == "silu" else ops.geglu
     a = act(_linear(ops, h, w, "w_gate", "b_gate"), _linear(ops, h, w, "w_up", "b_up"))    # a: [T, I]
-    d = reduce(_linear(ops, a, w, "w_down", "b_down"))
-    if "post_mlp_norm" in w:
-        d = ops.rmsnorm(d, w["post_mlp_norm"], eps)
-    return ops.residual_add(x, d)
+    return _linear(ops, a, w, "w_down", "b_down")
+
+
+def route(ops, cfg: ModelConfig, w: dict, h):
+    """(weights [T, k] fp32, expert ids [T, k]) as the family routes: DeepSeek's logits in fp32 (its gate is
+    fp32), the others' in the activation dtype (transformers' own)."""
+    if cfg.router == "sigmoid_group":
+        logits = h.float() @ w["router"].float()
+    else:
+        logits = _linear(ops, h, w, "router", "router_bias")
+    return ops.route(logits, cfg.n_active, kind=cfg.router, renorm=cfg.norm_topk, n_group=cfg.n_group,
+                     topk_group=cfg.topk_group, bias=w.get("router_correction"), scale=cfg.routed_scale)
+
+
+def moe_mlp(ops, cfg: ModelConfig, w: dict, h):
+    """Routed experts (one grouped GEMM, ``ops.moe_experts``) plus the shared expert(s) every token runs."""
+    weights, ids = route(ops, cfg, w, h)
+    y = ops.moe_experts(h, w["experts_gate"], w["experts_up"], w["experts_down"], weights, ids, activation=cfg.expert_activation, b_gate=w.get("experts_gate_bias"),
+                        b_up=w.get("experts_up_bias"), b_down=w.get("experts_down_bias"))
+    if "ws_gate" in w:
+        s = ops.swiglu(ops.linear(h, w["ws_gate"]), ops.linear(h, w["ws_up"]))
+        s = ops.linear(s, w["ws_down"])
+        if "ws_gate_vec" in w:                                # Qwen2-MoE: sigmoid(x w) scales the shared expert
+            s = torch.sigmoid(ops.linear(h, w["ws_gate_vec"])) * s
+        y = ops.residual_add(y, s)
+    return y
+
+
+def mla_attention(ops, cfg: ModelConfig, w: dict, h, cos, sin, pos, tok_slot, ckv_cache, kpe_cache, attend):
+    """DeepSeek's latent attention on T rows: q (low-rank), the latent c_kv and the rope key appended to
+    their caches ([slots, L, R], [slots, L, P]), then ``attend(q_nope, q_pe, ckv_cache, kpe_cache, w)`` (naive
+    prefill or absorbed decode: ``mla_prefill_attend`` / ``mla_decode_attend``) -> [T, H * v_head_dim]."""
+    T, Hq, N, P, R = h.shape[0], cfg.n_heads, cfg.qk_nope_dim, cfg.qk_rope_dim, cfg.kv_lora_rank
+    if "wq_a" in w:
+        q = ops.linear(ops.rmsnorm(ops.linear(h, w["wq_a"]), w["q_a_norm"], cfg.rms_eps), w["wq_b"])
+    else:
+        q = ops.linear(h, w["wq"])
+    q = q.view(T, Hq, N + P)
+    kv = ops.linear(h, w["wkv_a"])                                        # [T, R + P]
+    c = ops.rmsnorm(kv[:, :R].contiguous(), w["kv_a_norm"], cfg.rms_eps)  # the latent: normalised, then cached
+    q_pe, k_pe = q[..., N:].contiguous(), kv[:, R:].contiguous().view(T, 1, P)
+    ops.rope(q_pe, k_pe, cos, sin, pos)
+    ckv_cache[tok_slot, pos] = c.to(ckv_cache.dtype)
+    kpe_cache[tok_slot, pos] = k_pe[:, 0].to(kpe_cache.dtype)
+    o = attend(q[..., :N], q_pe, ckv_cache, kpe_cache, w)                # [T, H, V]
+    return o.reshape(T, Hq * cfg.v_head_dim)
+
+
+def _kv_b(cfg: ModelConfig, w: dict):
+    """kv_b_proj [R, H * (nope + v)] as [R, H, nope + v]."""
+    return w["wkv_b"].view(cfg.kv_lora_rank, cfg.n_heads, cfg.qk_nope_dim + cfg.v_head_dim)
+
+
+def mla_prefill_attend(ops, cfg: ModelConfig, slots, cached: int, n: int):
+    """Naive MLA for n new tokens per sequence after ``cached``: every key's latent up-projected to per-head
+    K (nope, + the shared rope key) and V, then causal attention (``ops.mla_prefill``, a torch path)."""
+    def attend(q_nope, q_pe, ckv, kpe, w):
+        B, S, Hq = slots.shape[0], cached + n, cfg.n_heads
+        N, V = cfg.qk_nope_dim, cfg.v_head_dim
+        c = ckv[slots, :S]                                                # [B, S, R]
+        kvb = (c.reshape(B * S, -1) @ w["wkv_b"]).view(B, S, Hq, N + V)
+        k = torch.cat([kvb[..., :N], kpe[slots, :S][:, :, None, :].expand(B, S, Hq, -1)], dim=-1)
+        q = torch.cat([q_nope, q_pe], dim=-1).reshape(B, n, Hq, -1)
+        o = ops.mla_prefill(q, k, kvb[..., N:], sm_scale=cfg.scale, cached=cached)
+        return o.reshape(B * n, Hq, V)
+    return attend
+
+
+def mla_decode_attend(ops, cfg: ModelConfig, lengths, slots, max_len: int):
+    """Absorbed MLA for one new token per sequence: q_nope W_UK -> the latent query, ``ops.mla_decode`` over the
+    latent cache, the latent output times W_UV."""
+    def attend(q_nope, q_pe, ckv, kpe, w):
+        wb = _kv_b(cfg, w)                                                # [R, H, N + V]
+        N = cfg.qk_nope_dim
+        q_lat = torch.einsum("bhn,rhn->bhr", q_nope, wb[..., :N])
+        o_lat = ops.mla_decode(q_lat.contiguous(), q_pe, ckv, kpe, lengths, slots, sm_scale=cfg.scale,
+                               max_len=max_len)
+        return torch.einsum("bhr,rhv->bhv", o_lat, wb[..., N:])
+    return attend
 
 
 class LlamaModel:
@@ -159,6 +264,14 @@ class LlamaModel:
         if self.tp is not None and (self.weight_dtype in WEIGHT_DTYPES or self.kv_dtype in KV_DTYPES):
             raise RooflineError("quantized weights or KV cache are not combined with tensor parallelism: run them "
                                 "at one rank (no --tp).")
+        if self.tp is not None and (cfg.n_experts or cfg.mla):
+            raise RooflineError(f"{cfg.name}: mixtures of experts and latent attention run at one rank here (their "
+                                "--tp and --ep are costed by `roofline explain`, not run): drop --tp.")
+        if cfg.n_experts and self.weight_dtype in WEIGHT_DTYPES:
+            raise RooflineError(f"{cfg.name}: quantized expert weights are costed (`roofline explain --weight-dtype`) "
+                                "but not run: drop --weight-dtype.")
+        if cfg.mla and self.kv_dtype in KV_DTYPES:
+            raise RooflineError(f"{cfg.name}: an 8-bit latent cache is not implemented: drop --kv-dtype.")
         self.max_len = int(max_len or cfg.max_context)
         if self.max_len < 1 or max_slots < 1:
             raise RooflineError(f"max_len ({self.max_len}) and max_slots ({max_slots}) must be at least 1.")
@@ -177,10 +290,19 @@ class LlamaModel:
                                             zero_point=zero_point, backend=self.backend)
         self.group_size = int(group_size or 128) if self.weight_dtype == "int4" else 0
         self.zero_point = bool(zero_point) and self.weight_dtype == "int4"
-        self.cos, self.sin = rope_tables(self.max_len, cfg.head_dim, cfg.rope_theta, self.device)
+        rd = cfg.qk_rope_dim if cfg.mla else cfg.head_dim                  # the dims RoPE rotates
+        self.cos, self.sin = rope_tables(self.max_len, rd, cfg.rope_theta, self.device, cfg.rope_yarn)
         self.local_rope = (self.cos, self.sin)          # sliding layers with their own RoPE base (Gemma-3)
         if cfg.rope_local_theta and cfg.rope_local_theta != cfg.rope_theta:
-            self.local_rope = rope_tables(self.max_len, cfg.head_dim, cfg.rope_local_theta, self.device)
+            self.local_rope = rope_tables(self.max_len, rd, cfg.rope_local_theta, self.device)
+        self.k_scale = self.v_scale = None
+        self.lengths = torch.zeros(self.max_slots, dtype=torch.long)             # host-side, per slot
+        if cfg.mla:   # the latent cache: c_kv [L, slots, max_len, R] and the rope key [L, slots, max_len, P]
+            self.k_cache = torch.zeros(cfg.n_layers, self.max_slots, self.max_len, cfg.kv_lora_rank,
+                                       dtype=self.dtype, device=self.device)
+            self.v_cache = torch.zeros(cfg.n_layers, self.max_slots, self.max_len, cfg.qk_rope_dim,
+                                       dtype=self.dtype, device=self.device)
+            return
         shape = (cfg.n_layers, self.max_slots, self.lcfg.n_kv_heads, self.max_len, cfg.head_dim)
         cache_dt = kv_storage(self.kv_dtype) if self.kv_dtype in KV_DTYPES else self.dtype
         self.k_cache = torch.zeros(shape, dtype=cache_dt, device=self.device)     # [L, slots, Hkv, max_len, D]
@@ -259,8 +381,11 @@ class LlamaModel:
         slots = tok_slot[:1]                                               # slots: [B=1]
 
         def attend(q, kc, vc, **kw):                                       # q: [n, Hq, D] -> [1, n, Hq, D]
-            return ops.prefill_attention(q.view(1, n, cfg.n_heads, cfg.head_dim), kc, vc, slots, p,
-                                         **kw).reshape(q.shape)
+            fn = prefill_with_sinks if "sinks" in kw else ops.prefill_attention
+            return fn(q.view(1, n, cfg.n_heads, cfg.head_dim), kc, vc, slots, p, **kw).reshape(q.shape)
+
+        if cfg.mla:
+            attend = mla_prefill_attend(ops, cfg, slots, p, n)
 
         x = self._embed(tokens)                                            # x: [n, H]
         for i in range(len(self.w["layers"])):
@@ -293,7 +418,11 @@ class LlamaModel:
         max_len = int(pos_h.max()) + 1
 
         def attend(q, kc, vc, **kw):                                       # q: [B, Hq, D]
-            return ops.decode_attention(q, kc, vc, lens, slots_d, max_len=max_len, **kw)
+            fn = decode_with_sinks if "sinks" in kw else ops.decode_attention
+            return fn(q, kc, vc, lens, slots_d, max_len=max_len, **kw)
+
+        if self.cfg.mla:
+            attend = mla_decode_attend(ops, self.cfg, lens, slots_d, max_len)
 
         x = self._embed(tokens)                                            # x: [B, H]
         for i in range(len(self.w["layers"])):
@@ -313,15 +442,20 @@ class LlamaModel:
         pos = torch.arange(S, device=self.device)
         zero = torch.zeros(S, dtype=torch.long, device=self.device)
         shape = (1, cfg.n_kv_heads, S, cfg.head_dim)                      # k: [B=1, Hkv, S, D]
+        vshape = shape
+        if cfg.mla:
+            shape, vshape = (1, S, cfg.kv_lora_rank), (1, S, cfg.qk_rope_dim)
 
         def attend(q, kc, vc, **kw):
-            return ops.prefill_attention(q.view(1, S, cfg.n_heads, cfg.head_dim), kc, vc, zero[:1], 0,
-                                         **kw).reshape(q.shape)
+            fn = prefill_with_sinks if "sinks" in kw else ops.prefill_attention
+            return fn(q.view(1, S, cfg.n_heads, cfg.head_dim), kc, vc, zero[:1], 0, **kw).reshape(q.shape)
 
+        if cfg.mla:
+            attend = mla_prefill_attend(ops, cfg, zero[:1], 0, S)
         x = self._embed(tokens[0])
         for i in range(len(self.w["layers"])):
             kc = torch.empty(shape, dtype=self.k_cache.dtype, device=self.device)   # the cache's dtype (8-bit too)
-            vc = torch.empty(shape, dtype=self.k_cache.dtype, device=self.device)
+            vc = torch.empty(vshape, dtype=self.k_cache.dtype, device=self.device)
             sc = None if self.k_scale is None else (torch.empty(shape[:-1], device=self.device),
                                                     torch.empty(shape[:-1], device=self.device))
             x = self._layer(i, x, pos, zero, kc, vc, attend, sc)
@@ -335,7 +469,10 @@ class LlamaModel:
         if n < 0 or n > have:
             raise RooflineError(f"cannot reuse a prefix of {n} tokens: slot {src} holds {have}; "
                                 f"give 0..{have}.")
-        if src != dst and n:
+        if src != dst and n and self.cfg.mla:          # latent caches: [L, slots, max_len, R or P]
+            self.k_cache[:, dst, :n].copy_(self.k_cache[:, src, :n])
+            self.v_cache[:, dst, :n].copy_(self.v_cache[:, src, :n])
+        elif src != dst and n:
             self.k_cache[:, dst, :, :n].copy_(self.k_cache[:, src, :, :n])
             self.v_cache[:, dst, :, :n].copy_(self.v_cache[:, src, :, :n])
             if self.k_scale is not None:

@@ -9,6 +9,8 @@ gathered by position: the 4*D bytes per token of formulas.rope.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -45,13 +47,36 @@ def _rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, HQ, HKV, HALF,
     tl.store(p1 + HALF, (x2 * cos + x1 * sin).to(k_ptr.dtype.element_ty), mask=m)
 
 
-def rope_tables(max_pos: int, head_dim: int, theta: float = 10000.0, device="cpu"):
-    """cos, sin: [max_pos, head_dim // 2] fp32 (angles computed in fp64, then rounded); shapes only on meta."""
+def rope_tables(max_pos: int, head_dim: int, theta: float = 10000.0, device="cpu", yarn: tuple = ()):
+    """cos, sin: [max_pos, head_dim // 2] fp32 (angles computed in fp64, then rounded); shapes only on meta.
+
+    ``yarn`` = (factor, beta_fast, beta_slow, original_max_positions, attention_factor, truncate): YaRN's
+    frequencies (Peng et al. 2023, as transformers' ``_compute_yarn_parameters``): each dimension's inverse
+    frequency blends the interpolated theta^(-2i/D)/factor and the original by a linear ramp between the
+    dimensions that rotate beta_fast and beta_slow times over the original context; cos and sin are
+    multiplied by the attention factor (GPT-OSS, DeepSeek-V3)."""
     if torch.device(device).type == "meta":
         return (torch.empty(max_pos, head_dim // 2, dtype=torch.float32, device=device),) * 2
     inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    scale = 1.0
+    if yarn:
+        factor, fast, slow, orig, scale, truncate = yarn
+        dim = head_dim
+
+        def corr(rot):
+            return dim * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(theta))
+
+        lo, hi = corr(fast), corr(slow)
+        if truncate:
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, dim - 1)
+        if lo == hi:
+            hi += 0.001
+        ramp = ((torch.arange(dim // 2, dtype=torch.float64) - lo) / (hi - lo)).clamp(0, 1)
+        keep = 1 - ramp                                   # 1: extrapolate (original), 0: interpolate
+        inv = (inv / factor) * (1 - keep) + inv * keep
     ang = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv[None, :]
-    return ang.cos().float().to(device), ang.sin().float().to(device)
+    return (ang.cos() * scale).float().to(device), (ang.sin() * scale).float().to(device)
 
 
 def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor):

@@ -273,6 +273,32 @@ def _read_deepseek_v3(r: _Reader) -> None:
                        "layer is not part of a step (not costed, not loaded).")
 
 
+def _yarn(r: _Reader, theta: float) -> tuple:
+    """YaRN's parameters (kernels.rope.rope_tables) from rope_parameters / rope_scaling, () when not YaRN."""
+    import math
+
+    for key in ("rope_scaling", "rope_parameters"):
+        spec = r.d.get(key)
+        if not isinstance(spec, dict) or spec.get("rope_type", spec.get("type")) != "yarn":
+            continue
+        orig = _int_field(r.where, f"{key}.original_max_position_embeddings",
+                          spec.get("original_max_position_embeddings", r.get("max_position_embeddings", 4096)), 1)
+        factor = spec.get("factor")
+        factor = (r.d.get("max_position_embeddings", orig) / orig if factor is None
+                  else _float_field(r.where, f"{key}.factor", factor))
+
+        def get_mscale(scale, m=1.0):
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+        att = spec.get("attention_factor")
+        if att is None:
+            m, m_all = spec.get("mscale"), spec.get("mscale_all_dim")
+            att = get_mscale(factor, m) / get_mscale(factor, m_all) if m and m_all else get_mscale(factor)
+        return (float(factor), float(spec.get("beta_fast") or 32), float(spec.get("beta_slow") or 1), orig,
+                float(att), bool(spec.get("truncate", True)))
+    return ()
+
+
 def _yarn_mscale(r: _Reader) -> float:
     """DeepSeek's YaRN softmax scale factor (0.1 mscale_all_dim ln(factor) + 1), 1 without YaRN."""
     import math
@@ -375,6 +401,10 @@ def read_hf_config(d: dict, p: Path) -> ModelConfig:
         values["rope_theta"], r.arch["rope_local_theta"] = _gemma3_rope(r, where)
     else:
         values["rope_theta"] = _rope(d, where, r.notes)
+        yarn = _yarn(r, values["rope_theta"])
+        if yarn:   # modelled (kernels.rope.rope_tables): not a note
+            r.arch["rope_yarn"] = yarn
+            r.notes[:] = [n for n in r.notes if '"yarn"' not in n]
     name = d.get("_name_or_path") or p.parent.name or mtype or "custom"
     ckpt = str(p.parent.resolve()) if any(p.parent.glob("*.safetensors")) else ""
     return ModelConfig(name=str(name), **values, **r.arch, checkpoint=ckpt, notes=tuple(r.notes))

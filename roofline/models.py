@@ -197,6 +197,8 @@ class ModelConfig:
     sliding_window: int = 0        # keys a windowed layer's query sees (itself included); 0: no window
     layer_types: tuple = ()        # per layer "full" or "sliding"; () with a window: every layer slides
     rope_local_theta: float = 0.0  # RoPE base of the sliding layers (Gemma-3); 0: rope_theta
+    rope_yarn: tuple = ()          # YaRN: (factor, beta_fast, beta_slow, original max positions, attention factor,
+                                   # truncate) as kernels.rope.rope_tables takes it (GPT-OSS, DeepSeek-V3)
     attn_sinks: bool = False       # a learned logit per query head in every softmax's denominator (GPT-OSS)
     # ---- mixture of experts (roofline.layer: router, experts, shared_* ops; 0 experts: a dense model)
     n_experts: int = 0             # routed experts per MoE layer
@@ -293,6 +295,7 @@ class ModelConfig:
         d["notes"] = list(self.notes)
         d["layer_types"] = list(self.layer_types)
         d["dense_layers"] = list(self.dense_layers)
+        d["rope_yarn"] = list(self.rope_yarn)
         return d
 
     @classmethod
@@ -308,7 +311,7 @@ class ModelConfig:
             raise RooflineError(f"model description {d.get('name', '')!r} is missing the key {missing[0]!r} "
                                 f"(it needs {', '.join(required)}).")
         kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        for k in ("layer_types", "dense_layers"):
+        for k in ("layer_types", "dense_layers", "rope_yarn"):
             if isinstance(kw.get(k), list):
                 kw[k] = tuple(kw[k])
         return cls(**kw)
@@ -372,6 +375,10 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
                             "qk_nope_dim and v_head_dim.")
 
 
+# GPT-OSS's YaRN: x32 over 4,096 positions, beta 32 / 1, attention factor 0.1 ln 32 + 1, not truncated.
+_GPT_OSS_YARN = (32.0, 32.0, 1.0, 4096, 0.1 * math.log(32.0) + 1.0, False)
+
+
 def _alternate(n: int, every: int) -> tuple:
     """Layer types where every ``every``-th layer (1-based) is full and the rest slide (Gemma-2: 2, Gemma-3: 6)."""
     return tuple("full" if (i + 1) % every == 0 else "sliding" for i in range(n))
@@ -418,33 +425,26 @@ PRESETS: dict[str, ModelConfig] = {m.name: m for m in [
                 arch="qwen3_moe", qk_norm=True, n_experts=128, n_active=8, moe_intermediate=768),
     # deepseek-ai/DeepSeek-V3: MLA (q rank 1,536, kv rank 512, rope 64, nope 128, v 128); 256 routed experts of
     # 2,048, top-8 by sigmoid scores in 4 of 8 groups, x2.5, one shared expert; the first 3 layers dense (18,432).
-    # Its YaRN RoPE (x40) is a note; the softmax scale carries YaRN's mscale. Cost model only here: it fits no
-    # single GPU (671B parameters).
+    # YaRN RoPE (x40; the softmax scale carries its mscale^2). Cost model only here: it fits no single GPU (671B).
     ModelConfig("deepseek-v3", 7168, 18432, 61, 128, 128, 129280, 163840, head_dim=192, rms_eps=1e-6,
                 arch="deepseek_v3", n_experts=256, n_active=8, moe_intermediate=2048, router="sigmoid_group",
                 norm_topk=True, routed_scale=2.5, n_group=8, topk_group=4, router_correction=True,
                 shared_intermediate=2048, dense_layers=(0, 1, 2), q_lora_rank=1536, kv_lora_rank=512, qk_rope_dim=64,
                 qk_nope_dim=128, v_head_dim=128, rope_interleave=True,
-                query_scale=192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2,
-                notes=('rope_scaling {"type": "yarn", "factor": 40} is not modelled: RoPE uses plain theta=10000; '
-                       "costs are unaffected, logits differ from the real model.",)),
+                query_scale=192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2, rope_yarn=(40.0, 32.0, 1.0, 4096, 1.0, True)),
     # openai/gpt-oss-20b / -120b: 32 / 128 experts of 2,880, top-4 (softmax over the chosen), biases everywhere,
-    # attention sinks, clamped SwiGLU, every other layer (the first) over a 128-token window. Their MXFP4 expert
-    # weights are a --weight-dtype choice; YaRN RoPE (x32) is a note.
+    # attention sinks, clamped SwiGLU, every other layer (the first) over a 128-token window, YaRN RoPE (x32).
+    # Their MXFP4 expert weights are a --weight-dtype choice.
     ModelConfig("gpt-oss-20b", 2880, 2880, 24, 64, 8, 201088, 131072, head_dim=64, rope_theta=150000.0,
                 arch="gpt_oss", qkv_bias=True, o_bias=True, attn_sinks=True, sliding_window=128,
                 layer_types=tuple("sliding" if i % 2 == 0 else "full" for i in range(24)), n_experts=32, n_active=4,
                 moe_intermediate=2880, router="topk_softmax", router_bias=True, expert_bias=True,
-                expert_activation="swiglu_oai",
-                notes=('rope_scaling {"rope_type": "yarn", "factor": 32} is not modelled: RoPE uses plain '
-                       "theta=150000; costs are unaffected, logits differ from the real model.",)),
+                expert_activation="swiglu_oai", rope_yarn=_GPT_OSS_YARN),
     ModelConfig("gpt-oss-120b", 2880, 2880, 36, 64, 8, 201088, 131072, head_dim=64, rope_theta=150000.0,
                 arch="gpt_oss", qkv_bias=True, o_bias=True, attn_sinks=True, sliding_window=128,
                 layer_types=tuple("sliding" if i % 2 == 0 else "full" for i in range(36)), n_experts=128,
                 n_active=4, moe_intermediate=2880, router="topk_softmax", router_bias=True, expert_bias=True,
-                expert_activation="swiglu_oai",
-                notes=('rope_scaling {"rope_type": "yarn", "factor": 32} is not modelled: RoPE uses plain '
-                       "theta=150000; costs are unaffected, logits differ from the real model.",)),
+                expert_activation="swiglu_oai", rope_yarn=_GPT_OSS_YARN),
     # CPU- and test-sized mixtures: 8 experts top-2 (Mixtral's layout), and a DeepSeek-like latent-attention one.
     ModelConfig("tiny-moe", 64, 96, 2, 4, 2, 256, 512, arch="mixtral", n_experts=8, n_active=2, moe_intermediate=48),
     ModelConfig("tiny-mla", 64, 96, 2, 4, 4, 256, 512, head_dim=24, arch="deepseek_v3", n_experts=4, n_active=2,

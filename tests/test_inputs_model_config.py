@@ -209,11 +209,18 @@ def test_rope_scaling_is_a_note_not_silent(tmp_path):
 
 
 def test_non_default_rope_type_in_rope_parameters_is_a_note(tmp_path):
-    c = load_model(str(write(tmp_path, rope_parameters={"rope_theta": 1e6, "rope_type": "yarn", "factor": 4.0},
-                             rope_scaling={"rope_type": "yarn", "factor": 4.0})))
+    c = load_model(str(write(tmp_path, rope_parameters={"rope_theta": 1e6, "rope_type": "dynamic", "factor": 4.0},
+                             rope_scaling={"rope_type": "dynamic", "factor": 4.0})))
     assert c.rope_theta == 1e6
     (note,) = c.notes          # the same scaling under both keys: one note
-    assert '"yarn"' in note and "not modelled" in note
+    assert '"dynamic"' in note and "not modelled" in note
+
+
+def test_yarn_is_modelled_not_a_note(tmp_path):
+    c = load_model(str(write(tmp_path, rope_parameters={"rope_theta": 1e6, "rope_type": "yarn", "factor": 4.0,
+                                                         "original_max_position_embeddings": 128})))
+    # (factor, beta_fast, beta_slow, original positions, attention factor 0.1 ln 4 + 1, truncate)
+    assert c.notes == () and c.rope_yarn == pytest.approx((4.0, 32.0, 1.0, 128, 1.1386294361119891, True))
 
 
 def test_default_or_null_rope_scaling_is_silent(tmp_path):
@@ -248,7 +255,7 @@ def test_presets_unchanged():
     assert (t.hidden, t.intermediate, t.n_layers, t.n_heads, t.n_kv_heads, t.vocab, t.max_context, t.head_dim) == \
         (64, 176, 2, 4, 2, 256, 512, 16)
     assert PRESETS["llama-3-8b"].rope_theta == 500000.0 and PRESETS["qwen2.5-7b"].rms_eps == 1e-6
-    noted = {"gemma-3-12b", "deepseek-v3", "gpt-oss-20b", "gpt-oss-120b"}   # their RoPE scaling is a note
+    noted = {"gemma-3-12b"}   # its linear RoPE scaling (global layers) is a note; YaRN is modelled
     for p in PRESETS.values():
         assert (p.notes == ()) == (p.name not in noted) and ModelConfig.from_dict(p.to_dict()) == p
 

@@ -1,0 +1,82 @@
+"""Logits parity with transformers for mixtures of experts and latent attention (issue 21).
+
+Tiny checkpoints built by transformers (tests/hf_tiny_moe.py: Mixtral, Qwen2-MoE with its gated shared
+expert and a dense layer, Qwen3-MoE, DeepSeek-V3 with MLA, group-limited sigmoid routing, a shared
+expert and a dense first layer, GPT-OSS with sinks, YaRN, clamped SwiGLU, biases and a window of 8) run
+through our model on their real weights: prefill, decode past the window, chunked prefill and prefix
+reuse, every logit row within 1e-4 of transformers' largest logit; the Triton kernels (fused MoE,
+MLA decode) on two of them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import hf_tiny_moe as H
+from kernels.model import LlamaModel
+from roofline.layer import op_names
+from roofline.models import load_model
+
+TOL = 1e-4
+
+
+def close(ours, theirs):
+    ours = np.asarray(ours.detach() if isinstance(ours, torch.Tensor) else ours, dtype=np.float64)
+    err = np.abs(ours - theirs).max() / np.abs(theirs).max()
+    assert err < TOL, f"max |ours - transformers| = {err:.2e} of the largest logit"
+
+
+def built(model_type):
+    H.require(model_type)
+    return H.checkpoint(model_type), H.reference(model_type)
+
+
+def model(folder, n, backend="torch"):
+    return LlamaModel(load_model(folder), dtype="fp32", backend=backend, max_slots=3, max_len=n + 2)
+
+
+@pytest.mark.parametrize("model_type", H.MODEL_TYPES)
+def test_prefill_then_decode(model_type):
+    folder, ref = built(model_type)
+    seq = torch.tensor(ref.sequence)
+    m = model(folder, len(seq))
+    assert m.weights_info["weights"] == "checkpoint"
+    close(m.prefill(seq[: ref.prompt], 0), ref.decode[ref.prompt - 1])
+    for pos in range(ref.prompt, len(seq)):
+        close(m.decode_step(seq[pos: pos + 1], [0])[0], ref.decode[pos])
+    close(m.forward_full(seq[None]), ref.prefill)
+
+
+@pytest.mark.parametrize("model_type", H.MODEL_TYPES)
+def test_chunked_prefill_and_prefix_reuse(model_type):
+    folder, ref = built(model_type)
+    seq = torch.tensor(ref.sequence)
+    n = len(seq)
+    m = model(folder, n)
+    for start in range(0, n - 4, 4):
+        m.prefill(seq[start: start + 4], 0, logits=False)
+    close(m.prefill(seq[start + 4:], 0), ref.prefill[n - 1])
+    close(m.prefill_with_prefix(seq, 1, 0, n - 6), ref.prefill[n - 1])
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "gpt_oss"])
+def test_triton_kernels_on_real_weights(model_type):
+    """The fused MoE grouped GEMM and (DeepSeek) the absorbed MLA decode kernel, interpreted here."""
+    folder, ref = built(model_type)
+    seq = torch.tensor(ref.sequence)
+    m = model(folder, len(seq), "triton")
+    close(m.prefill(seq[:10], 0), ref.decode[9])
+    close(m.decode_step(seq[10:11], [0])[0], ref.decode[10])
+
+
+def test_the_readers_find_each_family():
+    ds = load_model(H.checkpoint("deepseek_v3"))
+    assert ds.mla and ds.dense_layers == (0,) and ds.moe_layers == H.MOE_LAYERS["deepseek_v3"]
+    assert ds.router == "sigmoid_group" and ds.routed_scale == 2.5 and ds.rope_interleave is True
+    assert {"q_a_proj", "kv_b_proj", "router", "experts", "shared_gate_proj", "gate_proj"} <= set(op_names(ds))
+    oss = load_model(H.checkpoint("gpt_oss"))
+    assert oss.attn_sinks and oss.expert_activation == "swiglu_oai" and oss.rope_yarn and oss.notes == ()
+    q2 = load_model(H.checkpoint("qwen2_moe"))
+    assert q2.moe_layers == H.MOE_LAYERS["qwen2_moe"] and q2.shared_gate and not q2.norm_topk
