@@ -106,7 +106,9 @@ def test_discovery_covers_every_kernel_and_grids_fit(tmp_path):
     kernels_seen = {r["kernel"] for r in rows}
     assert {"_linear_kernel", "_prefill_attn_kernel", "_decode_split_kernel", "_decode_merge_kernel",
             "_rmsnorm_kernel", "_rope_kernel", "_kv_append_kernel", "_swiglu_kernel", "_add_kernel",
-            "_embedding_kernel", "_linear_int8_kernel", "_linear_int4_kernel", "_geglu_kernel"} == kernels_seen
+            "_embedding_kernel", "_linear_int8_kernel", "_linear_int4_kernel", "_geglu_kernel",
+            "_mla_decode_split_kernel", "_mla_decode_merge_kernel",
+            "_moe_gate_up_kernel", "_moe_down_kernel"} == kernels_seen
     assert 150 <= len(rows) <= 400                          # "a few hundred" for one target
     assert all(r["status"] == "ok" for r in rows), [r["problems"] for r in rows if r["status"] != "ok"]
     assert {r["target"] for r in rows} == {"sm_90"}
