@@ -22,7 +22,9 @@ Stage 2, grid (B, H): merges the splits' partials over rank chunks of ``MERGE_BL
 
 Tiles (``mla_decode_config``): 16-bit dtypes BLOCK_H 16 (the [16, 512] fp32 accumulator is 64 registers
 per thread at 4 warps), BLOCK_N 32, 4 warps, 2 stages; fp32 (IEEE FMA dots) BLOCK_N 16 and 8 warps.
-The compile check covers DeepSeek-V3's shapes (H 128, R 512, P 64) in bf16 and fp16 on sm_80 / sm_90.
+The compile check covers DeepSeek-V3's shapes (H 128, R 512, P 64) in bf16 and fp16 on sm_80 / sm_90: the
+split kernel takes 128 registers and 55 KB of shared memory with no spills (2 resident programs per SM on
+sm_80, bound by shared memory; 4 on sm_90), so the rank need not be split across the loop.
 
 Prefill: ``kernels.prefill_attention`` needs V's head dim equal to Q/K's (its v_cache has k_cache's
 shape; MLA has q/k 192 and v 128 per head), so MLA prefill is the torch path ``mla_prefill`` (SDPA,
