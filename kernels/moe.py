@@ -43,7 +43,7 @@ ACTIVATIONS = ("silu", "swiglu_oai")
 SKINNY_ROWS = 16          # at most this many rows per expert on average: the skinny (decode) configuration
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) per configuration and dtype kind
 CONFIGS = {("skinny", "16bit"): (16, 64, 128, 4, 3), ("skinny", "fp32"): (16, 64, 32, 4, 3),
-           ("tiled", "16bit"): (64, 64, 64, 4, 3), ("tiled", "fp32"): (32, 64, 32, 4, 3)}
+           ("tiled", "16bit"): (64, 64, 64, 4, 3), ("tiled", "fp32"): (32, 64, 32, 8, 3)}   # fp32 IEEE dots, two accumulators: 4 warps spill on sm_80
 
 
 class MoeAlign(NamedTuple):
@@ -211,7 +211,7 @@ def _check_inputs(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_u
             check_tensor(name, b, (E, n), dtype=dt, device=dev)
             if not b.is_contiguous():
                 raise ValueError(f"{name} must be contiguous.")
-    if T and (int(ids.min()) < 0 or int(ids.max()) >= E):
+    if T and ids.device.type != "meta" and (int(ids.min()) < 0 or int(ids.max()) >= E):   # meta: variants
         raise ValueError(f"ids must name experts 0..{E - 1}, got values {int(ids.min())}..{int(ids.max())}.")
     return T, E, H, I, k
 

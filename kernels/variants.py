@@ -15,6 +15,9 @@ logit softcapping, linears with a bias (float, int8, int4) and GeGLU, on the sam
 DeepSeek-V3's MLA decode (``_mla_launches``, issue 21): ``kernels.mla.mla_decode`` at H 128, rank 512, rope 64
 in bf16 and fp16, at every decode combo's batch and context.
 
+The fused MoE expert GEMM (``_moe_launches``, issue 21): ``kernels.moe.moe_experts`` at Mixtral-8x7B's and
+GPT-OSS-20B's expert shapes, in every dtype, at every combo's tokens (skinny at decode, tiled at prefill).
+
 Quantized passes (``QUANT_PASSES``): the same shapes again with int8 / int4 weights and an 8-bit KV
 cache (the linears, kv_append and attention only), in the 16-bit dtypes a GPU runs them in: int8
 weights with an int8 KV cache; int4 (g128) with an fp8 KV cache where the target has fp8 (sm_90;
@@ -169,6 +172,7 @@ def record(target: Target, combos) -> list:
             _architecture_launches(rec, where, cfg, phase, batch, context, dt, target)
             if phase == "decode" and dtype in MLA_DTYPES:
                 _mla_launches(rec, dict(where, model="deepseek-v3"), batch, context, dt)
+            _moe_launches(rec, where, phase, batch, context, dt)
     return rec.launches
 
 
@@ -190,6 +194,29 @@ def _mla_launches(rec, where, batch, context, dt) -> None:
                    torch.empty(batch, context + 1, P, dtype=dt, device=meta),
                    torch.empty(batch, dtype=torch.int32, device=meta), torch.arange(batch, device=meta),
                    sm_scale=192 ** -0.5, max_len=context + 1)
+
+
+# The fused MoE expert GEMM (issue 21) at two real shapes: Mixtral-8x7B (H 4096, I 14336, 8 experts, top-2, SwiGLU)
+# and GPT-OSS-20B (H 2880, I 2880, 32 experts, top-4, clamped SwiGLU with expert biases). Decode batches give the
+# skinny configuration, prefill the tiled one.
+MOE_SHAPES = (("mixtral-8x7b", dict(H=4096, I=14336, E=8, k=2, activation="silu", bias=False)),
+              ("gpt-oss-20b", dict(H=2880, I=2880, E=32, k=4, activation="swiglu_oai", bias=True)))
+
+
+def _moe_launches(rec, where, phase, batch, context, dt) -> None:
+    """``kernels.moe.moe_experts`` (both launches) on ``MOE_SHAPES`` at the combo's tokens; the expert choice is
+    a meta tensor, so the alignment's buffers have their largest size (as on a GPU before the step runs)."""
+    from . import moe as MOE
+
+    meta = torch.device("meta")
+    T = batch * (context if phase == "prefill" else 1)
+    for model, s in MOE_SHAPES:
+        E, H, I, k = s["E"], s["H"], s["I"], s["k"]  # noqa: E741
+        e = lambda *shape: torch.empty(*shape, dtype=dt, device=meta)  # noqa: E731
+        bb = dict(b_gate=e(E, I), b_up=e(E, I), b_down=e(E, H)) if s["bias"] else {}
+        rec.context = dict(where, model=model, op="moe_experts")
+        MOE.moe_experts(e(T, H), e(E, H, I), e(E, H, I), e(E, I, H), torch.empty(T, k, device=meta),
+                        torch.empty(T, k, dtype=torch.int64, device=meta), activation=s["activation"], **bb)
 
 
 WINDOW, SOFTCAP = 4096, 50.0   # Mistral-7B's and Gemma-2's sliding window; Gemma-2's attention softcap
