@@ -48,6 +48,7 @@ from .model import attention_options, init_weights, quant_dtypes, seeded_generat
 from .prefill_attention import DEQUANT_NOTE, attention_config
 from .quant import KV_DTYPES, QuantWeight, WEIGHT_DTYPES, kv_storage, quantize_model_weights
 from .rope import rope_tables
+from .sinks import decode_with_sinks, prefill_with_sinks
 from .tp import embed_local, shard_weights, tp_parts
 
 @dataclass
@@ -75,13 +76,14 @@ def _one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, quant=None
            backend if quant else None)
     if key not in _WEIGHTS:
         _WEIGHTS.clear()
-        one = cfg.with_layers(1)
-        if cfg.checkpoint and dev.type != "meta":   # the checkpoint's first layer, embedding and lm_head
+        picks = timed_layers(cfg)
+        if cfg.checkpoint and dev.type != "meta":   # the checkpoint's layers, embedding and lm_head
             from .checkpoint import load_weights
 
-            w, _ = load_weights(one, cfg.checkpoint, dt, dev, layers=[0])
+            w, _ = load_weights(cfg, cfg.checkpoint, dt, dev, layers=list(picks))
         else:
-            w = init_weights(one, dt, dev, seed)
+            w = init_weights(_with_picks(cfg, picks), dt, dev, seed)
+        one = cfg.with_layers(1)
         if tp is not None:                    # this rank's slice of the same seeded weights
             w = shard_weights(one, w, tp_parts(cfg, tp)[0], tp.rank)
         if quant:
@@ -89,6 +91,24 @@ def _one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, quant=None
             w = quantize_model_weights(cfg, w, wd, group_size=g, zero_point=zp, backend=backend)
         _WEIGHTS[key] = w
     return _WEIGHTS[key]
+
+
+def timed_layers(cfg: ModelConfig) -> tuple:
+    """The layers whose weights a sweep builds: the first, and the first routed one when the model has dense
+    layers too (DeepSeek's first 3 are dense): every op of the op list then has its weights."""
+    moe = cfg.moe_layers
+    dense = [i for i in range(cfg.n_layers) if i not in moe]
+    return tuple(sorted((dense[0], moe[0]))) if moe and dense else (0,)
+
+
+def _with_picks(cfg: ModelConfig, picks: tuple) -> ModelConfig:
+    """A config of len(picks) layers laid out as those layers are in ``cfg`` (which are dense, which routed)."""
+    from dataclasses import replace
+
+    one = cfg.with_layers(len(picks))
+    if not cfg.n_experts:
+        return one
+    return replace(one, dense_layers=tuple(j for j, i in enumerate(picks) if i not in cfg.moe_layers))
 
 
 def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtype="bf16", backend="triton",
@@ -133,8 +153,9 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     kv_len = context if phase == "prefill" else context + 1
     quant = (wdt, gsize if wdt == "int4" else 0, kw["zero_point"]) if qw else None
     w = _one_layer_weights(cfg, dt, dev, seed, tp, quant, K.name)
-    lw = w["layers"][0]
-    cos, sin = rope_tables(kv_len, D, cfg.rope_theta, dev)
+    lw = {k_: t for layer in w["layers"] for k_, t in layer.items()}   # the dense and the routed layer's weights
+    rd = cfg.qk_rope_dim if cfg.mla else D
+    cos, sin = rope_tables(kv_len, rd, cfg.rope_theta, dev, cfg.rope_yarn)
     x, r, h = rnd(T, H), rnd(T, H), rnd(T, H)                                    # [T, H]
     q, k, v = rnd(T, Hq, D), rnd(T, Hkv, D), rnd(T, Hkv, D)                       # [T, heads, D]
     o = rnd(T, Hq * D)
@@ -162,7 +183,8 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         attn_cfg = attention_config(n, D, dt, kv_quant=qkv)
 
         def attend(qq, kc, vc, **akw):
-            return K.prefill_attention(qq.view(B, n, Hq, D), kc, vc, slots, 0, **akw).reshape(qq.shape)
+            fn = prefill_with_sinks if "sinks" in akw else K.prefill_attention
+            return fn(qq.view(B, n, Hq, D), kc, vc, slots, 0, **akw).reshape(qq.shape)
     else:
         pos = torch.full((B,), context, dtype=torch.long, device=dev)
         tok_slot = slots
@@ -170,7 +192,8 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         attn_cfg = decode_config(B, Hkv, kv_len, dev, dtype=dt, kv_quant=qkv)
 
         def attend(qq, kc, vc, **akw):
-            return K.decode_attention(qq, kc, vc, lens, slots, max_len=kv_len, **akw)
+            fn = decode_with_sinks if "sinks" in akw else K.decode_attention
+            return fn(qq, kc, vc, lens, slots, max_len=kv_len, **akw)
     ids = torch.randint(0, cfg.vocab, (T,), generator=g, device=dev)
     last = rnd(B, H)                                                              # final_norm / lm_head rows
     logits = rnd(B, sh.vocab)                                                     # final_softcap's input
@@ -196,6 +219,33 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     act_fn = K.swiglu if cfg.activation == "silu" else K.geglu
     # the inputs each op reads: the hidden rows, q/k heads, the attention output, the MLP's activation
     lin_in = {"q_proj": h, "k_proj": h, "v_proj": h, "o_proj": o, "gate_proj": h, "up_proj": h, "down_proj": act}
+    widths: dict = {}
+
+    def rows_of(width):
+        """[T, width] random rows (one tensor per width): the input of a linear or norm of that width."""
+        if width == H:
+            return h
+        if width not in widths:
+            widths[width] = rnd(T, width)
+        return widths[width]
+
+    moe_args = None
+    if cfg.n_experts:               # this point's routing of random rows, once: the experts op runs the same choice
+        from .model import route
+
+        rw, rids = route(K, lcfg, lw, h)
+        moe_args = (rw, rids)
+        touched = int(torch.unique(rids).numel()) if dev.type != "meta" else 0
+    mla_state = None
+    if cfg.mla:                     # the latent cache of this point, and the attention closure (naive / absorbed)
+        from .model import mla_decode_attend, mla_prefill_attend
+
+        ckv, kpe = rnd(B, kv_len, cfg.kv_lora_rank), rnd(B, kv_len, cfg.qk_rope_dim)
+        mla_att = (mla_prefill_attend(K, lcfg, slots, 0, n) if phase == "prefill"
+                   else mla_decode_attend(K, lcfg, pos + 1, slots, kv_len))
+        q_nope, q_pe = rnd(T, Hq, cfg.qk_nope_dim), rnd(T, Hq, cfg.qk_rope_dim)
+        k_pe, c_lat = rnd(T, 1, cfg.qk_rope_dim), rnd(T, cfg.kv_lora_rank)
+        mla_state = (ckv, kpe, mla_att, q_nope, q_pe, k_pe, c_lat)
 
     def runner(spec):
         kind, d = spec.kind, spec.dims
@@ -214,27 +264,78 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
             if d["rows"] > 1:                                   # qk-norm: each head's D features
                 src = (q if spec.name == "q_norm" else k).view(-1, D)
                 return (lambda: K.rmsnorm(src, nw, cfg.rms_eps)), {}
-            return (lambda: K.rmsnorm(x, nw, cfg.rms_eps)), {}
+            src = rows_of(d["width"])
+            return (lambda: K.rmsnorm(src, nw, cfg.rms_eps)), {}
         if kind == "linear":
             if spec.part == "post":
                 return (lambda: K.linear(last, w["lm_head"])), lin_cfg(B, w["lm_head"])
             wk = spec.weights[0].key
             bias = lw.get(spec.weights[1].key) if len(spec.weights) > 1 else None
-            src, wt = lin_in[spec.name], lw[wk]
+            src = lin_in.get(spec.name)
+            if src is None or src.shape[1] != d["in_features"]:   # MLA's, the shared expert's: their own width
+                src = rows_of(d["in_features"])
+            wt = lw[wk]
             fn = (lambda: K.linear(src, wt)) if bias is None else (lambda: K.linear(src, wt, bias=bias))
             return fn, lin_cfg(T, wt) | ({"bias": True} if bias is not None else {})
+        if kind == "rope" and cfg.mla:
+            _, _, _, _, qpe, kpe_new, _ = mla_state
+            return (lambda: K.rope(qpe, kpe_new, cos, sin, pos)), {}
         if kind == "rope":
             return (lambda: K.rope(q, k, cos, sin, pos)), {}
+        if kind == "latent_append":
+            ckv_, kpe_, _, _, _, kpe_new, c_ = mla_state
+
+            def append():
+                ckv_[tok_slot, pos] = c_
+                kpe_[tok_slot, pos] = kpe_new[:, 0]
+            return append, {}
+        if kind == "mla_up":             # decode: the absorption GEMMs; prefill: every key's K and V
+            wkv = lw["wkv_b"]
+            if phase == "decode":
+                wb = wkv.view(cfg.kv_lora_rank, Hq, cfg.qk_nope_dim + cfg.v_head_dim)
+                qn, ol = mla_state[3], rnd(T, Hq, cfg.kv_lora_rank)
+
+                def absorb():
+                    torch.einsum("bhn,rhn->bhr", qn, wb[..., :cfg.qk_nope_dim])
+                    return torch.einsum("bhr,rhv->bhv", ol, wb[..., cfg.qk_nope_dim:])
+                return absorb, {"form": "absorbed (q W_UK, o W_UV)"}
+            lat = rows_of(cfg.kv_lora_rank) if n == kv_len else rnd(B * kv_len, cfg.kv_lora_rank)
+            return (lambda: K.linear(lat, wkv)), {"form": "naive (every key up-projected)"}
+        if kind == "mla_attention":
+            ckv_, kpe_, att, qn, qpe, _, _ = mla_state
+            return ((lambda: att(qn, qpe, ckv_, kpe_, lw)),
+                    {"form": "absorbed decode (Triton mla_decode)" if phase == "decode"
+                     else "naive prefill (torch SDPA path)"})
+        if kind == "router":
+            from .model import route
+
+            return (lambda: route(K, lcfg, lw, h)), {"router": cfg.router}
+        if kind == "experts":
+            e_kw = dict(activation=cfg.expert_activation, b_gate=lw.get("experts_gate_bias"),
+                        b_up=lw.get("experts_up_bias"), b_down=lw.get("experts_down_bias"))
+            return ((lambda: K.moe_experts(h, lw["experts_gate"], lw["experts_up"], lw["experts_down"], *moe_args,
+                                           **e_kw)),
+                    {"experts_touched": touched, "of": cfg.n_experts,
+                     "routing": "this point's own (random rows through the layer's router)"})
+        if kind == "gate":
+            gv = lw["ws_gate_vec"]
+            return (lambda: torch.sigmoid(K.linear(h, gv)) * x), {}
         if kind == "kv_append":
             return ((lambda: K.kv_append(k, v, k_cache, v_cache, tok_slot, pos, **skw)),
                     {"kv_cache": kv_cfg["kv_cache"]} if qkv else {})
         if kind == "attention":
             akw = attention_options(cfg, spec.layers[0])
             extra = {key: val for key, val in akw.items() if key != "sm_scale"}
+            if "sinks" in lw:          # GPT-OSS: the torch sink path (kernels.sinks) on both backends
+                akw["sinks"] = lw["sinks"]
+                extra = extra | {"sinks": "torch path (kernels.sinks)"}
             return ((lambda: attend(q, k_cache, v_cache, **skw, **akw)),
-                    (attn_cfg if K.name == "triton" else {}) | kv_cfg | extra)
+                    (attn_cfg if K.name == "triton" and "sinks" not in akw else {}) | kv_cfg | extra)
         if kind == "residual":
             return (lambda: K.residual_add(x, r)), {}
+        if kind == "activation" and d["width"] != I:    # a shared expert's (its own width)
+            g2, u2 = rnd(T, d["width"]), rnd(T, d["width"])
+            return (lambda: K.swiglu(g2, u2)), {}
         if kind == "activation":
             return (lambda: act_fn(gate, up)), {}
         if kind == "softcap":
@@ -244,7 +345,8 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
 
     table = {name: runner(spec) for name, spec in specs.items() if name in names}
     first = 0                                         # the layer op times layer 0 (its window)
-    table["layer"] = (lambda: transformer_layer(K, lcfg, lw, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend,
+    layer_caches = (mla_state[0], mla_state[1], mla_state[2]) if cfg.mla else (k_cache, v_cache, attend)
+    table["layer"] = (lambda: transformer_layer(K, lcfg, lw, x, cos, sin, pos, tok_slot, *layer_caches,
                                                 kv_scales=kv_scales, attn_kw=attention_options(cfg, first)),
                       ({"attention": attn_cfg} if K.name == "triton" else {})
                       | ({"collectives": "not included: timed as attn_allreduce, mlp_allreduce"} if tp else {})
