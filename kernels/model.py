@@ -297,6 +297,9 @@ class LlamaModel:
             self.local_rope = rope_tables(self.max_len, rd, cfg.rope_local_theta, self.device)
         self.k_scale = self.v_scale = None
         self.lengths = torch.zeros(self.max_slots, dtype=torch.long)             # host-side, per slot
+        # MoE: tokens routed to each expert of each layer since the model was built ([L, E]; rows of dense layers 0)
+        self.expert_counts = torch.zeros(cfg.n_layers, cfg.n_experts, dtype=torch.long) if cfg.n_experts else None
+        self._counting = {i: self._counting_ops(i) for i in cfg.moe_layers}
         if cfg.mla:   # the latent cache: c_kv [L, slots, max_len, R] and the rope key [L, slots, max_len, P]
             self.k_cache = torch.zeros(cfg.n_layers, self.max_slots, self.max_len, cfg.kv_lora_rank,
                                        dtype=self.dtype, device=self.device)
@@ -352,9 +355,21 @@ class LlamaModel:
             x = x * torch.tensor(self.cfg.hidden ** 0.5, dtype=x.dtype)
         return x
 
+    def _counting_ops(self, i):
+        """The ops with ``route`` counting layer ``i``'s choices into ``expert_counts`` (a measured expert load:
+        ``roofline explain --expert-load`` takes it)."""
+        from types import SimpleNamespace
+
+        def route(*a, **kw):
+            weights, ids = self.ops.route(*a, **kw)
+            self.expert_counts[i] += torch.bincount(ids.reshape(-1).cpu(), minlength=self.cfg.n_experts)
+            return weights, ids
+        return SimpleNamespace(**{**vars(self.ops), "route": route})
+
     def _layer(self, i, x, pos, tok_slot, k_cache, v_cache, attend, scales=None):
         cos, sin = self.local_rope if self.cfg.windows[i] else (self.cos, self.sin)
-        return transformer_layer(self.ops, self.lcfg, self.w["layers"][i], x, cos, sin, pos, tok_slot,
+        ops = self._counting[i] if i in self._counting else self.ops
+        return transformer_layer(ops, self.lcfg, self.w["layers"][i], x, cos, sin, pos, tok_slot,
                                  k_cache, v_cache, attend, self.tp.all_reduce if self.tp is not None else None,
                                  kv_scales=scales, attn_kw=attention_options(self.cfg, i))
 

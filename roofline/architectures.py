@@ -382,6 +382,11 @@ def read_hf_config(d: dict, p: Path) -> ModelConfig:
     r = _Reader(d, where, mtype)
     if note:
         r.notes.append(note)
+    q = d.get("quantization_config")
+    if q is not None and mtype != "gpt_oss":   # GPT-OSS's reader says its own
+        method = q.get("quant_method") if isinstance(q, dict) else q
+        r.notes.append(f"quantization_config {method!r}: the published weights are quantized; costs use "
+                       "--weight-dtype (give the dtype you serve), and only unquantized checkpoints load.")
     head_dim = d.get("head_dim")
     tie_default = mtype in ("gemma", "gemma2", "gemma3_text")   # transformers' own defaults per family
     raw = {

@@ -80,3 +80,18 @@ def test_the_readers_find_each_family():
     assert oss.attn_sinks and oss.expert_activation == "swiglu_oai" and oss.rope_yarn and oss.notes == ()
     q2 = load_model(H.checkpoint("qwen2_moe"))
     assert q2.moe_layers == H.MOE_LAYERS["qwen2_moe"] and q2.shared_gate and not q2.norm_topk
+
+
+def test_the_model_counts_each_layers_expert_load():
+    folder, ref = built("qwen2_moe")
+    cfg = load_model(folder)
+    m = model(folder, len(ref.sequence))
+    m.prefill(torch.tensor(ref.sequence[:9]), 0)
+    counts = m.expert_counts
+    assert counts.shape == (cfg.n_layers, cfg.n_experts)
+    for i in range(cfg.n_layers):    # every routed layer saw 9 tokens x k experts; the dense layer none
+        assert int(counts[i].sum()) == (9 * cfg.n_active if i in cfg.moe_layers else 0)
+    from roofline import workload as W
+    load = counts[cfg.moe_layers[0]].tolist()
+    ph = W.decode(cfg, 4, 8, expert_load=load)
+    assert 0 < ph.experts_touched <= cfg.n_experts
