@@ -236,6 +236,8 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         rw, rids = route(K, lcfg, lw, h)
         moe_args = (rw, rids)
         touched = int(torch.unique(rids).numel()) if dev.type != "meta" else 0
+        counts = torch.bincount(rids.reshape(-1).long(), minlength=cfg.n_experts) if touched else None  # = moe_align's
+        imbalance = round(float(counts.max()) / float(counts[counts > 0].float().mean()), 4) if touched else 0.0
     mla_state = None
     if cfg.mla:                     # the latent cache of this point, and the attention closure (naive / absorbed)
         from .model import mla_decode_attend, mla_prefill_attend
@@ -315,7 +317,7 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
                         b_up=lw.get("experts_up_bias"), b_down=lw.get("experts_down_bias"))
             return ((lambda: K.moe_experts(h, lw["experts_gate"], lw["experts_up"], lw["experts_down"], *moe_args,
                                            **e_kw)),
-                    {"experts_touched": touched, "of": cfg.n_experts,
+                    {"experts_touched": touched, "of": cfg.n_experts, "expert_imbalance": imbalance,
                      "routing": "this point's own (random rows through the layer's router)"})
         if kind == "gate":
             gv = lw["ws_gate_vec"]
