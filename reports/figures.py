@@ -1,7 +1,8 @@
 """Assemble the report's figures: which plots, on which axes, with which caption.
 
 ``run_figures(rf)`` returns ``ReportFigure``s for one result file (roofline, time
-breakdown, sweep view, predicted vs measured; or the latency section for a latency run);
+breakdown, sweep view, predicted vs measured, expert bytes against batch for a mixture of
+experts; or the latency section for a latency run);
 ``compare_figures(rfs)`` the side-by-side view of several runs. Each figure is a
 ``matplotlib.figure.Figure`` on an Agg canvas; ``reports.style.save`` writes it.
 """
@@ -147,10 +148,25 @@ def figure_builders(rf) -> list:
                 ("sweep", lambda: [f for f in (sweep_figure(rf),) if f]),
                 ("predicted", lambda: [predicted_figure(rf)])]
     from .comm_plot import has_collectives
+    from .expert_plot import has_experts
 
+    if analyze(rf).ok and rf.header.kind != "trace" and has_experts(rf):   # a mixture of experts: reuse vs batch
+        out.append(("experts", lambda: [f for f in (expert_figure(rf),) if f]))
     if has_collectives(rf):                  # tensor parallelism: the collectives under the interconnect roof
         out.append(("interconnect", lambda: [interconnect_figure(rf)]))
     return out
+
+
+def expert_figure(rf) -> ReportFigure | None:
+    """A mixture of experts' decode: expert bytes and step time against batch, the dense equivalent beside."""
+    from .expert_plot import expert_caption, expert_sweep, plot_experts
+
+    sweep = expert_sweep(rf)
+    if sweep is None:
+        return None
+    fig, (left, right) = new_figure(13, 4.8, ncols=2)
+    plot_experts(left, right, sweep)
+    return ReportFigure("experts", "Expert weights against batch", fig, expert_caption(sweep))
 
 
 def interconnect_figure(rf) -> ReportFigure:
