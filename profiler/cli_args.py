@@ -175,6 +175,20 @@ def analytic_quant_options(f):
     return f
 
 
+def _ep_cb(ctx, param, value):
+    if value is not None and value < 1:
+        _bad(value, "must be a whole number of expert-parallel ranks, at least 1 (1: experts sliced by --tp)")
+    return value
+
+
+def ep_option(f):
+    """--ep N: expert parallelism for a mixture of experts (each of N ranks holds E/N whole experts; the ranks are
+    the --tp ranks: --ep N alone or with --tp N)."""
+    return click.option("--ep", type=int, default=1, show_default=True, callback=_ep_cb,
+                        help="expert-parallel ranks (MoE): E/N whole experts per rank and two all-to-alls per MoE "
+                        "layer; the same ranks as --tp (give --ep N alone or with --tp N)")(f)
+
+
 def model_option(default=None, required=False):
     return click.option("--model", "model", default=default, required=required, callback=_model_cb,
                         show_default=True, help="a preset (llama-3-8b, ...; see `roofline devices`) "

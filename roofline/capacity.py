@@ -2,7 +2,9 @@
 
 ``capacity(cfg, device, batch, context, tp=...)`` returns a ``Capacity`` with one rank's bytes (under
 --tp every rank holds its shard: ``roofline.parallel``), the verdict, the largest batch that fits at
-that context, and the smallest tensor-parallel degree that fits one sequence. Everything is counted
+that context, and the smallest tensor-parallel degree that fits one sequence. With ``ep`` (expert
+parallelism: ``ep`` = ``tp`` ranks, each holding E / ep whole experts) a rank's expert bytes are its own
+experts', and the smallest degree is searched as expert-parallel (--ep) instead. Everything is counted
 from ``roofline.layer``'s op list:
 
 * weights: every WeightSpec, linears in the weight dtype (quantized ones with their scales,
@@ -28,7 +30,7 @@ from .dtypes import bytes_per_element
 from .errors import RooflineError
 from .layer import model_ops
 from .models import ModelConfig
-from .parallel import shard
+from .parallel import ranks, shard
 
 TIGHT = 0.9   # above this share of the memory a fit is "tight"
 
@@ -47,6 +49,7 @@ class Capacity:
     max_batch: int               # the largest batch that fits at this context and tp (0: not even one)
     min_tp: int                  # the smallest tp that fits batch 1 at this context (0: none up to 64)
     min_tp_max_batch: int = 0    # the largest batch that fits at min_tp
+    ep: int = 1                  # expert-parallel ranks (= tp when > 1); min_tp is then an --ep degree
 
     @property
     def total_bytes(self) -> float:
@@ -71,6 +74,7 @@ class Capacity:
     @property
     def sentence(self) -> str:
         where = f"{self.tp} x {self.device}" if self.tp > 1 else f"one {self.device}"
+        where += f" (expert parallel: {self.ep} ranks)" if self.ep > 1 else ""
         per = " per rank" if self.tp > 1 else ""
         need = (f"{self.model} needs {U.nbytes(self.weight_bytes)} of weights{per} + "
                 f"{U.nbytes(self.kv_bytes)} of KV cache (batch {self.batch} x context {self.context:,}) + "
@@ -84,13 +88,16 @@ class Capacity:
         if self.max_batch:
             hint = f"batch <= {self.max_batch:,} fits at this context"
         elif self.min_tp:
-            hint = f"--tp {self.min_tp} fits at batch <= {self.min_tp_max_batch:,} at this context"
+            opt = "--ep" if self.ep > 1 else "--tp"
+            hint = f"{opt} {self.min_tp} fits at batch <= {self.min_tp_max_batch:,} at this context"
         else:
-            hint = "no tensor-parallel degree up to 64 fits one sequence at this context"
+            hint = (f"no {'expert' if self.ep > 1 else 'tensor'}-parallel degree up to 64 fits one sequence at this "
+                    "context")
         return f"{need} = {U.nbytes(self.total_bytes)}, more than {where}'s {have}: does not fit; {hint}."
 
     def to_dict(self) -> dict:
         return {"verdict": self.verdict, "fits": self.fits, "memory_bytes": self.memory_bytes, "tp": self.tp,
+                "ep": self.ep,
                 "batch": self.batch, "context": self.context, "weight_bytes": self.weight_bytes,
                 "kv_bytes": self.kv_bytes, "activation_bytes": self.activation_bytes,
                 "total_bytes": self.total_bytes, "max_batch": self.max_batch, "min_tp": self.min_tp,
@@ -98,11 +105,12 @@ class Capacity:
 
 
 def weight_bytes(cfg: ModelConfig, tp: int = 1, *, weight_dtype="bf16", act_dtype="bf16", group_size=None,
-                 zero_point=False) -> float:
-    """One rank's bytes of every weight of ``cfg`` (linears in ``weight_dtype``, the rest in ``act_dtype``)."""
+                 zero_point=False, ep: int = 1) -> float:
+    """One rank's bytes of every weight of ``cfg`` (linears in ``weight_dtype``, the rest in ``act_dtype``); under
+    ``ep`` its E / ep whole experts."""
     a = bytes_per_element(act_dtype)
     total = 0.0
-    for o in model_ops(cfg, shard(cfg, tp)):
+    for o in model_ops(cfg, shard(cfg, tp, ep)):
         n = o.count if o.per_layer else 1
         for w in o.weights:
             if w.role == "linear" and o.kind == "linear":   # routers and latent up-projections stay unquantized
@@ -135,40 +143,42 @@ def activation_bytes(cfg: ModelConfig, batch: int, new_tokens: int, tp: int = 1,
     return T * per_token * bytes_per_element(act_dtype) + batch * sh.vocab * 4
 
 
-def _fits(cfg, memory, batch, context, tp, new_tokens, dt) -> bool:
-    need = (weight_bytes(cfg, tp, **dt["w"]) + kv_bytes(cfg, batch, context, tp, kv_dtype=dt["kv"])
+def _fits(cfg, memory, batch, context, tp, new_tokens, dt, ep=1) -> bool:
+    need = (weight_bytes(cfg, tp, ep=ep, **dt["w"]) + kv_bytes(cfg, batch, context, tp, kv_dtype=dt["kv"])
             + activation_bytes(cfg, batch, new_tokens, tp, act_dtype=dt["w"]["act_dtype"]))
     return need <= memory
 
 
 def capacity(cfg: ModelConfig, device, batch: int, context: int, *, tp: int = 1, new_tokens: int = 1,
-             weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16", group_size=None, zero_point=False) -> Capacity:
+             weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16", group_size=None, zero_point=False,
+             ep: int = 1) -> Capacity:
     """The fit of ``batch`` sequences of ``context`` tokens (``new_tokens`` each this step: 1 for decode, the
-    prompt for prefill) on ``device`` (its ``memory_bytes``) at ``tp`` ranks."""
+    prompt for prefill) on ``device`` (its ``memory_bytes``) at ``tp`` ranks (``ep``: expert parallel)."""
+    tp, ep = ranks(tp, ep)
     dt = {"w": dict(weight_dtype=weight_dtype, act_dtype=act_dtype, group_size=group_size, zero_point=zero_point),
           "kv": kv_dtype}
     mem = float(getattr(device, "memory_bytes", 0) or 0)
-    wb = weight_bytes(cfg, tp, **dt["w"])
+    wb = weight_bytes(cfg, tp, ep=ep, **dt["w"])
     kb = kv_bytes(cfg, batch, context, tp, kv_dtype=kv_dtype)
     ab = activation_bytes(cfg, batch, new_tokens, tp, act_dtype=act_dtype)
     max_batch = min_tp = min_tp_batch = 0
     if mem:
-        max_batch = _max_batch(cfg, mem, context, tp, new_tokens, dt)
+        max_batch = _max_batch(cfg, mem, context, tp, new_tokens, dt, ep)
         for n in (1, 2, 4, 8, 16, 32, 64):
-            try:
-                b = _max_batch(cfg, mem, context, n, new_tokens, dt)
+            try:   # under --ep the degrees searched are expert parallel too (ep = tp = n)
+                b = _max_batch(cfg, mem, context, n, new_tokens, dt, n if ep > 1 else 1)
             except RooflineError:   # a degree the heads do not allow (roofline.parallel's rules)
                 continue
             if b:
                 min_tp, min_tp_batch = n, b
                 break
     return Capacity(cfg.name, getattr(device, "name", str(device)), mem, tp, batch, context, wb, kb, ab,
-                    max_batch, min_tp, min_tp_batch)
+                    max_batch, min_tp, min_tp_batch, ep)
 
 
-def _max_batch(cfg, mem, context, tp, new_tokens, dt) -> int:
+def _max_batch(cfg, mem, context, tp, new_tokens, dt, ep=1) -> int:
     """The largest batch that fits (0: not even one sequence), by doubling then bisecting."""
-    fits = lambda b: _fits(cfg, mem, b, context, tp, new_tokens, dt)  # noqa: E731
+    fits = lambda b: _fits(cfg, mem, b, context, tp, new_tokens, dt, ep)  # noqa: E731
     if not fits(1):
         return 0
     lo, hi = 1, 2

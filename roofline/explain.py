@@ -98,8 +98,9 @@ def explain_phase(phase, device: Device, link=None) -> dict:
             + (f" in {len(phase.chunks)} chunks" if len(phase.chunks) > 1 else "")
             if phase.phase == "prefill" else
             f"decode step at batch {phase.batch}, context {phase.context:,}")
-    tp = getattr(phase, "tp", 1)
-    where = f"{device.name}" + (f" x {tp} (tensor parallel)" if tp > 1 else "")
+    tp, ep = getattr(phase, "tp", 1), getattr(phase, "ep", 1)
+    where = f"{device.name}" + (f" x {tp} (expert parallel: {m.n_experts // ep} whole expert{'s' if m.n_experts // ep > 1 else ''} per rank)" if ep > 1
+                                else f" x {tp} (tensor parallel)" if tp > 1 else "")
     ops_said = (f"{U.intensity(v.total.intensity)} FLOP/byte against a ridge of {U.intensity(v.ridge)} "
                 f"({phase.dtypes.act}, {device.source}); {U.percent(v.compute_time_share)} of its predicted "
                 f"{U.seconds(v.time_s)} of ops is in compute-bound ops (time-weighted mix: {v.bound_by_mix}-bound)")
@@ -117,14 +118,21 @@ def explain_phase(phase, device: Device, link=None) -> dict:
          "batch": phase.batch, "context": phase.context, "cached": phase.cached_tokens,
          "chunks": list(phase.chunks),
          "dtypes": {"weight": phase.dtypes.weight, "act": phase.dtypes.act, "kv": phase.dtypes.kv},
-         "ridge": v.ridge, "ops": ops, "total": total, "verdict": sentence, "tp": tp, "bound": v.bound}
+         "ridge": v.ridge, "ops": ops, "total": total, "verdict": sentence, "tp": tp, "ep": ep, "bound": v.bound}
     if v.collectives:
         lk = v.link
         d["collectives"] = [{"name": c.name, "kind": c.kind, "count": c.count, "shape": c.shape,
                              "message_bytes": c.message_bytes, "wire_bytes": c.wire_bytes, "latency_s": c.latency_s,
                              "time_s": c.time_s} for c in v.collectives]
+        by_kind = {}
+        for c in v.collectives:   # each kind's time per step and its share of the step
+            k = by_kind.setdefault(c.kind, {"time_s": 0.0, "wire_bytes": 0.0, "share": 0.0})
+            k["time_s"] += c.total_time_s
+            k["wire_bytes"] += c.wire_bytes * c.count
+        for k in by_kind.values():
+            k["share"] = k["time_s"] / v.step_time_s if v.step_time_s else 0.0
         d["communication"] = {"time_s": v.comm_time_s, "share": v.comm_share, "step_time_s": v.step_time_s,
-                              "wire_bytes": phase.collective_wire_bytes,
+                              "wire_bytes": phase.collective_wire_bytes, "by_kind": by_kind,
                               "link": {"name": lk.name, "bandwidth": lk.bandwidth, "base_latency": lk.base_latency,
                                        "hop_latency": lk.hop_latency, "source": lk.source,
                                        "provenance": lk.provenance}}
@@ -153,8 +161,11 @@ def collectives_table_text(d: dict) -> str:
     c = d["communication"]
     lk = c["link"]
     hdr = f"{'collective':<20}{'count':>6}  {'message':<28}{'on the wire':>12}{'latency':>10}{'time':>11}"
+    a2a = any(o["kind"] == "all_to_all" for o in d["collectives"])
     rows = [f"collectives per step, per rank, over {lk['name']}: {U.bandwidth(lk['bandwidth'])} per direction "
-            f"({lk['source']}); ring volume 2(N-1)/N per all-reduce, (N-1)/N per all-gather", hdr, "-" * len(hdr)]
+            f"({lk['source']}); ring volume 2(N-1)/N per all-reduce, (N-1)/N per all-gather"
+            + (", (N-1)/N per all-to-all (nccl-tests' alltoall: busbw = algbw x (N-1)/N; the message is a rank's "
+               "T*k/N routed rows)" if a2a else ""), hdr, "-" * len(hdr)]
     for o in d["collectives"]:
         msg = f"{o['shape']} {U.nbytes(o['message_bytes'])}"
         rows.append(f"{o['name']:<20}{o['count']:>6}  {msg:<28}{U.nbytes(o['wire_bytes']):>12}"
@@ -165,6 +176,10 @@ def collectives_table_text(d: dict) -> str:
     rows.append(f"communication share: {U.percent(c['share'])} of the predicted {U.seconds(c['step_time_s'])} step "
                 f"({U.seconds(c['step_time_s'] - c['time_s'])} of ops + {U.seconds(c['time_s'])} of collectives, "
                 "no overlap).")
+    kinds = c.get("by_kind", {})
+    if "all_to_all" in kinds and len(kinds) > 1:
+        rows.append("by kind: " + "; ".join(f"{k.replace('_', '-')}s {U.seconds(x['time_s'])} "
+                                            f"({U.percent(x['share'])} of the step)" for k, x in kinds.items()) + ".")
     return "\n".join(rows)
 
 
@@ -185,8 +200,10 @@ def expert_curve(phase_at, model, batches=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512
                      "weight_bytes": ph.weight_bytes, "step_bytes": ph.total.bytes})
     one = rows[0]["expert_bytes"] / max(rows[0]["experts_touched"], 1e-12)   # per expert, over the MoE layers
     full = next((b for b in range(1, 1 << 16) if phase_at_share(model, b) >= FULL_SHARE), None)
+    ep = getattr(ph, "ep", 1)     # expert parallel: a rank reads only its own E / ep experts
+    held = model.n_experts // ep
     return {"n_experts": model.n_experts, "k": model.n_active, "rows": rows, "per_expert_bytes": one,
-            "all_experts_bytes": one * model.n_experts, "full_batch": full}
+            "all_experts_bytes": one * held, "full_batch": full, "ep": ep, "rank_experts": held}
 
 
 def phase_at_share(model, batch: int) -> float:
@@ -197,8 +214,11 @@ def phase_at_share(model, batch: int) -> float:
 def expert_curve_text(c: dict) -> str:
     if not c:
         return ""
+    ep = c.get("ep", 1)
     lines = [f"Expert weights against batch (decode, uniform routing: {c['k']} of {c['n_experts']} experts per "
-             "token; a step reads each distinct expert once):",
+             "token; a step reads each distinct expert once"
+             + (f"; per rank: its {c['rank_experts']} of the {c['n_experts']} experts, over {ep} expert-parallel ranks):" if ep > 1
+                else "):"),
              f"{'batch':>7} {'experts/layer':>14} {'expert bytes':>13} {'all weights':>12}"]
     for r in c["rows"]:
         lines.append(f"{r['batch']:>7} {r['experts_touched']:>14.2f} {U.nbytes(r['expert_bytes']):>13} "

@@ -643,3 +643,91 @@ def moe_experts(tokens: int, hidden: int, intermediate: int, n_experts: int, k: 
                                           group_size=group_size, zero_point=zero_point, bias=bias)
     nbytes = weights + 2 * T * H * a + 2 * rows * I * a + 2 * rows * H * a + 12 * rows
     return Cost(flops, nbytes)
+
+
+# ---------------------------------------------------------------- expert parallelism (issue 21)
+# With --ep N each of N ranks holds E/N whole experts. A MoE layer sends every routed (token, expert) row to the
+# rank that holds its expert (the dispatch all-to-all) and the experts' outputs back (the combine all-to-all).
+
+
+def moe_all_to_all_bytes(tokens: float, k: int, hidden: int, ranks: int, *, act_dtype: str = "bf16") -> float:
+    """One rank's message of a MoE dispatch (or combine) all-to-all: the hidden states of its share of the step's
+    routed rows, T*k*H*bytes / N (each rank owns T/N of the step's tokens and sends each one's k copies).
+
+    This is nccl-tests' ``size`` for alltoall (each rank's send buffer, its own slice included); the bytes on
+    the wire are ``collective_bytes("all_to_all", ...)`` = (N-1)/N of it (the rows routed to its own experts,
+    1/N in expectation under uniform routing, stay home), and nccl-tests' bus bandwidth for alltoall is
+    algbw x (N-1)/N (``bus_bandwidth``). Mixtral-8x7B decode, batch 8, bf16, 8 ranks: 8*2*4096*2/8 = 16,384.
+    """
+    n = int(ranks)
+    if n < 1:
+        raise ValueError(f"an all-to-all needs at least 1 rank, got {ranks}.")
+    return tokens * k * hidden * _b(act_dtype) / n
+
+
+def moe_experts_ep(tokens: float, hidden: int, intermediate: int, n_experts: int, k: int, ranks: int, *,
+                   rows: float | None = None, distinct: float | None = None, activation: str = "silu",
+                   bias: bool = False, weight_dtype: str = "bf16", act_dtype: str = "bf16",
+                   group_size: int | None = None, zero_point: bool = False) -> Cost:
+    """One rank's routed experts under expert parallelism: ``ranks`` = N ranks, each holding E/N of the
+    ``n_experts`` whole experts (width ``intermediate``, not sliced), for a step of ``tokens`` = T tokens.
+
+    The rank runs the grouped GEMM over the ``rows`` routed rows that reach its experts (default T*k/N, the
+    expectation under uniform routing) and touches ``distinct`` of its E/N experts (default
+    (E/N) * (1 - (1 - k/E)^T), its share of ``expected_distinct_experts``); it owns T/N tokens, and after the
+    combine sums each one's k returned partial outputs.
+
+    FLOPs = 2*rows*3*H*I + the activation's per element on rows*I (``MOE_ACTIVATION_FLOPS``) + the routing
+    weight multiply rows*H (+ the biases rows*(2I + H) with ``bias``) + the sum of its tokens' k partials
+    (T/N)*(k-1)*H.
+    Bytes = ``distinct`` experts' weights once each + the dispatched rows read rows*H + h [rows, I] written and
+    read + the weighted partials written rows*H + its tokens' returned partials read (T/N)*k*H + y written
+    (T/N)*H, in the activation dtype, + 12 bytes per row of routing weight and id. NB: unlike ``moe_experts``
+    (one rank: x read once per token, its k rows gathered from cache), each dispatched row is read from memory;
+    the all-to-alls' own buffer copies are communication, not counted here.
+    """
+    if activation not in MOE_ACTIVATION_FLOPS:
+        raise ValueError(f"unknown MoE activation {activation!r}: choose one of {', '.join(MOE_ACTIVATION_FLOPS)}.")
+    T, H, I, E, N = tokens, hidden, intermediate, int(n_experts), int(ranks)
+    if N < 1 or E % N:
+        raise ValueError(f"expert parallelism needs a rank count that divides the {E} experts, got {ranks}.")
+    local = E // N
+    r = T * k / N if rows is None else float(rows)
+    d = local * (1.0 - (1.0 - k / E) ** T) if distinct is None else float(distinct)
+    if not 0 <= d <= local:
+        raise ValueError(f"distinct experts on one rank must be between 0 and E/N = {local}, got {distinct}.")
+    own = T / N
+    flops = 2 * r * 3 * H * I + MOE_ACTIVATION_FLOPS[activation] * r * I + r * H + own * (k - 1) * H
+    if bias:
+        flops += r * (2 * I + H)
+    a = _b(act_dtype)
+    weights = d * moe_expert_weight_bytes(H, I, weight_dtype=weight_dtype, act_dtype=act_dtype,
+                                          group_size=group_size, zero_point=zero_point, bias=bias)
+    nbytes = weights + r * H * a + 2 * r * I * a + r * H * a + own * k * H * a + own * H * a + 12 * r
+    return Cost(flops, nbytes)
+
+
+def moe_rank_load(n_experts: int, k: int, tokens: float, ranks: int, *, skew=None) -> tuple:
+    """(rows, distinct) on the busiest rank when ``ranks`` = N ranks each hold E/N consecutive experts (rank r:
+    experts r*E/N .. (r+1)*E/N - 1) and a step routes ``tokens`` = T tokens to k experts each.
+
+    rows: the routed (token, expert) rows that reach the rank, T*k * (its experts' share of the slots);
+    distinct: its experts the step touches, sum over them of 1 - (1 - q_e)^T (``expected_distinct_experts``'s
+    marginals q_e = k * p_e). Uniform routing (``skew`` None): every rank gets T*k/N rows and
+    (E/N) * (1 - (1 - k/E)^T) experts. Under a skew the step waits for the rank with the most rows (ties: the
+    most experts), so that rank's load is the one returned.
+    """
+    E, N = int(n_experts), int(ranks)
+    if N < 1 or E % N:
+        raise ValueError(f"expert parallelism needs a rank count that divides the {E} experts, got {ranks}.")
+    local = E // N
+    if skew is None:
+        return tokens * k / N, local * (1.0 - (1.0 - k / E) ** tokens)
+    expected_distinct_experts(E, k, int(tokens), skew=skew)      # validates the histogram (one line on misuse)
+    p = [float(v) for v in skew]
+    best = (-1.0, -1.0)
+    for r in range(N):
+        mine = p[r * local:(r + 1) * local]
+        load = (tokens * k * sum(mine), sum(1.0 - max(0.0, 1.0 - k * v) ** tokens for v in mine))
+        best = max(best, load)
+    return best

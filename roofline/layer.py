@@ -261,7 +261,10 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
     """The MoE MLP: the router (a [H, E] GEMM and the top-k), the routed experts as one grouped GEMM (the
     weight bytes of the distinct experts a step touches: roofline.workload), and the shared expert(s)."""
     H, E, k, n = cfg.hidden, cfg.n_experts, cfg.n_active, len(layers)
-    I = cfg.moe_intermediate // sh.tp
+    # this rank's experts (all E, or E / ep whole ones under expert parallelism) and their width (sliced by tp,
+    # whole under ep): roofline.parallel.shard
+    E_rank, I = (sh.n_experts, sh.moe_intermediate) if sh.n_experts else (E, cfg.moe_intermediate // sh.tp)
+    cols, rows_ = ("e_whole", "e_whole") if sh.ep > 1 else ("e_cols", "e_rows")
     names = _MOE_NAMES[cfg.arch]
     r_ws = [WeightSpec("router", (H, E), "linear", names["router"], "replicated")]
     if cfg.router_bias:
@@ -272,17 +275,19 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
                   {"n_experts": E, "k": k, "kind": cfg.router, "in_features": H, "renorm": cfg.norm_topk,
                    "n_group": cfg.n_group, "topk_group": cfg.topk_group, "scale": cfg.routed_scale}, layers)]
     inter = (0, 1) if cfg.arch == "gpt_oss" else ()     # gate = [..., 0::2], up = [..., 1::2] of gate_up_proj
-    e_ws = [WeightSpec("experts_gate", (E, H, I), "experts", names["gate"], "e_cols", ("interleave", 0) if inter else ()),
-            WeightSpec("experts_up", (E, H, I), "experts", names["up"], "e_cols", ("interleave", 1) if inter else ()),
-            WeightSpec("experts_down", (E, I, H), "experts", names["down"], "e_rows")]
+    e_ws = [WeightSpec("experts_gate", (E_rank, H, I), "experts", names["gate"], cols,
+                       ("interleave", 0) if inter else ()),
+            WeightSpec("experts_up", (E_rank, H, I), "experts", names["up"], cols, ("interleave", 1) if inter else ()),
+            WeightSpec("experts_down", (E_rank, I, H), "experts", names["down"], rows_)]
     if cfg.expert_bias:
-        e_ws += [WeightSpec("experts_gate_bias", (E, I), "expert_bias", names["gate_bias"], "e_cols",
+        e_ws += [WeightSpec("experts_gate_bias", (E_rank, I), "expert_bias", names["gate_bias"], cols,
                             ("interleave", 0)),
-                 WeightSpec("experts_up_bias", (E, I), "expert_bias", names["up_bias"], "e_cols", ("interleave", 1)),
-                 WeightSpec("experts_down_bias", (E, H), "expert_bias", names["down_bias"], "rank0")]
+                 WeightSpec("experts_up_bias", (E_rank, I), "expert_bias", names["up_bias"], cols, ("interleave", 1)),
+                 WeightSpec("experts_down_bias", (E_rank, H), "expert_bias", names["down_bias"],
+                            "e_whole" if sh.ep > 1 else "rank0")]
     ops.append(OpSpec("experts", "experts", "layer", "mlp", n, tuple(e_ws),
                       {"n_experts": E, "k": k, "hidden": H, "intermediate": I, "activation": cfg.expert_activation,
-                       "bias": cfg.expert_bias}, layers))
+                       "bias": cfg.expert_bias, "ep": sh.ep, "rank_experts": E_rank}, layers))
     S = cfg.shared_intermediate // sh.tp
     if S:
         pre = names["shared"]

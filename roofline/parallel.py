@@ -22,6 +22,21 @@ returns the per-rank sizes; ``step_collectives`` lists each step's collectives w
 message bytes. Costs of the ops are ``roofline.workload``'s, with these per-rank sizes;
 a collective's time is ``roofline.interconnect.Interconnect.time`` (latency + wire bytes /
 link bandwidth, ring volume 2(N-1)/N per all-reduce: ``formulas.collective_bytes``).
+
+Mixtures of experts (issue 21). Under --tp every rank holds a slice of every expert (moe_intermediate / N
+columns of gate and up, rows of down: a grouped GEMM of E experts of width I/N) and the MoE layer ends in the
+MLP all-reduce, as a dense one. Under **expert parallelism** (``shard(cfg, tp, ep)`` with ep = tp = N) each
+rank holds E/N whole experts (rank r: experts r*E/N ..); N must divide E. The ep ranks are the tp ranks
+(one group): attention, norms, the router, dense layers and shared experts are sharded exactly as under
+--tp N. DeepSeek/vLLM-style data-parallel attention (attention replicated per rank on its own requests, ep
+across the data-parallel ranks) is not modelled. Per MoE layer each rank owns T/N of the step's T tokens and
+sends each one's k routed copies to the ranks of their experts (the **dispatch** all-to-all) and gets the
+outputs back (the **combine** all-to-all): T*k*H bytes of the activation dtype per step over all ranks, T*k*H/N
+per rank (``formulas.moe_all_to_all_bytes``; wire (N-1)/N, nccl-tests' alltoall convention). The MLP
+all-reduce of the MoE layers is dropped; the attention all-reduce keeps its volume (as a reduce-scatter that
+hands each rank its T/N rows plus the all-gather that assembles them for the next layer, the same 2(N-1)/N).
+A model with shared experts keeps one all-reduce of [T, H] per MoE layer for their (tensor-parallel) partial
+sums. Counted as under --tp (an upper bound): the norms and the router run on all T rows on every rank.
 """
 
 from __future__ import annotations
@@ -34,8 +49,10 @@ from .errors import RooflineError
 
 COLLECTIVE_OPS = ("embedding_allreduce", "attn_allreduce", "mlp_allreduce", "lm_head_gather")
 PER_LAYER_COLLECTIVES = ("attn_allreduce", "mlp_allreduce")
+EP_COLLECTIVES = ("moe_dispatch", "moe_combine")    # expert parallelism's two all-to-alls per MoE layer
 COLLECTIVE_KIND = {"embedding_allreduce": "all_reduce", "attn_allreduce": "all_reduce",
-                   "mlp_allreduce": "all_reduce", "lm_head_gather": "all_gather"}
+                   "mlp_allreduce": "all_reduce", "lm_head_gather": "all_gather",
+                   "moe_dispatch": "all_to_all", "moe_combine": "all_to_all"}
 
 
 @dataclass(frozen=True)
@@ -51,6 +68,9 @@ class Shard:
     intermediate: int   # SwiGLU width per rank
     vocab: int          # embedding rows and lm_head columns per rank (of the padded vocabulary)
     vocab_padded: int   # vocab rounded up to a multiple of tp
+    ep: int = 1             # expert-parallel ranks (1: experts sliced tensor-parallel; else = tp)
+    n_experts: int = 0      # routed experts per rank: E under tp, E / ep under ep (0: dense)
+    moe_intermediate: int = 0   # one routed expert's width per rank: moe_intermediate / tp, whole under ep
 
     @property
     def q_dim(self) -> int:
@@ -76,6 +96,12 @@ class Shard:
         """The intermediate features ``rank`` holds (gate/up columns, down rows)."""
         return range(rank * self.intermediate, (rank + 1) * self.intermediate)
 
+    def experts(self, rank: int) -> range:
+        """Global indices of the routed experts ``rank`` holds (all of them, sliced, unless expert parallel)."""
+        if self.ep > 1:
+            return range(rank * self.n_experts, (rank + 1) * self.n_experts)
+        return range(self.n_experts)
+
     def vocab_rows(self, rank: int) -> range:
         """The (padded) vocabulary rows ``rank`` holds."""
         return range(rank * self.vocab, (rank + 1) * self.vocab)
@@ -86,7 +112,7 @@ def valid_tp(cfg) -> list:
     return [n for n in range(1, cfg.n_heads + 1) if not _broken_rule(cfg, n)]
 
 
-def _broken_rule(cfg, tp: int) -> str:
+def _broken_rule(cfg, tp: int, ep_sliced: bool = False) -> str:
     """The sharding rule ``tp`` breaks for ``cfg``, in words; "" when it splits."""
     Hq, Hkv, I = cfg.n_heads, cfg.n_kv_heads, cfg.intermediate
     if Hq % tp:
@@ -98,32 +124,75 @@ def _broken_rule(cfg, tp: int) -> str:
                 f"does), so --tp must be a multiple of {Hkv}")
     if I % tp:
         return f"its intermediate size {I} does not divide into {tp} ranks"
+    if cfg.n_experts and not ep_sliced and cfg.moe_intermediate % tp:
+        return (f"its expert width {cfg.moe_intermediate} does not divide into {tp} ranks (each rank holds a slice "
+                "of every expert; --ep holds whole experts instead)")
+    if cfg.shared_intermediate % tp:
+        return f"its shared-expert width {cfg.shared_intermediate} does not divide into {tp} ranks"
     return ""
 
 
-def shard(cfg, tp: int) -> Shard:
-    """Per-rank sizes of ``cfg`` over ``tp`` ranks, or a one-line RooflineError naming the rule and the valid sizes."""
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise RooflineError(f"--tp must be a whole number of tensor-parallel ranks, at least 1, but {tp!r} was given.")
-    rule = _broken_rule(cfg, tp)
+def ranks(tp: int = 1, ep: int = 1) -> tuple:
+    """(tp, ep) as ``shard`` takes them: --ep N alone means N ranks, attention tensor-parallel over the same N
+    (one group: tp = ep = N); --tp N --ep N the same; --tp N alone experts sliced (ep = 1). Any other pair is
+    a one-line RooflineError."""
+    for name, v in (("--tp", tp), ("--ep", ep)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            what = "tensor" if name == "--tp" else "expert"
+            raise RooflineError(f"{name} must be a whole number of {what}-parallel ranks, at least 1, but {v!r} was "
+                                "given.")
+    if ep > 1 and tp == 1:
+        return ep, ep
+    if ep > 1 and ep != tp:
+        raise RooflineError(f"--tp {tp} with --ep {ep}: the expert-parallel ranks are the tensor-parallel ranks (one "
+                            f"group; data-parallel attention is not modelled), so --ep must be 1 or equal --tp: give "
+                            f"--tp {ep} --ep {ep} (or --ep {ep} alone) or --tp {tp} alone.")
+    return tp, ep
+
+
+def valid_ep(cfg) -> list:
+    """Every expert-parallel size ``shard`` accepts for ``cfg`` (1: experts sliced under --tp)."""
+    if not cfg.n_experts:
+        return [1]
+    return [1] + [n for n in range(2, cfg.n_experts + 1) if not cfg.n_experts % n and not _broken_rule(cfg, n, True)]
+
+
+def shard(cfg, tp: int, ep: int = 1) -> Shard:
+    """Per-rank sizes of ``cfg`` over ``tp`` ranks (experts sliced), or with ``ep`` = ``tp`` (whole experts, E/ep
+    per rank); a one-line RooflineError names the rule and the valid sizes."""
+    tp, ep = ranks(tp, ep)
+    E = cfg.n_experts
+    if ep > 1 and not E:
+        raise RooflineError(f"--ep {ep} needs a mixture of experts, but {cfg.name} has no routed experts: use --tp "
+                            f"{ep} for tensor parallelism.")
+    if ep > 1 and E % ep:
+        ok = ", ".join(map(str, valid_ep(cfg)))
+        raise RooflineError(f"--ep {ep} cannot split {cfg.name}'s {E} experts into whole experts per rank ({ep} does "
+                            f"not divide {E}). Valid --ep for it: {ok}.")
+    rule = _broken_rule(cfg, tp, ep > 1)
     if rule:
+        if ep > 1:
+            ok = ", ".join(map(str, valid_ep(cfg)))
+            raise RooflineError(f"--ep {ep} runs attention tensor-parallel over the same {ep} ranks, and they cannot "
+                                f"split {cfg.name}: {rule}. Valid --ep for it: {ok}.")
         ok = ", ".join(map(str, valid_tp(cfg)))
         raise RooflineError(f"--tp {tp} cannot split {cfg.name}: {rule}. Valid --tp for it: {ok}.")
     Hq, Hkv, I = cfg.n_heads, cfg.n_kv_heads, cfg.intermediate
     padded = -(-cfg.vocab // tp) * tp
     return Shard(tp=tp, hidden=cfg.hidden, head_dim=cfg.head_dim, n_heads=Hq // tp,
                  n_kv_heads=max(1, Hkv // tp), kv_replicas=max(1, tp // Hkv), intermediate=I // tp,
-                 vocab=padded // tp, vocab_padded=padded)
+                 vocab=padded // tp, vocab_padded=padded, ep=ep, n_experts=E // ep if E else 0,
+                 moe_intermediate=(cfg.moe_intermediate if ep > 1 else cfg.moe_intermediate // tp) if E else 0)
 
 
 @dataclass(frozen=True)
 class CollectiveCost:
     """One collective of a step: ``launches`` calls per instance, ``count`` instances per step (n_layers
-    for the per-layer all-reduces), ``message_bytes`` per instance summed over its launches (prefill
+    for the per-layer all-reduces, the MoE layers for the all-to-alls), ``message_bytes`` per instance summed over its launches (prefill
     chunks). The message of an all-gather is its gathered output."""
 
     name: str
-    kind: str             # "all_reduce" | "all_gather"
+    kind: str             # "all_reduce" | "all_gather" | "all_to_all"
     message_bytes: float  # one instance (all its launches)
     launches: int         # collective calls per instance
     count: int            # instances per step
@@ -149,7 +218,9 @@ def step_collectives(cfg, sh: Shard, batch: int, chunks, act_dtype: str) -> tupl
 
     Per chunk of c new tokens per sequence (T = batch x c rows): the embedding's all-reduce and two per
     layer, of [T, H] in the activation dtype; once per step the all-gather of the last position's logits
-    [batch, V_padded] (prefill computes logits for the last chunk only).
+    [batch, V_padded] (prefill computes logits for the last chunk only). Under expert parallelism
+    (``sh.ep`` > 1) each MoE layer trades its MLP all-reduce (kept for shared experts' partial sums) for a
+    dispatch and a combine all-to-all of T*k*H / N per rank (``formulas.moe_all_to_all_bytes``).
     """
     if sh.tp == 1:
         return ()
@@ -159,7 +230,17 @@ def step_collectives(cfg, sh: Shard, batch: int, chunks, act_dtype: str) -> tupl
     hid = rows * cfg.hidden * a
     what = f"[T={rows:,}, {cfg.hidden:,}] {act_dtype}" + (f" in {n} chunks" if n > 1 else "")
     out = [CollectiveCost("embedding_allreduce", "all_reduce", hid, n, 1, sh.tp, what)]
-    out += [CollectiveCost(name, "all_reduce", hid, n, cfg.n_layers, sh.tp, what) for name in PER_LAYER_COLLECTIVES]
+    moe = len(cfg.moe_layers) if sh.ep > 1 else 0
+    mlp = cfg.n_layers - moe + (moe if cfg.shared_intermediate else 0)
+    out.append(CollectiveCost("attn_allreduce", "all_reduce", hid, n, cfg.n_layers, sh.tp, what))
+    if mlp:
+        out.append(CollectiveCost("mlp_allreduce", "all_reduce", hid, n, mlp, sh.tp, what))
+    if moe:
+        k = cfg.n_active
+        msg = sum(F.moe_all_to_all_bytes(batch * c, k, cfg.hidden, sh.ep, act_dtype=act_dtype) for c in chunks)
+        per = rows * k / sh.ep
+        shape = (f"[T*k/N={per:,.4g}, {cfg.hidden:,}] {act_dtype}" + (f" in {n} chunks" if n > 1 else ""))
+        out += [CollectiveCost(name, "all_to_all", msg, n, moe, sh.ep, shape) for name in EP_COLLECTIVES]
     out.append(CollectiveCost("lm_head_gather", "all_gather", batch * sh.vocab_padded * a, 1, 1, sh.tp,
                               f"[{batch:,}, {sh.vocab_padded:,}] {act_dtype}"))
     return tuple(out)

@@ -5,7 +5,9 @@
 one instance and its count per step (``n_layers`` for per-layer ops), and whose
 ``total`` is the whole step. With ``tp=N`` (tensor parallelism, ``roofline.parallel``) every
 op is one rank's share (Megatron sharding) and ``collectives`` lists what the ranks exchange
-each step; ``tp=1`` is exactly the single-device model (no collectives). A request of N output tokens is one prefill and N-1 decode
+each step; ``tp=1`` is exactly the single-device model (no collectives). With ``ep=N`` (a mixture of
+experts, N = tp, or tp left at 1) each rank holds E/N whole experts and the MoE layers exchange tokens by
+all-to-all instead of all-reducing (``roofline.parallel``). A request of N output tokens is one prefill and N-1 decode
 steps (``request_steps``).
 
 Shapes, per step:  T = batch x new tokens rows go through every linear layer.
@@ -26,7 +28,7 @@ from .cost import ZERO, Cost
 from .dtypes import bytes_per_element, normalize_dtype
 from .errors import RooflineError, check_positive_int
 from .models import ModelConfig
-from .parallel import PER_LAYER_COLLECTIVES, Shard, shard, step_collectives
+from .parallel import PER_LAYER_COLLECTIVES, Shard, ranks, shard, step_collectives
 
 from .layer import LAYER_OP, model_ops, op_names, op_spec  # noqa: F401 (op_names, op_spec: the API)
 
@@ -93,6 +95,7 @@ class Phase:
     tp: int = 1                  # tensor-parallel ranks: every op is one rank's share
     shard: Shard | None = None   # the per-rank sizes (roofline.parallel)
     collectives: tuple = ()      # roofline.parallel.CollectiveCost per collective of the step (none at tp=1)
+    ep: int = 1                  # expert-parallel ranks (= tp when > 1): each rank E / ep whole experts
 
     @property
     def total(self) -> Cost:
@@ -173,17 +176,17 @@ class Phase:
                 d = o.dims
                 one = F.moe_expert_weight_bytes(d["hidden"], d["intermediate"], act_dtype=dt.act, bias=d["bias"],
                                                 **dt.weight_quant)
-                total += o.count * sum(one * distinct_experts(d["n_experts"], d["k"], self.batch * c, dt.expert_load)
+                total += o.count * sum(one * _rank_experts(d, self.batch * c, dt.expert_load)[1]
                                        for c in self.chunks)
         return total
 
     @property
     def experts_touched(self) -> float:
-        """Distinct routed experts per MoE layer in this step (the last chunk's), in expectation; 0 when dense."""
+        """Distinct routed experts per MoE layer in this step (the last chunk's), in expectation; 0 when dense.
+        Under expert parallelism: among one rank's E / ep (the busiest rank's under a skewed load)."""
         for o in model_ops(self.model, self._sizes):
             if o.kind == "experts":
-                return distinct_experts(o.dims["n_experts"], o.dims["k"], self.batch * self.chunks[-1],
-                                        self.dtypes.expert_load)
+                return _rank_experts(o.dims, self.batch * self.chunks[-1], self.dtypes.expert_load)[1]
         return 0.0
 
     @property
@@ -249,6 +252,11 @@ def _op_cost(o, dt: Dtypes, T: int, batch: int, c: int, p: int, decode: bool) ->
                         gate_bias=any(w.key == "router_bias" for w in o.weights),
                         score_bias=any(w.key == "router_correction" for w in o.weights),
                         renorm=d.get("renorm", True), n_group=d.get("n_group", 1))
+    if k == "experts" and d.get("ep", 1) > 1:   # expert parallel: this rank's routed rows and its experts
+        rows, distinct = _rank_experts(d, T, dt.expert_load)
+        return F.moe_experts_ep(T, d["hidden"], d["intermediate"], d["n_experts"], d["k"], d["ep"], rows=rows,
+                                distinct=distinct, activation=d["activation"], bias=d["bias"], act_dtype=a,
+                                **dt.weight_quant)
     if k == "experts":
         return F.moe_experts(T, d["hidden"], d["intermediate"], d["n_experts"], d["k"],
                              distinct=distinct_experts(d["n_experts"], d["k"], T, dt.expert_load),
@@ -280,6 +288,15 @@ def distinct_experts(n_experts: int, k: int, tokens: int, load=()) -> float:
     return F.expected_distinct_experts(n_experts, k, tokens, skew=list(load) if load else None)
 
 
+def _rank_experts(d: dict, tokens: int, load=()) -> tuple:
+    """(routed rows, distinct experts) of one rank's experts op for a step of ``tokens`` tokens: all T*k rows and
+    ``distinct_experts`` of all E, or under expert parallelism the busiest rank's (``formulas.moe_rank_load``)."""
+    ep = d.get("ep", 1)
+    if ep > 1:
+        return F.moe_rank_load(d["n_experts"], d["k"], tokens, ep, skew=list(load) if load else None)
+    return tokens * d["k"], distinct_experts(d["n_experts"], d["k"], tokens, load)
+
+
 def _edge_cost(o, dt: Dtypes, T_all: int, batch: int, tp: int) -> Cost:
     """One instance of a pre- or post-layer op: the embedding over every new token; the final norm, lm_head
     and logit softcap over one row per sequence (only the last position needs logits)."""
@@ -299,8 +316,9 @@ def _edge_cost(o, dt: Dtypes, T_all: int, batch: int, tp: int) -> Cost:
     raise ValueError(f"op {o.name!r} of kind {o.kind!r} has no pre/post-layer cost")
 
 
-def _assemble(phase, cfg, dt, batch, new_tokens, context, cached, chunks, prior, decode, tp=1) -> Phase:
-    sh = shard(cfg, tp)
+def _assemble(phase, cfg, dt, batch, new_tokens, context, cached, chunks, prior, decode, tp=1, ep=1) -> Phase:
+    tp, ep = ranks(tp, ep)
+    sh = shard(cfg, tp, ep)
     ops = []
     for o in model_ops(cfg, sh):
         cdt = dt.act if o.tensor else "fp32"
@@ -313,12 +331,12 @@ def _assemble(phase, cfg, dt, batch, new_tokens, context, cached, chunks, prior,
             p += c
         ops.append(OpCost(o.name, acc, o.count, cdt))
     return Phase(phase, cfg, batch, new_tokens, context, cached, tuple(chunks), dt, tuple(ops), tp, sh,
-                 step_collectives(cfg, sh, batch, chunks, dt.act))
+                 step_collectives(cfg, sh, batch, chunks, dt.act), ep)
 
 
 def prefill(cfg: ModelConfig, batch: int, prompt_tokens: int, cached_tokens: int = 0, chunk: int | None = None,
             *, weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16", tp: int = 1, group_size: int | None = None,
-            zero_point: bool = False, expert_load=()) -> Phase:
+            zero_point: bool = False, expert_load=(), ep: int = 1) -> Phase:
     """The prompt-processing work of ``batch`` prompts of ``prompt_tokens`` tokens (one rank's, over ``tp``).
 
     ``group_size`` / ``zero_point``: int4 weights' groups (default 128) and zero points (formulas.linear)."""
@@ -341,12 +359,13 @@ def prefill(cfg: ModelConfig, batch: int, prompt_tokens: int, cached_tokens: int
                                 "use a chunk no larger than the prompt, or no --chunk.")
         chunks = [chunk] * (new // chunk) + ([new % chunk] if new % chunk else [])
     dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size, zero_point, expert_load)
-    return _assemble("prefill", cfg, dt, batch, new, prompt_tokens, cached_tokens, chunks, cached_tokens, False, tp)
+    return _assemble("prefill", cfg, dt, batch, new, prompt_tokens, cached_tokens, chunks, cached_tokens, False, tp,
+                     ep)
 
 
 def decode(cfg: ModelConfig, batch: int, context: int, *, weight_dtype="bf16", act_dtype="bf16",
            kv_dtype="bf16", tp: int = 1, group_size: int | None = None, zero_point: bool = False,
-           expert_load=()) -> Phase:
+           expert_load=(), ep: int = 1) -> Phase:
     """One decode step: each of ``batch`` sequences has ``context`` cached tokens and adds one (one rank's
     share over ``tp`` ranks)."""
     batch = check_positive_int("batch", batch)
@@ -355,7 +374,7 @@ def decode(cfg: ModelConfig, batch: int, context: int, *, weight_dtype="bf16", a
         raise RooflineError(f"a decode step at context {context} needs {context + 1} positions, past "
                             f"{cfg.name}'s maximum context of {cfg.max_context}.")
     dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size, zero_point, expert_load)
-    return _assemble("decode", cfg, dt, batch, 1, context, 0, [1], context, True, tp)
+    return _assemble("decode", cfg, dt, batch, 1, context, 0, [1], context, True, tp, ep)
 
 
 def request_steps(output_tokens: int) -> tuple[int, int]:

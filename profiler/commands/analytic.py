@@ -14,7 +14,7 @@ from roofline.errors import RooflineError
 from roofline.explain import collectives_table_text, explain_linear, explain_phase, phase_table_text
 from roofline.models import PRESETS
 
-from ..cli_args import analytic_quant_options, device_options, dtype_option, model_option, resolve_device
+from ..cli_args import analytic_quant_options, device_options, dtype_option, ep_option, model_option, resolve_device
 
 
 @click.command()
@@ -91,6 +91,7 @@ def _measured_cpu(device):
 @dtype_option("--kv-dtype", help="KV-cache dtype")
 @click.option("--tp", type=int, default=1, show_default=True,
               help="tensor-parallel ranks: per-rank costs (Megatron sharding) plus the collectives of each step")
+@ep_option
 @click.option("--link-gbs", type=float, default=None,
               help="--tp: interconnect GB/s per direction [default: the device's, e.g. NVLink 4 = 450]")
 @click.option("--link-latency-us", type=float, default=None,
@@ -102,7 +103,7 @@ def _measured_cpu(device):
 @analytic_quant_options
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, phase, batch, context, cached,
-            chunk, weight_dtype, act_dtype, kv_dtype, tp, link_gbs, link_latency_us, tokens, in_features,
+            chunk, weight_dtype, act_dtype, kv_dtype, tp, ep, link_gbs, link_latency_us, tokens, in_features,
             out_features, dtype, group_size, zero_point, as_json):
     """Analytic roofline of one linear layer or one model step (no hardware).
 
@@ -110,6 +111,7 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
     roofline explain linear --tokens 1024 --in 4096 --out 4096 --dtype bf16 --device h100
     roofline explain --model llama-2-7b --device h100 --phase decode --batch 1 --context 1024
     roofline explain --model llama-3-70b --device h100 --tp 8 --phase decode --batch 1
+    roofline explain --model mixtral-8x7b --device h100 --ep 8 --phase decode --batch 64
     roofline explain --model llama-3-8b --weight-dtype int4 --group-size 64 --kv-dtype fp8
     """
     if (group_size is not None or zero_point) and "int4" not in (weight_dtype, dtype):
@@ -135,7 +137,7 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
         from roofline.devices import custom_link
 
         link = custom_link(link_gbs, link_latency_us or 0.0)
-    kw = dict(weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, tp=tp, group_size=group_size,
+    kw = dict(weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, tp=tp, ep=ep, group_size=group_size,
               zero_point=zero_point)
     if phase == "prefill":
         ph = W.prefill(model, batch, context, cached_tokens=cached, chunk=chunk, **kw)
@@ -146,7 +148,8 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
     d = explain_phase(ph, device, link)
     from roofline.capacity import capacity
 
-    cap = capacity(model, device, batch, context, tp=tp, new_tokens=ph.new_tokens if phase == "prefill" else 1,
+    tp, ep = ph.tp, ph.ep          # --ep N alone: N ranks (roofline.parallel.ranks)
+    cap = capacity(model, device, batch, context, tp=tp, ep=ep, new_tokens=ph.new_tokens if phase == "prefill" else 1,
                    weight_dtype=ph.dtypes.weight, act_dtype=ph.dtypes.act, kv_dtype=ph.dtypes.kv,
                    group_size=ph.dtypes.group_size, zero_point=ph.dtypes.zero_point)
     d["capacity"] = cap.to_dict()
@@ -165,7 +168,9 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
                f"weights {weight_dtype}" + (f" (group {ph.dtypes.group_size}{', zero points' if zero_point else ''})"
                                             if weight_dtype == "int4" else "")
                + f", activations {act_dtype}, KV cache {kv_dtype}"
-               + (f"; tensor parallel over {tp} ranks: every row is one rank's share" if tp > 1 else ""))
+               + (f"; expert parallel over {ep} ranks ({model.n_experts // ep} whole expert(s) each, attention tensor "
+                  "parallel over the same ranks): every row is one rank's share" if ep > 1 else
+                  f"; tensor parallel over {tp} ranks: every row is one rank's share" if tp > 1 else ""))
     click.echo(phase_table_text(d))
     if tp > 1:
         click.echo(collectives_table_text(d))
