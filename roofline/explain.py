@@ -83,8 +83,9 @@ def explain_phase(phase, device: Device, link=None) -> dict:
 
     Under tensor parallelism (``phase.tp`` > 1) the ops are one rank's share, and "collectives"
     lists each collective with its time over ``link`` (default: the device's interconnect);
-    "communication" gives their time and share of the step, and the verdict says
-    communication-bound when they take at least half of it.
+    "communication" gives their time and share of the step (and, in "by_kind", each collective kind's:
+    under expert parallelism, ``phase.ep`` > 1, the MoE layers' dispatch and combine all-to-alls), and the
+    verdict says communication-bound when they take at least half of it.
     """
     v = analyze_phase(phase, device, link)
     ops = [{"name": o.name, "count": o.count, "flops": o.cost.flops, "bytes": o.cost.bytes,

@@ -211,3 +211,16 @@ def test_explain_ep_prints_the_all_to_alls_and_the_communication_share():
     assert bad.exit_code == 2 and bad.output.count("\n") == 1 and "--ep must be 1 or equal --tp" in bad.output
     zero = CliRunner().invoke(main, args + ["--ep", "0"])
     assert zero.exit_code == 2 and "expert-parallel ranks, at least 1" in zero.output
+
+
+def test_an_expert_width_tp_cannot_slice_is_refused_and_ep_holds_it_whole():
+    from dataclasses import replace
+
+    odd = replace(load_model("tiny-moe"), name="odd-moe", moe_intermediate=50)     # 50 experts' columns
+    with pytest.raises(RooflineError, match=r"expert width 50 does not divide into 4 ranks .*--ep holds whole") as e:
+        shard(odd, 4)
+    assert "Valid --tp for it: 1, 2." in str(e.value)
+    s = shard(odd, 4, 4)
+    assert (s.n_experts, s.moe_intermediate) == (2, 50)
+    ph = W.decode(odd, 4, 8, ep=4)
+    assert ph.op("experts").cost == F.moe_experts_ep(4, 64, 50, 8, 2, 4)
