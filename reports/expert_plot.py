@@ -30,6 +30,7 @@ from roofline import workload as W
 from roofline.analysis import analyze
 from roofline.bounds import predicted_time
 from roofline.cost import Cost
+from roofline.diagnose import moe_decode_phase
 from roofline.errors import RooflineError
 from roofline.explain import FULL_SHARE, expert_curve
 
@@ -80,17 +81,9 @@ def has_experts(rf) -> bool:
     return bool(m is not None and m.n_experts)
 
 
-def _phase(model, s, settings):
-    k = s.key
-    q = {"group_size": settings.get("group_size"), "zero_point": bool(settings.get("zero_point"))} \
-        if k.weight_dtype == "int4" else {}
-    return W.decode(model, s.batch, s.context, weight_dtype=k.weight_dtype, act_dtype=k.dtype, kv_dtype=k.kv_dtype,
-                    tp=k.tp, **q)
-
-
 def _point(model, s, settings) -> ExpertPoint | None:
     try:
-        ph = _phase(model, s, settings)
+        ph = moe_decode_phase(model, s.key, settings)
     except RooflineError:            # a step the cost model cannot price (an unknown dtype): left off
         return None
     touched, ebytes = ph.experts_touched, ph.expert_weight_bytes
@@ -234,8 +227,10 @@ def expert_caption(sweep: ExpertSweep) -> str:
            f"{U.nbytes(lo.expert_bytes)} at batch {lo.batch} ({lo.experts_expected:.2f} experts per layer), "
            f"{U.nbytes(hi.expert_bytes)} at batch {hi.batch} ({hi.experts_expected:.2f}); every weight the step "
            f"reads (grey); and the dense equivalent (green, dashed): the same model's active parameters read once, "
-           f"{U.nbytes(lo.dense_bytes)} at any batch, what a dense model of the same active size reads. Crosses: "
-           "the experts this run's own routing touched at each point (one layer's, counted for every MoE layer). ")
+           f"{U.nbytes(lo.dense_bytes)} at any batch, what a dense model of the same active size reads. ")
+    if any(p.routing_bytes is not None for pts in sweep.series.values() for p in pts):
+        cap += ("Crosses: the experts this run's own routing touched at each point (one layer's, counted for every "
+                "MoE layer). ")
     if sweep.full_batch:
         cap += (f"Dashed red: every expert is loaded (at least {FULL_SHARE:.0%} per layer, in expectation) from batch "
                 f"{sweep.full_batch:,}; below it, each added token mostly brings new experts' weights (reuse "
