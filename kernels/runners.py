@@ -120,7 +120,7 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     if phase not in ("prefill", "decode"):
         raise RooflineError(f"phase must be 'prefill' or 'decode', not {phase!r}.")
     tp = tp if tp is not None and tp.world > 1 else None
-    specs = {o.name: o for o in model_ops(cfg)}
+    specs = {o.name: o for o in model_ops(cfg, tp_parts(cfg, tp if tp is not None and tp.world > 1 else None)[0])}
     names = list(specs) + ["layer"] + (list(COLLECTIVE_OPS) if tp is not None else [])
     if ops is not None:
         bad = [o for o in ops if o not in names]

@@ -370,6 +370,11 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
         raise RooflineError(f"{where}: dense_layers must list layer indices 0..{m.n_layers - 1}, but "
                             f"{show_value(dense)} was given.")
     object.__setattr__(m, "dense_layers", tuple(sorted(set(dense))))
+    yarn = m.rope_yarn
+    if not isinstance(yarn, (list, tuple)) or len(yarn) not in (0, 6):
+        raise RooflineError(f"{where}: rope_yarn must be (factor, beta_fast, beta_slow, original positions, "
+                            f"attention factor, truncate) or empty, but {show_value(yarn)} was given.")
+    object.__setattr__(m, "rope_yarn", tuple(yarn))
     if m.kv_lora_rank and not (m.qk_rope_dim and m.qk_nope_dim and m.v_head_dim):
         raise RooflineError(f"{where}: latent attention (kv_lora_rank {m.kv_lora_rank}) needs qk_rope_dim, "
                             "qk_nope_dim and v_head_dim.")
