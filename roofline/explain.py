@@ -200,23 +200,28 @@ def expert_curve(phase_at, model, batches=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512
         rows.append({"batch": b, "experts_touched": ph.experts_touched, "expert_bytes": ph.expert_weight_bytes,
                      "weight_bytes": ph.weight_bytes, "step_bytes": ph.total.bytes})
     one = rows[0]["expert_bytes"] / max(rows[0]["experts_touched"], 1e-12)   # per expert, over the MoE layers
-    full = next((b for b in range(1, 1 << 16) if phase_at_share(model, b) >= FULL_SHARE), None)
+    load = ph.dtypes.expert_load   # a measured histogram, or () for uniform routing
+    full = next((b for b in range(1, 1 << 16) if phase_at_share(model, b, load) >= FULL_SHARE), None)
     ep = getattr(ph, "ep", 1)     # expert parallel: a rank reads only its own E / ep experts
     held = model.n_experts // ep
     return {"n_experts": model.n_experts, "k": model.n_active, "rows": rows, "per_expert_bytes": one,
-            "all_experts_bytes": one * held, "full_batch": full, "ep": ep, "rank_experts": held}
+            "all_experts_bytes": one * held, "full_batch": full, "ep": ep, "rank_experts": held,
+            "routing": "measured expert load" if load else "uniform routing"}
 
 
-def phase_at_share(model, batch: int) -> float:
-    """The share of a layer's experts a decode step of ``batch`` tokens touches, in expectation (uniform)."""
-    return F.expected_distinct_experts(model.n_experts, model.n_active, batch) / model.n_experts
+def phase_at_share(model, batch: int, load=()) -> float:
+    """The share of a layer's experts a decode step of ``batch`` tokens touches, in expectation (uniform routing,
+    or ``load``: each expert's share of the routed slots)."""
+    return F.expected_distinct_experts(model.n_experts, model.n_active, batch,
+                                       skew=list(load) if load else None) / model.n_experts
 
 
 def expert_curve_text(c: dict) -> str:
     if not c:
         return ""
     ep = c.get("ep", 1)
-    lines = [f"Expert weights against batch (decode, uniform routing: {c['k']} of {c['n_experts']} experts per "
+    lines = [f"Expert weights against batch (decode, {c.get('routing', 'uniform routing')}: {c['k']} of "
+             f"{c['n_experts']} experts per "
              "token; a step reads each distinct expert once"
              + (f"; per rank: its {c['rank_experts']} of the {c['n_experts']} experts, over {ep} expert-parallel ranks):" if ep > 1
                 else "):"),

@@ -285,7 +285,10 @@ def distinct_experts(n_experts: int, k: int, tokens: int, load=()) -> float:
     """Experts a step of ``tokens`` routed tokens touches per MoE layer, in expectation: uniform routing, or
     ``load`` (each expert's share of the routed slots: a skew or a measured histogram)
     (``formulas.expected_distinct_experts``)."""
-    return F.expected_distinct_experts(n_experts, k, tokens, skew=list(load) if load else None)
+    try:
+        return F.expected_distinct_experts(n_experts, k, tokens, skew=list(load) if load else None)
+    except ValueError as e:   # a histogram that no top-k routing can produce, or of the wrong length
+        raise RooflineError(f"expert load: {e}") from None
 
 
 def _rank_experts(d: dict, tokens: int, load=()) -> tuple:

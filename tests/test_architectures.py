@@ -177,3 +177,24 @@ def test_profile_says_when_the_whole_model_would_not_fit(monkeypatch):
     note = profile_run.capacity_note(plan)
     assert note.startswith("note: llama-3-70b needs 141 GB of weights") and "one layer at a time" in note
     assert profile_run.capacity_note(sweep.SweepPlan(PRESETS["llama-3-8b"], dtype="bf16")) == ""
+
+
+def test_explain_takes_a_measured_expert_load(tmp_path):
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from profiler.cli import main
+
+    p = tmp_path / "load.json"
+    p.write_text(_json.dumps([[10, 3, 2, 1, 0, 4, 2, 2], [5, 5, 5, 5, 1, 1, 1, 1]]))
+    r = CliRunner().invoke(main, ["explain", "--model", "mixtral-8x7b", "--device", "h100", "--context", "16",
+                                  "--expert-load", str(p), "--json"])
+    c = _json.loads(r.output)["experts"]
+    assert c["routing"] == "measured expert load"
+    # shares (15, 8, 7, 6, 1, 5, 3, 3)/48, k=2: batch 2 touches sum 1 - (1 - 2 p)^2 = 3.2743 experts per layer
+    shares = [15 / 48, 8 / 48, 7 / 48, 6 / 48, 1 / 48, 5 / 48, 3 / 48, 3 / 48]
+    assert c["rows"][1]["experts_touched"] == pytest.approx(sum(1 - (1 - 2 * s) ** 2 for s in shares))
+    p.write_text("[1, 2]")
+    r = CliRunner().invoke(main, ["explain", "--model", "mixtral-8x7b", "--expert-load", str(p)])
+    assert r.exit_code != 0 and "must be a list of 8 counts" in r.output and "Traceback" not in r.output

@@ -101,10 +101,13 @@ def _measured_cpu(device):
 @click.option("--out", "out_features", type=int, default=None, help="linear: output features N")
 @dtype_option("--dtype", help="linear: dtype of weights and activations")
 @analytic_quant_options
+@click.option("--expert-load", "expert_load", default=None, metavar="FILE",
+              help="MoE: a JSON list of tokens per expert (or a list per layer, summed) -- a measured histogram, "
+                   "e.g. LlamaModel.expert_counts -- instead of uniform routing")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, phase, batch, context, cached,
             chunk, weight_dtype, act_dtype, kv_dtype, tp, ep, link_gbs, link_latency_us, tokens, in_features,
-            out_features, dtype, group_size, zero_point, as_json):
+            out_features, dtype, group_size, zero_point, expert_load, as_json):
     """Analytic roofline of one linear layer or one model step (no hardware).
 
     \b
@@ -139,6 +142,8 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
         link = custom_link(link_gbs, link_latency_us or 0.0)
     kw = dict(weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, tp=tp, ep=ep, group_size=group_size,
               zero_point=zero_point)
+    if expert_load is not None:
+        kw["expert_load"] = read_expert_load(expert_load, model)
     if phase == "prefill":
         ph = W.prefill(model, batch, context, cached_tokens=cached, chunk=chunk, **kw)
     else:
@@ -182,3 +187,21 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
     click.echo(d["verdict"])
     if curve:
         click.echo(expert_curve_text(curve))
+
+
+def read_expert_load(path, model) -> list:
+    """A measured expert histogram from a JSON file: a list of n_experts counts, or a list of such lists (one per
+    layer; summed). One-line errors name what is wrong and what is allowed."""
+    from roofline.errors import RooflineError
+    from roofline.models import read_json_file
+
+    if not model.n_experts:
+        raise RooflineError(f"--expert-load describes a mixture of experts, but {model.name} is dense: drop it.")
+    d = read_json_file(path, "expert load")
+    rows = d if isinstance(d, list) and d and all(isinstance(r, list) for r in d) else [d]
+    E = model.n_experts
+    if any(not isinstance(r, list) or len(r) != E or any(isinstance(v, bool) or not isinstance(v, (int, float))
+                                                         or v < 0 for v in r) for r in rows):
+        raise RooflineError(f"expert load {path} must be a list of {E} counts (tokens per expert, >= 0) or a list of "
+                            f"such lists, one per layer, for {model.name}'s {E} experts.")
+    return [sum(r[e] for r in rows) for e in range(E)]
