@@ -132,6 +132,9 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     dev = torch.device(device)
     wdt, kvdt = quant_dtypes(dt, weight_dtype, kv_dtype, dev)
     qw, qkv = wdt in WEIGHT_DTYPES, kvdt in KV_DTYPES
+    if tp is not None and (cfg.n_experts or cfg.mla):
+        raise RooflineError(f"{cfg.name}: mixtures of experts and latent attention are timed at one rank (their --tp "
+                            "and --ep are costed by `roofline explain`): drop --tp.")
     if tp is not None and tp.world > 1 and (qw or qkv):
         raise RooflineError("quantized weights or KV cache are not combined with tensor parallelism: run them at "
                             "one rank (no --tp).")
