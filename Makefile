@@ -3,11 +3,15 @@
 # package's open torch range does not pull another build.
 VENV ?= .venv
 # Which torch: TORCH_INDEX is an extra package index for it. Default: the CPU-wheel index when this machine
-# has no nvidia-smi (a CPU box gets torch's CPU build, ~200 MB, not the multi-GB CUDA build), none otherwise
+# has no nvidia-smi and can reach it (a CPU box gets torch's CPU build, ~200 MB, not the multi-GB CUDA build),
+# none otherwise
 # (PyPI's default build, CUDA on Linux). Override: make run TORCH_INDEX=https://download.pytorch.org/whl/cu126
 # or TORCH_INDEX= (PyPI only); TORCH picks the version.
 TORCH ?= torch==2.13.0
-TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,https://download.pytorch.org/whl/cpu)
+# The CPU index is used only when it answers (a machine that reaches only a package mirror keeps its own torch);
+# ?= is evaluated lazily: only when the venv is built.
+CPU_INDEX := https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,$(shell python3 -c "import urllib.request as u; u.urlopen('$(CPU_INDEX)/', timeout=5); print('$(CPU_INDEX)')" 2>/dev/null))
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip -q --disable-pip-version-check
 
