@@ -158,13 +158,20 @@ def build_instances(trace, dtype: str, captures=()) -> tuple[list, dict]:
             for g, op in zip(kernels, replay.map_launch(kernels)):
                 mapped[id(g)] = op
     inst: dict = {}
+    att = Counter()          # seconds of GPU activity by how it was attributed
     for op, seconds, g in work_items(trace):
         graph = g.graph if g is not None else None
         if g is not None and graph is not None:
             op = mapped.get(id(g))
-        if op is None:
+            if op is not None:
+                att["replay_mapped"] += seconds
+        if op is None and graph is not None:
+            i, how = _replay_instance(trace, inst, g)
+            att[how] += seconds
+        elif op is None:
             cat = kernel_category(g.name, g.kind)
-            what = "graph replay" if graph is not None else "unattributed"
+            what = "launched before the profiler window" if g.early else "unattributed"
+            att["before_window" if g.early else "unattributed"] += seconds
             key = (what, graph, id(g))
             i = inst.get(key)
             if i is None:
@@ -173,6 +180,8 @@ def build_instances(trace, dtype: str, captures=()) -> tuple[list, dict]:
                 i = inst[key] = Instance(f"{what} {cat}", None, cat, t, thread, graph,
                                          COMMUNICATION if cat == COMMUNICATION else UNCOSTED)
         else:
+            if g is not None and graph is None:
+                att["op"] += seconds
             where, oc = coster.place(op)
             key = (graph, id(where))
             i = inst.get(key)
@@ -194,7 +203,42 @@ def build_instances(trace, dtype: str, captures=()) -> tuple[list, dict]:
         if g is not None:
             i.kernels[g.name[:80]] += 1
     stats = {"graph_kernels_mapped": replay.matched, "graph_kernels_unmapped": replay.unmatched} if replay else {}
+    if trace.is_gpu:
+        stats["attribution"] = _attribution(att)
     return list(inst.values()), stats
+
+
+GRAPH_UNKNOWN = "graph replay (ops unknown)"
+ATTRIBUTION = ("op", "replay_mapped", "replay_cpu_op", "replay_no_op", "before_window", "unattributed")
+
+
+def _replay_instance(trace, inst: dict, g):
+    """The instance a replayed kernel no capture trace mapped is charged to: the CPU op around its graph launch
+    (one instance per launch, named ``graph replay (ops unknown)`` and that op); its collectives apart."""
+    launch = g.launch
+    around = trace.op_at(launch.thread, launch.ts) if launch is not None else None
+    cat = kernel_category(g.name, g.kind)
+    comm = cat == COMMUNICATION
+    key = ("replay", g.graph, comm)
+    i = inst.get(key)
+    if i is None:
+        name = "graph replay communication" if comm else GRAPH_UNKNOWN
+        i = inst[key] = Instance(name, None, cat if comm else "graph replay", launch.ts if launch else g.ts,
+                                 launch.thread if launch else (None, None), g.graph,
+                                 COMMUNICATION if comm else UNCOSTED)
+        i.signature = f"under {around.name}" if around is not None else "(no CPU op around the launch)"
+    return i, "replay_cpu_op" if around is not None else "replay_no_op"
+
+
+def _attribution(att: Counter) -> dict:
+    """GPU time by how it reached an op: joined to its launching op, a graph replay mapped through a capture
+    trace, a replay charged to the CPU op around its launch (ops unknown), before the profiler window, none."""
+    total = sum(att.values())
+    out = {f"{k}_s": att[k] * 1.0 for k in ATTRIBUTION}
+    replay = att["replay_mapped"] + att["replay_cpu_op"] + att["replay_no_op"]
+    out.update({"total_s": total, "op_share": (att["op"] + att["replay_mapped"]) / total if total else 0.0,
+                "replay_s": replay, "replay_mapped_share": att["replay_mapped"] / replay if replay else None})
+    return out
 
 
 def _shape_sig(op) -> str:

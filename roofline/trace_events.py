@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import RooflineError
-from .safejson import TRACE_FILE, BadJSON, finite, key, loads, whole
+from .safejson import TRACE_FILE, BadJSON, finite, key, loads, text, whole
 
 US = 1e-6  # trace timestamps and durations are microseconds
 
@@ -80,23 +80,30 @@ class Op:
 
 
 class Launch:
-    """A runtime call (cudaLaunchKernel, cudaGraphLaunch, ...) with its correlation."""
+    """A runtime call (cudaLaunchKernel, cudaGraphLaunch, ...) with its correlation, and the kernel it names
+    (``args.kernel``: ROCm writes it on hipLaunchKernel / hipExtModuleLaunchKernel; "" when absent)."""
 
-    __slots__ = ("name", "ts", "end", "thread", "corr", "ext")
+    __slots__ = ("name", "ts", "end", "thread", "corr", "ext", "kernel")
 
-    def __init__(self, name, ts, end, thread, corr, ext):
+    def __init__(self, name, ts, end, thread, corr, ext, kernel=""):
         self.name, self.ts, self.end, self.thread, self.corr, self.ext = name, ts, end, thread, corr, ext
+        self.kernel = kernel
+
+    @property
+    def dur(self) -> float:
+        return self.end - self.ts
 
 
 class Gpu:
     """One GPU activity (kernel, memcpy, memset) and what it joined: ``op``, ``launch``, ``graph``."""
 
-    __slots__ = ("kind", "name", "ts", "end", "device", "stream", "corr", "ext", "args", "op", "launch", "graph")
+    __slots__ = ("kind", "name", "ts", "end", "device", "stream", "corr", "ext", "args", "op", "launch", "graph",
+                 "early")
 
     def __init__(self, kind, name, ts, end, device, stream, corr, ext, args):
         self.kind, self.name, self.ts, self.end, self.device, self.stream = kind, name, ts, end, device, stream
         self.corr, self.ext, self.args = corr, ext, args
-        self.op, self.launch, self.graph = None, None, None
+        self.op, self.launch, self.graph, self.early = None, None, None, False
 
     @property
     def dur(self) -> float:
@@ -194,6 +201,21 @@ class Trace:
             if op is None and launch is not None:
                 op = self.op_at(launch.thread, launch.ts)
             g.op = op
+        self._mark_early()
+
+    def _mark_early(self) -> None:
+        """Mark activity launched before the profiler window (``Gpu.early``): on each stream, the activities
+        with no runtime call in the trace that ran before the first one whose launch the trace recorded (a
+        stream runs in launch order, so these were queued before the profiler started)."""
+        if not self.launches:
+            return
+        first: dict = {}
+        for g in self.gpu:
+            if g.launch is not None:
+                first.setdefault((g.device, g.stream), g.ts)
+        for g in self.gpu:
+            if g.launch is None and g.op is None and g.ts < first.get((g.device, g.stream), float("inf")):
+                g.early = True
 
 
 ARG_LISTS = ("Input Dims", "Input type", "Concrete Inputs", "Input Strides")   # lists when present, else dropped
@@ -322,7 +344,8 @@ def _read(p: Path) -> Trace:
         elif kind == "runtime":
             corr = args.get("correlation")
             if corr is not None:
-                launches[corr] = Launch(name, ts, ts + dur, thread, corr, args.get("External id"))
+                launches[corr] = Launch(name, ts, ts + dur, thread, corr, args.get("External id"),
+                                        text(args.get("kernel"), ""))
         elif kind == "annotation":
             t.annotations.append(Span(name, ts, ts + dur, thread, "user_annotation"))
         elif kind == "gpu_annotation":
@@ -411,7 +434,9 @@ def gpu_time(t: Trace) -> dict:
             "memset_s": sum(g.dur for g in t.gpu if g.kind == "memset") * US,
             "kernels": len(kernels), "graph_kernels": len(graph),
             "graph_launches": len({g.graph for g in graph}),
-            "unattributed_s": sum(g.dur for g in t.gpu if g.op is None and g.graph is None) * US,
+            "unattributed_s": sum(g.dur for g in t.gpu if g.op is None and g.graph is None and not g.early) * US,
+            "before_window": sum(1 for g in t.gpu if g.early),
+            "before_window_s": sum(g.dur for g in t.gpu if g.early) * US,
             "streams": len({(g.device, g.stream) for g in t.gpu}), "devices": len({g.device for g in t.gpu})}
 
 

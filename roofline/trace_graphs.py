@@ -9,8 +9,9 @@ replays hundreds of kernels that carry no op and no shapes. Two ways to read the
   the same name, in order within the graph. Each launch is matched against every capture
   trace and the one matching most kernels (in order) wins; kernels that match nothing stay
   unmapped. Launches with the same kernel sequence (the same graph) are matched once.
-* Without one: ``kernel_category`` names what a kernel is from its name (gemm, attention,
-  communication, norm, ...): the time is shown by category and counted as uncosted.
+* Without one: each replay's kernels are charged to the CPU op around the graph launch
+  (``graph replay (ops unknown)``, named by that op), uncosted; ``kernel_category`` names what
+  each kernel is from its name (gemm, attention, communication, norm, ...) for the breakdown.
 
 Kernel names are matched by their first 120 characters (template arguments can differ in
 their tails between a capture and a replay build of the same kernel).
@@ -55,8 +56,25 @@ def _key(name: str) -> str:
 
 
 def capture_sequence(trace) -> list:
-    """[(kernel name key, launching op)] of a capture trace's kernels that joined an op, in time order."""
-    return [(_key(g.name), g.op) for g in trace.gpu if g.kind == "kernel" and g.op is not None and g.graph is None]
+    """[(kernel name key, launching op)] of a capture trace's kernels that joined an op, in time order.
+
+    A kernel launched while a graph is being captured does not run, so a capture trace may record it only as
+    its launch call (ROCm: ``hipLaunchKernel`` / ``hipExtModuleLaunchKernel`` with ``args.kernel``, no kernel
+    event). Such launches count too: the kernel named in ``args.kernel``, charged to the innermost op around the
+    call. When there are any, the sequence is in launch order (kernel events by their launch call's time)."""
+    seen = {g.corr for g in trace.gpu if g.corr is not None}
+    named = [ln for ln in trace.launches.values() if ln.kernel and ln.corr not in seen]
+    if not named:
+        return [(_key(g.name), g.op) for g in trace.gpu if g.kind == "kernel" and g.op is not None
+                and g.graph is None]
+    out = [(g.launch.ts if g.launch is not None else g.ts, _key(g.name), g.op) for g in trace.gpu
+           if g.kind == "kernel" and g.op is not None and g.graph is None]
+    for ln in named:
+        op = trace.op_at(ln.thread, ln.ts)
+        if op is not None:
+            out.append((ln.ts, _key(ln.kernel), op))
+    out.sort(key=lambda x: x[0])
+    return [(k, op) for _, k, op in out]
 
 
 def _match(names, seq, window: int = 256) -> list:

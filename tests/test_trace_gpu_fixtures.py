@@ -78,13 +78,15 @@ def test_overlapping_streams_count_once_in_busy_time():
     assert sorted(m.times_s) == pytest.approx([50 * US, 100 * US, 150 * US]) and m.point.count == 3
 
 
-def test_graph_replay_without_capture_is_uncosted_by_kernel_name():
+def test_graph_replay_without_capture_is_one_uncosted_instance_per_launch():
     r = analyze_trace(read_trace(DATA / "graph_replay.json"))
-    ms = by_op(r)
-    gemm = ms[("decode", "graph replay gemm")]
-    assert gemm.flags == ("uncosted",) and sorted(gemm.times_s) == pytest.approx([60 * US, 60 * US])
-    assert ms[("decode", "graph replay norm")].config["category"] == "norm"
+    (m,) = r.measurements
+    # the launch's three kernels (60 + 10 + 60 us) are one instance; no cpu_op surrounds the cudaGraphLaunch
+    assert m.point.op == "graph replay (ops unknown) (no CPU op around the launch)"
+    assert m.flags == ("uncosted",) and list(m.times_s) == pytest.approx([130 * US])
+    assert m.config["kernels_per_instance"] == 3 and m.config["category"] == "graph replay"
     assert r.summary["uncosted_share"] == 1.0 and r.summary["time"]["graph_launches"] == 1
+    assert r.summary["attribution"]["replay_no_op_s"] == pytest.approx(130 * US)
 
 
 def test_graph_replay_with_its_capture_trace_is_costed_from_the_captured_shapes():
