@@ -30,6 +30,7 @@ COMMANDS = {
     "diagnose": "profiler.commands.latency:diagnose",    # evidence -> bound -> what to try
     "serve": "profiler.commands.serve:serve",            # our model behind an OpenAI-compatible API
     "trace": "profiler.commands.trace:trace",            # a PyTorch profiler trace on the roofline
+    "counters": "profiler.commands.counters:counters",   # Nsight Compute counters on the roofline
 }
 
 

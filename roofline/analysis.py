@@ -270,6 +270,20 @@ def judge(m: Measurement, roof: Roof, n_layers: int, model=None) -> OpResult:
     return OpResult(m, count, roof, frac, b, label, roof.predicted_s(p.cost), _weight_share(m, model))
 
 
+def level_points(r: OpResult, device: Device) -> list:
+    """A counters measurement (``roofline counters``) on the hierarchical roofline: one (level, intensity,
+    achieved FLOP/s, that level's roof bandwidth or None) per memory level Nsight Compute measured (DRAM, L2,
+    L1), as in its hierarchical roofline chart: the same FLOP/s over each level's bytes. A level judges its own
+    point: DRAM the device's bandwidth, L2/L1 a ``cache_levels`` entry of that name when the device has one.
+    [] for any other measurement."""
+    levels = (r.m.config or {}).get("levels") if r.ok and "counters" in r.m.flags and not r.off_roof else None
+    if not levels or not r.instance_s > 0:
+        return []
+    fps = r.point.cost.flops / r.instance_s
+    roofs = {"DRAM": device.bandwidth, **{c.name: c.bandwidth for c in device.cache_levels}}
+    return [(lv, r.point.cost.flops / b, fps, roofs.get(lv)) for lv, b in levels.items() if b and b > 0]
+
+
 # ---------------------------------------------------------------- steps
 
 @dataclass(frozen=True, order=True)

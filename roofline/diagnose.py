@@ -418,6 +418,8 @@ def profile_findings(rf, src: str = "") -> list:
         out += expert_findings(a, backend, several, src)
     if rf.header.kind == "trace":
         out += trace_findings(a, src)
+    if rf.header.kind == "counters":
+        out += counters_findings(a, src)
     from .compare_rules import measured_effect_findings   # it builds on this module's Finding
 
     out += measured_effect_findings(rf, src)
@@ -680,6 +682,15 @@ TRACE_UNCOSTED = 0.10   # under a tenth of a phase unknown, its verdict stands o
 TRACE_EXTRA = 0.10      # a tenth of a step in work the model does not need is worth removing
 TRACE_IDLE = 0.20       # a GPU idle a fifth of its window is waiting on the host, not computing
 _NOT_MODELLED = ("cast", "copy", "fill", "framework")
+
+
+def counters_findings(a, src: str = "") -> list:
+    """Nsight Compute against the model (``roofline.counters_join``): ``counters-bytes-over`` (DRAM bytes over
+    1.5x the model's minimum), ``counters-bytes-under`` (under 0.67x: served by the L2), ``counters-flops``
+    (FLOPs off by over 25%), ``counters-tensor-idle`` (a compute-bound GEMM with no tensor-core FLOPs)."""
+    from .counters_join import counter_findings
+
+    return counter_findings(a, src)
 
 
 def trace_findings(a, src: str = "") -> list:

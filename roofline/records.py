@@ -28,6 +28,11 @@ number that is not finite is written as ``null``. Record types:
     latency-summary  a latency configuration's summary (``LatencySummary``)
     latency-step     one scheduler step of a latency run (``ServingStep``)
 
+A header of kind "counters" (``roofline counters``, ``roofline.counters_join``) holds Nsight Compute
+measurements: timer ``COUNTER_TIMER``, each launch's duration a sample, the *measured* FLOPs and DRAM bytes as
+the point's cost, the model's beside them in ``config["model"]`` and every memory level's bytes in
+``config["levels"]`` (DRAM, L2, L1).
+
 ``read_results`` validates every line where it enters: a malformed line, a time that is
 NaN, negative or zero, a header field of the wrong type is a ``RooflineError`` naming the
 file and line. A torn last line (a run killed mid-write) is dropped with a notice; points
@@ -59,6 +64,7 @@ ABOVE_ROOF = 1.05   # a roof fraction above this is faster than the roof allows 
 PHASES = ("prefill", "decode", "forward")   # forward: a traced forward whose phase is unknown (batch 0)
 STATUSES = ("ok", "skipped")
 TRACE_TIMERS = ("trace", "trace-cpu")  # kernel times from a profiler trace (GPU), or its ops' own durations (CPU)
+COUNTER_TIMER = "ncu"   # a counters file's (kind "counters"): gpu__time_duration per launch, its cost the counters'
 
 
 # ---------------------------------------------------------------- strict JSON
@@ -251,7 +257,7 @@ class Measurement:
     def wide_spread(self) -> bool:
         """A benchmark whose repetitions disagree. A trace's instances differ by design (first calls,
         other shapes' neighbours), so its spread is never flagged."""
-        return self.ok and self.timer not in TRACE_TIMERS and self.spread > WIDE_SPREAD
+        return self.ok and self.timer not in TRACE_TIMERS + (COUNTER_TIMER,) and self.spread > WIDE_SPREAD
 
     @property
     def all_flags(self) -> tuple:
