@@ -23,11 +23,18 @@ from roofline import units as U
 from roofline.analysis import analyze
 from roofline.errors import RooflineError
 from roofline.records import RunHeader, read_results
-from roofline.trace import analyze_trace, kernel_breakdown, model_expectation
+from roofline.trace import analyze_trace, attribution_lines, kernel_breakdown, model_expectation
+from roofline.trace_comms import collective_lines, collectives
 from roofline.trace_device import trace_device
 from roofline.trace_events import read_traces
+from roofline.trace_idle import idle_sentence
 from roofline.trace_phases import parse_markers, phase_text
 from roofline.writer import ResultWriter
+
+GRAPH_UNKNOWN_HOW = ("each replay is charged to the CPU op around its graph launch as 'graph replay (ops unknown)' "
+                     "(uncosted). For op-level detail, profile the graph capture as well (start torch.profiler with "
+                     "record_shapes=True before the graphs are captured: vLLM captures at engine start-up; or record "
+                     "one eager step of the same batch) and pass that trace with --capture-trace.")
 
 
 @dataclass
@@ -56,6 +63,7 @@ class TraceRunResult:
     report: dict | None = None
     expectation: dict = field(default_factory=dict)
     breakdown: list = field(default_factory=list)   # (category, s, kernels) when no shapes were recorded
+    collectives: dict = field(default_factory=dict)  # roofline.trace_comms.collectives across the ranks
 
     def to_json(self) -> dict:
         return {"results": str(self.path), "report": str(self.report["html"]) if self.report else None,
@@ -63,7 +71,8 @@ class TraceRunResult:
                 "steps": [{"phase": s.phase, "batch": s.batch, "context": s.context, "label": s.label,
                            "roof_fraction": s.roof_fraction, "time_s": s.time_s, "traced_s": s.traced_s,
                            "uncosted_share": s.uncosted_share, "sentence": s.sentence} for s in self.steps],
-                "model_expectation": self.expectation, "kernel_breakdown": self.breakdown, "notes": self.notes}
+                "model_expectation": self.expectation, "kernel_breakdown": self.breakdown,
+                "collectives": self.collectives, "notes": self.notes}
 
     def text(self) -> str:
         return summary_text(self)
@@ -161,9 +170,13 @@ def _run(run: TraceRun, say) -> TraceRunResult:
         notes.append(f"graph replays: {s['graph_kernels_mapped']} replayed kernel(s) mapped to captured ops by name "
                      f"and order, {s['graph_kernels_unmapped']} not (uncosted).")
     elif trace.is_gpu and mine.summary["time"].get("graph_kernels"):
-        notes.append(f"{mine.summary['time']['graph_kernels']} kernel(s) ran in CUDA-graph replays with no shapes: "
-                     "categorised by kernel name and counted as uncosted. Pass the framework's graph-capture "
-                     "trace(s) with --capture-trace to cost them.")
+        notes.append(f"{mine.summary['time']['graph_kernels']} kernel(s) ran in CUDA-graph replays with no capture "
+                     f"trace: {GRAPH_UNKNOWN_HOW}")
+    g = mine.summary["time"]
+    if g.get("before_window"):
+        notes.append(f"{g['before_window']} kernel(s), {U.seconds(g['before_window_s'])}, were launched before the "
+                     "profiler window (no launch call in the trace): counted apart, charged to no op.")
+    comms = collectives(traces, dev.link)
     expectation = model_expectation(mine, run.model, dev) if run.model is not None else {}
     settings = {"trace": str(run.trace), "rank": rank, "ranks": ranks, "world_size": trace.world_size,
                 "captures": [str(c) for c in run.captures], "phase_markers": {k: list(v) for k, v in markers.items()},
@@ -171,7 +184,9 @@ def _run(run: TraceRun, say) -> TraceRunResult:
                 "summary": {k: mine.summary[k] for k in ("attributed_s", "costed_s", "framework_s", "uncosted_s",
                                                           "communication_s", "uncosted_share", "outside_phases_s",
                                                           "by_category_s", "top_uncosted")},
-                "model_expectation": expectation}
+                "model_expectation": expectation, "idle": mine.summary.get("idle", {}),
+                "launches": mine.summary.get("launches", {}), "attribution": mine.summary.get("attribution", {}),
+                "collectives": comms}
     from . import probes
     from .run import started
 
@@ -192,7 +207,7 @@ def _run(run: TraceRun, say) -> TraceRunResult:
 
         report = write_report([rf], out)
     return TraceRunResult(path, [results[r].summary for r in sorted(results)], steps, header, notes, report,
-                          expectation, breakdown)
+                          expectation, breakdown, comms)
 
 
 def _pct(x) -> str:
@@ -212,6 +227,10 @@ def summary_text(r: TraceRunResult) -> str:
                          f"{U.seconds(g['idle_s'])} of a {U.seconds(g['window_s'])} window; memcpy "
                          f"{U.seconds(g['memcpy_s'])}, memset {U.seconds(g['memset_s'])}; unattributed "
                          f"{U.seconds(g['unattributed_s'])}")
+            idle = idle_sentence(s.get("idle") or {}, g["window_s"])
+            if idle:
+                lines.append(f"{head}{idle}")
+            lines.extend(f"{head}{x}" for x in attribution_lines(s.get("attribution") or {}, g))
         else:
             lines.append(f"{head}CPU trace: ops busy {U.seconds(g['busy_s'])} (each op's own duration) in a "
                          f"{U.seconds(g['window_s'])} window")
@@ -219,6 +238,7 @@ def summary_text(r: TraceRunResult) -> str:
         lines.append(f"{head}time by kind: costed {_pct(s['costed_s'] / tot)}, uncosted {_pct(s['uncosted_s'] / tot)}, "
                      f"communication {_pct(s['communication_s'] / tot)}, framework {_pct(s['framework_s'] / tot)} "
                      f"of {U.seconds(s['attributed_s'])}")
+    lines.extend(collective_lines(r.collectives))
     s = next(x for x in r.summaries if x["rank"] == r.header.settings["rank"])
     for p, ph in s["phases"].items():
         lines.append(f"{phase_text(p, ph)}; phases by {ph['method']}")

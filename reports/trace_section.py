@@ -14,6 +14,9 @@ import math
 
 from roofline import units as U
 from roofline import trace_cost
+from roofline.trace_comms import collective_lines
+from roofline.trace import attribution_lines
+from roofline.trace_idle import idle_sentence
 from roofline.trace_phases import phase_text
 
 TOP_COLUMNS = ("phase", "op", "kind", "instances / step", "time / step", "share of phase", "FLOP/byte", "roof %",
@@ -41,6 +44,21 @@ def trace_facts(analysis) -> list[str]:
                    f"{U.seconds(g['window_s'])} window; kernel sum {U.seconds(g['kernel_sum_s'])}; memcpy "
                    f"{U.seconds(g['memcpy_s'])}, memset {U.seconds(g['memset_s'])}; kernels that joined no op "
                    f"{U.seconds(g['unattributed_s'])}; {g.get('graph_kernels', 0)} kernel(s) in CUDA-graph replays.")
+        idle = idle_sentence(st.get("idle") or {}, g["window_s"])
+        if idle:
+            out.append(f"{idle}.")
+        gaps = (st.get("idle") or {}).get("largest") or []
+        if gaps:
+            out.append("Largest idle gaps (from the first GPU activity): " + "; ".join(
+                f"at {U.seconds(x['at_s'])} {U.seconds(x['gap_s'])} {x['cause']}"
+                + (f" (CPU in {x['cpu_op']})" if x.get("cpu_op") else "") for x in gaps[:5]) + ".")
+        ls = st.get("launches") or {}
+        if ls.get("kernels"):
+            out.append(f"Kernel launches: launch-to-start delay p50 {U.seconds(ls['delay_p50_s'])}, p90 "
+                       f"{U.seconds(ls['delay_p90_s'])}, max {U.seconds(ls['delay_max_s'])} over {ls['kernels']} "
+                       f"kernel(s); {ls['short_kernels']} kernel(s) ran shorter than their launch call "
+                       f"({U.seconds(ls['short_s'])}): launch overhead dominates them.")
+        out += [f"{x[0].upper()}{x[1:]}." for x in attribution_lines(st.get("attribution") or {}, g)]
     elif g:
         out.append(f"A CPU trace: ops busy {U.seconds(g['busy_s'])} in a {U.seconds(g['window_s'])} window (each "
                    "op's own duration is its time).")
@@ -50,6 +68,7 @@ def trace_facts(analysis) -> list[str]:
                    f"{_pct(s['uncosted_s'] / tot)} (ops the cost table does not know: counted, never costed), "
                    f"collectives {_pct(s['communication_s'] / tot)}, framework {_pct(s['framework_s'] / tot)}; "
                    f"outside the phases {U.seconds(s.get('outside_phases_s', 0.0))}.")
+    out += collective_lines(st.get("collectives") or {})
     for p, ph in (st.get("phases") or {}).items():
         t = phase_text(p, ph)
         out.append(f"{t[0].upper()}{t[1:]}; found by {ph['method']}.")

@@ -25,7 +25,9 @@ evidence"):
                          know: the verdict covers only the rest; name them.
 * ``trace-not-modelled`` a traced phase spends over ``TRACE_EXTRA`` of its time in casts, copies, fills and
                          framework work the model's step does not need.
-* ``trace-gpu-idle``     the traced GPU sits idle over ``TRACE_IDLE`` of its window: it waits on the host.
+* ``trace-gpu-idle``     the traced GPU sits idle over ``TRACE_IDLE`` of its window; the cause holding half of the
+                         idle time (``roofline.trace_idle``: host-bound, synchronisation, other) is named, and
+                         "host-bound" is claimed only when the idle split says so.
 * ``trace-collectives``  collectives take over ``TRACE_EXTRA`` of a traced phase, with their bus bandwidth.
 * ``communication-bound`` tensor-parallel steps whose collectives take at least half of the step
                          (``roofline.bounds.COMM_DOMINANT``): the interconnect, not HBM, sets the step.
@@ -731,12 +733,51 @@ def trace_findings(a, src: str = "") -> list:
                 "trace-collectives", f"{name}: collectives take {U.percent(s.communication_s / s.traced_s)} of "
                 "each step.", f"{U.seconds(s.communication_s)} per step in collectives{bw}",
                 "overlap communication with compute, or use fewer tensor-parallel ranks for this model size", src))
-    g = settings.get("gpu_time") or {}
-    if g.get("kind") == "gpu" and g.get("window_s") and g["idle_s"] / g["window_s"] > TRACE_IDLE:
-        out.append(Finding(
-            "trace-gpu-idle", f"The GPU is idle {U.percent(g['idle_s'] / g['window_s'])} of the traced window: it "
-            "waits on the host.", f"busy {U.seconds(g['busy_s'])} (union of kernels and copies) of a "
-            f"{U.seconds(g['window_s'])} window; kernel sum {U.seconds(g['kernel_sum_s'])}",
-            "cut launch overhead and host syncs: CUDA graphs for decode, no .item()/.cpu() in the step loop, "
-            "a larger batch per launch", src))
+    f = trace_idle_finding(settings, src)
+    if f is not None:
+        out.append(f)
     return out
+
+
+def trace_idle_finding(settings: dict, src: str = ""):
+    """``trace-gpu-idle``: the GPU idle over ``TRACE_IDLE`` of its window, with the cause the trace's idle split
+    (``roofline.trace_idle``) shows holding at least half of it; host-bound is claimed only on that evidence."""
+    g = settings.get("gpu_time") or {}
+    if g.get("kind") != "gpu" or not g.get("window_s") or g["idle_s"] / g["window_s"] <= TRACE_IDLE:
+        return None
+    share = U.percent(g["idle_s"] / g["window_s"])
+    busy = (f"busy {U.seconds(g['busy_s'])} (union of kernels and copies) of a {U.seconds(g['window_s'])} window; "
+            f"kernel sum {U.seconds(g['kernel_sum_s'])}")
+    idle = settings.get("idle") or {}
+    if not idle.get("by_cause_s"):      # a result file written before the idle split: the old, general finding
+        return Finding("trace-gpu-idle", f"The GPU is idle {share} of the traced window.", busy,
+                       "cut launch overhead and host syncs: CUDA graphs for decode, no .item()/.cpu() in the step "
+                       "loop, a larger batch per launch", src)
+    c = idle["by_cause_s"]
+    split = ", ".join(f"{k} {U.seconds(v)}" for k, v in c.items())
+    ls = settings.get("launches") or {}
+    launches = (f"; launch-to-start delay p50 {U.seconds(ls['delay_p50_s'])}, {ls['short_kernels']} of "
+                f"{ls['kernels']} kernels shorter than their launch call" if ls.get("kernels") else "")
+    evidence = f"idle {U.seconds(g['idle_s'])}: {split}; {busy}{launches}"
+    phases = [p for p in (settings.get("phases") or {}) if p in ("prefill", "decode")]
+    who = phases[0].capitalize() if len(phases) == 1 else "The traced run"
+    d = idle.get("dominant")
+    if idle.get("dominant_share", 0.0) < DOMINANT:
+        return Finding("trace-gpu-idle", f"The GPU is idle {share} of the traced window, with no single cause "
+                       "holding half of it.", evidence, "see the report's largest idle gaps and their causes", src)
+    if d == "host-bound":
+        ops = idle.get("host_ops") or [{"op": ""}]
+        top = ops[0]["op"]
+        where = "Python" if top.startswith("no op") else f"the host (mostly during {top})"
+        return Finding("trace-gpu-idle", f"{who} is host-bound: the GPU is idle {share} of the traced window, "
+                       f"waiting on launches from {where}.", evidence,
+                       "CUDA graphs (one launch per step), fewer and larger kernels (torch.compile), and move "
+                       "Python work (sampling, input preparation) off the step's critical path", src)
+    if d == "synchronisation":
+        return Finding("trace-gpu-idle", f"The GPU is idle {share} of the traced window, mostly after host "
+                       "synchronisations: the host waits for the GPU, then launches late.", evidence,
+                       "remove .item(), .cpu(), .tolist() and torch.cuda.synchronize() from the step loop; copy "
+                       "results back with non_blocking=True into pinned memory and read them a step later", src)
+    return Finding("trace-gpu-idle", f"The GPU is idle {share} of the traced window, though its work was already "
+                   "queued: it waited on other streams or events, not on the host.", evidence,
+                   "look for cross-stream waits (events, collectives on their own stream) in the timeline", src)

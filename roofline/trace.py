@@ -37,6 +37,7 @@ from .records import Measurement, WorkloadPoint
 from .trace_cost import COLLECTIVE_OPS, FRAMEWORK, OpCost, cost_op, is_wrapper
 from .trace_events import US, gpu_time, work_items
 from .trace_graphs import ReplayMap, graph_launches, kernel_category
+from .trace_idle import idle_causes, launch_stats
 from .trace_phases import FORWARD, PLAN_PHASES, plan_phases
 
 UNCOSTED, COMMUNICATION = "uncosted", "communication"
@@ -298,6 +299,9 @@ def _analyze(trace, model, markers, captures, device_name) -> TraceResult:
         ms.append(Measurement(point, times, timer=timer, config=config, device=device_name, flags=flags,
                               rank=trace.rank))
     summary = _summary(trace, instances, plan, gt, replay_stats)
+    if trace.is_gpu:
+        summary["idle"] = idle_causes(trace)
+        summary["launches"] = launch_stats(trace)
     return TraceResult(ms, summary, dtype, list(trace.notices) + plan.notes, instances)
 
 
@@ -385,3 +389,28 @@ def kernel_breakdown(trace) -> list:
         a[0] += g.dur * US
         a[1] += 1
     return sorted(((c, v[0], v[1]) for c, v in agg.items()), key=lambda x: -x[1])
+
+
+def _share(x) -> str:
+    from . import units as U
+
+    return U.percent(x) if isinstance(x, (int, float)) and x == x else "-"
+
+
+def attribution_lines(a: dict, g: dict) -> list:
+    """'GPU time attributed to ops 100% (...)', graph replays with ops unknown, kernels before the window."""
+    from . import units as U
+
+    if not a or not a.get("total_s"):
+        return []
+    out = [f"GPU time attributed to ops: {_share(a['op_share'])} of {U.seconds(a['total_s'])}"
+           + (f" (replayed graph kernels mapped through the capture: {_share(a['replay_mapped_share'])})"
+              if a.get("replay_mapped_s") else "")]
+    unknown = a["replay_cpu_op_s"] + a["replay_no_op_s"]
+    if unknown:
+        out.append(f"graph replay (ops unknown): {U.seconds(unknown)} charged to the CPU op around each graph launch "
+                   "(--capture-trace maps them to ops)")
+    if g.get("before_window"):
+        out.append(f"launched before the profiler window: {g['before_window']} kernel(s), "
+                   f"{U.seconds(g['before_window_s'])}, counted apart")
+    return out

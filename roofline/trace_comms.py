@@ -161,6 +161,7 @@ def collectives(traces, link=None) -> dict:
             wait[r] += w
             if r != last:
                 caused[last] += w
+        waits = {str(r): w for r, w in sorted(waits.items())}
         row = {"kind": m["kind"], "pg": m["pg"], "seq": m["seq"], "message_bytes": msg, "group_size": group,
                "transfer_s": transfer, "wait_s": waits, "last_rank": last, "algbw": None, "busbw": None}
         if msg and transfer > 0:
