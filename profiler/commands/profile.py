@@ -72,8 +72,11 @@ def build_run(*, model_arg, phases, batches, contexts, backends, dtype, device, 
               help="tensor-parallel ranks: each times its shard and the collectives (spawned here, or by torchrun); "
                    "rank 0 writes the file")
 @quant_options(several=True)
+@click.option("--counters", "counters", is_flag=True, help="run the triton points once each under Nsight Compute "
+              "(ncu on PATH) and put its measured bytes and FLOPs beside the model's (profiler.counters_run)")
 def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_dir, resume, overwrite, quick, quiet,
-            csv_out, budget_ms, threads, flush_cache, no_report, tp, weight_dtype, kv_dtype, group_size, zero_point):
+            csv_out, budget_ms, threads, flush_cache, no_report, tp, weight_dtype, kv_dtype, group_size, zero_point,
+            counters=False):
     """Sweep prefill and decode over batch sizes and context lengths, timing every op of one layer.
 
     Each point times every op of one transformer layer, the embedding, final norm and
@@ -81,7 +84,7 @@ def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_d
     first; ceilings are measured (cached) first; Ctrl-C keeps what was measured.
     """
     from ..cli_args import mode_of
-    from ..run import Interrupted, run_profile
+    from ..run import Interrupted, command_line, run_profile
 
     say = say_for(quiet)
     run = build_run(model_arg=model_arg, phases=phases, batches=batches, contexts=contexts, backends=backends,
@@ -89,6 +92,13 @@ def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_d
                     csv_out=csv_out, budget_ms=budget_ms, threads=threads, flush_cache=flush_cache,
                     no_report=no_report, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, group_size=group_size,
                     zero_point=zero_point)
+    if counters:
+        from ..counters_run import profile_counters
+
+        result = profile_counters(run.plan, out_dir, mode_of(resume, overwrite), say, report=not no_report,
+                                  command=command_line("roofline profile --counters"))
+        click.echo(result.text())
+        return
     try:
         with _progress(run, quiet) as progress:
             result = run_profile(run, say=say, progress=progress)
