@@ -77,6 +77,15 @@ assert all(e <= 1e-4 * s for e, s in r.values()), r"
 else
     SUMMARY+=("$(printf '%-10s SKIP     0s  (one GPU: NCCL needs a GPU per rank)' "tp")")
 fi
+# --counters: Nsight Compute on a decode sweep of our triton kernels, only where ncu exists (issue 25); the
+# q_proj b1 line checks the counters against the model: its DRAM bytes should be about 1.0x the weight bytes
+if command -v ncu >/dev/null 2>&1; then
+    step counters 120 $RUN profile --counters --model llama-3-8b --phases decode --batches 1,16 --contexts 1024 \
+        --backends triton --out "$OUT/counters" --no-report
+    step cdiag    15  $RUN diagnose "$OUT/counters/results.jsonl"
+else
+    SUMMARY+=("$(printf '%-10s SKIP     0s  (no ncu on PATH: Nsight Compute not installed)' "counters")")
+fi
 
 head -n 12 "$OUT/env.log" 2>/dev/null
 echo
