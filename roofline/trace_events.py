@@ -138,6 +138,7 @@ class Trace:
     modules: list = field(default_factory=list)       # Span (python_function "nn.Module: ...")
     notices: list = field(default_factory=list)
     _by_thread: dict = field(default_factory=dict, repr=False)   # thread -> (starts, ops)
+    _events: int = field(default=0, repr=False)                  # events read (kept or not)
 
     @property
     def is_gpu(self) -> bool:
@@ -284,12 +285,37 @@ def read_trace(path) -> Trace:
             gc.enable()
 
 
-def _read(p: Path) -> Trace:
-    d = _load_json(p)
-    if isinstance(d, list):
-        d = {"traceEvents": d}
-    if not isinstance(d, dict) or not isinstance(d.get("traceEvents"), list):
+STREAM_BYTES = 256 << 20     # larger files stream their events (roofline.trace_stream) instead of one json.loads
+
+
+def _read(p: Path, stream: bool | None = None) -> Trace:
+    if stream is None:
+        stream = p.stat().st_size >= STREAM_BYTES
+    if not stream:
+        d = _load_json(p)
+        if isinstance(d, list):
+            d = {"traceEvents": d}
+        if not isinstance(d, dict) or not isinstance(d.get("traceEvents"), list):
+            raise RooflineError(f"trace {p} has no 'traceEvents' list: it is not a PyTorch profiler (Chrome) trace.")
+        t = _header(p, d)
+        return _fill(t, p, d["traceEvents"])
+    from .trace_stream import stream_events
+
+    head: dict = {}
+    t = Trace(p)
+    try:
+        _fill(t, p, stream_events(p, head), finish=False)
+    except BadJSON as e:
+        raise RooflineError(f"trace {p} {str(e).removeprefix('the trace ')}") from None
+    if not head.get("traceEvents"):
         raise RooflineError(f"trace {p} has no 'traceEvents' list: it is not a PyTorch profiler (Chrome) trace.")
+    h = _header(p, head)
+    t.rank, t.world_size, t.devices, t.record_shapes = h.rank, h.world_size, h.devices, h.record_shapes
+    return _finish(t, p, t._events)
+
+
+def _header(p: Path, d: dict) -> Trace:
+    """A Trace with the file's rank, world size, devices and record_shapes, validated."""
     dist = d.get("distributedInfo") if isinstance(d.get("distributedInfo"), dict) else {}
     rank, world = dist.get("rank", 0), dist.get("world_size", 1)
     if whole(rank, 0) is None:
@@ -304,6 +330,11 @@ def _read(p: Path) -> Trace:
     t = Trace(p, rank=whole(rank), world_size=whole(world), devices=[x for x in devices if isinstance(x, dict)])
     rs = d.get("record_shapes")
     t.record_shapes = None if rs is None else bool(rs)
+    return t
+
+
+def _fill(t: Trace, p: Path, events, finish: bool = True) -> Trace:
+    """Read ``events`` (a list, or a stream) into ``t``; index and join it unless ``finish`` is False."""
     ops, gpu, launches = t.ops, t.gpu, t.launches
     skipped: dict = {}          # why -> events skipped
     fields = 0                  # bad fields dropped from kept events
@@ -311,7 +342,9 @@ def _read(p: Path) -> Trace:
     def skip(why):
         skipped[why] = skipped.get(why, 0) + 1
 
-    for e in d["traceEvents"]:
+    n_events = 0
+    for e in events:
+        n_events += 1
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         kind = _CATS.get(str(e.get("cat", "")).lower())
@@ -359,8 +392,14 @@ def _read(p: Path) -> Trace:
     if fields:
         t.notices.append(f"{fields} malformed field(s) of {p.name} (External id, correlation, stream not a string "
                          "or whole number; Input Dims, Input type or Concrete Inputs not a list) were ignored.")
+    t._events = n_events
+    return _finish(t, p, n_events) if finish else t
+
+
+def _finish(t: Trace, p: Path, n_events: int) -> Trace:
+    ops, gpu = t.ops, t.gpu
     if not ops and not gpu:
-        raise RooflineError(f"trace {p} holds no ops and no GPU activity ({len(d['traceEvents'])} events): "
+        raise RooflineError(f"trace {p} holds no ops and no GPU activity ({n_events} events): "
                             "was the profiler stopped before the work ran, or are these steps outside its "
                             "schedule? Record with roofline.capture or torch.profiler around the work.")
     gpu.sort(key=lambda g: (g.ts, g.end))

@@ -165,3 +165,27 @@ def test_diagnose_says_host_bound_only_when_the_split_says_so():
     assert "no single cause" in trace_idle_finding(s).claim
     assert trace_idle_finding(_settings(0.1, 1.0, {"host-bound": 0.1, "synchronisation": 0, "other": 0},
                                         "host-bound")) is None
+
+
+@pytest.mark.parametrize("name", ["gpu_new.json", "gpu_new.json.gz", "ranks_skew/rank0.json", "idle_causes.json"])
+def test_streamed_read_equals_the_whole_document_read(monkeypatch, name):
+    from roofline import trace_stream
+    from roofline.trace_events import _read
+
+    monkeypatch.setattr(trace_stream, "CHUNK", 7)       # every event crosses chunk boundaries
+    a, b = _read(DATA / name, stream=False), _read(DATA / name, stream=True)
+    assert (b.rank, b.world_size, b.devices, b.record_shapes) == (a.rank, a.world_size, a.devices, a.record_shapes)
+    assert [(g.name, g.ts, g.end, g.op.name if g.op else None) for g in b.gpu] == \
+        [(g.name, g.ts, g.end, g.op.name if g.op else None) for g in a.gpu]
+    assert [(o.name, o.ts, o.args) for o in b.ops] == [(o.name, o.ts, o.args) for o in a.ops]
+
+
+def test_streamed_read_of_a_cut_off_trace_is_one_line(tmp_path):
+    from roofline.errors import RooflineError
+    from roofline.trace_events import _read
+
+    p = tmp_path / "cut.json"
+    p.write_bytes((DATA / "gpu_new.json").read_bytes()[:3000])
+    with pytest.raises(RooflineError, match=r"cut\.json is not valid JSON .*cut off") as e:
+        _read(p, stream=True)
+    assert "\n" not in str(e.value)
