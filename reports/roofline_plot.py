@@ -191,6 +191,31 @@ def verdict_text(s) -> str:
     return f"{s.label}-bound" + (f" ({s.roof.level_name} roof)" if s.roof.level_name else "")
 
 
+LEVEL_MARKERS = {"L2": "s", "L1": "D"}   # Nsight Compute's hierarchical roofline: one point per memory level
+
+
+def _counter_levels(ax, ms, device, boxes) -> list:
+    """A counters run (``roofline counters``): each launch's L2 and L1 points beside its DRAM one (the same FLOP/s
+    over that level's bytes; ``analysis.level_points``), joined to it by a thin line. Returns legend handles."""
+    from roofline.analysis import level_points
+
+    seen = set()
+    for r in ms:
+        pts = level_points(r, device)
+        dram = next(((x, y) for lv, x, y, _ in pts if lv == "DRAM"), None)
+        for lv, x, y, _ in pts:
+            if lv == "DRAM" or lv not in LEVEL_MARKERS:
+                continue
+            ax.scatter([x], [y], marker=LEVEL_MARKERS[lv], s=30, facecolors="none", edgecolors=MEASURED_COLOR,
+                       linewidths=0.9, zorder=3.5, gid=f"level:{lv}")
+            if dram is not None:
+                ax.plot([dram[0], x], [dram[1], y], color=MEASURED_COLOR, lw=0.5, alpha=0.5, zorder=3)
+            boxes.append(([x], [y], 30))
+            seen.add(lv)
+    return [Line2D([], [], marker=LEVEL_MARKERS[lv], ls="none", mfc="none", mec=MEASURED_COLOR, ms=6,
+                   label=f"{lv} bytes (counters)") for lv in LEVEL_MARKERS if lv in seen]
+
+
 @styled
 def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None = None):
     """Draw ``result_file`` on ``ax`` (see the module docstring); returns ``ax``."""
@@ -252,6 +277,8 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
         boxes.append((x, y, STEP_SIZE))
         hover.register(ax, x, y, [("s", step_index[id(s)]) for s in sel], marker_radius(STEP_SIZE), priority=True)
 
+    level_handles = _counter_levels(ax, ms, header.device, boxes)
+
     above = [r for r in ms if r.above_roof]
     if above:
         ax.scatter([r.m.intensity for r in above], [r.m.achieved_flops for r in above], s=150, facecolors="none",
@@ -269,6 +296,7 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
                for p in PHASE_MARKER if any(r.point.phase == p for r in ms)]
     handles += [Line2D([], [], marker=PHASE_MARKER[p], ls="none", mfc="white", mec=MEASURED_COLOR, mew=1.8, ms=10,
                        label=f"{p} step (its ops summed)") for p in PHASE_MARKER if any(s.phase == p for s in shown)]
+    handles += level_handles
     ctxs = [] if trace else sorted({r.point.context for r in ms})
     if trace:
         for cat in [c for c in CATEGORY_COLORS if any(r.m.config.get("category") == c for r in ms)]:

@@ -99,3 +99,20 @@ def test_profile_counters_with_a_fake_ncu(tmp_path):
     joined = [m.point.op for m in rf.measurements if m.point.model]
     assert joined == ["q_proj", "attention", "attn_residual"]   # the tiny model's points, by kernel and order
     assert (tmp_path / "p" / "ncu.csv").read_text() == (NCU / "h100_raw.csv").read_text()   # ncu's stdout kept
+
+
+def test_roofline_figure_draws_each_launchs_l2_and_l1_points(tmp_path):
+    from reports.roofline_plot import plot_roofline
+    from reports.style import new_figure
+
+    man = manifest(tmp_path, H100_POINTS)
+    r = run(["counters", str(NCU / "h100_raw.csv"), "--join", str(man), "--out", str(tmp_path / "o"), "--no-report"])
+    assert r.exit_code == 0, r.output
+    rf = read_results(tmp_path / "o" / "results.jsonl")
+    fig, ax = new_figure(8, 6)
+    plot_roofline(ax, rf)
+    gids = [c.get_gid() for c in ax.collections]
+    on_roof = [q for q in analyze(rf).results if level_points(q, rf.device)]
+    assert gids.count("level:L2") == gids.count("level:L1") == len(on_roof) > 0
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "L2 bytes (counters)" in labels and "L1 bytes (counters)" in labels
