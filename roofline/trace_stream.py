@@ -74,7 +74,7 @@ class _Reader:
             except json.JSONDecodeError as e:
                 if self.more():
                     continue
-                cut = e.pos >= len(self.buf.rstrip()) - 1
+                cut = e.pos >= len(self.buf.rstrip()) - 1 or e.msg.startswith("Unterminated")
                 raise BadJSON(f"the trace is not valid JSON (offset {self.base + e.pos:,}: {e.msg})"
                               + ("; it ends early, so it was probably cut off while being written." if cut
                                  else ".")) from None
