@@ -1,0 +1,84 @@
+"""Streamed against whole-document trace reading: time and peak memory (issue 24).
+
+    python benchmarks/trace_stream.py            # a 64 MB generated GPU trace
+    python benchmarks/trace_stream.py --mb 256
+
+Generates a GPU trace (tests/data/traces/make_traces.Builder events: per step an aten::linear >
+aten::mm with shapes, its cudaLaunchKernel and kernel, and a python_function frame) until the file
+reaches the size asked, then reads it in two fresh processes, ``_read(p, stream=False)`` (one
+json.loads) and ``_read(p, stream=True)`` (roofline.trace_stream), each timed with the one clock
+and its peak resident memory (ru_maxrss) printed, with the ratios. TraceLens and HTA are not run:
+they are not installed here (pip install them and time them on the same file to compare).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHILD = """
+import resource, sys
+sys.path.insert(0, {root!r})
+from pathlib import Path
+from profiler.timing import now
+from roofline.trace_events import _read
+t0 = now(); t = _read(Path({path!r}), stream={stream}); dt = now() - t0
+print(dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, len(t.ops), len(t.gpu))
+"""
+
+
+def generate(path: Path, mb: float) -> int:
+    sys.path.insert(0, str(ROOT / "tests" / "data" / "traces"))
+    from make_traces import BF, GEMM, PID, TID, Builder
+
+    b = Builder()
+    target, n, step = mb * 1e6, 0, 0
+    with path.open("w") as f:
+        f.write(json.dumps(b.head)[:-1] + ', "traceEvents": [\n')
+        first = True
+        while f.tell() < target:
+            b.events = []
+            t = step * 100
+            b.op("aten::linear", t, 40, [[8, 4096], [4096, 4096], []], [BF, BF, ""])
+            e = b.op("aten::mm", t + 5, 30, [[8, 4096], [4096, 4096]], [BF, BF])
+            b.launch(e, t + 10, t + 50, 20, GEMM)
+            b.events.append({"ph": "X", "cat": "python_function", "name": "model.py(120): forward", "pid": PID,
+                             "tid": TID, "ts": t, "dur": 45, "args": {"Python id": step}})
+            for ev in b.events:
+                f.write(("" if first else ",\n") + json.dumps(ev))
+                first = False
+                n += 1
+            step += 1
+        f.write("\n]}\n")
+    return n
+
+
+def run(path: Path, stream: bool) -> tuple:
+    out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), path=str(path), stream=stream)],
+                         capture_output=True, text=True, check=True).stdout.split()
+    return float(out[0]), int(out[1]), int(out[2]), int(out[3])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=float, default=64)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "big.json"
+        n = generate(p, a.mb)
+        size = p.stat().st_size
+        whole, streamed = run(p, False), run(p, True)
+    print(f"trace: {size / 1e6:.1f} MB, {n:,} events ({whole[2]:,} ops, {whole[3]:,} GPU activities)")
+    for name, r in (("whole document (json.loads)", whole), ("streamed (trace_stream)", streamed)):
+        print(f"{name:<30} {r[0]:7.2f} s   peak RSS {r[1] / 1e6:8.0f} MB")
+    print(f"streamed / whole: time {streamed[0] / whole[0]:.2f}x, peak memory {streamed[1] / whole[1]:.2f}x")
+    print(f"at this rate 1 GB streams in {streamed[0] * 1e9 / size:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
