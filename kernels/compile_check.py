@@ -222,21 +222,23 @@ def run(targets=("sm_80", "sm_90"), quick=True, kernels=None, jobs=None, progres
     unknown = sorted(set(kernels or ()) - set(every))
     if unknown:
         raise ValueError(f"unknown kernel {unknown[0]!r}: the kernels are {', '.join(sorted(every))}.")
-    launched, cache, todo = set(), _load_cache(), []
+    launched, cache, todo, skipped = set(), _load_cache(), [], []
     combos = V.shapes(quick, **{k: tuple(v) for k, v in (("models", models), ("dtypes", dtypes)) if v})
+    checks = V.check_parts(quick, tuple(models) if models else None, tuple(dtypes or V.DTYPES))
+    report["skipped"] = skipped
     for name in targets:
         t = V.TARGETS[name]
         ptxas = ptxas_for(t.capability)
         report["targets"][name] = dict(gpus=t.gpus, sms=t.sms, smem_limit=t.smem_block, ptxas=ptxas)
         try:
-            vs = V.variants(t, V.record(t, combos))
+            vs = V.variants(t, V.record(t, combos, checks, skipped))
         except V.BinderMissing as e:
             report["notice"] = f"triton {tv} lacks the API the compile check uses ({e}): compile check skipped."
             return report
         launched |= {v.kernel for v in vs}
         vs = [v for v in vs if not kernels or v.kernel in kernels]
         progress(f"{name}: {len(vs)} variants of {len({v.kernel for v in vs})} kernels "
-                 f"from {len(combos)} shapes ({'quick' if quick else 'full'} set)")
+                 f"from {len(combos)} shapes and {len(checks)} check parts ({'quick' if quick else 'full'} set)")
         for v in vs:
             task = v.task()
             todo.append((v, t, task, _key(task, t.capability, every[v.kernel], tv, ptxas["release"])))
@@ -340,6 +342,8 @@ def format_report(report: dict) -> str:
                        f"(e.g. {r['example']})")
     for k in report.get("unreached", []):
         out.append(f"FAIL {k}: no launcher reaches it (no variant to compile)")
+    for s in report.get("skipped", []):
+        out.append(f"note {s} (not run on meta tensors: no Triton launch to compile)")
     for name, t in report.get("targets", {}).items():
         p = t["ptxas"]
         rel = p.get("release", "unknown")
@@ -364,7 +368,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kernel", action="append", default=[], help="only these kernels (repeatable)")
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--dtype", default=None, help="only these dtypes (comma-separated)")
-    ap.add_argument("--model", default=None, help="only these models (comma-separated)")
+    ap.add_argument("--model", default=None, help="only these models (comma-separated; 'check': what "
+                    "`roofline check --full` launches)")
     ap.add_argument("--no-compile", action="store_true", help="discovery, grid and reach checks only")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)

@@ -44,6 +44,12 @@ PREFILL_TILES = {"fp32": [(64, 64, 32, 4, 3)],
                  "16bit": [(128, 128, 64, 8, 3), (64, 128, 64, 4, 3), (64, 64, 64, 4, 3)]}
 SKINNY_TILES = {"fp32": [(None, 64, 32, 4, 4), (None, 32, 32, 4, 4)],
                 "16bit": [(None, 64, 128, 4, 4), (None, 32, 128, 4, 4)]}
+# 16-bit prefill with N or K not a multiple of 16: no 16-byte vector loads (an address per element), so the
+# 128x128 tile does not fit in registers: at M=1000 N=1100 K=700 (`roofline check --full`) 128x128x64 with
+# split-K took 255 registers and spilled 0.7-1 KB per thread on sm_80 and sm_90 (`roofline check --compile`).
+# (fp32 at 64x64x32 with 4 warps: 0.5-5.7 KB in the int8 / int4 kernels.) Every model preset's N and K are
+# multiples of 16 and keep PREFILL_TILES.
+UNALIGNED_TILES = {"fp32": [(64, 64, 32, 8, 3)], "16bit": [(128, 64, 64, 8, 3), (64, 64, 64, 4, 3)]}
 
 
 @triton.jit
@@ -142,7 +148,8 @@ def linear_config(M: int, N: int, K: int, dtype=torch.bfloat16, device="cpu", *,
 
     Programs wanted: one per SM for M > 64 (a full wave), two per SM for the skinny path.
     The tile is the largest candidate whose tiles reach that alone; otherwise the smallest,
-    split along K (at most 32 splits of at least ``num_stages`` iterations). ``note`` says
+    split along K (at most 32 splits of at least ``num_stages`` iterations); 16-bit prefill shapes
+    with N or K not a multiple of 16 choose from ``UNALIGNED_TILES`` (no spills). ``note`` says
     why a grid still has fewer programs than SMs (too little work to split).
     """
     for name, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
@@ -150,7 +157,8 @@ def linear_config(M: int, N: int, K: int, dtype=torch.bfloat16, device="cpu", *,
     sms = num_sms(device)
     kind = "fp32" if dtype == torch.float32 else "16bit"
     skinny = M <= SKINNY_M
-    cands = (SKINNY_TILES if skinny else PREFILL_TILES)[kind]
+    aligned = N % 16 == 0 and K % 16 == 0
+    cands = (SKINNY_TILES if skinny else PREFILL_TILES if aligned else UNALIGNED_TILES)[kind]
     want = PROGRAMS_PER_SM * sms if skinny else sms
     if block_m or block_n or block_k:
         cands = cands[:1]

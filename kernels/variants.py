@@ -24,6 +24,17 @@ weights with an int8 KV cache; int4 (g128) with an fp8 KV cache where the target
 int8 on sm_80); int4 (g64, zero points) in bf16. So ``roofline check --compile`` compiles the fp8
 path the interpreter cannot run.
 
+What ``roofline check`` launches (``check_launches``, issue 21): its kernel and quantization checks with the
+full set's shapes and explicit block configs (``roofline check --full``: M=1000 N=1100 K=700 takes 128x128x64
+tiles with split-K), replayed on small CPU tensors under the recorder (nothing runs; the references are
+computed and thrown away); the full set adds its model checks (the tiny model) and every dtype. ``--model
+check`` compiles only these.
+
+The full set also runs every preset of ``roofline.models.PRESETS`` (dense, MoE, MLA; tiny ones included) through
+its runners on ``PRESET_GRID`` (Llama-2-7B and Llama-3-8B keep ``FULL``). A runner whose torch path reads tensor
+values (GPT-OSS's attention with sinks) cannot run on meta tensors: it launches no Triton kernel and is listed
+as skipped, as is a quantized pass a model refuses (int4 groups that do not divide K).
+
 This module needs Triton's compiler-side objects (``JITFunction``, not the interpreter's
 wrapper): ``kernels.compile_check`` runs it in a process with ``TRITON_INTERPRET=0``.
 """
@@ -45,6 +56,8 @@ DTYPES = ("bf16", "fp16", "fp32")
 PHASES = ("prefill", "decode")
 FULL = dict(batches=(1, 2, 4, 8, 16, 32, 64, 128, 256), contexts=(128, 256, 512, 1024, 2048, 4096, 8192))
 QUICK = dict(batches=(1, 8, 64, 256), contexts=(128, 1024, 8192))
+PRESET_GRID = dict(batches=FULL["batches"], contexts=QUICK["contexts"])   # the other presets in the full set
+CHECK = "check"      # the pseudo-model of ``--model``: what ``roofline check`` launches
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
 QUANT_OPS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head", "kv_append",
              "attention")
@@ -118,18 +131,56 @@ class Variant:
                     options=dict(num_warps=self.num_warps, num_stages=self.num_stages))
 
 
-def shapes(quick: bool, models=MODELS, dtypes=DTYPES, phases=PHASES) -> list:
-    """(model, phase, batch, context, dtype) of the quick or the full set."""
-    from roofline.models import load_model
+def shapes(quick: bool, models=None, dtypes=DTYPES, phases=PHASES) -> list:
+    """(model, phase, batch, context, dtype) of the quick or the full set. ``models`` None: ``MODELS`` in the
+    quick set, every preset in the full one (``MODELS`` on ``FULL``, the others on ``PRESET_GRID``)."""
+    from roofline.models import PRESETS, load_model
 
-    s = QUICK if quick else FULL
+    if models is None:
+        models = MODELS if quick else tuple(MODELS) + tuple(m for m in PRESETS if m not in MODELS)
+    models = [m for m in models if m != CHECK]
     top = {m: load_model(m).max_context for m in models}   # Llama-2 stops at 4,096 tokens
+    grid = lambda m: QUICK if quick else FULL if m in MODELS else PRESET_GRID  # noqa: E731
     return [(m, ph, b, c, dt) for m in models for dt in dtypes for ph in phases
-            for b in s["batches"] for c in s["contexts"] if c + (ph == "decode") <= top[m]]
+            for b in grid(m)["batches"] for c in grid(m)["contexts"] if c + (ph == "decode") <= top[m]]
 
 
-def record(target: Target, combos) -> list:
-    """Every launch of every op of every combo, on meta tensors, as the launchers size them for ``target``."""
+def check_parts(quick: bool, models=None, dtypes=DTYPES) -> tuple:
+    """(dtype, part) of ``roofline check`` that ``check_launches`` replays: with ``quick``, the kernel and
+    quantization checks in bf16 (the shapes and block configs of ``roofline check --dtype bf16 --full``); the
+    full set adds the model checks and every dtype. None when ``models`` is given without ``CHECK``."""
+    if models is not None and CHECK not in models:
+        return ()
+    dts = [d for d in (("bf16",) if quick and models is None else DTYPES) if d in dtypes]
+    parts = ("kernels", "quant") if quick and models is None else ("kernels", "quant", "model", "quant model")
+    return tuple((d, p) for d in dts for p in parts)
+
+
+def check_launches(rec, parts, skipped: list) -> None:
+    """Replay ``roofline check --full``'s checks (``parts`` from ``check_parts``) under the recorder ``rec``,
+    on CPU tensors: the launchers size every launch for the recorder's SM count and nothing runs."""
+    from . import check as CK
+    from ._common import torch_dtype
+    from .backend import get_ops
+
+    ops, cpu = get_ops("triton"), torch.device("cpu")
+    runs = {"kernels": lambda dt: CK._kernel_checks(ops, dt, cpu, False),
+            "quant": lambda dt: CK._quant_checks(ops, dt, cpu, False),
+            "model": lambda dt: CK._model_checks("triton", dt, cpu, False),
+            "quant model": lambda dt: CK._quant_model_checks("triton", dt, cpu, False)}
+    for dtype, part in parts:
+        rec.context = dict(model=CHECK, phase="--full", dtype=dtype, op=part)
+        try:
+            for _ in runs[part](torch_dtype(dtype)):
+                pass
+        except (RuntimeError, ValueError, NotImplementedError) as e:   # garbage outputs fed on: stop this part
+            skipped.append(f"{CHECK} --full {dtype} {part}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+
+
+def record(target: Target, combos, checks=(), skipped=None) -> list:
+    """Every launch of every op of every combo, on meta tensors, as the launchers size them for ``target``, then
+    ``roofline check``'s (``checks``: ``check_parts``). What cannot run on meta is appended to ``skipped``."""
+    from roofline.layer import model_ops
     from roofline.models import load_model
 
     from . import prefill_attention as PA
@@ -138,23 +189,44 @@ def record(target: Target, combos) -> list:
     from .runners import make_runners
 
     meta = torch.device("meta")
+    skipped = [] if skipped is None else skipped
+    cfgs = {}
+
+    def run(runners, where, tag=""):
+        for r in runners:
+            if r.name != "layer":       # the layer runs the same launchers again
+                rec.context = dict(where, op=f"{r.name}{tag}")
+                try:
+                    r.fn()
+                except Exception as e:  # noqa: BLE001 - a torch path reading values on meta (or
+                    # a runner bug: GPT-OSS sinks + 8-bit cache, MLA + int4): listed, the rest still recorded
+                    note = f"{where['model']} {where['phase']} {r.name}{tag}: {type(e).__name__}: " \
+                           f"{(str(e).splitlines() or [''])[0][:100]}"
+                    if not any(s.split(": ")[0] == note.split(": ")[0] for s in skipped):
+                        skipped.append(note)
+
     with recording(target.sms) as rec:
         for model, phase, batch, context, dtype in combos:
-            cfg = load_model(model)
+            cfg = cfgs.setdefault(model, load_model(model))
             where = dict(model=model, phase=phase, b=batch, ctx=context, dtype=dtype)
-            for r in make_runners(cfg, phase, batch, context, dtype=dtype, device=meta):
-                if r.name != "layer":       # the layer runs the same launchers again
-                    rec.context = dict(where, op=r.name)
-                    r.fn()
+            run(make_runners(cfg, phase, batch, context, dtype=dtype, device=meta), where)
+            own = [o.name for o in model_ops(cfg) if o.name in QUANT_OPS]
             for dts, qkw in QUANT_PASSES:
                 if dtype not in dts:
                     continue
                 if qkw.get("kv_dtype") == "fp8" and target.capability < FP8_CAPABILITY:
                     qkw = dict(qkw, kv_dtype="int8")
                 tag = " ".join(f"{k.split('_')[0]}={v}" for k, v in qkw.items() if k.endswith("dtype"))
-                for r in make_runners(cfg, phase, batch, context, dtype=dtype, device=meta, ops=QUANT_OPS, **qkw):
-                    rec.context = dict(where, op=f"{r.name} {tag}")
-                    r.fn()
+                try:
+                    runners = make_runners(cfg, phase, batch, context, dtype=dtype, device=meta, ops=own, **qkw)
+                except Exception as e:  # noqa: BLE001 - an int4 group that does not divide K; MLA + int4 (KeyError)
+                    note = f"{model} {tag}: {type(e).__name__}: {str(e)[:120]}"
+                    if note not in skipped:
+                        skipped.append(note)
+                    continue
+                run(runners, where, f" {tag}")
+            if model not in MODELS:         # the launches below are Llama-shaped extras; presets reach their own
+                continue
             # what the runners do not reach: the fused residual+norm, non-causal prefill attention, and a
             # chunk after a cached prefix (P = 17 is neither 1 nor a multiple of 16: another specialisation)
             dt, T = torch_dtype(dtype), batch * (context if phase == "prefill" else 1)
@@ -173,6 +245,7 @@ def record(target: Target, combos) -> list:
             if phase == "decode" and dtype in MLA_DTYPES:
                 _mla_launches(rec, dict(where, model="deepseek-v3"), batch, context, dt)
             _moe_launches(rec, where, phase, batch, context, dt)
+        check_launches(rec, checks, skipped)
     return rec.launches
 
 
