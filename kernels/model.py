@@ -270,8 +270,9 @@ class LlamaModel:
         if cfg.n_experts and self.weight_dtype in WEIGHT_DTYPES:
             raise RooflineError(f"{cfg.name}: quantized expert weights are costed (`roofline explain --weight-dtype`) "
                                 "but not run: drop --weight-dtype.")
-        if cfg.mla and self.kv_dtype in KV_DTYPES:
-            raise RooflineError(f"{cfg.name}: an 8-bit latent cache is not implemented: drop --kv-dtype.")
+        if (cfg.mla or cfg.attn_sinks) and self.kv_dtype in KV_DTYPES:
+            raise RooflineError(f"{cfg.name}: an 8-bit KV cache is not implemented for attention with sinks or a "
+                                "latent cache: drop --kv-dtype.")
         self.max_len = int(max_len or cfg.max_context)
         if self.max_len < 1 or max_slots < 1:
             raise RooflineError(f"max_len ({self.max_len}) and max_slots ({max_slots}) must be at least 1.")

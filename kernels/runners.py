@@ -135,6 +135,12 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     if tp is not None and (cfg.n_experts or cfg.mla):
         raise RooflineError(f"{cfg.name}: mixtures of experts and latent attention are timed at one rank (their --tp "
                             "and --ep are costed by `roofline explain`): drop --tp.")
+    if qw and (cfg.n_experts or cfg.mla):
+        raise RooflineError(f"{cfg.name}: quantized weights of mixtures of experts and latent attention are costed "
+                            "(`roofline explain --weight-dtype`), not run: drop --weight-dtype.")
+    if qkv and (cfg.attn_sinks or cfg.mla):
+        raise RooflineError(f"{cfg.name}: an 8-bit KV cache is not implemented for attention with sinks or a latent "
+                            "cache: drop --kv-dtype.")
     if tp is not None and tp.world > 1 and (qw or qkv):
         raise RooflineError("quantized weights or KV cache are not combined with tensor parallelism: run them at "
                             "one rank (no --tp).")
