@@ -61,7 +61,8 @@ def make_app(state):
 
     async def models(request):
         state["auth"].append(request.headers.get("authorization"))
-        return JSONResponse({"object": "list", "data": [{"id": m} for m in ("paced", "paced-no-usage", "faulty")]})
+        return JSONResponse({"object": "list", "data": [{"id": m} for m in ("paced", "paced-no-usage", "faulty",
+                                                                             "gated")]})
 
     async def paced(model, per_chunk, start):
         due, n = start, 0
@@ -98,6 +99,13 @@ def make_app(state):
         body = await request.json()
         state["bodies"].append(body)
         model = body.get("model")
+        if model == "gated":              # the first two stream at once; the rest wait until the test opens the gate
+            state["gated"] = state.get("gated", 0) + 1
+            if state["gated"] > 2:
+                deadline = time.monotonic() + 30
+                while not state["gate"].is_set() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+            return StreamingResponse(paced("gated", True, time.perf_counter()), media_type="text/event-stream")
         if model in ("paced", "paced-no-usage"):
             return StreamingResponse(paced(model, model == "paced", start), media_type="text/event-stream")
         kind = FAULTS[state["faulty"] % len(FAULTS)]
@@ -129,7 +137,7 @@ def make_app(state):
 def server():
     import uvicorn
 
-    state = {"faulty": 0, "bodies": [], "auth": []}
+    state = {"faulty": 0, "bodies": [], "auth": [], "gate": threading.Event()}
     old_switch = sys.getswitchinterval()
     sys.setswitchinterval(0.0002)        # client and server share this process: hand the interpreter over quickly
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -326,22 +334,26 @@ def test_api_key_values_are_redacted_from_recorded_commands():
 # ------------------------------------------------------------------ interrupts, resume, report, diagnose
 
 def test_ctrl_c_keeps_every_finished_request_and_resume_completes_it(server, tmp_path):
-    """A real SIGINT to a real `roofline latency --endpoint` process, mid-run."""
+    """A real SIGINT to a real `roofline latency --endpoint` process, mid-run: the server answers two requests and
+    holds the third until the signal is sent (so a loaded machine cannot finish the run first), then lets the
+    resume through."""
     out = tmp_path / "E"
-    args = [sys.executable, "-m", "profiler.cli", "latency", "--endpoint", server["url"], "--model-name", "paced",
+    server["gated"], _ = 0, server["gate"].clear()
+    args = [sys.executable, "-m", "profiler.cli", "latency", "--endpoint", server["url"], "--model-name", "gated",
             "--model", "tiny", "--requests", "12", "--output-tokens", "7", "--prompt-tokens", "12", "--rate", "1000",
             "--arrival", "fixed", "--max-concurrency", "1", "--out", str(out)]
     p = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     path, deadline = out / "latency.jsonl", time.monotonic() + 20
     try:
-        while time.monotonic() < deadline:        # each request takes ~84 ms: wait for two of them
+        while time.monotonic() < deadline:        # the two the server answers: then it holds the third
             if path.exists() and path.read_text().count('"type":"request"') >= 2:
                 break
             time.sleep(0.01)
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=20)
     finally:
+        server["gate"].set()
         if p.poll() is None:
             p.kill()
     assert p.returncode == 130, err

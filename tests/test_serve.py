@@ -94,10 +94,13 @@ def test_endpoint_run_against_roofline_serve_matches_the_in_process_run(served, 
     assert [(t.prompt_len, t.n) for t in remote] == [(t.prompt_len, t.n) for t in local] == [(40, 8)] * 6
     assert all(t.served_prompt_tokens == 40 and t.served_output_tokens == 8 and t.token_counts == "usage per chunk"
                for t in remote)
-    # TTFT and TPOT in the same range: HTTP adds a little, and tokens are not held back and sent in bursts
-    for k in ("ttft", "tpot"):
-        a, b = ep[k]["p50"], ip[k]["p50"]
-        assert 0.2 * b < a < 5 * b + 0.010, (k, a, b)
+    # tokens are streamed as they are made, not held back and sent in a burst: every request's 8 tokens came in 8
+    # chunks of one token, at 8 increasing times after the request was sent (structure, not a timing ratio: a
+    # loaded machine stretches both runs unevenly)
+    for t in remote:
+        assert t.chunk_tokens == (1,) * 8 and len(t.deliveries) == 8
+        assert t.sent < t.deliveries[0] and all(a < b for a, b in zip(t.deliveries, t.deliveries[1:]))
+    assert all(ep[k]["p50"] > 0 and ip[k]["p50"] > 0 for k in ("ttft", "tpot"))
     d = cli("diagnose", tmp_path / "E" / "latency.jsonl", "--device", "h100", "--json")
     assert d.exit_code == 0, d.output
     assert {f["data"]["metric"] for f in json.loads(d.stdout) if f["rule"] == "latency-floor"} == {"TTFT", "TPOT"}
