@@ -15,8 +15,8 @@ import triton.language as tl
 
 from roofline import formulas as F
 
-from ._common import FLOAT_DTYPES, cdiv, check_tensor, dtype_name, tanh
-from ._launch import launch
+from ._common import dtype_name, tanh
+from .swiglu import launch_gated
 
 @triton.jit
 def _geglu_kernel(g_ptr, u_ptr, y_ptr, n, BLOCK: tl.constexpr):
@@ -31,18 +31,7 @@ def _geglu_kernel(g_ptr, u_ptr, y_ptr, n, BLOCK: tl.constexpr):
 
 def geglu(gate: torch.Tensor, up: torch.Tensor, *, out=None) -> torch.Tensor:
     # gate, up: [..., I]   y: [..., I]
-    check_tensor("gate", gate, dtypes=FLOAT_DTYPES)
-    check_tensor("up", up, tuple(gate.shape), dtype=gate.dtype, device=gate.device)
-    if not (gate.is_contiguous() and up.is_contiguous()):
-        raise ValueError("gate and up must be contiguous.")
-    out = torch.empty_like(gate) if out is None else out
-    check_tensor("out", out, tuple(gate.shape), dtype=gate.dtype)
-    if not out.is_contiguous():
-        raise ValueError("out must be contiguous.")
-    n = gate.numel()
-    if n:
-        launch(_geglu_kernel, (cdiv(n, 1024),), gate, up, out, n, BLOCK=1024, num_warps=4)
-    return out
+    return launch_gated(_geglu_kernel, gate, up, out)
 
 
 def reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

@@ -26,18 +26,26 @@ def _swiglu_kernel(g_ptr, u_ptr, y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def swiglu(gate: torch.Tensor, up: torch.Tensor, *, out=None) -> torch.Tensor:
-    # gate, up: [..., I]   y: [..., I]
+def launch_gated(kernel, gate: torch.Tensor, up: torch.Tensor, out=None) -> torch.Tensor:
+    """The gated activations' one launcher (SwiGLU here, GeGLU in kernels.geglu): gate, up, out [..., I], all
+    contiguous and of one dtype; one program per 1,024 elements."""
     check_tensor("gate", gate, dtypes=FLOAT_DTYPES)
     check_tensor("up", up, tuple(gate.shape), dtype=gate.dtype, device=gate.device)
     if not (gate.is_contiguous() and up.is_contiguous()):
         raise ValueError("gate and up must be contiguous.")
     out = torch.empty_like(gate) if out is None else out
     check_tensor("out", out, tuple(gate.shape), dtype=gate.dtype)
+    if not out.is_contiguous():
+        raise ValueError("out must be contiguous.")
     n = gate.numel()
     if n:
-        launch(_swiglu_kernel, (cdiv(n, 1024),), gate, up, out, n, BLOCK=1024, num_warps=4)
+        launch(kernel, (cdiv(n, 1024),), gate, up, out, n, BLOCK=1024, num_warps=4)
     return out
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor, *, out=None) -> torch.Tensor:
+    # gate, up: [..., I]   y: [..., I]
+    return launch_gated(_swiglu_kernel, gate, up, out)
 
 
 def reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
