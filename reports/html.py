@@ -249,7 +249,7 @@ def _run_top(run) -> str:
         out.append(f'<div class="card"><h3>Where the traced time went</h3><ul>{facts}</ul>'
                    f'<h3>Top ops by time per step</h3><div class="scroll">{top}</div></div>')
     if run.steps:
-        items = "".join(f"<li>{_tag(s.label)}{_e(s.sentence)}</li>" for s in run.analysis.headline())
+        items = "".join(f"<li>{_tag(s.verdict)}{_e(s.sentence)}</li>" for s in run.analysis.headline())
         out.append(f'<div class="card"><h3>Verdicts</h3><ul class="verdicts">{items}</ul>')
         table = _table(STEP_COLUMNS, phase_rows(run.steps, STEP_COLUMNS), tip=STEP_TIP,
                        text_cols=("phase", "backend", "dtype", "label", "by sum", "by mix"),

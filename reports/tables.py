@@ -78,7 +78,7 @@ def phase_rows(steps, columns=PHASE_COLUMNS) -> list[list[tuple[str, float | str
             "FLOP/s": (U.flops_rate(flops_rate), _num(flops_rate)), "bytes/s": (U.bandwidth(bytes_rate), _num(bytes_rate)),
             "at the roof": (U.seconds(s.predicted_s), s.predicted_s),
             "FLOP/byte": (U.intensity(s.intensity), s.intensity), "ridge": (U.intensity(s.ridge), s.ridge),
-            "roof %": (U.percent(s.roof_fraction), s.roof_fraction), "label": (s.label, s.label),
+            "roof %": (U.percent(s.roof_fraction), s.roof_fraction), "label": (s.verdict, s.verdict),
             "by sum": (s.bound_by_sum, s.bound_by_sum), "by mix": (s.bound_by_mix, s.bound_by_mix),
             "compute-op time": (U.percent(s.compute_time_share), s.compute_time_share),
         }

@@ -114,3 +114,6 @@ def test_the_report_says_it_at_the_top(tmp_path):
     assert md[2].startswith("> Measured on a busy machine")
     html = paths["html"].read_text()
     assert html.index("Measured on a busy machine") < html.index("<table")
+    # the headline verdicts' badges say it too (not the label the figures keep)
+    assert '<span class="tag unreliable">unreliable</span>' in html
+    assert '<span class="tag memory">' not in html.split("<table")[0]
