@@ -496,7 +496,45 @@ async def run_requests(target: Target, prompts, arrivals, *, concurrency: int | 
             if on_finish is not None:
                 on_finish(t)
 
-        await asyncio.gather(*(one(i) for i in range(len(prompts))))
+        tasks = [asyncio.ensure_future(one(i)) for i in range(len(prompts))]
+        with _interruptible(tasks) as interrupted:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if interrupted:                  # Ctrl-C: what finished is kept (on_finish wrote it); the caller resumes
+            raise KeyboardInterrupt
+        for t in tasks:                  # a request's own error is a failed timeline; anything else is a bug: raise
+            if t.exception() is not None:
+                raise t.exception()
     out.sort(key=lambda t: t.id)
     return out
+
+
+class _interruptible:
+    """SIGINT cancels ``tasks`` (every request in flight or waiting) and is remembered, so the run stops even
+    where a cancellation is swallowed on its way (asyncio.wait_for in Python 3.11 can lose one that races the
+    inner task's end). Outside the main thread, or where the loop cannot take signal handlers, a no-op."""
+
+    def __init__(self, tasks):
+        self.tasks, self.flag, self.installed = tasks, [], False
+
+    def __enter__(self):
+        import signal
+
+        try:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, self._on_sigint)
+            self.installed = True
+        except (RuntimeError, ValueError, NotImplementedError):
+            pass
+        return self.flag
+
+    def _on_sigint(self):
+        self.flag.append(True)
+        for t in self.tasks:
+            t.cancel()
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self.installed:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+        return False
 
