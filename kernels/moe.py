@@ -42,8 +42,11 @@ from ._launch import launch
 ACTIVATIONS = ("silu", "swiglu_oai")
 SKINNY_ROWS = 16          # at most this many rows per expert on average: the skinny (decode) configuration
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) per configuration and dtype kind
-CONFIGS = {("skinny", "16bit"): (16, 64, 128, 4, 3), ("skinny", "fp32"): (16, 64, 32, 4, 3),
-           ("tiled", "16bit"): (64, 64, 64, 4, 3), ("tiled", "fp32"): (32, 64, 32, 8, 3)}   # fp32 IEEE dots, two accumulators: 4 warps spill on sm_80
+# Two accumulators (gate and up) per tile: the 16-bit skinny tile streams K in 64s and the tiled one takes 8 warps
+# (16 x 64 x 128 with 4 warps and 64 x 64 x 64 with 4 warps spilled on sm_80 and sm_90 at shapes that are not
+# multiples of the tile: roofline check --compile); fp32 IEEE dots: 4 warps spill on sm_80.
+CONFIGS = {("skinny", "16bit"): (16, 64, 64, 4, 3), ("skinny", "fp32"): (16, 64, 32, 4, 3),
+           ("tiled", "16bit"): (64, 64, 64, 8, 3), ("tiled", "fp32"): (32, 64, 32, 8, 3)}
 
 
 class MoeAlign(NamedTuple):

@@ -177,9 +177,9 @@ def test_moe_experts_default_configs(gen):
 
 def test_moe_config_kinds():
     c = M.moe_config(1, 8, 2, 4096, 14336, torch.bfloat16)               # decode: 2 rows over 8 experts
-    assert (c["kind"], c["block_m"], c["block_k"]) == ("skinny", 16, 128)
+    assert (c["kind"], c["block_m"], c["block_k"], c["num_warps"]) == ("skinny", 16, 64, 4)
     c = M.moe_config(512, 8, 2, 4096, 14336, torch.bfloat16)             # prefill: 128 rows per expert
-    assert (c["kind"], c["block_m"]) == ("tiled", 64)
+    assert (c["kind"], c["block_m"], c["num_warps"]) == ("tiled", 64, 8)   # two accumulators: 4 warps spilled
     assert M.moe_config(512, 8, 2, 64, 64, torch.float32, block_m=16)["block_m"] == 16
     with pytest.raises(ValueError, match="power of two of at least 16"):
         M.moe_config(1, 8, 2, 64, 64, block_n=24)
