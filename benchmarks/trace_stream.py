@@ -2,12 +2,15 @@
 
     python benchmarks/trace_stream.py            # a 64 MB generated GPU trace
     python benchmarks/trace_stream.py --mb 256
+    python benchmarks/trace_stream.py --mb 256 --against c55e8c3   # also that revision's reader, same file
 
 Generates a GPU trace (tests/data/traces/make_traces.Builder events: per step an aten::linear >
-aten::mm with shapes, its cudaLaunchKernel and kernel, and a python_function frame) until the file
-reaches the size asked, then reads it in two fresh processes, ``_read(p, stream=False)`` (one
+aten::mm with shapes, its cudaLaunchKernel and kernel, and a python_function frame; the ops and kernels
+carry the other args Kineto writes: Sequence number, Fwd thread id, Input Strides, grid, block, registers,
+occupancy, ...) until the file reaches the size asked, then reads it in two fresh processes, ``_read(p, stream=False)`` (one
 json.loads) and ``_read(p, stream=True)`` (roofline.trace_stream), each timed with the one clock
-and its peak resident memory (ru_maxrss) printed, with the ratios. TraceLens and HTA are not run:
+and its peak resident memory (ru_maxrss) printed, with the ratios. ``--against REV`` also reads it (streamed) with roofline/ and profiler/ as of git revision
+REV, for a before/after of a reader change. TraceLens and HTA are not run:
 they are not installed here (pip install them and time them on the same file to compare).
 """
 
@@ -32,6 +35,16 @@ print(dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, len(t.ops),
 """
 
 
+KERNEL_ARGS = {"queued": 0, "registers per thread": 128, "shared memory": 49152, "blocks per SM": 1.2,
+               "warps per SM": 9.6, "grid": [32, 1, 1], "block": [256, 1, 1], "est. achieved occupancy %": 12}
+
+
+def _op_args(seq: int, inputs: int) -> dict:
+    """The args Kineto writes on a cpu_op beside the shapes (record_shapes=True)."""
+    return {"Sequence number": seq, "Fwd thread id": 0, "Ev Idx": seq,
+            "Input Strides": [[4096, 1], [1, 4096], []][:inputs]}
+
+
 def generate(path: Path, mb: float) -> int:
     sys.path.insert(0, str(ROOT / "tests" / "data" / "traces"))
     from make_traces import BF, GEMM, PID, TID, Builder
@@ -44,9 +57,9 @@ def generate(path: Path, mb: float) -> int:
         while f.tell() < target:
             b.events = []
             t = step * 100
-            b.op("aten::linear", t, 40, [[8, 4096], [4096, 4096], []], [BF, BF, ""])
-            e = b.op("aten::mm", t + 5, 30, [[8, 4096], [4096, 4096]], [BF, BF])
-            b.launch(e, t + 10, t + 50, 20, GEMM)
+            b.op("aten::linear", t, 40, [[8, 4096], [4096, 4096], []], [BF, BF, ""], **_op_args(2 * step, 3))
+            e = b.op("aten::mm", t + 5, 30, [[8, 4096], [4096, 4096]], [BF, BF], **_op_args(2 * step + 1, 2))
+            b.launch(e, t + 10, t + 50, 20, GEMM, extra=KERNEL_ARGS)
             b.events.append({"ph": "X", "cat": "python_function", "name": "model.py(120): forward", "pid": PID,
                              "tid": TID, "ts": t, "dur": 45, "args": {"Python id": step}})
             for ev in b.events:
@@ -58,8 +71,8 @@ def generate(path: Path, mb: float) -> int:
     return n
 
 
-def run(path: Path, stream: bool) -> tuple:
-    out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), path=str(path), stream=stream)],
+def run(path: Path, stream: bool, root: Path = ROOT) -> tuple:
+    out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(root), path=str(path), stream=stream)],
                          capture_output=True, text=True, check=True).stdout.split()
     return float(out[0]), int(out[1]), int(out[2]), int(out[3])
 
@@ -67,16 +80,31 @@ def run(path: Path, stream: bool) -> tuple:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=float, default=64)
+    ap.add_argument("--against", metavar="REV", help="also read the file streamed with this git revision's reader")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "big.json"
         n = generate(p, a.mb)
         size = p.stat().st_size
         whole, streamed = run(p, False), run(p, True)
+        rows = [("whole document (json.loads)", whole), ("streamed (trace_stream)", streamed)]
+        if a.against:
+            old = Path(d) / "old"
+            old.mkdir()
+            tar = subprocess.run(["git", "-C", str(ROOT), "archive", a.against, "roofline", "profiler"],
+                                 capture_output=True, check=False)
+            if tar.returncode:
+                sys.exit(f"git archive {a.against} failed: {tar.stderr.decode().strip().splitlines()[-1:]}")
+            subprocess.run(["tar", "-x", "-C", str(old)], input=tar.stdout, check=True)
+            rows.append((f"streamed at {a.against}", run(p, True, old)))
     print(f"trace: {size / 1e6:.1f} MB, {n:,} events ({whole[2]:,} ops, {whole[3]:,} GPU activities)")
-    for name, r in (("whole document (json.loads)", whole), ("streamed (trace_stream)", streamed)):
+    for name, r in rows:
         print(f"{name:<30} {r[0]:7.2f} s   peak RSS {r[1] / 1e6:8.0f} MB")
     print(f"streamed / whole: time {streamed[0] / whole[0]:.2f}x, peak memory {streamed[1] / whole[1]:.2f}x")
+    if a.against:
+        old = rows[-1][1]
+        print(f"streamed / streamed at {a.against}: time {streamed[0] / old[0]:.2f}x, peak memory "
+              f"{streamed[1] / old[1]:.2f}x")
     print(f"at this rate 1 GB streams in {streamed[0] * 1e9 / size:.0f} s")
 
 

@@ -242,6 +242,40 @@ def _args(e: dict):
     return args, dropped
 
 
+COMM_KEYS = ("Collective name", "Group size", "dtype", "In msg nelems", "Out msg nelems", "Process Group Name", "Seq")
+OP_KEYS = ("Input Dims", "Input type", "Concrete Inputs") + COMM_KEYS   # what trace_cost, trace_custom, trace_comms,
+NO_ARGS: dict = {}                                                       # trace_phases and trace.py read; never mutated
+
+
+def _frozen(v):
+    """A hashable stand-in for a JSON value (lists as tuples; scalars other than str and int with their type, so
+    1, 1.0 and True stay apart); TypeError for a dict."""
+    if type(v) is list:
+        return tuple([_frozen(x) for x in v])
+    if type(v) is str or type(v) is int:
+        return v
+    if type(v) is dict:
+        raise TypeError
+    return (type(v), v)
+
+
+def _kept(args: dict, keys, seen: dict) -> dict:
+    """The ``keys`` of ``args`` only, as one dict shared by every event whose kept fields are equal (``seen``):
+    a trace repeats its shapes step after step, so a million ops hold a few hundred small dicts, not a million
+    dicts of a dozen fields (Record function id, Sequence number, Input Strides, grid, registers, ...)."""
+    kv = [(k, args[k]) for k in keys if k in args]
+    if not kv:
+        return NO_ARGS
+    try:
+        sig = tuple([(k, _frozen(v)) for k, v in kv])
+    except (TypeError, RecursionError):
+        return dict(kv)
+    d = seen.get(sig)
+    if d is None:
+        d = seen[sig] = dict(kv)
+    return d
+
+
 def _load_json(p: Path):
     try:
         raw = p.read_bytes()
@@ -338,6 +372,7 @@ def _fill(t: Trace, p: Path, events, finish: bool = True) -> Trace:
     ops, gpu, launches = t.ops, t.gpu, t.launches
     skipped: dict = {}          # why -> events skipped
     fields = 0                  # bad fields dropped from kept events
+    seen: dict = {}             # kept args by value: equal ones share one dict (_kept)
 
     def skip(why):
         skipped[why] = skipped.get(why, 0) + 1
@@ -369,11 +404,11 @@ def _fill(t: Trace, p: Path, events, finish: bool = True) -> Trace:
         name = str(e.get("name", ""))
         thread = (pid, tid)
         if kind == "op":
-            ops.append(Op(name, ts, ts + dur, thread, args.get("External id"), args, len(ops)))
+            ops.append(Op(name, ts, ts + dur, thread, args.get("External id"), _kept(args, OP_KEYS, seen), len(ops)))
         elif kind in ("kernel", "memcpy", "memset"):
             stream = args.get("stream", tid)
-            gpu.append(Gpu(kind, name, ts, ts + dur, pid, stream, args.get("correlation"),
-                           args.get("External id"), args))
+            gpu.append(Gpu(kind, name, ts, ts + dur, pid, stream, args.get("correlation"), args.get("External id"),
+                           _kept(args, COMM_KEYS, seen) if "Collective name" in args else NO_ARGS))
         elif kind == "runtime":
             corr = args.get("correlation")
             if corr is not None:
