@@ -612,6 +612,18 @@ def moe_expert_weight_bytes(hidden: int, intermediate: int, *, weight_dtype: str
     return w + ((2 * intermediate + hidden) * _b(act_dtype) if bias else 0)
 
 
+def _expert_flops(rows: float, tokens: float, hidden: int, intermediate: int, k: int, activation: str,
+                  bias: bool) -> float:
+    """The routed experts' FLOPs for ``rows`` routed rows of ``tokens`` tokens (``moe_experts``, ``moe_experts_ep``):
+    2*rows*3*H*I + the activation per element on rows*I + the routing weight multiply rows*H + the sum of each
+    token's k partial outputs tokens*(k-1)*H (+ the biases rows*(2I + H) with ``bias``)."""
+    if activation not in MOE_ACTIVATION_FLOPS:
+        raise ValueError(f"unknown MoE activation {activation!r}: choose one of {', '.join(MOE_ACTIVATION_FLOPS)}.")
+    H, I = hidden, intermediate
+    flops = 2 * rows * 3 * H * I + MOE_ACTIVATION_FLOPS[activation] * rows * I + rows * H + tokens * (k - 1) * H
+    return flops + (rows * (2 * I + H) if bias else 0)
+
+
 def moe_experts(tokens: int, hidden: int, intermediate: int, n_experts: int, k: int, *, distinct: float | None = None,
                 activation: str = "silu", bias: bool = False, weight_dtype: str = "bf16", act_dtype: str = "bf16",
                 group_size: int | None = None, zero_point: bool = False) -> Cost:
@@ -628,16 +640,12 @@ def moe_experts(tokens: int, hidden: int, intermediate: int, n_experts: int, k: 
     the activation dtype + the routing weights (fp32) and ids (int64) read, 12 T k. NB: x is counted once,
     though each of a token's k rows gathers it (from L2 in practice); the alignment's sorted ids are not counted.
     """
-    if activation not in MOE_ACTIVATION_FLOPS:
-        raise ValueError(f"unknown MoE activation {activation!r}: choose one of {', '.join(MOE_ACTIVATION_FLOPS)}.")
     T, H, I, E = tokens, hidden, intermediate, n_experts
     d = expected_distinct_experts(E, k, T) if distinct is None else float(distinct)
     if not 0 <= d <= E:
         raise ValueError(f"distinct experts must be between 0 and n_experts = {E}, got {distinct}.")
     rows = T * k
-    flops = 2 * rows * 3 * H * I + MOE_ACTIVATION_FLOPS[activation] * rows * I + rows * H + T * (k - 1) * H
-    if bias:
-        flops += rows * (2 * I + H)
+    flops = _expert_flops(rows, T, H, I, k, activation, bias)
     a = _b(act_dtype)
     weights = d * moe_expert_weight_bytes(H, I, weight_dtype=weight_dtype, act_dtype=act_dtype,
                                           group_size=group_size, zero_point=zero_point, bias=bias)
@@ -686,8 +694,6 @@ def moe_experts_ep(tokens: float, hidden: int, intermediate: int, n_experts: int
     (one rank: x read once per token, its k rows gathered from cache), each dispatched row is read from memory;
     the all-to-alls' own buffer copies are communication, not counted here.
     """
-    if activation not in MOE_ACTIVATION_FLOPS:
-        raise ValueError(f"unknown MoE activation {activation!r}: choose one of {', '.join(MOE_ACTIVATION_FLOPS)}.")
     T, H, I, E, N = tokens, hidden, intermediate, int(n_experts), int(ranks)
     if N < 1 or E % N:
         raise ValueError(f"expert parallelism needs a rank count that divides the {E} experts, got {ranks}.")
@@ -697,9 +703,7 @@ def moe_experts_ep(tokens: float, hidden: int, intermediate: int, n_experts: int
     if not 0 <= d <= local:
         raise ValueError(f"distinct experts on one rank must be between 0 and E/N = {local}, got {distinct}.")
     own = T / N
-    flops = 2 * r * 3 * H * I + MOE_ACTIVATION_FLOPS[activation] * r * I + r * H + own * (k - 1) * H
-    if bias:
-        flops += r * (2 * I + H)
+    flops = _expert_flops(r, own, H, I, k, activation, bias)
     a = _b(act_dtype)
     weights = d * moe_expert_weight_bytes(H, I, weight_dtype=weight_dtype, act_dtype=act_dtype,
                                           group_size=group_size, zero_point=zero_point, bias=bias)
