@@ -270,27 +270,36 @@ def tokens(n: int = TOKENS, seed: int = 0, vocab: int = 256) -> list:
     return [int(t) for t in np.random.default_rng(seed).integers(3, vocab, size=n)]
 
 
-_CHECKPOINTS: dict = {}
-_REFERENCES: dict = {}
-_ROOT: list = []
+class SessionFixtures:
+    """Checkpoints built once per session in a temporary folder, and their references, for one family module
+    (this one, tests/hf_tiny_moe.py): ``build(model_type, folder, seed)`` and ``reference_logits(folder, tokens,
+    prompt=, steps=)`` are the module's own."""
+
+    def __init__(self, build, reference_logits, prefix: str):
+        self.build, self.reference_logits, self.prefix = build, reference_logits, prefix
+        self.checkpoints: dict = {}
+        self.references: dict = {}
+        self.root: Path | None = None
+
+    def checkpoint(self, model_type: str, seed: int = 0) -> Path:
+        """The tiny ``model_type`` checkpoint of ``seed``, built once per session."""
+        key = (model_type, seed)
+        if key not in self.checkpoints:
+            if self.root is None:
+                self.root = Path(tempfile.mkdtemp(prefix=self.prefix))
+            self.checkpoints[key] = self.build(model_type, self.root / f"{model_type}-seed{seed}", seed)
+        return self.checkpoints[key]
+
+    def reference(self, model_type: str, seed: int = 0, *, n: int = TOKENS - 6, prompt: int = PROMPT,
+                  steps: int = 6) -> Reference:
+        """``reference_logits`` of ``checkpoint(model_type, seed)`` over ``tokens(n, seed)`` then ``steps`` greedy
+        tokens (by default 14 given + 6 greedy = 20 positions, prefill of 5), cached per session."""
+        key = (model_type, seed, n, prompt, steps)
+        if key not in self.references:
+            self.references[key] = self.reference_logits(self.checkpoint(model_type, seed), tokens(n, seed),
+                                                         prompt=prompt, steps=steps)
+        return self.references[key]
 
 
-def checkpoint(model_type: str, seed: int = 0) -> Path:
-    """The tiny ``model_type`` checkpoint of ``seed``, built once per session in a temporary folder."""
-    key = (model_type, seed)
-    if key not in _CHECKPOINTS:
-        if not _ROOT:
-            _ROOT.append(Path(tempfile.mkdtemp(prefix="roofline-hf-tiny-")))
-        _CHECKPOINTS[key] = build_checkpoint(model_type, _ROOT[0] / f"{model_type}-seed{seed}", seed)
-    return _CHECKPOINTS[key]
-
-
-def reference(model_type: str, seed: int = 0, *, n: int = TOKENS - 6, prompt: int = PROMPT,
-              steps: int = 6) -> Reference:
-    """``reference_logits`` of the session's ``checkpoint(model_type, seed)`` over ``tokens(n)`` then ``steps``
-    greedy tokens (by default 14 given + 6 greedy = 20 positions, prefill of 5), cached per session."""
-    key = (model_type, seed, n, prompt, steps)
-    if key not in _REFERENCES:
-        _REFERENCES[key] = reference_logits(checkpoint(model_type, seed), tokens(n, seed), prompt=prompt,
-                                            steps=steps)
-    return _REFERENCES[key]
+_FIXTURES = SessionFixtures(build_checkpoint, reference_logits, "roofline-hf-tiny-")
+checkpoint, reference = _FIXTURES.checkpoint, _FIXTURES.reference

@@ -43,7 +43,6 @@ Written against transformers 5.24 (``BUILT_WITH``); ``require`` skips on version
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -292,27 +291,6 @@ def routing(folder, token_ids, model_type: str | None = None) -> list:
     return sorted(out, key=lambda r: r.layer)
 
 
-_CHECKPOINTS: dict = {}
-_REFERENCES: dict = {}
-_ROOT: list = []
-
-
-def checkpoint(model_type: str, seed: int = 0) -> Path:
-    """The tiny ``model_type`` checkpoint of ``seed``, built once per session in a temporary folder."""
-    key = (model_type, seed)
-    if key not in _CHECKPOINTS:
-        if not _ROOT:
-            _ROOT.append(Path(tempfile.mkdtemp(prefix="roofline-hf-tiny-moe-")))
-        _CHECKPOINTS[key] = build_checkpoint(model_type, _ROOT[0] / f"{model_type}-seed{seed}", seed)
-    return _CHECKPOINTS[key]
-
-
-def reference(model_type: str, seed: int = 0, *, n: int = TOKENS - 6, prompt: int = PROMPT,
-              steps: int = 6) -> Reference:
-    """``reference_logits`` of ``checkpoint(model_type, seed)`` over ``tokens(n, seed)`` then ``steps`` greedy
-    tokens (14 given + 6 greedy = 20 positions, past gpt_oss's window of 8; prefill of 5), cached per session."""
-    key = (model_type, seed, n, prompt, steps)
-    if key not in _REFERENCES:
-        _REFERENCES[key] = reference_logits(checkpoint(model_type, seed), tokens(n, seed), prompt=prompt,
-                                            steps=steps)
-    return _REFERENCES[key]
+# the session's checkpoints and references (14 given + 6 greedy = 20 positions: past gpt_oss's window of 8)
+_FIXTURES = H.SessionFixtures(build_checkpoint, reference_logits, "roofline-hf-tiny-moe-")
+checkpoint, reference = _FIXTURES.checkpoint, _FIXTURES.reference
