@@ -106,11 +106,6 @@ def attention_options(cfg: ModelConfig, layer: int) -> dict:
     return kw
 
 
-def attend_with(ops, attend_plain, attend_sinks, **kw):
-    """The layer's attention call: the kernels, or the torch sink path (``kernels.sinks``) when the layer has
-    sinks (GPT-OSS): ``kw`` carries ``sinks`` then."""
-    return attend_sinks(**kw) if "sinks" in kw else attend_plain(**kw)
-
 
 def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend,
                       reduce=None, kv_scales=None, attn_kw=None):

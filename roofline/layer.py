@@ -308,10 +308,6 @@ def op_names(cfg: ModelConfig) -> tuple:
     return tuple(o.name for o in model_ops(cfg))
 
 
-def layer_op_names(cfg: ModelConfig) -> tuple:
-    return tuple(o.name for o in model_ops(cfg) if o.per_layer)
-
-
 def op_spec(cfg: ModelConfig, name: str) -> OpSpec:
     for o in model_ops(cfg):
         if o.name == name:
