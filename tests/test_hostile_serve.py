@@ -135,3 +135,24 @@ def test_sigterm_lets_running_streams_finish_then_ends_the_rest_with_a_shutdown_
     assert [d["error"]["type"] for d in last[3:]] == ["server_shutdown"] * 3
     log = (tmp_path / "serve.err").read_text()
     assert "Traceback" not in log and "CancelledError" not in log and "roofline serve: stopped." in log, log
+
+
+def test_a_stop_repeated_while_the_server_winds_down_does_not_kill_it_by_the_signal():
+    """uvicorn puts the previous handlers back before the process ends; a supervisor's second SIGTERM in that
+    window killed the server (exit -15, CI stop 26). The handlers it puts back are ours: they note the stop."""
+    from types import SimpleNamespace
+
+    from profiler.commands.serve import _swallow_late_stops
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    server = SimpleNamespace(should_exit=False)
+    try:
+        _swallow_late_stops(server)
+        signal.raise_signal(signal.SIGTERM)     # the default disposition would end this process here
+        assert server.should_exit is True
+        server.should_exit = False
+        signal.raise_signal(signal.SIGINT)      # the default handler would raise KeyboardInterrupt
+        assert server.should_exit is True
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)

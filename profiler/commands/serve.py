@@ -12,6 +12,7 @@ the options, builds the model and runs uvicorn until SIGINT or SIGTERM.
 
 from __future__ import annotations
 
+import signal
 import socket
 import sys
 
@@ -147,6 +148,19 @@ def _server_class():
     return Server
 
 
+def _swallow_late_stops(server) -> None:
+    """A second SIGTERM or SIGINT while the server winds down (after uvicorn put the previous handlers back)
+    must not kill the process by the signal: a supervisor that repeats its stop would read the clean shutdown
+    as a crash (exit -15). These handlers are the ones uvicorn saves and restores; before uvicorn takes over
+    they ask the server to stop, after it let go they note the stop is already under way."""
+
+    def late(sig, frame):
+        server.should_exit = True
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, late)
+
+
 def _run(sock, host, cfg, backend, dtype, torch_device, name, budget, prefix_cache, block_size, max_slots, max_queue,
          max_len, seed, threads, quant=None, grace=None):
     import uvicorn
@@ -188,7 +202,9 @@ def _run(sock, host, cfg, backend, dtype, torch_device, name, budget, prefix_cac
         try:
             config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=drain + 5.0,
                                     lifespan="on")
-            _Server(config).run(sockets=[sock])
+            server = _Server(config)
+            _swallow_late_stops(server)
+            server.run(sockets=[sock])
         finally:
             sys.setswitchinterval(old)
     click.echo("roofline serve: stopped.", err=True)
