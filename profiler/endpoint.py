@@ -44,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from roofline.errors import RooflineError
 from roofline.latency import RequestTimeline
@@ -66,17 +66,43 @@ def scrub(text: str, secret: str | None = None) -> str:
     return _CREDENTIAL.sub(lambda m: m.group(1) + REDACTED, text)
 
 
+_SECRET_PARAM = re.compile(r"(?i)^(api[_-]?key|key|token|access[_-]?token|auth|password|secret|sig|signature)$")
+
+
+def public_url(url: str) -> str:
+    """``url`` as it may be printed or recorded: a password in ``user:password@host`` and the value of every
+    credential-looking query parameter (api_key, key, token, ...) become ``[redacted]``.
+
+    >>> public_url("https://me:s3cret@host:8000/v1?api_key=abc&x=1")
+    'https://me:[redacted]@host:8000/v1?api_key=[redacted]&x=1'
+    """
+    try:
+        p = urlsplit(str(url))
+        host = p.netloc
+    except ValueError:
+        return scrub(url)
+    if "@" in host:
+        user, _, rest = host.rpartition("@")
+        name = user.split(":", 1)[0]
+        host = f"{name}:{REDACTED}@{rest}" if ":" in user else f"{REDACTED}@{rest}"
+    query = p.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, REDACTED if _SECRET_PARAM.match(k) else v) for k, v in pairs], safe="[]")
+    return urlunsplit((p.scheme, host, p.path, query, p.fragment))
+
+
 def base_url(url: str) -> str:
     """'http://host:8000/v1/' -> 'http://host:8000'; RooflineError unless an http(s) URL with a host."""
     u = str(url or "").strip()
     parts = urlsplit(u)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise RooflineError(f"--endpoint {url!r} is not an http(s) URL: give the server's base URL, e.g. "
+        raise RooflineError(f"--endpoint {public_url(u)!r} is not an http(s) URL: give the server's base URL, e.g. "
                             "http://127.0.0.1:8000 (or .../v1).")
     try:
         parts.port
     except ValueError:
-        raise RooflineError(f"--endpoint {url!r} has a bad port: give e.g. http://127.0.0.1:8000.") from None
+        raise RooflineError(f"--endpoint {public_url(u)!r} has a bad port: give e.g. http://127.0.0.1:8000.") from None
     u = u.rstrip("/")
     return u[:-3] if u.endswith("/v1") else u
 
@@ -123,6 +149,8 @@ class Target:
 async def discover(client, base: str, model: str = "") -> tuple[str, list]:
     """(model to use, ids served) from ``GET /v1/models``: the first id when ``model`` is empty."""
     import httpx
+
+    base = public_url(base)          # only for the messages: the client holds the real one
 
     try:
         r = await client.get("/v1/models")

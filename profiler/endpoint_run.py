@@ -28,6 +28,7 @@ from pathlib import Path
 from roofline.errors import RooflineError
 from roofline.records import RunHeader
 
+from .endpoint import public_url
 from .run import LatencyResult, check_output, check_writable, command_line, quiet, run_configs, started
 
 DISCOVERY_TIMEOUT_S = 30.0   # GET /v1/models and /tokenize before the run: a server that accepts and never answers
@@ -74,7 +75,7 @@ class EndpointRun:
         return [(c, config_label(self.api, c)) for c in self.concurrency]
 
     def settings(self, model_name: str) -> dict:
-        return {"endpoint": self.url, "api": self.api, "model_name": model_name, "prompt_tokens": self.prompt_tokens,
+        return {"endpoint": public_url(self.url), "api": self.api, "model_name": model_name, "prompt_tokens": self.prompt_tokens,
                 "output_tokens": self.output_tokens, "requests": self.requests, "rate": self.rate,
                 "arrival": self.arrival, "seed": self.seed, "shared_prefix": self.shared_prefix,
                 "max_concurrency": [c or 0 for c in self.concurrency], "timeout_s": self.timeout,
@@ -82,7 +83,7 @@ class EndpointRun:
                 "usage_per_chunk": self.usage_per_chunk, "slo": dict(self.slo), "timestamps": TIMESTAMPS}
 
     def command(self, resume: bool = False) -> str:
-        args = ["roofline", "latency", "--endpoint", self.url, "--api", self.api]
+        args = ["roofline", "latency", "--endpoint", public_url(self.url), "--api", self.api]
         if self.model_name:
             args += ["--model-name", self.model_name]
         if self.model is not None:
@@ -122,7 +123,7 @@ def _versions() -> dict:
 def _server_device(model_name: str, base: str):
     from roofline.devices import Device
 
-    return Device(key="endpoint", name=f"{base} serving {model_name}", kind="server", source="unknown",
+    return Device(key="endpoint", name=f"{public_url(base)} serving {model_name}", kind="server", source="unknown",
                   provenance="measured from a client: the server's device and ceilings are not known to it; give "
                              "`roofline diagnose --device` for the floors")
 
@@ -136,7 +137,7 @@ async def _prepare(run: EndpointRun, target, say) -> tuple:
     async with target.client(timeout=min(target.timeout, DISCOVERY_TIMEOUT_S)) as client:
         name, ids = await discover(client, target.base, run.model_name)
         if not run.model_name and len(ids) > 1:
-            say(f"note: {target.base} serves {len(ids)} models; measuring the first, {name!r} (--model-name picks)")
+            say(f"note: {public_url(target.base)} serves {len(ids)} models; measuring the first, {name!r} (--model-name picks)")
         dtype = await served_dtype(client, name)
         per = await chars_per_token(client, name, make_prompt(max(run.prompt_tokens, 256), seed=run.seed * 1000))
         shared = round(max(run.shared_prefix - 1, 0) * (per or 1.0))      # the shared prefix, in characters
@@ -147,7 +148,7 @@ async def _prepare(run: EndpointRun, target, say) -> tuple:
             text, _ = await sized_prompt(client, name, run.prompt_tokens, make, per, chat=run.api == "chat")
             prompts.append((text, run.prompt_tokens, run.output_tokens))
     if per is None:
-        say(f"note: {target.base} offers no /tokenize: each prompt is {run.prompt_tokens - 1} characters (one token "
+        say(f"note: {public_url(target.base)} offers no /tokenize: each prompt is {run.prompt_tokens - 1} characters (one token "
             "each in our byte tokenizer); the served prompt lengths come from the usage reports.")
     return name, prompts, dtype
 
@@ -178,7 +179,7 @@ def run_endpoint(run: EndpointRun, *, say=quiet) -> LatencyResult:
     t = now()
     name, prompts, served = asyncio.run(_prepare(run, target, say))
     dtype, dtype_from = dtype_of(run.dtype, served)
-    say(f"{base}: model {name!r}; prompts sized in {now() - t:.1f} s")
+    say(f"{public_url(base)}: model {name!r}; prompts sized in {now() - t:.1f} s")
     target = Target(base, run.api, name, run.timeout, run.connect_timeout, run.ignore_eos, run.usage_per_chunk,
                      run.api_key)
     header = RunHeader(device=_server_device(name, base), model=run.model, kind="latency", dtype=dtype,
@@ -189,7 +190,7 @@ def run_endpoint(run: EndpointRun, *, say=quiet) -> LatencyResult:
 
     def one(label, sink):
         c = concurrency[label]
-        say(f"running {label}: {run.requests} requests to {name!r} at {base}")
+        say(f"running {label}: {run.requests} requests to {name!r} at {public_url(base)}")
         ts = asyncio.run(run_requests(target, prompts, arrivals, concurrency=c, config=label,
                                       on_finish=sink.request))
         beyond = sum(t.token_counts == "usage beyond the request" for t in ts)

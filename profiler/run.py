@@ -51,9 +51,12 @@ SECRET_OPTIONS = ("--api-key",)   # their values never reach a result file or a 
 
 
 def redact(args) -> list:
-    """``args`` with the value of every ``SECRET_OPTIONS`` option replaced by ``***``."""
+    """``args`` with the value of every ``SECRET_OPTIONS`` option replaced by ``***``, and every URL's password and
+    credential query values (``endpoint.public_url``) by ``[redacted]``."""
+    from .endpoint import public_url
+
     out, hide = [], False
-    for a in args:
+    for a in (public_url(a) if "://" in str(a) else a for a in args):
         if hide:
             out.append("***")
             hide = False

@@ -153,3 +153,24 @@ def test_diagnose_of_a_run_where_every_request_failed_says_so_and_why(server, tm
     assert found[0]["claim"] == ("[endpoint=completions,concurrency=unlimited] All 2 requests failed (2 http 401): "
                                  "there is no latency to diagnose.")
     assert "Incorrect API key provided: Bearer [redacted]" in found[0]["evidence"] and KEY not in found[0]["evidence"]
+
+
+def test_a_password_or_key_in_the_endpoint_url_is_never_printed_or_recorded(tmp_path):
+    from profiler.endpoint import public_url
+    from profiler.endpoint_run import EndpointRun
+    from profiler.run import redact
+
+    url = f"https://me:{KEY}@example.invalid:8000/v1?api_key={KEY}&mode=fast"
+    shown = "https://me:[redacted]@example.invalid:8000/v1?api_key=[redacted]&mode=fast"
+    assert public_url(url) == shown
+    assert public_url(f"http://{KEY}@h") == "http://[redacted]@h"      # a bare token as the user name
+    assert public_url("http://127.0.0.1:8000") == "http://127.0.0.1:8000"
+    run = EndpointRun(url=url, out=tmp_path)
+    assert run.settings("m")["endpoint"] == shown and KEY not in run.command()
+    assert redact(["latency", "--endpoint", url, "--api-key", KEY]) == ["latency", "--endpoint", shown,
+                                                                         "--api-key", "***"]
+    r = CliRunner().invoke(main, ["latency", "--endpoint", f"ftp://me:{KEY}@h", "--out", str(tmp_path / "x")])
+    assert r.exit_code != 0 and KEY not in r.output and "ftp://me:[redacted]@h" in r.output, r.output
+    r = CliRunner().invoke(main, ["latency", "--endpoint", f"http://me:{KEY}@127.0.0.1:1", "--connect-timeout", "1",
+                                  "--requests", "1", "--out", str(tmp_path / "y")])
+    assert r.exit_code != 0 and KEY not in r.output and "me:[redacted]@127.0.0.1:1" in r.output, r.output
