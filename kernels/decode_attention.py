@@ -40,6 +40,7 @@ from ._common import (FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, check_window,
                       slot_rows, take, tanh)
 from ._launch import launch
 from .kv_append import CACHE_DTYPES, check_scales, dequantized
+from .prefill_attention import check_sinks
 
 
 @triton.jit
@@ -116,9 +117,9 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, len_ptr, slot_ptr,
 
 
 @triton.jit
-def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, HQ, D, SPLITS,
+def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, sink_ptr, o_ptr, HQ, D, SPLITS,
                          stride_mb, stride_mh, stride_ms, stride_lb, stride_lh, stride_ob, stride_oh,
-                         BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+                         BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, SINKS: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     offs_s = tl.arange(0, BLOCK_S)
@@ -126,11 +127,16 @@ def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, HQ, D, SPLITS,
     smask = offs_s < SPLITS
     lse = tl.load(mid_lse_ptr + b * stride_lb + h * stride_lh + offs_s, mask=smask, other=float("-inf"))
     m = tl.max(lse, 0)
+    if SINKS:                                                  # the sink joins the denominator once, here
+        sink = tl.load(sink_ptr + h).to(tl.float32) * 1.4426950408889634          # log2 units, as lse
+        m = tl.maximum(m, sink)
     m = tl.where(m == float("-inf"), 0.0, m)                                       # length 0: every split empty
     w = tl.math.exp2(lse - m)                                                      # 0 for empty splits
     part = tl.load(mid_o_ptr + b * stride_mb + h * stride_mh + offs_s[:, None] * stride_ms + offs_d[None, :],
                    mask=smask[:, None] & (offs_d[None, :] < D), other=0.0)
     den = tl.sum(w, 0)
+    if SINKS:
+        den += tl.math.exp2(sink - m)
     o = tl.sum(part * w[:, None], 0) / tl.where(den > 0, den, 1.0)                # zeros, not 0/0
     tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d, o.to(o_ptr.dtype.element_ty), mask=offs_d < D)
 
@@ -162,14 +168,16 @@ def decode_config(batch: int, n_kv_heads: int, max_len: int, device="cpu", *, dt
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lengths: torch.Tensor,
                      slots: torch.Tensor, *, max_len: int | None = None, sm_scale: float | None = None,
-                     window: int | None = None, softcap: float | None = None, out=None, scales=None,
+                     window: int | None = None, softcap: float | None = None, out=None, scales=None, sinks=None,
                      **config) -> torch.Tensor:
     """o [B, Hq, D]: each query over its sequence's ``lengths[b]`` cached keys.
 
     ``max_len`` (the largest of ``lengths``, known to the caller) avoids a device sync. An 8-bit cache
     (int8 / fp8) comes with ``scales=(k_scale, v_scale)`` [S, Hkv, L] fp32. ``window`` W: the query (at
     position lengths[b]-1) sees keys max(0, len-W) .. len-1, and the splits cover only those (min(max_len, W)
-    keys split, each sequence's from its own first key). ``softcap`` c: scores c * tanh(s / c).
+    keys split, each sequence's from its own first key). ``softcap`` c: scores c * tanh(s / c). ``sinks`` [Hq]
+    (GPT-OSS; fp32, or q's dtype, upcast on load): each head's logit joins the softmax's denominator, once, in
+    the merge (``kernels.sinks``); None compiles the merge without it.
     """
     # q: [B, Hq, D]   k_cache, v_cache: [S, Hkv, L, D]   lengths, slots: [B]   o: [B, Hq, D]
     check_tensor("q", q, (None, None, None), dtypes=FLOAT_DTYPES)
@@ -191,6 +199,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if max_len > L:
         raise ValueError(f"lengths up to {max_len} exceed the cache length {L}.")
     window, softcap = check_window(window, softcap)
+    check_sinks(sinks, HQ, q.device)
     out = torch.empty_like(q) if out is None else out
     check_tensor("out", out, (B, HQ, D), dtype=q.dtype)
     if B == 0 or max_len == 0:
@@ -216,9 +225,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
            BLOCK_G=max(16, next_pow2(G)), BLOCK_N=c["block_n"], BLOCK_D=BD, UPCAST=INTERPRET, DOT_PREC=prec,
            KV_QUANT=bool(kind), WINDOW=window is not None, SOFTCAP=softcap is not None,
            num_warps=c["num_warps"], num_stages=c["num_stages"])
-    launch(_decode_merge_kernel, (B, HQ), mid_o, mid_lse, out, HQ, D, c["splits"], mid_o.stride(0), mid_o.stride(1),
-           mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1), out.stride(0), out.stride(1),
-           BLOCK_S=max(2, next_pow2(c["splits"])), BLOCK_D=BD)
+    launch(_decode_merge_kernel, (B, HQ), mid_o, mid_lse, mid_lse if sinks is None else sinks, out, HQ, D,
+           c["splits"], mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
+           out.stride(0), out.stride(1), BLOCK_S=max(2, next_pow2(c["splits"])), BLOCK_D=BD, SINKS=sinks is not None)
     return out
 
 

@@ -102,13 +102,13 @@ def _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_
 
 
 @triton.jit
-def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, o_ptr, slot_ptr, N_NEW, P, HQ, BH, GROUP, D, qk_scale,
+def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, sink_ptr, o_ptr, slot_ptr, N_NEW, P, HQ, BH, GROUP, D, qk_scale,
                          win, cap_scale, stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh,
                          stride_ks, stride_kh, stride_kn, stride_ss, stride_sh,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                          CAUSAL: tl.constexpr, HEAVY_FIRST: tl.constexpr, UPCAST: tl.constexpr,
                          DOT_PREC: tl.constexpr, KV_QUANT: tl.constexpr, WINDOW: tl.constexpr,
-                         SOFTCAP: tl.constexpr):
+                         SOFTCAP: tl.constexpr, SINKS: tl.constexpr):
     pid = tl.program_id(0)
     pid_bh = pid % BH                                       # (batch, head) fastest
     pid_m = pid // BH
@@ -129,11 +129,16 @@ def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, o_ptr, slot_ptr, N
     v_base = v_ptr + slot * stride_ks + kvh.to(tl.int64) * stride_kh
     ks_base = ks_ptr + slot * stride_ss + kvh.to(tl.int64) * stride_sh    # scales of an 8-bit cache (else unused)
     vs_base = vs_ptr + slot * stride_ss + kvh.to(tl.int64) * stride_sh
-    if WINDOW:      # a row may see no key of its first tiles: a finite start keeps exp2(s - m) at 0, never NaN
-        m_i = tl.full((BLOCK_M,), -1.0e30, tl.float32)
+    if SINKS:       # the sink's logit (log2 units) starts the running max, and its exp2 there (1) the sum
+        sink = tl.load(sink_ptr + h).to(tl.float32) * 1.4426950408889634
+        m_i = tl.zeros((BLOCK_M,), tl.float32) + tl.maximum(sink, -1.0e30)      # finite: a -inf sink weighs 0
+        l_i = tl.full((BLOCK_M,), 1.0, tl.float32)
     else:
-        m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)
+        if WINDOW:  # a row may see no key of its first tiles: a finite start keeps exp2(s - m) at 0, never NaN
+            m_i = tl.full((BLOCK_M,), -1.0e30, tl.float32)
+        else:
+            m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+        l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     if CAUSAL:
         # [mid, diag_lo): keys every query of this tile sees, no mask; [diag_lo, hi): the diagonal band, masked.
@@ -197,13 +202,14 @@ def attention_config(n_new: int, head_dim: int, dtype=torch.bfloat16, *, block_m
 
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
                       cached: int = 0, *, causal: bool = True, sm_scale: float | None = None, window: int | None = None,
-                      softcap: float | None = None, out=None, scales=None, **config) -> torch.Tensor:
+                      softcap: float | None = None, out=None, scales=None, sinks=None, **config) -> torch.Tensor:
     """o [B, n, Hq, D] for new queries at positions cached..cached+n-1 over cache rows ``slots``; an 8-bit
     cache (int8 / fp8) comes with ``scales=(k_scale, v_scale)`` [S, Hkv, L] fp32.
 
     ``window`` W (causal only): query i sees keys i-W < j <= i (transformers' sliding window); key tiles
     below every query's window are skipped. ``softcap`` c (Gemma-2): scores s = c * tanh(s / c) before the
-    softmax (s already times ``sm_scale``)."""
+    softmax (s already times ``sm_scale``). ``sinks`` [Hq] (GPT-OSS; fp32, or q's dtype, upcast on load): each
+    head's logit joins every softmax denominator (``kernels.sinks``); None compiles the kernel without it."""
     # q: [B, n, Hq, D]   k_cache, v_cache: [S, Hkv, L, D] (any strides but D contiguous)   slots: [B]
     check_tensor("q", q, (None, None, None, None), dtypes=FLOAT_DTYPES)
     B, n, HQ, D = q.shape
@@ -223,6 +229,7 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     window, softcap = check_window(window, softcap)
     if window is not None and not causal:
         raise ValueError("a sliding window needs causal attention: pass causal=True, or window=None.")
+    check_sinks(sinks, HQ, q.device)
     out = torch.empty_like(q) if out is None else out
     check_tensor("out", out, (B, n, HQ, D), dtype=q.dtype)
     if B * n == 0:
@@ -236,14 +243,21 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     prec = "ieee" if (q.dtype == torch.float32 or INTERPRET) else "tf32"
     grid = (cdiv(n, c["block_m"]) * B * HQ,)
     ks, vs = scales if kind else (k_cache, v_cache)
-    launch(_prefill_attn_kernel, grid, q, k_cache, v_cache, ks, vs, out, slots, n, int(cached), HQ, B * HQ, HQ // HKV,
-           D, scale, window or 0, cap_scale, q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1),
-           out.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), ks.stride(0), ks.stride(1),
+    sk = q if sinks is None else sinks                                          # unused without sinks
+    launch(_prefill_attn_kernel, grid, q, k_cache, v_cache, ks, vs, sk, out, slots, n, int(cached), HQ, B * HQ,
+           HQ // HKV, D, scale, window or 0, cap_scale, q.stride(0), q.stride(1), q.stride(2), out.stride(0),
+           out.stride(1), out.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), ks.stride(0), ks.stride(1),
            BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], BLOCK_D=max(16, next_pow2(D)),
            CAUSAL=causal, HEAVY_FIRST=causal, UPCAST=INTERPRET, DOT_PREC=prec, KV_QUANT=bool(kind),
-           WINDOW=window is not None, SOFTCAP=softcap is not None,
+           WINDOW=window is not None, SOFTCAP=softcap is not None, SINKS=sinks is not None,
            num_warps=c["num_warps"], num_stages=c["num_stages"])
     return out
+
+
+def check_sinks(sinks, n_heads: int, device) -> None:
+    """``sinks``: None, or one logit per query head ([Hq], a float dtype, on q's device)."""
+    if sinks is not None:
+        check_tensor("sinks", sinks, (n_heads,), dtypes=FLOAT_DTYPES, device=device)
 
 
 def visible(rows: torch.Tensor, S: int, window=None) -> torch.Tensor:
