@@ -392,7 +392,7 @@ class LlamaModel:
         slots = tok_slot[:1]                                               # slots: [B=1]
 
         def attend(q, kc, vc, **kw):                                       # q: [n, Hq, D] -> [1, n, Hq, D]
-            fn = prefill_with_sinks if "sinks" in kw else ops.prefill_attention
+            fn = prefill_with_sinks if "sinks" in kw and ops.name != "triton" else ops.prefill_attention
             return fn(q.view(1, n, cfg.n_heads, cfg.head_dim), kc, vc, slots, p, **kw).reshape(q.shape)
 
         if cfg.mla:
@@ -429,7 +429,7 @@ class LlamaModel:
         max_len = int(pos_h.max()) + 1
 
         def attend(q, kc, vc, **kw):                                       # q: [B, Hq, D]
-            fn = decode_with_sinks if "sinks" in kw else ops.decode_attention
+            fn = decode_with_sinks if "sinks" in kw and ops.name != "triton" else ops.decode_attention
             return fn(q, kc, vc, lens, slots_d, max_len=max_len, **kw)
 
         if self.cfg.mla:
@@ -458,7 +458,7 @@ class LlamaModel:
             shape, vshape = (1, S, cfg.kv_lora_rank), (1, S, cfg.qk_rope_dim)
 
         def attend(q, kc, vc, **kw):
-            fn = prefill_with_sinks if "sinks" in kw else ops.prefill_attention
+            fn = prefill_with_sinks if "sinks" in kw and ops.name != "triton" else ops.prefill_attention
             return fn(q.view(1, S, cfg.n_heads, cfg.head_dim), kc, vc, zero[:1], 0, **kw).reshape(q.shape)
 
         if cfg.mla:

@@ -192,7 +192,7 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         attn_cfg = attention_config(n, D, dt, kv_quant=qkv)
 
         def attend(qq, kc, vc, **akw):
-            fn = prefill_with_sinks if "sinks" in akw else K.prefill_attention
+            fn = prefill_with_sinks if "sinks" in akw and K.name != "triton" else K.prefill_attention
             return fn(qq.view(B, n, Hq, D), kc, vc, slots, 0, **akw).reshape(qq.shape)
     else:
         pos = torch.full((B,), context, dtype=torch.long, device=dev)
@@ -201,7 +201,7 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         attn_cfg = decode_config(B, Hkv, kv_len, dev, dtype=dt, kv_quant=qkv)
 
         def attend(qq, kc, vc, **akw):
-            fn = decode_with_sinks if "sinks" in akw else K.decode_attention
+            fn = decode_with_sinks if "sinks" in akw and K.name != "triton" else K.decode_attention
             return fn(qq, kc, vc, lens, slots, max_len=kv_len, **akw)
     ids = torch.randint(0, cfg.vocab, (T,), generator=g, device=dev)
     last = rnd(B, H)                                                              # final_norm / lm_head rows
@@ -337,11 +337,11 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         if kind == "attention":
             akw = attention_options(cfg, spec.layers[0])
             extra = {key: val for key, val in akw.items() if key != "sm_scale"}
-            if "sinks" in lw:          # GPT-OSS: the torch sink path (kernels.sinks) on both backends
+            if "sinks" in lw:          # GPT-OSS: the Triton kernels' SINKS variant, or the torch path (kernels.sinks)
                 akw["sinks"] = lw["sinks"]
-                extra = extra | {"sinks": "torch path (kernels.sinks)"}
+                extra = extra | {"sinks": "Triton kernel" if K.name == "triton" else "torch path (kernels.sinks)"}
             return ((lambda: attend(q, k_cache, v_cache, **skw, **akw)),
-                    (attn_cfg if K.name == "triton" and "sinks" not in akw else {}) | kv_cfg | extra)
+                    (attn_cfg if K.name == "triton" else {}) | kv_cfg | extra)
         if kind == "residual":
             return (lambda: K.residual_add(x, r)), {}
         if kind == "activation" and d["width"] != I:    # a shared expert's (its own width)
