@@ -72,7 +72,8 @@ class TraceRunResult:
                            "roof_fraction": s.roof_fraction, "time_s": s.time_s, "traced_s": s.traced_s,
                            "uncosted_share": s.uncosted_share, "sentence": s.sentence} for s in self.steps],
                 "model_expectation": self.expectation, "kernel_breakdown": self.breakdown,
-                "collectives": self.collectives, "notes": self.notes}
+                "collectives": self.collectives, "experts": self.header.settings.get("experts"),
+                "notes": self.notes}
 
     def text(self) -> str:
         return summary_text(self)
@@ -187,6 +188,8 @@ def _run(run: TraceRun, say) -> TraceRunResult:
                 "model_expectation": expectation, "idle": mine.summary.get("idle", {}),
                 "launches": mine.summary.get("launches", {}), "attribution": mine.summary.get("attribution", {}),
                 "collectives": comms}
+    if "experts" in mine.summary:
+        settings["experts"] = mine.summary["experts"]     # tokens per expert (roofline.trace_experts)
     from . import probes
     from .run import started
 
@@ -259,6 +262,8 @@ def summary_text(r: TraceRunResult) -> str:
                      f"{U.seconds(e['model_roof_s'])} at the roof; traced {U.flops(e['traced_flops'])}, "
                      f"{U.nbytes(e['traced_bytes'])}, {U.seconds(e['traced_step_s'])} per step, of which "
                      f"{U.seconds(e['not_modelled_s'])} in casts, copies, fills and framework the model does not need")
+    if r.header.settings.get("experts"):
+        lines.append(r.header.settings["experts"]["sentence"])
     for c, sec, n in r.breakdown:
         lines.append(f"  {c:<16}{U.seconds(sec):>10}  {n} kernel(s)")
     lines.append(f"results: {r.path}")

@@ -82,6 +82,8 @@ def trace_facts(analysis) -> list[str]:
                    f"{U.nbytes(e['traced_bytes'])} costed, {U.seconds(e['traced_step_s'])} per step, "
                    f"{U.seconds(e['not_modelled_s'])} of it in casts, copies, fills and framework work the model "
                    "does not need.")
+    if (st.get("experts") or {}).get("sentence"):       # tokens per expert (roofline.trace_experts)
+        out.append(st["experts"]["sentence"])
     return out
 
 

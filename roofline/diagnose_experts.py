@@ -1,5 +1,10 @@
 """Diagnosis rules for mixtures of experts (issue 21): ``expert-bound`` and ``expert-imbalance``.
 
+On a trace (``roofline trace --model``) ``expert-imbalance`` reads the tokens per expert the trace's expert GEMMs
+recorded (``roofline.trace_experts``, the header's ``experts``): summed per phase and MoE layer over the steps,
+one expert at least ``IMBALANCE_MIN`` x the mean of the experts hit, where that mean is at least
+``TRACE_MIN_MEAN`` tokens (so a uniform router's chance spread, about 1 + 2.1 / sqrt(mean), stays near 1.25x).
+
 ``roofline.diagnose.profile_findings`` calls ``expert_findings`` per backend; the rules, their evidence and
 thresholds are documented in ``roofline.diagnose``'s table. ``moe_decode_phase`` prices a step through the cost
 model (the report's expert chart uses it too).
@@ -17,6 +22,7 @@ from .units import ms
 IMBALANCE_MARGIN = 1.5   # the experts op 1.5x slower than its uniform-routing expectation: more than timing noise
 IMBALANCE_MIN = 1.5      # one expert with 1.5x the mean tokens (of the experts touched): its blocks run longest
 IMBALANCE_POINTS = 3     # the experts op's typical efficiency is a median: at least three points for one
+TRACE_MIN_MEAN = 64      # a trace's counts: at least 64 tokens per expert hit before max/mean is judged
 
 
 def moe_decode_phase(model, key, settings=None):
@@ -46,6 +52,9 @@ def expert_findings(a, backend: str, several: bool = False, src: str = "") -> li
     model = a.header.model
     if model is None or not model.n_experts:
         return []
+    if a.header.kind == "trace":
+        f = _trace_imbalance(a.header.settings.get("experts") or {}, src)
+        return [f] if f else []
     ss = [s for s in a.phase_steps("decode", backend) if s.reliable and _experts_op(s) is not None]
     if not ss:
         return []
@@ -120,4 +129,32 @@ def _expert_imbalance(ss, on: str, src: str):
     action = ("a grouped GEMM's time follows its busiest expert: check the router's load balance on real prompts "
               "(a per-expert histogram), and for a skewed load try expert parallelism with replicated hot experts "
               "or a smaller block size for the grouped GEMM")
+    return Finding("expert-imbalance", claim, ev, action, src)
+
+
+def _trace_imbalance(ex: dict, src: str):
+    """``expert-imbalance`` from a trace's recorded tokens per expert (see the module docstring)."""
+    hit = []
+    for g in ex.get("by_layer") or []:
+        counts = {e: n for e, n in (g.get("counts") or {}).items() if n > 0}
+        ratio = g.get("imbalance")
+        if not counts or not isinstance(ratio, (int, float)):
+            continue
+        mean = sum(counts.values()) / len(counts)
+        if mean >= TRACE_MIN_MEAN and ratio >= IMBALANCE_MIN:
+            top = max(counts.items(), key=lambda kv: kv[1])
+            hit.append((ratio, mean, top, g))
+    if not hit:
+        return None
+    ratio, mean, top, g = max(hit, key=lambda h: h[0])
+    claim = (f"Expert imbalance in the traced {g['phase']}: at MoE layer {g['layer']}, expert {top[0]} got "
+             f"{ratio:.1f}x the mean tokens of the {g['experts_hit']} experts hit.")
+    ev = "; ".join(f"{x['phase']} layer {x['layer']}: expert {t[0]} {t[1]:,} of {x['routed']:,} routed over "
+                   f"{x['steps']} step(s), {m:.0f} per expert hit on average, max/mean {r:.2f}"
+                   for r, m, t, x in sorted(hit, key=lambda h: -h[0])[:5])
+    ev += (f". Counts {ex.get('how', '')} from the experts' GEMM shapes in the trace (roofline.trace_experts), "
+           f"summed over the steps; judged where the mean is at least {TRACE_MIN_MEAN} tokens per expert hit")
+    action = ("check the router's load balance on real prompts (these counts are this trace's prompts); a grouped "
+              "GEMM's time follows its busiest expert: for a skewed load try expert parallelism with replicated hot "
+              "experts or a smaller block size for the grouped GEMM")
     return Finding("expert-imbalance", claim, ev, action, src)

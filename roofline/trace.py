@@ -36,6 +36,7 @@ from .errors import RooflineError
 from .records import Measurement, WorkloadPoint
 from .trace_cost import COLLECTIVE_OPS, FRAMEWORK, OpCost, cost_op, is_wrapper
 from .trace_events import US, gpu_time, work_items
+from .trace_experts import expert_loads
 from .trace_graphs import ReplayMap, graph_launches, kernel_category
 from .trace_idle import idle_causes, launch_stats
 from .trace_phases import FORWARD, PLAN_PHASES, plan_phases
@@ -302,6 +303,9 @@ def _analyze(trace, model, markers, captures, device_name) -> TraceResult:
     if trace.is_gpu:
         summary["idle"] = idle_causes(trace)
         summary["launches"] = launch_stats(trace)
+    experts = expert_loads(trace, instances, plan.phase, model)   # tokens per expert (a MoE model's trace)
+    if experts is not None:
+        summary["experts"] = {**experts.to_json(), "sentence": experts.sentence}
     return TraceResult(ms, summary, dtype, list(trace.notices) + plan.notes, instances)
 
 
