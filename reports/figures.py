@@ -152,6 +152,10 @@ def figure_builders(rf) -> list:
 
     if analyze(rf).ok and rf.header.kind != "trace" and has_experts(rf):   # a mixture of experts: reuse vs batch
         out.append(("experts", lambda: [f for f in (expert_figure(rf),) if f]))
+    from .idle_plot import has_idle_timeline, idle_figure
+
+    if has_idle_timeline(rf):                # a GPU trace: its idle gaps by cause
+        out.append(("idle", lambda: [idle_figure(rf)]))
     if has_collectives(rf):                  # tensor parallelism: the collectives under the interconnect roof
         out.append(("interconnect", lambda: [interconnect_figure(rf)]))
     return out

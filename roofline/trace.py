@@ -301,7 +301,7 @@ def _analyze(trace, model, markers, captures, device_name) -> TraceResult:
                               rank=trace.rank))
     summary = _summary(trace, instances, plan, gt, replay_stats)
     if trace.is_gpu:
-        summary["idle"] = idle_causes(trace)
+        summary["idle"] = idle_causes(trace, markers)
         summary["launches"] = launch_stats(trace)
     experts = expert_loads(trace, instances, plan.phase, model)   # tokens per expert (a MoE model's trace)
     if experts is not None:

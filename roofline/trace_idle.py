@@ -14,6 +14,17 @@ causes, one per gap, tried in this order:
 * **other**: the next activity was already queued when the GPU went idle (a wait on another
   stream's event, a launch latency, a dependency): not the host.
 
+It also returns ``timeline``: what a report draws without the trace (``reports/idle_plot.py``), in
+seconds from the first GPU activity: ``window_s`` (the GPU window, from 0), ``busy`` ([start, end] of
+the union of GPU activity), ``gaps`` ([start, end, cause], in time order) and ``phases`` ([start, end,
+phase]: where the GPU ran the work launched inside the phase-marker annotations, consecutive ranges
+of one phase joined; none when no annotation marks a phase). A huge trace stays small: past
+``MAX_GAPS`` gaps only the ``MAX_GAPS`` longest are drawn (every gap longer than 1/``MAX_GAPS`` of the
+window among them, so nothing a pixel could show is lost) and the busy intervals around the others
+join; ``merged_gaps``, ``merged_s`` and ``merged_by_cause_s`` say what was folded into busy time, so a
+figure can say it is simplified. Past ``MAX_GAPS`` phase ranges (prefill and decode steps alternating),
+those shorter than 1/``MAX_GAPS`` of the window are left out and ``phases_dropped`` counts them.
+
 ``launch_stats(trace)``, as HTA reports them: per kernel launched by a runtime call (graph
 replays excluded: their kernels start long after one launch), the launch-to-start delay
 (p50, p90, max) and the "short" kernels whose GPU time is less than their launch call's CPU
@@ -27,12 +38,18 @@ import re
 from collections import defaultdict
 
 from .trace_events import US
+from .trace_phases import DEFAULT_MARKERS, marked_phase
 
 SYNC = re.compile(r"(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize|^(cuda|hip)Memcpy(2D|3D)?$|^cuMemcpy[DH]to[DH]"
                   r"(_v2)?$|(cuda|hip)StreamWaitEvent$|^(cuda|hip)MemcpyDtoH$")
 CAUSES = ("host-bound", "synchronisation", "other")
 NO_OP = "no op (Python or framework code between ops)"
 TOP_GAPS = 10
+# Gaps drawn at most: with the busy blocks between them, 2 * MAX_GAPS + 1 segments (about two per pixel of a
+# 1,000-pixel strip). A gap longer than 1/MAX_GAPS of the window is always among them: MAX_GAPS such gaps would
+# already fill the window.
+MAX_GAPS = 1000
+NS = 9          # timeline times are rounded to the nanosecond: a trace's clock ticks in microseconds
 
 
 def busy_intervals(gpu) -> list:
@@ -47,8 +64,9 @@ def busy_intervals(gpu) -> list:
     return out
 
 
-def idle_causes(trace) -> dict:
-    """Idle time by cause (seconds), the dominant cause, the host-bound time by CPU op, and the largest gaps."""
+def idle_causes(trace, markers=None) -> dict:
+    """Idle time by cause (seconds), the dominant cause, the host-bound time by CPU op, the largest gaps and the
+    timeline a report draws (module docstring). ``markers``: the phase markers (``trace_phases.parse_markers``)."""
     if not trace.gpu:
         return {}
     busy = busy_intervals(trace.gpu)
@@ -81,12 +99,69 @@ def idle_causes(trace) -> dict:
         gaps.append((b - a, a, cause, op, nxt.name))
     idle = sum(by_cause.values())
     dominant = max(CAUSES, key=lambda c: by_cause[c]) if idle > 0 else ""
+    line = timeline(busy, gaps, phase_spans(trace, markers or DEFAULT_MARKERS))
     gaps.sort(key=lambda x: -x[0])
     return {"idle_s": idle, "by_cause_s": by_cause, "gaps": counts, "dominant": dominant,
             "dominant_share": by_cause[dominant] / idle if idle else 0.0,
             "host_ops": [{"op": k, "time_s": v} for k, v in sorted(by_op.items(), key=lambda kv: -kv[1])[:5]],
             "largest": [{"at_s": (a - origin) * US, "gap_s": d * US, "cause": c, "cpu_op": o, "next": n[:80]}
-                        for d, a, c, o, n in gaps[:TOP_GAPS]]}
+                        for d, a, c, o, n in gaps[:TOP_GAPS]], "timeline": line}
+
+
+def phase_spans(trace, markers) -> list:
+    """[(start, end, phase)] in trace microseconds: where the GPU ran what was launched inside each annotation that
+    marks a phase (same process), in the annotations' order, consecutive ones of one phase joined."""
+    launched = sorted((g.launch.ts, g.launch.thread[0], g.ts, g.end) for g in trace.gpu if g.launch is not None)
+    at = [x[0] for x in launched]
+    runs: list = []
+    for a in sorted(trace.annotations, key=lambda a: (a.ts, -a.end)):
+        phase = marked_phase(a.name, markers)
+        if phase is None:
+            continue
+        ran = [(s, e) for _, pid, s, e in launched[bisect.bisect_left(at, a.ts):bisect.bisect_right(at, a.end)]
+               if pid == a.thread[0]]
+        if not ran:
+            continue
+        s, e = min(x[0] for x in ran), max(x[1] for x in ran)
+        if runs and runs[-1][2] == phase:
+            runs[-1][0], runs[-1][1] = min(runs[-1][0], s), max(runs[-1][1], e)
+        else:
+            runs.append([s, e, phase])
+    return [tuple(r) for r in runs]
+
+
+def timeline(busy: list, gaps: list, phases=()) -> dict:
+    """The drawable timeline (module docstring) from the busy intervals and the gaps in time order
+    ((length, start, cause, op, next), microseconds); at most MAX_GAPS gaps, the rest folded into busy time."""
+    if not busy:
+        return {}
+    origin, end = busy[0][0], busy[-1][1]
+
+    def s(t):
+        return round((t - origin) * US, NS)
+
+    keep = range(len(gaps))
+    if len(gaps) > MAX_GAPS:                          # the longest MAX_GAPS, earlier first among equals
+        keep = sorted(sorted(keep, key=lambda i: (-gaps[i][0], i))[:MAX_GAPS])
+    kept = set(keep)
+    merged = dict.fromkeys(CAUSES, 0.0)
+    for i, g in enumerate(gaps):
+        if i not in kept:
+            merged[g[2]] += g[0] * US
+    blocks = [[busy[0][0], busy[0][1]]]
+    for i, g in enumerate(gaps):                      # gap i lies between busy[i] and busy[i + 1]
+        if i in kept:
+            blocks.append([busy[i + 1][0], busy[i + 1][1]])
+        else:
+            blocks[-1][1] = busy[i + 1][1]
+    ranges = [[max(s(a), 0.0), min(s(b), s(end)), p] for a, b, p in phases if b > origin and a < end]
+    shown = ranges
+    if len(ranges) > MAX_GAPS:                        # steps of alternating phases: those under a pixel go
+        shown = [r for r in ranges if r[1] - r[0] > s(end) / MAX_GAPS]
+    return {"window_s": s(end), "busy": [[s(a), s(b)] for a, b in blocks],
+            "gaps": [[s(gaps[i][1]), s(gaps[i][1] + gaps[i][0]), gaps[i][2]] for i in keep], "phases": shown,
+            "merged_gaps": len(gaps) - len(kept), "merged_s": sum(merged.values()), "merged_by_cause_s": merged,
+            "phases_dropped": len(ranges) - len(shown)}
 
 
 def _pct(xs: list, q: float) -> float:

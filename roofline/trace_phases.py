@@ -71,7 +71,8 @@ def parse_markers(specs) -> dict:
     return {k: tuple(v) for k, v in out.items()}
 
 
-def _marked(name: str, markers: dict):
+def marked_phase(name: str, markers: dict):
+    """The phase an annotation's name marks (a marker is a substring, any case), None if none or several."""
     low = name.lower()
     hits = [p for p, names in markers.items() if any(n in low for n in names)]
     return hits[0] if len(hits) == 1 else None
@@ -121,7 +122,7 @@ def plan_phases(trace, instances, markers=None) -> PhasePlan:
     plan = PhasePlan([None] * n)
     step_of = [None] * n
     spans = sorted(((a.ts, a.end, p, a.thread[0]) for a in trace.annotations
-                    if (p := _marked(a.name, markers))), key=lambda s: (s[0], -s[1]))
+                    if (p := marked_phase(a.name, markers))), key=lambda s: (s[0], -s[1]))
     longest = max((s[1] - s[0] for s in spans), default=0.0)   # a search back past it can stop
     fwd, what = _forwards(trace, instances)
     starts = [f[0] for f in fwd]

@@ -1,0 +1,260 @@
+"""The trace report's timeline of GPU idle gaps (roofline/trace_idle.py's ``timeline``, reports/idle_plot.py).
+
+Fixture: tests/data/traces/idle_causes.json (make_traces_issue24.py derives it): A 100-200, B 300-350,
+C 400-450 + E 450-453 on stream 7, D 480-500 on stream 8, all inside one "decode" annotation (0-600). From the
+first GPU activity (100 us): busy 0-100, 200-250, 300-353, 380-400; gaps 100-200 host-bound, 250-300
+synchronisation, 353-380 other; window 400 us.
+"""
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from matplotlib.colors import to_rgba
+
+from profiler.cli import main
+from reports import write_report
+from reports.idle_plot import BUSY_COLOR, CAUSE_COLORS, has_idle_timeline, idle_figure, plot_idle
+from reports.style import new_figure
+from roofline import trace_idle
+from roofline.records import read_results
+from roofline.trace_events import read_trace
+from roofline.trace_idle import idle_causes, timeline
+from roofline.trace_phases import parse_markers
+
+DATA = Path(__file__).parent / "data" / "traces"
+sys.path.insert(0, str(DATA))
+from make_traces import BF, F32, GEMM, Builder
+from make_traces_issue24 import H100, runtime
+
+US = 1e-6
+
+
+def decode_trace(path, steps, kernels=6, seed=0):
+    """A generated decode run: one prefill annotation (4 GEMMs, 200 us each, back to back), then ``steps`` decode
+    annotations, each a host op ``vllm::prepare_inputs`` (20-300 us; 900 every 7th step) then ``kernels`` GEMMs
+    launched 10 us apart (30-60 us each: they queue, sometimes 2 us apart), a ``cudaStreamSynchronize`` after
+    every 3rd step. ``tests/test_idle_plot.py`` draws it; ``python tests/test_idle_plot.py OUT.json STEPS`` writes
+    a large one to look at."""
+    rng = random.Random(seed)
+    b = Builder(devices=(H100,))
+    b.annotation("prefill", 0, 400)
+    gpu_end = 0
+    for k in range(4):
+        e = b.op("aten::mm", 10 + 20 * k, 15, [[512, 4096], [4096, 4096]], [BF, BF])
+        gpu_end = max(gpu_end, 17 + 20 * k) + 200
+        b.launch(e, 12 + 20 * k, gpu_end - 200, 200, GEMM)
+    t = 420
+    for s in range(steps):
+        host = rng.choice([20, 40, 60, 300]) if s % 7 else 900
+        b.op("vllm::prepare_inputs", t, host)
+        begin, t = t, t + host + 2
+        for _ in range(kernels):
+            e = b.op("aten::mm", t, 8, [[1, 4096], [4096, 4096]], [BF, BF])
+            ts = max(t + 6, gpu_end + (rng.choice([0, 0, 2]) if t < gpu_end else 0))
+            dur = rng.choice([30, 40, 60])
+            b.launch(e, t + 2, ts, dur, GEMM)
+            gpu_end, t = ts + dur, t + 10
+        if s % 3 == 0:
+            b.corr += 1
+            runtime(b, "cudaStreamSynchronize", t, gpu_end + 15 - t, b.corr)
+            t = gpu_end + 15
+        b.annotation("decode", begin, t - begin)
+    b.dump(Path(path))
+    return Path(path)
+
+
+def flat(pairs) -> list:
+    return [x for p in pairs for x in p]
+
+
+def by_gid(ax, gid):
+    return [a for a in ax.get_children() if a.get_gid() == gid]
+
+
+def rects(ax, gid) -> list:
+    """(x, width) of each bar a broken_barh with ``gid`` drew."""
+    (coll,) = [c for c in ax.collections if c.get_gid() == gid]
+    out = []
+    for p in coll.get_paths():
+        xs = p.vertices[:, 0]
+        out.append((round(xs.min() / US, 6), round((xs.max() - xs.min()) / US, 6)))
+    return sorted(out)
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    out = tmp_path_factory.mktemp("idle")
+    res = CliRunner().invoke(main, ["trace", str(DATA / "idle_causes.json"), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_timeline_of_the_fixture_trace_in_seconds_from_the_first_gpu_activity():
+    line = idle_causes(read_trace(DATA / "idle_causes.json"))["timeline"]
+    assert line["window_s"] == pytest.approx(400 * US)
+    assert flat(line["busy"]) == pytest.approx([0, 100 * US, 200 * US, 250 * US, 300 * US, 353 * US, 380 * US,
+                                                400 * US])
+    assert [g[2] for g in line["gaps"]] == ["host-bound", "synchronisation", "other"]
+    assert flat(g[:2] for g in line["gaps"]) == pytest.approx([100 * US, 200 * US, 250 * US, 300 * US, 353 * US,
+                                                              380 * US])
+    # busy 100 + 50 + 53 + 20 = 223 us, gaps 100 + 50 + 27 = 177 us: the window, nothing folded
+    assert line["merged_gaps"] == 0 and line["merged_s"] == 0.0
+    assert line["phases"] == [[0.0, pytest.approx(400 * US), "decode"]]
+
+
+def test_past_max_gaps_the_shortest_fold_into_busy_time_and_the_data_says_so(monkeypatch):
+    monkeypatch.setattr(trace_idle, "MAX_GAPS", 2)
+    busy = [[0, 10], [12, 20], [25, 30], [31, 40]]                  # microseconds
+    gaps = [(2, 10, "other", "", "k"), (5, 20, "host-bound", "op", "k"), (1, 30, "synchronisation", "", "k")]
+    line = timeline(busy, gaps)
+    # the 1 us sync gap (30-31) goes: busy 25-30 and 31-40 join into 25-40
+    assert flat(line["busy"]) == pytest.approx([0, 10 * US, 12 * US, 20 * US, 25 * US, 40 * US])
+    assert line["gaps"] == [[pytest.approx(10 * US), pytest.approx(12 * US), "other"],
+                            [pytest.approx(20 * US), pytest.approx(25 * US), "host-bound"]]
+    assert line["merged_gaps"] == 1 and line["merged_s"] == pytest.approx(1 * US)
+    assert line["merged_by_cause_s"] == {"host-bound": 0.0, "synchronisation": pytest.approx(1 * US), "other": 0.0}
+    # equal lengths: the earlier gap stays
+    line = timeline([[0, 1], [2, 3], [4, 5], [6, 7]], [(1, 1, "other", "", ""), (1, 3, "host-bound", "", ""),
+                                                      (1, 5, "other", "", "")])
+    assert [g[2] for g in line["gaps"]] == ["other", "host-bound"]
+    assert line["busy"][-1] == pytest.approx([4 * US, 7 * US])
+    # three phase ranges past MAX_GAPS = 2: those under 1/2 of the 7 us window (3.5 us) go, and are counted
+    line = timeline([[0, 7]], [], [(0, 1, "prefill"), (1, 5, "decode"), (5, 7, "prefill")])
+    assert line["phases"] == [[pytest.approx(1 * US), pytest.approx(5 * US), "decode"]]
+    assert line["phases_dropped"] == 2
+
+
+def test_every_gap_longer_than_a_thousandth_of_the_window_is_kept_on_a_huge_timeline():
+    rng = random.Random(7)
+    t, busy, gaps = 0.0, [], []
+    for _ in range(20_000):
+        d = rng.choice([1.0, 2.0, 3.0])
+        busy.append([t, t + d])
+        t += d
+        g = rng.choice([0.5, 1.0, 1.5, 100.0 if rng.random() < 0.01 else 0.25])
+        gaps.append((g, t, rng.choice(trace_idle.CAUSES), "", ""))
+        t += g
+    busy.append([t, t + 1.0])
+    line = timeline(busy, gaps)
+    window = line["window_s"]
+    assert len(line["gaps"]) == trace_idle.MAX_GAPS and len(line["busy"]) == trace_idle.MAX_GAPS + 1
+    long = [g for g in gaps if g[0] * US > window / trace_idle.MAX_GAPS]
+    drawn = {round(s / US, 3) for s, _, _ in line["gaps"]}
+    assert long and all(round(g[1], 3) in drawn for g in long)
+    assert line["merged_gaps"] == 20_000 - trace_idle.MAX_GAPS
+    idle = sum(g[0] for g in gaps) * US
+    shown = sum(e - s for s, e, _ in line["gaps"])
+    assert shown + line["merged_s"] == pytest.approx(idle)
+    assert sum(e - s for s, e in line["busy"]) + shown == pytest.approx(window)
+    assert len(json.dumps(line)) < 80_000          # the result file's header stays small
+
+
+def _phased_trace(path, prefill_name="prefill"):
+    """prefill annotation 0-100 (a GEMM launched at 10 runs 50-150); decode 200-300 (launched 210 and 250, running
+    220-240 and 260-280) and decode 300-400 (launched 310, running 320-330); an unmarked "step" 400-500 (launched
+    410, running 420-430). From the first GPU activity (50): prefill 0-100 us, decode 170-280 us (two steps)."""
+    b = Builder(devices=(H100,))
+    b.annotation(prefill_name, 0, 100)
+    b.annotation("decode", 200, 100)
+    b.annotation("decode", 300, 100)
+    b.annotation("step", 400, 100)
+    for launch, start, dur in ((10, 50, 100), (210, 220, 20), (250, 260, 20), (310, 320, 10), (410, 420, 10)):
+        e = b.op("aten::mm", launch - 2, 8, [[1, 4096], [4096, 4096]], [BF, BF])
+        b.launch(e, launch, start, dur, GEMM)
+    b.dump(path)
+    return path
+
+
+def test_phase_ranges_are_where_the_gpu_ran_the_marked_work(tmp_path):
+    line = idle_causes(read_trace(_phased_trace(tmp_path / "p.json")))["timeline"]
+    assert line["phases"] == [[0.0, pytest.approx(100 * US), "prefill"],
+                              [pytest.approx(170 * US), pytest.approx(280 * US), "decode"]]
+    t = read_trace(_phased_trace(tmp_path / "q.json", "ctx_encode"))
+    assert [p[2] for p in idle_causes(t)["timeline"]["phases"]] == ["decode"]
+    line = idle_causes(t, parse_markers(["prefill=ctx_encode"]))["timeline"]
+    assert [p[2] for p in line["phases"]] == ["prefill", "decode"]
+
+
+def test_the_figure_draws_each_gap_in_its_cause_colour_with_the_totals_in_the_legend(traced):
+    assert (traced / "figures" / "idle.png").stat().st_size > 10_000
+    rf = read_results(traced / "results.jsonl")
+    assert has_idle_timeline(rf)
+    fig = idle_figure(rf)
+    ax = fig.figure.axes[0]
+    assert rects(ax, "idle:busy") == [(0, 100), (200, 50), (300, 53), (380, 20)]
+    assert rects(ax, "idle:host-bound") == [(100, 100)]
+    assert rects(ax, "idle:synchronisation") == [(250, 50)]
+    assert rects(ax, "idle:other") == [(353, 27)]
+    assert rects(ax, "idle:phase:decode") == [(0, 400)]
+    for cause, color in CAUSE_COLORS.items():
+        (coll,) = by_gid(ax, f"idle:{cause}")
+        assert tuple(coll.get_facecolor()[0]) == pytest.approx(to_rgba(color))
+    assert tuple(by_gid(ax, "idle:busy")[0].get_facecolor()[0]) == pytest.approx(to_rgba(BUSY_COLOR))
+    assert len(set(CAUSE_COLORS.values()) | {BUSY_COLOR}) == 4
+    # 100/177 = 56%, 50/177 = 28%, 27/177 = 15%
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "busy: 223 us", "host-bound: 100 us (56% of idle)", "synchronisation: 50 us (28% of idle)",
+        "other: 27 us (15% of idle)", "phase: decode"]
+    assert [a.get_text() for a in by_gid(ax, "idle:largest")] == [
+        "CPU in vllm::prepare_inputs\n100 us", "synchronisation\n50 us", "other\n27 us"]
+    assert not by_gid(ax, "idle:note") and "simplified" not in fig.caption
+    assert ax.get_xlim() == pytest.approx((0, 400 * US))
+
+
+def test_a_simplified_timeline_says_so_on_the_figure(tmp_path, monkeypatch):
+    monkeypatch.setattr(trace_idle, "MAX_GAPS", 20)
+    idle = idle_causes(read_trace(decode_trace(tmp_path / "d.json", steps=30)))
+    line = idle["timeline"]
+    assert len(line["gaps"]) == 20 and line["merged_gaps"] > 0
+    _fig, ax = new_figure(12, 2.6)
+    plot_idle(ax, idle)
+    drawn = sum(len(by_gid(ax, f"idle:{c}")[0].get_paths()) for c in CAUSE_COLORS)
+    assert drawn == 20 and len(by_gid(ax, "idle:busy")[0].get_paths()) == 21
+    (note,) = by_gid(ax, "idle:note")
+    assert note.get_text().startswith(f"simplified: {line['merged_gaps']:,} gap(s) shorter than")
+    assert [p[2] for p in line["phases"]] == ["prefill", "decode"]
+
+
+def test_the_html_report_holds_the_figure(traced):
+    html = (traced / "report.html").read_text()
+    assert '<figure id="fig-idle">' in html and "GPU idle gaps by cause." in html
+    import base64
+
+    assert base64.b64encode((traced / "figures" / "idle.svg").read_bytes()).decode() in html
+
+
+def test_an_old_result_file_without_the_timeline_still_renders_without_the_figure(traced, tmp_path):
+    lines = (traced / "results.jsonl").read_text().splitlines()
+    head = json.loads(lines[0])
+    del head["settings"]["idle"]["timeline"]
+    old = tmp_path / "old.jsonl"
+    old.write_text("\n".join([json.dumps(head)] + lines[1:]) + "\n")
+    assert not has_idle_timeline(read_results(old))
+    paths = write_report([old], tmp_path / "rep")
+    assert "png:roofline" in paths and not any(k.endswith(":idle") for k in paths)
+    assert 'id="fig-idle"' not in paths["html"].read_text()
+
+
+def test_a_cpu_trace_gets_no_idle_figure(tmp_path):
+    b = Builder(devices=())
+    b.annotation("decode", 0, 200)
+    b.op("aten::mm", 10, 50, [[1, 64], [64, 64]], [F32, F32])
+    b.op("aten::mm", 100, 50, [[1, 64], [64, 64]], [F32, F32])
+    b.dump(tmp_path / "cpu_trace.json")
+    dev = tmp_path / "cpu.json"
+    dev.write_text(json.dumps({"name": "test CPU", "kind": "cpu", "peak_tflops": {"fp32": 0.1}, "bandwidth_gbs": 20}))
+    res = CliRunner().invoke(main, ["trace", str(tmp_path / "cpu_trace.json"), "--device-file", str(dev), "--out",
+                                    str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    rf = read_results(tmp_path / "o" / "results.jsonl")
+    assert rf.header.settings["idle"] == {} and not has_idle_timeline(rf)
+    assert (tmp_path / "o" / "figures" / "roofline.png").is_file()
+    assert not (tmp_path / "o" / "figures" / "idle.png").exists()
+
+
+if __name__ == "__main__":
+    decode_trace(sys.argv[1], int(sys.argv[2]))
