@@ -194,7 +194,7 @@ def _events(trace, E: int, H: int):
             s = _dims(op, 0)
             if s and len(s) == 3 and s[0] == E:
                 ev.append((op.thread, op.ts, "grouped", (f"{name} of the [{E}, ...] expert weights", 0)))
-        elif any(g in name for g in GROUPED_OPS):
+        elif ("moe" in name or "expert" in name or "grouped_mm" in name) and any(g in name for g in GROUPED_OPS):
             x = _dims(op, 0)
             ev.append((op.thread, op.ts, "grouped", (name, _rows(x) if name == "aten::_grouped_mm" and x else 0)))
     for g in trace.gpu:
