@@ -77,17 +77,43 @@ def run(path: Path, stream: bool, root: Path = ROOT) -> tuple:
     return float(out[0]), int(out[1]), int(out[2]), int(out[3])
 
 
+COMMAND = """
+import os, resource, subprocess, sys
+sys.path.insert(0, {root!r})
+from profiler.timing import now
+t0 = now()
+subprocess.run([sys.executable, "-m", "profiler.cli", "trace", {path!r}, "--no-report", "--json",
+                "--out", {out!r}], cwd={root!r},
+               stdout=subprocess.DEVNULL, check=True, env={{**os.environ, "PYTHONPATH": {root!r}}})
+print(now() - t0, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+"""
+
+
+def command(path: Path) -> tuple:
+    """(seconds, peak RSS bytes) of the whole ``roofline trace FILE --no-report --json``, run as the only child
+    of a fresh process (so the peak is that command's alone)."""
+    out = subprocess.run([sys.executable, "-c", COMMAND.format(root=str(ROOT), path=str(path), out=str(path.parent / "trace-out"))],
+                         stdout=subprocess.PIPE, text=True, check=True).stdout.split()
+    return float(out[0]), int(out[1])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=float, default=64)
+    ap.add_argument("--streamed-only", action="store_true",
+                    help="skip the whole-document read (json.loads of 1 GB needs ~10 GB and minutes)")
+    ap.add_argument("--command", action="store_true",
+                    help="also time the whole `roofline trace FILE --no-report --json` (read, cost, phases, idle)")
     ap.add_argument("--against", metavar="REV", help="also read the file streamed with this git revision's reader")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "big.json"
         n = generate(p, a.mb)
         size = p.stat().st_size
-        whole, streamed = run(p, False), run(p, True)
-        rows = [("whole document (json.loads)", whole), ("streamed (trace_stream)", streamed)]
+        streamed = run(p, True)
+        whole = None if a.streamed_only else run(p, False)
+        rows = ([] if whole is None else [("whole document (json.loads)", whole)]) + \
+            [("streamed (trace_stream)", streamed)]
         if a.against:
             old = Path(d) / "old"
             old.mkdir()
@@ -97,10 +123,14 @@ def main():
                 sys.exit(f"git archive {a.against} failed: {tar.stderr.decode().strip().splitlines()[-1:]}")
             subprocess.run(["tar", "-x", "-C", str(old)], input=tar.stdout, check=True)
             rows.append((f"streamed at {a.against}", run(p, True, old)))
-    print(f"trace: {size / 1e6:.1f} MB, {n:,} events ({whole[2]:,} ops, {whole[3]:,} GPU activities)")
+        cmd = command(p) if a.command else None
+    print(f"trace: {size / 1e6:.1f} MB, {n:,} events ({streamed[2]:,} ops, {streamed[3]:,} GPU activities)")
     for name, r in rows:
         print(f"{name:<30} {r[0]:7.2f} s   peak RSS {r[1] / 1e6:8.0f} MB")
-    print(f"streamed / whole: time {streamed[0] / whole[0]:.2f}x, peak memory {streamed[1] / whole[1]:.2f}x")
+    if cmd is not None:
+        print(f"{'roofline trace --no-report':<30} {cmd[0]:7.2f} s   peak RSS {cmd[1] / 1e6:8.0f} MB   (the whole command)")
+    if whole is not None:
+        print(f"streamed / whole: time {streamed[0] / whole[0]:.2f}x, peak memory {streamed[1] / whole[1]:.2f}x")
     if a.against:
         old = rows[-1][1]
         print(f"streamed / streamed at {a.against}: time {streamed[0] / old[0]:.2f}x, peak memory "
