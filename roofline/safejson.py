@@ -115,6 +115,8 @@ def _first_surrogate(s: str) -> str:
 
 def finite(v):
     """``v`` as a float when it is a finite real number (not a bool), else None."""
+    if type(v) is float:            # the common case first: a trace reads millions of these
+        return v if math.isfinite(v) else None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     try:
@@ -146,6 +148,6 @@ def text(v, default=None):
 
 def key(v):
     """A JSON scalar usable as a join key (str or whole number), else None: a list or dict never joins."""
-    if isinstance(v, str):
+    if type(v) is int or isinstance(v, str):
         return v
     return whole(v)

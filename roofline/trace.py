@@ -74,12 +74,16 @@ class TraceResult:
 
 def run_dtype(trace) -> str:
     """The activation dtype most GEMM inputs use (fp32 when the trace has no GEMM)."""
-    c = Counter()
+    c, seen = Counter(), {}
     for op in trace.ops:
         if op.name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul"):
-            oc = cost_op(op.name, op.args)
-            if isinstance(oc, OpCost) and oc.dtype in ("fp32", "bf16", "fp16", "fp8"):
-                c[oc.dtype] += 1
+            k = (op.name, id(op.args))     # ops with equal kept args share one args dict (trace_events._kept)
+            d = seen.get(k, _UNSET)
+            if d is _UNSET:
+                oc = cost_op(op.name, op.args)
+                d = seen[k] = oc.dtype if isinstance(oc, OpCost) else None
+            if d in ("fp32", "bf16", "fp16", "fp8"):
+                c[d] += 1
     return c.most_common(1)[0][0] if c else ("bf16" if trace.is_gpu else "fp32")
 
 
@@ -98,7 +102,7 @@ class _Coster:
         c = self.own.get(k, _UNSET)
         if c is _UNSET:    # a trace repeats its shapes step after step: cost each (name, inputs) once
             a = op.args
-            sig = (op.name, repr(a.get("Input Dims")), repr(a.get("Input type")), repr(a.get("Concrete Inputs")))
+            sig = (op.name, id(a))     # ops with equal kept args share one args dict (trace_events._kept)
             c = self.memo.get(sig, _UNSET)
             if c is _UNSET or op.name.startswith(COLLECTIVE_OPS):
                 c = self.memo[sig] = cost_op(op.name, a, self.dtype)

@@ -247,18 +247,6 @@ OP_KEYS = ("Input Dims", "Input type", "Concrete Inputs") + COMM_KEYS   # what t
 NO_ARGS: dict = {}                                                       # trace_phases and trace.py read; never mutated
 
 
-def _frozen(v):
-    """A hashable stand-in for a JSON value (lists as tuples; scalars other than str and int with their type, so
-    1, 1.0 and True stay apart); TypeError for a dict."""
-    if type(v) is list:
-        return tuple([_frozen(x) for x in v])
-    if type(v) is str or type(v) is int:
-        return v
-    if type(v) is dict:
-        raise TypeError
-    return (type(v), v)
-
-
 def _kept(args: dict, keys, seen: dict) -> dict:
     """The ``keys`` of ``args`` only, as one dict shared by every event whose kept fields are equal (``seen``):
     a trace repeats its shapes step after step, so a million ops hold a few hundred small dicts, not a million
@@ -267,8 +255,8 @@ def _kept(args: dict, keys, seen: dict) -> dict:
     if not kv:
         return NO_ARGS
     try:
-        sig = tuple([(k, _frozen(v)) for k, v in kv])
-    except (TypeError, RecursionError):
+        sig = repr(kv)       # C-fast, and 1, 1.0, True and "1" stay apart; lists nested past the limit: unshared
+    except RecursionError:
         return dict(kv)
     d = seen.get(sig)
     if d is None:
