@@ -24,6 +24,11 @@ count is sized for min(max_len, W) keys and each sequence's splits start at its 
 by ``kernels.kv_append``): as in prefill attention, tiles are read as 8-bit values and converted in
 registers; K's per-token scale multiplies its column of scores, V's its column of probabilities
 before the P.V dot (the online softmax's sums use the unscaled probabilities).
+
+Sinks (``sinks`` [Hq], GPT-OSS; ``kernels.sinks`` is the reference): each query head's logit joins the
+denominator once, in the merge: m = max(sink, max lse), den = exp2(sink - m) + sum_s exp2(lse_s - m) (the sink
+times log2(e), as the lse); the split kernel is unchanged. ``SINKS`` is the merge's constexpr: without sinks it
+compiles as before. A sequence of length 0 still gets zeros.
 """
 
 from __future__ import annotations

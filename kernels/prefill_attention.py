@@ -33,6 +33,12 @@ and converted to q's dtype in registers (exact), and their per-token scales are 
 are cheapest: K's scale multiplies each key's column of scores (s[i, j] = scale_j sum_d q[i, d]
 k8[j, d]), V's multiplies each key's column of probabilities before the P.V dot; the row sums of
 the online softmax use the unscaled probabilities.
+
+Sinks (``sinks`` [Hq], GPT-OSS; ``kernels.sinks`` is the reference): each query head's learned logit joins
+every row's denominator, p_j = exp(s_j - m) / (exp(sink - m) + sum_j exp(s_j - m)). The online softmax starts
+from it: running max m = sink (times log2(e), clamped to -1e30 so a -inf sink weighs 0), running sum l = 1 (its
+exp2 at that max), accumulator 0; the key loops are unchanged, so it is exact and costs one scalar load per
+program. ``SINKS`` is a constexpr: without sinks the kernel compiles to the same instructions as before.
 """
 
 from __future__ import annotations
@@ -102,8 +108,8 @@ def _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_
 
 
 @triton.jit
-def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, sink_ptr, o_ptr, slot_ptr, N_NEW, P, HQ, BH, GROUP, D, qk_scale,
-                         win, cap_scale, stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh,
+def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, sink_ptr, o_ptr, slot_ptr, N_NEW, P, HQ, BH, GROUP, D,
+                         qk_scale, win, cap_scale, stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh,
                          stride_ks, stride_kh, stride_kn, stride_ss, stride_sh,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                          CAUSAL: tl.constexpr, HEAVY_FIRST: tl.constexpr, UPCAST: tl.constexpr,
@@ -202,7 +208,8 @@ def attention_config(n_new: int, head_dim: int, dtype=torch.bfloat16, *, block_m
 
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
                       cached: int = 0, *, causal: bool = True, sm_scale: float | None = None, window: int | None = None,
-                      softcap: float | None = None, out=None, scales=None, sinks=None, **config) -> torch.Tensor:
+                      softcap: float | None = None, out=None, scales=None, sinks=None,
+                      **config) -> torch.Tensor:
     """o [B, n, Hq, D] for new queries at positions cached..cached+n-1 over cache rows ``slots``; an 8-bit
     cache (int8 / fp8) comes with ``scales=(k_scale, v_scale)`` [S, Hkv, L] fp32.
 
@@ -246,7 +253,8 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     sk = q if sinks is None else sinks                                          # unused without sinks
     launch(_prefill_attn_kernel, grid, q, k_cache, v_cache, ks, vs, sk, out, slots, n, int(cached), HQ, B * HQ,
            HQ // HKV, D, scale, window or 0, cap_scale, q.stride(0), q.stride(1), q.stride(2), out.stride(0),
-           out.stride(1), out.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), ks.stride(0), ks.stride(1),
+           out.stride(1), out.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), ks.stride(0),
+           ks.stride(1),
            BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], BLOCK_D=max(16, next_pow2(D)),
            CAUSAL=causal, HEAVY_FIRST=causal, UPCAST=INTERPRET, DOT_PREC=prec, KV_QUANT=bool(kind),
            WINDOW=window is not None, SOFTCAP=softcap is not None, SINKS=sinks is not None,

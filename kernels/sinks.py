@@ -4,9 +4,11 @@
 
 so a query can put weight on "nothing" and its output shrinks toward 0 (transformers' eager GPT-OSS
 attention concatenates the sink to the scores, softmaxes, and drops its column: the same numbers).
-Both backends run these torch functions (prefill and decode, with the window and score scale of the
-other attention kernels); the Triton attention kernels do not take sinks yet, which the runners'
-config says. Scores in fp32 (fp64 for fp64). ``cost``: the attention formulas' (a sink adds one exp and
+The torch backend runs these functions (prefill and decode, with the window and score scale of the other
+attention kernels); the triton backend runs the Triton attention kernels with ``sinks=`` (their SINKS variants:
+``prefill_attention`` starts its online softmax at the sink, ``decode_attention`` adds it in the split merge),
+and these are their reference (tests/test_sinks_triton.py). The runners' config says which ran. Scores in fp32
+(fp64 for fp64). ``cost``: the attention formulas' (a sink adds one exp and
 one add per query and head: not counted, like the softmax's exps).
 """
 

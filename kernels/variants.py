@@ -10,7 +10,9 @@ the launchers' own, never a copy of their rules. Distinct compilations become ``
 the grids of every launch that maps to one are kept for the grid-limit check.
 
 Other dense architectures (``_architecture_launches``, issue 20): attention with a sliding window and / or
-logit softcapping, linears with a bias (float, int8, int4) and GeGLU, on the same shapes.
+logit softcapping, linears with a bias (float, int8, int4) and GeGLU, on the same shapes. GPT-OSS's attention
+with sinks (``_sink_launches``), with and without a window, on the same shapes too: the SINKS variants beside
+their no-sink twins.
 
 DeepSeek-V3's MLA decode (``_mla_launches``, issue 21): ``kernels.mla.mla_decode`` at H 128, rank 512, rope 64
 in bf16 and fp16, at every decode combo's batch and context.
@@ -31,9 +33,10 @@ computed and thrown away); the full set adds its model checks (the tiny model) a
 check`` compiles only these.
 
 The full set also runs every preset of ``roofline.models.PRESETS`` (dense, MoE, MLA; tiny ones included) through
-its runners on ``PRESET_GRID`` (Llama-2-7B and Llama-3-8B keep ``FULL``). A runner whose torch path reads tensor
-values (GPT-OSS's attention with sinks) cannot run on meta tensors: it launches no Triton kernel and is listed
-as skipped, as is a quantized pass a model refuses (int4 groups that do not divide K).
+its runners on ``PRESET_GRID`` (Llama-2-7B and Llama-3-8B keep ``FULL``); GPT-OSS's attention runs the Triton
+kernels' sink variants there too. A runner whose torch path reads tensor values cannot run on meta tensors: it
+launches no Triton kernel and is listed as skipped, as is a quantized pass a model refuses (int4 groups that do
+not divide K).
 
 This module needs Triton's compiler-side objects (``JITFunction``, not the interpreter's
 wrapper): ``kernels.compile_check`` runs it in a process with ``TRITON_INTERPRET=0``.
@@ -242,6 +245,7 @@ def record(target: Target, combos, checks=(), skipped=None) -> list:
                 rec.context = dict(where, op="attention after 17 cached")
                 PA.prefill_attention(q, kc, kc, torch.arange(batch, device=meta), 17)
             _architecture_launches(rec, where, cfg, phase, batch, context, dt, target)
+            _sink_launches(rec, where, cfg, phase, batch, context, dt)
             if phase == "decode" and dtype in MLA_DTYPES:
                 _mla_launches(rec, dict(where, model="deepseek-v3"), batch, context, dt)
             _moe_launches(rec, where, phase, batch, context, dt)
@@ -295,6 +299,7 @@ def _moe_launches(rec, where, phase, batch, context, dt) -> None:
 WINDOW, SOFTCAP = 4096, 50.0   # Mistral-7B's and Gemma-2's sliding window; Gemma-2's attention softcap
 # (window, softcap) beside the plain launch: Mistral (window), Gemma-2 local (both) and global (softcap) layers
 ATTENTION_FEATURES = ((WINDOW, None), (WINDOW, SOFTCAP), (None, SOFTCAP))
+SINK_WINDOWS = (None, WINDOW)  # GPT-OSS's full and sliding-window layers, with sinks
 
 
 def _architecture_launches(rec, where, cfg, phase, batch, context, dt, target) -> None:
@@ -340,6 +345,30 @@ def _architecture_launches(rec, where, cfg, phase, batch, context, dt, target) -
     rec.context = dict(where, op="geglu")
     g = torch.empty(T, cfg.intermediate, dtype=dt, device=meta)
     G.geglu(g, g)
+
+
+def _sink_launches(rec, where, cfg, phase, batch, context, dt) -> None:
+    """Attention with sinks (GPT-OSS: one logit per query head, in the model's dtype) on ``cfg``'s shapes, without
+    and with a window (``SINK_WINDOWS``), so the quick set compiles the SINKS variants beside their no-sink twins
+    (the full set also reaches GPT-OSS's own shapes through its runners). Decode: the merge kernel takes the sink;
+    the split kernel is the no-sink one."""
+    from . import decode_attention as DA
+    from . import prefill_attention as PA
+
+    meta = torch.device("meta")
+    Hq, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    slots, sinks = torch.arange(batch, device=meta), torch.empty(Hq, dtype=dt, device=meta)
+    for window in SINK_WINDOWS:
+        rec.context = dict(where, op=f"attention sinks window={window}")
+        if phase == "prefill":
+            q = torch.empty(batch, context, Hq, D, dtype=dt, device=meta)
+            kc = torch.empty(batch, Hkv, context, D, dtype=dt, device=meta)
+            PA.prefill_attention(q, kc, kc, slots, 0, window=window, sinks=sinks)
+        else:
+            q = torch.empty(batch, Hq, D, dtype=dt, device=meta)
+            kc = torch.empty(batch, Hkv, context + 1, D, dtype=dt, device=meta)
+            DA.decode_attention(q, kc, kc, torch.empty(batch, dtype=torch.int32, device=meta), slots,
+                                max_len=context + 1, window=window, sinks=sinks)
 
 
 class BinderMissing(RuntimeError):
