@@ -37,6 +37,9 @@ evidence"):
 * ``expert-imbalance``   the experts op ran over ``diagnose_experts.IMBALANCE_MARGIN`` x the time its uniform-routing cost predicts at
                          the run's own typical efficiency, at a point whose recorded routing sent one expert at
                          least ``IMBALANCE_MIN`` x the mean tokens: one expert's blocks set the grouped GEMM's time.
+                         On a trace (``roofline trace --model``): the tokens per expert its expert GEMMs recorded,
+                         summed per phase and MoE layer, one expert at least ``IMBALANCE_MIN`` x the mean of the
+                         experts hit, that mean at least ``diagnose_experts.TRACE_MIN_MEAN`` tokens.
 * ``weight-quantization-measured`` / ``kv-quantization-measured``, with ``*-effect`` and ``dequant-bound``:
                          a file holding a float and a quantized run of the same workload quotes the
                          measured effect against the roofline's prediction (``roofline.compare_rules``).
