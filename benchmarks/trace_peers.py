@@ -194,10 +194,11 @@ def ours(path: Path, out: Path) -> dict:
     r = run_wrapped(cmd, {**os.environ, "PYTHONPATH": str(ROOT)})
     if r["rc"]:
         return {**r, "error": r["stderr"].strip()[-300:]}
-    t = json.loads(r["stdout"])["ranks"][0]["time"]
-    us = 1e6
+    rank = json.loads(r["stdout"])["ranks"][0]
+    t, us = rank["time"], 1e6
+    causes = {k: v * us for k, v in rank.get("idle", {}).get("by_cause_s", {}).items()}
     return {**r, "kernel_sum_us": t["kernel_sum_s"] * us, "busy_us": t["busy_s"] * us, "idle_us": t["idle_s"] * us,
-            "window_us": t["window_s"] * us, "kernels": t["kernels"]}
+            "window_us": t["window_s"] * us, "kernels": t["kernels"], "idle_by_cause_us": causes}
 
 
 def peer(python: str, script: str, env: dict | None = None) -> dict:
@@ -262,7 +263,7 @@ def agreement(rows: dict) -> list:
         lines.append(f"{label:<26}{cells}   {'; '.join(diffs)}")
     for n in names:
         extra = {k: v for k, v in ok[n].items() if k in ("launcher_kernel_sum_us", "launchers", "linked_kernels",
-                                                         "compute_us", "idle_by_category_us")}
+                                                         "compute_us", "idle_by_category_us", "idle_by_cause_us")}
         if extra:
             lines.append(f"{n} also: " + ", ".join(f"{k} {_num(v)}" for k, v in extra.items()))
     return lines
