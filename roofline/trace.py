@@ -44,6 +44,7 @@ from .trace_phases import FORWARD, PLAN_PHASES, plan_phases
 UNCOSTED, COMMUNICATION = "uncosted", "communication"
 NOT_MODELLED = ("cast", "copy", "fill", "framework")   # work the cost model's step does not have
 _UNSET = object()
+NO_DETAIL: dict = {}
 
 
 class Instance:
@@ -59,8 +60,8 @@ class Instance:
         self.dtype = oc.dtype if oc else ""
         self.compute_dtype = oc.compute_dtype if oc else "fp32"
         self.note = oc.note if oc else ""
-        self.detail = dict(oc.detail) if oc else {}
-        self.seconds, self.kernels = 0.0, Counter()
+        self.detail = oc.detail if oc else NO_DETAIL     # shared with the memoised cost: read, never written
+        self.seconds, self.kernels = 0.0, {}
 
 
 @dataclass
@@ -92,21 +93,17 @@ class _Coster:
 
     def __init__(self, dtype: str, gpu: bool, launched: set):
         self.dtype, self.gpu, self.launched = dtype, gpu, launched
-        self.own: dict = {}
         self.memo: dict = {}
         self.below: set = set()        # ids of ops with a costed (non-wrapper) op below them
-        self._marked: set = set()
 
     def cost(self, op):
-        k = id(op)
-        c = self.own.get(k, _UNSET)
-        if c is _UNSET:    # a trace repeats its shapes step after step: cost each (name, inputs) once
-            a = op.args
-            sig = (op.name, id(a))     # ops with equal kept args share one args dict (trace_events._kept)
-            c = self.memo.get(sig, _UNSET)
-            if c is _UNSET or op.name.startswith(COLLECTIVE_OPS):
-                c = self.memo[sig] = cost_op(op.name, a, self.dtype)
-            self.own[k] = c
+        # a trace repeats its shapes step after step: cost each (name, kept args) once. Ops with equal kept args
+        # (the inputs, and a collective's fields) share one args dict (trace_events._kept), so its id is the key
+        # (no per-op cache: a 1 GB trace holds 1.3 million ops)
+        sig = (op.name, id(op.args))
+        c = self.memo.get(sig, _UNSET)
+        if c is _UNSET:
+            c = self.memo[sig] = cost_op(op.name, op.args, self.dtype)
         return c
 
     def mark(self, ops) -> None:
@@ -164,6 +161,7 @@ def build_instances(trace, dtype: str, captures=()) -> tuple[list, dict]:
             for g, op in zip(kernels, replay.map_launch(kernels)):
                 mapped[id(g)] = op
     inst: dict = {}
+    names: dict = {}
     att = Counter()          # seconds of GPU activity by how it was attributed
     for op, seconds, g in work_items(trace):
         graph = g.graph if g is not None else None
@@ -207,7 +205,10 @@ def build_instances(trace, dtype: str, captures=()) -> tuple[list, dict]:
                 inst[key] = i
         i.seconds += seconds
         if g is not None:
-            i.kernels[g.name[:80]] += 1
+            k = names.get(g.name)
+            if k is None:
+                k = names[g.name] = g.name[:80]     # one string per kernel name, not one slice per instance
+            i.kernels[k] = i.kernels.get(k, 0) + 1
     stats = {"graph_kernels_mapped": replay.matched, "graph_kernels_unmapped": replay.unmatched} if replay else {}
     if trace.is_gpu:
         stats["attribution"] = _attribution(att)
@@ -296,7 +297,7 @@ def _analyze(trace, model, markers, captures, device_name) -> TraceResult:
         if first.note:
             config["note"] = first.note
         if first.detail:
-            config["detail"] = first.detail
+            config["detail"] = dict(first.detail)
         flags = (off,) if off else ()
         times = [x.seconds for x in items if x.seconds > 0]
         if not times:
