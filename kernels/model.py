@@ -259,9 +259,6 @@ class LlamaModel:
         if self.tp is not None and (self.weight_dtype in WEIGHT_DTYPES or self.kv_dtype in KV_DTYPES):
             raise RooflineError("quantized weights or KV cache are not combined with tensor parallelism: run them "
                                 "at one rank (no --tp).")
-        if self.tp is not None and (cfg.n_experts or cfg.mla):
-            raise RooflineError(f"{cfg.name}: mixtures of experts and latent attention run at one rank here (their "
-                                "--tp and --ep are costed by `roofline explain`, not run): drop --tp.")
         if cfg.n_experts and self.weight_dtype in WEIGHT_DTYPES:
             raise RooflineError(f"{cfg.name}: quantized expert weights are costed (`roofline explain --weight-dtype`) "
                                 "but not run: drop --weight-dtype.")
@@ -433,7 +430,7 @@ class LlamaModel:
             return fn(q, kc, vc, lens, slots_d, max_len=max_len, **kw)
 
         if self.cfg.mla:
-            attend = mla_decode_attend(ops, self.cfg, lens, slots_d, max_len)
+            attend = mla_decode_attend(ops, self.lcfg, lens, slots_d, max_len)   # this rank's heads
 
         x = self._embed(tokens)                                            # x: [B, H]
         for i in range(len(self.w["layers"])):

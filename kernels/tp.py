@@ -11,6 +11,17 @@ row-parallel with an all-reduce of [T, H] after each, the embedding vocab-parall
 gather + all-reduce) and lm_head vocab-parallel (local logits + all-gather, padding dropped).
 Norms and residual adds are replicated. ``layer_config`` is the per-rank ModelConfig the
 layers run with (local heads and intermediate size).
+
+Mixtures of experts (as vLLM's tensor-parallel fused MoE): every rank holds every routed expert with its
+intermediate dimension split (gate/up [E, H, I/N] column slices, down [E, I/N, H] row slices, a down bias on
+rank 0 only), the router (and DeepSeek's correction bias, GPT-OSS's router bias) replicated, so every rank
+routes the same replicated rows to the same experts; the shared expert is a column/row-parallel MLP of width
+S/N and Qwen2-MoE's sigmoid gate is replicated (it scales the partial sums, which is linear). One all-reduce
+sums the routed and shared partial outputs of a layer. Latent attention (DeepSeek's MLA): the heads split
+(q_proj or q_b_proj and kv_b_proj column-parallel by whole heads of nope + rope and nope + v columns, o_proj
+row-parallel by heads of v rows); q_a_proj, kv_a_proj_with_mqa, their norms and the latent cache (c_kv and
+the rope key) are replicated, every rank writing the same latents. Expert parallelism (``e_whole``) is a
+cost model only (``roofline.parallel``): the runs refuse it before the ranks start.
 """
 
 from __future__ import annotations
@@ -54,7 +65,8 @@ def layer_config(cfg: ModelConfig, sh: Shard, rank: int = 0) -> ModelConfig:
     if sh.tp == 1:
         return cfg
     return replace(cfg, name=f"{cfg.name} (rank {rank} of {sh.tp})", n_heads=sh.n_heads, n_kv_heads=sh.n_kv_heads,
-                   intermediate=sh.intermediate, head_dim=cfg.head_dim, vocab=sh.vocab)
+                   intermediate=sh.intermediate, head_dim=cfg.head_dim, vocab=sh.vocab,
+                   moe_intermediate=sh.moe_intermediate, shared_intermediate=cfg.shared_intermediate // sh.tp)
 
 
 def _rows(t: torch.Tensor, idx: range, width: int) -> torch.Tensor:
@@ -68,25 +80,39 @@ def _pad_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([t, t.new_zeros(rows - t.shape[0], *t.shape[1:])])
 
 
+# Rules that split one dimension of a weight into N equal parts, rank r keeping part r: the dimension (our
+# layout: linear [in, out], experts [E, in, out], bias / vector [out]). Column rules split the outputs (the last
+# dimension: whole query heads of D, or of nope + rope / nope + v under MLA; intermediate features; a sink per
+# query head); row rules a row-parallel linear's inputs (dimension 0, or 1 of an [E, I, H] expert tensor).
+EVEN_SPLITS = {"q_cols": -1, "i_cols": -1, "e_cols": -1, "mla_q_cols": -1, "mla_kv_cols": -1, "q_heads": -1,
+               "q_rows": 0, "i_rows": 0, "mla_o_rows": 0, "e_rows": 1}
+
+
+def _even(t: torch.Tensor, dim: int, parts: int, rank: int) -> torch.Tensor:
+    n = t.shape[dim] // parts
+    return t.narrow(dim, rank * n, n)
+
+
 def _slice(t: torch.Tensor, rule: str, sh: Shard, rank: int, D: int) -> torch.Tensor:
-    """Rank ``rank``'s part of one weight by its WeightSpec shard rule (roofline.layer): columns (the last
-    dimension: a linear's outputs, or a bias) by query heads, KV heads or intermediate features; rows (a
-    row-parallel linear's inputs); "rank0" keeps a row-parallel bias on rank 0 only (it is added once, to the
-    partial sums before the all-reduce); "replicated" copies."""
-    last = lambda idx, width: t[..., idx.start * width: idx.stop * width]  # noqa: E731
-    if rule == "q_cols":
-        return last(sh.q_heads(rank), D)
+    """Rank ``rank``'s part of one weight by its WeightSpec shard rule (roofline.layer): ``EVEN_SPLITS``
+    (whole heads or features, equal parts); "kv_cols" by the KV heads the rank holds (one, replicated, when
+    there are fewer KV heads than ranks); "rank0" keeps a row-parallel bias on rank 0 only (it is added once, to
+    the partial sums before the all-reduce); "e_whole" the rank's whole experts (expert parallelism);
+    "replicated" copies. Any other rule is a ValueError (a new rule must say how it splits)."""
+    if rule in EVEN_SPLITS:
+        return _even(t, EVEN_SPLITS[rule], sh.tp, rank)
     if rule == "kv_cols":
-        return last(sh.kv_heads(rank), D)
-    if rule == "i_cols":
-        return last(sh.columns(rank), 1)
-    if rule == "q_rows":
-        return _rows(t, sh.q_heads(rank), D)
-    if rule == "i_rows":
-        return _rows(t, sh.columns(rank), 1)
+        idx = sh.kv_heads(rank)
+        return t[..., idx.start * D: idx.stop * D]
     if rule == "rank0":
         return t if rank == 0 else torch.zeros_like(t)
-    return t
+    if rule == "e_whole":
+        idx = sh.experts(rank)
+        return t[idx.start: idx.stop]
+    if rule == "replicated":
+        return t
+    raise ValueError(f"weight shard rule {rule!r} has no split in kernels.tp: give it one in _slice "
+                     f"(known: {', '.join([*EVEN_SPLITS, 'kv_cols', 'rank0', 'e_whole', 'replicated'])}).")
 
 
 def shard_weights(cfg: ModelConfig, w: dict, sh: Shard, rank: int) -> dict:
