@@ -83,9 +83,8 @@ def _one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, quant=None
             w, _ = load_weights(cfg, cfg.checkpoint, dt, dev, layers=list(picks))
         else:
             w = init_weights(_with_picks(cfg, picks), dt, dev, seed)
-        one = cfg.with_layers(1)
-        if tp is not None:                    # this rank's slice of the same seeded weights
-            w = shard_weights(one, w, tp_parts(cfg, tp)[0], tp.rank)
+        if tp is not None:                    # this rank's slice of the same seeded weights (the picked layers' rules)
+            w = shard_weights(_with_picks(cfg, picks), w, tp_parts(cfg, tp)[0], tp.rank)
         if quant:
             wd, g, zp = quant
             w = quantize_model_weights(cfg, w, wd, group_size=g, zero_point=zp, backend=backend)
@@ -132,9 +131,6 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     dev = torch.device(device)
     wdt, kvdt = quant_dtypes(dt, weight_dtype, kv_dtype, dev)
     qw, qkv = wdt in WEIGHT_DTYPES, kvdt in KV_DTYPES
-    if tp is not None and (cfg.n_experts or cfg.mla):
-        raise RooflineError(f"{cfg.name}: mixtures of experts and latent attention are timed at one rank (their --tp "
-                            "and --ep are costed by `roofline explain`): drop --tp.")
     if qw and (cfg.n_experts or cfg.mla):
         raise RooflineError(f"{cfg.name}: quantized weights of mixtures of experts and latent attention are costed "
                             "(`roofline explain --weight-dtype`), not run: drop --weight-dtype.")

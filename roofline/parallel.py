@@ -37,6 +37,13 @@ all-reduce of the MoE layers is dropped; the attention all-reduce keeps its volu
 hands each rank its T/N rows plus the all-gather that assembles them for the next layer, the same 2(N-1)/N).
 A model with shared experts keeps one all-reduce of [T, H] per MoE layer for their (tensor-parallel) partial
 sums. Counted as under --tp (an upper bound): the norms and the router run on all T rows on every rank.
+The router (and its biases) is replicated: every rank routes the same rows the same way.
+
+Latent attention (DeepSeek's MLA) under --tp, as vLLM: the heads split (q_proj / q_b_proj and kv_b_proj
+column-parallel by whole heads, o_proj row-parallel by heads: its all-reduce is the attention one), while
+q_a_proj, kv_a_proj_with_mqa, their norms and the latent cache (c_kv and the rope key, shared by every
+head) are replicated: every rank projects, appends and reads the whole latent. MLA has no KV heads to
+split, so only its query heads bound --tp.
 """
 
 from __future__ import annotations
@@ -117,6 +124,8 @@ def _broken_rule(cfg, tp: int, ep_sliced: bool = False) -> str:
     Hq, Hkv, I = cfg.n_heads, cfg.n_kv_heads, cfg.intermediate
     if Hq % tp:
         return f"its {Hq} attention heads do not divide into {tp} ranks (each rank holds whole heads)"
+    if cfg.mla:                     # latent attention: one latent shared by every head, replicated (no KV heads)
+        Hkv = Hq
     if Hkv >= tp and Hkv % tp:
         return f"its {Hkv} KV heads do not divide into {tp} ranks"
     if Hkv < tp and tp % Hkv:
@@ -177,7 +186,7 @@ def shard(cfg, tp: int, ep: int = 1) -> Shard:
                                 f"split {cfg.name}: {rule}. Valid --ep for it: {ok}.")
         ok = ", ".join(map(str, valid_tp(cfg)))
         raise RooflineError(f"--tp {tp} cannot split {cfg.name}: {rule}. Valid --tp for it: {ok}.")
-    Hq, Hkv, I = cfg.n_heads, cfg.n_kv_heads, cfg.intermediate
+    Hq, Hkv, I = cfg.n_heads, cfg.n_heads if cfg.mla else cfg.n_kv_heads, cfg.intermediate   # MLA: no KV heads
     padded = -(-cfg.vocab // tp) * tp
     return Shard(tp=tp, hidden=cfg.hidden, head_dim=cfg.head_dim, n_heads=Hq // tp,
                  n_kv_heads=max(1, Hkv // tp), kv_replicas=max(1, tp // Hkv), intermediate=I // tp,
