@@ -23,6 +23,20 @@ GPU bf16/fp16 go to the tensor cores and accumulate in fp32. fp32 uses IEEE dots
 
 ``reference`` loops over experts in fp32 (fp64 with ``compute_dtype``); ``torch_moe`` (the torch backend's
 peer) is the same loop in the input dtype. ``cost``: ``roofline.formulas.moe_experts``.
+
+Quantized experts (``w_gate``, ``w_up``, ``w_down`` as ``kernels.quant.QuantExperts``: every expert quantized as
+the dense linears are, ``kernels.linear_int8`` / ``kernels.linear_int4``): the same two launches with
+``QUANT`` 1 (int8 [E, N, K], a scale per output channel) or 2 (int4, two per byte [E, N, K/2], a scale (and
+zero point) per group of ``GROUP`` input rows). Each weight tile is loaded as stored (1 or 1/2 byte per weight
+from DRAM) and converted to the activation dtype in registers (exact: |q| <= 127, u - 8 in -8..7), then
+``tl.dot`` with fp32 accumulation. int8: the per-channel scale is constant along K, so it multiplies the fp32
+accumulators once, after the K loop (before the bias and the activation). int4: BLOCK_K divides the group, so a
+K tile lies in one group; each tile's dot is scaled by its group's scales before it joins the accumulator (a
+zero point adds zero[n] x the tile's row sums of x). Under the interpreter every load is upcast to fp32.
+``torch_moe`` runs each expert's ``QuantWeight`` through the torch backend's quantized GEMM
+(``kernels.quant.torch_linear``: aten's int8 / int4 ops, or a dequantize reference, said in ``torch_impl``);
+``reference`` multiplies by the dequantized weights in fp32 (fp64). The cost is ``moe_experts``'s with the
+weight dtype: 1 or 1/2 byte per weight plus the scales (``formulas.moe_expert_weight_bytes``).
 """
 
 from __future__ import annotations
@@ -38,6 +52,7 @@ from roofline.errors import RooflineError
 
 from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name
 from ._launch import launch
+from .quant import QuantExperts, check_group, torch_linear
 
 ACTIVATIONS = ("silu", "swiglu_oai")
 SKINNY_ROWS = 16          # at most this many rows per expert on average: the skinny (decode) configuration
@@ -91,13 +106,33 @@ def _act(g, u, alpha, limit, ACT: tl.constexpr):
     return h
 
 
+QUANT_CODES = {"int8": 1, "int4": 2}   # the kernels' QUANT constexpr (0: float weights)
+
+
+@triton.jit
+def _w_tile(w_ptr, offs_k, offs_n, mask, stride_wk, stride_wn, QUANT: tl.constexpr):
+    """A [BLOCK_K, BLOCK_N] tile of one expert's weight as stored: float or int8 values (QUANT 0, 1), or int4
+    values u - 8 as int32 (QUANT 2: each row loads the byte it shares with its pair (rows 2j, 2j+1) and shifts
+    out its own nibble, low for even k: ``kernels.linear_int4``'s packing)."""
+    if QUANT == 2:
+        byte = tl.load(w_ptr + (offs_k[:, None] // 2).to(tl.int64) * stride_wk + offs_n[None, :] * stride_wn,
+                       mask=mask, other=0).to(tl.int32)
+        w = ((byte >> ((offs_k[:, None] % 2) * 4)) & 0xF) - 8
+    else:
+        w = tl.load(w_ptr + offs_k[:, None].to(tl.int64) * stride_wk + offs_n[None, :] * stride_wn, mask=mask,
+                    other=0)
+    return w
+
+
 @triton.jit
 def _moe_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, h_ptr, sorted_ptr, bexp_ptr, npad_ptr,
                         N, K, TK, TOPK, NUM_BLOCKS, stride_xt, stride_we, stride_wk, stride_wn, stride_be, stride_ht,
-                        alpha, limit,
+                        alpha, limit, sg_ptr, su_ptr, zg_ptr, zu_ptr, stride_se, stride_sg,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ACT: tl.constexpr,
-                        BIAS: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
-    # x [T, K]   w_gate, w_up [E, K, N]   h [T*k, N]   (K = H, N = I)
+                        BIAS: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, QUANT: tl.constexpr,
+                        GROUP: tl.constexpr, ZERO_POINT: tl.constexpr):
+    # x [T, K]   w_gate, w_up [E, K, N] (quantized: stored [E, N, K] / [E, N, K/2])   h [T*k, N]   (K = H, N = I)
+    # scales: int8 [E, N], int4 (and zero points) [E, K/g, N]
     pid = tl.program_id(0)
     pid_m = pid % NUM_BLOCKS                      # neighbouring programs: blocks of one expert, same weight tile
     pid_n = pid // NUM_BLOCKS
@@ -118,16 +153,32 @@ def _moe_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, h_ptr, sorted_ptr
         kmask = offs_k < K
         a = tl.load(x_ptr + token[:, None] * stride_xt + offs_k[None, :], mask=valid[:, None] & kmask[None, :],
                     other=0.0)
-        w_off = offs_k[:, None].to(tl.int64) * stride_wk + offs_n[None, :] * stride_wn
         w_mask = kmask[:, None] & nmask[None, :]
-        bg = tl.load(wg + w_off, mask=w_mask, other=0.0)
-        bu = tl.load(wu + w_off, mask=w_mask, other=0.0)
+        bg = _w_tile(wg, offs_k, offs_n, w_mask, stride_wk, stride_wn, QUANT)
+        bu = _w_tile(wu, offs_k, offs_n, w_mask, stride_wk, stride_wn, QUANT)
         if UPCAST:
             a = a.to(tl.float32)
             bg = bg.to(tl.float32)
             bu = bu.to(tl.float32)
-        acc_g = tl.dot(a, bg, acc_g, input_precision=DOT_PREC)
-        acc_u = tl.dot(a, bu, acc_u, input_precision=DOT_PREC)
+        elif QUANT != 0:
+            bg = bg.to(a.dtype)                          # dequantized in registers: exact (|q| <= 127, -8..7)
+            bu = bu.to(a.dtype)
+        if QUANT == 2:                                   # int4: the tile's one group, its scales per column
+            so = e * stride_se + (k0 // GROUP) * stride_sg + offs_n
+            s_g = tl.load(sg_ptr + so, mask=nmask, other=0.0).to(tl.float32)
+            s_u = tl.load(su_ptr + so, mask=nmask, other=0.0).to(tl.float32)
+            acc_g += tl.dot(a, bg, input_precision=DOT_PREC) * s_g[None, :]
+            acc_u += tl.dot(a, bu, input_precision=DOT_PREC) * s_u[None, :]
+            if ZERO_POINT:                               # + zero[n] x sum_k x[m, k] over the tile
+                rs = tl.sum(a.to(tl.float32), 1)[:, None]
+                acc_g += rs * tl.load(zg_ptr + so, mask=nmask, other=0.0).to(tl.float32)[None, :]
+                acc_u += rs * tl.load(zu_ptr + so, mask=nmask, other=0.0).to(tl.float32)[None, :]
+        else:
+            acc_g = tl.dot(a, bg, acc_g, input_precision=DOT_PREC)
+            acc_u = tl.dot(a, bu, acc_u, input_precision=DOT_PREC)
+    if QUANT == 1:                                       # int8: the per-channel scales, once on the accumulators
+        acc_g = acc_g * tl.load(sg_ptr + e * stride_se + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+        acc_u = acc_u * tl.load(su_ptr + e * stride_se + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
     if BIAS:
         acc_g += tl.load(bg_ptr + e * stride_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
         acc_u += tl.load(bu_ptr + e * stride_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
@@ -140,9 +191,12 @@ def _moe_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, h_ptr, sorted_ptr
 @triton.jit
 def _moe_down_kernel(h_ptr, wd_ptr, bd_ptr, rw_ptr, p_ptr, sorted_ptr, bexp_ptr, npad_ptr,
                      N, K, TK, NUM_BLOCKS, stride_ht, stride_we, stride_wk, stride_wn, stride_be, stride_pt,
+                     sd_ptr, zd_ptr, stride_se, stride_sg,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BIAS: tl.constexpr,
-                     UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
-    # h [T*k, K]   w_down [E, K, N]   routing weights [T*k] fp32   partials [T*k, N]   (K = I, N = H)
+                     UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, QUANT: tl.constexpr, GROUP: tl.constexpr,
+                     ZERO_POINT: tl.constexpr):
+    # h [T*k, K]   w_down [E, K, N] (quantized: stored [E, N, K] / [E, N, K/2])   routing weights [T*k] fp32
+    # partials [T*k, N]   (K = I, N = H); scales: int8 [E, N], int4 (and zero points) [E, K/g, N]
     pid = tl.program_id(0)
     pid_m = pid % NUM_BLOCKS
     pid_n = pid // NUM_BLOCKS
@@ -161,12 +215,23 @@ def _moe_down_kernel(h_ptr, wd_ptr, bd_ptr, rw_ptr, p_ptr, sorted_ptr, bexp_ptr,
         kmask = offs_k < K
         a = tl.load(h_ptr + rows[:, None] * stride_ht + offs_k[None, :], mask=valid[:, None] & kmask[None, :],
                     other=0.0)
-        b = tl.load(wd + offs_k[:, None].to(tl.int64) * stride_wk + offs_n[None, :] * stride_wn,
-                    mask=kmask[:, None] & nmask[None, :], other=0.0)
+        b = _w_tile(wd, offs_k, offs_n, kmask[:, None] & nmask[None, :], stride_wk, stride_wn, QUANT)
         if UPCAST:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=DOT_PREC)
+        elif QUANT != 0:
+            b = b.to(a.dtype)                            # dequantized in registers: exact
+        if QUANT == 2:                                   # int4: the tile's one group
+            so = e * stride_se + (k0 // GROUP) * stride_sg + offs_n
+            acc += tl.dot(a, b, input_precision=DOT_PREC) * tl.load(sd_ptr + so, mask=nmask,
+                                                                    other=0.0).to(tl.float32)[None, :]
+            if ZERO_POINT:
+                acc += tl.sum(a.to(tl.float32), 1)[:, None] * tl.load(zd_ptr + so, mask=nmask,
+                                                                       other=0.0).to(tl.float32)[None, :]
+        else:
+            acc = tl.dot(a, b, acc, input_precision=DOT_PREC)
+    if QUANT == 1:                                       # int8: the per-channel scales, once
+        acc = acc * tl.load(sd_ptr + e * stride_se + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
     if BIAS:
         acc += tl.load(bd_ptr + e * stride_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
     acc = acc * tl.load(rw_ptr + rows, mask=valid, other=0.0)[:, None]
@@ -175,30 +240,40 @@ def _moe_down_kernel(h_ptr, wd_ptr, bd_ptr, rw_ptr, p_ptr, sorted_ptr, bexp_ptr,
 
 
 def moe_config(T: int, E: int, k: int, H: int, I: int, dtype=torch.bfloat16, device="cpu", *,  # noqa: E741
-               block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None) -> dict:
+               block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None, group_size=0) -> dict:
     """Blocks, warps and stages for T tokens over E experts (k each), H -> I -> H; explicit arguments override.
 
     "skinny" when the T*k rows average at most ``SKINNY_ROWS`` per expert (decode: a 16-row block holds an
     expert's tokens, long K tiles stream its weights), else "tiled" (64-row blocks reuse each weight tile over
-    more tokens). ``device`` is for symmetry with ``linear_config`` (the choice does not depend on the SM count)."""
+    more tokens). ``device`` is for symmetry with ``linear_config`` (the choice does not depend on the SM count).
+    int4 experts (``group_size`` g): BLOCK_K at most g and dividing it (a K tile lies in one group)."""
     for name, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
         if v is not None and (int(v) < 16 or int(v) & (int(v) - 1)):
             raise ValueError(f"{name} must be a power of two of at least 16 (tl.dot needs 16 or more), got {v}.")
     kind = "skinny" if T * k <= SKINNY_ROWS * E else "tiled"
     bm, bn, bk, warps, stages = CONFIGS[(kind, "fp32" if dtype == torch.float32 else "16bit")]
-    return dict(kind=kind, block_m=block_m or bm, block_n=block_n or bn, block_k=block_k or bk,
+    bk = block_k or bk
+    if group_size:
+        bk = min(bk, int(group_size)) if block_k is None else bk
+        if int(group_size) % bk:
+            raise ValueError(f"block_k ({bk}) must divide the int4 group size ({group_size}): give a power of two "
+                             f"of at least 16 and at most {group_size}.")
+    return dict(kind=kind, block_m=block_m or bm, block_n=block_n or bn, block_k=bk,
                 num_warps=num_warps or warps, num_stages=num_stages or stages)
 
 
 def _check_inputs(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down):
     if activation not in ACTIVATIONS:
         raise RooflineError(f"unknown MoE activation {activation!r}: choose one of {', '.join(ACTIVATIONS)}.")
-    check_tensor("w_gate", w_gate, (None, None, None), dtypes=FLOAT_DTYPES)
-    E, H, I = w_gate.shape  # noqa: E741
-    dt, dev = w_gate.dtype, w_gate.device
+    if isinstance(w_gate, QuantExperts) or isinstance(w_down, QuantExperts):
+        E, H, I, dt, dev = _check_quant(w_gate, w_up, w_down)  # noqa: E741
+    else:
+        check_tensor("w_gate", w_gate, (None, None, None), dtypes=FLOAT_DTYPES)
+        E, H, I = w_gate.shape  # noqa: E741
+        dt, dev = w_gate.dtype, w_gate.device
+        check_tensor("w_up", w_up, (E, H, I), dtype=dt, device=dev)
+        check_tensor("w_down", w_down, (E, I, H), dtype=dt, device=dev)
     check_tensor("x", x, (None, H), dtype=dt, device=dev)
-    check_tensor("w_up", w_up, (E, H, I), dtype=dt, device=dev)
-    check_tensor("w_down", w_down, (E, I, H), dtype=dt, device=dev)
     T = x.shape[0]
     check_tensor("ids", ids, (T, None), device=dev)
     k = ids.shape[1]
@@ -219,20 +294,72 @@ def _check_inputs(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_u
     return T, E, H, I, k
 
 
+def _check_quant(w_gate, w_up, w_down) -> tuple:
+    """(E, H, I, activation dtype, device) of quantized experts: three ``QuantExperts`` quantized alike (dtype,
+    group, zero points), gate/up [E, H, I] and down [E, I, H], laid out as ``kernels.quant.quantize_experts``
+    stores them (last dimensions contiguous)."""
+    ws = (("w_gate", w_gate), ("w_up", w_up), ("w_down", w_down))
+    for name, w in ws:
+        if not isinstance(w, QuantExperts):
+            raise ValueError(f"{name} is a {type(w).__name__} but another expert weight is quantized: quantize all "
+                             "three with kernels.quant.quantize_experts, or none.")
+    kinds = sorted({(w.dtype, w.group_size, w.zeros is not None) for _, w in ws})
+    if len(kinds) > 1:
+        raise ValueError(f"w_gate, w_up and w_down must be quantized alike (dtype, group size, zero points), got "
+                         f"{kinds}: quantize them with the same arguments.")
+    E, H, I = w_gate.shape  # noqa: E741
+    dt, dev = w_gate.act_dtype, w_gate.device
+    int8 = w_gate.dtype == "int8"
+    for name, w, (K, N) in (("w_gate", w_gate, (H, I)), ("w_up", w_up, (H, I)), ("w_down", w_down, (I, H))):
+        if tuple(w.shape) != (E, K, N):
+            raise ValueError(f"{name} must hold [E, K, N] = [{E}, {K}, {N}] weights, got {list(w.shape)}.")
+        g = 0 if int8 else check_group(w.group_size)
+        if g and K % g:
+            raise ValueError(f"{name}'s int4 group size {g} must divide its in-features K = {K}.")
+        check_tensor(f"{name}.qweight", w.qweight, (E, N, K if int8 else K // 2),
+                     dtype=torch.int8 if int8 else torch.uint8, device=dev)
+        sshape = (E, N) if int8 else (E, K // g, N)
+        check_tensor(f"{name}.scales", w.scales, sshape, dtypes=FLOAT_DTYPES, device=dev)
+        if w.scales.dtype != dt:
+            raise ValueError(f"the experts' scales must share one dtype (the activation dtype), got {dt} and "
+                             f"{w.scales.dtype}.")
+        if w.zeros is not None:
+            check_tensor(f"{name}.zeros", w.zeros, sshape, dtype=dt, device=dev)
+            if w.zeros.stride() != w.scales.stride():
+                raise ValueError(f"{name}'s zeros and scales must have the same strides.")
+    if w_up.qweight.stride() != w_gate.qweight.stride() or w_up.scales.stride() != w_gate.scales.stride():
+        raise ValueError("w_gate and w_up must have the same strides (one stride set is passed to the kernel).")
+    return E, H, I, dt, dev
+
+
+def _weight_args(w) -> tuple:
+    """What a MoE kernel takes for one weight: (tensor, (stride_e, stride_k, stride_n), scales, zeros,
+    (scale stride_e, scale stride_g), QUANT, GROUP, ZERO_POINT); a float weight passes itself for the scales."""
+    if not isinstance(w, QuantExperts):
+        return w, (w.stride(0), w.stride(1), w.stride(2)), w, w, (0, 0), 0, 0, False
+    q, s = w.qweight, w.scales                                            # [E, N, K(/2)]: k along the last dim
+    z = w.zeros if w.zeros is not None else s
+    return (q, (q.stride(0), q.stride(2), q.stride(1)), s, z, (s.stride(0), s.stride(1) if w.dtype == "int4" else 0),
+            QUANT_CODES[w.dtype], w.group_size if w.dtype == "int4" else 0, w.zeros is not None)
+
+
 def moe_experts(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_gate=None, b_up=None, b_down=None,
                 alpha=1.702, limit=7.0, out=None, **config) -> torch.Tensor:
     """y [T, H] = sum_j weights[t, j] * expert_{ids[t, j]}(x[t]) with the two Triton launches (module docstring).
-    ``config`` overrides ``moe_config`` (block_m, block_n, block_k, num_warps, num_stages)."""
+    ``config`` overrides ``moe_config`` (block_m, block_n, block_k, num_warps, num_stages). The expert weights are
+    float tensors or three ``kernels.quant.QuantExperts`` (int8 / int4, the activation dtype in their scales)."""
     # x: [T, H]   w_gate, w_up: [E, H, I]   w_down: [E, I, H]   weights, ids: [T, k]   y: [T, H]
     T, E, H, I, k = _check_inputs(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down)
     if out is None:
         out = torch.empty(T, H, dtype=x.dtype, device=x.device)
     check_tensor("out", out, (T, H), dtype=x.dtype, device=x.device)
-    if w_up.stride() != w_gate.stride():
+    quant = isinstance(w_gate, QuantExperts)
+    if not quant and w_up.stride() != w_gate.stride():
         raise ValueError("w_gate and w_up must have the same strides (one stride set is passed to the kernel).")
     if T == 0:
         return out
-    c = moe_config(T, E, k, H, I, x.dtype, x.device, **config)
+    g4 = w_gate.group_size if quant and w_gate.dtype == "int4" else 0
+    c = moe_config(T, E, k, H, I, x.dtype, x.device, group_size=g4, **config)
     BM = c["block_m"]
     al = moe_align(ids, E, BM)
     blocks = al.block_expert.numel()
@@ -246,22 +373,41 @@ def moe_experts(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_g
     opts = dict(BLOCK_M=BM, BLOCK_N=c["block_n"], BLOCK_K=c["block_k"], num_warps=c["num_warps"],
                 num_stages=c["num_stages"])
     x = x if x.stride(-1) == 1 else x.contiguous()
-    launch(_moe_gate_up_kernel, (blocks * cdiv(I, c["block_n"]),), x, w_gate, w_up,
-           b_gate if bias else w_gate, b_up if bias else w_up, h, al.sorted_ids, al.block_expert, al.n_padded,
-           I, H, tk, k, blocks, x.stride(0), w_gate.stride(0), w_gate.stride(1), w_gate.stride(2),
-           b_gate.stride(0) if bias else 0, h.stride(0), float(alpha), float(limit),
-           ACT=ACTIVATIONS.index(activation), BIAS=bias, UPCAST=upcast, DOT_PREC=prec, **opts)
-    launch(_moe_down_kernel, (blocks * cdiv(H, c["block_n"]),), h, w_down, b_down if bias else w_down, rw, part,
-           al.sorted_ids, al.block_expert, al.n_padded, H, I, tk, blocks, h.stride(0), w_down.stride(0),
-           w_down.stride(1), w_down.stride(2), b_down.stride(0) if bias else 0, part.stride(0),
-           BIAS=bias, UPCAST=upcast, DOT_PREC=prec, **opts)
+    wg, gst, sg, zg, sst, qc, grp, zp = _weight_args(w_gate)
+    wu, _, su, zu, _, _, _, _ = _weight_args(w_up)
+    wd, dst, sd, zd, dsst, _, _, _ = _weight_args(w_down)
+    qopts = dict(QUANT=qc, GROUP=grp, ZERO_POINT=zp)
+    launch(_moe_gate_up_kernel, (blocks * cdiv(I, c["block_n"]),), x, wg, wu,
+           b_gate if bias else wg, b_up if bias else wu, h, al.sorted_ids, al.block_expert, al.n_padded,
+           I, H, tk, k, blocks, x.stride(0), *gst,
+           b_gate.stride(0) if bias else 0, h.stride(0), float(alpha), float(limit), sg, su, zg, zu, *sst,
+           ACT=ACTIVATIONS.index(activation), BIAS=bias, UPCAST=upcast, DOT_PREC=prec, **qopts, **opts)
+    launch(_moe_down_kernel, (blocks * cdiv(H, c["block_n"]),), h, wd, b_down if bias else wd, rw, part,
+           al.sorted_ids, al.block_expert, al.n_padded, H, I, tk, blocks, h.stride(0), *dst,
+           b_down.stride(0) if bias else 0, part.stride(0), sd, zd, *dsst,
+           BIAS=bias, UPCAST=upcast, DOT_PREC=prec, **qopts, **opts)
     torch.sum(part.view(T, k, H), dim=1, out=out)
     return out
 
 
-def _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down, alpha, limit, ct):
+def _float_mm(xs, w, e, ct):
+    return xs @ w[e].to(ct)
+
+
+def _dequant_mm(xs, w, e, ct):
+    """A quantized expert in the reference: x @ its dequantized weight (computed in fp64, then ``ct``)."""
+    return xs @ w.expert(e).dequantize(ct)
+
+
+def _quant_mm(xs, w, e, ct):
+    """A quantized expert on the torch backend: its ``QuantWeight`` through the backend's quantized GEMM."""
+    return torch_linear(xs, w.expert(e))
+
+
+def _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down, alpha, limit, ct, mm=_float_mm):
     """Per expert: gather its tokens, the two GEMMs, the activation, the down GEMM, times the routing weight,
-    index_add into y (transformers' expert loop), in compute dtype ``ct``; y returned in x's dtype."""
+    index_add into y (transformers' expert loop), in compute dtype ``ct``; y returned in x's dtype. ``mm(xs, w, e,
+    ct)`` is xs @ expert e's weight (float, or a quantized one dequantized or through the torch backend's GEMM)."""
     if activation not in ACTIVATIONS:
         raise RooflineError(f"unknown MoE activation {activation!r}: choose one of {', '.join(ACTIVATIONS)}.")
     T, H = x.shape
@@ -270,7 +416,7 @@ def _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_dow
     for e in torch.unique(ids).tolist():
         tok, pos = torch.where(ids == e)
         xs = xc[tok]
-        g, u = xs @ w_gate[e].to(ct), xs @ w_up[e].to(ct)
+        g, u = mm(xs, w_gate, e, ct), mm(xs, w_up, e, ct)
         if b_gate is not None:
             g, u = g + b_gate[e].to(ct), u + b_up[e].to(ct)
         if activation == "silu":
@@ -278,7 +424,7 @@ def _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_dow
         else:
             g, u = g.clamp(max=limit), u.clamp(-limit, limit)
             hh = (u + 1) * (g * torch.sigmoid(g * alpha))
-        o = hh @ w_down[e].to(ct)
+        o = mm(hh, w_down, e, ct)
         if b_down is not None:
             o = o + b_down[e].to(ct)
         y.index_add_(0, tok, o * weights[tok, pos, None].to(ct))
@@ -287,21 +433,29 @@ def _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_dow
 
 def reference(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_gate=None, b_up=None, b_down=None,
               alpha=1.702, limit=7.0, compute_dtype=None) -> torch.Tensor:
-    """The plain loop over experts in fp32 (``compute_dtype`` torch.float64 for checks); y in x's dtype."""
+    """The plain loop over experts in fp32 (``compute_dtype`` torch.float64 for checks); y in x's dtype. Quantized
+    experts (``QuantExperts``) multiply by their dequantized weights."""
     ct = compute_dtype or (torch.float64 if x.dtype == torch.float64 else torch.float32)
-    return _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down, alpha, limit, ct)
+    mm = _dequant_mm if isinstance(w_gate, QuantExperts) else _float_mm
+    return _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down, alpha, limit, ct, mm)
 
 
 def torch_moe(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_gate=None, b_up=None, b_down=None,
               alpha=1.702, limit=7.0, out=None) -> torch.Tensor:
-    """The torch backend's peer: the same loop in the input dtype (cuBLAS GEMMs per expert, as transformers)."""
-    y = _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down, alpha, limit, x.dtype)
+    """The torch backend's peer: the same loop in the input dtype (cuBLAS GEMMs per expert, as transformers);
+    quantized experts run each expert's ``QuantWeight`` through ``kernels.quant.torch_linear`` (aten's int8 /
+    int4 GEMM where this torch has it, else its dequantize reference: ``QuantExperts.torch_impl``)."""
+    mm = _quant_mm if isinstance(w_gate, QuantExperts) else _float_mm
+    y = _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down, alpha, limit, x.dtype, mm)
     return y if out is None else out.copy_(y)
 
 
 def cost(tokens: int, hidden: int, intermediate: int, n_experts: int, k: int, dtype="bf16", *, distinct=None,
-         activation: str = "silu", bias: bool = False):
-    """The roofline formula's Cost (roofline.formulas.moe_experts; uniform routing unless ``distinct``)."""
+         activation: str = "silu", bias: bool = False, weight_dtype: str | None = None, group_size: int | None = None,
+         zero_point: bool = False):
+    """The roofline formula's Cost (roofline.formulas.moe_experts; uniform routing unless ``distinct``); quantized
+    experts with ``weight_dtype`` "int8" / "int4" (``group_size``, ``zero_point``): their bytes and scales."""
     d = dtype if isinstance(dtype, str) else dtype_name(dtype)
     return F.moe_experts(tokens, hidden, intermediate, n_experts, k, distinct=distinct, activation=activation,
-                         bias=bias, weight_dtype=d, act_dtype=d)
+                         bias=bias, weight_dtype=weight_dtype or d, act_dtype=d, group_size=group_size,
+                         zero_point=zero_point)

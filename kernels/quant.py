@@ -12,6 +12,11 @@ ecosystem's own CPU/GPU op (``torch.ops.aten._weight_int8pack_mm``, ``_weight_in
 where this torch has it for this shape and dtype, else a dequantize reference (x @ the
 dequantized weight), said in ``torch_impl``, which the sweep records in its ``config``.
 
+``QuantExperts`` holds a mixture of experts' [E, K, N] weights quantized the same way, expert by
+expert (``quantize_experts``: E ``QuantWeight``s stacked): int8 [E, N, K] + scales [E, N], or int4
+[E, N, K/2] + scales (zeros) [E, K/g, N]. ``kernels.moe``'s fused kernels read the stack; the torch
+backend runs each expert's ``QuantWeight`` view (``expert(e)``) through ``torch_linear``.
+
 An 8-bit KV cache (``KV_DTYPES``) stores K and V as int8 or fp8 e4m3 with one fp32 scale per
 token per KV head (``kernels.kv_append`` quantizes; the attention kernels dequantize on load).
 fp8 needs a GPU that has it (compute capability 8.9 or later): the Triton interpreter cannot run
@@ -70,6 +75,70 @@ class QuantWeight:
         return mod.dequantize(self, dtype)
 
 
+@dataclass(eq=False)
+class QuantExperts:
+    """E experts' weights (a float [E, K, N] tensor's) quantized expert by expert and stacked, as the fused MoE
+    kernels read them (``kernels.moe``); ``expert(e)`` is expert e as a ``QuantWeight`` (views, no copy)."""
+
+    dtype: str                       # "int8" | "int4"
+    qweight: torch.Tensor            # int8 [E, N, K] | uint8 [E, N, K/2]
+    scales: torch.Tensor             # int8: [E, N]; int4: [E, K/g, N]; in the activation dtype
+    zeros: torch.Tensor | None       # int4 with zero points: [E, K/g, N]; else None
+    in_features: int
+    out_features: int
+    group_size: int = 0              # int4: input rows per scale
+    views: tuple = ()                # the experts' QuantWeights (``expert``), built on first use
+
+    @property
+    def n_experts(self) -> int:
+        return self.qweight.shape[0]
+
+    @property
+    def shape(self) -> tuple:
+        """The float weights' shape [E, K, N] (what the MoE launchers and the runners read)."""
+        return (self.n_experts, self.in_features, self.out_features)
+
+    @property
+    def device(self):
+        return self.qweight.device
+
+    @property
+    def act_dtype(self) -> torch.dtype:
+        return self.scales.dtype
+
+    @property
+    def torch_impl(self) -> str:
+        """What the torch backend runs per expert (``prepare_torch``: the same choice for every expert)."""
+        return self.expert(0).torch_impl if self.n_experts else ""
+
+    def expert(self, e: int) -> QuantWeight:
+        """Expert ``e``'s [K, N] weight as a ``QuantWeight`` (views of the stacked tensors)."""
+        if not self.views:
+            z = self.zeros
+            self.views = tuple(QuantWeight(self.dtype, self.qweight[i], self.scales[i], None if z is None else z[i],
+                                           self.in_features, self.out_features, self.group_size)
+                               for i in range(self.n_experts))
+        return self.views[e]
+
+    def dequantize(self, dtype=torch.float32) -> torch.Tensor:
+        """The [E, K, N] weights these values stand for (the references' weights), in ``dtype``."""
+        return torch.stack([self.expert(e).dequantize(dtype) for e in range(self.n_experts)])
+
+
+def quantize_experts(w: torch.Tensor, dtype: str, *, group_size: int | None = None, zero_point: bool = False,
+                     name: str = "experts") -> QuantExperts:
+    """Quantize E float weights ``w`` [E, K, N] expert by expert with ``quantize_weight`` (int8: a scale per output
+    channel per expert; int4: a scale per group of ``group_size`` input rows per expert), stacked."""
+    if w.dim() != 3:
+        raise ValueError(f"{name} must be [E, K, N] expert weights, got shape {list(w.shape)}.")
+    qs = [quantize_weight(w[e], dtype, group_size=group_size, zero_point=zero_point, name=name)
+          for e in range(w.shape[0])]
+    z = torch.stack([q.zeros for q in qs]) if zero_point and qs else None
+    q0 = qs[0]
+    return QuantExperts(q0.dtype, torch.stack([q.qweight for q in qs]), torch.stack([q.scales for q in qs]), z,
+                        q0.in_features, q0.out_features, q0.group_size)
+
+
 def check_weight_dtype(name) -> str:
     key = str(name).strip().lower()
     if key not in WEIGHT_DTYPES:
@@ -98,13 +167,27 @@ def quantize_weight(w: torch.Tensor, dtype: str, *, group_size: int | None = Non
     return linear_int4.quantize(w, group_size=check_group(group_size), zero_point=zero_point, name=name)
 
 
-LINEAR_WEIGHTS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+def quantized_ops(cfg) -> list:
+    """(op name, weight key, kind, in-features) of every weight the workload model charges in the weight dtype
+    (``roofline.workload``): each "linear" op's weight (q/k/v/o, the dense MLP, the shared experts, lm_head) and
+    the routed experts' gate/up [E, H, I] and down [E, I, H]. The router, the shared-expert gate, norms, biases
+    and the embedding stay in the activation dtype."""
+    from roofline.layer import model_ops
+
+    out = []
+    for o in model_ops(cfg):
+        if o.kind == "linear":
+            out += [(o.name, ws.key, "linear", ws.shape[0]) for ws in o.weights if ws.role == "linear"]
+        elif o.kind == "experts":
+            out += [(f"experts {ws.key.split('_')[1]}_proj", ws.key, "experts", ws.shape[1])
+                    for ws in o.weights if ws.role == "experts"]
+    return out
 
 
 def check_model_groups(cfg, group_size: int) -> None:
-    """One line naming the model's first linear whose in-features ``group_size`` does not divide."""
-    ins = {"q/k/v_proj": cfg.hidden, "o_proj": cfg.q_dim, "gate/up_proj": cfg.hidden, "down_proj": cfg.intermediate,
-           "lm_head": cfg.hidden}
+    """One line naming the model's first quantized weight (``quantized_ops``) whose in-features ``group_size``
+    does not divide."""
+    ins = {n: k for n, _, _, k in quantized_ops(cfg)}
     bad = [(n, k) for n, k in ins.items() if k % group_size]
     if bad:
         n, k = bad[0]
@@ -117,21 +200,32 @@ def check_model_groups(cfg, group_size: int) -> None:
 
 def quantize_model_weights(cfg, w: dict, dtype: str, *, group_size: int | None = None, zero_point: bool = False,
                            backend: str = "triton") -> dict:
-    """The model's weight dict with every linear (the 7 per layer and lm_head) quantized; norms and the
-    embedding stay in the activation dtype (the workload model charges them so). A tied lm_head gets its own
-    quantized copy of embed.t(). ``backend="torch"`` also prepares what the torch backend runs."""
+    """The model's weight dict with every weight of ``quantized_ops`` quantized (linears to ``QuantWeight``,
+    routed experts to ``QuantExperts``) and lm_head; norms, the router and the embedding stay in the activation
+    dtype (the workload model charges them so). A tied lm_head gets its own quantized copy of embed.t().
+    ``backend="torch"`` also prepares what the torch backend runs (per expert for the routed experts)."""
     d = check_weight_dtype(dtype)
     if d == "int4":
         group_size = check_group(group_size)
         check_model_groups(cfg, group_size)
-    q = lambda t, n: quantize_weight(t, d, group_size=group_size, zero_point=zero_point, name=n)  # noqa: E731
+    kinds = {key: kind for _, key, kind, _ in quantized_ops(cfg)}
+    kw = dict(group_size=group_size, zero_point=zero_point)
+
+    def q(t, key):
+        kind = kinds.get(key)
+        return (quantize_weight(t, d, name=key, **kw) if kind == "linear" else
+                quantize_experts(t, d, name=key, **kw) if kind == "experts" else t)
     out = {k: v for k, v in w.items() if k != "layers"}
-    out["layers"] = [{k: (q(v, k) if k in LINEAR_WEIGHTS else v) for k, v in lw.items()} for lw in w["layers"]]
-    out["lm_head"] = q(w["lm_head"], "lm_head")
+    out["layers"] = [{k: q(v, k) for k, v in lw.items()} for lw in w["layers"]]
+    out["lm_head"] = quantize_weight(w["lm_head"], d, name="lm_head", **kw)
     if backend == "torch":
         for lw in out["layers"]:
-            for k in LINEAR_WEIGHTS:
-                prepare_torch(lw[k])
+            for v in lw.values():
+                if isinstance(v, QuantWeight):
+                    prepare_torch(v)
+                elif isinstance(v, QuantExperts):
+                    for e in range(v.n_experts):
+                        prepare_torch(v.expert(e))
         prepare_torch(out["lm_head"])
     return out
 
