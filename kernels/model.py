@@ -259,9 +259,9 @@ class LlamaModel:
         if self.tp is not None and (self.weight_dtype in WEIGHT_DTYPES or self.kv_dtype in KV_DTYPES):
             raise RooflineError("quantized weights or KV cache are not combined with tensor parallelism: run them "
                                 "at one rank (no --tp).")
-        if cfg.n_experts and self.weight_dtype in WEIGHT_DTYPES:
-            raise RooflineError(f"{cfg.name}: quantized expert weights are costed (`roofline explain --weight-dtype`) "
-                                "but not run: drop --weight-dtype.")
+        if cfg.mla and self.weight_dtype in WEIGHT_DTYPES:
+            raise RooflineError(f"{cfg.name}: quantized weights of latent attention are costed (`roofline explain "
+                                "--weight-dtype`) but not run: drop --weight-dtype.")
         if (cfg.mla or cfg.attn_sinks) and self.kv_dtype in KV_DTYPES:
             raise RooflineError(f"{cfg.name}: an 8-bit KV cache is not implemented for attention with sinks or a "
                                 "latent cache: drop --kv-dtype.")

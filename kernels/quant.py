@@ -125,6 +125,19 @@ class QuantExperts:
         return torch.stack([self.expert(e).dequantize(dtype) for e in range(self.n_experts)])
 
 
+def expert_weights_config(w, backend: str) -> dict:
+    """What a sweep's record says of the routed experts' weights: {} for float ones; for ``QuantExperts`` the
+    kind as a linear's config says it ("int8 per-channel", "int4 g128 zero points") and, on the torch backend,
+    ``impl``: each expert's quantized GEMM (``prepare_torch``)."""
+    if not isinstance(w, QuantExperts):
+        return {}
+    label = w.dtype + (f" g{w.group_size}" + (" zero points" if w.zeros is not None else "") if w.dtype == "int4"
+                       else " per-channel")
+    if backend == "triton":
+        return {"weights": label}
+    return {"weights": label, "impl": f"per expert: {w.torch_impl or 'not prepared'}"}
+
+
 def quantize_experts(w: torch.Tensor, dtype: str, *, group_size: int | None = None, zero_point: bool = False,
                      name: str = "experts") -> QuantExperts:
     """Quantize E float weights ``w`` [E, K, N] expert by expert with ``quantize_weight`` (int8: a scale per output

@@ -46,7 +46,8 @@ from .linear import linear_config
 from .linear_int4 import linear_int4_config
 from .model import attention_options, init_weights, quant_dtypes, seeded_generator, transformer_layer
 from .prefill_attention import DEQUANT_NOTE, attention_config
-from .quant import KV_DTYPES, QuantWeight, WEIGHT_DTYPES, kv_storage, quantize_model_weights
+from .quant import (KV_DTYPES, QuantWeight, WEIGHT_DTYPES, expert_weights_config, kv_storage,
+                    quantize_model_weights)
 from .rope import rope_tables
 from .sinks import decode_with_sinks, prefill_with_sinks
 from .tp import embed_local, shard_weights, tp_parts
@@ -131,9 +132,9 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     dev = torch.device(device)
     wdt, kvdt = quant_dtypes(dt, weight_dtype, kv_dtype, dev)
     qw, qkv = wdt in WEIGHT_DTYPES, kvdt in KV_DTYPES
-    if qw and (cfg.n_experts or cfg.mla):
-        raise RooflineError(f"{cfg.name}: quantized weights of mixtures of experts and latent attention are costed "
-                            "(`roofline explain --weight-dtype`), not run: drop --weight-dtype.")
+    if qw and cfg.mla:
+        raise RooflineError(f"{cfg.name}: quantized weights of latent attention are costed (`roofline explain "
+                            "--weight-dtype`), not run: drop --weight-dtype.")
     if qkv and (cfg.attn_sinks or cfg.mla):
         raise RooflineError(f"{cfg.name}: an 8-bit KV cache is not implemented for attention with sinks or a latent "
                             "cache: drop --kv-dtype.")
@@ -308,11 +309,20 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
                 return absorb, {"form": "absorbed (q W_UK, o W_UV)"}
             lat = rows_of(cfg.kv_lora_rank) if n == kv_len else rnd(B * kv_len, cfg.kv_lora_rank)
             return (lambda: K.linear(lat, wkv)), {"form": "naive (every key up-projected)"}
-        if kind == "mla_attention":
-            ckv_, kpe_, att, qn, qpe, _, _ = mla_state
-            return ((lambda: att(qn, qpe, ckv_, kpe_, lw)),
-                    {"form": "absorbed decode (Triton mla_decode)" if phase == "decode"
-                     else "naive prefill (torch SDPA path)"})
+        if kind == "mla_attention":      # the attention alone: its kv_b_proj work is mla_up's runner (and cost)
+            ckv_, kpe_, _, _, qpe, _, _ = mla_state
+            R, N, V = cfg.kv_lora_rank, cfg.qk_nope_dim, cfg.v_head_dim
+            if phase == "decode":        # the absorbed query [T, Hq, R] over the latent cache
+                q_lat, lens_ = rnd(T, Hq, R), pos + 1
+                return ((lambda: K.mla_decode(q_lat, qpe, ckv_, kpe_, lens_, slots, sm_scale=cfg.scale,
+                                              max_len=kv_len)),
+                        {"form": "absorbed decode (Triton mla_decode)" if K.name == "triton"
+                         else "absorbed decode (torch path)"})
+            # naive prefill: per-head q [B, n, Hq, N + P] against every key's up-projected K and V
+            qf, kf, vf = rnd(B, n, Hq, N + cfg.qk_rope_dim), rnd(B, kv_len, Hq, N + cfg.qk_rope_dim), rnd(B, kv_len,
+                                                                                                       Hq, V)
+            return (lambda: K.mla_prefill(qf, kf, vf, sm_scale=cfg.scale, cached=0)), {
+                "form": "naive prefill (torch SDPA path)"}
         if kind == "router":
             from .model import route
 
@@ -323,7 +333,8 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
             return ((lambda: K.moe_experts(h, lw["experts_gate"], lw["experts_up"], lw["experts_down"], *moe_args,
                                            **e_kw)),
                     {"experts_touched": touched, "of": cfg.n_experts, "expert_imbalance": imbalance,
-                     "routing": "this point's own (random rows through the layer's router)"})
+                     "routing": "this point's own (random rows through the layer's router)"}
+                    | expert_weights_config(lw["experts_gate"], K.name))
         if kind == "gate":
             gv = lw["ws_gate_vec"]
             return (lambda: torch.sigmoid(K.linear(h, gv)) * x), {}
