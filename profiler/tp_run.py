@@ -39,7 +39,12 @@ def rank_threads(run) -> int | None:
 
 
 def validate_tp(run, device_count: int | None = None) -> None:
-    """One-line errors for ``--tp`` before anything starts (``device_count`` stands in for torch's, in tests)."""
+    """One-line errors for ``--tp`` before anything starts (``device_count`` stands in for torch's, in tests):
+    the ranks against this machine and the model's split (``roofline.parallel.shard``: heads, KV heads, MLP,
+    expert and shared-expert widths). Dense models, mixtures of experts (every expert sliced, as vLLM's
+    tensor-parallel MoE) and latent attention (heads split, latent replicated) all run sharded; quantized
+    weights or KV cache are refused before this (``run_profile``, ``build_run``), and expert parallelism (--ep)
+    is costed by ``roofline explain`` only (``profile`` has no --ep)."""
     from roofline.parallel import shard
 
     from .distributed import check_tp
