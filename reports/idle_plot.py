@@ -7,12 +7,17 @@ time; the phases the trace's annotations mark shaded in a band above the strip (
 the largest gaps annotated with the CPU op the host was in (or their cause). ``idle_figure(rf)``
 wraps it for a report.
 
+``plot_zoom(ax, idle)`` draws the timeline's ``zoom`` (a few consecutive steps, nothing folded) under the strip:
+each kernel in alternating greys, each gap in its cause's colour at its true width, the steps in a band above, the
+window's largest gap named with its CPU op; the strip marks where the zoom lies. A long trace's figure holds both.
+
 Rendering never measures: everything comes from the result file's ``settings["idle"]`` (what
 ``roofline.trace_idle.idle_causes`` wrote, its ``timeline`` included). A file with no timeline (a CPU
 trace, or one written before the timeline existed) gets no figure. When the timeline folded short
 gaps into busy time (``merged_gaps``) the figure says so under the strip, and the caption repeats it.
-Artists carry gids ("idle:busy", "idle:host-bound", ..., "idle:phase:decode", "idle:note") so tests
-read back what was drawn.
+Artists carry gids ("idle:busy", "idle:host-bound", ..., "idle:phase:decode", "idle:note", "idle:zoom-mark";
+on the zoom "zoom:busy", "zoom:kernels", "zoom:host-bound", ..., "zoom:step:decode", "zoom:largest") so tests read
+back what was drawn.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 from matplotlib.patches import Patch
 
 from roofline import units as U
-from roofline.trace_idle import CAUSES, NO_OP
+from roofline.trace_idle import CAUSES, MAX_GAPS, NO_OP
 
 from .figures import ReportFigure
 from .style import new_figure, styled
@@ -35,6 +40,8 @@ HAIRLINE, HAIRLINE_UP_TO = 0.4, 200   # gap edge width (points), drawn while the
 MAX_PHASE_LINES = 50    # phase boundaries drawn across the strip up to this many phase ranges
 STRIP = (0.0, 1.0)       # y extent of the strip
 BAND = (1.12, 0.28)      # y extent of the phase band above it
+KERNEL_SHADES = ("#555555", "#8c8c8c")   # neighbouring kernels on the zoom alternate, so each one shows
+ZOOM_MARK = "#000000"
 
 
 def timeline_of(rf) -> dict:
@@ -110,6 +117,14 @@ def plot_idle(ax, idle: dict, busy_s: float | None = None, *, title: str | None 
         bars = [(s, e - s) for s, e, c in gaps if c == cause]
         ax.broken_barh(bars, STRIP, facecolors=CAUSE_COLORS[cause], edgecolors=CAUSE_COLORS[cause], linewidths=edge,
                        zorder=3, gid=f"idle:{cause}")
+    zoom = line.get("zoom")
+    if zoom:                                          # where the zoom below lies: a line at least 1.5 points wide
+        ax.broken_barh([(zoom["start_s"], zoom["end_s"] - zoom["start_s"])], (h0 - 0.08, h + 0.16), facecolors="none",
+                       edgecolors=ZOOM_MARK, linewidths=1.5, zorder=5, gid="idle:zoom-mark")
+        x = (zoom["start_s"] + zoom["end_s"]) / 2
+        left = x < 0.5 * window
+        ax.annotate("zoomed below", (x, h0 + h), xytext=(4 if left else -4, 1), textcoords="offset points",
+                    ha="left" if left else "right", va="bottom", fontsize=7, zorder=5, gid="idle:zoom-text")
     for i, gap in enumerate(annotated(idle, window)):
         x = gap["at_s"] + gap["gap_s"] / 2
         y = h0 - 0.35 - 0.55 * i                      # stagger under the strip so neighbours do not overlap
@@ -122,8 +137,11 @@ def plot_idle(ax, idle: dict, busy_s: float | None = None, *, title: str | None 
     handles = [Patch(color=BUSY_COLOR, label=f"busy: {U.seconds(busy_total)}")]
     handles += [Patch(color=CAUSE_COLORS[c], label=f"{c}: {U.seconds(by.get(c, 0.0))}"
                       + (f" ({U.percent(by.get(c, 0.0) / total)} of idle)" if total else "")) for c in CAUSES]
-    handles += [Patch(color=PHASE_COLORS.get(p, "#d0d0d0"), label=f"phase: {p}")
-                for p in dict.fromkeys(p for *_, p in line.get("phases", []))]
+    widest: dict = {}
+    for s, e, p in line.get("phases", []):
+        widest[p] = max(widest.get(p, 0.0), e - s)
+    handles += [Patch(color=PHASE_COLORS.get(p, "#d0d0d0"), label=f"phase: {p}"
+                      + (" (under a pixel here)" if w < window / MAX_GAPS else "")) for p, w in widest.items()]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False, borderaxespad=0)
     note = merged_text(line)
     if note:
@@ -139,6 +157,77 @@ def plot_idle(ax, idle: dict, busy_s: float | None = None, *, title: str | None 
     ax.set_xlabel("time from the first GPU activity")
     head = f"GPU idle {U.seconds(total)} of a {U.seconds(window)} window"
     ax.set_title(title or (head + (f" ({U.percent(total / window)})" if window else "") + ", each gap by its cause"))
+    return ax
+
+
+def zoom_title(zoom: dict) -> str:
+    """'Zoom: decode steps 1,499-1,501 (the median step by GPU time and its neighbours): idle 120 us of 1.2 ms (10%)'."""
+    steps = zoom.get("steps") or []
+    span = zoom["end_s"] - zoom["start_s"]
+    idle = sum(e - s for s, e, _ in zoom["gaps"])
+    if steps:
+        phases = list(dict.fromkeys(p for _, _, p, _ in steps))
+        nums = [n for *_, n in steps]
+        what = (f"{phases[0]} steps {nums[0]:,}-{nums[-1]:,}" if len(phases) == 1
+                else ", ".join(f"{p} {n:,}" for _, _, p, n in steps))
+        why = "the median step by GPU time and its neighbours"
+    else:
+        what, why = f"{len(zoom['gaps'])} gaps", "around the middle of the trace; no annotation marks a step"
+    return (f"Zoom: {what} ({why}): idle {U.seconds(idle)} of {U.seconds(span)}"
+            + (f" ({U.percent(idle / span)})" if span else ""))
+
+
+@styled
+def plot_zoom(ax, idle: dict):
+    """Draw the timeline's ``zoom`` (x: time from the zoom's start); returns ``ax``."""
+    zoom = idle["timeline"]["zoom"]
+    t0 = zoom["start_s"]
+    span = zoom["end_s"] - t0
+    h0, h = STRIP
+    steps = zoom.get("steps") or []
+    for phase in dict.fromkeys(p for _, _, p, _ in steps):
+        ax.broken_barh([(s - t0, e - s) for s, e, p, _ in steps if p == phase], BAND, edgecolors="white",
+                       facecolors=PHASE_COLORS.get(phase, "#d0d0d0"), linewidths=1.0, zorder=1,
+                       gid=f"zoom:step:{phase}")
+    for s, e, phase, n in steps:
+        if (min(e, zoom["end_s"]) - max(s, t0)) / span > 0.08:
+            ax.text((max(s, t0) + min(e, zoom["end_s"])) / 2 - t0, BAND[0] + BAND[1] / 2, f"{phase} step {n:,}",
+                    ha="center", va="center", fontsize=7.5, zorder=2)
+    ax.broken_barh([(s - t0, e - s) for s, e in zoom["busy"]], STRIP, facecolors=BUSY_COLOR, linewidths=0, zorder=2,
+                   gid="zoom:busy")
+    kernels = zoom.get("kernels") or []
+    ax.broken_barh([(s - t0, e - s) for s, e in kernels], STRIP, zorder=3, gid="zoom:kernels",
+                   facecolors=[KERNEL_SHADES[i % 2] for i in range(len(kernels))], edgecolors="white",
+                   linewidths=0.3)
+    for cause in CAUSES:
+        bars = [(s - t0, e - s) for s, e, c in zoom["gaps"] if c == cause]
+        ax.broken_barh(bars, STRIP, facecolors=CAUSE_COLORS[cause], edgecolors=CAUSE_COLORS[cause],
+                       linewidths=HAIRLINE, zorder=4, gid=f"zoom:{cause}")
+    big = zoom.get("largest")
+    if big:
+        x = big["at_s"] + big["gap_s"] / 2 - t0
+        ha = "left" if x < 0.25 * span else "right" if x > 0.75 * span else "center"
+        text = (f"largest gap here ({big['cause']}): " if big.get("cpu_op") else "largest gap here: ") + _label(big)
+        ax.annotate(text, xy=(x, h0), xytext=(x, h0 - 0.35), ha=ha, va="top",
+                    fontsize=7.5, zorder=5, arrowprops={"arrowstyle": "-", "color": "#333333", "lw": 0.7},
+                    gid="zoom:largest")
+    handles = [Patch(facecolor=KERNEL_SHADES[0], label=f"kernel / copy ({len(kernels):,}, shades alternate)")]
+    handles += [Patch(color=CAUSE_COLORS[c], label=f"{c}: " + U.seconds(sum(e - s for s, e, k in zoom["gaps"]
+                                                                            if k == c))) for c in CAUSES]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False, borderaxespad=0,
+              title="in this window", title_fontsize=8, alignment="left")
+    if zoom.get("kernels_cut"):
+        ax.text(0.0, -0.30, f"cut: the window ends after {len(kernels):,} kernels ({zoom['kernels_cut']:,} more in "
+                "its steps are not drawn)", transform=ax.transAxes, ha="left", va="top", fontsize=7.5,
+                color="#aa0000", gid="zoom:note")
+    ax.set_ylim(h0 - 1.0 if big else -0.2, BAND[0] + BAND[1] + 0.1 if zoom.get("steps") else h + 0.1)
+    ax.set_xlim(0.0, span)
+    ax.set_yticks([])
+    ax.grid(False, axis="y")
+    ax.spines["left"].set_visible(False)
+    ax.xaxis.set_major_formatter(lambda v, _: U.seconds(v) if v else "0")
+    ax.set_xlabel(f"time from the zoom's start ({U.seconds(t0)} on the strip above)")
+    ax.set_title(zoom_title(zoom), fontsize=10)
     return ax
 
 
@@ -158,12 +247,22 @@ def idle_caption(idle: dict) -> str:
     note = merged_text(line)
     if note:
         cap += f" {note[0].upper()}{note[1:]} (at most {len(line['gaps']):,} gaps are drawn, the longest)."
+    if line.get("zoom"):
+        how = ("the median step by GPU time (of the phase with the most steps) and its neighbours"
+               if line["zoom"].get("steps") else "the gaps around the middle of the trace (no annotation marks a step)")
+        cap += (f" Below: a zoom on {how}, boxed on the strip: every kernel and copy (neighbours in alternating "
+                "greys) and every gap at its true width, nothing folded; the label names the window's largest gap.")
     return cap
 
 
 def idle_figure(rf) -> ReportFigure:
     st = rf.header.settings
     idle = st["idle"]
-    fig, ax = new_figure(12, 2.9 if idle["timeline"].get("phases") else 2.6)
+    top = 2.9 if idle["timeline"].get("phases") else 2.6
+    if idle["timeline"].get("zoom"):
+        fig, (ax, zax) = new_figure(12, top + 2.4, nrows=2, height_ratios=[top, 2.4])
+        plot_zoom(zax, idle)
+    else:
+        fig, ax = new_figure(12, top)
     plot_idle(ax, idle, (st.get("gpu_time") or {}).get("busy_s"))
     return ReportFigure("idle", "GPU idle gaps by cause", fig, idle_caption(idle))

@@ -6,8 +6,9 @@ causes, one per gap, tried in this order:
 
 * **synchronisation**: a host call that blocks until the GPU is done (``cudaStreamSynchronize``,
   ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, a synchronous ``cudaMemcpy``, their ``hip``
-  forms) overlaps the gap: the host drained the GPU's queue and waited, so the next launch came late
-  (``.item()``, ``.cpu()``, ``.tolist()`` in a step loop).
+  forms) overlaps the gap and the next activity was launched after the gap began: the host drained the
+  GPU's queue and waited, so the next launch came late (``.item()``, ``.cpu()``, ``.tolist()`` in a step
+  loop). A bubble between kernels already queued while the host sat in a sync is not the sync's: "other".
 * **host-bound**: the next GPU activity's launch call started after the GPU went idle: the GPU
   waited for the CPU to launch. The gap is charged to the CPU op running on the launching thread
   at the gap's midpoint ("no op" when the thread was between ops: Python or framework code).
@@ -24,6 +25,17 @@ window among them, so nothing a pixel could show is lost) and the busy intervals
 join; ``merged_gaps``, ``merged_s`` and ``merged_by_cause_s`` say what was folded into busy time, so a
 figure can say it is simplified. Past ``MAX_GAPS`` phase ranges (prefill and decode steps alternating),
 those shorter than 1/``MAX_GAPS`` of the window are left out and ``phases_dropped`` counts them.
+
+Past ``ZOOM_ABOVE`` gaps the timeline also holds ``zoom``: a few consecutive steps drawn exactly (nothing folded),
+so single kernels and gaps stay visible beside a strip of a thousand gaps. The window is ``ZOOM_STEPS`` steps (one
+phase-marker annotation each, on the GPU) centred on the median step by GPU span of the phase with the most steps;
+with no marked steps, the ``ZOOM_GAPS`` gaps around the middle one. ``zoom`` holds ``pick`` (how it was chosen),
+``start_s``/``end_s``, ``steps`` ([start, end, phase, number of that step within its phase, from 1]), ``busy``
+(the exact union of GPU activity in the window), ``kernels`` ([start, end] of each GPU activity, clipped to the
+window; at most ``ZOOM_MAX_KERNELS``, the window ends at the last one kept and ``kernels_cut`` counts the others),
+``gaps`` ([start, end, cause]) and ``largest`` (the window's longest gap: ``at_s``, ``gap_s``, ``cause``,
+``cpu_op``: the op on the thread that launched the next work, at the gap's midpoint, whatever the cause, and
+``next``), all in the timeline's seconds.
 
 ``launch_stats(trace)``, as HTA reports them: per kernel launched by a runtime call (graph
 replays excluded: their kernels start long after one launch), the launch-to-start delay
@@ -50,6 +62,11 @@ TOP_GAPS = 10
 # already fill the window.
 MAX_GAPS = 1000
 NS = 9          # timeline times are rounded to the nanosecond: a trace's clock ticks in microseconds
+# The zoom (module docstring): only when the strip has more gaps than a reader can tell apart at a glance.
+ZOOM_ABOVE = 50
+ZOOM_STEPS = 3          # consecutive steps: the median step and one either side (a step's hand-over shows twice)
+ZOOM_GAPS = 20          # with no marked steps: this many gaps around the middle one
+ZOOM_MAX_KERNELS = 2000  # a few steps of a large model (32 layers x ~15 kernels x 3) fit; the header stays small
 
 
 def busy_intervals(gpu) -> list:
@@ -87,7 +104,8 @@ def idle_causes(trace, markers=None) -> dict:
         launch = nxt.launch                           # for a replayed kernel: its graph launch
         cause, op = "other", ""
         i = bisect.bisect_left(sync_starts, b)
-        if i and reach[i - 1] > a:        # a sync call started before the gap ended and returned after it began
+        late = launch is None or launch.ts > a        # the next work was not queued when the GPU went idle
+        if late and i and reach[i - 1] > a:   # a sync call started before the gap ended and returned after it began
             cause = "synchronisation"
         elif launch is not None and launch.ts > a:
             cause = "host-bound"
@@ -99,7 +117,10 @@ def idle_causes(trace, markers=None) -> dict:
         gaps.append((b - a, a, cause, op, nxt.name))
     idle = sum(by_cause.values())
     dominant = max(CAUSES, key=lambda c: by_cause[c]) if idle > 0 else ""
-    line = timeline(busy, gaps, phase_spans(trace, markers or DEFAULT_MARKERS))
+    steps = step_spans(trace, markers or DEFAULT_MARKERS)
+    line = timeline(busy, gaps, join_steps(steps))
+    if line and len(gaps) > ZOOM_ABOVE:
+        line["zoom"] = zoom_window(trace, busy, gaps, steps)
     gaps.sort(key=lambda x: -x[0])
     return {"idle_s": idle, "by_cause_s": by_cause, "gaps": counts, "dominant": dominant,
             "dominant_share": by_cause[dominant] / idle if idle else 0.0,
@@ -108,26 +129,100 @@ def idle_causes(trace, markers=None) -> dict:
                         for d, a, c, o, n in gaps[:TOP_GAPS]], "timeline": line}
 
 
-def phase_spans(trace, markers) -> list:
-    """[(start, end, phase)] in trace microseconds: where the GPU ran what was launched inside each annotation that
-    marks a phase (same process), in the annotations' order, consecutive ones of one phase joined."""
+def step_spans(trace, markers) -> list:
+    """[(start, end, phase)] in trace microseconds, one per annotation that marks a phase (same process), in the
+    annotations' order: where the GPU ran what was launched inside it. Annotations that launched nothing are left
+    out."""
     launched = sorted((g.launch.ts, g.launch.thread[0], g.ts, g.end) for g in trace.gpu if g.launch is not None)
     at = [x[0] for x in launched]
-    runs: list = []
+    out: list = []
     for a in sorted(trace.annotations, key=lambda a: (a.ts, -a.end)):
         phase = marked_phase(a.name, markers)
         if phase is None:
             continue
         ran = [(s, e) for _, pid, s, e in launched[bisect.bisect_left(at, a.ts):bisect.bisect_right(at, a.end)]
                if pid == a.thread[0]]
-        if not ran:
-            continue
-        s, e = min(x[0] for x in ran), max(x[1] for x in ran)
+        if ran:
+            out.append((min(x[0] for x in ran), max(x[1] for x in ran), phase))
+    return out
+
+
+def join_steps(steps) -> list:
+    """Consecutive steps of one phase joined into one range: [(start, end, phase)]."""
+    runs: list = []
+    for s, e, phase in steps:
         if runs and runs[-1][2] == phase:
             runs[-1][0], runs[-1][1] = min(runs[-1][0], s), max(runs[-1][1], e)
         else:
             runs.append([s, e, phase])
     return [tuple(r) for r in runs]
+
+
+def phase_spans(trace, markers) -> list:
+    """[(start, end, phase)] in trace microseconds: where the GPU ran what was launched inside each annotation that
+    marks a phase (same process), in the annotations' order, consecutive ones of one phase joined."""
+    return join_steps(step_spans(trace, markers))
+
+
+def median_step(steps) -> int:
+    """The index in ``steps`` of the median step by GPU span of the phase with the most steps (the lower middle
+    of an even count; the earlier of equal spans)."""
+    counts: dict = defaultdict(int)
+    for *_, p in steps:
+        counts[p] += 1
+    phase = max(counts, key=lambda p: (counts[p], -next(i for i, x in enumerate(steps) if x[2] == p)))
+    mine = sorted((steps[i][1] - steps[i][0], i) for i in range(len(steps)) if steps[i][2] == phase)
+    return mine[(len(mine) - 1) // 2][1]
+
+
+def zoom_window(trace, busy: list, gaps: list, steps: list) -> dict:
+    """The zoom (module docstring) from the busy intervals, the gaps in time order ((length, start, cause, op,
+    next), microseconds) and the unjoined steps."""
+    origin = busy[0][0]
+
+    def s(t):
+        return round((t - origin) * US, NS)
+
+    if steps:
+        mid = median_step(steps)
+        first = min(max(mid - ZOOM_STEPS // 2, 0), max(len(steps) - ZOOM_STEPS, 0))
+        shown = list(range(first, min(first + ZOOM_STEPS, len(steps))))
+        lo, hi = min(steps[i][0] for i in shown), max(steps[i][1] for i in shown)
+        pick = "median step"
+    else:
+        mid = len(gaps) // 2
+        a, b = max(mid - ZOOM_GAPS // 2, 0), min(mid + ZOOM_GAPS - ZOOM_GAPS // 2, len(gaps))
+        lo, hi, shown = busy[a][0], busy[b][1], []                 # gap i lies between busy[i] and busy[i + 1]
+        pick = "middle gaps"
+    starts = [g.ts for g in trace.gpu]
+    i = bisect.bisect_left(starts, lo - max((g.dur for g in trace.gpu), default=0.0))
+    acts = [g for g in trace.gpu[i:bisect.bisect_right(starts, hi)] if g.end > lo and g.ts < hi]
+    cut = max(len(acts) - ZOOM_MAX_KERNELS, 0)
+    if cut:
+        acts = acts[:ZOOM_MAX_KERNELS]
+        hi = max(g.end for g in acts)
+    kernels = [[s(max(g.ts, lo)), s(min(g.end, hi))] for g in acts]
+    inside = [b for b in busy if b[1] > lo and b[0] < hi]
+    in_gaps = [g for g in gaps if g[1] >= lo and g[1] + g[0] <= hi]
+    big = max(in_gaps, key=lambda g: g[0], default=None)
+    op = big[3] if big else ""
+    if big and not op:          # a sync or queued gap: still say where the launching thread was
+        nxt = trace.gpu[bisect.bisect_left(starts, big[1] + big[0])]
+        if nxt.launch is not None:
+            running = trace.op_at(nxt.launch.thread, big[1] + big[0] / 2)
+            op = running.name if running is not None else NO_OP
+    number: dict = defaultdict(int)
+    numbered = []
+    for k, (a, b, p) in enumerate(steps):
+        number[p] += 1
+        if k in shown:
+            numbered.append([s(a), s(b), p, number[p]])
+    return {"pick": pick, "start_s": s(lo), "end_s": s(hi), "steps": numbered,
+            "busy": [[s(max(a, lo)), s(min(b, hi))] for a, b in inside],
+            "kernels": kernels, "kernels_cut": cut,
+            "gaps": [[s(g[1]), s(g[1] + g[0]), g[2]] for g in in_gaps],
+            "largest": {"at_s": s(big[1]), "gap_s": round(big[0] * US, NS), "cause": big[2], "cpu_op": op,
+                        "next": big[4][:80]} if big else None}
 
 
 def timeline(busy: list, gaps: list, phases=()) -> dict:

@@ -256,5 +256,136 @@ def test_a_cpu_trace_gets_no_idle_figure(tmp_path):
     assert not (tmp_path / "o" / "figures" / "idle.png").exists()
 
 
+def _five_steps(path):
+    """Five decode annotations at a = 0, 200, ..., 800 (199 us each): the host op vllm::prepare_inputs a to a + 100,
+    then GEMM A launched at a + 102 runs a + 110 to a + 130 and GEMM B launched at a + 104 runs from a + 130 for
+    L = 10, 50, 30, 40, 20 us. From the first GPU activity (110): step k runs 200k to 200k + 20 + L; the gap after
+    it (to the next step's start) is 180 - L = 170, 130, 150, 140 us, host-bound in vllm::prepare_inputs."""
+    b = Builder(devices=(H100,))
+    for k, length in enumerate((10, 50, 30, 40, 20)):
+        a = 200 * k
+        b.annotation("decode", a, 199)
+        b.op("vllm::prepare_inputs", a, 100)
+        for launch, start, dur in ((a + 102, a + 110, 20), (a + 104, a + 130, length)):
+            e = b.op("aten::mm", launch - 1, 8, [[1, 4096], [4096, 4096]], [BF, BF])
+            b.launch(e, launch, start, dur, GEMM)
+    b.dump(path)
+    return path
+
+
+def test_the_zoom_holds_the_median_step_and_its_neighbours_exactly(tmp_path, monkeypatch):
+    monkeypatch.setattr(trace_idle, "ZOOM_ABOVE", 3)                     # 4 gaps: a zoom
+    zoom = idle_causes(read_trace(_five_steps(tmp_path / "z.json")))["timeline"]["zoom"]
+    # GPU spans 30, 70, 50, 60, 40 us: sorted 30 40 [50] 60 70, the median is step 3; with one either side: 2-4
+    assert zoom["pick"] == "median step"
+    assert zoom["steps"] == [[pytest.approx(200 * US), pytest.approx(270 * US), "decode", 2],
+                             [pytest.approx(400 * US), pytest.approx(450 * US), "decode", 3],
+                             [pytest.approx(600 * US), pytest.approx(660 * US), "decode", 4]]
+    assert (zoom["start_s"], zoom["end_s"]) == (pytest.approx(200 * US), pytest.approx(660 * US))
+    # A and B abut: one busy interval per step, two kernels each
+    assert flat(zoom["busy"]) == pytest.approx([x * US for x in (200, 270, 400, 450, 600, 660)])
+    assert flat(zoom["kernels"]) == pytest.approx([x * US for x in (200, 220, 220, 270, 400, 420, 420, 450, 600, 620,
+                                                                    620, 660)])
+    assert zoom["kernels_cut"] == 0
+    # the gaps after steps 2 and 3: 180 - 50 = 130 us and 180 - 30 = 150 us
+    assert zoom["gaps"] == [[pytest.approx(270 * US), pytest.approx(400 * US), "host-bound"],
+                            [pytest.approx(450 * US), pytest.approx(600 * US), "host-bound"]]
+    big = zoom["largest"]
+    assert (big["at_s"], big["gap_s"]) == (pytest.approx(450 * US), pytest.approx(150 * US))
+    assert big["cause"] == "host-bound" and big["cpu_op"] == "vllm::prepare_inputs"
+    # 4 gaps are not more than the default ZOOM_ABOVE: a short trace gets no zoom
+    monkeypatch.setattr(trace_idle, "ZOOM_ABOVE", 50)
+    assert "zoom" not in idle_causes(read_trace(tmp_path / "z.json"))["timeline"]
+
+
+def test_without_marked_steps_the_zoom_takes_the_gaps_around_the_middle_one(monkeypatch):
+    monkeypatch.setattr(trace_idle, "ZOOM_GAPS", 2)
+    trace = read_trace(DATA / "idle_causes.json")
+    busy = trace_idle.busy_intervals(trace.gpu)        # 100-200, 300-350, 400-453, 480-500 (trace us)
+    gaps = [(100, 200, "host-bound", "vllm::prepare_inputs", "k"), (50, 350, "synchronisation", "", "k"),
+            (27, 453, "other", "", "k")]
+    zoom = trace_idle.zoom_window(trace, busy, gaps, [])
+    # the middle gap is gap 1; gaps 0-1 around it lie between busy[0] and busy[2]: 100-453, so 0-353 us from the
+    # first activity at 100
+    assert zoom["pick"] == "middle gaps" and zoom["steps"] == []
+    assert (zoom["start_s"], zoom["end_s"]) == (0.0, pytest.approx(353 * US))
+    assert [g[2] for g in zoom["gaps"]] == ["host-bound", "synchronisation"]
+    assert zoom["largest"]["cpu_op"] == "vllm::prepare_inputs" and zoom["largest"]["gap_s"] == pytest.approx(100 * US)
+
+
+def test_past_zoom_max_kernels_the_window_ends_at_the_last_kernel_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(trace_idle, "ZOOM_ABOVE", 3)
+    monkeypatch.setattr(trace_idle, "ZOOM_MAX_KERNELS", 3)
+    zoom = idle_causes(read_trace(_five_steps(tmp_path / "z.json")))["timeline"]["zoom"]
+    # steps 2-4 hold 6 kernels: the first 3 are kept (200-220, 220-270, 400-420) and the window ends at 420
+    assert zoom["kernels_cut"] == 3 and zoom["end_s"] == pytest.approx(420 * US)
+    assert flat(zoom["busy"]) == pytest.approx([200 * US, 270 * US, 400 * US, 420 * US])
+    assert [g[:2] for g in zoom["gaps"]] == [[pytest.approx(270 * US), pytest.approx(400 * US)]]
+
+
+def test_a_bubble_between_queued_kernels_during_a_sync_is_not_the_syncs(tmp_path):
+    """decode_trace's every 3rd step ends in cudaStreamSynchronize, called while its kernels are still queued:
+    the 0-2 us bubbles between them are 'other'; the gap after the sync returns (the next launch came late) is
+    'synchronisation'."""
+    b = Builder(devices=(H100,))
+    b.annotation("decode", 0, 300)
+    for launch, start in ((10, 100), (12, 152)):                  # queued: 100-150, bubble 150-152, 152-202
+        e = b.op("aten::mm", launch - 1, 1, [[1, 4096], [4096, 4096]], [BF, BF])
+        b.launch(e, launch, start, 50, GEMM)
+    b.corr += 1
+    runtime(b, "cudaStreamSynchronize", 20, 190, b.corr)           # 20-210: the host waits past the GPU's end
+    e = b.op("aten::mm", 219, 1, [[1, 4096], [4096, 4096]], [BF, BF])
+    b.launch(e, 220, 230, 50, GEMM)                                 # launched after the sync: gap 202-230
+    b.dump(tmp_path / "s.json")
+    idle = idle_causes(read_trace(tmp_path / "s.json"))
+    assert [g[2] for g in idle["timeline"]["gaps"]] == ["other", "synchronisation"]
+    assert idle["by_cause_s"]["other"] == pytest.approx(2 * US)
+    assert idle["by_cause_s"]["synchronisation"] == pytest.approx(28 * US)
+
+
+def test_the_figure_draws_the_zoom_under_the_strip(tmp_path, monkeypatch):
+    monkeypatch.setattr(trace_idle, "ZOOM_ABOVE", 3)
+    out = tmp_path / "o"
+    res = CliRunner().invoke(main, ["trace", str(_five_steps(tmp_path / "z.json")), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    rf = read_results(out / "results.jsonl")
+    fig = idle_figure(rf)
+    ax, zax = fig.figure.axes[:2]
+    # the strip boxes the zoom's window (200-660 us)
+    (mark,) = by_gid(ax, "idle:zoom-mark")
+    assert rects(ax, "idle:zoom-mark") == [(200, 460)]
+    # the zoom: x from its start (200 us); every kernel, every gap at its true width
+    assert rects(zax, "zoom:kernels") == [(0, 20), (20, 50), (200, 20), (220, 30), (400, 20), (420, 40)]
+    assert rects(zax, "zoom:busy") == [(0, 70), (200, 50), (400, 60)]
+    assert rects(zax, "zoom:host-bound") == [(70, 130), (250, 150)]
+    assert rects(zax, "zoom:step:decode") == [(0, 70), (200, 50), (400, 60)]
+    (coll,) = by_gid(zax, "zoom:kernels")
+    shades = [tuple(c) for c in coll.get_facecolor()]
+    assert shades[0] != shades[1] and shades[0] == shades[2]          # neighbours alternate
+    assert tuple(by_gid(zax, "zoom:host-bound")[0].get_facecolor()[0]) == pytest.approx(to_rgba(CAUSE_COLORS[
+        "host-bound"]))
+    (label,) = by_gid(zax, "zoom:largest")
+    assert label.get_text() == "largest gap here (host-bound): CPU in vllm::prepare_inputs\n150 us"
+    assert label.xy[0] == pytest.approx(325 * US)                       # the gap's middle: 250 + 150 / 2
+    # idle 130 + 150 = 280 us of the 460 us window (61%)
+    assert zax.get_title() == ("Zoom: decode steps 2-4 (the median step by GPU time and its neighbours): idle 280 us "
+                               "of 460 us (61%)")
+    assert [t.get_text() for t in zax.get_legend().get_texts()] == [
+        "kernel / copy (6, shades alternate)", "host-bound: 280 us", "synchronisation: 0 ns", "other: 0 ns"]
+    assert zax.get_xlim() == pytest.approx((0, 460 * US))
+    assert "Below: a zoom on the median step" in fig.caption
+
+
+def test_a_phase_narrower_than_a_pixel_says_so_in_the_legend():
+    # a 1 s window: a pixel is 1/MAX_GAPS of it, 1 ms; the 0.5 ms prefill cannot be seen, the decode can
+    line = {"window_s": 1.0, "busy": [[0.0, 1.0]], "gaps": [], "merged_gaps": 0,
+            "phases": [[0.0, 0.0005, "prefill"], [0.0005, 1.0, "decode"]]}
+    idle = {"idle_s": 0.0, "by_cause_s": dict.fromkeys(CAUSE_COLORS, 0.0), "largest": [], "timeline": line}
+    _fig, ax = new_figure(12, 2.6)
+    plot_idle(ax, idle)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[-2:] == ["phase: prefill (under a pixel here)", "phase: decode"]
+
+
 if __name__ == "__main__":
     decode_trace(sys.argv[1], int(sys.argv[2]))
