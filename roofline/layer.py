@@ -43,7 +43,9 @@ class WeightSpec:
     (Gemma's norms). ``shard``: how --tp splits it (``kernels.tp``): "q_cols", "kv_cols", "i_cols" (column
     parallel, by query heads, KV heads or intermediate features), "q_rows", "i_rows" (row parallel),
     "rank0" (a row-parallel linear's bias: added once, by rank 0), "vocab" (rows of the padded vocabulary),
-    "replicated".
+    "replicated"; MoE: "e_cols" / "e_rows" (every expert's intermediate columns / rows), "e_whole" (whole
+    experts, expert parallelism); MLA: "mla_q_cols", "mla_kv_cols" (whole heads of nope + rope / nope + v
+    columns), "mla_o_rows" (heads of v rows); "q_heads" (one value per query head: sinks).
     """
 
     key: str
