@@ -16,7 +16,9 @@ runs on this rank's shard (``roofline.workload``'s per-rank costs, ``kernels.tp`
 embedding as its local part, "layer" without its all-reduces, and the step's collectives
 (``roofline.parallel.COLLECTIVE_OPS``) come last, flagged "communication" (cost 0: their bytes cross
 the interconnect; message and wire bytes in ``config["detail"]``). Every rank gets the same runners
-in the same order, so the collectives meet.
+in the same order, so the collectives meet. Mixtures of experts run every expert at I/N (the router
+replicated: every rank routes the same random rows the same way, so ``experts_touched`` agrees), latent
+attention its Hq/N heads over the whole (replicated) latent cache.
 
 Quantization (``weight_dtype="int8"|"int4"``, ``kv_dtype="int8"|"fp8"``): the one-layer weights are the
 same seeded weights quantized (``kernels.quant``), the KV cache of the attention runners is 8-bit with

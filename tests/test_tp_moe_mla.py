@@ -42,7 +42,8 @@ DECODE_TOKENS = ([17, 42], [99, 3])      # two decode steps over slots 0 and 1 (
 
 def _steps(m) -> dict:
     """A prefill of each of two prompts (slots 0 and 1), then two decode steps over both: every logit row."""
-    out = {"prefill": m.prefill(torch.tensor(PROMPTS[0]), 0), "prefill, 2nd slot": m.prefill(torch.tensor(PROMPTS[1]), 1)}
+    out = {"prefill": m.prefill(torch.tensor(PROMPTS[0]), 0),
+           "prefill, 2nd slot": m.prefill(torch.tensor(PROMPTS[1]), 1)}
     for i, toks in enumerate(DECODE_TOKENS):
         out[f"decode {i + 1}"] = m.decode_step(torch.tensor(toks), torch.tensor([0, 1]))
     return out
@@ -73,7 +74,8 @@ def _parity(ctx, cfgs):
             "errs": {k: (float((got[k] - want[k]).abs().max()), float(want[k].abs().max())) for k in want},
             "held": held, "counts": counts, "ref_counts": ref.expert_counts,
             "cache": (tuple(m.k_cache.shape), tuple(ref.k_cache.shape)),
-            "local_heads": m.lcfg.n_heads, "expert_shape": tuple(m.w["layers"][cfg.moe_layers[0]]["experts_gate"].shape)}
+            "local_heads": m.lcfg.n_heads,
+            "expert_shape": tuple(m.w["layers"][cfg.moe_layers[0]]["experts_gate"].shape)}
     return out
 
 
@@ -259,7 +261,7 @@ def test_what_tp_does_not_run_is_refused_in_one_line_before_the_ranks_start(tmp_
     assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
     assert "quantized weights or KV cache are not combined with --tp" in res.output
     assert not (tmp_path / "o").exists()
-    # an expert width two ranks cannot split: shard's rule, from validate_tp, before any rank starts
+    # an expert width four ranks cannot split: shard's rule, from validate_tp, before any rank starts
     odd = ModelConfig("odd-moe", 64, 96, 2, 4, 2, 256, 512, arch="mixtral", n_experts=4, n_active=2,
                       moe_intermediate=50)
     plan, _ = default_plan(model="tiny-moe", device="cpu")
@@ -267,11 +269,16 @@ def test_what_tp_does_not_run_is_refused_in_one_line_before_the_ranks_start(tmp_
     with pytest.raises(RooflineError) as e:
         validate_tp(run)
     msg = str(e.value)
-    assert "\n" not in msg and "its expert width 50 does not divide into 4 ranks" in msg and "Valid --tp for it: 1, 2" in msg
-    # MLA has no KV heads to split: only its query heads bound --tp (4 heads: 1, 2, 4)
+    assert "\n" not in msg and "its expert width 50 does not divide into 4 ranks" in msg
+    assert msg.endswith("Valid --tp for it: 1, 2."), msg
+    # MLA has no KV heads to split (a config's num_key_value_heads is not read): only its 4 query heads bound --tp,
+    # and nothing is "replicated per KV head" (the latent is every rank's)
+    from dataclasses import replace
+
     from roofline.parallel import valid_tp
 
-    assert valid_tp(TINY_MLA) == [1, 2, 4]
-    assert shard(TINY_MLA, 4).n_heads == 1 and shard(TINY_MLA, 4).kv_replicas == 1
+    one_kv = replace(TINY_MLA, name="tiny-mla-1kv", n_kv_heads=1)
+    assert valid_tp(TINY_MLA) == valid_tp(one_kv) == [1, 2, 4]
+    assert [(shard(c, 4).n_heads, shard(c, 4).kv_replicas) for c in (TINY_MLA, one_kv)] == [(1, 1), (1, 1)]
     with pytest.raises(RooflineError, match=r"--tp 3 cannot split tiny-mla: its 4 attention heads do not divide"):
         shard(TINY_MLA, 3)
