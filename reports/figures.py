@@ -19,9 +19,9 @@ from .style import OP_ORDER
 from .latency_figures import latency_section
 
 from .roofline_plot import plot_roofline, plotted, step_markers, zero_flop_ops
-from .style import RASTER_ABOVE, new_figure, op_color
+from .style import CATEGORY_COLORS, RASTER_ABOVE, category_color, new_figure, op_color
 from .sweep_plot import plot_compare, plot_fraction_sweep, plot_intensity_sweep, style_note, sweep_slices
-from .time_plot import plot_predicted_vs_measured, plot_time_breakdown, step_times
+from .time_plot import plot_predicted_vs_measured, plot_time_breakdown, predicted, step_times
 
 
 # past RASTER_ABOVE points a chart's markers are raster and its hover targets bounded (reports.hover)
@@ -114,8 +114,15 @@ def sweep_figure(rf) -> ReportFigure | None:
 def predicted_figure(rf) -> ReportFigure:
     fig, ax = new_figure(7.6, 6.2)
     plot_predicted_vs_measured(ax, rf)
-    ops = {r.op for r in analyze(rf).ok}
-    _op_legend(fig, [o for o in OP_ORDER if o in ops])
+    if rf.header.kind == "trace":      # a trace's points are coloured by op category (its op names are not OP_ORDER)
+        from matplotlib.patches import Patch
+
+        cats = {r.m.config.get("category", "") for r in predicted(analyze(rf))}
+        fig.legend(handles=[Patch(color=category_color(c), label=c) for c in CATEGORY_COLORS if c in cats],
+                   loc="outside right center", frameon=False, title="op category")
+    else:
+        ops = {r.op for r in analyze(rf).ok}
+        _op_legend(fig, [o for o in OP_ORDER if o in ops])
     cap = ("Each op instance's median time against the roofline's prediction with this file's ceilings: "
            "max(FLOPs / peak, bytes / bandwidth). On the diagonal an op runs at its roof; above the dashed "
            "line it runs under a quarter of it. Points below the diagonal beat the roof (circled): check "
@@ -140,7 +147,9 @@ def figure_builders(rf) -> list:
     if rf.requests or rf.summaries:
         out.append(("latency", lambda: latency_figures(rf)))
     if analyze(rf).ok and rf.header.kind == "trace":   # a trace's ops are not the workload's: a top-ops table
-        out += [("roofline", lambda: [roofline_figure(rf)]), ("predicted", lambda: [predicted_figure(rf)])]
+        out += [("roofline", lambda: [roofline_figure(rf)])]
+        if predicted(analyze(rf)):        # no costed op (a replay without its capture): no empty chart
+            out.append(("predicted", lambda: [predicted_figure(rf)]))
     elif analyze(rf).ok:
         out += [("roofline", lambda: [roofline_figure(rf)]),
                 ("time_prefill", lambda: [f for f in (time_figure(rf, "prefill"),) if f]),

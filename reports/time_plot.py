@@ -24,7 +24,7 @@ from roofline.bounds import OVERHEAD_FRACTION
 from .style import OP_ORDER
 
 from . import hover
-from .style import ABOVE_ROOF_COLOR, MAX_BAR_LABELS, PHASE_MARKER, RASTER_ABOVE, op_color, styled
+from .style import ABOVE_ROOF_COLOR, MAX_BAR_LABELS, PHASE_MARKER, RASTER_ABOVE, category_color, op_color, styled
 
 
 def step_times(result_file, phase: str) -> tuple[list, dict]:
@@ -75,6 +75,11 @@ def plot_time_breakdown(ax, result_file, phase: str):
     return ax
 
 
+def predicted(a) -> list:
+    """The op results with a prediction to compare with (on the roofline, moving something)."""
+    return [r for r in a.ok if not r.off_roof and r.predicted_s > 0]
+
+
 @styled
 def plot_predicted_vs_measured(ax, result_file):
     """Measured (median; a trace's mean) vs roofline-predicted time per op instance; returns ``ax``.
@@ -83,7 +88,8 @@ def plot_predicted_vs_measured(ax, result_file):
     the roof) have no prediction to compare with and are left out."""
     a = analyze(result_file)
     index = hover.result_index(a)
-    ok = [r for r in a.ok if not r.off_roof and r.predicted_s > 0]
+    ok = predicted(a)
+    trace = a.header.kind == "trace"     # a trace's ops are coloured by category, as on its roofline
     raster = len(ok) > RASTER_ABOVE
     lo, hi = math.inf, 0.0
     for phase, marker in PHASE_MARKER.items():
@@ -92,7 +98,8 @@ def plot_predicted_vs_measured(ax, result_file):
             continue
         xs = np.array([r.predicted_s for r in sel])
         ys = np.array([r.instance_s for r in sel])
-        ax.scatter(xs, ys, c=[op_color(r.op) for r in sel], marker=marker, s=18, edgecolors="white",
+        color = (lambda r: category_color(r.m.config.get("category", ""))) if trace else (lambda r: op_color(r.op))
+        ax.scatter(xs, ys, c=[color(r) for r in sel], marker=marker, s=18 if not trace else 30, edgecolors="white",
                    linewidths=0.3, alpha=0.9, zorder=3, gid=f"pred:{phase}", rasterized=raster)
         keep = [i for i, r in enumerate(sel) if not raster or r.above_roof]   # bounded for large files
         hover.register(ax, xs[keep], ys[keep], [("p", index[id(sel[i])]) for i in keep], priority=raster)

@@ -16,7 +16,7 @@ from roofline import units as U
 from roofline import trace_cost
 from roofline.trace_comms import collective_lines
 from roofline.trace import attribution_lines
-from roofline.trace_idle import idle_sentence
+from roofline.trace_idle import cpu_where, idle_sentence
 from roofline.trace_phases import phase_text
 
 TOP_COLUMNS = ("phase", "op", "kind", "instances / step", "time / step", "share of phase", "FLOP/byte", "roof %",
@@ -51,13 +51,15 @@ def trace_facts(analysis) -> list[str]:
         if gaps:
             out.append("Largest idle gaps (from the first GPU activity): " + "; ".join(
                 f"at {U.seconds(x['at_s'])} {U.seconds(x['gap_s'])} {x['cause']}"
-                + (f" (CPU in {x['cpu_op']})" if x.get("cpu_op") else "") for x in gaps[:5]) + ".")
+                + (f" ({cpu_where(x['cpu_op'])})" if x.get("cpu_op") else "") for x in gaps[:5]) + ".")
         ls = st.get("launches") or {}
         if ls.get("kernels"):
+            short = (f"{ls['short_kernels']} kernel(s) ran shorter than their launch call "
+                     f"({U.seconds(ls['short_s'])}): launch overhead dominates them" if ls.get("short_kernels")
+                     else "no kernel ran shorter than its launch call")
             out.append(f"Kernel launches: launch-to-start delay p50 {U.seconds(ls['delay_p50_s'])}, p90 "
                        f"{U.seconds(ls['delay_p90_s'])}, max {U.seconds(ls['delay_max_s'])} over {ls['kernels']} "
-                       f"kernel(s); {ls['short_kernels']} kernel(s) ran shorter than their launch call "
-                       f"({U.seconds(ls['short_s'])}): launch overhead dominates them.")
+                       f"kernel(s); {short}.")
         out += [f"{x[0].upper()}{x[1:]}." for x in attribution_lines(st.get("attribution") or {}, g)]
     elif g:
         out.append(f"A CPU trace: ops busy {U.seconds(g['busy_s'])} in a {U.seconds(g['window_s'])} window (each "

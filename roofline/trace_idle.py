@@ -283,6 +283,11 @@ def launch_stats(trace) -> dict:
             "delay_max_s": delays[-1], "short_kernels": short, "short_s": short_s, "short_share": short / n}
 
 
+def cpu_where(op: str) -> str:
+    """'CPU in vllm::prepare_inputs', or 'CPU between ops (Python or framework code)' for NO_OP."""
+    return "CPU between ops (Python or framework code)" if op == NO_OP else f"CPU in {op}"
+
+
 def idle_sentence(idle: dict, window_s: float) -> str:
     """'GPU idle 177 us of a 400 us window (44%): mostly host-bound (56%: the GPU waited for launches; ...)'."""
     from . import units as U
@@ -300,5 +305,6 @@ def idle_sentence(idle: dict, window_s: float) -> str:
     text = (f"{head}: mostly {d} ({U.percent(idle['dominant_share'])}: {why}); "
             + ", ".join(f"{k} {U.seconds(c[k])}" for k in CAUSES))
     if d == "host-bound" and idle.get("host_ops"):
-        text += f"; the CPU was in {idle['host_ops'][0]['op']}"
+        op = idle["host_ops"][0]["op"]
+        text += "; the CPU was " + ("between ops (Python or framework code)" if op == NO_OP else f"in {op}")
     return text
