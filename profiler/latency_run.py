@@ -228,7 +228,8 @@ def _check_capacity(run: LatencyRun) -> None:
     kd = run.kv_dtype if run.kv_dtype not in (None, "") else run.dtype
     cap = capacity(run.model, SimpleNamespace(name=run.device, memory_bytes=have), run.max_slots,
                    run.prompt_tokens + run.output_tokens + 1, new_tokens=run.prompt_tokens, weight_dtype=wd,
-                   act_dtype=run.dtype, kv_dtype=kd, group_size=run.group_size, zero_point=bool(run.zero_point))
+                   act_dtype=run.dtype, kv_dtype=kd, group_size=run.group_size, zero_point=bool(run.zero_point),
+                   windowed_kv=False)     # our model allocates every layer's cache at full length
     if not cap.fits:
         raise RooflineError(f"{cap.sentence} Give fewer --max-slots, shorter --prompt-tokens/--output-tokens, "
                             "quantized weights, or a device with more memory.")

@@ -11,7 +11,9 @@ from ``roofline.layer``'s op list:
   ``formulas.quantized_weight_bytes``), the embedding, norms and biases in the activation dtype; a tied
   lm_head is the embedding (once);
 * KV cache: ``batch`` sequences of ``context`` tokens, each layer's capped at its window
-  (``formulas.kv_cache_bytes``: a ring buffer holds at most the window);
+  (``formulas.kv_cache_bytes``: a ring buffer holds at most the window), as a server with a sliding-window
+  cache allocates it. ``windowed_kv=False`` counts every layer at the full context: what our own model
+  (``kernels.model``, which has no ring buffer) allocates, so ``latency`` and ``serve`` check that;
 * activations: the largest live set of one layer's step, NB: an estimate: the residual stream, the
   attention input and output and the MLP's gate, up and activation for every new token
   (T x (3 H + q + 2 kv + 3 I) elements), plus the fp32 logits of one row per sequence.
@@ -50,6 +52,7 @@ class Capacity:
     min_tp: int                  # the smallest tp that fits batch 1 at this context (0: none up to 64)
     min_tp_max_batch: int = 0    # the largest batch that fits at min_tp
     ep: int = 1                  # expert-parallel ranks (= tp when > 1); min_tp is then an --ep degree
+    full_window_kv: bool = False  # windowed layers counted at the full context (our model's allocation)
 
     @property
     def total_bytes(self) -> float:
@@ -77,7 +80,8 @@ class Capacity:
         where += f" (expert parallel: {self.ep} ranks)" if self.ep > 1 else ""
         per = " per rank" if self.tp > 1 else ""
         need = (f"{self.model} needs {U.nbytes(self.weight_bytes)} of weights{per} + "
-                f"{U.nbytes(self.kv_bytes)} of KV cache (batch {self.batch} x context {self.context:,}) + "
+                f"{U.nbytes(self.kv_bytes)} of KV cache (batch {self.batch} x context {self.context:,}"
+                f"{', every layer at full length as our model allocates it' if self.full_window_kv else ''}) + "
                 f"~{U.nbytes(self.activation_bytes)} of activations")
         if not self.known:
             return f"{need}; {self.device}'s memory is unknown, so whether it fits is not said."
@@ -128,12 +132,13 @@ def weight_bytes(cfg: ModelConfig, tp: int = 1, *, weight_dtype="bf16", act_dtyp
     return total
 
 
-def kv_bytes(cfg: ModelConfig, batch: int, context: int, tp: int = 1, *, kv_dtype="bf16") -> float:
+def kv_bytes(cfg: ModelConfig, batch: int, context: int, tp: int = 1, *, kv_dtype="bf16",
+             windowed: bool = True) -> float:
     if cfg.mla:   # the latent cache, replicated on every rank (each rank's heads read all of it)
         return batch * F.mla_cache_bytes(context, cfg.n_layers, cfg.kv_lora_rank, cfg.qk_rope_dim, kv_dtype=kv_dtype)
     sh = shard(cfg, tp)
     return batch * sum(F.kv_cache_bytes(context, 1, sh.n_kv_heads, cfg.head_dim, kv_dtype=kv_dtype,
-                                        window=w or None) for w in cfg.windows)
+                                        window=(w or None) if windowed else None) for w in cfg.windows)
 
 
 def activation_bytes(cfg: ModelConfig, batch: int, new_tokens: int, tp: int = 1, *, act_dtype="bf16") -> float:
@@ -144,22 +149,22 @@ def activation_bytes(cfg: ModelConfig, batch: int, new_tokens: int, tp: int = 1,
 
 
 def _fits(cfg, memory, batch, context, tp, new_tokens, dt, ep=1) -> bool:
-    need = (weight_bytes(cfg, tp, ep=ep, **dt["w"]) + kv_bytes(cfg, batch, context, tp, kv_dtype=dt["kv"])
+    need = (weight_bytes(cfg, tp, ep=ep, **dt["w"]) + kv_bytes(cfg, batch, context, tp, kv_dtype=dt["kv"], windowed=dt["win"])
             + activation_bytes(cfg, batch, new_tokens, tp, act_dtype=dt["w"]["act_dtype"]))
     return need <= memory
 
 
 def capacity(cfg: ModelConfig, device, batch: int, context: int, *, tp: int = 1, new_tokens: int = 1,
              weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16", group_size=None, zero_point=False,
-             ep: int = 1) -> Capacity:
+             ep: int = 1, windowed_kv: bool = True) -> Capacity:
     """The fit of ``batch`` sequences of ``context`` tokens (``new_tokens`` each this step: 1 for decode, the
     prompt for prefill) on ``device`` (its ``memory_bytes``) at ``tp`` ranks (``ep``: expert parallel)."""
     tp, ep = ranks(tp, ep)
     dt = {"w": dict(weight_dtype=weight_dtype, act_dtype=act_dtype, group_size=group_size, zero_point=zero_point),
-          "kv": kv_dtype}
+          "kv": kv_dtype, "win": windowed_kv}
     mem = float(getattr(device, "memory_bytes", 0) or 0)
     wb = weight_bytes(cfg, tp, ep=ep, **dt["w"])
-    kb = kv_bytes(cfg, batch, context, tp, kv_dtype=kv_dtype)
+    kb = kv_bytes(cfg, batch, context, tp, kv_dtype=kv_dtype, windowed=windowed_kv)
     ab = activation_bytes(cfg, batch, new_tokens, tp, act_dtype=act_dtype)
     max_batch = min_tp = min_tp_batch = 0
     if mem:
@@ -173,7 +178,7 @@ def capacity(cfg: ModelConfig, device, batch: int, context: int, *, tp: int = 1,
                 min_tp, min_tp_batch = n, b
                 break
     return Capacity(cfg.name, getattr(device, "name", str(device)), mem, tp, batch, context, wb, kb, ab,
-                    max_batch, min_tp, min_tp_batch, ep)
+                    max_batch, min_tp, min_tp_batch, ep, not windowed_kv and any(cfg.windows))
 
 
 def _max_batch(cfg, mem, context, tp, new_tokens, dt, ep=1) -> int:

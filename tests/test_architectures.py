@@ -139,7 +139,12 @@ def test_capacity_llama_70b_on_h100():
     assert two.fits and two.max_batch == 56 and two.weight_bytes == pytest.approx(70.6e9, rel=1e-3)
     # a window caps the cache: Mistral at 32k holds 4,096 tokens per layer
     m = capacity(PRESETS["mistral-7b"], h, 1, 32000)
-    assert m.kv_bytes == 536_870_912
+    assert m.kv_bytes == 536_870_912 and "full length" not in m.sentence
+    # our own model has no ring buffer: latency checks what it allocates, every layer at 32,000 tokens
+    full = capacity(PRESETS["mistral-7b"], h, 1, 32000, windowed_kv=False)
+    assert full.kv_bytes == 32 * 2 * 8 * 128 * 2 * 32000 == 4_194_304_000
+    assert "every layer at full length as our model allocates it" in full.sentence
+    assert "full length" not in capacity(PRESETS["llama-3-8b"], h, 1, 32000, windowed_kv=False).sentence
 
 
 def test_explain_says_it_does_not_fit():
