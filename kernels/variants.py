@@ -18,7 +18,9 @@ DeepSeek-V3's MLA decode (``_mla_launches``, issue 21): ``kernels.mla.mla_decode
 in bf16 and fp16, at every decode combo's batch and context.
 
 The fused MoE expert GEMM (``_moe_launches``, issue 21): ``kernels.moe.moe_experts`` at Mixtral-8x7B's and
-GPT-OSS-20B's expert shapes, in every dtype, at every combo's tokens (skinny at decode, tiled at prefill).
+GPT-OSS-20B's expert shapes, in every dtype, at every combo's tokens (skinny at decode, tiled at prefill); and
+with quantized experts (``MOE_QUANT``) in the 16-bit dtypes: int8, int4 (Mixtral g128, GPT-OSS g32: MXFP4's
+block), int4 with zero points (g64) in bf16.
 
 Quantized passes (``QUANT_PASSES``): the same shapes again with int8 / int4 weights and an 8-bit KV
 cache (the linears, kv_append and attention only), in the 16-bit dtypes a GPU runs them in: int8
@@ -62,7 +64,7 @@ QUICK = dict(batches=(1, 8, 64, 256), contexts=(128, 1024, 8192))
 PRESET_GRID = dict(batches=FULL["batches"], contexts=QUICK["contexts"])   # the other presets in the full set
 CHECK = "check"      # the pseudo-model of ``--model``: what ``roofline check`` launches
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
-QUANT_OPS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head", "kv_append",
+QUANT_OPS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head", "kv_append", "experts",
              "attention")
 # (dtypes it runs in, make_runners keywords); "fp8" KV falls back to int8 on a target without fp8
 QUANT_PASSES = ((("bf16", "fp16"), dict(weight_dtype="int8", kv_dtype="int8")),
@@ -280,10 +282,32 @@ MOE_SHAPES = (("mixtral-8x7b", dict(H=4096, I=14336, E=8, k=2, activation="silu"
               ("gpt-oss-20b", dict(H=2880, I=2880, E=32, k=4, activation="swiglu_oai", bias=True)))
 
 
+# Quantized experts: (dtypes it runs in, weight dtype, int4 group or None for each shape's own, zero points)
+MOE_QUANT = ((("bf16", "fp16"), "int8", None, False), (("bf16", "fp16"), "int4", None, False),
+             (("bf16",), "int4", 64, True))
+MOE_INT4_GROUP = {"mixtral-8x7b": 128, "gpt-oss-20b": 32}   # the int4 group each shape's K divides (2880 = 90 x 32)
+
+
+def meta_experts(E: int, K: int, N: int, dt, weight_dtype: str, group_size: int = 0, zero_point: bool = False):
+    """``kernels.quant.QuantExperts`` of E [K, N] weights on the meta device, laid out as ``quantize_experts``
+    stores them (int8 [E, N, K] + [E, N] scales; int4 [E, N, K/2] + [E, K/g, N] scales and zero points)."""
+    from .quant import QuantExperts
+
+    meta = torch.device("meta")
+    if weight_dtype == "int8":
+        return QuantExperts("int8", torch.empty(E, N, K, dtype=torch.int8, device=meta),
+                            torch.empty(E, N, dtype=dt, device=meta), None, K, N)
+    s = lambda: torch.empty(E, K // group_size, N, dtype=dt, device=meta)  # noqa: E731
+    return QuantExperts("int4", torch.empty(E, N, K // 2, dtype=torch.uint8, device=meta), s(),
+                        s() if zero_point else None, K, N, group_size)
+
+
 def _moe_launches(rec, where, phase, batch, context, dt) -> None:
-    """``kernels.moe.moe_experts`` (both launches) on ``MOE_SHAPES`` at the combo's tokens; the expert choice is
-    a meta tensor, so the alignment's buffers have their largest size (as on a GPU before the step runs)."""
+    """``kernels.moe.moe_experts`` (both launches) on ``MOE_SHAPES`` at the combo's tokens, then with quantized
+    experts (``MOE_QUANT``) in their dtypes; the expert choice is a meta tensor, so the alignment's buffers have
+    their largest size (as on a GPU before the step runs)."""
     from . import moe as MOE
+    from ._common import dtype_name
 
     meta = torch.device("meta")
     T = batch * (context if phase == "prefill" else 1)
@@ -291,9 +315,17 @@ def _moe_launches(rec, where, phase, batch, context, dt) -> None:
         E, H, I, k = s["E"], s["H"], s["I"], s["k"]  # noqa: E741
         e = lambda *shape: torch.empty(*shape, dtype=dt, device=meta)  # noqa: E731
         bb = dict(b_gate=e(E, I), b_up=e(E, I), b_down=e(E, H)) if s["bias"] else {}
+        route = (torch.empty(T, k, device=meta), torch.empty(T, k, dtype=torch.int64, device=meta))
         rec.context = dict(where, model=model, op="moe_experts")
-        MOE.moe_experts(e(T, H), e(E, H, I), e(E, H, I), e(E, I, H), torch.empty(T, k, device=meta),
-                        torch.empty(T, k, dtype=torch.int64, device=meta), activation=s["activation"], **bb)
+        MOE.moe_experts(e(T, H), e(E, H, I), e(E, H, I), e(E, I, H), *route, activation=s["activation"], **bb)
+        for dts, wd, g, zp in MOE_QUANT:
+            if dtype_name(dt) not in dts:
+                continue
+            g = (g or MOE_INT4_GROUP[model]) if wd == "int4" else 0
+            q = [meta_experts(E, K, N, dt, wd, g, zp) for K, N in ((H, I), (H, I), (I, H))]
+            rec.context = dict(where, model=model, op=f"moe_experts w={wd}" + (f" g{g}" + (" zp" if zp else "")
+                                                                               if g else ""))
+            MOE.moe_experts(e(T, H), *q, *route, activation=s["activation"], **bb)
 
 
 WINDOW, SOFTCAP = 4096, 50.0   # Mistral-7B's and Gemma-2's sliding window; Gemma-2's attention softcap
