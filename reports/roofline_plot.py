@@ -49,7 +49,7 @@ from roofline.analysis import CACHE_RESIDENT, analyze, cache_ceilings, ceilings
 
 from . import hover
 from .hover import marker_radius
-from .labels import place_labels
+from .labels import _boxes_hit as boxes_hit, label_box, marker_boxes, place_labels
 from .style import (ABOVE_ROOF_COLOR, BATCH_CMAP, CATEGORY_COLORS, DATASHEET_COLOR, MEASURED_COLOR, PHASE_MARKER,
                     RASTER_ABOVE, batch_palette, category_color, styled)
 
@@ -325,7 +325,8 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
     ax.set_ylabel("achieved FLOP/s")
     ax.set_title(title or f"Roofline: {header.model_name} on {dev.name}")
     align_to_slope(ax, slope_labels)
-    place_labels(ax, point_labels(a, shown, above), boxes, relayout=not slope_labels)  # else align_to_slope laid out
+    clear_ridge_label(ax, boxes, relayout=not slope_labels)     # else align_to_slope laid out
+    place_labels(ax, point_labels(a, shown, above), boxes, relayout=False)
     return ax
 
 
@@ -362,6 +363,55 @@ def point_labels(a, shown, above) -> list:
                         f"{s.phase} step {s.where}{on}: {verdict_text(s)}, {U.percent(s.roof_fraction)}",
                         MEASURED_COLOR))
     return out
+
+
+# where the ridge label may sit, nearest first: (dx, dy) points from the ridge, ha, va. Above-left of the ridge is
+# the usual spot; a ridge near the right edge puts it on the peak's label, so under the flat roof, right of the
+# ridge, comes next (the slope runs below-left, where no spot is offered: the label would cross it)
+RIDGE_SPOTS = ((-8, 6, "right", "bottom"), (8, -6, "left", "top"), (-8, 22, "right", "bottom"),
+               (8, -22, "left", "top"), (-8, 38, "right", "bottom"))
+
+
+def clear_ridge_label(ax, markers=(), *, relayout: bool = True):
+    """Move the ridge label to the first of ``RIDGE_SPOTS`` inside the axes that touches no other text, no legend
+    and (where one is free of them) no marker of ``markers`` [(xs, ys, area pt^2)]; measured once the layout is
+    final (run here unless ``relayout`` is False: the caller just ran it). Returns the label (None: no ridge)."""
+    label = next((t for t in ax.texts if (t.get_gid() or "").startswith("ridge-label:")), None)
+    if label is not None:
+        label.set_in_layout(False)       # placing it cannot move the axes it was measured on
+    fig = ax.figure
+    engine = fig.get_layout_engine()
+    if engine is not None and relayout:
+        engine.execute(fig)
+    if label is None:
+        return None
+    renderer = fig.canvas.get_renderer()
+    area = ax.get_window_extent(renderer)
+    others = [label_box(t, renderer) if hasattr(t, "update_positions") else t.get_window_extent(renderer).extents
+              for t in ax.texts if t is not label and t.get_visible() and t.get_text().strip()]
+    leg = ax.get_legend()
+    if leg is not None and leg.get_visible():
+        others.append(leg.get_window_extent(renderer).extents)
+    others = np.array(others, dtype=float).reshape(-1, 4)
+    marks = [marker_boxes(ax, xs, ys, a) for xs, ys, a in markers]
+    marks = np.vstack(marks) if marks else np.zeros((0, 4))
+
+    def fits(spot, avoid_markers) -> bool:
+        dx, dy, ha, va = spot
+        label.xyann = (dx, dy)
+        label.set_ha(ha)
+        label.set_va(va)
+        x0, y0, x1, y1 = label_box(label, renderer)
+        inside = area.x0 <= x0 and area.y0 <= y0 and x1 <= area.x1 and y1 <= area.y1
+        return inside and not boxes_hit((x0, y0, x1, y1), others) and not (avoid_markers and boxes_hit(
+            (x0, y0, x1, y1), marks))
+
+    for avoid_markers in (True, False):
+        for spot in RIDGE_SPOTS:
+            if fits(spot, avoid_markers):
+                return label
+    fits(RIDGE_SPOTS[0], False)          # nowhere clear: the usual spot
+    return label
 
 
 def align_to_slope(ax, texts):

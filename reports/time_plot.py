@@ -75,6 +75,9 @@ def plot_time_breakdown(ax, result_file, phase: str):
     return ax
 
 
+EDGE_PAD = 1.5   # a point stays at least this factor (0.18 decade) inside the predicted-vs-measured limits
+
+
 def predicted(a) -> list:
     """The op results with a prediction to compare with (on the roofline, moving something)."""
     return [r for r in a.ok if not r.off_roof and r.predicted_s > 0]
@@ -110,7 +113,8 @@ def plot_predicted_vs_measured(ax, result_file):
                    edgecolors=ABOVE_ROOF_COLOR, linewidths=1.3, zorder=4, gid="pred-above-roof")
     if hi == 0:
         return ax
-    lo, hi = 10 ** math.floor(math.log10(lo)), 10 ** math.ceil(math.log10(hi))
+    # whole decades, padded: a point at exactly a power of ten stays inside the axes, its marker whole
+    lo, hi = 10 ** math.floor(math.log10(lo / EDGE_PAD)), 10 ** math.ceil(math.log10(hi * EDGE_PAD))
     ref = np.array([lo, hi])
     ax.plot(ref, ref, color="#222222", lw=1.2, gid="pred:roof")
     ax.plot(ref, ref / OVERHEAD_FRACTION, color="#999999", lw=1.0, ls="--", gid="pred:overhead")

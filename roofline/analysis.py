@@ -502,6 +502,23 @@ def _cache_text(s: Step) -> str:
             f"so the {lv.name}'s {U.bandwidth(lv.bandwidth)} {lv.source} roof judges it")
 
 
+def _mix_text(s: Step) -> str:
+    """Where the step's measured time is, by its ops' bound (by intensity). An overhead-bound step says why
+    memory- (or compute-) bound ops do not make it memory- (compute-) bound: they run far below that roof."""
+    share = s.compute_time_share
+    t = U.seconds(s.time_s)
+    if s.label == OVERHEAD and share in (0, 1):
+        kind, work = ("compute", "arithmetic") if share == 1 else ("memory", "moving bytes")
+        return (f"all of its measured {t} is in ops {kind}-bound by intensity, but they run far below the {kind} "
+                f"roof, so the time goes to launches and latency, not to {work}")
+    if share == 0 or share == 1:
+        return f"all of its measured {t} is in {'compute' if share == 1 else 'memory'}-bound ops"
+    if s.label == OVERHEAD:
+        return (f"{U.percent(share)} of its measured {t} is in ops compute-bound by intensity, the rest memory-bound, "
+                "but they run far below their roofs, so the time goes to launches and latency")
+    return f"{U.percent(share)} of its measured {t} is in compute-bound ops"
+
+
 def _sentence(s: Step) -> str:
     if not s.reliable:     # no verdict stated: the time it would rest on includes waiting for a core
         return (f"{s.title}: unreliable, no verdict: {U.percent(s.busy_share)} of its measured {U.seconds(s.time_s)} "
@@ -533,12 +550,7 @@ def _sentence(s: Step) -> str:
                 "so the roof does not bound it here")
     else:
         head = f"{s.title} is {s.label}-bound: {U.percent(s.roof_fraction)} of {roof} ({side})"
-    share = s.compute_time_share
-    if share == 0 or share == 1:
-        mix = (f"all of its measured {U.seconds(s.time_s)} is in "
-               f"{'compute' if share == 1 else 'memory'}-bound ops")
-    else:
-        mix = f"{U.percent(share)} of its measured {U.seconds(s.time_s)} is in compute-bound ops"
+    mix = _mix_text(s)
     if s.bound_by_mix != s.bound_by_sum:
         mix += f", so by time-weighted op mix it is {s.bound_by_mix}-bound"
     extra = [_cache_text(s)] if s.roof.level is not None else []

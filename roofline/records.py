@@ -324,7 +324,11 @@ class RunHeader:
 
     @property
     def model_name(self) -> str:
-        return self.model.name if self.model else "?"
+        """The model's name; without one, what the file holds ("traced ops", "counted kernels", else "no model").
+        The same words for every such file of a kind, so files compared or reported together still match."""
+        if self.model:
+            return self.model.name
+        return {"trace": "traced ops", "counters": "counted kernels"}.get(self.kind, "no model")
 
     @property
     def n_layers(self) -> int:

@@ -358,7 +358,7 @@ def _aten(name, base, a: _Args, default_dtype: str):
         out = SCALAR_TYPES.get(a.integer(2)) if base in ("softmax", "log_softmax") else None
         rows, cols = _n(x[0][:-1]), x[0][-1]
         return OpCost(name, "softmax", F.softmax(rows, cols, in_dtype=x[1], out_dtype=out or x[1]), x[1],
-                      _sig(x[0], dtype=x[1]))
+                      _sig(x[0], dtype=x[1]), detail={"shape": list(x[0])})   # attention by matmuls: trace_phases
     if base in ("clone", "contiguous", "reshape", "flatten", "_to_copy"):   # wrappers of a copy or a cast
         x = t(0)
         if x is None:

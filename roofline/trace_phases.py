@@ -26,7 +26,11 @@ decode after it to be one. Such a step gets no invented batch or context (both 0
 its tokens (the GEMM rows it saw) are kept, as seen.
 
 The step shape of each phase (batch, context, cached) comes from its first attention op
-(q [B, Hq, S_q, D] against S_kv keys), else its embedded token ids, else its GEMM rows.
+(q [B, Hq, S_q, D] against S_kv keys: SDPA and its flash / efficient / cudnn / math / CPU
+variants, flash-attn, one-sequence varlen flash-attn: the ops ``trace_cost`` / ``trace_custom``
+cost), else its first attention written as matmuls (``matmul_attention``: q.k^T, a softmax over
+[B, H, R, S_kv], p.v; eager attention and our torch decode path), else its GEMM rows. Paged
+attention stays unread: its KV lengths are tensor values, not shapes.
 """
 
 from __future__ import annotations
@@ -271,6 +275,40 @@ def _infer_by_tokens(instances, plan: PhasePlan, step_of) -> None:
                       "with roofline.capture (or record_function('prefill') / ('decode')) to mark them.")
 
 
+MATMUL_ATTENTION = "from its first attention by matmuls (q.k^T, softmax, p.v)"
+
+
+def matmul_attention(instances, idx) -> dict | None:
+    """Attention written as matmuls (eager attention: transformers' "eager", our torch decode path), read from the
+    first batched GEMM q.k^T [X, R, D] x [X, D, S], a softmax over [B, H, R, S] and the batched GEMM p.v
+    [X, R, S] x [X, S, D] after it, in ``idx`` order: {"batch": B, "s_q": R, "s_kv": S}.
+
+    NB: R is the query rows per head; where grouped query heads share one matmul per KV head (our torch path)
+    R is G x S_q, so only S_kv (and B) are read from it with certainty: a decode's context, a prefill's length."""
+    for j, i in enumerate(idx):
+        qk = instances[i]
+        d = qk.detail
+        if qk.category != "gemm" or d.get("batch", 1) < 2 or not d.get("n"):
+            continue
+        x, r, dh, s = d["batch"], d["m"] // d["batch"], d["k"], d["n"]
+        sm = pv = None
+        for i2 in idx[j + 1:j + 64]:            # the softmax and p.v follow within a few ops (masking, casts)
+            o = instances[i2]
+            if sm is None and o.category == "softmax":
+                shape = o.detail.get("shape") or []
+                if len(shape) != 4 or shape[-1] != s or shape[-2] != r or shape[0] * shape[1] != x:
+                    break
+                sm = shape
+            elif sm is not None and o.category == "gemm":
+                e = o.detail
+                if e.get("batch") == x and e.get("m") == x * r and e.get("k") == s and e.get("n") == dh:
+                    pv = o
+                break
+        if pv is not None:
+            return {"batch": sm[0], "s_q": r, "s_kv": s}
+    return None
+
+
 def _shapes(instances, plan: PhasePlan, fwd) -> None:
     for p in PLAN_PHASES:
         idx = [i for i, ph in enumerate(plan.phase) if ph == p]
@@ -282,11 +320,15 @@ def _shapes(instances, plan: PhasePlan, fwd) -> None:
             plan.shape[p] = {"batch": 0, "context": 0, "cached": 0, "tokens": rows, "how": UNKNOWN_SHAPE}
             continue
         att = next((instances[i].detail for i in idx if instances[i].category == "attention"), None)
+        how = "from its first attention op"
+        if not att:
+            att = matmul_attention(instances, idx)
+            how = MATMUL_ATTENTION
         if att:
             b, sq, skv = att["batch"], att["s_q"], att["s_kv"]
-            shape = ({"batch": b, "context": skv, "cached": skv - sq} if p == "prefill" else
+            shape = ({"batch": b, "context": skv, "cached": max(skv - sq, 0)} if p == "prefill" else
                      {"batch": b, "context": max(skv - 1, 0), "cached": 0})
-            shape["how"] = "from its first attention op"
+            shape["how"] = how
         else:
             gm = next((instances[i].detail.get("m") for i in idx if instances[i].category == "gemm"), None)
             if p == "prefill":
