@@ -21,9 +21,10 @@ torch.distributed group holds this rank's shard of the same seeded weights (``ke
 logits equal the single-device model's.
 Quantization: ``weight_dtype="int8"`` (per-output-channel scales) or ``"int4"`` (``group_size`` 128 by
 default, 32/64 allowed, ``zero_point`` optional) quantizes the same seeded random weights at build
-time (every linear and lm_head; norms and the embedding stay in ``dtype``); ``kv_dtype="int8"`` (or
-``"fp8"`` on a GPU with fp8) stores the KV cache in 8 bits with a scale per token per KV head
-(``kernels.quant``). Not combined with tensor parallelism.
+time (every linear, the routed experts and lm_head; norms, the router and the embedding stay in ``dtype``);
+``kv_dtype="int8"`` (or ``"fp8"`` on a GPU with fp8) stores the KV cache in 8 bits with a scale per token per
+KV head (``kernels.quant``). Not combined with tensor parallelism; latent attention's weights stay unquantized
+(refused).
 """
 
 from __future__ import annotations
