@@ -109,7 +109,8 @@ def test_discovery_covers_every_kernel_and_grids_fit(tmp_path):
             "_embedding_kernel", "_linear_int8_kernel", "_linear_int4_kernel", "_geglu_kernel",
             "_mla_decode_split_kernel", "_mla_decode_merge_kernel",
             "_moe_gate_up_kernel", "_moe_down_kernel"} == kernels_seen
-    assert 150 <= len(rows) <= 500                          # "a few hundred" for one target
+    # "a few hundred" for one target: 573 with the sink (GPT-OSS) and quantized-expert variants
+    assert 150 <= len(rows) <= 650
     # roofline check --dtype bf16 --full's launches are in the quick set: M=1000 N=1100 K=700 (issue 21)
     full = [r for r in rows if r["kernel"] == "_linear_kernel" and r["example"].startswith("check --full bf16")]
     assert any("BLOCK_M=128 BLOCK_N=64 BLOCK_K=64" in r["config"] and r["config"].endswith("w8 s3")
