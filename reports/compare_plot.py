@@ -28,7 +28,7 @@ from roofline.compare import FASTER, SLOWER
 
 from . import hover
 from .labels import place_labels
-from .roofline_plot import STEP_SIZE, align_to_slope, draw_ceilings
+from .roofline_plot import STEP_SIZE, align_to_slope, clear_ridge_label, draw_ceilings
 from .style import MEASURED_COLOR, PHASE_MARKER, styled
 
 VERDICT_COLORS = {FASTER: "#2ca02c", SLOWER: "#d62728"}
@@ -134,6 +134,7 @@ def plot_change(ax, comparison, *, title: str | None = None):
     ax.set_ylabel("achieved FLOP/s")
     ax.set_title(title or f"Before -> after: {c.after.header.model_name} on {header.device.name}")
     align_to_slope(ax, slope_labels)
+    clear_ridge_label(ax, boxes, relayout=not slope_labels)     # the ridge label clear of the peak labels
     labels = []
     by_size = lambda t: -abs(t[0].time.saved)  # noqa: E731
     big = sorted([(s, True) for _, s in steps if s.time.verdict in (FASTER, SLOWER)], key=by_size)[:MAX_LABELS // 2]
@@ -143,7 +144,7 @@ def plot_change(ax, comparison, *, title: str | None = None):
         what = f"{x.phase} step {x.after.where}" if is_step else x.title
         text = f"{what}: {_short(x.time)}"
         labels.append((f"{'step' if is_step else 'op'}:{what}", xy, text, verdict_color(x.time.verdict)))
-    place_labels(ax, labels, boxes, relayout=not slope_labels)  # else align_to_slope laid out
+    place_labels(ax, labels, boxes, relayout=False)
     return ax
 
 

@@ -115,6 +115,19 @@ def test_no_two_texts_of_the_roofline_overlap(which, ridge, peak_gid, request):
     assert hits == []
 
 
+def test_the_compare_figure_keeps_its_ridge_label_clear_too(gpu_new):
+    from reports.compare_plot import plot_change
+    from roofline.compare import compare
+
+    rf = read_results(gpu_new / "results.jsonl")
+    _, ax = new_figure(10, 6)
+    ax = plot_change(ax, compare(rf, rf))
+    boxes = _text_boxes(ax)
+    assert "ridge-label:bf16" in boxes
+    names = sorted(boxes)
+    assert [(a, b) for i, a in enumerate(names) for b in names[i + 1:] if boxes[a].overlaps(boxes[b])] == []
+
+
 # ---------------------------------------------------------------- 3. the context from attention ops
 
 def _gemm(batch, m, k, n):
