@@ -23,8 +23,9 @@ Quantization: ``weight_dtype="int8"`` (per-output-channel scales) or ``"int4"`` 
 default, 32/64 allowed, ``zero_point`` optional) quantizes the same seeded random weights at build
 time (every linear, the routed experts and lm_head; norms, the router and the embedding stay in ``dtype``);
 ``kv_dtype="int8"`` (or ``"fp8"`` on a GPU with fp8) stores the KV cache in 8 bits with a scale per token per
-KV head (``kernels.quant``). Not combined with tensor parallelism; latent attention's weights stay unquantized
-(refused).
+KV head (``kernels.quant``). Not combined with tensor parallelism. Latent attention's projections are quantized
+too; its kv_b_proj runs quantized in prefill and, dequantized once at load, in the absorbed decode
+(``kernels.quant.absorbed_kv_b``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from roofline.models import ModelConfig
 
 from ._common import dtype_name, torch_dtype
 from .backend import get_ops
-from .quant import KV_DTYPES, WEIGHT_DTYPES, check_kv_dtype, kv_storage, quantize_model_weights
+from .quant import KV_DTYPES, WEIGHT_DTYPES, check_kv_dtype, decode_kv_b, kv_storage, quantize_model_weights
 from .rope import rope_tables
 from .sinks import decode_with_sinks, prefill_with_sinks
 from .tp import TPGroup, embed, shard_weights, tp_parts
@@ -210,8 +211,8 @@ def mla_attention(ops, cfg: ModelConfig, w: dict, h, cos, sin, pos, tok_slot, ck
 
 
 def _kv_b(cfg: ModelConfig, w: dict):
-    """kv_b_proj [R, H * (nope + v)] as [R, H, nope + v]."""
-    return w["wkv_b"].view(cfg.kv_lora_rank, cfg.n_heads, cfg.qk_nope_dim + cfg.v_head_dim)
+    """kv_b_proj [R, H * (nope + v)] as [R, H, nope + v] (a quantized one's load-time dequantized copy)."""
+    return decode_kv_b(w).view(cfg.kv_lora_rank, cfg.n_heads, cfg.qk_nope_dim + cfg.v_head_dim)
 
 
 def mla_prefill_attend(ops, cfg: ModelConfig, slots, cached: int, n: int):
@@ -221,7 +222,7 @@ def mla_prefill_attend(ops, cfg: ModelConfig, slots, cached: int, n: int):
         B, S, Hq = slots.shape[0], cached + n, cfg.n_heads
         N, V = cfg.qk_nope_dim, cfg.v_head_dim
         c = ckv[slots, :S]                                                # [B, S, R]
-        kvb = (c.reshape(B * S, -1) @ w["wkv_b"]).view(B, S, Hq, N + V)
+        kvb = ops.linear(c.reshape(B * S, -1), w["wkv_b"]).view(B, S, Hq, N + V)    # quantized or float
         k = torch.cat([kvb[..., :N], kpe[slots, :S][:, :, None, :].expand(B, S, Hq, -1)], dim=-1)
         q = torch.cat([q_nope, q_pe], dim=-1).reshape(B, n, Hq, -1)
         o = ops.mla_prefill(q, k, kvb[..., N:], sm_scale=cfg.scale, cached=cached)
@@ -260,12 +261,9 @@ class LlamaModel:
         if self.tp is not None and (self.weight_dtype in WEIGHT_DTYPES or self.kv_dtype in KV_DTYPES):
             raise RooflineError("quantized weights or KV cache are not combined with tensor parallelism: run them "
                                 "at one rank (no --tp).")
-        if cfg.mla and self.weight_dtype in WEIGHT_DTYPES:
-            raise RooflineError(f"{cfg.name}: quantized weights of latent attention are costed (`roofline explain "
-                                "--weight-dtype`) but not run: drop --weight-dtype.")
-        if (cfg.mla or cfg.attn_sinks) and self.kv_dtype in KV_DTYPES:
-            raise RooflineError(f"{cfg.name}: an 8-bit KV cache is not implemented for attention with sinks or a "
-                                "latent cache: drop --kv-dtype.")
+        if cfg.mla and self.kv_dtype in KV_DTYPES:         # sinks: both backends dequantize (kernels.sinks)
+            raise RooflineError(f"{cfg.name}: an 8-bit KV cache is not implemented for a latent cache: drop "
+                                "--kv-dtype.")
         self.max_len = int(max_len or cfg.max_context)
         if self.max_len < 1 or max_slots < 1:
             raise RooflineError(f"max_len ({self.max_len}) and max_slots ({max_slots}) must be at least 1.")

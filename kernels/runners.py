@@ -48,7 +48,7 @@ from .linear import linear_config
 from .linear_int4 import linear_int4_config
 from .model import attention_options, init_weights, quant_dtypes, seeded_generator, transformer_layer
 from .prefill_attention import DEQUANT_NOTE, attention_config
-from .quant import (KV_DTYPES, QuantWeight, WEIGHT_DTYPES, expert_weights_config, kv_storage,
+from .quant import (KV_DTYPES, QuantWeight, WEIGHT_DTYPES, decode_kv_b, expert_weights_config, kv_storage,
                     quantize_model_weights)
 from .rope import rope_tables
 from .sinks import decode_with_sinks, prefill_with_sinks
@@ -134,12 +134,8 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     dev = torch.device(device)
     wdt, kvdt = quant_dtypes(dt, weight_dtype, kv_dtype, dev)
     qw, qkv = wdt in WEIGHT_DTYPES, kvdt in KV_DTYPES
-    if qw and cfg.mla:
-        raise RooflineError(f"{cfg.name}: quantized weights of latent attention are costed (`roofline explain "
-                            "--weight-dtype`), not run: drop --weight-dtype.")
-    if qkv and (cfg.attn_sinks or cfg.mla):
-        raise RooflineError(f"{cfg.name}: an 8-bit KV cache is not implemented for attention with sinks or a latent "
-                            "cache: drop --kv-dtype.")
+    if qkv and cfg.mla:                 # sinks: both backends dequantize an 8-bit cache (kernels.sinks)
+        raise RooflineError(f"{cfg.name}: an 8-bit KV cache is not implemented for a latent cache: drop --kv-dtype.")
     if tp is not None and tp.world > 1 and (qw or qkv):
         raise RooflineError("quantized weights or KV cache are not combined with tensor parallelism: run them at "
                             "one rank (no --tp).")
@@ -300,17 +296,19 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
                 kpe_[tok_slot, pos] = kpe_new[:, 0]
             return append, {}
         if kind == "mla_up":             # decode: the absorption GEMMs; prefill: every key's K and V
-            wkv = lw["wkv_b"]
+            wkv = lw["wkv_b"]                # prefill: quantized or float; decode: a float (dequantized) copy
             if phase == "decode":
-                wb = wkv.view(cfg.kv_lora_rank, Hq, cfg.qk_nope_dim + cfg.v_head_dim)
+                wb = decode_kv_b(lw).view(cfg.kv_lora_rank, Hq, cfg.qk_nope_dim + cfg.v_head_dim)
                 qn, ol = mla_state[3], rnd(T, Hq, cfg.kv_lora_rank)
 
                 def absorb():
                     torch.einsum("bhn,rhn->bhr", qn, wb[..., :cfg.qk_nope_dim])
                     return torch.einsum("bhr,rhv->bhv", ol, wb[..., cfg.qk_nope_dim:])
-                return absorb, {"form": "absorbed (q W_UK, o W_UV)"}
+                return absorb, {"form": "absorbed (q W_UK, o W_UV)"} | (
+                    {"weights": f"{wdt} kv_b_proj dequantized at load ({dname})"} if qw else {})
             lat = rows_of(cfg.kv_lora_rank) if n == kv_len else rnd(B * kv_len, cfg.kv_lora_rank)
-            return (lambda: K.linear(lat, wkv)), {"form": "naive (every key up-projected)"}
+            return (lambda: K.linear(lat, wkv)), {"form": "naive (every key up-projected)"} | (
+                lin_cfg(lat.shape[0], wkv) if qw else {})
         if kind == "mla_attention":      # the attention alone: its kv_b_proj work is mla_up's runner (and cost)
             ckv_, kpe_, _, _, qpe, _, _ = mla_state
             R, N, V = cfg.kv_lora_rank, cfg.qk_nope_dim, cfg.v_head_dim
@@ -370,7 +368,7 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
                                                 kv_scales=kv_scales, attn_kw=attention_options(cfg, first)),
                       ({"attention": attn_cfg} if K.name == "triton" else {})
                       | ({"collectives": "not included: timed as attn_allreduce, mlp_allreduce"} if tp else {})
-                      | ({"weights": lin_cfg(T, lw["wq"])["weights"]} if qw else {})
+                      | ({"weights": lin_cfg(T, lw["wo"])["weights"]} if qw else {})
                       | ({"kv_cache": kv_cfg["kv_cache"]} if qkv else {})
                       | ({"layer": "the first layer's attention (window "
                                    f"{cfg.windows[first] or 'none'}); layers differ"} if len(set(cfg.windows)) > 1
