@@ -183,14 +183,18 @@ def quantize_weight(w: torch.Tensor, dtype: str, *, group_size: int | None = Non
 def quantized_ops(cfg) -> list:
     """(op name, weight key, kind, in-features) of every weight the workload model charges in the weight dtype
     (``roofline.workload``): each "linear" op's weight (q/k/v/o, the dense MLP, the shared experts, lm_head) and
-    the routed experts' gate/up [E, H, I] and down [E, I, H]. The router, the shared-expert gate, norms, biases
-    and the embedding stay in the activation dtype."""
+    the routed experts' gate/up [E, H, I] and down [E, I, H]; latent attention's kv_b_proj [R, H * (nope + v)]
+    (kind "mla_up": prefill runs it as a quantized linear, decode reads its dequantized copy,
+    ``ABSORBED_KV_B``). The router, the shared-expert gate, norms, biases and the embedding stay in the
+    activation dtype."""
     from roofline.layer import model_ops
 
     out = []
     for o in model_ops(cfg):
         if o.kind == "linear":
             out += [(o.name, ws.key, "linear", ws.shape[0]) for ws in o.weights if ws.role == "linear"]
+        elif o.kind == "mla_up":
+            out += [(o.name, ws.key, "mla_up", ws.shape[0]) for ws in o.weights]
         elif o.kind == "experts":
             out += [(f"experts {ws.key.split('_')[1]}_proj", ws.key, "experts", ws.shape[1])
                     for ws in o.weights if ws.role == "experts"]
@@ -216,7 +220,10 @@ def quantize_model_weights(cfg, w: dict, dtype: str, *, group_size: int | None =
     """The model's weight dict with every weight of ``quantized_ops`` quantized (linears to ``QuantWeight``,
     routed experts to ``QuantExperts``) and lm_head; norms, the router and the embedding stay in the activation
     dtype (the workload model charges them so). A tied lm_head gets its own quantized copy of embed.t().
-    ``backend="torch"`` also prepares what the torch backend runs (per expert for the routed experts)."""
+    Latent attention's kv_b_proj becomes a ``QuantWeight`` (prefill's up-projection) plus, under
+    ``ABSORBED_KV_B``, that weight dequantized once into the activation dtype: absorbed decode's W_UK / W_UV
+    (``absorbed_kv_b``). ``backend="torch"`` also prepares what the torch backend runs (per expert for the
+    routed experts)."""
     d = check_weight_dtype(dtype)
     if d == "int4":
         group_size = check_group(group_size)
@@ -226,10 +233,17 @@ def quantize_model_weights(cfg, w: dict, dtype: str, *, group_size: int | None =
 
     def q(t, key):
         kind = kinds.get(key)
-        return (quantize_weight(t, d, name=key, **kw) if kind == "linear" else
+        return (quantize_weight(t, d, name=key, **kw) if kind in ("linear", "mla_up") else
                 quantize_experts(t, d, name=key, **kw) if kind == "experts" else t)
+
+    def layer(lw):
+        ql = {k: q(v, k) for k, v in lw.items()}
+        for k, v in lw.items():
+            if kinds.get(k) == "mla_up":
+                ql[ABSORBED_KV_B] = absorbed_kv_b(ql[k], v.dtype)
+        return ql
     out = {k: v for k, v in w.items() if k != "layers"}
-    out["layers"] = [{k: q(v, k) for k, v in lw.items()} for lw in w["layers"]]
+    out["layers"] = [layer(lw) for lw in w["layers"]]
     out["lm_head"] = quantize_weight(w["lm_head"], d, name="lm_head", **kw)
     if backend == "torch":
         for lw in out["layers"]:
@@ -241,6 +255,29 @@ def quantize_model_weights(cfg, w: dict, dtype: str, *, group_size: int | None =
                         prepare_torch(v.expert(e))
         prepare_torch(out["lm_head"])
     return out
+
+
+# ---------------------------------------------------------------- latent attention's absorbed kv_b_proj
+
+ABSORBED_KV_B = "wkv_b_absorbed"   # a layer's kv_b_proj dequantized at load: what absorbed MLA decode reads
+
+
+def absorbed_kv_b(wkv_b, act_dtype: torch.dtype) -> torch.Tensor:
+    """kv_b_proj [R, H * (nope + v)] as absorbed decode reads it (W_UK and W_UV, per head, ``kernels.mla``): a
+    float weight as it is; a ``QuantWeight`` dequantized ONCE, at load, into ``act_dtype``. NB: decode then
+    reads R * H * (nope + v) elements of the activation dtype per step (no scales), which is what
+    ``roofline.workload`` charges the decode "mla_up" op; prefill's up-projection reads the quantized weight
+    (a quantized linear's cost). vLLM's MLA does the same (``W_UK_T`` / ``W_UV`` dequantized in
+    ``process_weights_after_loading``); the price is a second, activation-dtype copy of kv_b_proj in memory."""
+    if isinstance(wkv_b, QuantWeight):
+        return wkv_b.dequantize(act_dtype)
+    return wkv_b
+
+
+def decode_kv_b(w: dict) -> torch.Tensor:
+    """A layer's kv_b_proj [R, H * (nope + v)] for absorbed decode: the copy dequantized at load when the weights
+    are quantized (``ABSORBED_KV_B``), else the float weight itself."""
+    return w[ABSORBED_KV_B] if ABSORBED_KV_B in w else w["wkv_b"]
 
 
 # ---------------------------------------------------------------- the torch backend's quantized GEMMs

@@ -160,7 +160,10 @@ class Phase:
                 if d.get("bias"):
                     b += n * bytes_per_element(dt.act)
                 total += b * (o.count * len(self.chunks) if o.per_layer else 1)
-            elif o.kind in ("router", "mla_up", "gate"):
+            elif o.kind == "mla_up" and self.phase == "prefill":   # the up-projection reads kv_b_proj as stored
+                total += F.quantized_weight_bytes(*o.weights[0].shape, act_dtype=dt.act, **dt.weight_quant) * (
+                    o.count * len(self.chunks))
+            elif o.kind in ("router", "mla_up", "gate"):   # decode's mla_up: the copy dequantized at load (act dtype)
                 w = o.weights[0].shape
                 total += w[0] * w[1] * bytes_per_element(dt.act) * o.count * len(self.chunks)
         return total + self.expert_weight_bytes   # the routed experts: the distinct ones each chunk touches
@@ -266,7 +269,9 @@ def _op_cost(o, dt: Dtypes, T: int, batch: int, c: int, p: int, decode: bool) ->
                 + F.elementwise(T * d["width"], ((T * d["width"], a), (T, a)), out_dtype=a, flops_per_element=1))
     if k == "latent_append":
         return F.copy(T * d["width"], src_dtype=a, dst_dtype=kv)
-    if k == "mla_up":   # decode: absorbed into the query and output; prefill: every key up-projected
+    # decode: absorbed into the query and output, W_UK / W_UV read in the activation dtype (a quantized kv_b_proj is
+    # dequantized once at load: kernels.quant.absorbed_kv_b); prefill: every key up-projected by kv_b_proj as stored
+    if k == "mla_up":
         H_, R, N, V = d["n_heads"], d["rank"], d["nope"], d["v"]
         if decode:
             w = R * H_ * (N + V) * bytes_per_element(dt.weight if dt.weight in ("bf16", "fp16", "fp32") else a)
