@@ -185,16 +185,12 @@ def test_quantized_moe_backends_agree_and_decode_equals_a_full_forward():
     assert tri.quant_label == "int8 weights"
 
 
-def test_int4_refusals_name_the_experts_and_mla_stays_refused():
+def test_int4_refusals_name_the_experts():
     with pytest.raises(RooflineError) as e:                        # tiny-moe's experts: I = 48, no group divides it
         LlamaModel(TINY_MOE, dtype="fp32", backend="torch", weight_dtype="int4", group_size=32)
     msg = str(e.value)
     assert "int4 group size 32 does not divide tiny-moe's experts down_proj in-features (48)" in msg
-    assert "use int8 weights" in msg and "\n" not in msg
-    with pytest.raises(RooflineError, match="quantized weights of latent attention are costed"):
-        LlamaModel(PRESETS["tiny-mla"], dtype="fp32", weight_dtype="int8")
-    with pytest.raises(RooflineError, match="quantized weights of latent attention are costed"):
-        make_runners(PRESETS["tiny-mla"], "decode", 1, 8, dtype="fp32", weight_dtype="int8")
+    assert "use int8 weights" in msg and "\n" not in msg   # latent attention's quantized weights: test_mla_quant.py
 
 
 @pytest.mark.parametrize("phase,batch,context,wd,kw", [("decode", 2, 8, "int8", {}),
