@@ -215,3 +215,45 @@ def test_the_step_reads_kv_b_proj_as_stored_in_prefill_and_in_the_activation_dty
     assert diff == 2 * (F.quantized_weight_bytes(32, 128, weight_dtype=dtype, act_dtype="fp32", **kw) - 32 * 128 * 4)
     if dtype == "int8":
         assert diff == -23_552
+
+
+# ---------------------------------------------------------------- the result file
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    from profiler.profile_run import ProfileRun, default_plan
+    from profiler.run import run_profile
+    from roofline.devices import Device
+
+    plan, _ = default_plan(model="tiny-mla", phases=("prefill", "decode"), batches=(2,), contexts=(8,),
+                           backends=("torch",), dtype="fp32", device="cpu", budget_ms=2,
+                           weight_dtypes=("fp32", "int4"), group_size=32, zero_point=True)
+    dev = Device(key="cpu", name="cpu", kind="cpu", peak_flops={"fp32": 1e11}, bandwidth=2e10, source="measured")
+    return run_profile(ProfileRun(plan, out=tmp_path_factory.mktemp("mla-quant-sweep"), mode="overwrite",
+                                  report=False, check_kernels=False, flop_check=False, device=dev))
+
+
+def test_sweep_records_every_mla_op_at_the_formula_cost(sweep):
+    """`roofline profile --model tiny-mla --weight-dtype fp32,int4 --group-size 32 --zero-point`: every op ran, and
+    the result file's MLA ops carry the formulas' bytes and FLOPs at both phases, fp32 and int4 (the fp32 ones are
+    the same formulas with fp32 weights); int4 reads fewer bytes at the same FLOPs, except decode's kv_b_proj (its
+    fp32 copy: the same bytes)."""
+    ms = sweep.result_file.measurements
+    assert ms and all(m.ok for m in ms)
+    got = {(m.point.phase, m.point.op, m.point.weight_dtype): m for m in ms}
+    zp = dict(group_size=32, zero_point=True)
+    for phase in ("prefill", "decode"):
+        for op in ("q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj", "o_proj"):
+            q, f = got[phase, op, "int4"], got[phase, op, "fp32"]
+            assert q.point.cost == _want(op, phase, 2, 8, "int4", zp), (phase, op)
+            assert f.point.cost == _want(op, phase, 2, 8, "fp32", {}), (phase, op)
+            assert q.point.cost.flops == f.point.cost.flops
+            if phase == "decode" and op == "kv_b_proj":
+                assert q.point.cost.bytes == f.point.cost.bytes == 19_456
+                assert q.config["weights"] == "int4 kv_b_proj dequantized at load (fp32)"
+            else:
+                assert q.point.cost.bytes < f.point.cost.bytes
+                assert q.config["weights"] == "int4 g32 zero points"
+        assert got[phase, "attention", "int4"].point.cost == got[phase, "attention", "fp32"].point.cost
+    # prefill's kv_b_proj, fp32: 131,072 FLOPs; 32 x 128 x 4 + 16 x 32 x 4 + 16 x 128 x 4 = 16,384 + 2,048 + 8,192 B
+    assert got["prefill", "kv_b_proj", "fp32"].point.cost == Cost(131_072, 26_624)
