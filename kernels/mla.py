@@ -26,6 +26,11 @@ The compile check covers DeepSeek-V3's shapes (H 128, R 512, P 64) in bf16 and f
 split kernel takes 128 registers and 55 KB of shared memory with no spills (2 resident programs per SM on
 sm_80, bound by shared memory; 4 on sm_90), so the rank need not be split across the loop.
 
+Quantized weights (``kernels.quant``): prefill's up-projection runs kv_b_proj as a quantized linear; absorbed
+decode uses the per-head W_UK / W_UV as einsum operands, not as a linear, so it reads a copy of kv_b_proj
+dequantized ONCE at load into the activation dtype (``kernels.quant.absorbed_kv_b``, as vLLM does): the same
+values, read in the activation dtype every step (``roofline.workload`` charges decode's "mla_up" so).
+
 Prefill: ``kernels.prefill_attention`` needs V's head dim equal to Q/K's (its v_cache has k_cache's
 shape; MLA has q/k 192 and v 128 per head), so MLA prefill is the torch path ``mla_prefill`` (SDPA,
 which takes a different V dim) with the fp32 loop ``mla_prefill_reference`` beside it.
