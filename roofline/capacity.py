@@ -117,14 +117,17 @@ def weight_bytes(cfg: ModelConfig, tp: int = 1, *, weight_dtype="bf16", act_dtyp
     for o in model_ops(cfg, shard(cfg, tp, ep)):
         n = o.count if o.per_layer else 1
         for w in o.weights:
-            if w.role == "linear" and o.kind == "linear":   # routers and latent up-projections stay unquantized
+            if o.kind == "mla_up" and weight_dtype in F.QUANTIZED_WEIGHTS:   # kv_b_proj quantized, for prefill
+                total += n * F.quantized_weight_bytes(*w.shape, weight_dtype=weight_dtype, act_dtype=act_dtype,
+                                                      group_size=group_size, zero_point=zero_point)
+            if w.role == "linear" and o.kind == "linear":
                 total += n * F.quantized_weight_bytes(*w.shape, weight_dtype=weight_dtype, act_dtype=act_dtype,
                                                       group_size=group_size, zero_point=zero_point)
             elif w.role == "experts":                       # every expert is resident, [E, in, out]
                 total += n * w.shape[0] * F.quantized_weight_bytes(*w.shape[1:], weight_dtype=weight_dtype,
                                                                    act_dtype=act_dtype, group_size=group_size,
                                                                    zero_point=zero_point)
-            else:
+            else:   # norms, routers (never quantized), kv_b_proj in act dtype (decode's copy: quant.absorbed_kv_b)
                 e = 1
                 for s in w.shape:
                     e *= s

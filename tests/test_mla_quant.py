@@ -257,3 +257,23 @@ def test_sweep_records_every_mla_op_at_the_formula_cost(sweep):
         assert got[phase, "attention", "int4"].point.cost == got[phase, "attention", "fp32"].point.cost
     # prefill's kv_b_proj, fp32: 131,072 FLOPs; 32 x 128 x 4 + 16 x 32 x 4 + 16 x 128 x 4 = 16,384 + 2,048 + 8,192 B
     assert got["prefill", "kv_b_proj", "fp32"].point.cost == Cost(131_072, 26_624)
+
+
+@pytest.mark.parametrize("dtype,kw", [QUANTS[0], QUANTS[2]], ids=["int8", "int4-g32-zp"])
+def test_the_memory_estimate_counts_what_the_quantized_model_holds(dtype, kw):
+    """capacity.weight_bytes = the bytes of every tensor the quantized model holds: kv_b_proj twice (quantized for
+    prefill, fp32 for decode). int8: 2 layers x (4,096 + 128 x 4) more than with kv_b_proj in fp32 only."""
+    from roofline.capacity import weight_bytes
+
+    m = LlamaModel(MLA, backend="triton", weight_dtype=dtype, **kw, **FP32)
+
+    def held(v):
+        if isinstance(v, (QuantWeight, QuantExperts)):
+            return sum(t.numel() * t.element_size() for t in (v.qweight, v.scales, v.zeros) if t is not None)
+        return v.numel() * v.element_size()
+    total = sum(held(v) for lw in m.w["layers"] for v in lw.values())
+    total += held(m.w["embed"]) + held(m.w["final_norm"]) + held(m.w["lm_head"])
+    assert weight_bytes(MLA, weight_dtype=dtype, act_dtype="fp32", **kw) == total
+    if dtype == "int8":
+        assert total - weight_bytes(MLA, weight_dtype="fp32", act_dtype="fp32") < 0
+        assert sum(held(lw[k]) for lw in m.w["layers"] for k in ("wkv_b", ABSORBED_KV_B)) == 2 * (4_096 + 512 + 16_384)
