@@ -98,7 +98,8 @@ def test_int8_mla_logits_stay_within_the_dense_int8_bound():
     """tests/test_quant_runs.py's bound: max |logit difference| under 5% of the largest logit, top-1 agreement on at
     least 90% of 32 tokens; tiny-mla with every linear, kv_b_proj, the experts and lm_head int8 (measured 1.8%,
     31/32)."""
-    (w,) = quality_notes("fp32", "cpu", model="tiny-mla", tokens=32, cases=(("int8 weights", dict(weight_dtype="int8")),))
+    (w,) = quality_notes("fp32", "cpu", model="tiny-mla", tokens=32,
+                         cases=(("int8 weights", dict(weight_dtype="int8")),))
     assert 0 < w.max_abs_diff <= 0.05 * w.logit_scale and w.top1 >= 0.9 * w.tokens
 
 
