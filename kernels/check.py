@@ -16,10 +16,10 @@ forward_full over the sequence (two slots of different lengths decoded in one ba
 unchunked; prefix reuse equals a full prefill; the triton backend equals the torch backend.
 With no GPU, kernels/_env.py has already switched Triton to its interpreter.
 
-Quantization checks (part "quant", ``_quant_checks``): the int8 and int4 linears and the 8-bit KV
-cache against dequantized fp64 references (the kernels' arithmetic: ``KERNEL_TOL``), and against the
-unquantized weights / K and V with a bound derived from the quantization step (``quant_bound``, the
-derivation in its docstring); the model with int8 weights and an int8 KV cache equals its own
+Quantization checks (part "quant", ``_quant_checks``): the int8 and int4 linears, the quantized MoE experts
+(``_moe_quant_checks``) and the 8-bit KV cache against dequantized fp64 references (the kernels' arithmetic:
+``KERNEL_TOL``), and the linears and kv_append against the unquantized weights / K and V with a bound derived
+from the quantization step (``quant_bound``, the derivation in its docstring); the model with int8 weights and an int8 KV cache equals its own
 forward_full and the other backend. ``quality_notes`` is what a user needs before choosing: the
 logits of the quantized model against the same seeded model unquantized over a prompt (max
 difference, top-1 agreement). fp8 KV checks run only on a GPU with fp8.
@@ -341,7 +341,45 @@ def _quant_checks(ops, dt, dev, quick):
             err = _bound_err(y, y_full, quant_bound(x, step), tol * y_full.abs().max())
             yield _result(f"linear_{label} M={M} N={Nn} K={K} vs {dname} w", err, 1.0,
                           "error / (quantization bound + arithmetic)")
+    yield from _moe_quant_checks(ops, dev, rnd, nan, tri, tol)
     yield from _kv_quant_checks(ops, dt, dev, g, tri, tol)
+
+
+# (T, E, k, H, I, activation, bias, kinds): GPT-OSS-like skinny (T k = 10 rows <= 16 per expert: decode) with the
+# clamped SwiGLU, biases, int8 and int4 g32 (MXFP4's block), I = 96 not a multiple of BLOCK_N (64); Mixtral-like
+# tiled (80 rows > 16 x 4: prefill) with SiLU, int8, int4 g128 and int4 g64 with zero points (2 and 4 groups along
+# K). The launchers' own configs, as on a GPU: the bf16 launches are the compile check's MoE variants (MOE_QUANT at
+# GPT-OSS's and Mixtral's shapes), so replaying these (variants.check_launches) adds next to no compilations.
+MOE_QUANT_CASES = ((5, 4, 2, 64, 96, "swiglu_oai", True, (("int8", {}), ("int4", dict(group_size=32)))),
+                   (40, 4, 2, 128, 256, "silu", False, (("int8", {}), ("int4", dict(group_size=128)),
+                                                        ("int4", dict(group_size=64, zero_point=True)))))
+
+
+def _moe_quant_checks(ops, dev, rnd, nan, tri, tol):
+    """Quantized experts (``kernels.quant.QuantExperts``: int8 per channel, int4 group-wise with and without zero
+    points; ``MOE_QUANT_CASES``) through ``moe_experts`` (the Triton kernels' QUANT path; the torch backend's
+    per-expert quantized GEMMs)
+    against the fp64 expert loop over the dequantized weights (``moe.reference``), expert 0 loaded and expert E-1
+    empty as in ``_moe_checks``; the kernels' arithmetic, so ``KERNEL_TOL``."""
+    from .quant import quantize_experts
+
+    for T, E, k, H, I, act, bias, kinds in MOE_QUANT_CASES:  # noqa: E741
+        logits = rnd(T, E).float()
+        logits[:, 0] += 2.0                                                  # expert 0 takes most tokens
+        logits[:, E - 1] = -1e9                                              # expert E-1 takes none
+        w, ids = RT.route(logits, k, kind="softmax_topk")
+        x, wts = rnd(T, H), (rnd(E, H, I) * H ** -0.5, rnd(E, H, I) * H ** -0.5, rnd(E, I, H) * I ** -0.5)
+        bb = dict(b_gate=rnd(E, I) * 0.1, b_up=rnd(E, I) * 0.1, b_down=rnd(E, H) * 0.1) if bias else {}
+        for kind, qkw in kinds:
+            q = [quantize_experts(t, kind, **qkw) for t in wts]
+            y = ops.moe_experts(x, *q, w, ids, activation=act, **bb, **(dict(out=nan(T, H)) if tri else {}))
+            ref = MOE.reference(x.double(), *q, w.double(), ids, activation=act, compute_dtype=torch.float64,
+                                **{n: b.double() for n, b in bb.items()})
+            label = kind + (f" g{qkw['group_size']}" + (" zp" if qkw.get("zero_point") else "") if qkw else "")
+            c = MOE.moe_config(T, E, k, H, I, x.dtype, dev, group_size=qkw.get("group_size", 0))
+            how = (f"{c['kind']}, block_k={c['block_k']}" if tri else f"per expert: {q[0].torch_impl}")
+            yield _result(f"moe_experts {label} T={T} E={E} k={k} {act}" + (" +bias" if bias else ""),
+                          rel_err(y, ref), tol, f"vs dequantized; {how}")
 
 
 def _steps(qw) -> torch.Tensor:
