@@ -5,7 +5,7 @@ kv_b_proj is read two ways (``kernels.quant.absorbed_kv_b``): prefill up-project
 weight (a quantized linear's cost), absorbed decode reads W_UK / W_UV from a copy dequantized once at load into
 the activation dtype (the decode "mla_up" cost: activation-dtype weight bytes, no scales).
 
-Run: pytest tests/test_mla_quant.py   (about 40 s on 2 cores: interpreter steps of tiny-mla, one tiny CPU sweep)
+Run: pytest tests/test_mla_quant.py   (about 15 s on 2 cores: interpreter steps of tiny-mla, one tiny CPU sweep)
 """
 
 from dataclasses import replace
