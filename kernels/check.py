@@ -17,10 +17,11 @@ unchunked; prefix reuse equals a full prefill; the triton backend equals the tor
 With no GPU, kernels/_env.py has already switched Triton to its interpreter.
 
 Quantization checks (part "quant", ``_quant_checks``): the int8 and int4 linears, the quantized MoE experts
-(``_moe_quant_checks``) and the 8-bit KV cache against dequantized fp64 references (the kernels' arithmetic:
-``KERNEL_TOL``), and the linears and kv_append against the unquantized weights / K and V with a bound derived
-from the quantization step (``quant_bound``, the derivation in its docstring); the model with int8 weights and an int8 KV cache equals its own
-forward_full and the other backend. ``quality_notes`` is what a user needs before choosing: the
+(``_moe_quant_checks``) and the 8-bit KV cache against dequantized fp64 references (the kernels'
+arithmetic: ``KERNEL_TOL``), and the linears and kv_append against the unquantized weights / K and V with
+a bound derived from the quantization step (``quant_bound``, the derivation in its docstring); the model
+with int8 weights and an int8 KV cache equals its own forward_full and the other backend.
+``quality_notes`` is what a user needs before choosing: the
 logits of the quantized model against the same seeded model unquantized over a prompt (max
 difference, top-1 agreement). fp8 KV checks run only on a GPU with fp8.
 """

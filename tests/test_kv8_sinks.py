@@ -104,8 +104,8 @@ def gpt_oss():
 
 
 def test_tiny_gpt_oss_with_an_int8_kv_cache_on_triton_stays_close_to_the_float_model(gpt_oss):
-    """Prefill 10 tokens then decode 10 (past the window of 8) on the triton backend with an int8 cache, against the same
-    checkpoint with an fp32 cache (torch backend, forward_full) and against the torch backend's int8 cache."""
+    """Prefill 10 tokens then decode 10 (past the window of 8) on the triton backend with an int8 cache, against the
+    same checkpoint with an fp32 cache (torch backend, forward_full) and against the torch backend's int8 cache."""
     from kernels.model import LlamaModel
 
     cfg, seq = gpt_oss
