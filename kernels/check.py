@@ -17,11 +17,11 @@ unchunked; prefix reuse equals a full prefill; the triton backend equals the tor
 With no GPU, kernels/_env.py has already switched Triton to its interpreter.
 
 Quantization checks (part "quant", ``_quant_checks``): the int8 and int4 linears, the quantized MoE experts
-(``_moe_quant_checks``) and the 8-bit KV cache against dequantized fp64 references (the kernels'
-arithmetic: ``KERNEL_TOL``), and the linears and kv_append against the unquantized weights / K and V with
-a bound derived from the quantization step (``quant_bound``, the derivation in its docstring); the model
-with int8 weights and an int8 KV cache equals its own forward_full and the other backend.
-``quality_notes`` is what a user needs before choosing: the
+(``_moe_quant_checks``) and the 8-bit KV cache (with attention sinks too: ``_kv_sink_checks``) against
+dequantized fp64 references (the kernels' arithmetic: ``KERNEL_TOL``), and the linears and kv_append against
+the unquantized weights / K and V with a bound derived from the quantization step (``quant_bound``, the
+derivation in its docstring); the model with int8 weights and an int8 KV cache equals its own forward_full
+and the other backend. ``quality_notes`` is what a user needs before choosing: the
 logits of the quantized model against the same seeded model unquantized over a prompt (max
 difference, top-1 agreement). fp8 KV checks run only on a GPU with fp8.
 """
@@ -48,6 +48,7 @@ from . import prefill_attention as PA
 from . import residual as R
 from . import rmsnorm as N
 from . import rope as P
+from . import sinks as SK
 from . import router as RT
 from . import swiglu as S
 from ._common import HAS_CUDA, dtype_name, torch_dtype
@@ -444,6 +445,30 @@ def _kv_quant_checks(ops, dt, dev, g, tri, tol):
             o = ops.decode_attention(q, kq, vq, ln, slots, scales=sc, **kw)
             yield _result(f"decode_attn {kind} KV lens={lens} Hq={Hq}", rel_err(o, DA.reference(
                 q.double(), kq, vq, ln, slots, scales=sc)), tol, "vs dequantized K/V")
+        yield from _kv_sink_checks(ops, dev, rnd, nan, tri, tol, kind, kq, vq, sc)
+
+
+def _kv_sink_checks(ops, dev, rnd, nan, tri, tol, kind, kq, vq, sc):
+    """Attention sinks (GPT-OSS) over the 8-bit cache with a window: the Triton kernels with SINKS and KV_QUANT
+    together (the torch backend: ``kernels.sinks``, dequantizing), against ``kernels.sinks`` in fp64 over the
+    dequantized cache. Large, small and neutral sinks per head."""
+    kd, vd = (KV.dequantized(c, s, torch.float64) for c, s in ((kq, sc[0]), (vq, sc[1])))
+    sinks = torch.tensor([4.0, -4.0, 0.5, 0.0], device=dev)
+    q, slots = rnd(2, 23, 4, 16), torch.tensor([2, 0], device=dev)
+    kw = dict(window=8, sinks=sinks, scales=sc)
+    o = (ops.prefill_attention(q, kq, vq, slots, 5, block_m=16, block_n=16, out=nan(2, 23, 4, 16), **kw) if tri
+         else SK.prefill_with_sinks(q, kq, vq, slots, 5, **kw))
+    ref = SK.prefill_with_sinks(q.double(), kd, vd, slots, 5, window=8, sinks=sinks.double())
+    yield _result(f"prefill_attn {kind} KV +sinks B=2 n=23 p=5 window=8", rel_err(o, ref), tol,
+                  "vs kernels.sinks on dequantized K/V" + (", block_m=16, block_n=16" if tri else ""))
+    lens = [37, 1, 60, 17]
+    q, slots, ln = rnd(4, 4, 16), torch.tensor([3, 0, 1, 2], device=dev), torch.tensor(lens, device=dev)
+    kw = dict(window=40, sinks=sinks, scales=sc)           # 40 keys over 3 splits; lengths on both sides of 40
+    o = (ops.decode_attention(q, kq, vq, ln, slots, block_n=16, splits=3, out=nan(4, 4, 16), **kw) if tri
+         else SK.decode_with_sinks(q, kq, vq, ln, slots, **kw))
+    ref = SK.decode_with_sinks(q.double(), kd, vd, ln, slots, window=40, sinks=sinks.double())
+    yield _result(f"decode_attn {kind} KV +sinks lens={lens} window=40", rel_err(o, ref), tol,
+                  "vs kernels.sinks on dequantized K/V" + (", block_n=16, splits=3" if tri else ""))
 
 
 def _quant_model_checks(backend, dt, dev, quick):

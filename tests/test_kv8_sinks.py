@@ -153,3 +153,19 @@ def test_runners_run_int8_kv_with_sinks_on_both_backends_and_still_refuse_a_late
         with pytest.raises(RooflineError, match="an 8-bit KV cache is not implemented for a latent cache: drop "
                                                 "--kv-dtype"):
             build()
+
+
+# ---------------------------------------------------------------- roofline check
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_roofline_check_has_passing_int8_kv_rows_with_sinks(backend):
+    """The quant part's rows for an 8-bit cache with sinks (``check._kv_sink_checks``): prefill with a window and
+    a cached prefix, decode over 3 splits with lengths on both sides of the window; fp32 to ``KERNEL_TOL``."""
+    from kernels import check as CK
+    from kernels.backend import get_ops
+
+    rows = [r for r in CK._quant_checks(get_ops(backend), torch.float32, torch.device("cpu"), True)
+            if "+sinks" in r.name]
+    assert [r.name for r in rows] == ["prefill_attn int8 KV +sinks B=2 n=23 p=5 window=8",
+                                      "decode_attn int8 KV +sinks lens=[37, 1, 60, 17] window=40"]
+    assert all(r.passed and 0 < r.max_rel_err <= r.tol == TOL for r in rows), [str(r) for r in rows]
