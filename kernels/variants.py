@@ -204,7 +204,7 @@ def record(target: Target, combos, checks=(), skipped=None) -> list:
                 try:
                     r.fn()
                 except Exception as e:  # noqa: BLE001 - a torch path reading values on meta (or
-                    # a runner bug: GPT-OSS sinks + 8-bit cache, MLA + int4): listed, the rest still recorded
+                    # a runner bug, e.g. MLA + int4): listed, the rest still recorded
                     note = f"{where['model']} {where['phase']} {r.name}{tag}: {type(e).__name__}: " \
                            f"{(str(e).splitlines() or [''])[0][:100]}"
                     if not any(s.split(": ")[0] == note.split(": ")[0] for s in skipped):
