@@ -11,7 +11,11 @@ def test_check_json_torch_backend():
     res = CliRunner().invoke(main, ["check", "--backend", "torch", "--dtype", "fp32", "--json"])
     assert res.exit_code == 0, res.output
     rows = json.loads(res.output)
-    assert len(rows) == 22 + 11 + 5 + 8 + 26   # float kernels and model; bias, geglu, window, softcap; MLA; MoE (3 route, 5 moe_experts); the quantized ones (no fp8 without a GPU)
+    # float kernels and model; bias, geglu, window, softcap; MLA; MoE (3 route, 5 moe_experts); the quantized ones
+    # (no fp8 without a GPU): 26, plus 5 quantized-expert rows and 2 of an 8-bit KV cache with sinks
+    assert len(rows) == 22 + 11 + 5 + 8 + 26 + 5 + 2
+    names = [r["name"] for r in rows]
+    assert sum(n.startswith("moe_experts int") for n in names) == 5 and sum("KV +sinks" in n for n in names) == 2
     assert sum("int8" in r["name"] or "int4" in r["name"] for r in rows) == 26
     assert all(r["passed"] and r["max_rel_err"] <= r["tol"] for r in rows)
     assert rows[0]["name"].startswith("linear") and rows[0]["tol"] == 1e-5
