@@ -16,7 +16,7 @@ def test_check_json_torch_backend():
     assert len(rows) == 22 + 11 + 5 + 8 + 26 + 5 + 2
     names = [r["name"] for r in rows]
     assert sum(n.startswith("moe_experts int") for n in names) == 5 and sum("KV +sinks" in n for n in names) == 2
-    assert sum("int8" in r["name"] or "int4" in r["name"] for r in rows) == 26
+    assert sum("int8" in r["name"] or "int4" in r["name"] for r in rows) == 26 + 5 + 2
     assert all(r["passed"] and r["max_rel_err"] <= r["tol"] for r in rows)
     assert rows[0]["name"].startswith("linear") and rows[0]["tol"] == 1e-5
 
