@@ -65,7 +65,7 @@ PRESET_GRID = dict(batches=FULL["batches"], contexts=QUICK["contexts"])   # the 
 CHECK = "check"      # the pseudo-model of ``--model``: what ``roofline check`` launches
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
 QUANT_OPS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head", "kv_append", "experts",
-             "attention")
+             "attention", "q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj")     # the last four: MLA's projections
 # (dtypes it runs in, make_runners keywords); "fp8" KV falls back to int8 on a target without fp8
 QUANT_PASSES = ((("bf16", "fp16"), dict(weight_dtype="int8", kv_dtype="int8")),
                 (("bf16", "fp16"), dict(weight_dtype="int4", kv_dtype="fp8")),
@@ -221,10 +221,12 @@ def record(target: Target, combos, checks=(), skipped=None) -> list:
                     continue
                 if qkw.get("kv_dtype") == "fp8" and target.capability < FP8_CAPABILITY:
                     qkw = dict(qkw, kv_dtype="int8")
+                if cfg.mla:       # a latent cache has no 8-bit form: its quantized weights compile without it
+                    qkw = {k: v for k, v in qkw.items() if k != "kv_dtype"}
                 tag = " ".join(f"{k.split('_')[0]}={v}" for k, v in qkw.items() if k.endswith("dtype"))
                 try:
                     runners = make_runners(cfg, phase, batch, context, dtype=dtype, device=meta, ops=own, **qkw)
-                except Exception as e:  # noqa: BLE001 - an int4 group that does not divide K; MLA + int4 (KeyError)
+                except Exception as e:  # noqa: BLE001 - an int4 group that does not divide K (said, skipped)
                     note = f"{model} {tag}: {type(e).__name__}: {str(e)[:120]}"
                     if note not in skipped:
                         skipped.append(note)
