@@ -12,14 +12,11 @@ Fixtures: tests/data/traces/gpu_new.json, rocm_replay.json, idle_causes.json (ma
 """
 
 from io import BytesIO
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from profiler.cli import main
 from reports.figures import roofline_figure
 from reports.style import new_figure
 from reports.time_plot import plot_predicted_vs_measured
@@ -31,24 +28,7 @@ from roofline.trace_cost import SDPA, cost_op
 from roofline.trace_phases import MATMUL_ATTENTION, PhasePlan, _shapes, matmul_attention
 from roofline.writer import ResultWriter
 
-DATA = Path(__file__).parent / "data" / "traces"
-
-
-def _trace(tmp_path_factory, name, *args):
-    out = tmp_path_factory.mktemp(name.split(".")[0])
-    res = CliRunner().invoke(main, ["trace", str(DATA / name), "--out", str(out), "--quiet", *args])
-    assert res.exit_code == 0, res.output
-    return out
-
-
-@pytest.fixture(scope="module")
-def gpu_new(tmp_path_factory):
-    return _trace(tmp_path_factory, "gpu_new.json")
-
-
-@pytest.fixture(scope="module")
-def rocm(tmp_path_factory):
-    return _trace(tmp_path_factory, "rocm_replay.json")
+from tests.test_trace_report_look import DATA, _trace, gpu_new, rocm  # noqa: E402, F401  (the same fixtures)
 
 
 @pytest.fixture(scope="module")
