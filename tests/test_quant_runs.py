@@ -196,14 +196,20 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_compile_check_discovers_and_compiles_the_quantized_kernels(tmp_path):
+def compile_script(script: str, tmp_path) -> dict:
+    """Run a compile-check ``script`` for real NVIDIA targets (no interpreter, its own Triton cache) in a fresh
+    process; the JSON it prints last."""
     pytest.importorskip("triton.backends.nvidia.compiler", reason="no NVIDIA backend in this triton")
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DUMP_PTXAS_LOG="1", TRITON_ALWAYS_COMPILE="1",
                PYTHONPATH=str(ROOT), TRITON_DEFAULT_FP_FUSION="1", TRITON_CACHE_DIR=str(tmp_path))
-    r = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, timeout=300,
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
                        cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_compile_check_discovers_and_compiles_the_quantized_kernels(tmp_path):
+    out = compile_script(_SCRIPT, tmp_path)
     for tgt in ("sm_80", "sm_90"):
         kernels_seen = {k for k, _, _ in out[tgt]}
         assert {"_linear_int8_kernel", "_linear_int4_kernel", "_kv_append_kernel"} <= kernels_seen
