@@ -340,29 +340,18 @@ def _architecture_launches(rec, where, cfg, phase, batch, context, dt, target) -
     """What the Llama runners do not reach but other dense architectures launch (issue 20): attention with a
     sliding window and / or softcapping (WINDOW / SOFTCAP on), a q_proj-shaped linear with a bias (BIAS on;
     int8 and int4 weights too in the 16-bit dtypes), and GeGLU, on ``cfg``'s shapes."""
-    from . import decode_attention as DA
     from . import geglu as G
     from . import linear as L
     from . import linear_int4 as L4
     from . import linear_int8 as L8
-    from . import prefill_attention as PA
     from .quant import INT4_GROUP, QuantWeight
 
     meta = torch.device("meta")
     T = batch * (context if phase == "prefill" else 1)
-    H, D, Hq, Hkv = cfg.hidden, cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
-    slots = torch.arange(batch, device=meta)
+    H, D, Hq = cfg.hidden, cfg.head_dim, cfg.n_heads
     for window, softcap in ATTENTION_FEATURES:
         rec.context = dict(where, op=f"attention window={window} softcap={softcap}")
-        if phase == "prefill":
-            q = torch.empty(batch, context, Hq, D, dtype=dt, device=meta)
-            kc = torch.empty(batch, Hkv, context, D, dtype=dt, device=meta)
-            PA.prefill_attention(q, kc, kc, slots, 0, window=window, softcap=softcap)
-        else:
-            q = torch.empty(batch, Hq, D, dtype=dt, device=meta)
-            kc = torch.empty(batch, Hkv, context + 1, D, dtype=dt, device=meta)
-            DA.decode_attention(q, kc, kc, torch.empty(batch, dtype=torch.int32, device=meta), slots,
-                                max_len=context + 1, window=window, softcap=softcap)
+        _attend_meta(cfg, phase, batch, context, dt, window=window, softcap=softcap)
     x, N = torch.empty(T, H, dtype=dt, device=meta), Hq * D
     bias = torch.empty(N, dtype=dt, device=meta)
     rec.context = dict(where, op="q_proj bias")
@@ -386,23 +375,30 @@ def _sink_launches(rec, where, cfg, phase, batch, context, dt) -> None:
     and with a window (``SINK_WINDOWS``), so the quick set compiles the SINKS variants beside their no-sink twins
     (the full set also reaches GPT-OSS's own shapes through its runners). Decode: the merge kernel takes the sink;
     the split kernel is the no-sink one."""
+    sinks = torch.empty(cfg.n_heads, dtype=dt, device=torch.device("meta"))
+    for window in SINK_WINDOWS:
+        rec.context = dict(where, op=f"attention sinks window={window}")
+        _attend_meta(cfg, phase, batch, context, dt, window=window, sinks=sinks)
+
+
+def _attend_meta(cfg, phase, batch, context, dt, **kw) -> None:
+    """One prefill (``context`` new tokens) or decode (``context`` cached + 1) attention launch on ``cfg``'s heads,
+    on meta tensors, with the attention keywords ``kw`` (window, softcap, sinks)."""
     from . import decode_attention as DA
     from . import prefill_attention as PA
 
     meta = torch.device("meta")
     Hq, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-    slots, sinks = torch.arange(batch, device=meta), torch.empty(Hq, dtype=dt, device=meta)
-    for window in SINK_WINDOWS:
-        rec.context = dict(where, op=f"attention sinks window={window}")
-        if phase == "prefill":
-            q = torch.empty(batch, context, Hq, D, dtype=dt, device=meta)
-            kc = torch.empty(batch, Hkv, context, D, dtype=dt, device=meta)
-            PA.prefill_attention(q, kc, kc, slots, 0, window=window, sinks=sinks)
-        else:
-            q = torch.empty(batch, Hq, D, dtype=dt, device=meta)
-            kc = torch.empty(batch, Hkv, context + 1, D, dtype=dt, device=meta)
-            DA.decode_attention(q, kc, kc, torch.empty(batch, dtype=torch.int32, device=meta), slots,
-                                max_len=context + 1, window=window, sinks=sinks)
+    slots = torch.arange(batch, device=meta)
+    if phase == "prefill":
+        q = torch.empty(batch, context, Hq, D, dtype=dt, device=meta)
+        kc = torch.empty(batch, Hkv, context, D, dtype=dt, device=meta)
+        PA.prefill_attention(q, kc, kc, slots, 0, **kw)
+    else:
+        q = torch.empty(batch, Hq, D, dtype=dt, device=meta)
+        kc = torch.empty(batch, Hkv, context + 1, D, dtype=dt, device=meta)
+        DA.decode_attention(q, kc, kc, torch.empty(batch, dtype=torch.int32, device=meta), slots,
+                            max_len=context + 1, **kw)
 
 
 class BinderMissing(RuntimeError):
