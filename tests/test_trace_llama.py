@@ -138,8 +138,11 @@ def test_the_embedding_gather_is_uncosted_and_said_why(traced):
     r, ops, _ = traced
     emb = ops["prefill"]["aten::index [256,64]"]                   # table[ids]: the ids' shape is not recorded
     assert emb.flags == ("uncosted",) and emb.point.cost == ZERO
-    assert 0 < r.summary["uncosted_share"] < 0.5
-    assert any(u["op"] == "aten::index [256,64]" for u in r.summary["top_uncosted"])
+    s = r.summary      # the share is of measured time: under load any op can take most of it, so no bound on it
+    assert 0 < s["uncosted_share"] < 1 and s["uncosted_share"] == pytest.approx(s["uncosted_s"] / s["attributed_s"])
+    assert any(u["op"] == "aten::index [256,64]" for u in s["top_uncosted"])
+    # what stays uncosted is only the gathers (values, not shapes, decide them) and a scalar compare
+    assert {u["op"].split(" ")[0] for u in s["top_uncosted"]} <= {"aten::index", "aten::equal"}
 
 
 def test_without_annotations_phases_are_inferred_from_tokens(traced):
