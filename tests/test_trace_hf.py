@@ -77,7 +77,8 @@ def test_attention_costed_per_decode_context(hf):
 def test_uncosted_share_is_reported(hf):
     _, _, r = hf
     s = r.summary
-    assert 0 < s["uncosted_share"] < 0.5
+    # a share of measured time: under load any op can take most of it, so its value is not bounded here
+    assert 0 < s["uncosted_share"] < 1 and s["uncosted_share"] == pytest.approx(s["uncosted_s"] / s["attributed_s"])
     top = [u["time_s"] for u in s["top_uncosted"]]          # the largest uncosted ops: a part of the whole
     assert top and top == sorted(top, reverse=True) and sum(top) <= s["uncosted_s"] * (1 + 1e-9)
     assert s["costed_s"] + s["uncosted_s"] + s["framework_s"] + s["communication_s"] == pytest.approx(s["attributed_s"])
