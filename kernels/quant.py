@@ -209,8 +209,11 @@ def check_model_groups(cfg, group_size: int) -> None:
     if bad:
         n, k = bad[0]
         fits = [g for g in INT4_GROUPS if all(v % g == 0 for v in ins.values())]
+        stuck = [f"{m}'s {v}" for m, v in ins.items() if all(v % g for g in INT4_GROUPS)]
+        why = f"none divides {', '.join(stuck[:3])} in-features" if stuck else "no one size divides every weight"
         hint = (f"give --group-size {' or '.join(map(str, fits))}" if fits else
-                f"no int4 group size ({', '.join(map(str, INT4_GROUPS))}) divides all of them: use int8 weights")
+                f"no int4 group size ({', '.join(map(str, INT4_GROUPS))}) fits every weight ({why}): use int8 "
+                "weights")
         raise RooflineError(f"int4 group size {group_size} does not divide {cfg.name}'s {n} in-features ({k}): "
                             f"{hint}.")
 

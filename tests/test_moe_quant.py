@@ -186,6 +186,9 @@ def test_int4_refusals_name_the_experts():
     msg = str(e.value)
     assert "int4 group size 32 does not divide tiny-moe's experts down_proj in-features (48)" in msg
     assert "use int8 weights" in msg and "\n" not in msg   # latent attention's quantized weights: test_mla_quant.py
+    with pytest.raises(RooflineError) as e:      # group 128 stops at q_proj (64) first: the hint names the experts
+        LlamaModel(TINY_MOE, dtype="fp32", backend="torch", weight_dtype="int4", group_size=128)
+    assert "(none divides experts down_proj's 48 in-features): use int8 weights" in str(e.value)
 
 
 @pytest.mark.parametrize("phase,batch,context,wd,kw", [("decode", 2, 8, "int8", {}),
