@@ -40,7 +40,8 @@ from roofline.models import ModelConfig
 
 from ._common import dtype_name, torch_dtype
 from .backend import get_ops
-from .quant import KV_DTYPES, WEIGHT_DTYPES, check_kv_dtype, decode_kv_b, kv_storage, quantize_model_weights
+from .quant import (KV_DTYPES, WEIGHT_DTYPES, check_kv_dtype, check_model_kv, decode_kv_b, kv_storage,
+                    quantize_model_weights)
 from .rope import rope_tables
 from .sinks import decode_with_sinks, prefill_with_sinks
 from .tp import TPGroup, embed, shard_weights, tp_parts
@@ -261,9 +262,7 @@ class LlamaModel:
         if self.tp is not None and (self.weight_dtype in WEIGHT_DTYPES or self.kv_dtype in KV_DTYPES):
             raise RooflineError("quantized weights or KV cache are not combined with tensor parallelism: run them "
                                 "at one rank (no --tp).")
-        if cfg.mla and self.kv_dtype in KV_DTYPES:         # sinks: both backends dequantize (kernels.sinks)
-            raise RooflineError(f"{cfg.name}: an 8-bit KV cache is not implemented for a latent cache: drop "
-                                "--kv-dtype.")
+        check_model_kv(cfg, self.kv_dtype)
         self.max_len = int(max_len or cfg.max_context)
         if self.max_len < 1 or max_slots < 1:
             raise RooflineError(f"max_len ({self.max_len}) and max_slots ({max_slots}) must be at least 1.")

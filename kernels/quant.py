@@ -343,6 +343,13 @@ def check_kv_dtype(kv_dtype: str, device) -> str:
     return key
 
 
+def check_model_kv(cfg, kv_dtype) -> None:
+    """A latent cache (MLA) has no 8-bit form: a one-line RooflineError for an 8-bit ``kv_dtype`` on such a model.
+    (Sinks take one: both backends dequantize it, ``kernels.sinks``.)"""
+    if cfg.mla and kv_dtype in KV_DTYPES:
+        raise RooflineError(f"{cfg.name}: an 8-bit KV cache is not implemented for a latent cache: drop --kv-dtype.")
+
+
 def fp8_supported(device) -> bool:
     dev = torch.device(device)
     if dev.type == "meta":

@@ -48,8 +48,8 @@ from .linear import linear_config
 from .linear_int4 import linear_int4_config
 from .model import attention_options, init_weights, quant_dtypes, seeded_generator, transformer_layer
 from .prefill_attention import DEQUANT_NOTE, attention_config
-from .quant import (KV_DTYPES, QuantWeight, WEIGHT_DTYPES, decode_kv_b, expert_weights_config, kv_storage,
-                    quantize_model_weights)
+from .quant import (KV_DTYPES, QuantWeight, WEIGHT_DTYPES, check_model_kv, decode_kv_b, expert_weights_config,
+                    kv_storage, quantize_model_weights)
 from .rope import rope_tables
 from .sinks import decode_with_sinks, prefill_with_sinks
 from .tp import embed_local, shard_weights, tp_parts
@@ -134,8 +134,7 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     dev = torch.device(device)
     wdt, kvdt = quant_dtypes(dt, weight_dtype, kv_dtype, dev)
     qw, qkv = wdt in WEIGHT_DTYPES, kvdt in KV_DTYPES
-    if qkv and cfg.mla:                 # sinks: both backends dequantize an 8-bit cache (kernels.sinks)
-        raise RooflineError(f"{cfg.name}: an 8-bit KV cache is not implemented for a latent cache: drop --kv-dtype.")
+    check_model_kv(cfg, kvdt)
     if tp is not None and tp.world > 1 and (qw or qkv):
         raise RooflineError("quantized weights or KV cache are not combined with tensor parallelism: run them at "
                             "one rank (no --tp).")

@@ -142,10 +142,12 @@ class SweepPlan:
                                     f"activation dtype means not quantized), but {kv!r} was given.")
         if not self.quantized:
             return
-        from kernels.quant import check_kv_dtype, check_model_groups, check_torch_int4
+        from kernels.quant import check_kv_dtype, check_model_groups, check_model_kv, check_torch_int4
 
         if "fp8" in self.kv_dtypes:
             check_kv_dtype("fp8", self.device)
+        for kv in self.kv_dtypes:
+            check_model_kv(self.model, kv)
         if "int4" in self.weight_dtypes:
             check_model_groups(self.model, self.group_size)
             if "torch" in self.backends:

@@ -148,8 +148,12 @@ def test_runners_run_int8_kv_with_sinks_on_both_backends_and_still_refuse_a_late
         assert out["triton"][0] == "Triton kernel" and out["torch"][0] == "torch path (kernels.sinks)"
         assert rel_err(out["triton"][1], out["torch"][1].double()) < TOL
     mla = replace(PRESETS["tiny-mla"], n_layers=1)
+    from profiler.sweep import SweepPlan
+
     for build in (lambda: LlamaModel(mla, dtype="fp32", backend="torch", kv_dtype="int8", max_len=4),
-                  lambda: make_runners(mla, "decode", 1, 8, dtype="fp32", backend="torch", kv_dtype="int8")):
+                  lambda: make_runners(mla, "decode", 1, 8, dtype="fp32", backend="torch", kv_dtype="int8"),
+                  # profile's plan refuses it before anything starts (no progress line, no point)
+                  lambda: SweepPlan(mla, batches=(1,), contexts=(8,), kv_dtypes=("fp32", "int8")).validate()):
         with pytest.raises(RooflineError, match="an 8-bit KV cache is not implemented for a latent cache: drop "
                                                 "--kv-dtype"):
             build()
