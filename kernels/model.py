@@ -23,7 +23,8 @@ Quantization: ``weight_dtype="int8"`` (per-output-channel scales) or ``"int4"`` 
 default, 32/64 allowed, ``zero_point`` optional) quantizes the same seeded random weights at build
 time (every linear, the routed experts and lm_head; norms, the router and the embedding stay in ``dtype``);
 ``kv_dtype="int8"`` (or ``"fp8"`` on a GPU with fp8) stores the KV cache in 8 bits with a scale per token per
-KV head (``kernels.quant``). Not combined with tensor parallelism. Latent attention's projections are quantized
+KV head (``kernels.quant``). Under tensor parallelism every rank quantizes the full weights, then keeps its
+shard of the quantized values (``kernels.tp``), and its 8-bit cache holds its KV heads. Latent attention's projections are quantized
 too; its kv_b_proj runs quantized in prefill and, dequantized once at load, in the absorbed decode
 (``kernels.quant.absorbed_kv_b``).
 """
@@ -40,8 +41,8 @@ from roofline.models import ModelConfig
 
 from ._common import dtype_name, torch_dtype
 from .backend import get_ops
-from .quant import (KV_DTYPES, WEIGHT_DTYPES, check_kv_dtype, check_model_kv, decode_kv_b, kv_storage,
-                    quantize_model_weights)
+from .quant import (KV_DTYPES, WEIGHT_DTYPES, check_kv_dtype, check_model_kv, check_tp_groups, decode_kv_b,
+                    kv_storage, prepare_model_torch, quantize_model_weights)
 from .rope import rope_tables
 from .sinks import decode_with_sinks, prefill_with_sinks
 from .tp import TPGroup, embed, shard_weights, tp_parts
@@ -259,10 +260,9 @@ class LlamaModel:
         self.ops = get_ops(backend)
         self.device = torch.device(device)
         self.weight_dtype, self.kv_dtype = quant_dtypes(self.dtype, weight_dtype, kv_dtype, self.device)
-        if self.tp is not None and (self.weight_dtype in WEIGHT_DTYPES or self.kv_dtype in KV_DTYPES):
-            raise RooflineError("quantized weights or KV cache are not combined with tensor parallelism: run them "
-                                "at one rank (no --tp).")
         check_model_kv(cfg, self.kv_dtype)
+        if self.tp is not None and self.weight_dtype == "int4":
+            check_tp_groups(cfg, self.tp.world, int(group_size or 128))
         self.max_len = int(max_len or cfg.max_context)
         if self.max_len < 1 or max_slots < 1:
             raise RooflineError(f"max_len ({self.max_len}) and max_slots ({max_slots}) must be at least 1.")
@@ -274,11 +274,14 @@ class LlamaModel:
         else:
             self.w = init_weights(cfg, self.dtype, self.device, seed)
             self.weights_info = {"weights": f"random (seed {seed})"}
+        quant = self.weight_dtype in WEIGHT_DTYPES
+        if quant:                                           # the same seeded weights, quantized (all, then sharded)
+            self.w = quantize_model_weights(cfg, self.w, self.weight_dtype, group_size=group_size,
+                                            zero_point=zero_point, backend=self.backend if self.tp is None else "")
         if self.tp is not None:
             self.w = shard_weights(cfg, self.w, self.shard, self.tp.rank)
-        if self.weight_dtype in WEIGHT_DTYPES:              # the same seeded weights, quantized
-            self.w = quantize_model_weights(cfg, self.w, self.weight_dtype, group_size=group_size,
-                                            zero_point=zero_point, backend=self.backend)
+            if quant and self.backend == "torch":
+                prepare_model_torch(self.w)
         self.group_size = int(group_size or 128) if self.weight_dtype == "int4" else 0
         self.zero_point = bool(zero_point) and self.weight_dtype == "int4"
         rd = cfg.qk_rope_dim if cfg.mla else cfg.head_dim                  # the dims RoPE rotates

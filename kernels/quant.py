@@ -180,8 +180,9 @@ def quantize_weight(w: torch.Tensor, dtype: str, *, group_size: int | None = Non
     return linear_int4.quantize(w, group_size=check_group(group_size), zero_point=zero_point, name=name)
 
 
-def quantized_ops(cfg) -> list:
+def quantized_ops(cfg, sh=None) -> list:
     """(op name, weight key, kind, in-features) of every weight the workload model charges in the weight dtype
+    (one rank's in-features under the ``roofline.parallel.Shard`` ``sh``)
     (``roofline.workload``): each "linear" op's weight (q/k/v/o, the dense MLP, the shared experts, lm_head) and
     the routed experts' gate/up [E, H, I] and down [E, I, H]; latent attention's kv_b_proj [R, H * (nope + v)]
     (kind "mla_up": prefill runs it as a quantized linear, decode reads its dequantized copy,
@@ -190,7 +191,7 @@ def quantized_ops(cfg) -> list:
     from roofline.layer import model_ops
 
     out = []
-    for o in model_ops(cfg):
+    for o in model_ops(cfg, sh):
         if o.kind == "linear":
             out += [(o.name, ws.key, "linear", ws.shape[0]) for ws in o.weights if ws.role == "linear"]
         elif o.kind == "mla_up":
@@ -216,6 +217,87 @@ def check_model_groups(cfg, group_size: int) -> None:
                 "weights")
         raise RooflineError(f"int4 group size {group_size} does not divide {cfg.name}'s {n} in-features ({k}): "
                             f"{hint}.")
+
+
+def check_tp_groups(cfg, tp: int, group_size: int) -> None:
+    """One line when int4 groups of ``group_size`` do not tile a rank's in-features under ``--tp tp``: a row-parallel
+    weight (o_proj, down_proj, the experts' down_proj) holds K / tp input rows, and its shard must keep whole groups
+    (``slice_quant``). Says which group sizes and which --tp would fit."""
+    from roofline.parallel import shard, valid_tp
+
+    if tp <= 1:
+        return
+    full = {n: k for n, _, _, k in quantized_ops(cfg)}
+    per = {n: k for n, _, _, k in quantized_ops(cfg, shard(cfg, tp))}
+    bad = [(n, k) for n, k in per.items() if k % group_size]
+    if not bad:
+        return
+    n, k = bad[0]
+    gs = [g for g in INT4_GROUPS if all(v % g == 0 for v in per.values())]
+    tps = [t for t in valid_tp(cfg) if t > 1 and all(v % group_size == 0 for _, _, _, v in
+                                                     quantized_ops(cfg, shard(cfg, t)))]
+    hints = ([f"--group-size {' or '.join(map(str, gs))}"] if gs else []) + \
+            ([f"--tp {' or '.join(map(str, tps))}"] if tps else []) + ["int8 weights", "no --tp"]
+    raise RooflineError(f"int4 group size {group_size} does not divide {cfg.name}'s {n} in-features per rank at "
+                        f"--tp {tp} ({k} of {full[n]}): a rank's shard must hold whole groups; give "
+                        f"{', or '.join(hints)}.")
+
+
+def slice_quant(q, axis: str, start: int, stop: int):
+    """Rows ``start:stop`` of a quantized weight along the float weight's ``axis``, as a new ``QuantWeight`` /
+    ``QuantExperts`` (copies; nothing prepared): "out" (N: a column-parallel split, or a vocab slice), "in" (K: a
+    row-parallel split) or "experts" (E). Exact: the result dequantizes to the same slice of the full weight's
+    dequantization. int8's per-output-channel scales follow N and stay whole on an "in" slice (as a row-parallel
+    layer's scales are replicated in vLLM); int4's [K/g, N] scales (and zeros) follow both, so an "in" slice must
+    keep whole groups (``check_tp_groups`` says so before anything runs; a ValueError here)."""
+    experts = isinstance(q, QuantExperts)
+    lead = (slice(None),) if experts else ()
+    keep = lambda t: None if t is None else t.contiguous().clone()  # noqa: E731 - a copy, not a view
+    qw, sc, z, K, N = q.qweight, q.scales, q.zeros, q.in_features, q.out_features
+    i8 = q.dtype == "int8"
+    if axis == "experts":
+        if not experts:
+            raise ValueError("an 'experts' slice needs a QuantExperts.")
+        qw, sc, z = qw[start:stop], sc[start:stop], None if z is None else z[start:stop]
+    elif axis == "out":
+        r = slice(start, stop)
+        qw = qw[(*lead, r)]                                           # [E?, N, K or K/2]
+        sc = sc[(*lead, r)] if i8 else sc[(*lead, slice(None), r)]    # int8 [E?, N]; int4 [E?, K/g, N]
+        z = None if z is None else z[(*lead, slice(None), r)]
+        N = stop - start
+    elif axis == "in":
+        if i8:
+            qw = qw[(*lead, slice(None), slice(start, stop))]
+        else:
+            g = q.group_size
+            if start % g or stop % g:
+                raise ValueError(f"an int4 slice of input rows {start}:{stop} cuts a group of {g}: shard at whole "
+                                 "groups.")
+            qw = qw[(*lead, slice(None), slice(start // 2, stop // 2))]
+            sc = sc[(*lead, slice(start // g, stop // g))]
+            z = None if z is None else z[(*lead, slice(start // g, stop // g))]
+        K = stop - start
+    else:
+        raise ValueError(f"slice_quant's axis is 'out', 'in' or 'experts', not {axis!r}.")
+    cls = QuantExperts if experts else QuantWeight
+    return cls(q.dtype, keep(qw), keep(sc), keep(z), K, N, q.group_size)
+
+
+def pad_out(q: QuantWeight, n: int) -> QuantWeight:
+    """``q`` with zero output channels appended up to ``n`` (a vocabulary padded to a multiple of the ranks): zero
+    values, zero scales (and zeros), so they dequantize to 0."""
+    extra = n - q.out_features
+    if extra <= 0:
+        return q
+    if q.dtype == "int8":
+        qw = torch.cat([q.qweight, q.qweight.new_zeros(extra, q.qweight.shape[1])])
+        sc = torch.cat([q.scales, q.scales.new_zeros(extra)])
+        z = None
+    else:
+        qw = torch.cat([q.qweight, q.qweight.new_zeros(extra, q.qweight.shape[1])])
+        sc = torch.cat([q.scales, q.scales.new_zeros(q.scales.shape[0], extra)], dim=1)
+        z = None if q.zeros is None else torch.cat([q.zeros, q.zeros.new_zeros(q.zeros.shape[0], extra)], dim=1)
+    return QuantWeight(q.dtype, qw, sc, z, q.in_features, n, q.group_size)
 
 
 def quantize_model_weights(cfg, w: dict, dtype: str, *, group_size: int | None = None, zero_point: bool = False,
@@ -249,15 +331,23 @@ def quantize_model_weights(cfg, w: dict, dtype: str, *, group_size: int | None =
     out["layers"] = [layer(lw) for lw in w["layers"]]
     out["lm_head"] = quantize_weight(w["lm_head"], d, name="lm_head", **kw)
     if backend == "torch":
-        for lw in out["layers"]:
-            for v in lw.values():
-                if isinstance(v, QuantWeight):
-                    prepare_torch(v)
-                elif isinstance(v, QuantExperts):
-                    for e in range(v.n_experts):
-                        prepare_torch(v.expert(e))
-        prepare_torch(out["lm_head"])
+        prepare_model_torch(out)
     return out
+
+
+def prepare_model_torch(w: dict) -> dict:
+    """``prepare_torch`` every quantized weight of a model's weight dict (per expert for ``QuantExperts``): what
+    ``quantize_model_weights(backend="torch")`` does, and what a rank does after sharding quantized weights."""
+    for lw in w["layers"]:
+        for v in lw.values():
+            if isinstance(v, QuantWeight):
+                prepare_torch(v)
+            elif isinstance(v, QuantExperts):
+                for e in range(v.n_experts):
+                    prepare_torch(v.expert(e))
+    if isinstance(w.get("lm_head"), QuantWeight):
+        prepare_torch(w["lm_head"])
+    return w
 
 
 # ---------------------------------------------------------------- latent attention's absorbed kv_b_proj

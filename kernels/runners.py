@@ -48,8 +48,8 @@ from .linear import linear_config
 from .linear_int4 import linear_int4_config
 from .model import attention_options, init_weights, quant_dtypes, seeded_generator, transformer_layer
 from .prefill_attention import DEQUANT_NOTE, attention_config
-from .quant import (KV_DTYPES, QuantWeight, WEIGHT_DTYPES, check_model_kv, decode_kv_b, expert_weights_config,
-                    kv_storage, quantize_model_weights)
+from .quant import (KV_DTYPES, QuantWeight, WEIGHT_DTYPES, check_model_kv, check_tp_groups, decode_kv_b,
+                    expert_weights_config, kv_storage, prepare_model_torch, quantize_model_weights)
 from .rope import rope_tables
 from .sinks import decode_with_sinks, prefill_with_sinks
 from .tp import embed_local, shard_weights, tp_parts
@@ -86,11 +86,13 @@ def _one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, quant=None
             w, _ = load_weights(cfg, cfg.checkpoint, dt, dev, layers=list(picks))
         else:
             w = init_weights(_with_picks(cfg, picks), dt, dev, seed)
+        if quant:                             # all quantized, then sharded (kernels.tp: exact rows of it)
+            wd, g, zp = quant
+            w = quantize_model_weights(cfg, w, wd, group_size=g, zero_point=zp, backend=backend if tp is None else "")
         if tp is not None:                    # this rank's slice of the same seeded weights (the picked layers' rules)
             w = shard_weights(_with_picks(cfg, picks), w, tp_parts(cfg, tp)[0], tp.rank)
-        if quant:
-            wd, g, zp = quant
-            w = quantize_model_weights(cfg, w, wd, group_size=g, zero_point=zp, backend=backend)
+            if quant and backend == "torch":
+                prepare_model_torch(w)
         _WEIGHTS[key] = w
     return _WEIGHTS[key]
 
@@ -135,10 +137,9 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     wdt, kvdt = quant_dtypes(dt, weight_dtype, kv_dtype, dev)
     qw, qkv = wdt in WEIGHT_DTYPES, kvdt in KV_DTYPES
     check_model_kv(cfg, kvdt)
-    if tp is not None and tp.world > 1 and (qw or qkv):
-        raise RooflineError("quantized weights or KV cache are not combined with tensor parallelism: run them at "
-                            "one rank (no --tp).")
     gsize = int(group_size or 128)
+    if tp is not None and wdt == "int4":
+        check_tp_groups(cfg, tp.world, gsize)
     kw = dict(weight_dtype=wdt, act_dtype=dname, kv_dtype=kvdt, tp=tp.world if tp is not None else 1,
               group_size=gsize, zero_point=bool(zero_point) and wdt == "int4")
     ph = W.prefill(cfg, batch, context, **kw) if phase == "prefill" else W.decode(cfg, batch, context, **kw)

@@ -22,6 +22,14 @@ sums the routed and shared partial outputs of a layer. Latent attention (DeepSee
 row-parallel by heads of v rows); q_a_proj, kv_a_proj_with_mqa, their norms and the latent cache (c_kv and
 the rope key) are replicated, every rank writing the same latents. Expert parallelism (``e_whole``) is a
 cost model only (``roofline.parallel``): the runs refuse it before the ranks start.
+
+Quantized weights (``kernels.quant``): every rank quantizes the full weights, then keeps its shard cut from the
+quantized values (``_slice_quant``), so each rank holds exact rows of the one-rank quantization and TP=N logits
+equal the one-rank quantized model's. int8's per-output-channel scales follow a column split and stay whole on a
+row split (quantizing a row shard on its own would take the absmax over half of K: other scales); int4's
+[K/g, N] group scales follow both, a row split keeping whole groups (``kernels.quant.check_tp_groups`` refuses a
+--tp that would cut one). An 8-bit KV cache needs nothing here: each rank's cache holds its KV heads, with its
+own per-token scales.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ import torch
 from roofline.layer import model_ops
 from roofline.models import ModelConfig
 from roofline.parallel import Shard, shard
+
+from .quant import ABSORBED_KV_B, QuantExperts, QuantWeight, pad_out, slice_quant
 
 
 @dataclass
@@ -93,12 +103,37 @@ def _even(t: torch.Tensor, dim: int, parts: int, rank: int) -> torch.Tensor:
     return t.narrow(dim, rank * n, n)
 
 
+def _slice_quant(q, rule: str, sh: Shard, rank: int, D: int):
+    """Rank ``rank``'s part of a quantized weight (``kernels.quant``: QuantWeight [K, N], QuantExperts [E, K, N])
+    by the same rules as a float one, cut from the quantized values (``slice_quant``), so every rank holds exact
+    rows of the one-rank quantization: a column rule slices N (values and scales), a row rule K (int8 keeps its
+    per-output-channel scales whole; int4 whole groups), "e_whole" the experts."""
+    if rule == "replicated":
+        return q
+    if rule in EVEN_SPLITS:
+        d = EVEN_SPLITS[rule] % len(q.shape)
+        axis = "out" if d == len(q.shape) - 1 else "in"
+        n = q.shape[d] // sh.tp
+        return slice_quant(q, axis, rank * n, (rank + 1) * n)
+    if rule == "kv_cols":
+        idx = sh.kv_heads(rank)
+        return slice_quant(q, "out", idx.start * D, idx.stop * D)
+    if rule == "e_whole":
+        idx = sh.experts(rank)
+        return slice_quant(q, "experts", idx.start, idx.stop)
+    raise ValueError(f"weight shard rule {rule!r} has no split of a quantized weight in kernels.tp: give it one in "
+                     f"_slice_quant (known: {', '.join([*EVEN_SPLITS, 'kv_cols', 'e_whole', 'replicated'])}).")
+
+
 def _slice(t: torch.Tensor, rule: str, sh: Shard, rank: int, D: int) -> torch.Tensor:
     """Rank ``rank``'s part of one weight by its WeightSpec shard rule (roofline.layer): ``EVEN_SPLITS``
     (whole heads or features, equal parts); "kv_cols" by the KV heads the rank holds (one, replicated, when
     there are fewer KV heads than ranks); "rank0" keeps a row-parallel bias on rank 0 only (it is added once, to
     the partial sums before the all-reduce); "e_whole" the rank's whole experts (expert parallelism);
-    "replicated" copies. Any other rule is a ValueError (a new rule must say how it splits)."""
+    "replicated" copies. Any other rule is a ValueError (a new rule must say how it splits). A quantized weight
+    goes to ``_slice_quant``."""
+    if isinstance(t, (QuantWeight, QuantExperts)):
+        return _slice_quant(t, rule, sh, rank, D)
     if rule in EVEN_SPLITS:
         return _even(t, EVEN_SPLITS[rule], sh.tp, rank)
     if rule == "kv_cols":
@@ -117,18 +152,25 @@ def _slice(t: torch.Tensor, rule: str, sh: Shard, rank: int, D: int) -> torch.Te
 
 def shard_weights(cfg: ModelConfig, w: dict, sh: Shard, rank: int) -> dict:
     """Rank ``rank``'s slice of the full weights ``w`` (``init_weights``'s layout: linear [in, out]), copied
-    so the full set can be freed. Each per-layer weight is split by its WeightSpec's shard rule."""
+    so the full set can be freed. Each per-layer weight is split by its WeightSpec's shard rule. Weights already
+    quantized (``kernels.quant.quantize_model_weights`` on the full set) are cut from their quantized values
+    (``_slice_quant``; latent attention's dequantized kv_b_proj copy as kv_b_proj), lm_head by vocab columns;
+    the caller prepares them for the torch backend after (``prepare_model_torch``)."""
     if sh.tp == 1:
         return w
     D = cfg.head_dim
-    keep = lambda t: t.contiguous().clone()  # noqa: E731 - a copy, not a view of the full tensor
+    keep = lambda t: t if isinstance(t, (QuantWeight, QuantExperts)) else t.contiguous().clone()  # noqa: E731
     rules = {ws.key: ws.shard for o in model_ops(cfg) if o.per_layer for ws in o.weights}
+    if "wkv_b" in rules:
+        rules[ABSORBED_KV_B] = rules["wkv_b"]
     out = {"final_norm": w["final_norm"].clone(), "layers": []}
     for lw in w["layers"]:
         out["layers"].append({k: keep(_slice(t, rules[k], sh, rank, D)) for k, t in lw.items()})
     vocab = sh.vocab_rows(rank)
     out["embed"] = keep(_rows(_pad_rows(w["embed"], sh.vocab_padded), vocab, 1))
-    if cfg.tie_embeddings:
+    if isinstance(w["lm_head"], QuantWeight):          # its own quantized copy, tied or not: vocab columns
+        out["lm_head"] = slice_quant(pad_out(w["lm_head"], sh.vocab_padded), "out", vocab.start, vocab.stop)
+    elif cfg.tie_embeddings:
         out["lm_head"] = out["embed"].t()
     else:
         out["lm_head"] = keep(_rows(_pad_rows(w["lm_head"].t(), sh.vocab_padded), vocab, 1).t())

@@ -178,8 +178,6 @@ def run_profile(run: ProfileRun, *, say=quiet, progress=None, probe=None, make_r
     ``run.tp`` > 1 runs the tensor-parallel sweep (``profiler.tp_run``): same rules, N ranks.
     """
     if run.tp != 1:
-        if run.plan.quantized:
-            raise RooflineError("quantized weights or KV cache are not combined with --tp: profile them at one rank.")
         from .tp_run import run_profile_tp
 
         return run_profile_tp(run, say=say, progress=progress, make_runners=make_runners)

@@ -42,15 +42,21 @@ def validate_tp(run, device_count: int | None = None) -> None:
     """One-line errors for ``--tp`` before anything starts (``device_count`` stands in for torch's, in tests):
     the ranks against this machine and the model's split (``roofline.parallel.shard``: heads, KV heads, MLP,
     expert and shared-expert widths). Dense models, mixtures of experts (every expert sliced, as vLLM's
-    tensor-parallel MoE) and latent attention (heads split, latent replicated) all run sharded; quantized
-    weights or KV cache are refused before this (``run_profile``, ``build_run``), and expert parallelism (--ep)
-    is costed by ``roofline explain`` only (``profile`` has no --ep)."""
+    tensor-parallel MoE) and latent attention (heads split, latent replicated) all run sharded, with float,
+    int8 or int4 weights (quantized whole, then sharded: ``kernels.tp``) and a float or 8-bit KV cache (each
+    rank's KV heads with their scales). What cannot run: int4 groups that a rank's row-parallel shard would cut
+    (``kernels.quant.check_tp_groups``); the plan's own checks (an 8-bit latent cache, fp8 without a GPU that
+    has it) already ran. Expert parallelism (--ep) is costed by ``roofline explain`` only (``profile`` has no
+    --ep)."""
+    from kernels.quant import check_tp_groups
     from roofline.parallel import shard
 
     from .distributed import check_tp
 
     check_tp(run.tp, run.plan.device, device_count)
     shard(run.plan.model, run.tp)
+    if "int4" in run.plan.weight_dtypes:
+        check_tp_groups(run.plan.model, run.tp, run.plan.group_size)
 
 
 def run_profile_tp(run, *, say=quiet, progress=None, make_runners=None) -> ProfileResult | None:

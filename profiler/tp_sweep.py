@@ -3,6 +3,8 @@
 ``tp_sweep(ctx, plan, writer)`` runs on every rank (``writer`` only on rank 0) and walks the same grid as
 ``profiler.sweep.run_sweep``, with the same rules:
 
+* every (weight dtype, KV dtype) variant of the plan runs as one pass over the grid (quantized weights are
+  quantized whole on every rank, then sharded: ``kernels.tp``);
 * rank 0 decides what remains (a point is done when every rank's line for it is in the file, so
   ``--resume`` continues a run that stopped between two ranks' lines) and broadcasts it, so every
   rank builds the same runners (``kernels.runners.make_runners(..., tp=...)``) in the same order;
@@ -54,13 +56,15 @@ def tp_sweep(ctx, plan, writer=None, *, make_runners=None, progress=None, device
     lead = ctx.rank == 0
     have = _done_pairs(writer) if lead else set()
     names = tp_op_names(plan)
-    for phase, backend, batch, context in plan.combos():
-        label = f"{phase} {backend} b={batch} ctx={context} tp{ctx.world}"
+    for (wdt, kvdt), (phase, backend, batch, context) in ((v, c) for v in plan.variants() for c in plan.combos()):
+        q = {} if (wdt, kvdt) == (plan.dtype, plan.dtype) else {"weight_dtype": wdt, "kv_dtype": kvdt}
+        label = f"{phase} {backend} b={batch} ctx={context} tp{ctx.world}" + "".join(
+            f" {k[0]}:{v}" for k, v in (("w", wdt), ("kv", kvdt)) if q and v != plan.dtype)
         todo = None
         if lead:
             from roofline.cost import ZERO
 
-            keys = {n: point_for(plan, n, phase, backend, batch, context, ZERO, tp=ctx.world).key for n in names}
+            keys = {n: point_for(plan, n, phase, backend, batch, context, ZERO, tp=ctx.world, **q).key for n in names}
             todo = [n for n in names if not all((keys[n], r) in have for r in range(ctx.world))]
             stats.resumed += len(names) - len(todo)
             progress(len(names) - len(todo), label)
@@ -69,8 +73,9 @@ def tp_sweep(ctx, plan, writer=None, *, make_runners=None, progress=None, device
             continue
         err = None
         try:
+            qkw = dict(q, group_size=plan.group_size, zero_point=plan.zero_point) if q else {}
             runners = make_runners(plan.model, phase, batch, context, dtype=plan.dtype, backend=backend,
-                                   device=ctx.device, seed=0, ops=list(todo), tp=ctx.tp)
+                                   device=ctx.device, seed=0, ops=list(todo), tp=ctx.tp, **qkw)
         except Exception as e:  # noqa: BLE001 - only OOM is survivable; anything else is re-raised
             if not is_oom(e):
                 raise
@@ -81,8 +86,8 @@ def tp_sweep(ctx, plan, writer=None, *, make_runners=None, progress=None, device
         if verdict:
             if lead:
                 for n in todo:
-                    cost, cdt = formula_cost(plan, n, phase, batch, context, ctx.world)
-                    point = point_for(plan, n, phase, backend, batch, context, cost, cdt, tp=ctx.world)
+                    cost, cdt = formula_cost(plan, n, phase, batch, context, ctx.world, **q)
+                    point = point_for(plan, n, phase, backend, batch, context, cost, cdt, tp=ctx.world, **q)
                     for r in range(ctx.world):
                         _write(writer, stats, Measurement(point=point, status="skipped", reason=verdict,
                                                           device=device_name, timer=_timer(ctx), rank=r))
@@ -90,7 +95,8 @@ def tp_sweep(ctx, plan, writer=None, *, make_runners=None, progress=None, device
             del runners
             continue
         for r in runners:
-            point = point_for(plan, r.name, phase, backend, batch, context, r.cost, r.compute_dtype, tp=ctx.world)
+            point = point_for(plan, r.name, phase, backend, batch, context, r.cost, r.compute_dtype, tp=ctx.world,
+                              **q)
             m, spent = _time_one(ctx, plan, r, point, backend, device_name)
             stats.kernel_time_s += spent
             got = ctx.gather(m)

@@ -174,7 +174,7 @@ def test_int4_on_the_torch_backend_without_the_op(monkeypatch):
     (["profile", "--model", "tiny", "--weight-dtype", "int3"], "--weight-dtype must be int8, int4 or the activation"),
     (["profile", "--model", "tiny", "--weight-dtype", "bf16,int8"], "--weight-dtype takes fp32, int8, int4"),
     (["profile", "--model", "tiny", "--weight-dtype", "int8", "--zero-point"], "--zero-point goes with int4"),
-    (["profile", "--model", "tiny", "--weight-dtype", "int8", "--tp", "2"], "not combined with --tp"),
+    (["profile", "--model", "small", "--weight-dtype", "int4", "--tp", "2"], "per rank at --tp 2 (704 of 1408)"),
     (["profile", "--model", "small", "--weight-dtype", "int4", "--group-size", "48"], "--group-size must be one of"),
     (["latency", "--model", "tiny", "--weight-dtype", "int8,int4"], "--weight-dtype takes one of int8, int4"),
     (["latency", "--model", "tiny", "--kv-dtype", "fp8"], "fp8 (e4m3) KV cache needs a GPU with fp8"),

@@ -255,11 +255,12 @@ def test_what_tp_does_not_run_is_refused_in_one_line_before_the_ranks_start(tmp_
     from profiler.run import ProfileRun, default_plan
     from profiler.tp_run import validate_tp
 
-    # quantized weights with --tp: refused by the command before validate_tp, nothing written
-    res = CliRunner().invoke(main, ["profile", "--model", "tiny-moe", "--tp", "2", "--device", "cpu", "--dtype",
-                                    "fp32", "--weight-dtype", "int8", "--out", str(tmp_path / "o")])
+    # an 8-bit latent cache with --tp: refused by the plan before validate_tp, nothing written (quantized weights
+    # and 8-bit KV caches of other models run sharded: tests/test_tp_quant.py)
+    res = CliRunner().invoke(main, ["profile", "--model", "tiny-mla", "--tp", "2", "--device", "cpu", "--dtype",
+                                    "fp32", "--kv-dtype", "int8", "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
-    assert "quantized weights or KV cache are not combined with --tp" in res.output
+    assert "an 8-bit KV cache is not implemented for a latent cache" in res.output
     assert not (tmp_path / "o").exists()
     # an expert width four ranks cannot split: shard's rule, from validate_tp, before any rank starts
     odd = ModelConfig("odd-moe", 64, 96, 2, 4, 2, 256, 512, arch="mixtral", n_experts=4, n_active=2,

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import click
 
-from roofline.errors import RooflineError
-
 from ..cli_args import (budget_option, device_arg, int_list, mode_options, model_arg_option, names, quant_options,
                         say_for, threads_option)
 
@@ -35,8 +33,6 @@ def build_run(*, model_arg, phases, batches, contexts, backends, dtype, device, 
                                    group_size=group_size, zero_point=zero_point)
     run = ProfileRun(plan, out=out_dir, mode=mode, threads=threads, quick=quick, csv=csv_out, report=not no_report,
                      model_arg=model_arg, tp=tp)
-    if tp != 1 and plan.quantized:
-        raise RooflineError("quantized weights or KV cache are not combined with --tp: profile them at one rank.")
     if tp != 1:                      # bad --tp fails here, before anything starts
         from ..tp_run import validate_tp
 
