@@ -40,8 +40,20 @@ KV_TORCH = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}
 FP8_CAPABILITY = (8, 9)                       # Ada and Hopper: the first GPUs with fp8 e4m3 conversions
 
 
+class _Stored:
+    """What a quantized weight's stored tensors say of it: where it lives, and its activation dtype (its scales')."""
+
+    @property
+    def device(self):
+        return self.qweight.device
+
+    @property
+    def act_dtype(self) -> torch.dtype:
+        return self.scales.dtype
+
+
 @dataclass(eq=False)
-class QuantWeight:
+class QuantWeight(_Stored):
     """A weight-only quantized [K, N] weight, stored as its kernel reads it (see the module docstring)."""
 
     dtype: str                       # "int8" | "int4"
@@ -59,14 +71,6 @@ class QuantWeight:
         """The float weight's shape [K, N] (what the runners and the model read)."""
         return (self.in_features, self.out_features)
 
-    @property
-    def device(self):
-        return self.qweight.device
-
-    @property
-    def act_dtype(self) -> torch.dtype:
-        return self.scales.dtype
-
     def dequantize(self, dtype=torch.float32) -> torch.Tensor:
         """The [K, N] weight these values stand for (the references' weight), in ``dtype``."""
         from . import linear_int4, linear_int8
@@ -76,7 +80,7 @@ class QuantWeight:
 
 
 @dataclass(eq=False)
-class QuantExperts:
+class QuantExperts(_Stored):
     """E experts' weights (a float [E, K, N] tensor's) quantized expert by expert and stacked, as the fused MoE
     kernels read them (``kernels.moe``); ``expert(e)`` is expert e as a ``QuantWeight`` (views, no copy)."""
 
@@ -97,14 +101,6 @@ class QuantExperts:
     def shape(self) -> tuple:
         """The float weights' shape [E, K, N] (what the MoE launchers and the runners read)."""
         return (self.n_experts, self.in_features, self.out_features)
-
-    @property
-    def device(self):
-        return self.qweight.device
-
-    @property
-    def act_dtype(self) -> torch.dtype:
-        return self.scales.dtype
 
     @property
     def torch_impl(self) -> str:
