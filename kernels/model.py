@@ -358,7 +358,13 @@ class LlamaModel:
             weights, ids = self.ops.route(*a, **kw)
             self.expert_counts[i] += torch.bincount(ids.reshape(-1).cpu(), minlength=self.cfg.n_experts)
             return weights, ids
-        return SimpleNamespace(**{**vars(self.ops), "route": route})
+        ep = {}
+        if self.tp is not None and self.tp.ep > 1:          # expert parallel: dispatch, own experts, combine
+            from functools import partial
+
+            from .tp import ep_experts
+            ep = {"moe_experts": partial(ep_experts, self.ops.moe_experts, self.tp)}
+        return SimpleNamespace(**{**vars(self.ops), "route": route, **ep})
 
     def _layer(self, i, x, pos, tok_slot, k_cache, v_cache, attend, scales=None):
         cos, sin = self.local_rope if self.cfg.windows[i] else (self.cos, self.sin)

@@ -20,8 +20,19 @@ S/N and Qwen2-MoE's sigmoid gate is replicated (it scales the partial sums, whic
 sums the routed and shared partial outputs of a layer. Latent attention (DeepSeek's MLA): the heads split
 (q_proj or q_b_proj and kv_b_proj column-parallel by whole heads of nope + rope and nope + v columns, o_proj
 row-parallel by heads of v rows); q_a_proj, kv_a_proj_with_mqa, their norms and the latent cache (c_kv and
-the rope key) are replicated, every rank writing the same latents. Expert parallelism (``e_whole``) is a
-cost model only (``roofline.parallel``): the runs refuse it before the ranks start.
+the rope key) are replicated, every rank writing the same latents.
+
+Expert parallelism (``TPGroup(rank, world, ep=world)``, ``roofline.parallel``'s ``shard(cfg, N, N)``): attention,
+norms, the router, dense layers and shared experts exactly as under --tp N; each rank holds E/N whole experts
+(``e_whole``: rank r experts r*E/N ..). ``ep_experts`` replaces the routed grouped GEMM: every rank routed the same
+replicated rows the same way, rank r owns the contiguous rows ``own_rows(T, N, r)`` and sends each owned token's k
+(token, expert) rows to the rank holding the expert (the dispatch ``all_to_all_single``: gloo and NCCL have it),
+runs the rows it received through its own experts (each row weighted by its routing weight), sends the outputs back
+(the combine all-to-all) and sums each owned token's k partials. Its [T, H] output holds the owned rows (zeros
+elsewhere), so the layer's MLP all-reduce assembles them (and adds the shared expert's partial sums). NB: the cost
+model instead counts the attention all-reduce as a reduce-scatter + all-gather around the MoE block and drops the
+MLP all-reduce of a model without shared experts; this forward keeps it (one [T, H] all-reduce per MoE layer more
+on the wire than the model's step), while ``kernels.runners`` times the model's collectives.
 
 Quantized weights (``kernels.quant``): every rank quantizes the full weights, then keeps its shard cut from the
 quantized values (``_slice_quant``), so each rank holds exact rows of the one-rank quantization and TP=N logits
@@ -53,6 +64,17 @@ class TPGroup:
     rank: int
     world: int
     group: object = None
+    ep: int = 1          # expert-parallel ranks: 1 (experts sliced) or ``world`` (E / world whole experts per rank)
+
+    def all_to_all(self, x: torch.Tensor, out_splits: list, in_splits: list) -> torch.Tensor:
+        """Rows of ``x`` to every rank: ``in_splits[s]`` consecutive rows to rank s; returns the rows received,
+        ``out_splits[s]`` from rank s, in rank order (``torch.distributed.all_to_all_single``)."""
+        import torch.distributed as dist
+
+        out = x.new_empty(sum(out_splits), *x.shape[1:])
+        dist.all_to_all_single(out, x.contiguous(), [int(v) for v in out_splits], [int(v) for v in in_splits],
+                               group=self.group)
+        return out
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum ``x`` over the ranks, in place (the row-parallel linears' partial sums)."""
@@ -160,7 +182,7 @@ def shard_weights(cfg: ModelConfig, w: dict, sh: Shard, rank: int) -> dict:
         return w
     D = cfg.head_dim
     keep = lambda t: t if isinstance(t, (QuantWeight, QuantExperts)) else t.contiguous().clone()  # noqa: E731
-    rules = {ws.key: ws.shard for o in model_ops(cfg) if o.per_layer for ws in o.weights}
+    rules = {ws.key: ws.shard for o in model_ops(cfg, sh if sh.ep > 1 else None) if o.per_layer for ws in o.weights}
     if "wkv_b" in rules:
         rules[ABSORBED_KV_B] = rules["wkv_b"]
     out = {"final_norm": w["final_norm"].clone(), "layers": []}
@@ -191,6 +213,68 @@ def embed(ops, ids: torch.Tensor, table: torch.Tensor, rows: range, tp: TPGroup)
 
 
 def tp_parts(cfg: ModelConfig, tp: TPGroup | None):
-    """(Shard, the per-rank layer config) for ``tp`` (one rank: the model's own sizes)."""
-    sh = shard(cfg, tp.world if tp is not None else 1)
+    """(Shard, the per-rank layer config) for ``tp`` (one rank: the model's own sizes; ``tp.ep`` > 1: whole
+    experts)."""
+    sh = shard(cfg, tp.world if tp is not None else 1, getattr(tp, "ep", 1) if tp is not None else 1)
     return sh, layer_config(cfg, sh, tp.rank if tp is not None else 0)
+
+
+def own_rows(T: int, world: int, rank: int) -> range:
+    """The rows of a step's T rows that ``rank`` owns under expert parallelism: contiguous, sizes differing by at
+    most one (``torch.tensor_split``'s), rank 0 first."""
+    base, extra = divmod(T, world)
+    start = rank * base + min(rank, extra)
+    return range(start, start + base + (rank < extra))
+
+
+@dataclass
+class Dispatch:
+    """One MoE layer's routing as every rank sees it (the router is replicated): what this rank sends and gets."""
+
+    order: torch.Tensor       # this rank's owned (token, slot) pairs, flattened, sorted by destination rank
+    token: torch.Tensor       # the owned token (local row) of each pair, in ``order``
+    send: list                # rows this rank sends to each rank (dispatch in_splits = combine out_splits)
+    recv: list                # rows this rank gets from each rank (dispatch out_splits = combine in_splits)
+    recv_ids: torch.Tensor    # the received rows' experts, local to this rank (0 .. E/N - 1)
+    recv_w: torch.Tensor      # the received rows' routing weights [rows, 1]
+
+
+def dispatch_plan(weights: torch.Tensor, ids: torch.Tensor, world: int, rank: int, local: int) -> Dispatch:
+    """The dispatch of routing (``weights``, ``ids``: [T, k], the same on every rank) for ``rank`` of ``world``
+    ranks holding ``local`` experts each: the rows of every rank's owned tokens whose expert this rank holds, in
+    the order the all-to-all delivers them (each sender's pairs stably sorted by destination)."""
+    T, k = ids.shape
+    dest = torch.div(ids, local, rounding_mode="floor")
+    mine = own_rows(T, world, rank)
+    d_own = dest[mine.start:mine.stop].reshape(-1)
+    order = torch.sort(d_own, stable=True).indices
+    token = torch.arange(len(mine), device=ids.device).repeat_interleave(k)[order]
+    send = torch.bincount(d_own, minlength=world).tolist()
+    recv, r_ids, r_w = [], [], []
+    for s in range(world):
+        rows = own_rows(T, world, s)
+        hit = dest[rows.start:rows.stop].reshape(-1) == rank
+        recv.append(int(hit.sum()))
+        r_ids.append(ids[rows.start:rows.stop].reshape(-1)[hit] - rank * local)
+        r_w.append(weights[rows.start:rows.stop].reshape(-1)[hit])
+    return Dispatch(order, token, send, recv, torch.cat(r_ids), torch.cat(r_w)[:, None])
+
+
+def ep_experts(moe, tp: TPGroup, h, w_gate, w_up, w_down, weights, ids, **kw) -> torch.Tensor:
+    """The routed experts under expert parallelism (module docstring): dispatch all-to-all, this rank's E/N
+    experts on the rows they got (``moe``: the backend's ``moe_experts``, k = 1 per row), combine all-to-all, the
+    sum of each owned token's k partials. Returns [T, H]: this rank's owned rows, zeros elsewhere."""
+    T, H = h.shape
+    local = w_gate.shape[0]
+    p = dispatch_plan(weights, ids, tp.world, tp.rank, local)
+    mine = own_rows(T, tp.world, tp.rank)
+    got = tp.all_to_all(h[mine.start:mine.stop][p.token], p.recv, p.send)                  # dispatch
+    if got.shape[0]:
+        y = moe(got, w_gate, w_up, w_down, p.recv_w, p.recv_ids[:, None], **kw)
+    else:
+        y = got.new_zeros(0, H)
+    back = tp.all_to_all(y, p.send, p.recv)                                                 # combine
+    out = h.new_zeros(T, H)
+    own = torch.zeros(len(mine), H, dtype=torch.float32, device=h.device).index_add_(0, p.token, back.float())
+    out[mine.start:mine.stop] = own.to(h.dtype)
+    return out
