@@ -39,7 +39,7 @@ from roofline.cost import Cost
 from roofline.errors import RooflineError
 from roofline.layer import model_ops
 from roofline.models import ModelConfig
-from roofline.parallel import COLLECTIVE_OPS
+from roofline.parallel import COLLECTIVE_OPS, EP_COLLECTIVES
 
 from ._common import dtype_name, torch_dtype
 from .backend import get_ops
@@ -75,7 +75,7 @@ def _one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, quant=None
     last set is kept, so a sweep over another model does not hold two in memory. ``quant`` =
     (weight dtype, group size, zero point) quantizes the same seeded weights.
     """
-    key = (cfg, dt, str(dev), seed, (tp.rank, tp.world) if tp is not None else None, quant,
+    key = (cfg, dt, str(dev), seed, (tp.rank, tp.world, tp.ep) if tp is not None else None, quant,
            backend if quant else None)
     if key not in _WEIGHTS:
         _WEIGHTS.clear()
@@ -125,7 +125,7 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         raise RooflineError(f"phase must be 'prefill' or 'decode', not {phase!r}.")
     tp = tp if tp is not None and tp.world > 1 else None
     specs = {o.name: o for o in model_ops(cfg, tp_parts(cfg, tp if tp is not None and tp.world > 1 else None)[0])}
-    names = list(specs) + ["layer"] + (list(COLLECTIVE_OPS) if tp is not None else [])
+    names = list(specs) + ["layer"] + (list(COLLECTIVE_OPS + EP_COLLECTIVES) if tp is not None else [])
     if ops is not None:
         bad = [o for o in ops if o not in names]
         if bad:
@@ -141,8 +141,11 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     if tp is not None and wdt == "int4":
         check_tp_groups(cfg, tp.world, gsize)
     kw = dict(weight_dtype=wdt, act_dtype=dname, kv_dtype=kvdt, tp=tp.world if tp is not None else 1,
-              group_size=gsize, zero_point=bool(zero_point) and wdt == "int4")
+              group_size=gsize, zero_point=bool(zero_point) and wdt == "int4", ep=tp.ep if tp is not None else 1)
     ph = W.prefill(cfg, batch, context, **kw) if phase == "prefill" else W.decode(cfg, batch, context, **kw)
+    if tp is not None:                                # the step's own collectives (under --ep: the all-to-alls)
+        names = ([n for n in names if n not in COLLECTIVE_OPS + EP_COLLECTIVES]
+                 + [c.name for c in ph.collectives if c.name in names])
     K = get_ops(backend)
     g = seeded_generator(dev, seed + 1)
     rnd = lambda *s: torch.randn(*s, generator=g, device=dev, dtype=torch.float32).to(dt)  # noqa: E731
@@ -242,6 +245,11 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         touched = int(torch.unique(rids).numel()) if dev.type != "meta" else 0
         counts = torch.bincount(rids.reshape(-1).long(), minlength=cfg.n_experts) if touched else None  # = moe_align's
         imbalance = round(float(counts.max()) / float(counts[counts > 0].float().mean()), 4) if touched else 0.0
+    ep = tp is not None and tp.ep > 1 and bool(cfg.n_experts)
+    if ep:                          # expert parallel: this rank's dispatch of the point's routing
+        from .tp import dispatch_plan, local_experts
+
+        plan = dispatch_plan(rw, rids, tp.world, tp.rank, sh.n_experts)
     mla_state = None
     if cfg.mla:                     # the latent cache of this point, and the attention closure (naive / absorbed)
         from .model import mla_decode_attend, mla_prefill_attend
@@ -327,6 +335,9 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
             from .model import route
 
             return (lambda: route(K, lcfg, lw, h)), {"router": cfg.router}
+        if kind == "experts" and ep:
+            return _ep_experts_runner(K, cfg, lw, h, plan, sh, tp.rank, dev,
+                                      dict(weight_dtype=wdt, group_size=gsize, zero_point=kw["zero_point"]))
         if kind == "experts":
             e_kw = dict(activation=cfg.expert_activation, b_gate=lw.get("experts_gate_bias"),
                         b_up=lw.get("experts_up_bias"), b_down=lw.get("experts_down_bias"))
@@ -364,7 +375,13 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     table = {name: runner(spec) for name, spec in specs.items() if name in names}
     first = 0                                         # the layer op times layer 0 (its window)
     layer_caches = (mla_state[0], mla_state[1], mla_state[2]) if cfg.mla else (k_cache, v_cache, attend)
-    table["layer"] = (lambda: transformer_layer(K, lcfg, lw, x, cos, sin, pos, tok_slot, *layer_caches,
+    layer_ops = K
+    if ep:                          # the layer runs this rank's experts on the rows routed to them, no all-to-all
+        from functools import partial
+        from types import SimpleNamespace
+
+        layer_ops = SimpleNamespace(**{**vars(K), "moe_experts": partial(local_experts, K.moe_experts, tp.rank)})
+    table["layer"] = (lambda: transformer_layer(layer_ops, lcfg, lw, x, cos, sin, pos, tok_slot, *layer_caches,
                                                 kv_scales=kv_scales, attn_kw=attention_options(cfg, first)),
                       ({"attention": attn_cfg} if K.name == "triton" else {})
                       | ({"collectives": "not included: timed as attn_allreduce, mlp_allreduce"} if tp else {})
@@ -375,26 +392,72 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
                          else {}))
     if tp is not None:
         table.update(_collective_runners(ph, tp, torch.zeros(T, H, device=dev, dtype=dt),
-                                         torch.zeros(B, sh.vocab, device=dev, dtype=dt)))
+                                         torch.zeros(B, sh.vocab, device=dev, dtype=dt), plan if ep else None))
 
     out = []
     for name in names:
         fn, conf = table[name]
-        if name in COLLECTIVE_OPS:
+        if name in COLLECTIVE_OPS + EP_COLLECTIVES:
             out.append(OpRunner(name, fn, Cost(0, 0), dname, {"backend": K.name, "dtype": dname, **conf},
                                 ("communication",)))
             continue
         cost, cdt = ph.op(name).cost, ph.op(name).compute_dtype
+        if name == "experts" and ep:                  # this rank's own load: the rows this point routed to it
+            cost = conf.pop("cost")
         out.append(OpRunner(name, fn, cost, cdt, {"backend": K.name, "dtype": dname, **conf}))
     return out
 
 
-def _collective_runners(ph, tp, hidden, logits) -> dict:
+def _collective_runners(ph, tp, hidden, logits, plan=None) -> dict:
     """The step's collectives on preallocated buffers (zeros: a collective's time does not depend on values):
-    all-reduces of [T, H] in place, the all-gather of this rank's [B, V/N] logits."""
+    all-reduces of [T, H] in place, the all-gather of this rank's [B, V/N] logits; under expert parallelism the
+    dispatch and combine all-to-alls with the split sizes of this point's routing (``plan``: kernels.tp.Dispatch),
+    the rows this rank sends in ``sent_bytes`` beside the model's ``message_bytes``."""
     out = {}
     for c in ph.collectives:
-        fn = (lambda: tp.all_reduce(hidden)) if c.kind == "all_reduce" else (lambda: tp.all_gather_last(logits))
+        extra = {}
+        if c.kind == "all_to_all":
+            send, recv = (plan.send, plan.recv) if c.name == "moe_dispatch" else (plan.recv, plan.send)
+            buf = hidden.new_zeros(sum(send), hidden.shape[1])
+            fn = (lambda b=buf, o=recv, i=send: tp.all_to_all(b, o, i))
+            extra = {"sent_bytes": buf.numel() * buf.element_size(), "rows_sent": list(send)}
+        elif c.kind == "all_reduce":
+            fn = (lambda: tp.all_reduce(hidden))
+        else:
+            fn = (lambda: tp.all_gather_last(logits))
         out[c.name] = (fn, {"detail": {"collective": c.kind, "group_size": c.ranks, "message_bytes": c.message_bytes,
-                                       "wire_bytes": c.wire_bytes, "shape": c.shape}})
+                                       "wire_bytes": c.wire_bytes, "shape": c.shape, **extra}})
     return out
+
+
+def _ep_experts_runner(K, cfg: ModelConfig, lw: dict, h, plan, sh, rank: int, dev, wq: dict) -> tuple:
+    """(fn, config with its "cost") of one rank's routed experts under expert parallelism: its E/N experts on the
+    rows this point's routing dispatches to it (each weighted by its routing weight), then the sum of its owned
+    tokens' k returned partials; the cost is ``formulas.moe_experts_ep`` for exactly that load (the rows and the
+    distinct experts it saw)."""
+    from roofline import formulas as F
+
+    from .tp import own_rows
+
+    xs = h[plan.recv_tok]
+    back = h.new_zeros(sum(plan.send), h.shape[1])              # the combine's returned partials
+    T = h.shape[0]
+    own = h.new_zeros(len(own_rows(T, sh.tp, rank)), h.shape[1])
+    e_kw = dict(activation=cfg.expert_activation, b_gate=lw.get("experts_gate_bias"),
+                b_up=lw.get("experts_up_bias"), b_down=lw.get("experts_down_bias"))
+    rows, ids_, w_ = xs.shape[0], plan.recv_ids[:, None], plan.recv_w
+
+    def fn():
+        if rows:
+            K.moe_experts(xs, lw["experts_gate"], lw["experts_up"], lw["experts_down"], w_, ids_, **e_kw)
+        own.zero_().index_add_(0, plan.token, back)
+
+    distinct = int(torch.unique(plan.recv_ids).numel()) if dev.type != "meta" else 0
+    wg = lw["experts_gate"]
+    cost = F.moe_experts_ep(T, cfg.hidden, cfg.moe_intermediate, cfg.n_experts, cfg.n_active, sh.ep, rows=rows,
+                            distinct=distinct, activation=cfg.expert_activation, bias=cfg.expert_bias,
+                            act_dtype=dtype_name(h.dtype), **wq)
+    return fn, {"cost": cost, "experts_touched": distinct, "of": sh.n_experts, "rows": rows,
+                "routing": "this point's own (random rows through the layer's router), dispatched to this rank's "
+                           f"experts {sh.experts(rank).start}..{sh.experts(rank).stop - 1}"} | expert_weights_config(
+        wg, K.name)

@@ -237,6 +237,7 @@ class Dispatch:
     recv: list                # rows this rank gets from each rank (dispatch out_splits = combine in_splits)
     recv_ids: torch.Tensor    # the received rows' experts, local to this rank (0 .. E/N - 1)
     recv_w: torch.Tensor      # the received rows' routing weights [rows, 1]
+    recv_tok: torch.Tensor    # the received rows' tokens (global rows of the step)
 
 
 def dispatch_plan(weights: torch.Tensor, ids: torch.Tensor, world: int, rank: int, local: int) -> Dispatch:
@@ -250,14 +251,28 @@ def dispatch_plan(weights: torch.Tensor, ids: torch.Tensor, world: int, rank: in
     order = torch.sort(d_own, stable=True).indices
     token = torch.arange(len(mine), device=ids.device).repeat_interleave(k)[order]
     send = torch.bincount(d_own, minlength=world).tolist()
-    recv, r_ids, r_w = [], [], []
+    recv, r_ids, r_w, r_tok = [], [], [], []
     for s in range(world):
         rows = own_rows(T, world, s)
         hit = dest[rows.start:rows.stop].reshape(-1) == rank
         recv.append(int(hit.sum()))
         r_ids.append(ids[rows.start:rows.stop].reshape(-1)[hit] - rank * local)
         r_w.append(weights[rows.start:rows.stop].reshape(-1)[hit])
-    return Dispatch(order, token, send, recv, torch.cat(r_ids), torch.cat(r_w)[:, None])
+        r_tok.append(torch.arange(rows.start, rows.stop, device=ids.device).repeat_interleave(k)[hit])
+    return Dispatch(order, token, send, recv, torch.cat(r_ids), torch.cat(r_w)[:, None], torch.cat(r_tok))
+
+
+def local_experts(moe, rank: int, h, w_gate, w_up, w_down, weights, ids, **kw) -> torch.Tensor:
+    """The routed experts of one rank with no communication (the "layer" runner under expert parallelism): the
+    (token, expert) rows whose expert ``rank`` holds, through its experts, summed per token ([T, H])."""
+    local = w_gate.shape[0]
+    hit = torch.div(ids, local, rounding_mode="floor") == rank
+    tok = torch.arange(ids.shape[0], device=ids.device)[:, None].expand_as(ids)[hit]
+    out = h.new_zeros(h.shape)
+    if tok.numel():
+        y = moe(h[tok], w_gate, w_up, w_down, weights[hit][:, None], (ids[hit] - rank * local)[:, None], **kw)
+        out.index_add_(0, tok, y)
+    return out
 
 
 def ep_experts(moe, tp: TPGroup, h, w_gate, w_up, w_down, weights, ids, **kw) -> torch.Tensor:

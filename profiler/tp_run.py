@@ -46,8 +46,7 @@ def validate_tp(run, device_count: int | None = None) -> None:
     int8 or int4 weights (quantized whole, then sharded: ``kernels.tp``) and a float or 8-bit KV cache (each
     rank's KV heads with their scales). What cannot run: int4 groups that a rank's row-parallel shard would cut
     (``kernels.quant.check_tp_groups``); the plan's own checks (an 8-bit latent cache, fp8 without a GPU that
-    has it) already ran. Expert parallelism (--ep) is costed by ``roofline explain`` only (``profile`` has no
-    --ep)."""
+    has it) already ran. Expert parallelism (--ep) is checked, and for now refused, by ``validate_ep``."""
     from kernels.quant import check_tp_groups
     from roofline.parallel import shard
 
@@ -57,6 +56,27 @@ def validate_tp(run, device_count: int | None = None) -> None:
     shard(run.plan.model, run.tp)
     if "int4" in run.plan.weight_dtypes:
         check_tp_groups(run.plan.model, run.tp, run.plan.group_size)
+
+
+def validate_ep(model, tp: int, ep: int) -> None:
+    """One-line errors for ``--ep`` before any rank starts: the expert-parallel ranks are the --tp ranks (give
+    --tp N --ep N), the model must have routed experts and N must divide them (``roofline.parallel.shard``).
+    A valid --ep is then refused too: the model's expert-parallel forward and the sweep's runners exist
+    (``kernels.tp.ep_experts``, ``kernels.runners`` with ``TPGroup(ep=N)``) but the result file has no field for
+    it yet (``roofline.records``' points, ``ProfileRun``, ``tp_sweep``)."""
+    from roofline.parallel import shard
+
+    if ep == 1:
+        return
+    if tp != ep:
+        raise RooflineError(f"--ep {ep} with --tp {tp}: profile runs expert parallelism on the --tp ranks (attention "
+                            f"tensor-parallel over the same ranks, as `roofline explain --ep` costs it), so give "
+                            f"--tp {ep} --ep {ep}.")
+    shard(model, tp, ep)             # a dense model, or experts N does not divide: one line naming the valid --ep
+    raise RooflineError(f"profile --tp {tp} --ep {ep} is not wired to the sweep yet: the expert-parallel model and "
+                        "its per-rank runners exist (kernels.tp.ep_experts, kernels.runners), but the result file "
+                        f"cannot record --ep yet. Cost it with `roofline explain --model {model.name} --ep {ep}`, or "
+                        f"profile the tensor-parallel split with --tp {tp} alone.")
 
 
 def run_profile_tp(run, *, say=quiet, progress=None, make_runners=None) -> ProfileResult | None:

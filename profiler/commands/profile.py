@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import click
 
-from ..cli_args import (budget_option, device_arg, int_list, mode_options, model_arg_option, names, quant_options,
-                        say_for, threads_option)
+from ..cli_args import (budget_option, device_arg, ep_option, int_list, mode_options, model_arg_option, names,
+                        quant_options, say_for, threads_option)
 
 def build_run(*, model_arg, phases, batches, contexts, backends, dtype, device, out_dir, mode, quick, csv_out,
               budget_ms, threads, flush_cache, no_report, tp=1, weight_dtype=None, kv_dtype=None, group_size=None,
-              zero_point=False):
+              zero_point=False, ep=1):
     """A ``ProfileRun`` from the options, with the defaults of this machine (a GPU or a CPU) filled in."""
     from ..run import ProfileRun, default_plan
 
@@ -33,9 +33,10 @@ def build_run(*, model_arg, phases, batches, contexts, backends, dtype, device, 
                                    group_size=group_size, zero_point=zero_point)
     run = ProfileRun(plan, out=out_dir, mode=mode, threads=threads, quick=quick, csv=csv_out, report=not no_report,
                      model_arg=model_arg, tp=tp)
-    if tp != 1:                      # bad --tp fails here, before anything starts
-        from ..tp_run import validate_tp
+    if tp != 1 or ep != 1:           # bad --tp / --ep fail here, before anything starts
+        from ..tp_run import validate_ep, validate_tp
 
+        validate_ep(plan.model, tp, ep)
         validate_tp(run)
     return run
 
@@ -67,12 +68,13 @@ def build_run(*, model_arg, phases, batches, contexts, backends, dtype, device, 
 @click.option("--tp", type=int, default=1, show_default=True,
               help="tensor-parallel ranks: each times its shard and the collectives (spawned here, or by torchrun); "
                    "rank 0 writes the file")
+@ep_option
 @quant_options(several=True)
 @click.option("--counters", "counters", is_flag=True, help="run the triton points once each under Nsight Compute "
               "(ncu on PATH) and put its measured bytes and FLOPs beside the model's (profiler.counters_run)")
 def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_dir, resume, overwrite, quick, quiet,
             csv_out, budget_ms, threads, flush_cache, no_report, tp, weight_dtype, kv_dtype, group_size, zero_point,
-            counters=False):
+            counters=False, ep=1):
     """Sweep prefill and decode over batch sizes and context lengths, timing every op of one layer.
 
     Each point times every op of one transformer layer, the embedding, final norm and
@@ -87,7 +89,7 @@ def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_d
                     dtype=dtype, device=device, out_dir=out_dir, mode=mode_of(resume, overwrite), quick=quick,
                     csv_out=csv_out, budget_ms=budget_ms, threads=threads, flush_cache=flush_cache,
                     no_report=no_report, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, group_size=group_size,
-                    zero_point=zero_point)
+                    zero_point=zero_point, ep=ep)
     if counters:
         from ..counters_run import profile_counters
 
