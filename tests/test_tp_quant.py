@@ -33,8 +33,7 @@ Q4_MOE = ModelConfig("tiny-q4-moe", 64, 96, 2, 4, 2, 256, 512, arch="mixtral", n
 # (config, weight dtype, int4 group size, zero points): each runs with an int8 KV cache
 CASES = ((TINY, "int8", None, False), (Q4, "int4", 32, False), (TINY_MOE, "int8", None, False),
          (Q4_MOE, "int4", 32, True))
-PROMPTS = ([(7 * i + 3) % 256 for i in range(12)], [(11 * i + 5) % 256 for i in range(7)])
-DECODE_TOKENS = ([17, 42], [99, 3])      # two decode steps over slots 0 and 1
+from tests.test_tp_moe_mla import _steps  # noqa: E402  (two prefills, two decode steps: the same steps as there)
 
 
 def _qkw(wd, g, zp) -> dict:
@@ -115,14 +114,6 @@ def test_an_int4_group_a_ranks_shard_would_cut_is_refused_before_the_ranks_start
 
 
 # ---- logits: the sharded quantized model against the one-rank quantized model ------------------------------
-
-def _steps(m) -> dict:
-    out = {"prefill": m.prefill(torch.tensor(PROMPTS[0]), 0),
-           "prefill, 2nd slot": m.prefill(torch.tensor(PROMPTS[1]), 1)}
-    for i, toks in enumerate(DECODE_TOKENS):
-        out[f"decode {i + 1}"] = m.decode_step(torch.tensor(toks), torch.tensor([0, 1]))
-    return out
-
 
 def _parity(ctx, cases, backend="torch"):
     from kernels.model import LlamaModel
