@@ -18,7 +18,7 @@ A run, in order (nothing is measured before every input is checked, nothing meas
    file is closed, with the command that resumes it;
 7. the file is read back through ``roofline.analysis`` for the table, the CSV and the report.
 
-With ``--tp N`` the same stages run around N ranks (``profiler.tp_run``).
+With ``--tp N`` (and ``--ep N``) the same stages run around N ranks (``profiler.tp_run``).
 """
 
 from __future__ import annotations
@@ -108,6 +108,7 @@ class ProfileRun:
     model_arg: str = ""           # how the model was named (for the resume command); default: its name
     device: object = None         # a roofline Device to classify against instead of measured ceilings
     tp: int = 1                   # tensor-parallel ranks (profiler.tp_run): per-rank shards and collectives
+    ep: int = 1                   # expert-parallel ranks (1, or = tp: E / ep whole experts per rank, all-to-alls)
 
     def __post_init__(self):
         check_output(self)
@@ -138,6 +139,8 @@ class ProfileRun:
             args += ["--quick"]
         if self.tp > 1:
             args += ["--tp", str(self.tp)]
+        if self.ep > 1:
+            args += ["--ep", str(self.ep)]
         if resume:
             args += ["--resume"]
         elif self.mode == "overwrite":
@@ -164,7 +167,7 @@ class ProfileResult:
 
 
 def _settings(run: ProfileRun, threads: int) -> dict:
-    extra = {"tp": run.tp} if run.tp > 1 else {}
+    extra = ({"tp": run.tp} if run.tp > 1 else {}) | ({"ep": run.ep} if run.ep > 1 else {})
     return {**run.plan.settings(), "threads": threads, "quick": run.quick, "budget_ms": run.plan.budget_s * 1e3,
             **extra}
 

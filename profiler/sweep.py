@@ -209,24 +209,26 @@ def device_memory_bytes(device: str) -> float:
 
 def point_for(plan: SweepPlan, name: str, phase: str, backend: str, batch: int, context: int, cost,
               compute_dtype: str = "", tp: int = 1, weight_dtype: str | None = None,
-              kv_dtype: str | None = None) -> WorkloadPoint:
+              kv_dtype: str | None = None, ep: int = 1) -> WorkloadPoint:
     return WorkloadPoint(model=plan.model.name, op=name, phase=phase, batch=batch,
                          new_tokens=context if phase == "prefill" else 1, context=context, cost=cost,
                          dtype=plan.dtype, backend=backend, cached=0, weight_dtype=weight_dtype or plan.dtype,
-                         kv_dtype=kv_dtype or plan.dtype, compute_dtype=compute_dtype, tp=tp)
+                         kv_dtype=kv_dtype or plan.dtype, compute_dtype=compute_dtype, tp=tp, ep=ep)
 
 
 def formula_cost(plan: SweepPlan, name: str, phase: str, batch: int, context: int, tp: int = 1,
-                 weight_dtype: str | None = None, kv_dtype: str | None = None):
-    """(Cost, compute dtype) of one op instance (or the whole layer) from roofline.workload; a collective
-    (tensor parallelism) costs 0 here: its bytes cross the interconnect, not HBM."""
+                 weight_dtype: str | None = None, kv_dtype: str | None = None, ep: int = 1):
+    """(Cost, compute dtype) of one op instance (or the whole layer) from roofline.workload, per rank under
+    ``tp`` / ``ep`` (the experts at the expected load); a collective (tensor parallelism's all-reduces, expert
+    parallelism's all-to-alls) costs 0 here: its bytes cross the interconnect, not HBM."""
     from roofline import workload as W
-    from roofline.parallel import COLLECTIVE_OPS
+    from roofline.parallel import COLLECTIVE_OPS, EP_COLLECTIVES
 
-    if name in COLLECTIVE_OPS:
+    if name in COLLECTIVE_OPS + EP_COLLECTIVES:
         return ZERO, plan.dtype
     kw = dict(weight_dtype=weight_dtype or plan.dtype, act_dtype=plan.dtype, kv_dtype=kv_dtype or plan.dtype, tp=tp,
-              group_size=plan.group_size, zero_point=plan.zero_point and weight_dtype == "int4")
+              group_size=plan.group_size, zero_point=plan.zero_point and weight_dtype == "int4",
+              **({"ep": ep} if ep != 1 else {}))
     ph = W.prefill(plan.model, batch, context, **kw) if phase == "prefill" else W.decode(plan.model, batch, context, **kw)
     o = ph.op(name)
     return o.cost, o.compute_dtype

@@ -14,6 +14,9 @@ The same run as on one device (``profiler.profile_run`` lists the stages), with 
    the run with a one-line ``RooflineError`` (``RankLost``) saying which rank, how many points are
    kept and the command that resumes; every point measured before it is in the file.
 
+With ``--ep N`` (= --tp N, ``validate_ep``) each rank holds E/N whole experts; the points and the header record
+``ep`` and a resume must keep it (``check_resume_ep``).
+
 On a CPU each rank gets ``cores / N`` threads (``--threads`` overrides), gloo over 127.0.0.1.
 """
 
@@ -46,14 +49,14 @@ def validate_tp(run, device_count: int | None = None) -> None:
     int8 or int4 weights (quantized whole, then sharded: ``kernels.tp``) and a float or 8-bit KV cache (each
     rank's KV heads with their scales). What cannot run: int4 groups that a rank's row-parallel shard would cut
     (``kernels.quant.check_tp_groups``); the plan's own checks (an 8-bit latent cache, fp8 without a GPU that
-    has it) already ran. Expert parallelism (--ep) is checked, and for now refused, by ``validate_ep``."""
+    has it) already ran. Expert parallelism (--ep) is checked by ``validate_ep``."""
     from kernels.quant import check_tp_groups
     from roofline.parallel import shard
 
     from .distributed import check_tp
 
     check_tp(run.tp, run.plan.device, device_count)
-    shard(run.plan.model, run.tp)
+    shard(run.plan.model, run.tp, getattr(run, "ep", 1))
     if "int4" in run.plan.weight_dtypes:
         check_tp_groups(run.plan.model, run.tp, run.plan.group_size)
 
@@ -61,9 +64,8 @@ def validate_tp(run, device_count: int | None = None) -> None:
 def validate_ep(model, tp: int, ep: int) -> None:
     """One-line errors for ``--ep`` before any rank starts: the expert-parallel ranks are the --tp ranks (give
     --tp N --ep N), the model must have routed experts and N must divide them (``roofline.parallel.shard``).
-    A valid --ep is then refused too: the model's expert-parallel forward and the sweep's runners exist
-    (``kernels.tp.ep_experts``, ``kernels.runners`` with ``TPGroup(ep=N)``) but the result file has no field for
-    it yet (``roofline.records``' points, ``ProfileRun``, ``tp_sweep``)."""
+    A valid --ep runs: each rank its E/N whole experts (``kernels.tp.ep_experts``, ``kernels.runners`` with
+    ``TPGroup(ep=N)``), every point and the header record ``ep``."""
     from roofline.parallel import shard
 
     if ep == 1:
@@ -73,10 +75,17 @@ def validate_ep(model, tp: int, ep: int) -> None:
                             f"tensor-parallel over the same ranks, as `roofline explain --ep` costs it), so give "
                             f"--tp {ep} --ep {ep}.")
     shard(model, tp, ep)             # a dense model, or experts N does not divide: one line naming the valid --ep
-    raise RooflineError(f"profile --tp {tp} --ep {ep} is not wired to the sweep yet: the expert-parallel model and "
-                        "its per-rank runners exist (kernels.tp.ep_experts, kernels.runners), but the result file "
-                        f"cannot record --ep yet. Cost it with `roofline explain --model {model.name} --ep {ep}`, or "
-                        f"profile the tensor-parallel split with --tp {tp} alone.")
+
+
+def check_resume_ep(run, writer) -> None:
+    """A resume appends to a file of the same --ep only (a file without it, older than --ep, is ep 1)."""
+    old = writer.old
+    if old is None or old.header is None:
+        return
+    had = int(old.header.settings.get("ep", 1) or 1)
+    if had != run.ep:
+        raise RooflineError(f"cannot resume {run.path}: it was measured with --ep {had}, this run has --ep {run.ep}. "
+                            f"Resume with --ep {had}, or write this run elsewhere (--out) or with --overwrite.")
 
 
 def run_profile_tp(run, *, say=quiet, progress=None, make_runners=None) -> ProfileResult | None:
@@ -86,14 +95,20 @@ def run_profile_tp(run, *, say=quiet, progress=None, make_runners=None) -> Profi
     plan = run.plan
     gpu = plan.device.startswith("cuda")
     check_plan(run)
+    validate_ep(plan.model, run.tp, run.ep)
     validate_tp(run)
     threads = rank_threads(run)
     env = torchrun_env()
     if env is not None and env["rank"] != 0:      # a follower under torchrun: no file, no output
-        run_ranks(run.tp, plan.device, None, _follow, (plan, run.quick, make_runners), threads=threads)
+        run_ranks(run.tp, plan.device, None, _follow, (plan, run.quick, make_runners, run.ep), threads=threads)
         return None
     check_folder(run, say)
     writer = open_writer(run, say)
+    try:
+        check_resume_ep(run, writer)
+    except RooflineError:
+        writer.close()
+        raise
     stages: dict = {}
     box: dict = {}
     try:
@@ -110,7 +125,7 @@ def run_profile_tp(run, *, say=quiet, progress=None, make_runners=None) -> Profi
         say(f"starting {run.tp} ranks ({'nccl' if gpu else 'gloo'}"
             f"{', ' + str(threads) + ' threads each' if threads else ''}) ...")
         lead = _Lead(run, writer, header, say, progress, stages, box)
-        run_ranks(run.tp, plan.device, lead, _follow, (plan, run.quick, make_runners), threads=threads)
+        run_ranks(run.tp, plan.device, lead, _follow, (plan, run.quick, make_runners, run.ep), threads=threads)
     except KeyboardInterrupt:
         writer.close()
         raise Interrupted(run.path, len(writer.done), run.command(resume=True)) from None
@@ -141,7 +156,7 @@ class _Lead:
         self.run, self.writer, self.header, self.say = run, writer, header, say
         self.progress, self.stages, self.box = progress, stages, box
 
-    def __call__(self, ctx, plan, quick, make_runners):
+    def __call__(self, ctx, plan, quick, make_runners, ep=1):
         from roofline.interconnect import Interconnect
 
         from .collectives import collective_ceilings
@@ -163,16 +178,16 @@ class _Lead:
             self.say(f"resuming: {len(self.writer.done)} points already in {self.run.path}")
         ctx.bcast("go")
         self.box["stats"] = s = tp_sweep(ctx, plan, self.writer, make_runners=make_runners, progress=self.progress,
-                                         device_name=header.device.name)
+                                         device_name=header.device.name, ep=ep)
         self.stages["sweep"] = s.wall_s
         return s
 
 
-def _follow(ctx, plan, quick, make_runners):
+def _follow(ctx, plan, quick, make_runners, ep=1):
     """Ranks 1..N-1: the same steps as rank 0, in the same order; they write nothing."""
     from .collectives import collective_ceilings
     from .tp_sweep import tp_sweep
 
     collective_ceilings(ctx, "", quick=quick)
     ctx.bcast()
-    tp_sweep(ctx, plan, None, make_runners=make_runners)
+    tp_sweep(ctx, plan, None, make_runners=make_runners, ep=ep)

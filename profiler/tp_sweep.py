@@ -10,6 +10,10 @@
   rank builds the same runners (``kernels.runners.make_runners(..., tp=...)``) in the same order;
 * an out-of-memory error while building on any rank skips the point on every rank (the step cannot
   run without it); one while timing skips that rank's line only;
+* under expert parallelism (``ep`` = the ranks) each rank holds E / N whole experts
+  (``kernels.runners.make_runners(..., tp=TPGroup(ep=N))``): its experts op costs its own load, and the step's
+  collectives are the phase's own (``roofline.parallel.step_collectives``: the dispatch / combine all-to-alls
+  instead of the MoE layers' MLP all-reduce); every point records ``ep``;
 * local ops are timed as on one device (``profiler.timing.measure``); a collective is timed with
   the repetition count agreed over the ranks and a barrier before each repetition (the collectives
   must meet), flagged "communication" with its message and wire bytes;
@@ -24,7 +28,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from roofline.parallel import COLLECTIVE_OPS
 from roofline.records import Measurement
 
 from .sweep import expected_ops, SweepStats, _backend_flags, _default_make_runners, _free_memory, _short, \
@@ -34,11 +37,16 @@ from .timing import measure, now
 COMM_MIN_REPS = 20   # collectives: gloo's wake-ups are bimodal on small VMs (0.3 ms / 4 ms); 5 samples are not enough
 
 
-def tp_op_names(plan) -> tuple:
-    """What a TP sweep times per point: the plan's ops (default: every op and the layer) then the collectives."""
+def tp_op_names(plan, tp: int = 2, ep: int = 1) -> tuple:
+    """What a TP sweep times per point: the plan's ops (default: every op and the layer) then the step's own
+    collectives over ``tp`` ranks with ``ep`` (``roofline.parallel.step_collectives``: under --ep the all-to-alls
+    replace the MoE layers' MLP all-reduce; their names do not depend on the batch or the context)."""
+    from roofline.parallel import shard, step_collectives
+
     if plan.ops:
         return tuple(plan.ops)
-    return expected_ops(plan.model) + COLLECTIVE_OPS
+    coll = step_collectives(plan.model, shard(plan.model, tp, ep), 1, (1,), plan.dtype)
+    return expected_ops(plan.model) + tuple(c.name for c in coll)
 
 
 def _done_pairs(writer) -> set:
@@ -48,23 +56,27 @@ def _done_pairs(writer) -> set:
     return {(m.point.key, m.rank) for m in writer.old.measurements}
 
 
-def tp_sweep(ctx, plan, writer=None, *, make_runners=None, progress=None, device_name: str = "") -> SweepStats:
-    """Measure every op of ``plan`` on every rank (see the module docstring); rank 0 writes, and returns the counts."""
+def tp_sweep(ctx, plan, writer=None, *, make_runners=None, progress=None, device_name: str = "",
+             ep: int = 1) -> SweepStats:
+    """Measure every op of ``plan`` on every rank (see the module docstring), experts over ``ep`` ranks (1, or the
+    world); rank 0 writes, and returns the counts."""
     make_runners = make_runners or _default_make_runners()
     progress = progress or (lambda n, d: None)
     stats, t_start = SweepStats(), now()
     lead = ctx.rank == 0
     have = _done_pairs(writer) if lead else set()
-    names = tp_op_names(plan)
+    names = tp_op_names(plan, ctx.world, ep)
+    group = replace(ctx.tp, ep=ep)
+    pkw = {"tp": ctx.world, "ep": ep}
     for (wdt, kvdt), (phase, backend, batch, context) in ((v, c) for v in plan.variants() for c in plan.combos()):
         q = {} if (wdt, kvdt) == (plan.dtype, plan.dtype) else {"weight_dtype": wdt, "kv_dtype": kvdt}
-        label = f"{phase} {backend} b={batch} ctx={context} tp{ctx.world}" + "".join(
+        label = f"{phase} {backend} b={batch} ctx={context} tp{ctx.world}" + (f" ep{ep}" if ep > 1 else "") + "".join(
             f" {k[0]}:{v}" for k, v in (("w", wdt), ("kv", kvdt)) if q and v != plan.dtype)
         todo = None
         if lead:
             from roofline.cost import ZERO
 
-            keys = {n: point_for(plan, n, phase, backend, batch, context, ZERO, tp=ctx.world, **q).key for n in names}
+            keys = {n: point_for(plan, n, phase, backend, batch, context, ZERO, **pkw, **q).key for n in names}
             todo = [n for n in names if not all((keys[n], r) in have for r in range(ctx.world))]
             stats.resumed += len(names) - len(todo)
             progress(len(names) - len(todo), label)
@@ -75,7 +87,7 @@ def tp_sweep(ctx, plan, writer=None, *, make_runners=None, progress=None, device
         try:
             qkw = dict(q, group_size=plan.group_size, zero_point=plan.zero_point) if q else {}
             runners = make_runners(plan.model, phase, batch, context, dtype=plan.dtype, backend=backend,
-                                   device=ctx.device, seed=0, ops=list(todo), tp=ctx.tp, **qkw)
+                                   device=ctx.device, seed=0, ops=list(todo), tp=group, **qkw)
         except Exception as e:  # noqa: BLE001 - only OOM is survivable; anything else is re-raised
             if not is_oom(e):
                 raise
@@ -86,8 +98,8 @@ def tp_sweep(ctx, plan, writer=None, *, make_runners=None, progress=None, device
         if verdict:
             if lead:
                 for n in todo:
-                    cost, cdt = formula_cost(plan, n, phase, batch, context, ctx.world, **q)
-                    point = point_for(plan, n, phase, backend, batch, context, cost, cdt, tp=ctx.world, **q)
+                    cost, cdt = formula_cost(plan, n, phase, batch, context, **pkw, **q)
+                    point = point_for(plan, n, phase, backend, batch, context, cost, cdt, **pkw, **q)
                     for r in range(ctx.world):
                         _write(writer, stats, Measurement(point=point, status="skipped", reason=verdict,
                                                           device=device_name, timer=_timer(ctx), rank=r))
@@ -95,8 +107,7 @@ def tp_sweep(ctx, plan, writer=None, *, make_runners=None, progress=None, device
             del runners
             continue
         for r in runners:
-            point = point_for(plan, r.name, phase, backend, batch, context, r.cost, r.compute_dtype, tp=ctx.world,
-                              **q)
+            point = point_for(plan, r.name, phase, backend, batch, context, r.cost, r.compute_dtype, **pkw, **q)
             m, spent = _time_one(ctx, plan, r, point, backend, device_name)
             stats.kernel_time_s += spent
             got = ctx.gather(m)

@@ -1,6 +1,6 @@
 """The records that flow from the profiler through the cost model into the reports, and the reader.
 
-* ``WorkloadPoint``: what was run (op, phase, batch, tokens, context, dtypes, backend, tp)
+* ``WorkloadPoint``: what was run (op, phase, batch, tokens, context, dtypes, backend, tp, ep)
   and its formula ``Cost``. Frozen; ``key`` identifies it (resume, duplicates). ``count`` is
   the op's instances per step when the record says so (a trace: instances seen / steps, which
   may be fractional, e.g. one decode attention shape in one of 20 steps); 0, the default and
@@ -159,6 +159,7 @@ class WorkloadPoint:
     kv_dtype: str = "bf16"
     compute_dtype: str = ""  # the peak that applies: dtype for tensor ops, "fp32" for vector ops
     tp: int = 1             # tensor-parallel ranks; cost is per rank
+    ep: int = 1             # expert-parallel ranks (= tp when > 1: each rank E / ep whole experts); older files: 1
     count: float = 0        # instances per step; 0: derive from the op name (op_count)
 
     def __post_init__(self):
@@ -168,14 +169,15 @@ class WorkloadPoint:
     @property
     def key(self) -> tuple:
         return (self.model, self.op, self.phase, self.batch, self.new_tokens, self.context, self.cached,
-                self.dtype, self.weight_dtype, self.kv_dtype, self.backend, self.tp)
+                self.dtype, self.weight_dtype, self.kv_dtype, self.backend, self.tp, self.ep)
 
     def to_dict(self) -> dict:
         return {"model": self.model, "op": self.op, "phase": self.phase, "batch": self.batch,
                 "new_tokens": self.new_tokens, "context": self.context, "cost": self.cost.to_dict(),
                 "dtype": self.dtype, "backend": self.backend, "cached": self.cached,
                 "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype, "compute_dtype": self.compute_dtype,
-                "tp": self.tp, **({"count": self.count} if self.count else {})}
+                "tp": self.tp, **({"ep": self.ep} if self.ep != 1 else {}),
+                **({"count": self.count} if self.count else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "WorkloadPoint":
@@ -195,7 +197,7 @@ class WorkloadPoint:
                    weight_dtype=_str(d, "weight_dtype", what, default="bf16"),
                    kv_dtype=_str(d, "kv_dtype", what, default="bf16"),
                    compute_dtype=_opt(d, "compute_dtype", str, what, ""), tp=_int(d, "tp", what, 1, default=1),
-                   count=_count(d, what))
+                   ep=_int(d, "ep", what, 1, default=1), count=_count(d, what))
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,7 @@ def test_each_rank_costs_its_own_experts_and_the_all_to_alls_are_the_models():
         assert [g["a2a"]["moe_combine"][1] for g in got] == [g["rows"] * cfg.hidden * 4 for g in got]
 
 
-# ---- the CLI: --ep is refused in one line before any rank starts ---------------------------------------------
+# ---- the CLI: a bad --ep is refused in one line before any rank starts; a good one writes its results --------
 
 def _profile(*args):
     from click.testing import CliRunner
@@ -121,10 +121,78 @@ def test_profile_ep_refusals_are_one_line_before_any_rank_starts(tmp_path):
     cases = {("--model", "tiny-moe", "--ep", "2"): "give --tp 2 --ep 2",
              ("--model", "tiny-moe", "--tp", "2", "--ep", "4"): "give --tp 4 --ep 4",
              ("--model", "tiny", "--tp", "2", "--ep", "2"): "has no routed experts",
-             ("--model", "tiny-moe", "--tp", "3", "--ep", "3"): "Valid --ep for it: 1, 2, 4",
-             ("--model", "tiny-moe", "--tp", "2", "--ep", "2"): "not wired to the sweep yet"}
+             ("--model", "tiny-moe", "--tp", "3", "--ep", "3"): "Valid --ep for it: 1, 2, 4"}
     for args, words in cases.items():
         r = _profile(*args, "--out", str(tmp_path / "out"))
         assert r.exit_code != 0, args
         assert words in r.output, (args, r.output)
         assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_profile_tp2_ep2_writes_each_ranks_experts_and_the_all_to_alls(tmp_path, monkeypatch):
+    from roofline import formulas as F
+    from roofline import workload as W
+    from roofline.layer import op_names
+    from roofline.records import read_results
+
+    from profiler.cli import main
+    from click.testing import CliRunner
+
+    cfg = TINY_MOE
+    monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "o"
+    r = _profile("--model", "tiny-moe", "--tp", "2", "--ep", "2", "--phases", "decode", "--batches", "2",
+                 "--contexts", "8", "--backends", "torch", "--dtype", "fp32", "--budget-ms", "2", "--no-report",
+                 "--out", str(out))
+    assert r.exit_code == 0, r.output
+    # the step's own collectives: the all-to-alls replace the MoE layers' MLP all-reduce (tiny-moe: all MoE)
+    coll = ("embedding_allreduce", "attn_allreduce", "moe_dispatch", "moe_combine", "lm_head_gather")
+    names = op_names(cfg) + ("layer",) + coll
+    assert f"{2 * len(names)} measured, 0 skipped, 0 resumed" in r.output
+    rf = read_results(out / "results.jsonl")
+    assert rf.header.settings["tp"] == 2 and rf.header.settings["ep"] == 2
+    assert "--tp 2 --ep 2" in rf.header.command
+    by = {(m.point.op, m.rank): m for m in rf.measurements}
+    assert set(by) == {(n, k) for n in names for k in (0, 1)}
+    assert all(m.ok and m.point.tp == 2 and m.point.ep == 2 and m.times_s for m in by.values())
+    T, msg = 2, F.moe_all_to_all_bytes(2, cfg.n_active, cfg.hidden, 2, act_dtype="fp32")
+    ph = W.decode(cfg, 2, 8, weight_dtype="fp32", act_dtype="fp32", kv_dtype="fp32", tp=2, ep=2)
+    rows = []
+    for rank in (0, 1):
+        e = by[("experts", rank)]
+        want = F.moe_experts_ep(T, cfg.hidden, cfg.moe_intermediate, cfg.n_experts, cfg.n_active, 2,
+                                rows=e.config["rows"], distinct=e.config["experts_touched"], act_dtype="fp32",
+                                weight_dtype="fp32")
+        assert (e.point.cost.flops, e.point.cost.bytes) == (want.flops, want.bytes), rank
+        rows.append(e.config["rows"])
+        for name in ("moe_dispatch", "moe_combine"):
+            m = by[(name, rank)]
+            assert "communication" in m.flags and m.point.cost.flops == m.point.cost.bytes == 0
+            assert m.config["detail"]["message_bytes"] == msg == ph.collective(name).message_bytes
+    assert sum(rows) == T * cfg.n_active          # every routed row reached exactly one rank
+    # the file reads back and renders
+    rep = CliRunner().invoke(main, ["report", str(out / "results.jsonl"), "--out", str(tmp_path / "rep")])
+    assert rep.exit_code == 0, rep.output
+    assert (tmp_path / "rep" / "report.html").stat().st_size > 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert f"{2 * len(names)} measurements" in md and "--tp 2 --ep 2" in md
+    # a resume must keep --ep: without it the run is refused in one line, the file untouched
+    before = (out / "results.jsonl").read_bytes()
+    r = _profile("--model", "tiny-moe", "--tp", "2", "--phases", "decode", "--batches", "2", "--contexts", "8",
+                 "--backends", "torch", "--dtype", "fp32", "--budget-ms", "2", "--no-report", "--out", str(out),
+                 "--resume")
+    assert r.exit_code != 0 and "measured with --ep 2, this run has --ep 1" in r.output, r.output
+    assert (out / "results.jsonl").read_bytes() == before
+
+
+def test_points_older_than_ep_read_as_ep_1_and_ep_is_in_the_key():
+    from roofline.cost import Cost
+    from roofline.records import WorkloadPoint
+
+    p = WorkloadPoint(model="tiny-moe", op="experts", phase="decode", batch=2, new_tokens=1, context=8,
+                      cost=Cost(1.0, 2.0), tp=2)
+    d = p.to_dict()
+    assert "ep" not in d and WorkloadPoint.from_dict(d).ep == 1        # a file written before --ep
+    q = WorkloadPoint.from_dict({**d, "ep": 2})
+    assert q.ep == 2 and q.key != p.key                                 # points of different --ep never mix
+    assert q.to_dict()["ep"] == 2

@@ -4,6 +4,7 @@
     roofline profile --model llama-3-8b --phases decode --batches 1,8,64 --contexts 512,4096
     roofline profile --resume --out roofline-out      # continue an interrupted sweep
     roofline profile --tp 2 --model tiny              # tensor parallel: 2 ranks (gloo on a CPU, NCCL on GPUs)
+    roofline profile --tp 2 --ep 2 --model tiny-moe   # expert parallel: 4 whole experts per rank, all-to-alls
     roofline profile --weight-dtype fp32,int8 --phases decode   # float and int8 weights in one file (CPU: fp32)
     roofline profile --weight-dtype bf16,int4 --group-size 64 --kv-dtype bf16,int8   # GPU: 4 passes
     torchrun --nproc-per-node 8 -m profiler.cli profile --tp 8   # the same ranks started by torchrun
@@ -32,7 +33,7 @@ def build_run(*, model_arg, phases, batches, contexts, backends, dtype, device, 
                                    flush_cache=flush_cache, weight_dtypes=weight_dtype, kv_dtypes=kv_dtype,
                                    group_size=group_size, zero_point=zero_point)
     run = ProfileRun(plan, out=out_dir, mode=mode, threads=threads, quick=quick, csv=csv_out, report=not no_report,
-                     model_arg=model_arg, tp=tp)
+                     model_arg=model_arg, tp=tp, ep=ep)
     if tp != 1 or ep != 1:           # bad --tp / --ep fail here, before anything starts
         from ..tp_run import validate_ep, validate_tp
 
@@ -143,7 +144,7 @@ class _progress:
             if self.run.tp > 1:
                 from ..tp_sweep import tp_op_names
 
-                names = tp_op_names(plan)
+                names = tp_op_names(plan, self.run.tp, self.run.ep)
             self.task = self.bar.add_task("sweep", total=len(plan.combos()) * len(plan.variants()) * len(names))
         self.bar.update(self.task, advance=n, description=desc)
 
