@@ -38,7 +38,7 @@ def step_label(s, several_backends: bool) -> str:
     k = s.key
     return (f"b{k.batch}\n{k.context:,}" + (f"+{k.cached:,}" if k.cached else "")
             + (f"\n{k.backend}" if several_backends else "") + (f"\ntp{k.tp}" if k.tp > 1 else "")
-            + "".join(f"\n{n}:{v}" for n, v in (("w", k.weight_dtype), ("kv", k.kv_dtype)) if v != k.dtype))
+            + (f" ep{k.ep}" if k.ep > 1 else "") + "".join(f"\n{n}:{v}" for n, v in (("w", k.weight_dtype), ("kv", k.kv_dtype)) if v != k.dtype))
 
 
 @styled

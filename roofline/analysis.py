@@ -239,16 +239,18 @@ class StepKey:
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     tp: int = 1
+    ep: int = 1                # expert-parallel ranks (the same ranks as tp): another step than --tp alone
 
     @classmethod
     def of(cls, p) -> "StepKey":
-        return cls(p.phase, p.backend, p.batch, p.context, p.cached, p.dtype, p.weight_dtype, p.kv_dtype, p.tp)
+        return cls(p.phase, p.backend, p.batch, p.context, p.cached, p.dtype, p.weight_dtype, p.kv_dtype, p.tp,
+                   getattr(p, "ep", 1))
 
     @property
     def order(self) -> tuple:
         """Prefill first, then backend, batch, context (the order tables list steps in)."""
-        return (self.phase != "prefill", self.backend, self.tp, self.weight_dtype, self.kv_dtype, self.batch,
-                self.context, self.cached)
+        return (self.phase != "prefill", self.backend, self.tp, self.ep, self.weight_dtype, self.kv_dtype,
+                self.batch, self.context, self.cached)
 
 
 @dataclass(frozen=True, eq=False)
@@ -387,7 +389,7 @@ class Step:
         else:
             s = f"b{k.batch}/ctx{k.context}" + (f"+{k.cached} cached" if k.cached else "")
         s += "".join(f" {n}:{v}" for n, v in (("w", k.weight_dtype), ("kv", k.kv_dtype)) if v != k.dtype)
-        return s + (f" tp{k.tp}" if k.tp > 1 else "")
+        return s + (f" tp{k.tp}" if k.tp > 1 else "") + (f" ep{k.ep}" if k.ep > 1 else "")
 
     @property
     def title(self) -> str:

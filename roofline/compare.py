@@ -42,12 +42,13 @@ MIN_CHANGE = 0.03   # run-to-run drift of a GPU (clocks, temperature, placement)
 FASTER, SLOWER, SAME = "faster", "slower", "no change"
 UNBOUNDED = "too few samples"   # a range with no bound on one side (a p99 of 8 requests): no claim either way
 
-POINT_FIELDS = ("op", "phase", "batch", "context", "cached", "backend", "dtype", "weight_dtype", "kv_dtype", "tp")
+POINT_FIELDS = ("op", "phase", "batch", "context", "cached", "backend", "dtype", "weight_dtype", "kv_dtype", "tp",
+                "ep")
 TRACE_FIELDS = ("op", "phase")                 # a traced op's name is "aten::mm [8,4096]x[4096,4096]": op and shape
-STEP_FIELDS = ("phase", "backend", "batch", "context", "cached", "dtype", "weight_dtype", "kv_dtype", "tp")
-CHANGE_FIELDS = ("backend", "dtype", "weight_dtype", "kv_dtype", "tp")   # what a change under test may switch
+STEP_FIELDS = ("phase", "backend", "batch", "context", "cached", "dtype", "weight_dtype", "kv_dtype", "tp", "ep")
+CHANGE_FIELDS = ("backend", "dtype", "weight_dtype", "kv_dtype", "tp", "ep")   # what a change under test may switch
 FIELD_NAMES = {"backend": "backend", "dtype": "activation dtype", "weight_dtype": "weights", "kv_dtype": "KV cache",
-               "tp": "tensor-parallel ranks"}
+               "tp": "tensor-parallel ranks", "ep": "expert-parallel ranks"}
 
 
 # ---------------------------------------------------------------- one number, before and after

@@ -170,6 +170,11 @@ def test_profile_tp2_ep2_writes_each_ranks_experts_and_the_all_to_alls(tmp_path,
             assert "communication" in m.flags and m.point.cost.flops == m.point.cost.bytes == 0
             assert m.config["detail"]["message_bytes"] == msg == ph.collective(name).message_bytes
     assert sum(rows) == T * cfg.n_active          # every routed row reached exactly one rank
+    # the analysis keeps the expert-parallel step apart and says so
+    from roofline.analysis import analyze
+
+    (step,) = analyze(rf).steps
+    assert step.key.tp == 2 and step.key.ep == 2 and step.where == "b2/ctx8 tp2 ep2"
     # the file reads back and renders
     rep = CliRunner().invoke(main, ["report", str(out / "results.jsonl"), "--out", str(tmp_path / "rep")])
     assert rep.exit_code == 0, rep.output
@@ -196,3 +201,8 @@ def test_points_older_than_ep_read_as_ep_1_and_ep_is_in_the_key():
     q = WorkloadPoint.from_dict({**d, "ep": 2})
     assert q.ep == 2 and q.key != p.key                                 # points of different --ep never mix
     assert q.to_dict()["ep"] == 2
+    from roofline.analysis import StepKey
+    from roofline.compare import CHANGE_FIELDS, POINT_FIELDS, STEP_FIELDS
+
+    assert StepKey.of(p) != StepKey.of(q) and StepKey.of(q).ep == 2     # steps of different --ep never sum together
+    assert "ep" in POINT_FIELDS and "ep" in STEP_FIELDS and "ep" in CHANGE_FIELDS   # compare pairs by it too
