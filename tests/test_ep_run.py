@@ -6,28 +6,17 @@ rank of their expert (dispatch all-to-all) and come back (combine all-to-all): k
 Run: pytest tests/test_ep_run.py   (each test that needs ranks spawns one extra process)
 """
 
-import torch
-
 from profiler.distributed import run_ranks
 from roofline.models import load_model
+from tests.test_tp_moe_mla import _errs, _steps  # two prefills, two decode steps: the same as for --tp
 
 TINY_MOE = load_model("tiny-moe")        # Mixtral layout: 8 experts of 48, top-2, GQA 4:2
-PROMPTS = ([(7 * i + 3) % 256 for i in range(12)], [(11 * i + 5) % 256 for i in range(7)])
-DECODE_TOKENS = ([17, 42], [99, 3])      # two decode steps over slots 0 and 1
 
 
 def _ep(ctx):
     from kernels.tp import TPGroup
 
     return TPGroup(ctx.rank, ctx.world, ep=ctx.world)
-
-
-def _steps(m) -> dict:
-    out = {"prefill": m.prefill(torch.tensor(PROMPTS[0]), 0),
-           "prefill, 2nd slot": m.prefill(torch.tensor(PROMPTS[1]), 1)}
-    for i, toks in enumerate(DECODE_TOKENS):
-        out[f"decode {i + 1}"] = m.decode_step(torch.tensor(toks), torch.tensor([0, 1]))
-    return out
 
 
 def _parity(ctx, cfg):
@@ -40,7 +29,7 @@ def _parity(ctx, cfg):
     if ctx.rank != 0:
         return None
     want = _steps(LlamaModel(cfg, **kw))
-    return {"errs": {k: (float((got[k] - want[k]).abs().max()), float(want[k].abs().max())) for k in want},
+    return {"errs": _errs(got, want),
             "shapes": shapes}
 
 

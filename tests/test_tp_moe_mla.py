@@ -49,6 +49,11 @@ def _steps(m) -> dict:
     return out
 
 
+def _errs(got: dict, want: dict) -> dict:
+    """Per step: (largest |difference|, largest |logit| of the reference)."""
+    return {k: (float((got[k] - want[k]).abs().max()), float(want[k].abs().max())) for k in want}
+
+
 def _held(m) -> int:
     """Elements of every weight this rank holds (a tied lm_head is the embedding: counted once)."""
     w = m.w
@@ -71,7 +76,7 @@ def _parity(ctx, cfgs):
         ref = LlamaModel(cfg, **kw)
         want = _steps(ref)
         out[cfg.name] = {
-            "errs": {k: (float((got[k] - want[k]).abs().max()), float(want[k].abs().max())) for k in want},
+            "errs": _errs(got, want),
             "held": held, "counts": counts, "ref_counts": ref.expert_counts,
             "cache": (tuple(m.k_cache.shape), tuple(ref.k_cache.shape)),
             "local_heads": m.lcfg.n_heads,

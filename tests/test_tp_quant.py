@@ -33,7 +33,7 @@ Q4_MOE = ModelConfig("tiny-q4-moe", 64, 96, 2, 4, 2, 256, 512, arch="mixtral", n
 # (config, weight dtype, int4 group size, zero points): each runs with an int8 KV cache
 CASES = ((TINY, "int8", None, False), (Q4, "int4", 32, False), (TINY_MOE, "int8", None, False),
          (Q4_MOE, "int4", 32, True))
-from tests.test_tp_moe_mla import _steps  # noqa: E402  (two prefills, two decode steps: the same steps as there)
+from tests.test_tp_moe_mla import _errs, _steps  # noqa: E402  (two prefills, two decode steps: the same steps as there)
 
 
 def _qkw(wd, g, zp) -> dict:
@@ -131,7 +131,7 @@ def _parity(ctx, cases, backend="torch"):
         ref = LlamaModel(cfg, **kw)
         want = _steps(ref)
         out[cfg.name] = {
-            "errs": {k: (float((got[k] - want[k]).abs().max()), float(want[k].abs().max())) for k in want},
+            "errs": _errs(got, want),
             "cache": cache, "ref_cache": (ref.k_cache[0], ref.k_scale[0]), "impl": impl,
             "label": m.quant_label}
     return out
