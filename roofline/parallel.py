@@ -119,13 +119,17 @@ def valid_tp(cfg) -> list:
     return [n for n in range(1, cfg.n_heads + 1) if not _broken_rule(cfg, n)]
 
 
+def _kv_heads(cfg) -> int:
+    """The KV heads --tp splits: latent attention has none (one latent shared by every head, replicated), so its
+    query heads alone bound --tp."""
+    return cfg.n_heads if cfg.mla else cfg.n_kv_heads
+
+
 def _broken_rule(cfg, tp: int, ep_sliced: bool = False) -> str:
     """The sharding rule ``tp`` breaks for ``cfg``, in words; "" when it splits."""
-    Hq, Hkv, I = cfg.n_heads, cfg.n_kv_heads, cfg.intermediate
+    Hq, Hkv, I = cfg.n_heads, _kv_heads(cfg), cfg.intermediate
     if Hq % tp:
         return f"its {Hq} attention heads do not divide into {tp} ranks (each rank holds whole heads)"
-    if cfg.mla:                     # latent attention: one latent shared by every head, replicated (no KV heads)
-        Hkv = Hq
     if Hkv >= tp and Hkv % tp:
         return f"its {Hkv} KV heads do not divide into {tp} ranks"
     if Hkv < tp and tp % Hkv:
@@ -186,7 +190,7 @@ def shard(cfg, tp: int, ep: int = 1) -> Shard:
                                 f"split {cfg.name}: {rule}. Valid --ep for it: {ok}.")
         ok = ", ".join(map(str, valid_tp(cfg)))
         raise RooflineError(f"--tp {tp} cannot split {cfg.name}: {rule}. Valid --tp for it: {ok}.")
-    Hq, Hkv, I = cfg.n_heads, cfg.n_heads if cfg.mla else cfg.n_kv_heads, cfg.intermediate   # MLA: no KV heads
+    Hq, Hkv, I = cfg.n_heads, _kv_heads(cfg), cfg.intermediate
     padded = -(-cfg.vocab // tp) * tp
     return Shard(tp=tp, hidden=cfg.hidden, head_dim=cfg.head_dim, n_heads=Hq // tp,
                  n_kv_heads=max(1, Hkv // tp), kv_replicas=max(1, tp // Hkv), intermediate=I // tp,
