@@ -13,20 +13,33 @@ TORCH ?= torch==2.13.0
 CPU_INDEX := https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,$(shell python3 -c "import urllib.request as u; u.urlopen('$(CPU_INDEX)/', timeout=5); print('$(CPU_INDEX)')" 2>/dev/null))
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip -q --disable-pip-version-check
+PIP := $(PY) -m pip --disable-pip-version-check --progress-bar off
+# pip's own lines are kept out of the terminal (they go to $(VENV)/install.log); each step says what it does.
+LOG := $(VENV)/install.log
 
+# What running needs (torch, then this package and its runtime dependencies): `make run` stops here.
 $(VENV)/.installed: pyproject.toml
-	python3 -m venv $(VENV)
-	$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(PIP) install -e '.[test]'
-	touch $@
+	@echo "make: creating $(VENV) (once; delete it to start again)"
+	@python3 -m venv $(VENV)
+	@$(PY) -c "import torch" 2>/dev/null || { echo "make: installing $(TORCH)$(if $(TORCH_INDEX), from $(TORCH_INDEX),) ..."; \
+	  $(PIP) install $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH)" >>$(LOG) 2>&1 || { tail -20 $(LOG); exit 1; }; }
+	@echo "make: installing roofline and its runtime dependencies (matplotlib, triton, click, rich, ...) ..."
+	@$(PIP) install -e . >>$(LOG) 2>&1 || { tail -20 $(LOG); exit 1; }
+	@touch $@
+
+# The test extras (pytest, hypothesis, transformers, nbclient, ...) come with `make test` only.
+$(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
+	@echo "make: installing the test extras (pytest, hypothesis, transformers, safetensors, nbclient, ipykernel) ..."
+	@$(PIP) install -e '.[test]' >>$(LOG) 2>&1 || { tail -20 $(LOG); exit 1; }
+	@touch $@
 
 .PHONY: setup run test
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed-test
 
 run: $(VENV)/.installed
+	@echo "make: a quick profile sweep of this machine (a minute or two on a CPU), then its report in roofline-out/"
 	$(VENV)/bin/roofline profile --quick --overwrite --out roofline-out
 
 # Two workers: the suite is CPU-bound and the reference box has two cores.
-test: $(VENV)/.installed
+test: $(VENV)/.installed-test
 	$(PY) -m pytest -n 2
