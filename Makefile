@@ -13,7 +13,7 @@ TORCH ?= torch==2.13.0
 CPU_INDEX := https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,$(shell python3 -c "import urllib.request as u; u.urlopen('$(CPU_INDEX)/', timeout=5); print('$(CPU_INDEX)')" 2>/dev/null))
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip --disable-pip-version-check --progress-bar off
+PIP := $(PY) -m pip --disable-pip-version-check
 # pip's own lines are kept out of the terminal (they go to $(VENV)/install.log); each step says what it does.
 LOG := $(VENV)/install.log
 
@@ -22,15 +22,15 @@ $(VENV)/.installed: pyproject.toml
 	@echo "make: creating $(VENV) (once; delete it to start again)"
 	@python3 -m venv $(VENV)
 	@$(PY) -c "import torch" 2>/dev/null || { echo "make: installing $(TORCH)$(if $(TORCH_INDEX), from $(TORCH_INDEX),) ..."; \
-	  $(PIP) install $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH)" >>$(LOG) 2>&1 || { tail -20 $(LOG); exit 1; }; }
+	  $(PIP) install --progress-bar off $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH)" >>$(LOG) 2>&1 || { tail -20 $(LOG); exit 1; }; }
 	@echo "make: installing roofline and its runtime dependencies (matplotlib, triton, click, rich, ...) ..."
-	@$(PIP) install -e . >>$(LOG) 2>&1 || { tail -20 $(LOG); exit 1; }
+	@$(PIP) install --progress-bar off -e . >>$(LOG) 2>&1 || { tail -20 $(LOG); exit 1; }
 	@touch $@
 
 # The test extras (pytest, hypothesis, transformers, nbclient, ...) come with `make test` only.
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
 	@echo "make: installing the test extras (pytest, hypothesis, transformers, safetensors, nbclient, ipykernel) ..."
-	@$(PIP) install -e '.[test]' >>$(LOG) 2>&1 || { tail -20 $(LOG); exit 1; }
+	@$(PIP) install --progress-bar off -e '.[test]' >>$(LOG) 2>&1 || { tail -20 $(LOG); exit 1; }
 	@touch $@
 
 .PHONY: setup run test
