@@ -26,6 +26,7 @@ Run ``python -m profiler.probes`` to print a snapshot.
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import os
 import platform
 import re
@@ -402,21 +403,32 @@ def git_sha(repo_dir: str | Path | None = None) -> str:
         return ""
 
 
+def installed(*packages: str) -> dict:
+    """{package: its installed version, or "not installed"}, from the package metadata (never by importing it)."""
+    out = {}
+    for pkg in packages:
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def light_versions(*extra: str) -> dict:
+    """python and roofline (and ``extra`` packages) without importing torch: the versions of a run that reads
+    files or talks HTTP (a trace, counters, an endpoint), where torch's import alone is seconds of its budget."""
+    return {"python": platform.python_version(), **installed("roofline", *extra)}
+
+
 def versions() -> dict:
     """python, torch, triton, CUDA (torch's build), driver (NVML), roofline."""
-    import importlib.metadata as md
-
     import torch
 
     out = {"python": platform.python_version(), "torch": torch.__version__,
            "cuda": torch.version.cuda or "none (CPU build)"}
     # NB: triton's version from its metadata, never by importing it: kernels._env must pick the
     # interpreter before triton is first imported.
-    for pkg in ("triton", "roofline"):
-        try:
-            out[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            out[pkg] = "not installed"
+    out.update(installed("triton", "roofline"))
     out["driver"] = _driver_version()
     return out
 
