@@ -33,6 +33,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from .timing import now
+
 MiB = 2**20
 FALLBACK_LLC_BYTES = 32 * MiB
 SM_CLOCK_LOW = 0.85  # a busy SM clock under this fraction of its max is flagged (unless power-capped)
@@ -139,8 +141,6 @@ class GpuProbe:
     def sample(self) -> dict:
         """Clocks, power, temperature, clock-event reasons; NVML's cumulative violation and energy
         counters (differences between two samples cover the point); the host's CPU tick counters."""
-        from .timing import now
-
         nv = self.nv
         get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
             getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
