@@ -181,8 +181,8 @@ def _run(run: TraceRun, say) -> TraceRunResult:
     from .run import started
 
     header = RunHeader(device=dev, datasheet=sheet, ceilings=details, model=run.model, kind="trace",
-                       dtype=mine.dtype, settings=settings, versions=probes.light_versions(), git_sha=probes.git_sha(),
-                       command=run.command, started=started())
+                       dtype=mine.dtype, settings=settings, versions=probes.light_versions(),   # the reader's
+                       git_sha=probes.git_sha(), command=run.command, started=started())
     out = Path(run.out)
     path = out / "results.jsonl"
     with ResultWriter(path, mode=run.mode) as w:

@@ -28,8 +28,8 @@ def _after(*commands) -> dict:
 
 
 def test_explain_and_devices_do_not_import_torch():
-    got = _after(("explain", "--model", "tiny", "--context", "128"), ("explain", "--model", "tiny-moe", "--context", "128", "--json"),
-                 ("explain", "linear", "--tokens", "16", "--in", "64", "--out", "64"), ("devices",),
-                 ("devices", "--json"))
+    got = _after(("explain", "--model", "tiny", "--context", "128"),
+                 ("explain", "--model", "tiny-moe", "--context", "128", "--json"),
+                 ("explain", "linear", "--tokens", "16", "--in", "64", "--out", "64"), ("devices",), ("devices", "--json"))
     assert got["codes"] == [0, 0, 0, 0, 0]
     assert got["torch"] is False
