@@ -38,6 +38,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from roofline import units as U
 from roofline.devices import Device, cpu_device, find_device
 from roofline.errors import RooflineError
 
@@ -422,8 +423,6 @@ def measure_gemm(device: str, dtype: str, *, quick: bool = False, shapes=None) -
 
 def ceilings_table(c: Ceilings) -> str:
     """Plain-text table: measured beside datasheet with the ratio."""
-    from roofline import units as U
-
     d, ds = c.device, c.datasheet
     label = c.details.get("label", "measured")
     lines = [f"device: {d.name} ({d.kind})  {'[cached]' if c.cached else '[measured now]'}",

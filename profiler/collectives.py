@@ -16,10 +16,16 @@ backend, rank count, threads, sizes and software versions.
 
 from __future__ import annotations
 
+import os
+
 from roofline import formulas as F
 from roofline import units as U
+from roofline.errors import RooflineError
 from roofline.interconnect import link_from_measurements
 
+from . import cache, probes
+from .ceilings import device_name as torch_device_name
+from .distributed import check_tp, run_ranks
 from .timing import measure
 
 METHOD_VERSION = 1
@@ -73,8 +79,6 @@ def row(kind: str, message_bytes: int, seconds: float, ranks: int, **extra) -> d
 
 
 def cache_key(device_name: str, backend: str, world: int, threads: int, sizes) -> dict:
-    from . import probes
-
     v = probes.versions()
     return {"method": METHOD_VERSION, "what": "collectives", "device": device_name, "backend": backend,
             "world": world, "threads": threads, "sizes": list(sizes), "torch": v["torch"], "cuda": v["cuda"],
@@ -82,21 +86,15 @@ def cache_key(device_name: str, backend: str, world: int, threads: int, sizes) -
 
 
 def _path(key: dict):
-    from . import cache
-
     return cache.path(f"collectives-{cache.slug(key['device'])}-tp{key['world']}", key)
 
 
 def _load(key: dict) -> dict | None:
-    from . import cache
-
     d = cache.load(_path(key), key)
     return d.get("result") if d else None
 
 
 def _save(key: dict, result: dict) -> None:
-    from . import cache
-
     cache.store(_path(key), key, {"result": result}, indent=1)
 
 
@@ -158,16 +156,9 @@ def _follow(ctx, device_name, quick, remeasure):
 def run_collective_ceilings(device: str, tp: int, *, quick: bool = False, remeasure: bool = False,
                             threads: int | None = None) -> dict:
     """Start ``tp`` ranks (or join torchrun's) and measure; rank 0 returns the result (others None)."""
-    import os
-
-    from .ceilings import device_name
-    from .distributed import check_tp, run_ranks
-
     check_tp(tp, device)
     if tp < 2:
-        from roofline.errors import RooflineError
-
         raise RooflineError("--collective needs --tp 2 or more: a collective over one rank moves nothing.")
     if not str(device).startswith("cuda"):
         threads = threads or max(1, (os.cpu_count() or 1) // tp)
-    return run_ranks(tp, device, _lead, _follow, (device_name(device), quick, remeasure), threads=threads)
+    return run_ranks(tp, device, _lead, _follow, (torch_device_name(device), quick, remeasure), threads=threads)

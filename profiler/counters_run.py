@@ -33,8 +33,15 @@ from roofline.counters import METRICS, read_counters
 from roofline.counters_join import COUNTERS, counter_measurements, join, ratio_line
 from roofline.devices import find_device
 from roofline.errors import RooflineError
+from roofline.models import ModelConfig
 from roofline.records import RunHeader, WorkloadPoint, read_results
 from roofline.writer import ResultWriter
+
+from reports import write_report
+
+from . import probes
+from .run import started
+from .sweep import formula_cost, point_for
 
 REPLAY_MODE = "kernel"
 NCU_INSTALL = ("Nsight Compute's `ncu` is not on PATH: install it (it ships with the CUDA toolkit as "
@@ -129,15 +136,12 @@ def run_counters(run: CountersRun, say=lambda m: None) -> CountersResult:
     dev, sheet, how = _device(run, cf)
     dtype = next((p.dtype for p in points), "bf16")
     ms = counter_measurements(joined, dev.name, dtype)
-    from . import probes
-    from .run import started
-    from .trace_run import _versions
-
     settings = {"counters": str(run.csv), "layout": cf.layout, "cc": cf.cc, "launches": len(cf.launches),
                 "joined": sum(1 for j in joined if j.point is not None), "join": str(run.join or ""),
                 "device_from": how, "replay_mode": REPLAY_MODE, "notices": notes}
     header = RunHeader(device=dev, datasheet=sheet, kind=COUNTERS, dtype=dtype, settings=settings,
-                       versions=_versions(), git_sha=probes.git_sha(), command=run.command, started=started())
+                       versions=probes.light_versions(), git_sha=probes.git_sha(), command=run.command,
+                       started=started())
     path = Path(run.out) / "results.jsonl"
     with ResultWriter(path, mode=run.mode) as w:
         w.begin(header)
@@ -147,8 +151,6 @@ def run_counters(run: CountersRun, say=lambda m: None) -> CountersResult:
     report = None
     if run.report and any(m.ok and "uncosted" not in m.flags for m in ms):
         analyze(rf)
-        from reports import write_report
-
         report = write_report([rf], Path(run.out))
     return CountersResult(path, header, rf.measurements, notes, report)
 
@@ -181,8 +183,6 @@ def profile_counters(plan, out: str, mode: str = "new", say=lambda m: None, repo
     ncu = shutil.which("ncu")
     if ncu is None:
         raise RooflineError(NCU_INSTALL + cupti_note() + ".")
-    from profiler.sweep import formula_cost, point_for
-
     points = []
     for phase, backend, batch, context in plan.combos():
         if backend != "triton":
@@ -216,7 +216,6 @@ def child(manifest: str) -> None:  # pragma: no cover - runs under ncu on a GPU
     import torch
 
     from kernels.runners import make_runners
-    from roofline.models import ModelConfig
 
     d = json.loads(Path(manifest).read_text())
     cfg = ModelConfig.from_dict(d["model"])

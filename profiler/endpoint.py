@@ -46,6 +46,7 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from roofline.dtypes import normalize_dtype
 from roofline.errors import RooflineError
 from roofline.latency import RequestTimeline
 from roofline.safejson import HTTP_REPLY, SSE_EVENT, BadJSON, loads, whole
@@ -190,8 +191,6 @@ async def served_dtype(client, model: str) -> str | None:
     """The compute dtype the server lists for ``model`` (``GET /v1/models``: ``roofline serve`` adds ``dtype``); None
     when it says none (most servers) or anything is wrong."""
     import httpx
-
-    from roofline.dtypes import normalize_dtype
 
     try:
         doc = loads((await client.get("/v1/models")).content, limits=HTTP_REPLY)

@@ -25,11 +25,17 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from roofline.devices import Device
 from roofline.errors import RooflineError
+from roofline.latency import arrival_times, format_slo, summarize
 from roofline.records import RunHeader
 
-from .endpoint import public_url
+from .endpoint import (Target, base_url, chars_per_token, discover, public_url, run_requests, served_dtype,
+                       sized_prompt)
+from .probes import git_sha, light_versions
 from .run import LatencyResult, check_output, check_writable, command_line, quiet, run_configs, started
+from .timing import now
+from .tokenizer import make_prompt
 
 DISCOVERY_TIMEOUT_S = 30.0   # GET /v1/models and /tokenize before the run: a server that accepts and never answers
 TIMESTAMPS = ("profiler.timing.now() on the client, seconds since the configuration started; arrival = scheduled "
@@ -96,8 +102,6 @@ class EndpointRun:
                  "--ignore-eos" if self.ignore_eos else "--no-ignore-eos",
                  "--usage-per-chunk" if self.usage_per_chunk else "--no-usage-per-chunk", "--out", str(self.out)]
         if self.slo:
-            from roofline.latency import format_slo
-
             args += ["--slo", format_slo(self.slo)]
         args += ["--resume"] if resume else (["--overwrite"] if self.mode == "overwrite" else [])
         return shlex.join(args)      # never the API key: it comes from OPENAI_API_KEY or --api-key again
@@ -107,22 +111,7 @@ def config_label(api: str, concurrency) -> str:
     return f"endpoint={api},concurrency={concurrency or 'unlimited'}"
 
 
-def _versions() -> dict:
-    import importlib.metadata as md
-    import platform
-
-    out = {"python": platform.python_version()}
-    for pkg in ("roofline", "httpx"):
-        try:
-            out[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
-
-
 def _server_device(model_name: str, base: str):
-    from roofline.devices import Device
-
     return Device(key="endpoint", name=f"{public_url(base)} serving {model_name}", kind="server", source="unknown",
                   provenance="measured from a client: the server's device and ceilings are not known to it; give "
                              "`roofline diagnose --device` for the floors")
@@ -131,9 +120,6 @@ def _server_device(model_name: str, base: str):
 async def _prepare(run: EndpointRun, target, say) -> tuple:
     """(model name, prompts [(text, requested tokens, max_tokens)], the dtype the server lists or None): discovery
     and prompt sizing."""
-    from .endpoint import chars_per_token, discover, served_dtype, sized_prompt
-    from .tokenizer import make_prompt
-
     async with target.client(timeout=min(target.timeout, DISCOVERY_TIMEOUT_S)) as client:
         name, ids = await discover(client, target.base, run.model_name)
         if not run.model_name and len(ids) > 1:
@@ -164,12 +150,6 @@ def dtype_of(given: str, served: str | None) -> tuple:
 
 def run_endpoint(run: EndpointRun, *, say=quiet) -> LatencyResult:
     """Send ``run.requests`` requests per configuration to the server; write each request as it finishes."""
-    from roofline.latency import arrival_times, summarize
-
-    from .endpoint import Target, base_url, run_requests
-    from .probes import git_sha
-    from .timing import now
-
     base = base_url(run.url)
     if run.api not in ("completions", "chat"):
         raise RooflineError(f"--api must be completions or chat, not {run.api!r}.")
@@ -183,8 +163,8 @@ def run_endpoint(run: EndpointRun, *, say=quiet) -> LatencyResult:
     target = Target(base, run.api, name, run.timeout, run.connect_timeout, run.ignore_eos, run.usage_per_chunk,
                      run.api_key)
     header = RunHeader(device=_server_device(name, base), model=run.model, kind="latency", dtype=dtype,
-                       settings={**run.settings(name), "dtype_from": dtype_from}, versions=_versions(), git_sha=git_sha(),
-                       command=command_line(run.command(run.mode == "resume")), started=started())
+                       settings={**run.settings(name), "dtype_from": dtype_from}, versions=light_versions("httpx"),
+                       git_sha=git_sha(), command=command_line(run.command(run.mode == "resume")), started=started())
     arrivals = arrival_times(run.requests, run.rate, run.arrival, run.seed)
     concurrency = {label: c for c, label in run.configs}
 

@@ -21,6 +21,9 @@ from __future__ import annotations
 from roofline import workload as W
 from roofline.cost import ZERO
 
+from . import cache
+from .probes import versions
+
 COVERED_KINDS = ("linear", "attention")   # the ops FlopCounterMode sees: matmuls and attention
 COVERS = ("torch FlopCounterMode counts matmuls and scaled_dot_product_attention only (no norms, RoPE, "
           "SwiGLU, adds, gathers) and ignores the causal mask: its prefill attention is 2x ours.")
@@ -90,9 +93,6 @@ def flop_check(cfg, *, dtype: str = "fp32", device: str = "cpu", prompt: int = 1
 def cached_flop_check(cfg, *, dtype: str = "fp32", device: str = "cpu", prompt: int = 128) -> dict:
     """``flop_check``, cached beside the ceilings: the count depends only on the model's shapes, the dtype,
     the prompt, the device kind and torch's version, so a second run of the same sweep does not pay for it."""
-    from . import cache
-    from .probes import versions
-
     d = cfg.to_dict()
     d.pop("notes", None)
     key = {"model": d, "dtype": dtype, "device": "cuda" if str(device).startswith("cuda") else "cpu",

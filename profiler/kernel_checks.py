@@ -10,9 +10,13 @@ never remembered.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from roofline.errors import RooflineError
+
+from . import cache, probes
+from .ceilings import device_name
 
 
 def validate_kernels(backends, dtype, device="cpu", quant: bool = False) -> list:
@@ -48,12 +52,7 @@ def validate_kernels(backends, dtype, device="cpu", quant: bool = False) -> list
 
 
 def _check_key(backend: str, dtype: str, device: str) -> dict:
-    import hashlib
-
     import kernels
-
-    from . import probes
-    from .ceilings import device_name
 
     src = hashlib.sha1()
     for f in sorted(Path(kernels.__file__).parent.glob("*.py")):
@@ -63,18 +62,12 @@ def _check_key(backend: str, dtype: str, device: str) -> dict:
 
 
 def _check_path(key: dict) -> Path:
-    from . import cache
-
     return cache.path("kernelcheck", key, digits=16)
 
 
 def _check_cached(key: dict) -> bool:
-    from . import cache
-
     return cache.load(_check_path(key), key) is not None
 
 
 def _check_store(key: dict, results) -> None:
-    from . import cache
-
     cache.store(_check_path(key), key, {"passed": [[r.name, r.max_rel_err, r.tol] for r in results]})

@@ -12,12 +12,19 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
+from roofline.capacity import capacity
+from roofline.devices import Device, cpu_device, find_device
 from roofline.errors import RooflineError
+from roofline.latency import arrival_times, format_slo, summarize
 from roofline.records import RunHeader
 
+from . import probes, serving, sweep
+from .ceilings import device_name
 from .run import LatencyResult, check_output, check_writable, command_line, quiet, run_configs, started
 from .timing import cpu_threads
+from .tokenizer import make_prompt
 
 
 @dataclass(frozen=True)
@@ -104,8 +111,6 @@ class LatencyRun:
         if self.threads:
             args += ["--threads", str(self.threads)]
         if self.slo:
-            from roofline.latency import format_slo
-
             args += ["--slo", format_slo(self.slo)]
         q = self.quant
         for k in ("weight_dtype", "kv_dtype", "group_size"):
@@ -131,10 +136,6 @@ def _cpu_threads_default(device: str, threads: int | None) -> int | None:
 
 def _latency_device_header(torch_device: str):
     """The device as `roofline profile` records it: the catalogue entry for a known GPU, else its name."""
-    from roofline.devices import Device, cpu_device, find_device
-
-    from .ceilings import device_name
-
     name = device_name(torch_device)
     if not torch_device.startswith("cuda"):
         return cpu_device(name=name)
@@ -151,23 +152,16 @@ def run_latency(run: LatencyRun, *, say=quiet) -> LatencyResult:
     if run.device.startswith("cuda") and not torch.cuda.is_available():
         raise RooflineError(f"--device {run.device}: no CUDA GPU is visible to torch here; use --device cpu.")
     check_writable(run.out)
-    check_quant(run.model, run.dtype, run.backend, run.device, run.weight_dtype, run.kv_dtype, run.group_size,
-                run.zero_point)
+    check_quant(run)
     for n in run.model.notes:
         say(f"note: {n}")
     _check_capacity(run)
     with cpu_threads(_cpu_threads_default(run.device, run.threads)) as n_threads:
-        from roofline.latency import arrival_times, summarize
-
-        from . import probes
-        from .serving import RequestSpec, serve
-        from .tokenizer import make_prompt
-
         header = RunHeader(device=_latency_device_header(run.device), model=run.model, kind="latency",
                            dtype=run.dtype, settings=run.settings(n_threads), versions=probes.versions(),
                            git_sha=probes.git_sha(), command=command_line(run.command(run.mode == "resume")),
                            started=started())
-        specs = [RequestSpec(i, a, make_prompt(run.prompt_tokens, seed=run.seed * 1000 + i,
+        specs = [serving.RequestSpec(i, a, make_prompt(run.prompt_tokens, seed=run.seed * 1000 + i,
                                                shared_prefix=run.shared_prefix), run.output_tokens)
                  for i, a in enumerate(arrival_times(run.requests, run.rate, run.arrival, run.seed))]
         configs = {label: (budget, cache) for budget, cache, label in run.configs}
@@ -184,7 +178,7 @@ def run_latency(run: LatencyRun, *, say=quiet) -> LatencyResult:
             m = model[0]
             for s in range(run.max_slots):
                 m.reset(s)
-            result = serve(m, specs, chunk_budget=budget, prefix_cache=cache, block_size=run.block_size,
+            result = serving.serve(m, specs, chunk_budget=budget, prefix_cache=cache, block_size=run.block_size,
                            config=label, on_finish=sink.request)
             for st in result.steps:
                 sink.record({"type": "latency-step", "config": label, **st})
@@ -195,35 +189,31 @@ def run_latency(run: LatencyRun, *, say=quiet) -> LatencyResult:
                            resume=lambda: run.command(resume=True), prepare=prepare)
 
 
-def check_quant(cfg, dtype, backend, device, weight_dtype, kv_dtype, group_size, zero_point) -> None:
+def check_quant(run) -> None:
     """One-line RooflineErrors for quantization a run cannot do, before any model is built: weights the activation
     dtype, int8 or int4 (its group dividing every linear; on the torch backend only where torch has the op), the KV
-    cache the activation dtype, int8 or fp8 (only on a GPU with fp8); --group-size / --zero-point only with int4."""
+    cache the activation dtype, int8 or fp8 (only on a GPU with fp8); --group-size / --zero-point only with int4.
+    ``run``: a ``LatencyRun`` or a ``roofline serve`` run (model, dtype, backend, device and the four quantization
+    settings)."""
     import torch
 
     from kernels._common import torch_dtype
     from kernels.model import quant_dtypes
     from kernels.quant import check_model_groups, check_torch_int4
 
-    w, _ = quant_dtypes(torch_dtype(dtype), weight_dtype, kv_dtype, torch.device(device))
-    if w != "int4" and (group_size is not None or zero_point):
+    w, _ = quant_dtypes(torch_dtype(run.dtype), run.weight_dtype, run.kv_dtype, torch.device(run.device))
+    if w != "int4" and (run.group_size is not None or run.zero_point):
         raise RooflineError("--group-size and --zero-point go with int4 weights (--weight-dtype int4).")
     if w == "int4":
-        check_model_groups(cfg, group_size or 128)
-        if backend == "torch":
-            check_torch_int4(device)
+        check_model_groups(run.model, run.group_size or 128)
+        if run.backend == "torch":
+            check_torch_int4(run.device)
 
 
 def _check_capacity(run: LatencyRun) -> None:
     """Refuse, before building anything, a model whose weights and KV cache (max_slots sequences of the
     longest request) cannot fit the device's memory (``roofline.capacity``), with the batch that would."""
-    from types import SimpleNamespace
-
-    from roofline.capacity import capacity
-
-    from .sweep import device_memory_bytes
-
-    have = device_memory_bytes(run.device)
+    have = sweep.device_memory_bytes(run.device)
     wd = run.weight_dtype if run.weight_dtype not in (None, "") else run.dtype
     kd = run.kv_dtype if run.kv_dtype not in (None, "") else run.dtype
     cap = capacity(run.model, SimpleNamespace(name=run.device, memory_bytes=have), run.max_slots,
@@ -238,8 +228,6 @@ def _check_capacity(run: LatencyRun) -> None:
 def _build_model(run: LatencyRun):
     from kernels.model import LlamaModel
 
-    from .serving import warmup
-
     try:
         m = LlamaModel(run.model, dtype=run.dtype, backend=run.backend, device=run.device, seed=run.seed,
                        max_slots=run.max_slots, max_len=run.prompt_tokens + run.output_tokens + 1,
@@ -249,5 +237,5 @@ def _build_model(run: LatencyRun):
         raise
     except (ValueError, RuntimeError) as e:
         raise RooflineError(f"cannot build {run.model.name} ({run.backend}, {run.dtype}, {run.device}): {e}") from None
-    warmup(m)
+    serving.warmup(m)
     return m

@@ -26,11 +26,14 @@ Run ``python -m profiler.probes`` to print a snapshot.
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import os
 import platform
 import re
 import subprocess
 from pathlib import Path
+
+from .timing import now
 
 MiB = 2**20
 FALLBACK_LLC_BYTES = 32 * MiB
@@ -138,8 +141,6 @@ class GpuProbe:
     def sample(self) -> dict:
         """Clocks, power, temperature, clock-event reasons; NVML's cumulative violation and energy
         counters (differences between two samples cover the point); the host's CPU tick counters."""
-        from .timing import now
-
         nv = self.nv
         get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
             getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
@@ -402,21 +403,32 @@ def git_sha(repo_dir: str | Path | None = None) -> str:
         return ""
 
 
+def installed(*packages: str) -> dict:
+    """{package: its installed version, or "not installed"}, from the package metadata (never by importing it)."""
+    out = {}
+    for pkg in packages:
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def light_versions(*extra: str) -> dict:
+    """python and roofline (and ``extra`` packages) without importing torch: the versions of a run that reads
+    files or talks HTTP (a trace, counters, an endpoint), where torch's import alone is seconds of its budget."""
+    return {"python": platform.python_version(), **installed("roofline", *extra)}
+
+
 def versions() -> dict:
     """python, torch, triton, CUDA (torch's build), driver (NVML), roofline."""
-    import importlib.metadata as md
-
     import torch
 
     out = {"python": platform.python_version(), "torch": torch.__version__,
            "cuda": torch.version.cuda or "none (CPU build)"}
     # NB: triton's version from its metadata, never by importing it: kernels._env must pick the
     # interpreter before triton is first imported.
-    for pkg in ("triton", "roofline"):
-        try:
-            out[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            out[pkg] = "not installed"
+    out.update(installed("triton", "roofline"))
     out["driver"] = _driver_version()
     return out
 

@@ -11,6 +11,10 @@ the rounding of the row-parallel partial sums (the all-reduce adds N partial GEM
 
 from __future__ import annotations
 
+from roofline.parallel import shard
+
+from .distributed import check_tp, run_ranks
+
 CASES = ("prefill", "decode", "chunked prefill")
 
 
@@ -52,10 +56,6 @@ def _follow(ctx, cfg, opts):
 def tp_logits_check(tp: int, cfg, *, dtype: str = "fp32", backend: str = "torch", device: str = "cpu",
                     seed: int = 0, prompt_tokens: int = 12, chunk: int = 5) -> dict:
     """{case: (max |TP logits - single-device logits|, max |logit|)} over ``tp`` ranks (rank 0's answer)."""
-    from roofline.parallel import shard
-
-    from .distributed import check_tp, run_ranks
-
     check_tp(tp, device)
     shard(cfg, tp)
     prompt = [(7 * i + 3) % cfg.vocab for i in range(prompt_tokens)]

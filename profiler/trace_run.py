@@ -116,19 +116,6 @@ def _retyped(dev, dtype: str):
     return replace(dev, peak_flops={dtype: peak}, provenance=dev.provenance.replace(" bf16,", f" {dtype},"))
 
 
-def _versions() -> dict:
-    """python and roofline (the versions that read the trace; the traced run's own are not recorded in it).
-    torch is not imported for a trace: its import alone is seconds of a 100 MB trace's budget."""
-    import importlib.metadata as md
-    import platform
-
-    try:
-        mine = md.version("roofline")
-    except md.PackageNotFoundError:
-        mine = "not installed"
-    return {"python": platform.python_version(), "roofline": mine}
-
-
 def run_trace(run: TraceRun, say=lambda m: None) -> TraceRunResult:
     """Read, cost, write and report one trace (see the module docstring).
 
@@ -194,8 +181,8 @@ def _run(run: TraceRun, say) -> TraceRunResult:
     from .run import started
 
     header = RunHeader(device=dev, datasheet=sheet, ceilings=details, model=run.model, kind="trace",
-                       dtype=mine.dtype, settings=settings, versions=_versions(), git_sha=probes.git_sha(),
-                       command=run.command, started=started())
+                       dtype=mine.dtype, settings=settings, versions=probes.light_versions(),   # the reader's
+                       git_sha=probes.git_sha(), command=run.command, started=started())
     out = Path(run.out)
     path = out / "results.jsonl"
     with ResultWriter(path, mode=run.mode) as w:

@@ -1,14 +1,21 @@
-"""Analytic explanations, no hardware: the seed's arithmetic for one linear layer, and a
-phase's per-op table with its verdict. Returns data and plain text; the CLI prints."""
+"""Analytic explanations, no hardware: the seed's arithmetic for one linear layer, a phase's
+per-op table with its verdict, and a whole ``roofline explain`` of a model step (``ExplainSpec``,
+built once from the options, into ``explain_step``: the table, the capacity, the expert curve).
+Returns data and plain text; the CLI prints."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from . import formulas as F
 from . import units as U
+from . import workload as W
 from .bounds import COMMUNICATION, COMPUTE, analyze_phase
+from .capacity import Capacity, capacity
 from .devices import Device
 from .dtypes import bytes_per_element, normalize_dtype
 from .errors import RooflineError, check_positive_int
+from .models import ModelConfig
 
 
 WEIGHT_ONLY = ("int8", "int4")   # weights dequantized into the activation dtype: the GEMM runs at its peak
@@ -235,3 +242,106 @@ def expert_curve_text(c: dict) -> str:
                      "mostly brings new experts' weights (reuse fragmentation: decode stays bound by expert bytes); "
                      "from it on, extra tokens reuse weights already read, as in a dense model.")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- `roofline explain` of a model step
+
+@dataclass(frozen=True)
+class ExplainSpec:
+    """One ``roofline explain`` of a model step, built once from the options: the model and the device (with the
+    link its collectives cross: None = the device's), the step (phase, batch, context; a prefill's cached prefix
+    and chunk), the precision it runs at and its parallelism."""
+
+    model: ModelConfig
+    device: Device
+    phase: str = "decode"             # "prefill" | "decode"
+    batch: int = 1
+    context: int = 1024               # prefill: prompt length; decode: tokens already in the KV cache
+    cached: int = 0                   # prefill: cached prefix tokens reused
+    chunk: int | None = None          # prefill: chunk size in tokens (chunked prefill)
+    weight_dtype: str = "bf16"
+    act_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    tp: int = 1
+    ep: int = 1
+    group_size: int | None = None     # int4 weights: input rows per scale
+    zero_point: bool = False          # int4 weights: zero points
+    expert_load: tuple = ()           # MoE: tokens per expert (a measured histogram); () = uniform routing
+    link: object = None               # roofline.interconnect.Interconnect, or None: the device's
+
+    def __post_init__(self):
+        if self.phase not in ("prefill", "decode"):
+            raise RooflineError(f"phase must be prefill or decode, not {self.phase!r}.")
+        if self.phase == "decode" and (self.cached or self.chunk):
+            raise RooflineError("--cached and --chunk apply to --phase prefill only.")
+
+    def _step_options(self) -> dict:
+        kw = dict(weight_dtype=self.weight_dtype, act_dtype=self.act_dtype, kv_dtype=self.kv_dtype, tp=self.tp,
+                  ep=self.ep, group_size=self.group_size, zero_point=self.zero_point)
+        if self.expert_load:
+            kw["expert_load"] = list(self.expert_load)
+        return kw
+
+    def step(self) -> W.Phase:
+        """The step explained, as ``roofline.workload`` costs it."""
+        if self.phase == "prefill":
+            return W.prefill(self.model, self.batch, self.context, cached_tokens=self.cached, chunk=self.chunk,
+                             **self._step_options())
+        return W.decode(self.model, self.batch, self.context, **self._step_options())
+
+    def decode_at(self, batch: int) -> W.Phase:
+        """A decode step of ``batch`` sequences at this context and precision (the expert curve's points)."""
+        return W.decode(self.model, batch, self.context, **self._step_options())
+
+
+@dataclass(frozen=True)
+class StepExplained:
+    """``explain_step``'s answer: the step, its fit in memory, and ``data`` (what ``--json`` prints)."""
+
+    spec: ExplainSpec
+    phase: W.Phase
+    capacity: Capacity
+    data: dict
+
+    def text(self) -> str:
+        """What ``roofline explain`` prints: the fit, the settings, the per-op table (and the collectives'), the
+        bytes a decode step reads, the verdict and, for a mixture of experts, the expert curve."""
+        s, ph, cap, d = self.spec, self.phase, self.capacity, self.data
+        tp, ep = ph.tp, ph.ep          # --ep N alone: N ranks (roofline.parallel.ranks)
+        lines = [("DOES NOT FIT: " if not cap.fits else "capacity: ") + cap.sentence,
+                 f"{d['model']} {d['phase']} on {d['device']} ({s.device.source} ceilings), weights {s.weight_dtype}"
+                 + (f" (group {ph.dtypes.group_size}{', zero points' if s.zero_point else ''})"
+                    if s.weight_dtype == "int4" else "")
+                 + f", activations {s.act_dtype}, KV cache {s.kv_dtype}"
+                 + (f"; expert parallel over {ep} ranks ({s.model.n_experts // ep} whole expert(s) each, attention "
+                    "tensor parallel over the same ranks): every row is one rank's share" if ep > 1 else
+                    f"; tensor parallel over {tp} ranks: every row is one rank's share" if tp > 1 else ""),
+                 phase_table_text(d)]
+        if tp > 1:
+            lines.append(collectives_table_text(d))
+        if ph.phase == "decode":
+            lines.append(f"KV cache read: {U.nbytes(ph.kv_cache_read_bytes)} ({ph.kv_cache_read_bytes:,.0f} bytes); "
+                         f"weights read: {U.nbytes(ph.weight_bytes)}" + (" (per rank)" if tp > 1 else "")
+                         + ("; scales counted (formulas.weight_scale_bytes, kv_scale_bytes)."
+                            if ph.dtypes.weight in F.QUANTIZED_WEIGHTS or ph.dtypes.kv in F.QUANTIZED_KV else "."))
+        lines.append(d["verdict"])
+        if d.get("experts"):
+            lines.append(expert_curve_text(d["experts"]))
+        return "\n".join(lines)
+
+
+def explain_step(spec: ExplainSpec) -> StepExplained:
+    """``roofline explain`` of a model step: ``explain_phase``'s table and verdict on ``spec.device`` (over
+    ``spec.link``), the step's fit in the device's memory ("capacity") and, for a mixture of experts, the expert
+    weights a decode step reads against the batch ("experts", ``expert_curve``)."""
+    ph = spec.step()
+    d = explain_phase(ph, spec.device, spec.link)
+    cap = capacity(spec.model, spec.device, spec.batch, spec.context, tp=ph.tp, ep=ph.ep,
+                   new_tokens=ph.new_tokens if ph.phase == "prefill" else 1, weight_dtype=ph.dtypes.weight,
+                   act_dtype=ph.dtypes.act, kv_dtype=ph.dtypes.kv, group_size=ph.dtypes.group_size,
+                   zero_point=ph.dtypes.zero_point)
+    d["capacity"] = cap.to_dict()
+    curve = expert_curve(spec.decode_at, spec.model) if spec.model.n_experts else {}
+    if curve:
+        d["experts"] = curve
+    return StepExplained(spec, ph, cap, d)

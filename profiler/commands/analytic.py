@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 
 import click
+from click.core import ParameterSource
 
-from roofline import formulas as F
-from roofline import units as U
-from roofline import workload as W
-from roofline.devices import CATALOGUE, COMPUTE_DTYPES
+from roofline.devices import CATALOGUE, COMPUTE_DTYPES, custom_link
 from roofline.errors import RooflineError
-from roofline.explain import collectives_table_text, explain_linear, explain_phase, phase_table_text
-from roofline.models import PRESETS
+from roofline.explain import ExplainSpec, explain_linear, explain_step
+from roofline.models import PRESETS, read_json_file
 
+from .. import ceilings
 from ..cli_args import analytic_quant_options, device_options, dtype_option, ep_option, model_option, resolve_device
 
 
@@ -58,8 +57,6 @@ def _ridge16(d) -> str:
 
 def _explicit(name: str) -> bool:
     """Whether the option ``name`` was given on the command line (not its default)."""
-    from click.core import ParameterSource
-
     return click.get_current_context().get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
 
 
@@ -67,9 +64,7 @@ def _measured_cpu(device):
     """``--device cpu``: this machine's cached measured CPU ceilings (never measured here: explain is analytic)."""
     if device.kind != "cpu" or device.peak_flops:
         return device
-    from ..ceilings import cached_ceilings
-
-    c = cached_ceilings("cpu")
+    c = ceilings.cached_ceilings("cpu")
     if c is None:
         raise RooflineError("--device cpu: this machine's CPU ceilings are not measured yet (explain never measures); "
                             "run `roofline ceilings --device cpu` once, or give --peak-tflops and --bandwidth-gbs.")
@@ -135,66 +130,20 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
         return
     if link_latency_us is not None and link_gbs is None:
         raise RooflineError("--link-latency-us needs --link-gbs (the link's GB/s per direction).")
-    link = None
-    if link_gbs is not None:
-        from roofline.devices import custom_link
-
-        link = custom_link(link_gbs, link_latency_us or 0.0)
-    kw = dict(weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, tp=tp, ep=ep, group_size=group_size,
-              zero_point=zero_point)
-    if expert_load is not None:
-        kw["expert_load"] = read_expert_load(expert_load, model)
-    if phase == "prefill":
-        ph = W.prefill(model, batch, context, cached_tokens=cached, chunk=chunk, **kw)
-    else:
-        if cached or chunk:
-            raise RooflineError("--cached and --chunk apply to --phase prefill only.")
-        ph = W.decode(model, batch, context, **kw)
-    d = explain_phase(ph, device, link)
-    from roofline.capacity import capacity
-
-    tp, ep = ph.tp, ph.ep          # --ep N alone: N ranks (roofline.parallel.ranks)
-    cap = capacity(model, device, batch, context, tp=tp, ep=ep, new_tokens=ph.new_tokens if phase == "prefill" else 1,
-                   weight_dtype=ph.dtypes.weight, act_dtype=ph.dtypes.act, kv_dtype=ph.dtypes.kv,
-                   group_size=ph.dtypes.group_size, zero_point=ph.dtypes.zero_point)
-    d["capacity"] = cap.to_dict()
-    from roofline.explain import expert_curve, expert_curve_text
-
-    curve = expert_curve(lambda b: W.decode(model, b, context, **kw), model) if model.n_experts else {}
-    if curve:
-        d["experts"] = curve
+    link = custom_link(link_gbs, link_latency_us or 0.0) if link_gbs is not None else None
+    load = tuple(read_expert_load(expert_load, model)) if expert_load is not None else ()
+    spec = ExplainSpec(model=model, device=device, phase=phase, batch=batch, context=context, cached=cached,
+                       chunk=chunk, weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, tp=tp, ep=ep,
+                       group_size=group_size, zero_point=zero_point, expert_load=load, link=link)
+    step = explain_step(spec)
     for n in model.notes:
         click.echo(f"note: {n}", err=True)
-    if as_json:
-        click.echo(json.dumps(d))
-        return
-    click.echo(("DOES NOT FIT: " if not cap.fits else "capacity: ") + cap.sentence)
-    click.echo(f"{d['model']} {d['phase']} on {d['device']} ({device.source} ceilings), "
-               f"weights {weight_dtype}" + (f" (group {ph.dtypes.group_size}{', zero points' if zero_point else ''})"
-                                            if weight_dtype == "int4" else "")
-               + f", activations {act_dtype}, KV cache {kv_dtype}"
-               + (f"; expert parallel over {ep} ranks ({model.n_experts // ep} whole expert(s) each, attention tensor "
-                  "parallel over the same ranks): every row is one rank's share" if ep > 1 else
-                  f"; tensor parallel over {tp} ranks: every row is one rank's share" if tp > 1 else ""))
-    click.echo(phase_table_text(d))
-    if tp > 1:
-        click.echo(collectives_table_text(d))
-    if ph.phase == "decode":
-        click.echo(f"KV cache read: {U.nbytes(ph.kv_cache_read_bytes)} ({ph.kv_cache_read_bytes:,.0f} bytes); "
-                   f"weights read: {U.nbytes(ph.weight_bytes)}" + (" (per rank)" if tp > 1 else "")
-                   + ("; scales counted (formulas.weight_scale_bytes, kv_scale_bytes)."
-                      if ph.dtypes.weight in F.QUANTIZED_WEIGHTS or ph.dtypes.kv in F.QUANTIZED_KV else "."))
-    click.echo(d["verdict"])
-    if curve:
-        click.echo(expert_curve_text(curve))
+    click.echo(json.dumps(step.data) if as_json else step.text())
 
 
 def read_expert_load(path, model) -> list:
     """A measured expert histogram from a JSON file: a list of n_experts counts, or a list of such lists (one per
     layer; summed). One-line errors name what is wrong and what is allowed."""
-    from roofline.errors import RooflineError
-    from roofline.models import read_json_file
-
     if not model.n_experts:
         raise RooflineError(f"--expert-load describes a mixture of experts, but {model.name} is dense: drop it.")
     d = read_json_file(path, "expert load")

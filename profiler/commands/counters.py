@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import click
 
+from roofline.devices import find_device
+
 from ..cli_args import mode_of, say_for
+from ..counters_run import CountersRun, run_counters
+from ..run import command_line
 
 
 @click.command()
@@ -28,11 +32,6 @@ from ..cli_args import mode_of, say_for
 @click.option("--quiet", is_flag=True, help="no notes on stderr")
 def counters(csv_file, join_file, device_name, out_dir, overwrite, no_report, quiet):
     """Put Nsight Compute's measured bytes and FLOPs on the roofline, beside the model's."""
-    from roofline.devices import find_device
-
-    from ..counters_run import CountersRun, run_counters
-    from ..run import command_line
-
     say = say_for(quiet)
     run = CountersRun(csv_file, out=out_dir, join=join_file, device=find_device(device_name) if device_name else None,
                       mode=mode_of(False, overwrite), report=not no_report,

@@ -19,16 +19,29 @@ same file, measured by an OpenAI-compatible client); this module parses options 
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import replace
 
 import click
+from click.core import ParameterSource
 
+from roofline.compare import compare
+from roofline.compare_file import is_compare_file, read_comparison
+from roofline.compare_rules import change_findings
+from roofline.diagnose import diagnose as run_rules
+from roofline.diagnose import floor_context
 from roofline.errors import RooflineError
+from roofline.floor import check_floor_inputs
 from roofline.latency import FORMULAS, format_slo, parse_slo, summary_lines
+from roofline.records import read_results
 from roofline.units import ms
 
-from ..cli_args import (dtype_option, mode_of, mode_options, model_option, quant_options, threads_option,
-                        torch_device)
+from ..cli_args import (dtype_option, mode_of, mode_options, model_option, quant_options, resolve_device,
+                        threads_option, torch_device)
+from ..endpoint_run import EndpointRun, run_endpoint
+from ..latency_run import LatencyRun, run_latency
+from ..run import Interrupted, strict_json
 
 MAX_RATE = 1e6      # arrivals per second: beyond this every request arrives at once anyway
 MIN_RATE = 1e-3     # one request per ~17 minutes: slower runs are waiting, not measuring
@@ -64,9 +77,12 @@ def _check_budget(v, name="--chunk") -> int:
     return v
 
 
-def validate(*, rate, output_tokens, prompt_tokens, requests, chunk, sweep, slo, shared_prefix, cfg,
-             block_size=16, max_slots=8) -> tuple:
-    """Every rule checked before the model is built; returns (budgets, slo seconds)."""
+def validate(run) -> None:
+    """Every rule on a run's requests (a ``LatencyRun`` or an ``EndpointRun``), checked before the model is built or
+    the server called."""
+    cfg = run.model or _NoLimit()
+    rate, output_tokens, prompt_tokens = run.rate, run.output_tokens, run.prompt_tokens
+    requests, shared_prefix = run.requests, run.shared_prefix
     if not (MIN_RATE <= rate <= MAX_RATE):
         raise RooflineError(f"--rate must be between {MIN_RATE:g} and {MAX_RATE:g} requests per second, but "
                             f"{rate:g} was given.")
@@ -83,12 +99,15 @@ def validate(*, rate, output_tokens, prompt_tokens, requests, chunk, sweep, slo,
     if prompt_tokens + output_tokens > cfg.max_context:
         raise RooflineError(f"prompt {prompt_tokens} + output {output_tokens} tokens exceed {cfg.name}'s maximum "
                             f"context of {cfg.max_context}.")
+
+
+def validate_loop(run: LatencyRun) -> None:
+    """An in-process run's prefix-cache block and KV-cache slots."""
+    block_size, max_slots = run.block_size, run.max_slots
     if block_size < 1 or block_size > MAX_TOKENS:
         raise RooflineError(f"--block-size must be from 1 to {MAX_TOKENS} tokens, but {block_size} was given.")
     if max_slots < 1 or max_slots > 4096:
         raise RooflineError(f"--max-slots must be from 1 to 4096, but {max_slots} was given.")
-    budgets = _budget_list(sweep) if sweep is not None else [_check_budget(chunk)]
-    return budgets, parse_slo(slo)
 
 
 IN_PROCESS_ONLY = ("backend", "torch_device", "chunk", "sweep_chunks", "prefix_cache", "block_size", "max_slots",
@@ -119,8 +138,6 @@ def _concurrency_list(text: str | None) -> tuple:
 
 
 def _given(ctx, names) -> list:
-    from click.core import ParameterSource
-
     src = {p.name: ctx.get_parameter_source(p.name) for p in ctx.command.params}
     return [n for n in names if src.get(n) not in (None, ParameterSource.DEFAULT, ParameterSource.ENVIRONMENT)]
 
@@ -186,39 +203,38 @@ def latency(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n
             overwrite, as_json, endpoint, api, model_name, api_key, max_concurrency, timeout, connect_timeout,
             ignore_eos, usage_per_chunk, weight_dtype, kv_dtype, group_size, zero_point):
     """Serve several requests through a continuous-batching loop (or an endpoint); measure TTFT, TPOT, ITL, goodput."""
-    from ..run import Interrupted, LatencyRun, run_latency, strict_json
-
     ctx = click.get_current_context()
+    mode = mode_of(resume, overwrite)
     if endpoint is not None:
         wrong = _given(ctx, IN_PROCESS_ONLY)
         if wrong:
             raise RooflineError(f"{_option_name(ctx, wrong[0])} shapes the in-process loop; with --endpoint the server "
                                 "schedules: leave it out.")
-        model_given = bool(_given(ctx, ("model",)))
-        return _endpoint(model=model if model_given else None, dtype=dtype if _given(ctx, ("dtype",)) else "",
-                         url=endpoint, api=api, model_name=model_name, api_key=api_key,
-                         concurrency=_concurrency_list(max_concurrency), timeout=timeout,
-                         connect_timeout=connect_timeout, ignore_eos=ignore_eos, usage_per_chunk=usage_per_chunk,
-                         prompt_tokens=prompt_tokens, output_tokens=output_tokens, n_requests=n_requests, rate=rate,
-                         arrival=arrival, seed=seed, shared_prefix=shared_prefix, slo=slo, out_dir=out_dir,
-                         mode=mode_of(resume, overwrite), as_json=as_json)
+        run = EndpointRun(url=endpoint, api=api, model_name=model_name or "",
+                          model=model if _given(ctx, ("model",)) else None,
+                          dtype=dtype if _given(ctx, ("dtype",)) else "", prompt_tokens=prompt_tokens,
+                          output_tokens=output_tokens, requests=n_requests, rate=rate, arrival=arrival, seed=seed,
+                          shared_prefix=shared_prefix, concurrency=_concurrency_list(max_concurrency),
+                          timeout=timeout, connect_timeout=connect_timeout, ignore_eos=ignore_eos,
+                          usage_per_chunk=usage_per_chunk, slo=parse_slo(slo), out=out_dir, mode=mode,
+                          api_key=api_key or None)
+        return _endpoint(run, as_json)
     wrong = _given(ctx, ENDPOINT_ONLY)
     if wrong:
         raise RooflineError(f"{_option_name(ctx, wrong[0])} is for --endpoint runs: add --endpoint URL, or leave it out.")
-
-    budgets, slo_s = validate(rate=rate, output_tokens=output_tokens, prompt_tokens=prompt_tokens,
-                              requests=n_requests, chunk=chunk, sweep=sweep_chunks, slo=slo,
-                              shared_prefix=shared_prefix, cfg=model, block_size=block_size, max_slots=max_slots)
-    import torch
-
-    if torch_device == "auto":
-        torch_device = "cuda" if torch.cuda.is_available() else "cpu"
+    budgets = _budget_list(sweep_chunks) if sweep_chunks is not None else [_check_budget(chunk)]
     run = LatencyRun(model=model, backend=backend, dtype=dtype, device=torch_device, prompt_tokens=prompt_tokens,
                      output_tokens=output_tokens, requests=n_requests, rate=rate, arrival=arrival, seed=seed,
                      budgets=tuple(budgets), shared_prefix=shared_prefix, prefix_cache=prefix_cache,
-                     block_size=block_size, max_slots=max_slots, threads=threads, slo=slo_s, out=out_dir,
-                     mode=mode_of(resume, overwrite), weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                     group_size=group_size, zero_point=zero_point)
+                     block_size=block_size, max_slots=max_slots, threads=threads, slo=parse_slo(slo), out=out_dir,
+                     mode=mode, weight_dtype=weight_dtype, kv_dtype=kv_dtype, group_size=group_size,
+                     zero_point=zero_point)
+    validate(run)
+    validate_loop(run)
+    if run.device == "auto":
+        import torch
+
+        run = replace(run, device="cuda" if torch.cuda.is_available() else "cpu")
     try:
         result = run_latency(run, say=lambda m: click.echo(m, err=True))
     except Interrupted as e:
@@ -228,42 +244,30 @@ def latency(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n
         click.echo(strict_json(result.to_json()))
         return
     q = "".join(f", {k.removesuffix('_dtype')} {v}" for k, v in run.quant.items() if k.endswith("dtype"))
-    click.echo(f"{model.name} ({backend}, {dtype}{q}, {torch_device}): {n_requests} requests, prompt {prompt_tokens}, "
+    click.echo(f"{model.name} ({backend}, {dtype}{q}, {run.device}): {n_requests} requests, prompt {prompt_tokens}, "
                f"output {output_tokens}, {arrival} arrivals at {rate:g}/s, shared prefix {shared_prefix}")
     click.echo("Formulas: " + "; ".join(FORMULAS) + ".")
     _print_summaries(result)
 
 
-def _endpoint(*, model, dtype, url, api, model_name, api_key, concurrency, timeout, connect_timeout, ignore_eos,
-              usage_per_chunk, prompt_tokens, output_tokens, n_requests, rate, arrival, seed, shared_prefix, slo, out_dir,
-              mode, as_json):
+def _endpoint(run: EndpointRun, as_json: bool) -> None:
     """``roofline latency --endpoint``: validate, run ``run_endpoint``, print like an in-process run."""
-    from ..endpoint_run import EndpointRun, run_endpoint
-    from ..run import Interrupted, strict_json
-
-    validate(rate=rate, output_tokens=output_tokens, prompt_tokens=prompt_tokens, requests=n_requests, chunk=1,
-             sweep=None, slo=None, shared_prefix=shared_prefix, cfg=model or _NoLimit(), block_size=1, max_slots=1)
-    slo_s = parse_slo(slo)
-    _seconds(timeout, "--timeout")
-    _seconds(connect_timeout, "--connect-timeout")
-    run = EndpointRun(url=url, api=api, model_name=model_name or "", model=model, dtype=dtype,
-                      prompt_tokens=prompt_tokens, output_tokens=output_tokens, requests=n_requests, rate=rate,
-                      arrival=arrival, seed=seed, shared_prefix=shared_prefix, concurrency=concurrency,
-                      timeout=timeout, connect_timeout=connect_timeout, ignore_eos=ignore_eos,
-                      usage_per_chunk=usage_per_chunk, slo=slo_s, out=out_dir, mode=mode, api_key=api_key or None)
+    validate(run)
+    _seconds(run.timeout, "--timeout")
+    _seconds(run.connect_timeout, "--connect-timeout")
     try:
         result = run_endpoint(run, say=lambda m: click.echo(m, err=True))
     except Interrupted as e:
         click.echo("\n" + e.message, err=True)
-        if api_key:
+        if run.api_key:
             click.echo("  (give the API key again: --api-key or OPENAI_API_KEY)", err=True)
         raise SystemExit(130) from None
     if as_json:
         click.echo(strict_json(result.to_json()))
         return
     s0 = result.summaries[0] if result.summaries else None
-    click.echo(f"{url} ({api}): {n_requests} requests, prompt {prompt_tokens}, output {output_tokens}, {arrival} "
-               f"arrivals at {rate:g}/s, shared prefix {shared_prefix}")
+    click.echo(f"{run.url} ({run.api}): {run.requests} requests, prompt {run.prompt_tokens}, output "
+               f"{run.output_tokens}, {run.arrival} arrivals at {run.rate:g}/s, shared prefix {run.shared_prefix}")
     if s0 is not None:
         click.echo("Formulas: " + "; ".join(s0.formulas) + ".")
     _print_summaries(result)
@@ -329,16 +333,6 @@ def diagnose(results, as_json, model, device_name, device_file, peak_tflops, ban
     roofline diagnose roofline-compare/compare.json
     roofline diagnose after.jsonl --baseline before.jsonl
     """
-    import json
-
-    from roofline.compare import compare
-    from roofline.compare_file import is_compare_file, read_comparison
-    from roofline.compare_rules import change_findings
-    from roofline.diagnose import diagnose as run_rules
-    from roofline.diagnose import floor_context
-    from roofline.floor import check_floor_inputs
-    from roofline.records import read_results
-
     compared = [p for p in results if is_compare_file(p)]
     results = [p for p in results if p not in compared]
     if baseline is not None and (len(results) != 1 or compared):
@@ -382,8 +376,6 @@ def _floor_device(name, device_file, peak_tflops, bandwidth_gbs, ceilings, dtype
     if len(given) > 1:
         raise RooflineError("give one of --device, --device-file, --peak-tflops/--bandwidth-gbs and --ceilings.")
     if ceilings:
-        from roofline.records import read_results
-
         rf = read_results(ceilings)
         if not rf.device.bandwidth > 0:
             raise RooflineError(f"--ceilings {ceilings}: its device {rf.device.name} has no measured bandwidth; give a "
@@ -391,6 +383,4 @@ def _floor_device(name, device_file, peak_tflops, bandwidth_gbs, ceilings, dtype
         return rf.device
     if not given:
         return None
-    from ..cli_args import resolve_device
-
     return resolve_device(name, device_file, peak_tflops, bandwidth_gbs, dtype or "bf16")

@@ -14,6 +14,14 @@ import sys
 
 import click
 
+from roofline.devices import find_device
+from roofline.errors import RooflineError
+
+from .. import probes
+from ..ceilings import ceilings_table, device_name, get_ceilings
+from ..cli_args import torch_device, torch_device_name
+from ..collectives import collectives_table, run_collective_ceilings
+
 
 def default_device() -> str:
     import torch
@@ -22,16 +30,12 @@ def default_device() -> str:
 
 
 def device_choice(f, strict: bool = True):
-    from ..cli_args import torch_device, torch_device_name
-
     # env reports on a box whose torch cannot see the GPU too (NVML alone); ceilings must run on it
     return click.option("--device", "device", default=None, callback=torch_device if strict else torch_device_name,
                         help="cpu or cuda[:i] (default: cuda when a GPU is visible, else cpu)")(f)
 
 
 def env_report(device: str) -> dict:
-    from .. import probes
-
     probe = probes.open_probe(device)
     try:
         out = {"versions": probes.versions(), "git_sha": probes.git_sha() or "unknown",
@@ -94,8 +98,6 @@ def ceilings(as_json, remeasure, quick, collective, tp, device):
     ~/.cache/roofline); --remeasure forces a new measurement. --collective --tp N measures
     the collectives between N ranks instead (message sizes 4 KiB .. 256 MiB on GPUs).
     """
-    from ..ceilings import ceilings_table, get_ceilings
-
     device = device or default_device()
     if collective:
         _collective(as_json, remeasure, quick, tp, device)
@@ -113,12 +115,6 @@ def ceilings(as_json, remeasure, quick, collective, tp, device):
 
 
 def _collective(as_json, remeasure, quick, tp, device):
-    from roofline.devices import find_device
-    from roofline.errors import RooflineError
-
-    from ..ceilings import device_name
-    from ..collectives import collectives_table, run_collective_ceilings
-
     if not as_json and not remeasure:
         click.echo(f"collectives over {tp} ranks on {device}: from the cache, or measured now ...", err=True)
     r = run_collective_ceilings(device, tp, quick=quick, remeasure=remeasure)

@@ -12,22 +12,55 @@ the options, builds the model and runs uvicorn until SIGINT or SIGTERM.
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import socket
 import sys
+from dataclasses import dataclass
 
 import click
 
 from roofline.errors import RooflineError
 
 from ..cli_args import dtype_option, model_option, quant_options, threads_option, torch_device
+from ..latency_run import check_quant
+from ..server import GRACE_S, EngineThread, make_app
+from ..serving import warmup
+from ..timing import cpu_threads
 
 MAX_QUEUE = 1 << 16
 
 
-def _need_extra():
-    import importlib.util
+@dataclass(frozen=True)
+class ServeRun:
+    """One ``roofline serve``: the model as built, the loop's settings and the API's limits, checked."""
 
+    model: object                   # roofline.models.ModelConfig
+    backend: str
+    dtype: str
+    device: str                     # torch device
+    name: str                       # the id clients ask for
+    budget: int | None              # token budget per step; None = whole prompts
+    prefix_cache: bool
+    block_size: int
+    max_slots: int
+    max_queue: int
+    max_len: int
+    seed: int = 0
+    threads: int | None = None
+    grace: float = GRACE_S          # seconds running requests get after SIGTERM / SIGINT
+    weight_dtype: str | None = None
+    kv_dtype: str | None = None
+    group_size: int | None = None
+    zero_point: bool = False
+
+    @property
+    def quant(self) -> dict:
+        return dict(weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype, group_size=self.group_size,
+                    zero_point=self.zero_point)
+
+
+def _need_extra():
     missing = [m for m in ("starlette", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:
         raise RooflineError(f"roofline serve needs the serve extra ({' and '.join(missing)} not installed): "
@@ -84,8 +117,6 @@ def serve(model, backend, dtype, torch_device, host, port, model_name, chunk, pr
           max_queue, max_model_len, seed, shutdown_grace, threads, weight_dtype, kv_dtype, group_size, zero_point):
     """Serve the model through our continuous-batching loop behind an OpenAI-compatible API."""
     _need_extra()
-    from ..server import GRACE_S
-
     grace = GRACE_S if shutdown_grace is None else shutdown_grace
     if not 0 <= grace <= 3600:
         raise RooflineError(f"--shutdown-grace must be from 0 to 3600 seconds, but {grace:g} was given.")
@@ -100,18 +131,18 @@ def serve(model, backend, dtype, torch_device, host, port, model_name, chunk, pr
                             f"{max_len} was given.")
     if block_size < 1 or block_size > max_len:
         raise RooflineError(f"--block-size must be from 1 to --max-model-len ({max_len}), but {block_size} was given.")
-    import torch
-
     if torch_device == "auto":
-        torch_device = "cuda" if torch.cuda.is_available() else "cpu"
-    from ..latency_run import check_quant
+        import torch
 
-    check_quant(model, dtype, backend, torch_device, weight_dtype, kv_dtype, group_size, zero_point)
-    quant = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, group_size=group_size, zero_point=zero_point)
+        torch_device = "cuda" if torch.cuda.is_available() else "cpu"
+    run = ServeRun(model=model, backend=backend, dtype=dtype, device=torch_device, name=model_name or model.name,
+                   budget=budget, prefix_cache=prefix_cache, block_size=block_size, max_slots=max_slots,
+                   max_queue=max_queue, max_len=max_len, seed=seed, threads=threads, grace=grace,
+                   weight_dtype=weight_dtype, kv_dtype=kv_dtype, group_size=group_size, zero_point=zero_point)
+    check_quant(run)
     sock = bind(host, port)
     try:
-        _run(sock, host, model, backend, dtype, torch_device, model_name or model.name, budget, prefix_cache,
-             block_size, max_slots, max_queue, max_len, seed, threads, quant, grace)
+        _run(sock, run)
     finally:
         sock.close()
 
@@ -161,8 +192,7 @@ def _swallow_late_stops(server) -> None:
         signal.signal(sig, late)
 
 
-def _run(sock, host, cfg, backend, dtype, torch_device, name, budget, prefix_cache, block_size, max_slots, max_queue,
-         max_len, seed, threads, quant=None, grace=None):
+def _run(sock, run: ServeRun) -> None:
     import uvicorn
 
     from kernels.model import LlamaModel
@@ -170,31 +200,29 @@ def _run(sock, host, cfg, backend, dtype, torch_device, name, budget, prefix_cac
     _Server = _server_class()
 
     from ..run import _cpu_threads_default
-    from ..server import GRACE_S, EngineThread, make_app
-    from ..serving import warmup
-    from ..timing import cpu_threads
 
-    with cpu_threads(_cpu_threads_default(torch_device, threads)) as n_threads:
+    cfg, drain = run.model, run.grace
+    with cpu_threads(_cpu_threads_default(run.device, run.threads)) as n_threads:
         try:
-            model = LlamaModel(cfg, dtype=dtype, backend=backend, device=torch_device, seed=seed, max_slots=max_slots,
-                               max_len=max_len, **(quant or {}))
+            model = LlamaModel(cfg, dtype=run.dtype, backend=run.backend, device=run.device, seed=run.seed,
+                               max_slots=run.max_slots, max_len=run.max_len, **run.quant)
         except RooflineError:
             raise
         except (ValueError, RuntimeError) as e:
-            raise RooflineError(f"cannot build {cfg.name} ({backend}, {dtype}, {torch_device}): {e}") from None
+            raise RooflineError(f"cannot build {cfg.name} ({run.backend}, {run.dtype}, {run.device}): {e}") from None
         warmup(model)
-        engine = EngineThread(model, chunk_budget=budget, prefix_cache=prefix_cache, block_size=block_size)
-        drain = GRACE_S if grace is None else grace
-        app = make_app(engine, name=name, max_len=max_len, capacity=max_slots + max_queue, drain_s=drain,
-                       dtype=dtype)
+        engine = EngineThread(model, chunk_budget=run.budget, prefix_cache=run.prefix_cache,
+                              block_size=run.block_size)
+        app = make_app(engine, name=run.name, max_len=run.max_len, capacity=run.max_slots + run.max_queue,
+                       drain_s=drain, dtype=run.dtype)
         bound = sock.getsockname()
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
-        click.echo(f"serving {name} on http://{shown}:{bound[1]}", nl=True)
+        click.echo(f"serving {run.name} on http://{shown}:{bound[1]}", nl=True)
         sys.stdout.flush()
         q = f", {model.quant_label}" if model.quant_label else ""
-        click.echo(f"{cfg.name} ({backend}, {dtype}{q}, {torch_device}, {n_threads} threads): chunk budget "
-                   f"{budget or 'none'}, prefix cache {'on' if prefix_cache else 'off'}, {max_slots} slots, queue "
-                   f"{max_queue}, max length {max_len}. Ctrl-C stops.", err=True)
+        click.echo(f"{cfg.name} ({run.backend}, {run.dtype}{q}, {run.device}, {n_threads} threads): chunk budget "
+                   f"{run.budget or 'none'}, prefix cache {'on' if run.prefix_cache else 'off'}, {run.max_slots} "
+                   f"slots, queue {run.max_queue}, max length {run.max_len}. Ctrl-C stops.", err=True)
         # the engine thread runs Python between kernels: a short switch interval keeps the event loop's
         # writes from waiting up to 5 ms (CPython's default) for the interpreter lock
         old = sys.getswitchinterval()
