@@ -30,7 +30,7 @@ from pathlib import Path
 from roofline import units as U
 from roofline.analysis import analyze
 from roofline.counters import METRICS, read_counters
-from roofline.counters_join import COUNTERS, counter_measurements, join, ratio_line
+from roofline.verdicts.counters_join import COUNTERS, counter_measurements, join, ratio_line
 from roofline.devices import find_device
 from roofline.errors import RooflineError
 from roofline.records import RunHeader, WorkloadPoint, read_results

@@ -4,11 +4,11 @@
     w = write_compare("before.jsonl", "after.jsonl", "roofline-compare")
     w.comparison.steps, w.findings, w.paths["html"], w.paths["json"], w.paths["png:change"]
 
-Rendering only: the comparison is ``roofline.compare.compare`` (files read once, through
-``roofline.analysis``), its verdicts ``roofline.compare_rules.change_findings``. The HTML is one
+Rendering only: the comparison is ``roofline.verdicts.comparison.compare`` (files read once, through
+``roofline.analysis``), its verdicts ``roofline.verdicts.diagnosis.change_findings``. The HTML is one
 self-contained file like ``report.html`` (figure inlined, every point of the chart explained on
 hover from its table row, sortable and filterable tables, no script or style from the network).
-``compare.json`` (``roofline.compare_file``) records the two files and the comparison's numbers;
+``compare.json`` (``roofline.verdicts.compare_file``) records the two files and the comparison's numbers;
 ``roofline diagnose compare.json`` re-reads the two files from it.
 """
 
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from roofline.compare import compare
-from roofline.compare_file import comparison_dict
-from roofline.compare_rules import change_findings
+from roofline.verdicts.compare_file import comparison_dict
+from roofline.verdicts.comparison import compare
+from roofline.verdicts.diagnosis import change_findings
 from roofline.errors import RooflineError
 from roofline.records import ResultFile, read_results
 
@@ -57,8 +57,8 @@ def change_figure(c):
 
 @dataclass
 class Written:
-    comparison: object   # roofline.compare.Comparison
-    findings: list       # roofline.diagnose.Finding (roofline.compare_rules)
+    comparison: object   # roofline.verdicts.comparison.Comparison
+    findings: list       # roofline.verdicts.findings.Finding (roofline.verdicts.change_rules)
     paths: dict          # "html", "markdown", "json", "png:change", "svg:change" -> Path
 
 
