@@ -12,10 +12,10 @@ model (the report's expert chart uses it too).
 
 from __future__ import annotations
 
+from .. import explain   # read at call time: FULL_SHARE is a setting a caller may change
 from .. import units as U
 from ..bounds import MEMORY
 from ..errors import RooflineError
-from ..explain import FULL_SHARE, phase_at_share
 from ..stats import median
 from ..units import ms
 from ..workload import decode
@@ -66,7 +66,7 @@ def expert_findings(a, backend: str, several: bool = False, src: str = "") -> li
 
 def _expert_bound(a, ss, on: str, src: str):
     model = a.header.model
-    full = next((b for b in range(1, 1 << 16) if phase_at_share(model, b) >= FULL_SHARE), None)
+    full = next((b for b in range(1, 1 << 16) if explain.phase_at_share(model, b) >= explain.FULL_SHARE), None)
     hit = []
     for s in ss:
         ex = _experts_op(s)
@@ -93,7 +93,7 @@ def _expert_bound(a, ss, on: str, src: str):
                      f"roof, {U.nbytes(ph_.expert_weight_bytes)} of expert weights ({ph_.experts_touched:.2f} "
                      f"experts per layer expected" + (f", {n} touched by this point's routing)" if n else ")"))
     ev = ("memory-bound experts op over half the decode step, below the every-expert batch (uniform routing, "
-          f"k = {model.n_active}, at least {FULL_SHARE:.0%} of the experts per layer): " + "; ".join(parts))
+          f"k = {model.n_active}, at least {explain.FULL_SHARE:.0%} of the experts per layer): " + "; ".join(parts))
     action = ((f"a larger decode batch, up to {full:,} (below it each added token mostly brings new experts' "
                "weights; from it on they are reused, as in a dense model); " if full else "")
               + advice("expert-bound", a.device.kind))
