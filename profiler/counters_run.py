@@ -4,7 +4,7 @@
     from profiler.counters_run import CountersRun, run_counters
     r = run_counters(CountersRun("ncu.csv", join="roofline-out/results.jsonl", out="roofline-counters"))
 
-Reading and joining are pure (``roofline.counters``, ``roofline.counters_join``); this module picks the
+Reading and joining are pure (``roofline.counters``, ``roofline.verdicts.counters_join``); this module picks the
 device (the file's device name in the catalogue, else ``--device``; Nsight Compute's own DRAM peak when the
 file has it), writes the file with ``ResultWriter`` and renders the report.
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from roofline import units as U
 from roofline.analysis import analyze
 from roofline.counters import METRICS, read_counters
-from roofline.counters_join import COUNTERS, counter_measurements, join, ratio_line
+from roofline.verdicts.counters_join import COUNTERS, counter_measurements, join, ratio_line
 from roofline.devices import find_device
 from roofline.errors import RooflineError
 from roofline.models import ModelConfig

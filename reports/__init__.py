@@ -23,6 +23,8 @@ from roofline.errors import RooflineError
 from roofline.latency import latency_runs
 from roofline.records import ResultFile, read_results
 
+from . import html, markdown
+
 __all__ = ["write_report", "load", "ReportData", "RunData"]
 
 
@@ -110,7 +112,6 @@ def write_report(paths_or_result_files, out_dir="roofline-report") -> dict[str, 
     Names: "html", "markdown", and "png:<figure>" / "svg:<figure>" per figure (prefixed by
     the run's slug when there are several runs).
     """
-    from . import html, markdown
     from .figures import compare_figures, figure_builders
     from .render import render
 

@@ -22,6 +22,7 @@ import numpy as np
 from roofline import formulas as F
 from roofline import units as U
 from roofline.analysis import COMMUNICATION, analyze
+from roofline.ranks import balance_text
 
 from .style import DATASHEET_COLOR, MEASURED_COLOR, device_color, styled
 
@@ -89,8 +90,6 @@ def has_collectives(rf) -> bool:
 
 def balance_caption(rf) -> str:
     """Per-rank balance of the tensor-parallel steps, for the caption."""
-    from roofline.ranks import balance_text
-
     parts = [f"{s.phase} {s.where}: {balance_text(s.rank_s)}" for s in analyze(rf).steps if s.rank_s]
     if not parts:
         return ""

@@ -4,7 +4,7 @@
 the before device's are added dashed when the files ran on different devices):
 
 * each matched op with FLOPs, before as a hollow grey circle and after as a filled marker of its
-  phase's shape coloured by its verdict (``roofline.compare``: faster green, slower red, no
+  phase's shape coloured by its verdict (``roofline.verdicts.change``: faster green, slower red, no
   change grey), joined by an arrow of that colour; the ``MAX_ARROWS`` largest moves get arrows
   (all of a usual sweep), the rest keep their markers;
 * each comparable step the same way, larger, with a thick arrow;
@@ -24,7 +24,7 @@ import math
 import numpy as np
 from matplotlib.lines import Line2D
 
-from roofline.compare import FASTER, SLOWER
+from roofline.verdicts.change import FASTER, SLOWER
 
 from . import hover
 from .labels import place_labels
@@ -66,7 +66,7 @@ def _arrows(ax, pairs, colors, lw, gid):
 
 @styled
 def plot_change(ax, comparison, *, title: str | None = None):
-    """Draw ``comparison`` (``roofline.compare.Comparison``) on ``ax``; returns ``ax``."""
+    """Draw ``comparison`` (``roofline.verdicts.comparison.Comparison``) on ``ax``; returns ``ax``."""
     c = comparison
     ops = [(k, o) for k, o in enumerate(c.ops) if o.before.point.cost.flops > 0 and o.after.point.cost.flops > 0
            and o.before.instance_s > 0 and o.after.instance_s > 0]

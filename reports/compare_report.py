@@ -4,11 +4,11 @@
     w = write_compare("before.jsonl", "after.jsonl", "roofline-compare")
     w.comparison.steps, w.findings, w.paths["html"], w.paths["json"], w.paths["png:change"]
 
-Rendering only: the comparison is ``roofline.compare.compare`` (files read once, through
-``roofline.analysis``), its verdicts ``roofline.compare_rules.change_findings``. The HTML is one
+Rendering only: the comparison is ``roofline.verdicts.comparison.compare`` (files read once, through
+``roofline.analysis``), its verdicts ``roofline.verdicts.diagnosis.change_findings``. The HTML is one
 self-contained file like ``report.html`` (figure inlined, every point of the chart explained on
 hover from its table row, sortable and filterable tables, no script or style from the network).
-``compare.json`` (``roofline.compare_file``) records the two files and the comparison's numbers;
+``compare.json`` (``roofline.verdicts.compare_file``) records the two files and the comparison's numbers;
 ``roofline diagnose compare.json`` re-reads the two files from it.
 """
 
@@ -19,12 +19,15 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from roofline.compare import compare
-from roofline.compare_file import comparison_dict
-from roofline.compare_rules import change_findings
+from roofline.verdicts.compare_file import comparison_dict
+from roofline.verdicts.comparison import compare
+from roofline.verdicts.diagnosis import change_findings
 from roofline.errors import RooflineError
 from roofline.records import ResultFile, read_results
 
+from .html import HOVER_HINT, figure_html, filter_controls, html_table, page
+from .markdown import cell, md_table, rel_path
+from .report_figure import ReportFigure
 from .compare_tables import (LATENCY_COLUMNS, OP_COLUMNS, OP_TIP, STEP_COLUMNS, STEP_TIP, latency_rows, op_rows,
                              step_rows, unmatched_lines)
 
@@ -37,9 +40,8 @@ def _load(x) -> ResultFile:
 
 
 def change_figure(c):
-    """The before/after roofline as a ``reports.figures.ReportFigure`` (None when nothing has FLOPs)."""
+    """The before/after roofline as a ``reports.report_figure.ReportFigure`` (None when nothing has FLOPs)."""
     from .compare_plot import MAX_ARROWS, plot_change
-    from .figures import ReportFigure
     from .style import new_figure
 
     if not any(o.after.point.cost.flops > 0 for o in c.ops):
@@ -57,8 +59,8 @@ def change_figure(c):
 
 @dataclass
 class Written:
-    comparison: object   # roofline.compare.Comparison
-    findings: list       # roofline.diagnose.Finding (roofline.compare_rules)
+    comparison: object   # roofline.verdicts.comparison.Comparison
+    findings: list       # roofline.verdicts.findings.Finding (roofline.verdicts.change_rules)
     paths: dict          # "html", "markdown", "json", "png:change", "svg:change" -> Path
 
 
@@ -95,8 +97,6 @@ def _title(c) -> str:
 
 
 def render_html(c, findings, figs) -> str:
-    from .html import HOVER_HINT, _figure, _table, filter_controls, page
-
     def name_of(k):
         if k.kind == "t":
             return f"t-{k.index}", f"{c.steps[k.index].title} (step)"
@@ -110,14 +110,14 @@ def render_html(c, findings, figs) -> str:
                     + (f"<br>try: {_e(f.action)}" if f.action else "") + "</li>" for f in findings)
     body.append(f'<div class="card"><h3>Verdicts</h3><ul class="verdicts">{items}</ul></div>')
     if c.steps:
-        table = _table(STEP_COLUMNS, step_rows(c), text_cols=("phase", "backend", "verdict", "vs prediction", "label",
+        table = html_table(STEP_COLUMNS, step_rows(c), text_cols=("phase", "backend", "verdict", "vs prediction", "label",
                                                              "ops differ"),
                        row_attrs=lambda j: f' id="t-{j}"', tip=STEP_TIP)
         body.append("<h2>Steps (largest time saved or lost per step first)</h2>"
                     f'<div class="scroll">{table}</div>')
     for fig, fp in figs:
         body.append(f'<h2>{_e(fig.title)}</h2><p class="sub">{_e(HOVER_HINT)}</p>')
-        body.append(_figure(fig, fp, name_of))
+        body.append(figure_html(fig, fp, name_of))
     if c.ops:
         verdicts = sorted({o.time.verdict for o in c.ops})
         phases = sorted({o.after.point.phase for o in c.ops})
@@ -127,14 +127,14 @@ def render_html(c, findings, figs) -> str:
             o = c.ops[k]
             cls = {"slower": " class='warn'"}.get(o.time.verdict, "")
             return f' id="c-{k}" data-phase="{_e(o.after.point.phase)}" data-label="{_e(o.time.verdict)}"{cls}'
-        table = _table(OP_COLUMNS, op_rows(c), table_id="points", row_attrs=attrs, tip=OP_TIP,
+        table = html_table(OP_COLUMNS, op_rows(c), table_id="points", row_attrs=attrs, tip=OP_TIP,
                        text_cols=("phase", "op", "backend", "dtype", "verdict", "label"))
         body.append(f"<h2>Ops ({len(c.ops)} matched; largest time saved or lost per step first)</h2>"
                     f'<p class="sub">Speed-up = before / after time per step; range from both files\' p20-p80 '
                     "samples; a range holding 1x, or a move under 3%, is no change.</p>"
                     f'{controls}<div class="scroll">{table}</div>')
     if c.latency:
-        table = _table(LATENCY_COLUMNS, latency_rows(c), text_cols=("configuration", "metric", "percentile",
+        table = html_table(LATENCY_COLUMNS, latency_rows(c), text_cols=("configuration", "metric", "percentile",
                                                                    "verdict"))
         body.append("<h2>Latency percentiles</h2><p class='sub'>Each percentile's range: p20-p80 of where it lies "
                     "given the requests (distribution-free); an upper bound for p90 needs 16 values, for p99 161 "
@@ -146,31 +146,29 @@ def render_html(c, findings, figs) -> str:
 
 
 def render_markdown(c, findings, figs, out: Path) -> str:
-    from .markdown import _cell, _rel, _table
-
-    lines = [f"# {_cell(_title(c))}", "", f"Before `{c.before.rf.path}` -> after `{c.after.rf.path}`"
-             + (f"; changed: {_cell(c.change_text)}" if c.change_text else "") + ".", ""]
-    lines += [f"> {_cell(n)}" for n in c.notes] + ([""] if c.notes else [])
+    lines = [f"# {cell(_title(c))}", "", f"Before `{c.before.rf.path}` -> after `{c.after.rf.path}`"
+             + (f"; changed: {cell(c.change_text)}" if c.change_text else "") + ".", ""]
+    lines += [f"> {cell(n)}" for n in c.notes] + ([""] if c.notes else [])
     lines += ["## Verdicts", ""]
     for f in findings:
-        lines.append(f"- **{_cell(f.claim)}**  ")
-        lines.append(f"  {_cell(f.evidence)}" + (f"  \n  try: {_cell(f.action)}" if f.action else ""))
+        lines.append(f"- **{cell(f.claim)}**  ")
+        lines.append(f"  {cell(f.evidence)}" + (f"  \n  try: {cell(f.action)}" if f.action else ""))
     lines.append("")
     if c.steps:
         lines += ["## Steps (largest time saved or lost per step first)", ""]
-        lines += _table(STEP_COLUMNS, [[t for t, _ in r] for r in step_rows(c)]) + [""]
+        lines += md_table(STEP_COLUMNS, [[t for t, _ in r] for r in step_rows(c)]) + [""]
     for fig, fp in figs:
-        lines += [f"![{_cell(fig.title)}]({_rel(fp['png'], out)})", "", f"*{_cell(fig.caption)}*", ""]
+        lines += [f"![{cell(fig.title)}]({rel_path(fp['png'], out)})", "", f"*{cell(fig.caption)}*", ""]
     moved = [i for i, o in enumerate(c.ops) if o.time.verdict != "no change"]
     if c.ops:
         rows = list(op_rows(c))
         lines += [f"## Ops that moved ({len(moved)} of {len(c.ops)} matched; all are in report.html)", ""]
-        lines += _table(OP_COLUMNS, [[t for t, _ in rows[i]] for i in moved]) if moved else ["None beyond the noise."]
+        lines += md_table(OP_COLUMNS, [[t for t, _ in rows[i]] for i in moved]) if moved else ["None beyond the noise."]
         lines.append("")
     if c.latency:
         lines += ["## Latency percentiles", ""]
-        lines += _table(LATENCY_COLUMNS, [[t for t, _ in r] for r in latency_rows(c)]) + [""]
+        lines += md_table(LATENCY_COLUMNS, [[t for t, _ in r] for r in latency_rows(c)]) + [""]
     extra = unmatched_lines(c)
     if extra:
-        lines += ["## Not compared", ""] + [f"- {_cell(x)}" for x in extra] + [""]
+        lines += ["## Not compared", ""] + [f"- {cell(x)}" for x in extra] + [""]
     return "\n".join(lines)

@@ -2,7 +2,7 @@
 
 ``step_rows(c)`` one row per matched step, ``op_rows(c)`` one per matched op (both in the
 comparison's order: largest time saved or lost per step first), ``latency_rows(c)`` one per
-configuration, metric and percentile. Every number comes from ``roofline.compare`` (which takes
+configuration, metric and percentile. Every number comes from ``roofline.verdicts.comparison`` (which takes
 them from ``roofline.analysis``); text is plain here, the HTML writer escapes it.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from roofline import units as U
-from roofline.compare_rules import step_outcome
+from roofline.verdicts.change_rules import step_outcome
 
 from .tables import dtype_text
 

@@ -30,7 +30,7 @@ from roofline import workload as W
 from roofline.analysis import analyze
 from roofline.bounds import predicted_time
 from roofline.cost import Cost
-from roofline.diagnose_experts import moe_decode_phase
+from roofline.verdicts.expert_rules import moe_decode_phase
 from roofline.errors import RooflineError
 from roofline.explain import FULL_SHARE, expert_curve
 

@@ -9,17 +9,19 @@ experts; or the latency section for a latency run);
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from matplotlib.patches import Patch
 
 from roofline import units as U
 from roofline.analysis import analyze
 from roofline.bounds import OVERHEAD_FRACTION
-from .style import OP_ORDER
 
+from .comm_plot import balance_caption, has_collectives, plot_collectives
+from .expert_plot import expert_caption, expert_sweep, has_experts, plot_experts
+from .idle_plot import has_idle_timeline, idle_figure
 from .latency_figures import latency_section
-
+from .report_figure import ReportFigure
 from .roofline_plot import plot_roofline, plotted, step_markers, zero_flop_ops
-from .style import CATEGORY_COLORS, RASTER_ABOVE, category_color, new_figure, op_color
+from .style import CATEGORY_COLORS, RASTER_ABOVE, category_color, new_figure, op_color, op_names, run_model
 from .sweep_plot import plot_compare, plot_fraction_sweep, plot_intensity_sweep, style_note, sweep_slices
 from .time_plot import plot_predicted_vs_measured, plot_time_breakdown, predicted, step_times
 
@@ -29,18 +31,10 @@ BOUNDED_NOTE = (f" Over {RASTER_ABOVE:,} points: in the HTML report only the ste
                 "explain themselves on hover; the points table lists every one.")
 
 
-@dataclass
-class ReportFigure:
-    key: str        # file stem: "roofline", "time_decode", ...
-    title: str
-    figure: object  # matplotlib Figure
-    caption: str
-
-
-def _op_legend(fig, ops):
-    from matplotlib.patches import Patch
-
-    handles = [Patch(color=op_color(o), label=o) for o in ops]
+def _op_legend(fig, rf, ops):
+    """The op legend, in the run's model's order (``reports.style.op_names``)."""
+    model = run_model(rf)
+    handles = [Patch(color=op_color(o, model), label=o) for o in op_names(model) if o in ops]
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="op")
 
 
@@ -85,7 +79,7 @@ def time_figure(rf, phase) -> ReportFigure | None:
     fig, ax = new_figure(min(4 + 0.45 * len(keys), 13), 4.2)
     plot_time_breakdown(ax, rf, phase)
     ops = [o for o in dict.fromkeys(op for k in keys for op in per[k])]
-    _op_legend(fig, [o for o in OP_ORDER if o in ops])
+    _op_legend(fig, rf, ops)
     cap = (f"{phase.capitalize()}: each bar is one step of the sweep; segments are each op's share of the measured "
            "step time (median x instances per step; per-layer ops count n_layers times). The whole-layer op, "
            "when measured, is not stacked.")
@@ -102,7 +96,7 @@ def sweep_figure(rf) -> ReportFigure | None:
         plot_intensity_sweep(row[0], rf, phase, vary, fixed)
         plot_fraction_sweep(row[1], rf, phase, vary, fixed)
         ops |= {ln.get_label() for ln in row[1].lines if not ln.get_label().startswith("_")}
-    _op_legend(fig, [o for o in OP_ORDER if o in ops])
+    _op_legend(fig, rf, ops)
     cap = ("Left: each op's arithmetic intensity along the sweep; the horizontal lines are the ridges "
            f"({rf.header.dtype} solid, fp32 dotted for vector ops); a star marks where an op first reaches its "
            "ridge, i.e. turns compute-bound. Right: the fraction of its roof each op reaches; under "
@@ -114,15 +108,13 @@ def sweep_figure(rf) -> ReportFigure | None:
 def predicted_figure(rf) -> ReportFigure:
     fig, ax = new_figure(7.6, 6.2)
     plot_predicted_vs_measured(ax, rf)
-    if rf.header.kind == "trace":      # a trace's points are coloured by op category (its op names are not OP_ORDER)
-        from matplotlib.patches import Patch
-
+    if rf.header.kind == "trace":      # a trace's points are coloured by op category (its op names are not the model's)
         cats = {r.m.config.get("category", "") for r in predicted(analyze(rf))}
         fig.legend(handles=[Patch(color=category_color(c), label=c) for c in CATEGORY_COLORS if c in cats],
                    loc="outside right center", frameon=False, title="op category")
     else:
         ops = {r.op for r in analyze(rf).ok}
-        _op_legend(fig, [o for o in OP_ORDER if o in ops])
+        _op_legend(fig, rf, ops)
     cap = ("Each op instance's median time against the roofline's prediction with this file's ceilings: "
            "max(FLOPs / peak, bytes / bandwidth). On the diagonal an op runs at its roof; above the dashed "
            "line it runs under a quarter of it. Points below the diagonal beat the roof (circled): check "
@@ -156,13 +148,8 @@ def figure_builders(rf) -> list:
                 ("time_decode", lambda: [f for f in (time_figure(rf, "decode"),) if f]),
                 ("sweep", lambda: [f for f in (sweep_figure(rf),) if f]),
                 ("predicted", lambda: [predicted_figure(rf)])]
-    from .comm_plot import has_collectives
-    from .expert_plot import has_experts
-
     if analyze(rf).ok and rf.header.kind != "trace" and has_experts(rf):   # a mixture of experts: reuse vs batch
         out.append(("experts", lambda: [f for f in (expert_figure(rf),) if f]))
-    from .idle_plot import has_idle_timeline, idle_figure
-
     if has_idle_timeline(rf):                # a GPU trace: its idle gaps by cause
         out.append(("idle", lambda: [idle_figure(rf)]))
     if has_collectives(rf):                  # tensor parallelism: the collectives under the interconnect roof
@@ -172,8 +159,6 @@ def figure_builders(rf) -> list:
 
 def expert_figure(rf) -> ReportFigure | None:
     """A mixture of experts' decode: expert bytes and step time against batch, the dense equivalent beside."""
-    from .expert_plot import expert_caption, expert_sweep, plot_experts
-
     sweep = expert_sweep(rf)
     if sweep is None:
         return None
@@ -183,8 +168,6 @@ def expert_figure(rf) -> ReportFigure | None:
 
 
 def interconnect_figure(rf) -> ReportFigure:
-    from .comm_plot import balance_caption, plot_collectives
-
     fig, ax = new_figure(9, 5.6)
     plot_collectives(ax, rf)
     cap = ("Each measured collective (one point per rank) at (message bytes, bus bandwidth = bytes on the wire / "

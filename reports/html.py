@@ -162,7 +162,7 @@ def _sort_key(text: str, v) -> str:
     return "" if str(v) == text else f' data-v="{_e(v)}"'
 
 
-def _table(columns, rows, *, table_id="", text_cols=(), row_attrs=None, tip="") -> str:
+def html_table(columns, rows, *, table_id="", text_cols=(), row_attrs=None, tip="") -> str:
     head = "".join(f'<th class="{"t" if c in text_cols else ""}">{_e(c)}</th>' for c in columns)
     tid = f' id="{table_id}"' if table_id else ""
     tid += f' data-tip="{_e(tip)}"' if tip else ""
@@ -176,7 +176,7 @@ def _table(columns, rows, *, table_id="", text_cols=(), row_attrs=None, tip="") 
     return "".join(out)
 
 
-def _figure(fig, paths, name_of=None) -> str:
+def figure_html(fig, paths, name_of=None) -> str:
     """The figure as an <img> (its SVG inlined as base64), with its hover overlay when ``name_of(mark)``
     gives each mark's (row id, spoken name)."""
     svg = paths["svg"].read_bytes()
@@ -238,20 +238,20 @@ def _run_top(run) -> str:
         out += [f'<div class="note">{_e(n)}</div>' for n in run.notes]
         return "".join(out)
     crow = ceiling_rows(h, used_dtypes(rf))
-    ceil = _table(("ceiling", "used to classify", "datasheet", "used / datasheet"),
+    ceil = html_table(("ceiling", "used to classify", "datasheet", "used / datasheet"),
                   [[(a, a), (b, b), (c, c), (d, d)] for a, b, c, d in crow], text_cols=("ceiling", "used to classify"))
     prov = f"<p class='sub'>Ceilings: {_e(dev.provenance or dev.source)}</p>"
     out.append(f'<div class="card"><h3>Device and ceilings</h3>{ceil}{prov}</div>')
     if trace_section.is_trace(rf):
         facts = "".join(f"<li>{_e(f)}</li>" for f in trace_section.trace_facts(run.analysis))
-        top = _table(trace_section.TOP_COLUMNS, trace_section.top_rows(run.analysis),
+        top = html_table(trace_section.TOP_COLUMNS, trace_section.top_rows(run.analysis),
                      text_cols=("phase", "op", "kind", "label"))
         out.append(f'<div class="card"><h3>Where the traced time went</h3><ul>{facts}</ul>'
                    f'<h3>Top ops by time per step</h3><div class="scroll">{top}</div></div>')
     if run.steps:
         items = "".join(f"<li>{_tag(s.verdict)}{_e(s.sentence)}</li>" for s in run.analysis.headline())
         out.append(f'<div class="card"><h3>Verdicts</h3><ul class="verdicts">{items}</ul>')
-        table = _table(STEP_COLUMNS, phase_rows(run.steps, STEP_COLUMNS), tip=STEP_TIP,
+        table = html_table(STEP_COLUMNS, phase_rows(run.steps, STEP_COLUMNS), tip=STEP_TIP,
                        text_cols=("phase", "backend", "dtype", "label", "by sum", "by mix"),
                        row_attrs=lambda j: f' id="s{run.index}-{j}"')
         out.append(f"<details><summary>Every step of the sweep ({len(run.steps)})</summary>"
@@ -294,7 +294,7 @@ def _points_table(runs) -> str:
         cls = " class='skip'" if not r.ok else (" class='warn'" if r.above_roof else "")
         return f' data-phase="{_e(r.point.phase)}" data-label="{_e(r.label)}" id="{ids[i]}"{cls}'
     rows = (row for run in runs for row in point_rows(run.analysis, run.name))
-    table = _table(POINT_COLUMNS, rows, table_id="points", text_cols=("run", "phase", "op", "backend", "dtype",
+    table = html_table(POINT_COLUMNS, rows, table_id="points", text_cols=("run", "phase", "op", "backend", "dtype",
                                                                        "label", "flags"), row_attrs=attrs,
                    tip=POINT_TIP)
     return controls + f'<div class="scroll">{table}</div>'
@@ -339,13 +339,13 @@ def render(report) -> str:
     body.append(f'<div class="runs">{tops}</div>' if len(runs) > 1 else tops)
     if report.compare:
         body.append("<h2>Runs side by side</h2>")
-        body += [_figure(f, p) for f, p in report.compare]
+        body += [figure_html(f, p) for f, p in report.compare]
     for run in runs:
         if run.figures:
             body.append(f"<h2>Figures: {_e(run.name)}</h2>")
             if any(getattr(f, "marks", ()) for f, _ in run.figures):
                 body.append(f'<p class="sub">{_e(HOVER_HINT)}</p>')
-            body += [_figure(f, p, _names(run)) for f, p in run.figures]
+            body += [figure_html(f, p, _names(run)) for f, p in run.figures]
     n = sum(len(r.rf.measurements) for r in runs)
     body.append(f"<h2>All points ({n})</h2>")
     body.append('<p class="sub">Times are per op instance (one layer); count = instances per step. '

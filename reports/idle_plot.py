@@ -27,7 +27,7 @@ from matplotlib.patches import Patch
 from roofline import units as U
 from roofline.trace_idle import CAUSES, MAX_GAPS, NO_OP
 
-from .figures import ReportFigure
+from .report_figure import ReportFigure
 from .style import new_figure, styled
 
 BUSY_COLOR = "#555555"

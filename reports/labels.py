@@ -23,7 +23,7 @@ OFFSETS = [(r * math.cos(math.radians(a)), r * math.sin(math.radians(a)))
            for r in (12, 24, 40, 60) for a in (45, 135, -45, -135, 90, -90, 0, 180)]   # points, nearest first
 
 
-def _boxes_hit(box, boxes: np.ndarray) -> bool:
+def boxes_hit(box, boxes: np.ndarray) -> bool:
     """Does ``box`` (x0, y0, x1, y1) intersect any row of ``boxes``?"""
     if not len(boxes):
         return False
@@ -90,7 +90,7 @@ def place_labels(ax, wanted, markers, *, fontsize: float = 7.5, relayout: bool =
             x0, y0, x1, y1 = label_box(a, renderer)
             box = (x0 - PAD, y0 - PAD, x1 + PAD, y1 + PAD)
             inside = area.x0 <= box[0] and area.y0 <= box[1] and box[2] <= area.x1 and box[3] <= area.y1
-            if inside and not _boxes_hit(box, markers) and not _boxes_hit(box, np.array(taken).reshape(-1, 4)):
+            if inside and not boxes_hit(box, markers) and not boxes_hit(box, np.array(taken).reshape(-1, 4)):
                 taken.append(np.array(box))
                 placed.append(a)
                 break

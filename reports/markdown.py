@@ -13,19 +13,19 @@ from .html import conventions_text, latency_only, used_dtypes
 from .tables import PHASE_COLUMNS, ceiling_rows, phase_rows
 
 
-def _cell(text: str) -> str:
+def cell(text: str) -> str:
     """Table-safe and HTML-safe: markdown viewers render inline HTML, so a ``<`` could open a
     tag; escaping it alone keeps ">= ridge" readable as plain text. Pipes would split cells."""
     return str(text).replace("<", "&lt;").replace("|", "\\|").replace("\n", " ")
 
 
-def _table(columns, rows) -> list[str]:
-    out = ["| " + " | ".join(_cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
-    out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+def md_table(columns, rows) -> list[str]:
+    out = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
     return out
 
 
-def _rel(p: Path, out_dir: Path) -> str:
+def rel_path(p: Path, out_dir: Path) -> str:
     try:
         return p.relative_to(out_dir).as_posix()
     except ValueError:
@@ -34,37 +34,37 @@ def _rel(p: Path, out_dir: Path) -> str:
 
 def render(report, out_dir: Path) -> str:
     lines = ["# Roofline report", ""]
-    lines += [f"> {_cell(n)}" for n in report.notes] + ([""] if report.notes else [])
+    lines += [f"> {cell(n)}" for n in report.notes] + ([""] if report.notes else [])
     for run in report.runs:
         h = run.rf.header
-        lines += [f"## {_cell(run.name)}", "",
-                  f"{_cell(h.model_name)} on {_cell(h.device.name)} ({h.dtype}); {len(run.rf.measurements)} "
-                  f"measurements from {_cell(run.rf.path)}.", ""]
+        lines += [f"## {cell(run.name)}", "",
+                  f"{cell(h.model_name)} on {cell(h.device.name)} ({h.dtype}); {len(run.rf.measurements)} "
+                  f"measurements from {cell(run.rf.path)}.", ""]
         if not latency_only(run.rf):
-            lines += _table(("ceiling", "used to classify", "datasheet", "used / datasheet"),
+            lines += md_table(("ceiling", "used to classify", "datasheet", "used / datasheet"),
                             ceiling_rows(h, used_dtypes(run.rf))) + [""]
         if trace_section.is_trace(run.rf):
             lines += ["**Where the traced time went**", ""]
-            lines += [f"- {_cell(f)}" for f in trace_section.trace_facts(run.analysis)] + [""]
-            lines += _table(trace_section.TOP_COLUMNS, [[t for t, _ in r] for r in
+            lines += [f"- {cell(f)}" for f in trace_section.trace_facts(run.analysis)] + [""]
+            lines += md_table(trace_section.TOP_COLUMNS, [[t for t, _ in r] for r in
                                                         trace_section.top_rows(run.analysis)]) + [""]
         if run.steps:
-            lines += ["**Verdicts**", ""] + [f"- **{s.verdict}**: {_cell(s.sentence)}" for s in run.analysis.headline()]
+            lines += ["**Verdicts**", ""] + [f"- **{s.verdict}**: {cell(s.sentence)}" for s in run.analysis.headline()]
             lines += ["", "<details><summary>Every step of the sweep</summary>", ""]
             cols = PHASE_COLUMNS                    # a file with quantized steps: their dtypes beside each row
             if any(s.quant for s in run.steps):
                 cols = PHASE_COLUMNS[:4] + ("dtype",) + PHASE_COLUMNS[4:]
-            lines += _table(cols, [[t for t, _ in r] for r in phase_rows(run.steps, cols)])
+            lines += md_table(cols, [[t for t, _ in r] for r in phase_rows(run.steps, cols)])
             lines += ["", "</details>", ""]
-        lines += [f"- {_cell(n)}" for n in run.notes] + ([""] if run.notes else [])
+        lines += [f"- {cell(n)}" for n in run.notes] + ([""] if run.notes else [])
         for fig, paths in run.figures:
-            lines += [f"![{_cell(fig.title)}]({_rel(paths['png'], out_dir)})", "", f"*{_cell(fig.caption)}*", ""]
-        lines += [f"Command: {_cell(h.command) or '-'}  ", f"Started: {_cell(h.started) or '-'}, git "
-                  f"{_cell(h.git_sha[:12]) or '-'}; versions: "
-                  f"{_cell(', '.join(f'{k} {v}' for k, v in h.versions.items())) or '-'}", ""]
+            lines += [f"![{cell(fig.title)}]({rel_path(paths['png'], out_dir)})", "", f"*{cell(fig.caption)}*", ""]
+        lines += [f"Command: {cell(h.command) or '-'}  ", f"Started: {cell(h.started) or '-'}, git "
+                  f"{cell(h.git_sha[:12]) or '-'}; versions: "
+                  f"{cell(', '.join(f'{k} {v}' for k, v in h.versions.items())) or '-'}", ""]
     for fig, paths in report.compare:
-        lines += ["## Runs side by side", "", f"![{_cell(fig.title)}]({_rel(paths['png'], out_dir)})", "",
-                  f"*{_cell(fig.caption)}*", ""]
+        lines += ["## Runs side by side", "", f"![{cell(fig.title)}]({rel_path(paths['png'], out_dir)})", "",
+                  f"*{cell(fig.caption)}*", ""]
     lines += ["## Cost conventions", "", "```", conventions_text(), "```", ""]
     if any(trace_section.is_trace(r.rf) for r in report.runs):
         lines += ["### How a trace's ops are costed", "", "```", trace_section.conventions(), "```", ""]

@@ -45,11 +45,11 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 
 from roofline import units as U
-from roofline.analysis import CACHE_RESIDENT, analyze, cache_ceilings, ceilings
+from roofline.analysis import CACHE_RESIDENT, analyze, cache_ceilings, ceilings, level_points
 
 from . import hover
 from .hover import marker_radius
-from .labels import _boxes_hit as boxes_hit, label_box, marker_boxes, place_labels
+from .labels import boxes_hit, label_box, marker_boxes, place_labels
 from .style import (ABOVE_ROOF_COLOR, BATCH_CMAP, CATEGORY_COLORS, DATASHEET_COLOR, MEASURED_COLOR, PHASE_MARKER,
                     RASTER_ABOVE, batch_palette, category_color, styled)
 
@@ -197,8 +197,6 @@ LEVEL_MARKERS = {"L2": "s", "L1": "D"}   # Nsight Compute's hierarchical rooflin
 def _counter_levels(ax, ms, device, boxes) -> list:
     """A counters run (``roofline counters``): each launch's L2 and L1 points beside its DRAM one (the same FLOP/s
     over that level's bytes; ``analysis.level_points``), joined to it by a thin line. Returns legend handles."""
-    from roofline.analysis import level_points
-
     seen = set()
     for r in ms:
         pts = level_points(r, device)

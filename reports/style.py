@@ -2,13 +2,16 @@
 
 Figures are made with ``matplotlib.figure.Figure`` and the Agg canvas directly (no pyplot
 state), so rendering is thread-safe and never leaks windows. Colours: one per batch size for a
-handful of them (a ramp beyond), a fixed palette for devices, one colour per op (tab20, in
-``roofline.layer.op_order``: every preset's ops in the order they run).
+handful of them (a ramp beyond), a fixed palette for devices, one colour per op of the run's model
+(``op_names(model)``: tab20 over ``roofline.layer.op_order([model])``, the ops of the result's ``ModelConfig`` in
+the order they run, then the layer op, then any other preset's op names; a result file without a model takes
+every preset's order, so its colours are stable too).
 """
 
 from __future__ import annotations
 
 import io
+from functools import lru_cache
 from pathlib import Path
 
 import matplotlib
@@ -39,12 +42,33 @@ ABOVE_ROOF_COLOR = "#d62728"
 
 _TAB20 = matplotlib.colormaps["tab20"]
 _TAB20B = matplotlib.colormaps["tab20b"]
-OP_ORDER = op_order() + (LAYER_OP,)
-OP_COLORS = {name: (_TAB20(i) if i < 20 else _TAB20B(i - 20)) for i, name in enumerate(OP_ORDER)}
+OTHER_OP_COLOR = "#555555"
 
 
-def op_color(op: str):
-    return OP_COLORS.get(op, "#555555")
+@lru_cache(maxsize=32)
+def op_names(model=None) -> tuple:
+    """The op names a run of ``model`` (a ``ModelConfig``; None: unknown) is coloured and ordered by: its own
+    ops in the order they run, the layer op, then every other preset op name (see the module docstring)."""
+    every = op_order() + (LAYER_OP,)
+    if model is None:
+        return every
+    own = op_order([model]) + (LAYER_OP,)
+    return own + tuple(n for n in every if n not in own)
+
+
+@lru_cache(maxsize=32)
+def _op_colors(model=None) -> dict:
+    return {name: (_TAB20(i) if i < 20 else _TAB20B(i - 20)) for i, name in enumerate(op_names(model))}
+
+
+def op_color(op: str, model=None):
+    """The colour of ``op`` in a run of ``model`` (``op_names``); grey for a name no model has."""
+    return _op_colors(model).get(op, OTHER_OP_COLOR)
+
+
+def run_model(rf):
+    """The ``ModelConfig`` a result file's header records, or None (what ``op_color`` colours by)."""
+    return getattr(rf.header, "model", None)
 
 
 # a trace's ops are coloured by what they are (roofline.trace_cost categories)

@@ -27,7 +27,7 @@ from roofline.workload import LAYER_OP
 from roofline.bounds import OVERHEAD_FRACTION
 
 from . import hover
-from .style import PHASE_LINESTYLE, device_color, op_color, styled
+from .style import PHASE_LINESTYLE, device_color, op_color, run_model, styled
 
 
 def _axis_name(vary: str) -> str:
@@ -116,14 +116,14 @@ def plot_intensity_sweep(ax, result_file, phase: str, vary: str, fixed: int):
         xs = [x for x, _ in pts]
         ys = [r.m.intensity for _, r in pts]
         lw = 2.2 if op == LAYER_OP else 1.3
-        ax.plot(xs, ys, ls=ls[(backend, var)], color="black" if op == LAYER_OP else op_color(op), lw=lw, marker=".",
+        ax.plot(xs, ys, ls=ls[(backend, var)], color="black" if op == LAYER_OP else op_color(op, run_model(result_file)), lw=lw, marker=".",
                 ms=4, label=op, gid=_gid("intensity", op, backend, var))
         hover.register(ax, xs, ys, [("p", _index(result_file, r)) for _, r in pts])
         ridge = pts[0][1].roof.ridge   # the op's own roof (roofline.analysis.roof_for)
         if ridge:
             cross = next(((x, y) for x, y in zip(xs, ys) if y >= ridge), None)
             if cross is not None and ys[0] < ridge:
-                ax.plot(*cross, marker="*", ms=11, color=op_color(op), mec="black", mew=0.5, zorder=5,
+                ax.plot(*cross, marker="*", ms=11, color=op_color(op, run_model(result_file)), mec="black", mew=0.5, zorder=5,
                         gid=_gid("crossing", op, backend, var))
     for d, r in ridges.items():
         ax.axhline(r, color="#444444", lw=1.0, ls="-" if d == dtype else ":", gid=f"ridge:{d}")
@@ -151,7 +151,7 @@ def plot_fraction_sweep(ax, result_file, phase: str, vary: str, fixed: int):
         xs = [x for x, _ in pts]
         ys = [r.roof_fraction for _, r in pts]
         top = max(top, max(ys) * 1.05)
-        ax.plot(xs, ys, ls=ls[(backend, var)], color="black" if op == LAYER_OP else op_color(op),
+        ax.plot(xs, ys, ls=ls[(backend, var)], color="black" if op == LAYER_OP else op_color(op, run_model(result_file)),
                 lw=2.2 if op == LAYER_OP else 1.3, marker=".", ms=4, label=op, gid=_gid("fraction", op, backend, var))
         hover.register(ax, xs, ys, [("p", _index(result_file, r)) for _, r in pts])
     ax.axhline(1.0, color="#444444", lw=1.0)

@@ -21,10 +21,9 @@ from matplotlib.ticker import NullFormatter
 from roofline import units as U
 from roofline.analysis import analyze
 from roofline.bounds import OVERHEAD_FRACTION
-from .style import OP_ORDER
 
 from . import hover
-from .style import ABOVE_ROOF_COLOR, MAX_BAR_LABELS, PHASE_MARKER, RASTER_ABOVE, category_color, op_color, styled
+from .style import ABOVE_ROOF_COLOR, MAX_BAR_LABELS, PHASE_MARKER, RASTER_ABOVE, category_color, op_color, op_names, run_model, styled
 
 
 def step_times(result_file, phase: str) -> tuple[list, dict]:
@@ -45,7 +44,8 @@ def step_label(s, several_backends: bool) -> str:
 def plot_time_breakdown(ax, result_file, phase: str):
     """Stacked share of step time per op across the sweep; returns ``ax``."""
     keys, per = step_times(result_file, phase)
-    ops = [o for o in OP_ORDER if any(o in per[k] for k in keys)]
+    model = run_model(result_file)
+    ops = [o for o in op_names(model) if any(o in per[k] for k in keys)]
     x = np.arange(len(keys))
     bottom = np.zeros(len(keys))
     totals = np.array([sum(per[k].values()) for k in keys])
@@ -55,7 +55,7 @@ def plot_time_breakdown(ax, result_file, phase: str):
         # one PolyCollection per op (not a Rectangle per bar): 100 steps x 18 ops stay fast
         verts = [[(xi - 0.4, b), (xi + 0.4, b), (xi + 0.4, b + h), (xi - 0.4, b + h)]
                  for xi, b, h in zip(x, bottom, share)]
-        ax.add_collection(PolyCollection(verts, facecolors=[op_color(op)], edgecolors="white", linewidths=0.3,
+        ax.add_collection(PolyCollection(verts, facecolors=[op_color(op, model)], edgecolors="white", linewidths=0.3,
                                          label=op, gid=f"time:{phase}:{op}", rasterized=raster))
         bottom += share
     every = max(1, -(-len(keys) // MAX_BAR_LABELS))     # too many bars to label each: every n-th one
@@ -101,7 +101,7 @@ def plot_predicted_vs_measured(ax, result_file):
             continue
         xs = np.array([r.predicted_s for r in sel])
         ys = np.array([r.instance_s for r in sel])
-        color = (lambda r: category_color(r.m.config.get("category", ""))) if trace else (lambda r: op_color(r.op))
+        color = (lambda r: category_color(r.m.config.get("category", ""))) if trace else (lambda r: op_color(r.op, run_model(result_file)))
         ax.scatter(xs, ys, c=[color(r) for r in sel], marker=marker, s=18 if not trace else 30, edgecolors="white",
                    linewidths=0.3, alpha=0.9, zorder=3, gid=f"pred:{phase}", rasterized=raster)
         keep = [i for i, r in enumerate(sel) if not raster or r.above_roof]   # bounded for large files

@@ -155,7 +155,7 @@ class OpResult:
     @property
     def time_range(self) -> tuple:
         """(low, high) seconds per step: ``time_s`` scaled by the samples' p20 / median and p80 / median
-        (a trace's mean scales alike). The noise every before/after comparison allows (roofline.compare)."""
+        (a trace's mean scales alike). The noise every before/after comparison allows (roofline.verdicts.comparison)."""
         m = self.m
         if not self.ok or not m.median_s > 0:
             return (self.time_s, self.time_s)

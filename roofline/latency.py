@@ -40,8 +40,8 @@ import numpy as np
 
 from .errors import RooflineError
 from .stats import quantile
-from .timeline import (TOKEN_COUNTS, RequestTimeline, ServingStep, _nan_stats, _time,  # noqa: F401 - re-exported
-                       _whole, timeline_from_stages)
+from .timeline import (TOKEN_COUNTS, RequestTimeline, ServingStep, nan_stats, read_time,  # noqa: F401 - re-exported
+                       timeline_from_stages, whole_number)
 from .units import ms  # noqa: F401 - the latency tables' formatter, re-exported
 
 FORMULAS = (
@@ -157,22 +157,22 @@ class LatencySummary:
         d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         for k in ("ttft", "tpot", "itl", "e2e", "stages", "slo", "chunk_itl"):
             if k in d:
-                d[k] = _nan_stats(d[k])
+                d[k] = nan_stats(d[k])
         if not isinstance(d.get("failures", {}), dict):
             raise RooflineError("latency-summary 'failures' must be an object")
         if "itl_by_request" in d:
             if not isinstance(d["itl_by_request"], dict):
                 raise RooflineError("latency-summary 'itl_by_request' must be an object")
-            d["itl_by_request"] = {str(k): _nan_stats(v) for k, v in d["itl_by_request"].items()}
+            d["itl_by_request"] = {str(k): nan_stats(v) for k, v in d["itl_by_request"].items()}
         for k in ("duration_s", "goodput_rps", "throughput_rps", "output_tok_per_s"):
             if k in d:
-                d[k] = _time(d[k], k)
+                d[k] = read_time(d[k], k)
         if not isinstance(d.get("config", ""), str) or not isinstance(d.get("settings", {}), dict):
             raise RooflineError("latency-summary 'config' must be a string and 'settings' an object")
         for k in ("requests", "failed", "tpot_undefined", "met_slo", "prefilled_tokens", "cached_tokens"):
             if k in d:
-                d[k] = _whole(d, k, "latency-summary")
-        d["attempt"] = _whole(d, "attempt", "latency-summary", default=1)
+                d[k] = whole_number(d, k, "latency-summary")
+        d["attempt"] = whole_number(d, "attempt", "latency-summary", default=1)
         d["formulas"] = tuple(d.get("formulas", FORMULAS))
         return cls(**d)
 

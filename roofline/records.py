@@ -28,7 +28,7 @@ number that is not finite is written as ``null``. Record types:
     latency-summary  a latency configuration's summary (``LatencySummary``)
     latency-step     one scheduler step of a latency run (``ServingStep``)
 
-A header of kind "counters" (``roofline counters``, ``roofline.counters_join``) holds Nsight Compute
+A header of kind "counters" (``roofline counters``, ``roofline.verdicts.counters_join``) holds Nsight Compute
 measurements: timer ``COUNTER_TIMER``, each launch's duration a sample, the *measured* FLOPs and DRAM bytes as
 the point's cost, the model's beside them in ``config["model"]`` and every memory level's bytes in
 ``config["levels"]`` (DRAM, L2, L1).

@@ -8,7 +8,8 @@ received them from a server (``profiler.endpoint``):
     -> first token selected -> first token delivered -> later tokens delivered -> finish
 
 Its metrics (TTFT, TPOT, ITL, E2E) are derived properties; ``roofline.latency`` summarizes
-many of them. ``from_dict`` validates a result-file line (null stands for an undefined time).
+many of them. ``from_dict`` validates a result-file line (null stands for an undefined time); ``read_time``,
+``whole_number`` and ``nan_stats`` are the field readers ``roofline.latency`` reads its summary lines with.
 
 >>> t = timeline_from_stages(queue=0.020, prefill=0.080, first_delivery=0.005, gaps=(0.025,) * 3)
 >>> round(t.ttft * 1e3, 6), round(t.e2e * 1e3, 6), round(t.tpot * 1e3, 6)
@@ -151,12 +152,12 @@ class RequestTimeline:
     def from_dict(cls, d: dict) -> "RequestTimeline":
         """Read a ``request`` line; null stands for an undefined time (NaN). RooflineError names a bad field."""
         what = "request"
-        out = {"id": _whole(d, "id", what), "arrival": _time(d.get("arrival"), "arrival", allow_nan=False)}
+        out = {"id": whole_number(d, "id", what), "arrival": read_time(d.get("arrival"), "arrival", allow_nan=False)}
         for k in ("tokenize", "queue"):
             v = d.get(k, (math.nan, math.nan))
             if not isinstance(v, (list, tuple)) or len(v) != 2:
                 raise RooflineError(f"{what} {k!r} must be a [start, end] pair, not {v!r}")
-            out[k] = tuple(_time(x, k) for x in v)
+            out[k] = tuple(read_time(x, k) for x in v)
         chunks = d.get("chunks", [])
         if not isinstance(chunks, (list, tuple)):
             raise RooflineError(f"{what} 'chunks' must be a list of [start, end, tokens], not {chunks!r}")
@@ -164,18 +165,18 @@ class RequestTimeline:
         for c in chunks:
             if not isinstance(c, (list, tuple)) or len(c) != 3:
                 raise RooflineError(f"{what} chunk {c!r} must be [start, end, tokens]")
-            out["chunks"].append((_time(c[0], "chunk start"), _time(c[1], "chunk end"), _whole({"n": c[2]}, "n", "chunk")))
+            out["chunks"].append((read_time(c[0], "chunk start"), read_time(c[1], "chunk end"), whole_number({"n": c[2]}, "n", "chunk")))
         out["chunks"] = tuple(out["chunks"])
-        out["first_selected"] = _time(d.get("first_selected"), "first_selected")
+        out["first_selected"] = read_time(d.get("first_selected"), "first_selected")
         dl = d.get("deliveries", [])
         if not isinstance(dl, (list, tuple)):
             raise RooflineError(f"{what} 'deliveries' must be a list of times, not {dl!r}")
-        out["deliveries"] = tuple(_time(x, "delivery", allow_nan=False) for x in dl)
+        out["deliveries"] = tuple(read_time(x, "delivery", allow_nan=False) for x in dl)
         if any(b < a for a, b in zip(out["deliveries"], out["deliveries"][1:])):
             raise RooflineError(f"{what} {out['id']}: deliveries must not go back in time")
-        out["finish"] = _time(d.get("finish"), "finish")
+        out["finish"] = read_time(d.get("finish"), "finish")
         for k in ("prompt_tokens", "cached_tokens", "output_tokens"):
-            out[k] = _whole(d, k, what, default=0)
+            out[k] = whole_number(d, k, what, default=0)
         for k in ("status", "error", "config"):
             v = d.get(k, "ok" if k == "status" else "")
             if not isinstance(v, str):
@@ -184,17 +185,17 @@ class RequestTimeline:
         if out["status"] not in ("ok", "failed"):
             raise RooflineError(f"{what} 'status' must be ok or failed, not {out['status']!r}")
         out["block_hashes"] = tuple(str(h) for h in d.get("block_hashes", ()) or ())
-        out["attempt"] = _whole(d, "attempt", what, default=1)
-        out["sent"] = _time(d.get("sent"), "sent")
+        out["attempt"] = whole_number(d, "attempt", what, default=1)
+        out["sent"] = read_time(d.get("sent"), "sent")
         ct = d.get("chunk_tokens") or []
         if not isinstance(ct, (list, tuple)):
             raise RooflineError(f"{what} 'chunk_tokens' must be a list of token counts, not {ct!r}")
-        out["chunk_tokens"] = tuple(_whole({"n": x}, "n", "chunk_tokens entry") for x in ct)
+        out["chunk_tokens"] = tuple(whole_number({"n": x}, "n", "chunk_tokens entry") for x in ct)
         if out["chunk_tokens"] and (sum(out["chunk_tokens"]) != len(out["deliveries"]) or 0 in out["chunk_tokens"]):
             raise RooflineError(f"{what} {out['id']}: chunk_tokens {list(ct)} must be counts of at least 1 adding up to "
                                 f"the {len(out['deliveries'])} deliveries")
         for k in ("served_prompt_tokens", "served_output_tokens"):
-            out[k] = None if d.get(k) is None else _whole(d, k, what)
+            out[k] = None if d.get(k) is None else whole_number(d, k, what)
         tc = d.get("token_counts", "")
         if not isinstance(tc, str):
             raise RooflineError(f"{what} 'token_counts' must be a string, not {tc!r}")
@@ -202,7 +203,7 @@ class RequestTimeline:
         return cls(**out)
 
 
-def _time(x, what: str, allow_nan: bool = True) -> float:
+def read_time(x, what: str, allow_nan: bool = True) -> float:
     """A timestamp from a result line: a finite number, or null / NaN (undefined) where allowed."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         if allow_nan:
@@ -213,14 +214,15 @@ def _time(x, what: str, allow_nan: bool = True) -> float:
     return float(x)
 
 
-def _whole(d: dict, key: str, what: str, default=None) -> int:
+def whole_number(d: dict, key: str, what: str, default=None) -> int:
+    """``d[key]`` from a result line: a whole number >= 0 (``default`` when absent), else a RooflineError."""
     v = d.get(key, default)
     if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 0:
         raise RooflineError(f"{what} {key!r} must be a whole number >= 0, not {v!r}")
     return int(v)
 
 
-def _nan_stats(st) -> dict:
+def nan_stats(st) -> dict:
     """A stats dict read back from JSON: null -> NaN."""
     if not isinstance(st, dict):
         raise RooflineError(f"latency statistics must be an object, not {st!r}")
@@ -247,9 +249,9 @@ class ServingStep:
         cfg = d.get("config", "")
         if not isinstance(cfg, str):
             raise RooflineError(f"{what} 'config' must be a string, not {cfg!r}")
-        return cls(config=cfg, start=_time(d.get("start"), "start", False), end=_time(d.get("end"), "end", False),
-                   decode=_whole(d, "decode", what, 0), prefill=_whole(d, "prefill", what, 0),
-                   attempt=_whole(d, "attempt", what, 1))
+        return cls(config=cfg, start=read_time(d.get("start"), "start", False), end=read_time(d.get("end"), "end", False),
+                   decode=whole_number(d, "decode", what, 0), prefill=whole_number(d, "prefill", what, 0),
+                   attempt=whole_number(d, "attempt", what, 1))
 
 
 def timeline_from_stages(queue: float, prefill: float, first_delivery: float, gaps=(), *, tokenize: float = 0.0,

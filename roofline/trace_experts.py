@@ -29,7 +29,7 @@ routed). Passes are numbered in order within their phase (``roofline.trace_phase
 router's instance): pass i is step i // L, MoE layer ``model.moe_layers[i % L]`` (L MoE layers; a
 trace that starts mid-forward shifts these labels). Every assignment is visible when the counts sum
 to T x k (the model's experts per token). Imbalance = the largest count / the mean count over the
-experts hit (as ``roofline.diagnose_experts`` reads it).
+experts hit (as ``roofline.verdicts.expert_rules`` reads it).
 """
 
 from __future__ import annotations

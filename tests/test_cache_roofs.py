@@ -29,7 +29,7 @@ from roofline.analysis import analyze, working_set_bytes
 from roofline.bounds import CACHE_RESIDENT, roof_for
 from roofline.cost import Cost
 from roofline.devices import CacheLevel, Device, cpu_device
-from roofline.diagnose import diagnose
+from roofline.verdicts.diagnosis import diagnose
 from roofline.errors import RooflineError
 from roofline.records import Measurement, ResultFile, RunHeader, WorkloadPoint
 

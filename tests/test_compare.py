@@ -21,8 +21,9 @@ from click.testing import CliRunner
 from profiler.cli import main
 from roofline import workload as W
 from roofline.analysis import analyze
-from roofline.compare import MIN_CHANGE, SAME, SLOWER, UNBOUNDED, Change, compare
-from roofline.compare_rules import change_findings
+from roofline.verdicts.change import MIN_CHANGE, SAME, SLOWER, UNBOUNDED, Change
+from roofline.verdicts.comparison import compare
+from roofline.verdicts.diagnosis import change_findings
 from roofline.errors import RooflineError
 from roofline.models import PRESETS
 from roofline.records import read_results

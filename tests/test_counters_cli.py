@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from profiler.cli import main
 from roofline.analysis import analyze, level_points
-from roofline.diagnose import diagnose
+from roofline.verdicts.diagnosis import diagnose
 from roofline.records import read_results
 from test_counters_read import A100_POINTS, H100_POINTS, NCU, manifest
 

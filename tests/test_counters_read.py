@@ -11,7 +11,7 @@ import pytest
 
 from roofline import workload as W
 from roofline.counters import read_counters, to_si
-from roofline.counters_join import counter_measurements, join, ratio, ratio_line
+from roofline.verdicts.counters_join import counter_measurements, join, ratio, ratio_line
 from roofline.errors import RooflineError
 from roofline.models import load_model
 

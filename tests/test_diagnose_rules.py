@@ -5,7 +5,8 @@ from pathlib import Path
 
 from roofline.cost import Cost
 from roofline.devices import Device
-from roofline.diagnose import diagnose, stall_evidence
+from roofline.verdicts.diagnosis import diagnose
+from roofline.verdicts.latency_rules import stall_evidence
 from roofline.latency import RequestTimeline, summarize, timeline_from_stages
 from roofline.models import PRESETS
 from roofline.records import Measurement, RunHeader, WorkloadPoint, read_results

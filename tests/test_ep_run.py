@@ -191,7 +191,7 @@ def test_points_older_than_ep_read_as_ep_1_and_ep_is_in_the_key():
     assert q.ep == 2 and q.key != p.key                                 # points of different --ep never mix
     assert q.to_dict()["ep"] == 2
     from roofline.analysis import StepKey
-    from roofline.compare import CHANGE_FIELDS, POINT_FIELDS, STEP_FIELDS
+    from roofline.verdicts.comparison import CHANGE_FIELDS, POINT_FIELDS, STEP_FIELDS
 
     assert StepKey.of(p) != StepKey.of(q) and StepKey.of(q).ep == 2     # steps of different --ep never sum together
     assert "ep" in POINT_FIELDS and "ep" in STEP_FIELDS and "ep" in CHANGE_FIELDS   # compare pairs by it too

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from roofline.devices import Device, find_device
-from roofline.diagnose import diagnose
+from roofline.verdicts.diagnosis import diagnose
 from roofline.floor import FloorRatio, StageFloor, decode_floor, latency_floors, prefill_floor, served_shape
 from roofline.latency import RequestTimeline, summarize, timeline_from_stages
 from roofline.models import load_model

@@ -5,7 +5,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from profiler.cli import main
-from roofline.compare import compare
+from roofline.verdicts.comparison import compare
 from roofline.records import read_results
 
 H100 = Path(__file__).parent / "data" / "reports_h100.jsonl"

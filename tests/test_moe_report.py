@@ -16,7 +16,7 @@ from roofline import workload as W
 from roofline.analysis import analyze
 from roofline.bounds import predicted_time
 from roofline.devices import Device
-from roofline.diagnose import diagnose
+from roofline.verdicts.diagnosis import diagnose
 from roofline.models import PRESETS
 from roofline.records import Measurement, RunHeader, WorkloadPoint, read_results
 from roofline.units import nbytes

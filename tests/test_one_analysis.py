@@ -24,7 +24,7 @@ from reports.style import new_figure
 from reports.time_plot import plot_time_breakdown
 from roofline import units as U
 from roofline.analysis import analyze
-from roofline.diagnose import diagnose
+from roofline.verdicts.diagnosis import diagnose
 from roofline.records import read_results
 
 DATA = Path(__file__).parent / "data"

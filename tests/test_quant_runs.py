@@ -22,7 +22,7 @@ from roofline import formulas as F
 from roofline.analysis import analyze
 from roofline.cost import Cost
 from roofline.devices import Device
-from roofline.diagnose import diagnose
+from roofline.verdicts.diagnosis import diagnose
 from roofline.models import PRESETS
 from roofline.records import Measurement, RunHeader, WorkloadPoint, read_results
 from roofline.writer import ResultWriter

@@ -182,6 +182,6 @@ def test_a_step_reads_the_slowest_rank_and_is_communication_bound_when_collectiv
     assert s.label == COMMUNICATION and s.comm_share == pytest.approx(4e-3 / 4.6e-3)
     assert s.bus_bandwidth == pytest.approx(2 * 1024 / 4e-3)
     assert "communication-bound" in s.sentence and "rank 0 4.2 ms, rank 1 2.6 ms" in s.sentence
-    from roofline.diagnose import profile_findings
+    from roofline.verdicts.diagnosis import profile_findings
 
     assert any(f.rule == "communication-bound" for f in profile_findings(rf))

@@ -20,7 +20,7 @@ import hf_tiny_moe as M  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 from kernels.model import LlamaModel  # noqa: E402
 from profiler.capture import capture  # noqa: E402
-from roofline.diagnose_experts import TRACE_MIN_MEAN, expert_findings  # noqa: E402
+from roofline.verdicts.expert_rules import TRACE_MIN_MEAN, expert_findings  # noqa: E402
 from roofline.models import load_model  # noqa: E402
 from roofline.trace import analyze_trace  # noqa: E402
 from roofline.trace_events import read_trace  # noqa: E402

@@ -8,7 +8,7 @@ import pytest
 
 from roofline import formulas as F
 from roofline.devices import find_device
-from roofline.diagnose import trace_idle_finding
+from roofline.verdicts.trace_rules import trace_idle_finding
 from roofline.trace import analyze_trace
 from roofline.trace_comms import collectives, overlap
 from roofline.trace_events import gpu_time, read_trace, read_traces

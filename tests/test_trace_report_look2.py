@@ -97,7 +97,7 @@ def test_no_two_texts_of_the_roofline_overlap(which, ridge, peak_gid, request):
 
 def test_the_compare_figure_keeps_its_ridge_label_clear_too(gpu_new):
     from reports.compare_plot import plot_change
-    from roofline.compare import compare
+    from roofline.verdicts.comparison import compare
 
     rf = read_results(gpu_new / "results.jsonl")
     _, ax = new_figure(10, 6)

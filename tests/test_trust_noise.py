@@ -9,9 +9,9 @@ from types import SimpleNamespace as NS
 from profiler.export import phase_table
 from profiler.run import host_load
 from roofline.analysis import UNRELIABLE, analyze
-from roofline.compare import compare
-from roofline.compare_rules import AGAINST, change_findings, step_outcome
-from roofline.diagnose import diagnose
+from roofline.verdicts.change_rules import AGAINST, step_outcome
+from roofline.verdicts.comparison import compare
+from roofline.verdicts.diagnosis import change_findings, diagnose
 from roofline.records import read_results
 
 DATA = Path(__file__).parent / "data"

@@ -1,7 +1,7 @@
 """``roofline compare BEFORE AFTER``: judge a change from two result files of one workload.
 
 A thin click command over ``reports.compare_report.write_compare`` (the matching and the noise
-rule are ``roofline.compare``; the verdicts ``roofline.compare_rules``). It prints the verdicts
+rule are ``roofline.verdicts.comparison``; the verdicts ``roofline.verdicts.change_rules``). It prints the verdicts
 and the steps that moved on stdout, then the paths it wrote (``--json``: compare.json's content
 instead). Files from different devices, of different models or kinds are refused (exit 2) unless
 ``--allow-different``.

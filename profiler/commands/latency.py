@@ -26,11 +26,10 @@ from dataclasses import replace
 import click
 from click.core import ParameterSource
 
-from roofline.compare import compare
-from roofline.compare_file import is_compare_file, read_comparison
-from roofline.compare_rules import change_findings
-from roofline.diagnose import diagnose as run_rules
-from roofline.diagnose import floor_context
+from roofline.verdicts.comparison import compare
+from roofline.verdicts.compare_file import is_compare_file, read_comparison
+from roofline.verdicts.diagnosis import change_findings, floor_context
+from roofline.verdicts.diagnosis import diagnose as run_rules
 from roofline.errors import RooflineError
 from roofline.floor import check_floor_inputs
 from roofline.latency import FORMULAS, format_slo, parse_slo, summary_lines

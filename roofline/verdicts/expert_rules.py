@@ -5,19 +5,22 @@ recorded (``roofline.trace_experts``, the header's ``experts``): summed per phas
 one expert at least ``IMBALANCE_MIN`` x the mean of the experts hit, where that mean is at least
 ``TRACE_MIN_MEAN`` tokens (so a uniform router's chance spread, about 1 + 2.1 / sqrt(mean), stays near 1.25x).
 
-``roofline.diagnose.profile_findings`` calls ``expert_findings`` per backend; the rules, their evidence and
-thresholds are documented in ``roofline.diagnose``'s table. ``moe_decode_phase`` prices a step through the cost
+Registered in ``roofline.verdicts.findings``, scope ``backend`` at order 20 (after ``decode-batch``); the rules,
+their evidence and thresholds are documented in ``roofline.verdicts.diagnosis``'s table. ``moe_decode_phase`` prices a step through the cost
 model (the report's expert chart uses it too).
 """
 
 from __future__ import annotations
 
-from . import units as U
-from .bounds import MEMORY
-from .diagnose import DOMINANT, Finding, advice
-from .errors import RooflineError
-from .stats import median
-from .units import ms
+from .. import explain   # read at call time: FULL_SHARE is a setting a caller may change
+from .. import units as U
+from ..bounds import MEMORY
+from ..errors import RooflineError
+from ..stats import median
+from ..units import ms
+from ..workload import decode
+from .advice import advice
+from .findings import DOMINANT, Finding, finding
 
 IMBALANCE_MARGIN = 1.5   # the experts op 1.5x slower than its uniform-routing expectation: more than timing noise
 IMBALANCE_MIN = 1.5      # one expert with 1.5x the mean tokens (of the experts touched): its blocks run longest
@@ -28,8 +31,6 @@ TRACE_MIN_MEAN = 64      # a trace's counts: at least 64 tokens per expert hit b
 def moe_decode_phase(model, key, settings=None):
     """The cost model's decode ``Phase`` for a step's key (batch, context, dtypes, tp; int4 group size from the
     run's settings): what a MoE finding or figure prices the step with."""
-    from .workload import decode
-
     settings = settings or {}
     q = ({"group_size": settings.get("group_size"), "zero_point": bool(settings.get("zero_point"))}
          if key.weight_dtype == "int4" else {})
@@ -47,6 +48,7 @@ def _touched(r):
     return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) and n > 0 else None
 
 
+@finding("backend", "expert", order=20)
 def expert_findings(a, backend: str, several: bool = False, src: str = "") -> list:
     """``expert-bound`` and ``expert-imbalance`` for one backend's decode steps of a mixture of experts."""
     model = a.header.model
@@ -63,10 +65,8 @@ def expert_findings(a, backend: str, several: bool = False, src: str = "") -> li
 
 
 def _expert_bound(a, ss, on: str, src: str):
-    from .explain import FULL_SHARE, phase_at_share
-
     model = a.header.model
-    full = next((b for b in range(1, 1 << 16) if phase_at_share(model, b) >= FULL_SHARE), None)
+    full = next((b for b in range(1, 1 << 16) if explain.phase_at_share(model, b) >= explain.FULL_SHARE), None)
     hit = []
     for s in ss:
         ex = _experts_op(s)
@@ -93,7 +93,7 @@ def _expert_bound(a, ss, on: str, src: str):
                      f"roof, {U.nbytes(ph_.expert_weight_bytes)} of expert weights ({ph_.experts_touched:.2f} "
                      f"experts per layer expected" + (f", {n} touched by this point's routing)" if n else ")"))
     ev = ("memory-bound experts op over half the decode step, below the every-expert batch (uniform routing, "
-          f"k = {model.n_active}, at least {FULL_SHARE:.0%} of the experts per layer): " + "; ".join(parts))
+          f"k = {model.n_active}, at least {explain.FULL_SHARE:.0%} of the experts per layer): " + "; ".join(parts))
     action = ((f"a larger decode batch, up to {full:,} (below it each added token mostly brings new experts' "
                "weights; from it on they are reused, as in a dense model); " if full else "")
               + advice("expert-bound", a.device.kind))

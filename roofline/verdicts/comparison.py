@@ -1,14 +1,14 @@
 """Before and after: two result files of one workload, matched point by point (pure).
 
     from roofline.records import read_results
-    from roofline.compare import compare
+    from roofline.verdicts.comparison import compare
     c = compare(read_results("before.jsonl"), read_results("after.jsonl"))
     for s in c.steps:                    # largest move first
         print(s.title, s.time.text)      # "Decode at batch 8, context 1,024: 1.52x faster [1.50-1.54x]"
     [o.title for o in c.flagged]         # ops that moved beyond the noise
 
 Both files are read once, through ``roofline.analysis.analyze`` (latency files through
-``roofline.latency.latency_runs``, in ``roofline.compare_latency``): nothing here re-derives a
+``roofline.latency.latency_runs``, in ``roofline.verdicts.latency_change``): nothing here re-derives a
 time, a cost or a verdict; it pairs them.
 
 * Matching. A profile point is matched by op, phase, batch, context, cached prefix, backend,
@@ -33,14 +33,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from . import units as U
-from .analysis import RunAnalysis, analyze
-from .errors import RooflineError
-
-MIN_CHANGE = 0.03   # run-to-run drift of a GPU (clocks, temperature, placement) is a few percent even when each
-#                     run's repetitions agree: a move under 3% is not a change two runs can claim
-FASTER, SLOWER, SAME = "faster", "slower", "no change"
-UNBOUNDED = "too few samples"   # a range with no bound on one side (a p99 of 8 requests): no claim either way
+from ..analysis import RunAnalysis, analyze
+from ..errors import RooflineError
+from .change import SAME, Change, time_change
+from .latency_change import latency_changes
 
 POINT_FIELDS = ("op", "phase", "batch", "context", "cached", "backend", "dtype", "weight_dtype", "kv_dtype", "tp",
                 "ep")
@@ -49,79 +45,6 @@ STEP_FIELDS = ("phase", "backend", "batch", "context", "cached", "dtype", "weigh
 CHANGE_FIELDS = ("backend", "dtype", "weight_dtype", "kv_dtype", "tp", "ep")   # what a change under test may switch
 FIELD_NAMES = {"backend": "backend", "dtype": "activation dtype", "weight_dtype": "weights", "kv_dtype": "KV cache",
                "tp": "tensor-parallel ranks", "ep": "expert-parallel ranks"}
-
-
-# ---------------------------------------------------------------- one number, before and after
-
-@dataclass(frozen=True)
-class Change:
-    """A time (or latency) before and after, each with its (low, high) noise range, in seconds."""
-
-    before: float
-    after: float
-    before_range: tuple
-    after_range: tuple
-
-    @property
-    def speedup(self) -> float:
-        """before / after: 2.0 is twice as fast, 0.5 twice as slow."""
-        return self.before / self.after if self.after > 0 else math.nan
-
-    @property
-    def interval(self) -> tuple:
-        """(low, high) of the speed-up from both sides' ranges: [before low / after high, before high / after low]."""
-        (bl, bh), (al, ah) = self.before_range, self.after_range
-        return (bl / ah if ah > 0 else math.nan, bh / al if al > 0 else math.inf)
-
-    @property
-    def saved(self) -> float:
-        """Seconds saved (negative: lost)."""
-        return self.before - self.after
-
-    @property
-    def bounded(self) -> bool:
-        return all(math.isfinite(v) for v in self.before_range + self.after_range)
-
-    @property
-    def verdict(self) -> str:
-        """"faster" / "slower" beyond the noise, else "no change"; "too few samples" when a moved estimate
-        has an unbounded range (``roofline.stats.quantile_interval``)."""
-        x = self.speedup
-        if math.isnan(x) or abs(x - 1) < MIN_CHANGE:
-            return SAME
-        if not self.bounded:
-            return UNBOUNDED
-        lo, hi = self.interval
-        if lo <= 1 <= hi:
-            return SAME
-        return FASTER if x > 1 else SLOWER
-
-    @property
-    def ratio_text(self) -> str:
-        """'2.00x faster [1.96-2.04x]', '2.00x slower [1.98-2.02x]' or 'no change (1.01x, 0.98-1.03x)'."""
-        x = self.speedup
-        if math.isnan(x):
-            return "n/a"
-        lo, hi = self.interval
-        rng = f"{lo:.2f}-{hi:.2f}x"
-        v = self.verdict
-        if v == UNBOUNDED:
-            est = f"{x:.2f}x faster" if x > 1 else f"{1 / x:.2f}x slower"
-            return f"too few samples (estimate {est}, its range unbounded)"
-        if not self.bounded:
-            return f"no change ({x:.2f}x)"
-        if v == SAME:
-            return f"no change ({x:.2f}x, {rng})"
-        return f"{x:.2f}x faster [{rng}]" if v == FASTER else f"{1 / x:.2f}x slower [{1 / hi:.2f}-{1 / lo:.2f}x]"
-
-    @property
-    def text(self) -> str:
-        return f"{U.seconds(self.before)} -> {U.seconds(self.after)}: {self.ratio_text}"
-
-
-def time_change(before, after) -> Change:
-    """The per-step time of two OpResults or two Steps, with their p20-p80 ranges."""
-    return Change(before.time_s, after.time_s, before.time_range, after.time_range)
 
 
 # ---------------------------------------------------------------- matched ops and steps
@@ -194,7 +117,7 @@ class Comparison:
     skipped: list                  # (key, before OpResult, after OpResult): not ok on one side
     steps_only_before: list = field(default_factory=list)   # Step
     steps_only_after: list = field(default_factory=list)
-    latency: list = field(default_factory=list)             # roofline.compare_latency.LatencyChange
+    latency: list = field(default_factory=list)             # roofline.verdicts.latency_change.LatencyChange
     notes: list = field(default_factory=list)
 
     @property
@@ -205,7 +128,7 @@ class Comparison:
     @property
     def noise_note(self) -> str:
         """'' when both runs were quiet; else which side was measured on a busy host (``RunAnalysis.noisy``):
-        such a comparison is said first and not judged (``roofline.compare_rules``)."""
+        such a comparison is said first and not judged (``roofline.verdicts.change_rules``)."""
         sides = [w for w, a in (("before", self.before), ("after", self.after)) if a.noisy]
         if not sides:
             return ""
@@ -266,8 +189,6 @@ def _step_key(s, fields) -> tuple:
 
 def compare(before, after, *, allow_different: bool = False) -> Comparison:
     """Match ``after`` against ``before`` (``ResultFile``s or their analyses); see the module docstring."""
-    from .compare_latency import latency_changes
-
     b, a = analyze(before), analyze(after)
     notes = check_comparable(b, a, allow_different)
     for side, x in (("BEFORE", b), ("AFTER", a)):    # what each reader says (a cut last line), as diagnose does

@@ -4,7 +4,7 @@
 (``roofline.latency.latency_runs``: the one reading of requests) by name; when each file holds
 one configuration and their names differ (``chunk=16`` against ``chunk=64``), those two are the
 change under test and are paired, with a note. Per metric and percentile (p50, p90, p99) it
-returns a ``roofline.compare.Change``: the percentile from each run's summary, and its range
+returns a ``roofline.verdicts.change.Change``: the percentile from each run's summary, and its range
 from ``roofline.stats.quantile_interval`` over the run's own requests (p20-p80 of where that
 percentile lies: few requests give a wide range, and a p99 of eight requests cannot be told
 apart from its neighbours). The same noise rule as kernel times then says faster, slower or
@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .latency import QUANTILES, latency_runs
-from .stats import quantile_interval
+from ..latency import QUANTILES, latency_runs
+from ..stats import quantile_interval
+from .change import Change
 
 METRICS = (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"))
 
@@ -27,7 +28,7 @@ class LatencyChange:
     config: str       # the configuration ("before -> after" when the names differ)
     metric: str       # "TTFT" | "TPOT" | "ITL"
     pct: str          # "p50" | "p90" | "p99"
-    change: object    # roofline.compare.Change
+    change: Change    # before and after, with their ranges
     n_before: int     # values the percentile is taken over (requests; gaps for ITL)
     n_after: int
 
@@ -65,8 +66,6 @@ def pair_configs(before_runs, after_runs, notes: list) -> list:
 
 def latency_changes(before_rf, after_rf, notes: list) -> list:
     """[LatencyChange] for every paired configuration, metric and percentile with values on both sides."""
-    from .compare import Change
-
     out = []
     for label, b, a in pair_configs(latency_runs(before_rf), latency_runs(after_rf), notes):
         for metric, name in METRICS:

@@ -1,11 +1,12 @@
 """Did the change do what its rule predicted? Findings from a before/after ``Comparison`` (pure).
 
-``change_findings(comparison)`` returns ``roofline.diagnose.Finding``s that ``roofline diagnose``
-prints for a compare result (``roofline diagnose OUT/compare.json``, or ``roofline diagnose AFTER
---baseline BEFORE``):
+The rules register in ``roofline.verdicts.findings``, scope ``change`` (a ``Comparison``), in this order;
+``roofline.verdicts.diagnosis.change_findings`` runs them for a compare result (``roofline diagnose
+OUT/compare.json``, or ``roofline diagnose AFTER --baseline BEFORE``); a comparison with a side measured on a
+busy host gets ``compare-noisy`` and its summary only:
 
 * ``change-summary``   what changed between the files (``Comparison.changed``) and how many ops
-                       and steps moved beyond the noise (``roofline.compare``'s rule).
+                       and steps moved beyond the noise (``roofline.verdicts.change``'s rule).
 * ``<change>-effect``  per phase: the step's bytes and FLOPs before/after, the time the roofline
                        predicts for it (``Step.predicted_s``: max(FLOPs / peak, bytes / bandwidth)
                        summed over its ops) and the time measured. The rule is named for the
@@ -22,20 +23,23 @@ prints for a compare result (``roofline diagnose OUT/compare.json``, or ``roofli
 
 One file holding a float and a quantized run of the same workload (``roofline profile --weight-dtype
 fp32,int8``) is the same comparison inside one file: ``in_file_comparisons`` splits it by weight (and
-KV-cache) dtype and hands the halves to ``roofline.compare.compare``; ``measured_effect_findings``
+KV-cache) dtype and hands the halves to ``roofline.verdicts.comparison.compare``; ``measured_effect_findings``
 quotes the effect on decode ("decode bytes 0.53x, step time 0.61x at batch 1; at batch 64 bytes 0.71x,
 step time 0.90x: no longer weight-bound"), per backend, beside the rule's verdict and the dequant-bound
-warning. ``roofline diagnose`` prints them for such a file.
+warning. It registers in scope ``run`` (order 30), so ``roofline diagnose`` prints them for such a file.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
-from . import units as U
-from .compare import FASTER, MIN_CHANGE, SAME, SLOWER, Comparison
-from .diagnose import Finding
-from .stats import median
+from .. import units as U
+from ..errors import RooflineError
+from ..stats import median
+from .change import FASTER, MIN_CHANGE, SAME, SLOWER
+from .comparison import Comparison, compare
+from .findings import DOMINANT, Finding, register
 
 REALISED = 0.5   # half the predicted gain: kernels rarely reach the roof, but a change that realises less than
 #                  half of what the cost model promised is missing something (an unfused dequantize, a new launch)
@@ -120,23 +124,17 @@ def _rule(c: Comparison) -> tuple:
     return SAME_WORKLOAD
 
 
-def change_findings(c: Comparison, src: str = "") -> list:
-    """Every finding about comparison ``c`` (see the module docstring)."""
-    if c.noise_note:          # said first; nothing is judged on a busy machine's times
-        return [Finding("compare-noisy", c.noise_note, "; ".join(
-            f"{w}: {a.noise_note}" for w, a in (("before", c.before), ("after", c.after)) if a.noise_note),
-            "measure both runs again when the machine is quiet", src), _summary(c, src)]
-    out = [_summary(c, src)]
-    out += _effects(c, src)
-    out += [f for f in (_dequant_bound(c, src), _regressions(c, src), _unmatched(c, src)) if f]
-    out += _latency(c, src)
-    return out
+def compare_noisy(c: Comparison, src: str = "") -> Finding:
+    """``compare-noisy``: a side was measured on a busy host; nothing is judged on its times."""
+    return Finding("compare-noisy", c.noise_note, "; ".join(
+        f"{w}: {a.noise_note}" for w, a in (("before", c.before), ("after", c.after)) if a.noise_note),
+        "measure both runs again when the machine is quiet", src)
 
 
 # ---------------------------------------------------------------- weight quantization: what the bytes promised
 
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
-WEIGHT_BOUND = 0.5   # a step is weight-bound when half its time is in memory-bound linears (diagnose.DOMINANT)
+WEIGHT_BOUND = DOMINANT   # a step is weight-bound when half its time is in memory-bound linears
 
 
 def short_fall(o) -> bool:
@@ -178,12 +176,7 @@ def _dequant_bound(c: Comparison, src: str):
 
 def in_file_comparisons(rf) -> list:
     """[(field, Comparison)]: for weight_dtype and kv_dtype, each quantized value against the float run (the
-    activation dtype) of the same file, when the file holds both (``roofline.compare.compare`` on its halves)."""
-    from dataclasses import replace
-
-    from .compare import compare
-    from .errors import RooflineError
-
+    activation dtype) of the same file, when the file holds both (``roofline.verdicts.comparison.compare`` on its halves)."""
     out = []
     ms = rf.measurements
     for name in ("weight_dtype", "kv_dtype"):
@@ -267,7 +260,7 @@ FIELD = {"weight_dtype": "weights", "kv_dtype": "KV cache"}
 ORDER = ("fp8", "int8", "int4")   # the quantized runs of a file, the larger element first
 
 
-def _summary(c: Comparison, src: str) -> Finding:
+def summary(c: Comparison, src: str = "") -> Finding:
     b, a = c.before.rf.path, c.after.rf.path
     what = c.change_text or "no configuration field (the same sweep: kernels, software or system changed)"
     counts = {v: sum(o.time.verdict == v for o in c.ops) for v in (FASTER, SLOWER, SAME)}
@@ -381,3 +374,12 @@ def _latency(c: Comparison, src: str) -> list:
             ev += f"; unchanged or unbounded: {', '.join(still)}"
         out.append(Finding("change-latency", claim, ev, "", src))
     return out
+
+
+register("run", "measured-effect", lambda rf, a, src="": measured_effect_findings(rf, src), order=30)
+register("change", "change-summary", summary, order=10)
+register("change", "change-effect", _effects, order=20)
+register("change", "dequant-bound", _dequant_bound, order=30)
+register("change", "change-regressions", _regressions, order=40)
+register("change", "change-unmatched", _unmatched, order=50)
+register("change", "change-latency", _latency, order=60)

@@ -11,22 +11,19 @@
   one per kernel name for the unjoined launches (phase "forward", the mean launch's counters). A point whose
   DRAM bytes or FLOPs are missing takes the model's FLOPs when joined (``config["flops_from"] = "model"``), else
   it is flagged "uncosted" (off the roofline) and its missing metrics are named.
-* ``counter_findings``: measured against modelled bytes and FLOPs, a ratio far from 1 as a finding.
+* ``ratio`` / ``ratio_line``: measured against modelled bytes and FLOPs (``counter_rules`` turns a ratio far
+  from 1 into a finding).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from . import units as U
-from .cost import Cost
-from .records import COUNTER_TIMER, Measurement, WorkloadPoint
+from ..cost import Cost
+from ..records import COUNTER_TIMER, Measurement, WorkloadPoint
 
 COUNTERS = "counters"           # the flag on every counters measurement, and the result file's kind
-BYTES_OVER = 1.5                # measured DRAM bytes above 1.5x the model's minimum: re-read data
-BYTES_UNDER = 0.67              # below two thirds: the data came from L2 (warm), or the model over-counts
-FLOPS_FAR = 1.25                # measured FLOPs off the model's by more than 25% either way
 
 _LINEAR = ("_linear_kernel", "_linear_int8_kernel", "_linear_int4_kernel")
 
@@ -114,8 +111,6 @@ def _measurement(point, launches, times, levels, flops_by, device, per: float = 
         cost = Cost(0.0, 0.0)
     else:
         cost = Cost(float(flops), float(dram) / per)
-    from dataclasses import replace
-
     p = replace(point, cost=cost)
     ok = [t for t in times if t is not None and t > 0]
     if not ok:
@@ -156,7 +151,7 @@ def where(p) -> str:
     return f"{p.op} {p.phase} b{p.batch}" + (f" ctx{p.context}" if p.phase == "decode" else f" x {p.context}")
 
 
-def _what_bytes(p) -> str:
+def what_bytes(p) -> str:
     if p.op.endswith("_proj") or p.op == "lm_head":
         return "the weight bytes"
     if p.op == "attention" and p.phase == "decode":
@@ -169,49 +164,7 @@ def ratio_line(m: Measurement) -> str:
     b, f = ratio(m, "bytes"), ratio(m, "flops")
     parts = []
     if math.isfinite(b):
-        parts.append(f"{b:.2f}x {_what_bytes(m.point)}")
+        parts.append(f"{b:.2f}x {what_bytes(m.point)}")
     if math.isfinite(f):
         parts.append(f"{f:.2f}x the model's FLOPs")
     return f"{where(m.point)}: {', '.join(parts)}" if parts else ""
-
-
-def counter_findings(a, src: str = "") -> list:
-    """Findings of a counters file (``roofline.analysis`` of it): bytes and FLOPs far from the model's."""
-    from .diagnose import Finding
-
-    out = []
-    for r in a.results:
-        m = r.m
-        if COUNTERS not in m.flags or not m.ok:
-            continue
-        b, f = ratio(m, "bytes"), ratio(m, "flops")
-        p = m.point
-        if math.isfinite(b) and b > BYTES_OVER:
-            why = ("the cache is read more than once (split-K or a second pass over the KV cache)"
-                   if p.op == "attention" else "data is read more than once (tiles re-read past the L2)")
-            out.append(Finding("counters-bytes-over", f"{where(p)}: {b:.1f}x {_what_bytes(p)}: {why}.",
-                               f"Nsight Compute measured {U.nbytes(p.cost.bytes)} of DRAM traffic; the model's minimum "
-                               f"is {U.nbytes(m.config['model']['bytes'])}",
-                               "keep each tile in shared memory or L2 for all its uses (larger blocks, fewer splits), "
-                               "then profile again", src, {"ratio": b}))
-        elif math.isfinite(b) and b < BYTES_UNDER:
-            out.append(Finding("counters-bytes-under", f"{where(p)}: only {b:.2f}x {_what_bytes(p)} came from DRAM: "
-                               "the rest was already in the L2.", f"measured {U.nbytes(p.cost.bytes)}, model "
-                               f"{U.nbytes(m.config['model']['bytes'])}", "profile with a working set past the L2 "
-                               "(or ncu --cache-control all) before trusting its time", src, {"ratio": b}))
-        if math.isfinite(f) and (f > FLOPS_FAR or f < 1 / FLOPS_FAR):
-            pad = " (tensor-core tiles padded past the batch's rows)" if f > FLOPS_FAR and m.config.get(
-                "flops_by", {}).get("tensor") else ""
-            out.append(Finding("counters-flops", f"{where(p)}: {f:.2f}x the model's FLOPs{pad}.",
-                               f"Nsight Compute counted {U.flops(p.cost.flops)}; the model says "
-                               f"{U.flops(m.config['model']['flops'])}",
-                               "the measured rate is work the hardware did, not useful work: compare times, not "
-                               "FLOP/s, for this op", src, {"ratio": f}))
-        tensor = m.config.get("flops_by", {}).get("tensor")
-        if (p.op.endswith("_proj") or p.op == "lm_head") and tensor == 0 and p.cost.flops > 0 \
-                and r.bound == "compute":
-            out.append(Finding("counters-tensor-idle", f"{where(p)}: compute-bound, but its tensor cores did "
-                               "nothing: every FLOP ran on the FMA pipes.", "tensor-path FLOPs 0 of "
-                               f"{U.flops(p.cost.flops)}", "use a tensor-core dtype (bf16/fp16/tf32) and tl.dot / "
-                               "torch.matmul so the GEMM reaches the tensor cores", src))
-    return out

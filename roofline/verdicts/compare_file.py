@@ -14,9 +14,9 @@ import json
 import os
 from pathlib import Path
 
-from .compare import compare
-from .errors import RooflineError
-from .records import read_results, strict
+from ..errors import RooflineError
+from ..records import read_results, strict
+from .comparison import compare
 
 FORMAT = "roofline-compare"
 FORMAT_VERSION = 1
