@@ -90,6 +90,7 @@ def _is_linear(op: str, model) -> bool:
     k = _op_kind(op, model)[0]
     return bool(k) and kind(k).linear
 
+
 SKIPPED = "skipped"
 FORWARD = "forward"     # a traced forward whose phase is unknown (roofline.trace_phases): no batch or context
 HOST_BUSY = "host-busy"   # a measurement (or the ceilings) timed while other processes took the CPUs
