@@ -65,21 +65,31 @@ from .dtypes import bytes_per_element
 from .formulas import linear_weight_bytes_from_flops
 from .records import ABOVE_ROOF, Measurement
 from .layer import model_ops
-from .workload import _LLAMA_LAYER_OPS, LAYER_OP, op_count
-
-# The ops of a Llama step: what a result file without a model description was measured with.
-_LLAMA_OPS = ("embedding",) + _LLAMA_LAYER_OPS + ("final_norm", "lm_head")
+from .ops import kind
+from .workload import LAYER_OP, LLAMA_LAYER_OPS, LLAMA_OPS, op_count
 
 
 def expected_ops(model) -> tuple:
     """The op names a full step of ``model`` measures (roofline.layer), a Llama's when the model is unknown."""
-    return tuple(o.name for o in model_ops(model)) if model is not None else _LLAMA_OPS
+    return tuple(o.name for o in model_ops(model)) if model is not None else tuple(LLAMA_OPS)
+
+
+def _op_kind(op: str, model) -> tuple:
+    """(kind, per-layer) of the op named ``op`` in ``model``'s step, a Llama's when the model is unknown (a result
+    file written before the layer became data); ("", False) for a name the step does not have (``layer``)."""
+    if model is None:
+        return LLAMA_OPS.get(op, ""), op in LLAMA_LAYER_OPS
+    for o in model_ops(model):
+        if o.name == op:
+            return o.kind, o.per_layer
+    return "", False
 
 
 def _is_linear(op: str, model) -> bool:
-    if model is None:
-        return op.endswith("_proj") or op == "lm_head"
-    return any(o.name == op and o.kind == "linear" for o in model_ops(model))
+    """A linear layer, by its kind's ``linear`` flag (``roofline.ops``)."""
+    k = _op_kind(op, model)[0]
+    return bool(k) and kind(k).linear
+
 
 SKIPPED = "skipped"
 FORWARD = "forward"     # a traced forward whose phase is unknown (roofline.trace_phases): no batch or context
@@ -164,7 +174,7 @@ class OpResult:
 
 def _weight_bytes_per_layer(model) -> float:
     """Linear weight elements of one layer (on average over the layers), from the model's op list."""
-    per = [o for o in model_ops(model) if o.kind == "linear" and o.per_layer]
+    per = [o for o in model_ops(model) if kind(o.kind).linear and o.per_layer]
     return sum(o.dims["in_features"] * o.dims["out_features"] * o.count for o in per) / model.n_layers
 
 
@@ -178,21 +188,22 @@ def _weight_share(m: Measurement, model) -> float:
     return _weight_bytes_per_layer(model) * bytes_per_element(m.point.weight_dtype) / m.point.tp / b
 
 
-def working_set_bytes(p) -> float:
+def working_set_bytes(p, model=None) -> float:
     """Bytes a point's repeated calls keep touching: a linear op's weight (the activations stream through), else
-    its whole ``Cost.bytes``."""
-    if p.op.endswith("_proj") or p.op == "lm_head":
-        rows = p.batch if p.op == "lm_head" else p.batch * p.new_tokens   # the head reads the last token only
+    its whole ``Cost.bytes``. ``model``: the run's ModelConfig (None: a Llama's ops, an older result file)."""
+    k, per_layer = _op_kind(p.op, model)
+    if k and kind(k).linear:
+        rows = p.batch * p.new_tokens if per_layer else p.batch   # the head reads the last token only
         return linear_weight_bytes_from_flops(p.cost.flops, rows, weight_dtype=p.weight_dtype)
     return p.cost.bytes
 
 
-def measured_roof(m: Measurement, device: Device, run_dtype: str, base: Roof | None = None) -> Roof:
-    """``roof_for`` with the point's working set and the bytes/s it moved: a cache level's roof when one
-    served it, else ``base`` (the DRAM roof, when the caller has it)."""
+def measured_roof(m: Measurement, device: Device, run_dtype: str, base: Roof | None = None, model=None) -> Roof:
+    """``roof_for`` with the point's working set (``working_set_bytes`` in ``model``'s step) and the bytes/s it
+    moved: a cache level's roof when one served it, else ``base`` (the DRAM roof, when the caller has it)."""
     p = m.point
     if device.cache_levels and m.ok and m.instance_s > 0 and not any(f in m.flags for f in OFF_ROOF):
-        return roof_for(device, p.compute_dtype, run_dtype, working_set_bytes=working_set_bytes(p),
+        return roof_for(device, p.compute_dtype, run_dtype, working_set_bytes=working_set_bytes(p, model),
                         achieved_bytes_per_s=p.cost.bytes / m.instance_s)
     return base or roof_for(device, p.compute_dtype, run_dtype)
 
@@ -276,7 +287,7 @@ class Step:
     working_set_bytes: float = 0.0  # what the cache rule compared with the levels (see the module docstring)
     sentence: str = ""
     off_roof: tuple = ()       # OpResult kept off the roofline (uncosted, communication): not in time_s
-    expected: tuple = _LLAMA_OPS  # the op names a full step of the run's model measures (roofline.layer)
+    expected: tuple = tuple(LLAMA_OPS)  # the op names a full step of the run's model measures (roofline.layer)
     uncosted_s: float = 0.0    # their time per step, by kind
     communication_s: float = 0.0
     rank_s: tuple = ()         # ((rank, seconds per step), ...) under tensor parallelism: each rank's own sum
@@ -490,7 +501,7 @@ def _build_step(key: StepKey, results, roof: Roof, device_name: str, header) -> 
 def _step_working_set(ops, header) -> float:
     """Bytes a step keeps touching: its largest op's working set when each op was timed alone and repeated (a
     profile), the sum over its ops' instances when they ran one after another (a trace)."""
-    sets = [working_set_bytes(r.point) * (r.count if header.kind == "trace" else 1) for r in ops]
+    sets = [working_set_bytes(r.point, header.model) * (r.count if header.kind == "trace" else 1) for r in ops]
     return (sum(sets) if header.kind == "trace" else max(sets)) if sets else 0.0
 
 
@@ -676,8 +687,8 @@ def analyze(rf) -> RunAnalysis:
             r = roofs[compute_dtype] = roof_for(device, compute_dtype, header.dtype)
         return r
 
-    results = [judge(m, measured_roof(m, device, header.dtype, roof(m.point.compute_dtype)), n_layers, header.model)
-               for m in rf.measurements]
+    results = [judge(m, measured_roof(m, device, header.dtype, roof(m.point.compute_dtype), header.model), n_layers,
+                     header.model) for m in rf.measurements]
     groups: dict = defaultdict(list)
     for r in results:
         groups[StepKey.of(r.point)].append(r)

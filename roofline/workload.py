@@ -17,6 +17,11 @@ Prefill with a cached prefix: new queries at positions p..p+n-1 attend to keys
 0..p+n-1 causally (n = prompt - cached). With ``chunk`` the n new tokens are processed in
 chunks of at most ``chunk`` tokens, each one attending to every token before it; an
 op's instance cost is then summed over the chunks (weights are read once per chunk).
+
+Each op is costed by its kind's registry entry (``roofline.ops``): ``cost`` per chunk for a per-layer op,
+``edge_cost`` for a pre- or post-layer one, ``weight_bytes`` for the step's weight traffic, each given a
+``StepContext`` (the dtypes, the chunk's rows, batch, chunk, cached prefix, decode or not, tp). Nothing here
+branches on a kind: a kind registered elsewhere is costed as soon as a model's ops use it.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ from dataclasses import dataclass, field
 
 from . import formulas as F
 from .cost import ZERO, Cost
-from .dtypes import bytes_per_element, normalize_dtype
+from .dtypes import normalize_dtype
 from .errors import RooflineError, check_positive_int
 from .models import ModelConfig
+from .ops import Dtypes, StepContext, kind
 from .parallel import PER_LAYER_COLLECTIVES, Shard, ranks, shard, step_collectives
 
 from .layer import LAYER_OP, model_ops, op_names, op_spec  # noqa: F401 (op_names, op_spec: the API)
@@ -44,29 +50,18 @@ def op_count(op: str, model) -> int:
                 return o.count
     else:
         n_layers = int(model)
-        if op in _LLAMA_LAYER_OPS:
+        if op in LLAMA_LAYER_OPS:
             return n_layers
     return n_layers if op == LAYER_OP or op in PER_LAYER_COLLECTIVES else 1
 
 
-# The per-layer op names of a Llama (result files written before the layer became data carry no counts).
-_LLAMA_LAYER_OPS = ("attn_norm", "q_proj", "k_proj", "v_proj", "rope", "kv_append", "attention", "o_proj",
-                    "attn_residual", "mlp_norm", "gate_proj", "up_proj", "swiglu", "down_proj", "mlp_residual")
-
-
-@dataclass(frozen=True)
-class Dtypes:
-    weight: str = "bf16"
-    act: str = "bf16"
-    kv: str = "bf16"
-    group_size: int = F.INT4_GROUP   # int4 weights: input rows per scale (formulas.weight_scale_bytes)
-    zero_point: bool = False         # int4 weights: a zero point per group beside each scale
-    expert_load: tuple = ()          # MoE: each expert's share of the routed slots (a histogram); (): uniform
-
-    @property
-    def weight_quant(self) -> dict:
-        """The keyword arguments every linear formula takes: weight dtype, group size, zero point."""
-        return dict(weight_dtype=self.weight, group_size=self.group_size, zero_point=self.zero_point)
+# A Llama's ops and their kinds, in the order they run: what a result file written before the layer became data
+# (no model description, no counts) was measured with.
+LLAMA_LAYER_OPS = {"attn_norm": "norm", "q_proj": "linear", "k_proj": "linear", "v_proj": "linear", "rope": "rope",
+                   "kv_append": "kv_append", "attention": "attention", "o_proj": "linear", "attn_residual": "residual",
+                   "mlp_norm": "norm", "gate_proj": "linear", "up_proj": "linear", "swiglu": "activation",
+                   "down_proj": "linear", "mlp_residual": "residual"}
+LLAMA_OPS = {"embedding": "embedding", **LLAMA_LAYER_OPS, "final_norm": "norm", "lm_head": "linear"}
 
 
 @dataclass(frozen=True)
@@ -147,40 +142,30 @@ class Phase:
 
     @property
     def weight_bytes(self) -> float:
-        """Bytes of linear-layer weights the step reads (once per chunk), across all layers (one rank's, under tp),
-        the scales of quantized weights included (``formulas.quantized_weight_bytes``); biases in the
-        activation dtype."""
-        dt = self.dtypes
-        total = 0.0
-        for o in model_ops(self.model, self._sizes):
-            d = o.dims
-            if o.kind == "linear":
-                k, n = d["in_features"], d["out_features"]
-                b = F.quantized_weight_bytes(k, n, act_dtype=dt.act, **dt.weight_quant)
-                if d.get("bias"):
-                    b += n * bytes_per_element(dt.act)
-                total += b * (o.count * len(self.chunks) if o.per_layer else 1)
-            elif o.kind == "mla_up" and self.phase == "prefill":   # the up-projection reads kv_b_proj as stored
-                total += F.quantized_weight_bytes(*o.weights[0].shape, act_dtype=dt.act, **dt.weight_quant) * (
-                    o.count * len(self.chunks))
-            elif o.kind in ("router", "mla_up", "gate"):   # decode's mla_up: the copy dequantized at load (act dtype)
-                w = o.weights[0].shape
-                total += w[0] * w[1] * bytes_per_element(dt.act) * o.count * len(self.chunks)
-        return total + self.expert_weight_bytes   # the routed experts: the distinct ones each chunk touches
+        """Bytes of weights the step reads (once per chunk), across all layers (one rank's, under tp): each op's
+        kind's ``weight_bytes`` (linear layers: the scales of quantized weights included,
+        ``formulas.quantized_weight_bytes``, biases in the activation dtype), the routed experts last."""
+        return self._weights(routed=False) + self.expert_weight_bytes
 
     @property
     def expert_weight_bytes(self) -> float:
         """Bytes of routed-expert weights the step reads: the distinct experts each MoE layer touches, once per
         chunk (0 for a dense model)."""
-        dt = self.dtypes
+        return self._weights(routed=True)
+
+    def _weights(self, routed: bool) -> float:
+        """Weight bytes of the ops whose kind routes experts (``routed``) or of the others: per-layer ops once
+        per chunk and layer, the others once."""
+        steps, edge = self.steps, self.edge_step
         total = 0.0
         for o in model_ops(self.model, self._sizes):
-            if o.kind == "experts":
-                d = o.dims
-                one = F.moe_expert_weight_bytes(d["hidden"], d["intermediate"], act_dtype=dt.act, bias=d["bias"],
-                                                **dt.weight_quant)
-                total += o.count * sum(one * _rank_experts(d, self.batch * c, dt.expert_load)[1]
-                                       for c in self.chunks)
+            k = kind(o.kind)
+            if (k.experts is not None) != routed:
+                continue
+            if o.per_layer:
+                total += o.count * sum(k.weight_bytes(o, s) for s in steps)
+            else:
+                total += k.weight_bytes(o, edge)
         return total
 
     @property
@@ -188,9 +173,22 @@ class Phase:
         """Distinct routed experts per MoE layer in this step (the last chunk's), in expectation; 0 when dense.
         Under expert parallelism: among one rank's E / ep (the busiest rank's under a skewed load)."""
         for o in model_ops(self.model, self._sizes):
-            if o.kind == "experts":
-                return _rank_experts(o.dims, self.batch * self.chunks[-1], self.dtypes.expert_load)[1]
+            k = kind(o.kind)
+            if k.experts is not None:
+                return k.experts(o, self.steps[-1])[1]
         return 0.0
+
+    @property
+    def steps(self) -> tuple:
+        """The ``StepContext`` of each chunk, in order (decode: one, after the context)."""
+        prior = self.context if self.phase == "decode" else self.cached_tokens
+        return chunk_steps(self.dtypes, self.batch, self.chunks, prior, self.phase == "decode", self.tp)
+
+    @property
+    def edge_step(self) -> StepContext:
+        """The ``StepContext`` of the ops before and after the layers: every new token of the step at once."""
+        prior = self.context if self.phase == "decode" else self.cached_tokens
+        return edge_step(self.dtypes, self.batch, self.new_tokens, prior, self.phase == "decode", self.tp)
 
     @property
     def _sizes(self) -> Shard:
@@ -226,118 +224,47 @@ def _check_load(load) -> tuple:
     return tuple(x / total for x in v)
 
 
-def _op_cost(o, dt: Dtypes, T: int, batch: int, c: int, p: int, decode: bool) -> Cost:
-    """One instance of the per-layer op ``o`` for a chunk of ``c`` new tokens per sequence after ``p`` cached
-    (decode: c = 1, p = context); T = batch * c rows."""
-    a, kv, d = dt.act, dt.kv, o.dims
-    k = o.kind
-    if k == "linear":
-        return F.linear(T, d["in_features"], d["out_features"], act_dtype=a, bias=d["bias"], **dt.weight_quant)
-    if k == "norm":
-        return F.rmsnorm(T * d["rows"], d["width"], act_dtype=a, weight_dtype=a)
-    if k == "rope":
-        return F.rope(T, d["n_heads"], d["n_kv_heads"], d["head_dim"], act_dtype=a)
-    if k == "kv_append":
-        return F.kv_append(T, d["n_kv_heads"], d["head_dim"], act_dtype=a, kv_dtype=kv)
-    if k == "attention":
-        w = d["window"] or None
-        if decode:
-            return F.decode_attention(batch, p + 1, d["n_heads"], d["n_kv_heads"], d["head_dim"], window=w,
-                                      act_dtype=a, kv_dtype=kv)
-        return F.prefill_attention(batch, c, d["n_heads"], d["n_kv_heads"], d["head_dim"], cached_tokens=p,
-                                   window=w, act_dtype=a, kv_dtype=kv)
-    if k == "residual":
-        return F.residual_add(T, d["width"], act_dtype=a)
-    if k == "activation":
-        return (F.swiglu if d["fn"] == "silu" else F.geglu)(T, d["width"], act_dtype=a)
-    if k == "router":   # the gate GEMM's weights stay in the activation dtype (never quantized)
-        return F.router(T, d["in_features"], d["n_experts"], d["k"], kind=d["kind"], weight_dtype=a, act_dtype=a,
-                        gate_bias=any(w.key == "router_bias" for w in o.weights),
-                        score_bias=any(w.key == "router_correction" for w in o.weights),
-                        renorm=d.get("renorm", True), n_group=d.get("n_group", 1))
-    if k == "experts" and d.get("ep", 1) > 1:   # expert parallel: this rank's routed rows and its experts
-        rows, distinct = _rank_experts(d, T, dt.expert_load)
-        return F.moe_experts_ep(T, d["hidden"], d["intermediate"], d["n_experts"], d["k"], d["ep"], rows=rows,
-                                distinct=distinct, activation=d["activation"], bias=d["bias"], act_dtype=a,
-                                **dt.weight_quant)
-    if k == "experts":
-        return F.moe_experts(T, d["hidden"], d["intermediate"], d["n_experts"], d["k"],
-                             distinct=distinct_experts(d["n_experts"], d["k"], T, dt.expert_load),
-                             activation=d["activation"], bias=d["bias"], act_dtype=a, **dt.weight_quant)
-    if k == "gate":     # Qwen2-MoE's shared-expert gate: sigmoid(x w) [T, 1] times the shared output [T, H]
-        return (F.linear(T, d["in_features"], 1, act_dtype=a, weight_dtype=a)
-                + F.elementwise(T * d["width"], ((T * d["width"], a), (T, a)), out_dtype=a, flops_per_element=1))
-    if k == "latent_append":
-        return F.copy(T * d["width"], src_dtype=a, dst_dtype=kv)
-    # decode: absorbed into the query and output, W_UK / W_UV read in the activation dtype (a quantized kv_b_proj is
-    # dequantized once at load: kernels.quant.absorbed_kv_b); prefill: every key up-projected by kv_b_proj as stored
-    if k == "mla_up":
-        H_, R, N, V = d["n_heads"], d["rank"], d["nope"], d["v"]
-        if decode:
-            w = R * H_ * (N + V) * bytes_per_element(dt.weight if dt.weight in ("bf16", "fp16", "fp32") else a)
-            io = T * H_ * (N + R + R + V) * bytes_per_element(a)
-            return Cost(F.mla_absorb_flops(T, H_, N, V, R), w + io)
-        return F.linear(batch * (p + c), R, H_ * (N + V), act_dtype=a, **dt.weight_quant)
-    if k == "mla_attention":
-        if decode:
-            return F.mla_decode_attention(batch, p + 1, d["n_heads"], d["rank"], d["rope"], act_dtype=a, kv_dtype=kv)
-        return F.mla_prefill_attention(batch, c, d["n_heads"], d["nope"], d["rope"], d["v"], cached_tokens=p,
-                                       kv_lora_rank=d["rank"], act_dtype=a, kv_dtype=kv)
-    raise ValueError(f"op {o.name!r} of kind {k!r} has no per-layer cost")
+def chunk_steps(dt: Dtypes, batch: int, chunks, prior: int, decode: bool, tp: int = 1) -> tuple:
+    """One ``StepContext`` per chunk of ``c`` new tokens per sequence, each after the ``prior`` cached tokens and
+    the chunks before it (decode: one chunk of 1 after the context); T = batch * c rows."""
+    out, p = [], prior
+    for c in chunks:
+        out.append(StepContext(dt, batch * c, batch, c, p, decode, tp))
+        p += c
+    return tuple(out)
 
 
-def distinct_experts(n_experts: int, k: int, tokens: int, load=()) -> float:
-    """Experts a step of ``tokens`` routed tokens touches per MoE layer, in expectation: uniform routing, or
-    ``load`` (each expert's share of the routed slots: a skew or a measured histogram)
-    (``formulas.expected_distinct_experts``)."""
-    try:
-        return F.expected_distinct_experts(n_experts, k, tokens, skew=list(load) if load else None)
-    except ValueError as e:   # a histogram that no top-k routing can produce, or of the wrong length
-        raise RooflineError(f"expert load: {e}") from None
+def edge_step(dt: Dtypes, batch: int, new_tokens: int, prior: int, decode: bool, tp: int = 1) -> StepContext:
+    """The ``StepContext`` of a pre- or post-layer op: the embedding gathers every new token; the final norm,
+    lm_head and logit softcap see one row per sequence (only the last position needs logits)."""
+    return StepContext(dt, batch * new_tokens, batch, new_tokens, prior, decode, tp)
 
 
-def _rank_experts(d: dict, tokens: int, load=()) -> tuple:
-    """(routed rows, distinct experts) of one rank's experts op for a step of ``tokens`` tokens: all T*k rows and
-    ``distinct_experts`` of all E, or under expert parallelism the busiest rank's (``formulas.moe_rank_load``)."""
-    ep = d.get("ep", 1)
-    if ep > 1:
-        return F.moe_rank_load(d["n_experts"], d["k"], tokens, ep, skew=list(load) if load else None)
-    return tokens * d["k"], distinct_experts(d["n_experts"], d["k"], tokens, load)
+def _op_cost(o, steps: tuple) -> Cost:
+    """One instance of the per-layer op ``o``, summed over the chunks (weights read once per chunk)."""
+    k, acc = kind(o.kind), ZERO
+    for s in steps:
+        acc = acc + k.layer_cost(o, s)
+    return acc
 
 
-def _edge_cost(o, dt: Dtypes, T_all: int, batch: int, tp: int) -> Cost:
-    """One instance of a pre- or post-layer op: the embedding over every new token; the final norm, lm_head
-    and logit softcap over one row per sequence (only the last position needs logits)."""
-    a, d = dt.act, o.dims
-    if o.kind == "embedding":
-        return F.embedding(T_all, d["hidden"], weight_dtype=a, act_dtype=a, vocab_shards=tp)
-    if o.kind == "scale":
-        e = T_all * d["width"]
-        return F.elementwise(e, ((e, a),), out_dtype=a)
-    if o.kind == "norm":
-        return F.rmsnorm(batch, d["width"], act_dtype=a, weight_dtype=a)
-    if o.kind == "linear":   # lm_head is vocab-parallel: each rank computes its V/N logits (of the padded vocab)
-        return F.lm_head(batch, d["in_features"], d["out_features"], act_dtype=a, **dt.weight_quant)
-    if o.kind == "softcap":  # c * tanh(x / c): a divide and a multiply; tanh, like exp, is not counted
-        e = batch * d["width"]
-        return F.elementwise(e, ((e, a),), out_dtype=a, flops_per_element=2)
-    raise ValueError(f"op {o.name!r} of kind {o.kind!r} has no pre/post-layer cost")
+def _edge_cost(o, step: StepContext) -> Cost:
+    """One instance of a pre- or post-layer op."""
+    return kind(o.kind).pre_post_cost(o, step)
 
 
 def _assemble(phase, cfg, dt, batch, new_tokens, context, cached, chunks, prior, decode, tp=1, ep=1) -> Phase:
     tp, ep = ranks(tp, ep)
     sh = shard(cfg, tp, ep)
+    steps = chunk_steps(dt, batch, chunks, prior, decode, tp)
+    edge = edge_step(dt, batch, new_tokens, prior, decode, tp)
     ops = []
     for o in model_ops(cfg, sh):
-        cdt = dt.act if o.tensor else "fp32"
-        if not o.per_layer:
-            ops.append(OpCost(o.name, _edge_cost(o, dt, batch * new_tokens, batch, tp), 1, cdt))
-            continue
-        acc, p = ZERO, prior            # one instance, summed over the chunks (weights read once per chunk)
-        for c in chunks:
-            acc = acc + _op_cost(o, dt, batch * c, batch, c, p, decode)
-            p += c
-        ops.append(OpCost(o.name, acc, o.count, cdt))
+        cdt = dt.act if kind(o.kind).tensor else "fp32"
+        if o.per_layer:
+            ops.append(OpCost(o.name, _op_cost(o, steps), o.count, cdt))
+        else:
+            ops.append(OpCost(o.name, _edge_cost(o, edge), 1, cdt))
     return Phase(phase, cfg, batch, new_tokens, context, cached, tuple(chunks), dt, tuple(ops), tp, sh,
                  step_collectives(cfg, sh, batch, chunks, dt.act), ep)
 

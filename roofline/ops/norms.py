@@ -1,0 +1,20 @@
+"""The norm kind: RMSNorm over ``width`` features, ``rows`` rows per token (q_norm: one per head); after the
+layers (the final norm) over one row per sequence."""
+
+from __future__ import annotations
+
+from .. import formulas as F
+from .registry import OpKind, register
+
+
+def _cost(op, s):
+    a = s.dtypes.act
+    return F.rmsnorm(s.rows * op.dims["rows"], op.dims["width"], act_dtype=a, weight_dtype=a)
+
+
+def _edge_cost(op, s):
+    a = s.dtypes.act
+    return F.rmsnorm(s.batch, op.dims["width"], act_dtype=a, weight_dtype=a)
+
+
+NORM = register(OpKind("norm", "norm", _cost, _edge_cost))
