@@ -322,7 +322,7 @@ def used_dtypes(rf) -> list[str]:
 
 
 def conventions_text() -> str:
-    """The cost conventions, from roofline/formulas.py's module docstring (one place)."""
+    """The cost conventions, from the roofline.formulas package docstring (one place)."""
     doc = formulas.__doc__ or ""
     i = doc.find("Conventions")
     return doc[i:].strip() if i >= 0 else doc.strip()
@@ -356,7 +356,7 @@ def render(report) -> str:
     body += [_metadata(r) for r in runs]
     body.append("<h2>Cost conventions</h2>")
     body.append(f'<div class="card"><pre>{_e(conventions_text())}</pre>'
-                f'<p class="sub">From roofline/formulas.py. Units: {_e(U.si(1e12, "FLOP/s"))} = 10^12 FLOP/s; '
+                f'<p class="sub">From roofline/formulas/. Units: {_e(U.si(1e12, "FLOP/s"))} = 10^12 FLOP/s; '
                 "bandwidth in bytes/s (SI).</p></div>")
     if any(trace_section.is_trace(r.rf) for r in runs):
         body.append(f'<div class="card"><h3>How a trace\'s ops are costed</h3><pre>'
