@@ -29,7 +29,7 @@ import resource, sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
 from profiler.timing import now
-from roofline.trace_events import _read
+from roofline.traces.events import _read
 t0 = now(); t = _read(Path({path!r}), stream={stream}); dt = now() - t0
 print(dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, len(t.ops), len(t.gpu))
 """

@@ -23,12 +23,12 @@ from roofline import units as U
 from roofline.analysis import analyze
 from roofline.errors import RooflineError
 from roofline.records import RunHeader, read_results
-from roofline.trace import analyze_trace, attribution_lines, kernel_breakdown, model_expectation
-from roofline.trace_comms import collective_lines, collectives
-from roofline.trace_device import trace_device
-from roofline.trace_events import read_traces
-from roofline.trace_idle import idle_sentence
-from roofline.trace_phases import parse_markers, phase_text
+from roofline.traces.analyze import analyze_trace, attribution_lines, kernel_breakdown, model_expectation
+from roofline.traces.comms import collective_lines, collectives
+from roofline.traces.device import trace_device
+from roofline.traces.events import read_traces
+from roofline.traces.idle import idle_sentence
+from roofline.traces.phases import parse_markers, phase_text
 from roofline.writer import ResultWriter
 
 GRAPH_UNKNOWN_HOW = ("each replay is charged to the CPU op around its graph launch as 'graph replay (ops unknown)' "

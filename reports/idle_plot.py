@@ -25,7 +25,7 @@ from __future__ import annotations
 from matplotlib.patches import Patch
 
 from roofline import units as U
-from roofline.trace_idle import CAUSES, MAX_GAPS, NO_OP
+from roofline.traces.idle import CAUSES, MAX_GAPS, NO_OP
 
 from .figures import ReportFigure
 from .style import new_figure, styled

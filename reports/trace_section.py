@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 
 from roofline import units as U
-from roofline import trace_cost
-from roofline.trace_comms import collective_lines
-from roofline.trace import attribution_lines
-from roofline.trace_idle import cpu_where, idle_sentence
-from roofline.trace_phases import phase_text
+from roofline.traces import cost as trace_cost
+from roofline.traces.comms import collective_lines
+from roofline.traces.analyze import attribution_lines
+from roofline.traces.idle import cpu_where, idle_sentence
+from roofline.traces.phases import phase_text
 
 TOP_COLUMNS = ("phase", "op", "kind", "instances / step", "time / step", "share of phase", "FLOP/byte", "roof %",
                "label")
