@@ -105,8 +105,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mb", type=float, default=100.0, help="trace size in MB (default 100)")
     args = ap.parse_args()
-    from roofline.trace import analyze_trace
-    from roofline.trace_events import read_trace
+    from roofline.traces.analyze import analyze_trace
+    from roofline.traces.events import read_trace
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -8,7 +8,7 @@ Generates a GPU trace (tests/data/traces/make_traces.Builder events: per step an
 aten::mm with shapes, its cudaLaunchKernel and kernel, and a python_function frame; the ops and kernels
 carry the other args Kineto writes: Sequence number, Fwd thread id, Input Strides, grid, block, registers,
 occupancy, ...) until the file reaches the size asked, then reads it in two fresh processes, ``_read(p, stream=False)`` (one
-json.loads) and ``_read(p, stream=True)`` (roofline.trace_stream), each timed with the one clock
+json.loads) and ``_read(p, stream=True)`` (roofline.traces.stream), each timed with the one clock
 and its peak resident memory (ru_maxrss) printed, with the ratios. ``--against REV`` also reads it (streamed) with roofline/ and profiler/ as of git revision
 REV, for a before/after of a reader change. TraceLens and HTA are not run:
 they are not installed here (pip install them and time them on the same file to compare).
@@ -29,7 +29,7 @@ import resource, sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
 from profiler.timing import now
-from roofline.trace_events import _read
+from roofline.traces.events import _read
 t0 = now(); t = _read(Path({path!r}), stream={stream}); dt = now() - t0
 print(dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, len(t.ops), len(t.gpu))
 """

@@ -4,7 +4,7 @@
     r = run_trace(TraceRun("trace.json.gz", out="roofline-trace"))
     r.path, r.summary, r.text()
 
-Reading, joining, costing and phases are pure (``roofline.trace*``); this module picks the
+Reading, joining, costing and phases are pure (``roofline.traces``); this module picks the
 device and its ceilings, writes the result file with ``ResultWriter`` (the one writer),
 and renders the report. Device: ``--device`` / ``--device-file`` / ``--peak-tflops`` win;
 else the GPU the trace names (``deviceProperties``); a CPU trace is judged against this
@@ -23,12 +23,12 @@ from roofline import units as U
 from roofline.analysis import analyze
 from roofline.errors import RooflineError
 from roofline.records import RunHeader, read_results
-from roofline.trace import analyze_trace, attribution_lines, kernel_breakdown, model_expectation
-from roofline.trace_comms import collective_lines, collectives
-from roofline.trace_device import trace_device
-from roofline.trace_events import read_traces
-from roofline.trace_idle import idle_sentence
-from roofline.trace_phases import parse_markers, phase_text
+from roofline.traces.analyze import analyze_trace, attribution_lines, kernel_breakdown, model_expectation
+from roofline.traces.comms import collective_lines, collectives
+from roofline.traces.device import trace_device
+from roofline.traces.events import read_traces
+from roofline.traces.idle import idle_sentence
+from roofline.traces.phases import parse_markers, phase_text
 from roofline.writer import ResultWriter
 
 GRAPH_UNKNOWN_HOW = ("each replay is charged to the CPU op around its graph launch as 'graph replay (ops unknown)' "
@@ -63,7 +63,7 @@ class TraceRunResult:
     report: dict | None = None
     expectation: dict = field(default_factory=dict)
     breakdown: list = field(default_factory=list)   # (category, s, kernels) when no shapes were recorded
-    collectives: dict = field(default_factory=dict)  # roofline.trace_comms.collectives across the ranks
+    collectives: dict = field(default_factory=dict)  # roofline.traces.comms.collectives across the ranks
 
     def to_json(self) -> dict:
         return {"results": str(self.path), "report": str(self.report["html"]) if self.report else None,
@@ -176,7 +176,7 @@ def _run(run: TraceRun, say) -> TraceRunResult:
                 "launches": mine.summary.get("launches", {}), "attribution": mine.summary.get("attribution", {}),
                 "collectives": comms}
     if "experts" in mine.summary:
-        settings["experts"] = mine.summary["experts"]     # tokens per expert (roofline.trace_experts)
+        settings["experts"] = mine.summary["experts"]     # tokens per expert (roofline.traces.experts)
     from . import probes
     from .run import started
 

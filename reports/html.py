@@ -360,5 +360,5 @@ def render(report) -> str:
                 "bandwidth in bytes/s (SI).</p></div>")
     if any(trace_section.is_trace(r.rf) for r in runs):
         body.append(f'<div class="card"><h3>How a trace\'s ops are costed</h3><pre>'
-                    f'{_e(trace_section.conventions())}</pre><p class="sub">From roofline/trace_cost.py.</p></div>')
+                    f'{_e(trace_section.conventions())}</pre><p class="sub">From a rule file (roofline/traces/rules/, or your own through load_rules).</p></div>')
     return page(title, body)

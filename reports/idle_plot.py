@@ -12,7 +12,7 @@ each kernel in alternating greys, each gap in its cause's colour at its true wid
 window's largest gap named with its CPU op; the strip marks where the zoom lies. A long trace's figure holds both.
 
 Rendering never measures: everything comes from the result file's ``settings["idle"]`` (what
-``roofline.trace_idle.idle_causes`` wrote, its ``timeline`` included). A file with no timeline (a CPU
+``roofline.traces.idle.idle_causes`` wrote, its ``timeline`` included). A file with no timeline (a CPU
 trace, or one written before the timeline existed) gets no figure. When the timeline folded short
 gaps into busy time (``merged_gaps``) the figure says so under the strip, and the caption repeats it.
 Artists carry gids ("idle:busy", "idle:host-bound", ..., "idle:phase:decode", "idle:note", "idle:zoom-mark";
@@ -25,7 +25,7 @@ from __future__ import annotations
 from matplotlib.patches import Patch
 
 from roofline import units as U
-from roofline.trace_idle import CAUSES, MAX_GAPS, NO_OP
+from roofline.traces.idle import CAUSES, MAX_GAPS, NO_OP
 
 from .report_figure import ReportFigure
 from .style import new_figure, styled

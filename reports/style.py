@@ -71,7 +71,7 @@ def run_model(rf):
     return getattr(rf.header, "model", None)
 
 
-# a trace's ops are coloured by what they are (roofline.trace_cost categories)
+# a trace's ops are coloured by what they are (roofline.traces.cost categories)
 CATEGORY_COLORS = {"gemm": "#1f77b4", "attention": "#d62728", "norm": "#2ca02c", "activation": "#9467bd",
                    "rope": "#8c564b", "kv_write": "#e377c2", "elementwise": "#ff7f0e", "reduction": "#bcbd22",
                    "softmax": "#17becf", "copy": "#7f7f7f", "cast": "#aaaaaa", "gather": "#98df8a",

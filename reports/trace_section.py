@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 
 from roofline import units as U
-from roofline import trace_cost
-from roofline.trace_comms import collective_lines
-from roofline.trace import attribution_lines
-from roofline.trace_idle import cpu_where, idle_sentence
-from roofline.trace_phases import phase_text
+from roofline.traces import cost as trace_cost
+from roofline.traces.comms import collective_lines
+from roofline.traces.analyze import attribution_lines
+from roofline.traces.idle import cpu_where, idle_sentence
+from roofline.traces.phases import phase_text
 
 TOP_COLUMNS = ("phase", "op", "kind", "instances / step", "time / step", "share of phase", "FLOP/byte", "roof %",
                "label")
@@ -84,7 +84,7 @@ def trace_facts(analysis) -> list[str]:
                    f"{U.nbytes(e['traced_bytes'])} costed, {U.seconds(e['traced_step_s'])} per step, "
                    f"{U.seconds(e['not_modelled_s'])} of it in casts, copies, fills and framework work the model "
                    "does not need.")
-    if (st.get("experts") or {}).get("sentence"):       # tokens per expert (roofline.trace_experts)
+    if (st.get("experts") or {}).get("sentence"):       # tokens per expert (roofline.traces.experts)
         out.append(st["experts"]["sentence"])
     return out
 
@@ -108,7 +108,7 @@ def top_rows(analysis, n: int = TOP_N):
 
 
 def conventions() -> str:
-    """How a trace's ops are costed and where that differs from TraceLens (roofline/trace_cost.py's docstring)."""
+    """How a trace's ops are costed and where that differs from TraceLens (a rule file (roofline/traces/rules/, or your own through load_rules)'s docstring)."""
     doc = trace_cost.__doc__ or ""
     i = doc.find("The table")
     return doc[i:].strip() if i >= 0 else doc.strip()

@@ -92,7 +92,7 @@ def _is_linear(op: str, model) -> bool:
 
 
 SKIPPED = "skipped"
-FORWARD = "forward"     # a traced forward whose phase is unknown (roofline.trace_phases): no batch or context
+FORWARD = "forward"     # a traced forward whose phase is unknown (roofline.traces.phases): no batch or context
 HOST_BUSY = "host-busy"   # a measurement (or the ceilings) timed while other processes took the CPUs
 UNRELIABLE = "unreliable"  # a step's verdict when a large share of its time was timed on a busy host
 NOISY_SHARE = 0.25      # that share: a step (its time) or a run (its points, its latency configurations)

@@ -5,7 +5,7 @@ Every boundary where someone else's JSON enters goes through ``loads`` with its 
     HTTP_BODY   a request body to ``roofline serve``        (``profiler.server``)
     SSE_EVENT   one ``data:`` event from a served model     (``profiler.endpoint``)
     HTTP_REPLY  a JSON answer (/v1/models, /tokenize, errors) (``profiler.endpoint``)
-    TRACE_FILE  a profiler trace                            (``roofline.trace_events``)
+    TRACE_FILE  a profiler trace                            (``roofline.traces.events``)
 
 ``loads`` never raises anything but ``BadJSON`` (a ``RooflineError`` whose message is one line
 naming what was wrong and the limit): not ``RecursionError`` for ``[[[[...`` nested 100,000

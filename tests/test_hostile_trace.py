@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from profiler.cli import main
 from roofline.errors import RooflineError
 from roofline.records import read_results
-from roofline.trace_events import read_trace, work_items
+from roofline.traces.events import read_trace, work_items
 
 
 def mm(ts, dur=10, dims=([8, 64], [64, 64]), types=("float", "float"), **over):

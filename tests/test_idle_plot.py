@@ -1,4 +1,4 @@
-"""The trace report's timeline of GPU idle gaps (roofline/trace_idle.py's ``timeline``, reports/idle_plot.py).
+"""The trace report's timeline of GPU idle gaps (roofline/traces/idle.py's ``timeline``, reports/idle_plot.py).
 
 Fixture: tests/data/traces/idle_causes.json (make_traces_issue24.py derives it): A 100-200, B 300-350,
 C 400-450 + E 450-453 on stream 7, D 480-500 on stream 8, all inside one "decode" annotation (0-600). From the
@@ -19,11 +19,11 @@ from profiler.cli import main
 from reports import write_report
 from reports.idle_plot import BUSY_COLOR, CAUSE_COLORS, has_idle_timeline, idle_figure, plot_idle
 from reports.style import new_figure
-from roofline import trace_idle
+from roofline.traces import idle as trace_idle
 from roofline.records import read_results
-from roofline.trace_events import read_trace
-from roofline.trace_idle import idle_causes, timeline
-from roofline.trace_phases import parse_markers
+from roofline.traces.events import read_trace
+from roofline.traces.idle import idle_causes, timeline
+from roofline.traces.phases import parse_markers
 
 DATA = Path(__file__).parent / "data" / "traces"
 sys.path.insert(0, str(DATA))

@@ -125,7 +125,7 @@ def test_decode_attention_intensity_does_not_grow_with_context(s, hq, g):
 
 
 def test_trace_formulas_exact():
-    """The generic ops a profiler trace costs (roofline.trace_cost), arithmetic beside each number."""
+    """The generic ops a profiler trace costs (roofline.traces.cost), arithmetic beside each number."""
     # gemm [8,4096]x[4096,4096] bf16: 2 x 8 x 4096 x 4096 = 268,435,456 FLOPs;
     # bytes A 8 x 4096 x 2 = 65,536 + B 4096 x 4096 x 2 = 33,554,432 + C 65,536 = 33,685,504: linear's exactly
     assert F.gemm(8, 4096, 4096) == Cost(268_435_456, 33_685_504) == F.linear(8, 4096, 4096)

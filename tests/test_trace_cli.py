@@ -151,8 +151,8 @@ def test_missing_trace_and_existing_results(tmp_path):
 
 
 def test_pg509_and_memory_pick_the_a100_sku(tmp_path):
-    from roofline.trace_device import trace_device
-    from roofline.trace_events import read_trace
+    from roofline.traces.device import trace_device
+    from roofline.traces.events import read_trace
 
     d = json.loads((DATA / "gpu_new.json").read_text())
     d["deviceProperties"] = [{"id": 0, "name": "NVIDIA A100-PG509-200", "totalGlobalMem": 42298834944}]

@@ -2,7 +2,7 @@
 
 from roofline import formulas as F
 from roofline.cost import Cost
-from roofline.trace_cost import FRAMEWORK, cost_op
+from roofline.traces.cost import FRAMEWORK, cost_op
 
 BF, F32, FP8 = "c10::BFloat16", "float", "c10::Float8_e4m3fn"
 

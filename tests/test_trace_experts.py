@@ -1,4 +1,4 @@
-"""Tokens per expert read from real MoE traces (roofline.trace_experts) against the routers' own choices.
+"""Tokens per expert read from real MoE traces (roofline.traces.experts) against the routers' own choices.
 
 Each trace is captured here with torch.profiler (record_shapes=True) into tmp_path, from transformers' tiny MoE
 checkpoints (tests/hf_tiny_moe.py) and our own tiny-moe model (torch backend); the truth is what each router
@@ -22,9 +22,9 @@ from kernels.model import LlamaModel  # noqa: E402
 from profiler.capture import capture  # noqa: E402
 from roofline.verdicts.expert_rules import TRACE_MIN_MEAN, expert_findings  # noqa: E402
 from roofline.models import load_model  # noqa: E402
-from roofline.trace import analyze_trace  # noqa: E402
-from roofline.trace_events import read_trace  # noqa: E402
-from roofline.trace_experts import BY_INDEX, BY_ORDER, GROUPED, ExpertLoads, LayerPass, expert_sentence  # noqa: E402
+from roofline.traces.analyze import analyze_trace  # noqa: E402
+from roofline.traces.events import read_trace  # noqa: E402
+from roofline.traces.experts import BY_INDEX, BY_ORDER, GROUPED, ExpertLoads, LayerPass, expert_sentence  # noqa: E402
 
 T = 12                                     # prompt tokens
 

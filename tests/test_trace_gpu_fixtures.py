@@ -8,9 +8,9 @@ from roofline import formulas as F
 from roofline.analysis import analyze
 from roofline.cost import Cost
 from roofline.records import RunHeader, ResultFile
-from roofline.trace import analyze_trace
-from roofline.trace_device import trace_device
-from roofline.trace_events import read_trace, read_traces, gpu_time
+from roofline.traces.analyze import analyze_trace
+from roofline.traces.device import trace_device
+from roofline.traces.events import read_trace, read_traces, gpu_time
 
 DATA = Path(__file__).parent / "data" / "traces"
 US = 1e-6
@@ -140,7 +140,7 @@ def test_device_from_device_properties():
 def test_phase_markers_name_the_users_own_ranges(tmp_path):
     import json
 
-    from roofline.trace_phases import parse_markers
+    from roofline.traces.phases import parse_markers
 
     d = json.loads((DATA / "gpu_new.json").read_text())
     for e in d["traceEvents"]:

@@ -17,8 +17,8 @@ from profiler.cli import main  # noqa: E402
 from roofline import workload as W  # noqa: E402
 from roofline.cost import ZERO  # noqa: E402
 from roofline.models import load_model  # noqa: E402
-from roofline.trace import analyze_trace  # noqa: E402
-from roofline.trace_events import read_trace  # noqa: E402
+from roofline.traces.analyze import analyze_trace  # noqa: E402
+from roofline.traces.events import read_trace  # noqa: E402
 
 PROMPT, NEW = 8, 4
 HF = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

@@ -9,10 +9,10 @@ import pytest
 from roofline import formulas as F
 from roofline.devices import find_device
 from roofline.verdicts.trace_rules import trace_idle_finding
-from roofline.trace import analyze_trace
-from roofline.trace_comms import collectives, overlap
-from roofline.trace_events import gpu_time, read_trace, read_traces
-from roofline.trace_idle import idle_causes, launch_stats
+from roofline.traces.analyze import analyze_trace
+from roofline.traces.comms import collectives, overlap
+from roofline.traces.events import gpu_time, read_trace, read_traces
+from roofline.traces.idle import idle_causes, launch_stats
 
 DATA = Path(__file__).parent / "data" / "traces"
 US = 1e-6
@@ -169,8 +169,8 @@ def test_diagnose_says_host_bound_only_when_the_split_says_so():
 
 @pytest.mark.parametrize("name", ["gpu_new.json", "gpu_new.json.gz", "ranks_skew/rank0.json", "idle_causes.json"])
 def test_streamed_read_equals_the_whole_document_read(monkeypatch, name):
-    from roofline import trace_stream
-    from roofline.trace_events import _read
+    from roofline.traces import stream as trace_stream
+    from roofline.traces.events import _read
 
     monkeypatch.setattr(trace_stream, "CHUNK", 7)       # every event crosses chunk boundaries
     a, b = _read(DATA / name, stream=False), _read(DATA / name, stream=True)
@@ -182,7 +182,7 @@ def test_streamed_read_equals_the_whole_document_read(monkeypatch, name):
 
 def test_streamed_read_of_a_cut_off_trace_is_one_line(tmp_path):
     from roofline.errors import RooflineError
-    from roofline.trace_events import _read
+    from roofline.traces.events import _read
 
     p = tmp_path / "cut.json"
     p.write_bytes((DATA / "gpu_new.json").read_bytes()[:3000])

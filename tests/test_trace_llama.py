@@ -17,8 +17,8 @@ from roofline import formulas as F  # noqa: E402
 from roofline import workload as W  # noqa: E402
 from roofline.cost import ZERO  # noqa: E402
 from roofline.models import load_model  # noqa: E402
-from roofline.trace import analyze_trace  # noqa: E402
-from roofline.trace_events import read_trace  # noqa: E402
+from roofline.traces.analyze import analyze_trace  # noqa: E402
+from roofline.traces.events import read_trace  # noqa: E402
 
 CFG = load_model("tiny")           # hidden 64, intermediate 176, 2 layers, 4 heads / 2 KV heads, head_dim 16
 T = 8                              # prompt tokens

@@ -24,8 +24,9 @@ from roofline.analysis import analyze
 from roofline.cost import Cost
 from roofline.devices import Device
 from roofline.records import Measurement, RunHeader, WorkloadPoint, read_results
-from roofline.trace_cost import SDPA, cost_op
-from roofline.trace_phases import MATMUL_ATTENTION, PhasePlan, _shapes, matmul_attention
+from roofline.traces.cost import cost_op
+from roofline.traces.rules.sdpa import SDPA
+from roofline.traces.phases import MATMUL_ATTENTION, PhasePlan, _shapes, matmul_attention
 from roofline.writer import ResultWriter
 
 from tests.test_trace_report_look import DATA, _trace, gpu_new, rocm  # noqa: E402, F401  (the same fixtures)
@@ -165,8 +166,8 @@ def test_our_tiny_moe_decode_reads_its_context_from_its_attention_matmuls(tmp_pa
     from kernels.model import LlamaModel
     from profiler.capture import capture
     from roofline.models import load_model
-    from roofline.trace import analyze_trace
-    from roofline.trace_events import read_trace
+    from roofline.traces.analyze import analyze_trace
+    from roofline.traces.events import read_trace
 
     torch.manual_seed(0)
     m = LlamaModel(load_model("tiny-moe"), dtype="fp32", backend="torch", max_slots=2, max_len=64)

@@ -9,7 +9,7 @@ from roofline.analysis import analyze
 from roofline.cost import Cost
 from roofline.devices import find_device
 from roofline.records import Measurement, ResultFile, RunHeader, WorkloadPoint
-from roofline.trace_phases import FORWARD, phase_text, plan_phases
+from roofline.traces.phases import FORWARD, phase_text, plan_phases
 
 
 def trace(ops=(), annotations=(), modules=()):

@@ -1,5 +1,5 @@
 """Elementwise and memory-movement ops: the gated activations (SwiGLU, GeGLU), the residual add, and the generic
-ops a profiler trace records (elementwise, reduction, softmax, copy, fill: ``roofline.trace_cost`` costs a
+ops a profiler trace records (elementwise, reduction, softmax, copy, fill: ``roofline.traces.cost`` costs a
 trace's ops through these; their conventions are the package's)."""
 
 from __future__ import annotations

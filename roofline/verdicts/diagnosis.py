@@ -26,7 +26,7 @@ evidence"):
 * ``trace-not-modelled`` a traced phase spends over ``TRACE_EXTRA`` of its time in casts, copies, fills and
                          framework work the model's step does not need.
 * ``trace-gpu-idle``     the traced GPU sits idle over ``TRACE_IDLE`` of its window; the cause holding half of the
-                         idle time (``roofline.trace_idle``: host-bound, synchronisation, other) is named, and
+                         idle time (``roofline.traces.idle``: host-bound, synchronisation, other) is named, and
                          "host-bound" is claimed only when the idle split says so.
 * ``trace-collectives``  collectives take over ``TRACE_EXTRA`` of a traced phase, with their bus bandwidth.
 * ``communication-bound`` tensor-parallel steps whose collectives take at least half of the step

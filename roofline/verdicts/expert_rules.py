@@ -1,7 +1,7 @@
 """Diagnosis rules for mixtures of experts (issue 21): ``expert-bound`` and ``expert-imbalance``.
 
 On a trace (``roofline trace --model``) ``expert-imbalance`` reads the tokens per expert the trace's expert GEMMs
-recorded (``roofline.trace_experts``, the header's ``experts``): summed per phase and MoE layer over the steps,
+recorded (``roofline.traces.experts``, the header's ``experts``): summed per phase and MoE layer over the steps,
 one expert at least ``IMBALANCE_MIN`` x the mean of the experts hit, where that mean is at least
 ``TRACE_MIN_MEAN`` tokens (so a uniform router's chance spread, about 1 + 2.1 / sqrt(mean), stays near 1.25x).
 
@@ -152,7 +152,7 @@ def _trace_imbalance(ex: dict, src: str):
     ev = "; ".join(f"{x['phase']} layer {x['layer']}: expert {t[0]} {t[1]:,} of {x['routed']:,} routed over "
                    f"{x['steps']} step(s), {m:.0f} per expert hit on average, max/mean {r:.2f}"
                    for r, m, t, x in sorted(hit, key=lambda h: -h[0])[:5])
-    ev += (f". Counts {ex.get('how', '')} from the experts' GEMM shapes in the trace (roofline.trace_experts), "
+    ev += (f". Counts {ex.get('how', '')} from the experts' GEMM shapes in the trace (roofline.traces.experts), "
            f"summed over the steps; judged where the mean is at least {TRACE_MIN_MEAN} tokens per expert hit")
     action = ("check the router's load balance on real prompts (these counts are this trace's prompts); a grouped "
               "GEMM's time follows its busiest expert: for a skewed load try expert parallelism with replicated hot "

@@ -2,7 +2,7 @@
 
 Registered in ``roofline.verdicts.findings``, scope ``run`` at order 10: ``trace-uncosted``,
 ``trace-not-modelled``, ``trace-collectives`` per traced phase, then ``trace-gpu-idle`` (the cause the trace's
-idle split holds, ``roofline.trace_idle``). The rule table is ``roofline.verdicts.diagnosis``'s docstring.
+idle split holds, ``roofline.traces.idle``). The rule table is ``roofline.verdicts.diagnosis``'s docstring.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def trace_findings(a, src: str = "") -> list:
                 (f"; largest: {', '.join(top)}" if top else ""),
                 "record shapes (record_shapes=True), pass the framework's graph-capture trace for CUDA-graph "
                 "replays (--capture-trace), or add the op's formula to roofline/formulas.py and its entry to "
-                "roofline/trace_cost.py", src))
+                "a rule file (roofline/traces/rules/, or your own through load_rules)", src))
         extra = sum(r.time_s for r in s.ops if r.m.config.get("category") in _NOT_MODELLED)
         if s.traced_s and extra / s.traced_s > TRACE_EXTRA:
             kinds = defaultdict(float)
@@ -70,7 +70,7 @@ def trace_findings(a, src: str = "") -> list:
 
 def trace_idle_finding(settings: dict, src: str = ""):
     """``trace-gpu-idle``: the GPU idle over ``TRACE_IDLE`` of its window, with the cause the trace's idle split
-    (``roofline.trace_idle``) shows holding at least half of it; host-bound is claimed only on that evidence."""
+    (``roofline.traces.idle``) shows holding at least half of it; host-bound is claimed only on that evidence."""
     g = settings.get("gpu_time") or {}
     if g.get("kind") != "gpu" or not g.get("window_s") or g["idle_s"] / g["window_s"] <= TRACE_IDLE:
         return None

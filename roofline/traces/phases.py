@@ -27,7 +27,7 @@ its tokens (the GEMM rows it saw) are kept, as seen.
 
 The step shape of each phase (batch, context, cached) comes from its first attention op
 (q [B, Hq, S_q, D] against S_kv keys: SDPA and its flash / efficient / cudnn / math / CPU
-variants, flash-attn, one-sequence varlen flash-attn: the ops ``trace_cost`` / ``trace_custom``
+variants, flash-attn, one-sequence varlen flash-attn: the ops the cost rules (``rules.sdpa``)
 cost), else its first attention written as matmuls (``matmul_attention``: q.k^T, a softmax over
 [B, H, R, S_kv], p.v; eager attention and our torch decode path), else its GEMM rows. Paged
 attention stays unread: its KV lengths are tensor values, not shapes.
@@ -38,6 +38,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from ..errors import RooflineError
 DEFAULT_MARKERS = {"prefill": ("prefill",), "decode": ("decode",)}
 FORWARD = "forward"                       # a forward pass whose phase the trace does not tell
 PLAN_PHASES = ("prefill", "decode", FORWARD)
@@ -68,7 +69,6 @@ def parse_markers(specs) -> dict:
         phase, sep, name = str(spec).partition("=")
         phase = phase.strip().lower()
         if not sep or phase not in out or not name.strip():
-            from .errors import RooflineError
             raise RooflineError(f"--phase-marker must be PHASE=NAME with PHASE prefill or decode (e.g. "
                                 f"decode=my_decode_step), not {spec!r}.")
         out[phase].append(name.strip().lower())

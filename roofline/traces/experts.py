@@ -1,6 +1,6 @@
 """Tokens per expert in a traced mixture of experts, read from the experts' GEMM shapes (pure).
 
-    from roofline.trace_experts import expert_loads
+    from roofline.traces.experts import expert_loads
     ex = expert_loads(trace, instances, phases, model)     # None: a dense model or no model given
     ex.sentence, ex.to_json()
 
@@ -25,7 +25,7 @@ torch path; tests/test_trace_experts.py):
   Triton names are from their sources, not from a capture here.)
 
 A MoE layer's pass starts at its **router GEMM** ([T, hidden] x [hidden, n_experts]: T is the tokens
-routed). Passes are numbered in order within their phase (``roofline.trace_phases``' phase of the
+routed). Passes are numbered in order within their phase (``roofline.traces.phases``' phase of the
 router's instance): pass i is step i // L, MoE layer ``model.moe_layers[i % L]`` (L MoE layers; a
 trace that starts mid-forward shifts these labels). Every assignment is visible when the counts sum
 to T x k (the model's experts per token). Imbalance = the largest count / the mean count over the

@@ -3,7 +3,7 @@
 ``collectives(traces, link)`` matches each collective call across the ranks of a folder of
 per-rank traces and measures it:
 
-* **Which kernel is which call.** A communication kernel (``trace_graphs.kernel_category``:
+* **Which kernel is which call.** A communication kernel (``graphs.kernel_category``:
   ``ncclDevKernel_*``, ``ncclKernel_*``, RCCL, custom all-reduce) takes its metadata from its own
   ``args`` (newer Kineto copies ``record_param_comms``' fields onto the kernel) or from the
   ``record_param_comms`` op that launched it: ``Collective name``, ``In msg nelems`` / ``Out msg
@@ -28,13 +28,14 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from . import formulas as F
-from .dtypes import bytes_per_element
-from .safejson import key, text, whole
-from .stats import median
-from .trace_events import US
-from .trace_graphs import kernel_category
-from .trace_idle import busy_intervals
+from .. import formulas as F
+from .. import units as U
+from ..dtypes import bytes_per_element
+from ..safejson import key, text, whole
+from ..stats import median
+from .events import US
+from .graphs import kernel_category
+from .idle import busy_intervals
 
 _COMM_TYPES = {"float": "fp32", "bfloat16": "bf16", "half": "fp16", "double": "fp64", "long": "int64",
                "int": "int32", "byte": "uint8", "char": "int8", "bool": "bool", "float8_e4m3fn": "fp8",
@@ -192,8 +193,6 @@ def collectives(traces, link=None) -> dict:
 
 def collective_lines(c: dict) -> list:
     """Sentences for the summary and the report: per kind, the straggler, the waits, overlap per rank."""
-    from . import units as U
-
     if not c:
         return []
     out = []

@@ -11,7 +11,8 @@ replays hundreds of kernels that carry no op and no shapes. Two ways to read the
   unmapped. Launches with the same kernel sequence (the same graph) are matched once.
 * Without one: each replay's kernels are charged to the CPU op around the graph launch
   (``graph replay (ops unknown)``, named by that op), uncosted; ``kernel_category`` names what
-  each kernel is from its name (gemm, attention, communication, norm, ...) for the breakdown.
+  each kernel is from its name (gemm, attention, communication, norm, ...) for the breakdown, by
+  the registry's kernel-name rules (``roofline.traces.rules.kernel_names``).
 
 Kernel names are matched by their first 120 characters (template arguments can differ in
 their tails between a capture and a replay build of the same kernel).
@@ -19,24 +20,9 @@ their tails between a capture and a replay build of the same kernel).
 
 from __future__ import annotations
 
-import re
+from . import rules  # noqa: F401  (registers the built-in rules: kernel names among them)
+from .registry import kernel_rule_for
 
-# (category, pattern): the first that matches the lower-cased kernel name wins
-_CATEGORIES = [
-    ("communication", r"nccl|rccl|cross_device_reduce|all_reduce|allreduce|all_gather|reduce_scatter"),
-    ("attention", r"flash|fmha|attention|attn|mha_|flashinfer|xformers|paged_|unified_attention"),
-    ("gemm", r"gemm|cutlass|cublas|xmma|sm\d\d_|cijk_|wvsplitk|hipblaslt|splitkreduce|gemv|nvjet|ampere_|"
-             r"hopper_|volta_|turing_|_mm_|matmul|dot_kernel"),
-    ("norm", r"rms_?norm|layer_?norm"),
-    ("activation", r"silu|act_and_mul|gelu|swiglu"),
-    ("rope", r"rotary|rope"),
-    ("kv_write", r"reshape_and_cache|cache_kernel|store_kv"),
-    ("softmax", r"softmax"),
-    ("reduction", r"reduce_kernel|triton_red|triton_per|reduction|argmax|topk|sort"),
-    ("copy", r"copy|catarray|cat_|gather|scatter|index|transpose|permute"),
-    ("elementwise", r"elementwise|triton_poi|fill|vectorized|unrolled|pointwise"),
-]
-_COMPILED = [(c, re.compile(p)) for c, p in _CATEGORIES]
 NAME_PREFIX = 120
 
 
@@ -44,11 +30,8 @@ def kernel_category(name: str, kind: str = "kernel") -> str:
     """What a GPU activity is, from its name: gemm, attention, communication, ..., or "other"."""
     if kind in ("memcpy", "memset"):
         return kind
-    low = name.lower()
-    for cat, rx in _COMPILED:
-        if rx.search(low):
-            return cat
-    return "other"
+    r = kernel_rule_for(name)          # the rules' kernel-name patterns (rules.kernel_names), in match order
+    return r.categories[0] if r is not None else "other"
 
 
 def _key(name: str) -> str:

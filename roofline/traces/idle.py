@@ -1,7 +1,7 @@
 """Why the GPU sat idle in a trace: each idle gap's cause, and kernel-launch statistics.
 
 ``idle_causes(trace)`` splits the GPU's idle time (the gaps between the union of its activity,
-inside the trace's GPU window: the same ``idle_s`` ``trace_events.gpu_time`` gives) into three
+inside the trace's GPU window: the same ``idle_s`` ``events.gpu_time`` gives) into three
 causes, one per gap, tried in this order:
 
 * **synchronisation**: a host call that blocks until the GPU is done (``cudaStreamSynchronize``,
@@ -49,8 +49,9 @@ import bisect
 import re
 from collections import defaultdict
 
-from .trace_events import US
-from .trace_phases import DEFAULT_MARKERS, marked_phase
+from .. import units as U
+from .events import US
+from .phases import DEFAULT_MARKERS, marked_phase
 
 SYNC = re.compile(r"(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize|^(cuda|hip)Memcpy(2D|3D)?$|^cuMemcpy[DH]to[DH]"
                   r"(_v2)?$|(cuda|hip)StreamWaitEvent$|^(cuda|hip)MemcpyDtoH$")
@@ -83,7 +84,7 @@ def busy_intervals(gpu) -> list:
 
 def idle_causes(trace, markers=None) -> dict:
     """Idle time by cause (seconds), the dominant cause, the host-bound time by CPU op, the largest gaps and the
-    timeline a report draws (module docstring). ``markers``: the phase markers (``trace_phases.parse_markers``)."""
+    timeline a report draws (module docstring). ``markers``: the phase markers (``phases.parse_markers``)."""
     if not trace.gpu:
         return {}
     busy = busy_intervals(trace.gpu)
@@ -290,8 +291,6 @@ def cpu_where(op: str) -> str:
 
 def idle_sentence(idle: dict, window_s: float) -> str:
     """'GPU idle 177 us of a 400 us window (44%): mostly host-bound (56%: the GPU waited for launches; ...)'."""
-    from . import units as U
-
     if not idle or not idle.get("idle_s"):
         return ""
     c = idle["by_cause_s"]

@@ -1,4 +1,4 @@
-"""Reading a large trace's events one at a time (``roofline.trace_events`` uses it past ``STREAM_BYTES``).
+"""Reading a large trace's events one at a time (``roofline.traces.events`` uses it past ``STREAM_BYTES``).
 
 ``json.loads`` of a 1 GB trace holds every event as a dict at once (several GB). ``stream_events``
 reads the file in chunks (gzip decompressed as it goes) and decodes one event at a time with the
@@ -14,7 +14,7 @@ import codecs
 import gzip
 import json
 
-from .safejson import BadJSON
+from ..safejson import BadJSON
 
 CHUNK = 4 << 20
 _WS = " \t\n\r"

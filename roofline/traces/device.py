@@ -11,8 +11,8 @@ or an empty name): the caller falls back to ``--device``. An unknown name is a
 
 from __future__ import annotations
 
-from .devices import CATALOGUE, Device, find_device
-from .errors import RooflineError
+from ..devices import CATALOGUE, Device, find_device
+from ..errors import RooflineError
 
 MEMORY_TOLERANCE = 0.25   # a catalogue entry within 25% of the reported memory is the same SKU
 

@@ -41,8 +41,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import RooflineError
-from .safejson import TRACE_FILE, BadJSON, finite, key, loads, text, whole
+from ..errors import RooflineError
+from ..safejson import TRACE_FILE, BadJSON, finite, key, loads, text, whole
+from .stream import stream_events
 
 US = 1e-6  # trace timestamps and durations are microseconds
 
@@ -242,8 +243,8 @@ def _args(e: dict):
 
 
 COMM_KEYS = ("Collective name", "Group size", "dtype", "In msg nelems", "Out msg nelems", "Process Group Name", "Seq")
-OP_KEYS = ("Input Dims", "Input type", "Concrete Inputs") + COMM_KEYS   # what trace_cost, trace_custom, trace_comms,
-NO_ARGS: dict = {}                                                       # trace_phases and trace.py read; never mutated
+OP_KEYS = ("Input Dims", "Input type", "Concrete Inputs") + COMM_KEYS   # what the cost rules, comms,
+NO_ARGS: dict = {}                                                       # phases and analyze read; never mutated
 
 
 def _kept(args: dict, keys, seen: dict) -> dict:
@@ -306,7 +307,7 @@ def read_trace(path) -> Trace:
             gc.enable()
 
 
-STREAM_BYTES = 256 << 20     # larger files stream their events (roofline.trace_stream) instead of one json.loads
+STREAM_BYTES = 256 << 20     # larger files stream their events (roofline.traces.stream) instead of one json.loads
 
 
 def _read(p: Path, stream: bool | None = None) -> Trace:
@@ -320,8 +321,6 @@ def _read(p: Path, stream: bool | None = None) -> Trace:
             raise RooflineError(f"trace {p} has no 'traceEvents' list: it is not a PyTorch profiler (Chrome) trace.")
         t = _header(p, d)
         return _fill(t, p, d["traceEvents"])
-    from .trace_stream import stream_events
-
     head: dict = {}
     t = Trace(p)
     try:

@@ -1,7 +1,7 @@
 """A profiler trace as result records: op instances costed, grouped by phase and shape, GPU time.
 
 ``analyze_trace(trace, ...)`` (pure; ``roofline trace`` and the tests call it) turns one
-joined ``roofline.trace_events.Trace`` into ``TraceResult``: ``Measurement``s of the same
+joined ``roofline.traces.events.Trace`` into ``TraceResult``: ``Measurement``s of the same
 format ``roofline profile`` writes (timer "trace", or "trace-cpu" for a CPU trace), so
 ``roofline.analysis`` judges them against the same roofs, and a summary of where the time
 went.
@@ -31,15 +31,18 @@ import gc
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from .cost import ZERO, Cost
-from .errors import RooflineError
-from .records import Measurement, WorkloadPoint
-from .trace_cost import COLLECTIVE_OPS, FRAMEWORK, OpCost, cost_op, is_wrapper
-from .trace_events import US, gpu_time, work_items
-from .trace_experts import expert_loads
-from .trace_graphs import ReplayMap, graph_launches, kernel_category
-from .trace_idle import idle_causes, launch_stats
-from .trace_phases import FORWARD, PLAN_PHASES, plan_phases
+from .. import units as U
+from .. import workload as W
+from ..bounds import analyze_phase
+from ..cost import ZERO, Cost
+from ..errors import RooflineError
+from ..records import Measurement, WorkloadPoint
+from .cost import FRAMEWORK, OpCost, cost_op, is_wrapper
+from .events import US, gpu_time, work_items
+from .experts import expert_loads
+from .graphs import ReplayMap, graph_launches, kernel_category
+from .idle import idle_causes, launch_stats
+from .phases import FORWARD, PLAN_PHASES, plan_phases
 
 UNCOSTED, COMMUNICATION = "uncosted", "communication"
 NOT_MODELLED = ("cast", "copy", "fill", "framework")   # work the cost model's step does not have
@@ -78,7 +81,7 @@ def run_dtype(trace) -> str:
     c, seen = Counter(), {}
     for op in trace.ops:
         if op.name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul"):
-            k = (op.name, id(op.args))     # ops with equal kept args share one args dict (trace_events._kept)
+            k = (op.name, id(op.args))     # ops with equal kept args share one args dict (events._kept)
             d = seen.get(k, _UNSET)
             if d is _UNSET:
                 oc = cost_op(op.name, op.args)
@@ -98,7 +101,7 @@ class _Coster:
 
     def cost(self, op):
         # a trace repeats its shapes step after step: cost each (name, kept args) once. Ops with equal kept args
-        # (the inputs, and a collective's fields) share one args dict (trace_events._kept), so its id is the key
+        # (the inputs, and a collective's fields) share one args dict (events._kept), so its id is the key
         # (no per-op cache: a 1 GB trace holds 1.3 million ops)
         sig = (op.name, id(op.args))
         c = self.memo.get(sig, _UNSET)
@@ -354,9 +357,6 @@ def model_expectation(result: TraceResult, model, device) -> dict:
     step is the costed instances per step. "not_modelled_s" is traced time per step in work the
     model's step does not have (casts, copies, fills, framework overhead); GPU idle is in the summary.
     """
-    from . import workload as W
-    from .bounds import analyze_phase
-
     out = {}
     for ph, shape in result.summary["phases"].items():
         if ph == FORWARD:          # no phase, no batch or context: nothing to build the model's step from
@@ -401,15 +401,11 @@ def kernel_breakdown(trace) -> list:
 
 
 def _share(x) -> str:
-    from . import units as U
-
     return U.percent(x) if isinstance(x, (int, float)) and x == x else "-"
 
 
 def attribution_lines(a: dict, g: dict) -> list:
     """'GPU time attributed to ops 100% (...)', graph replays with ops unknown, kernels before the window."""
-    from . import units as U
-
     if not a or not a.get("total_s"):
         return []
     out = [f"GPU time attributed to ops: {_share(a['op_share'])} of {U.seconds(a['total_s'])}"

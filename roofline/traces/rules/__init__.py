@@ -1,0 +1,11 @@
+"""The built-in trace cost rules, one file per ecosystem; importing this package registers them.
+
+The file order is the registration order (``roofline.traces.registry``: equal priorities keep it):
+``collectives`` (record_param_comms, c10d, NCCL: their prefixes before any other pattern),
+``aten`` (GEMMs, copies and casts, gathers, scatters, fills, ops that move nothing), ``sdpa``
+(scaled-dot-product and flash attention), ``elementwise`` (RMSNorm, elementwise, reductions,
+softmax), ``custom`` (vLLM / SGLang custom ops by name pattern), ``kernel_names`` (what a GPU
+kernel with no op is, by its name).
+"""
+
+from . import collectives, aten, sdpa, elementwise, custom, kernel_names  # noqa: F401  (order matters)
