@@ -38,8 +38,8 @@ def trace_findings(a, src: str = "") -> list:
                 f"{U.seconds(s.uncosted_s)} uncosted of {U.seconds(s.traced_s)} per step" +
                 (f"; largest: {', '.join(top)}" if top else ""),
                 "record shapes (record_shapes=True), pass the framework's graph-capture trace for CUDA-graph "
-                "replays (--capture-trace), or add the op's formula to roofline/formulas.py and its entry to "
-                "a rule file (roofline/traces/rules/, or your own through load_rules)", src))
+                "replays (--capture-trace), or cost the op with a rule of your own (a Python file of @rule entries, "
+                "roofline.traces.registry.load_rules)", src))
         extra = sum(r.time_s for r in s.ops if r.m.config.get("category") in _NOT_MODELLED)
         if s.traced_s and extra / s.traced_s > TRACE_EXTRA:
             kinds = defaultdict(float)
