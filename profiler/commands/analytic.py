@@ -193,7 +193,7 @@ def read_expert_load(path, model) -> list:
     """A measured expert histogram from a JSON file: a list of n_experts counts, or a list of such lists (one per
     layer; summed). One-line errors name what is wrong and what is allowed."""
     from roofline.errors import RooflineError
-    from roofline.models import read_json_file
+    from roofline.config_fields import read_json_file
 
     if not model.n_experts:
         raise RooflineError(f"--expert-load describes a mixture of experts, but {model.name} is dense: drop it.")
