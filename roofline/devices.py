@@ -23,7 +23,7 @@ from .dtypes import normalize_dtype
 from .errors import RooflineError, check_positive_int
 from .interconnect import (INFINITY_FABRIC_MI300X, NCCL_TUNING, NVLINK3, NVLINK4, NVLINK5, NVLINK_BRIDGE_H100_NVL,
                            PCIE4, PCIE5, Interconnect)
-from .models import read_json_file, show_value
+from .config_fields import read_json_file, show_value
 
 T = 1e12  # TFLOP/s and TB/s to base units
 GB = 1e9

@@ -6,7 +6,9 @@ the parts after (final norm, lm_head, the logits' softcap). Each ``OpSpec`` says
 (what formula costs it and what kernel runs it), its colour group in the reports, how many instances a
 step runs (layers with different attention windows are separate ops: ``attention`` and
 ``attention_sliding``), its sizes, and the weights it reads (``WeightSpec``: our key, shape and layout,
-the Hugging Face tensor it loads from, how it shards under --tp).
+the Hugging Face tensor it loads from, how it shards under --tp). The tensor names are Llama's unless the
+config's family says otherwise (``roofline.families`` ``Tensors``: fused projections, MoE names,
+interleaved experts); nothing here names a ``model_type``.
 
 Everything that used to list the Llama layer by hand loops over this list instead: the workload's costs
 (``roofline.workload``), parameter and weight-byte counts and the memory estimate, weight
@@ -23,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .models import ModelConfig
+from .families import tensors
+from .models import PRESETS, ModelConfig
 from .parallel import Shard, shard
 
 KINDS = ("embedding", "scale", "norm", "linear", "rope", "kv_append", "attention", "residual", "activation",
@@ -144,7 +147,7 @@ def _attention_ops(cfg: ModelConfig, sh: Shard) -> list:
     L, H, D = cfg.n_layers, cfg.hidden, cfg.head_dim
     Hq, Hkv, qd, kvd = sh.n_heads, sh.n_kv_heads, sh.q_dim, sh.kv_dim
     every = tuple(range(L))
-    fused = cfg.arch == "phi3"
+    fused = tensors(cfg.arch).fused_qkv
     ops = []
 
     def proj(name, k, n, key, shard_w, hf, part=(), bias=False, bkey=None, bshard=None):
@@ -224,7 +227,7 @@ def _mla_ops(cfg: ModelConfig, sh: Shard) -> list:
 
 def _dense_mlp_ops(cfg: ModelConfig, sh: Shard, layers: tuple, I: int) -> list:
     H, n = cfg.hidden, len(layers)
-    fused = cfg.arch == "phi3"
+    fused = tensors(cfg.arch).fused_gate_up
     gu = "mlp.gate_up_proj.weight"
     ops = []
     for name, key, k, m, sh_w, b in (("gate_proj", "w_gate", H, I, "i_cols", "b_gate"), ("up_proj", "w_up", H, I,
@@ -240,25 +243,6 @@ def _dense_mlp_ops(cfg: ModelConfig, sh: Shard, layers: tuple, I: int) -> list:
     return ops
 
 
-# Where each family keeps its MoE tensors (per-layer names, "{e}" for the expert): router, correction bias,
-# the experts' gate / up / down (a 3-D [E, in, out] tensor, gate and up interleaved, for GPT-OSS), shared.
-_MOE_NAMES = {
-    "mixtral": dict(router="block_sparse_moe.gate.weight", gate="block_sparse_moe.experts.{e}.w1.weight",
-                    up="block_sparse_moe.experts.{e}.w3.weight", down="block_sparse_moe.experts.{e}.w2.weight"),
-    "qwen2_moe": dict(router="mlp.gate.weight", gate="mlp.experts.{e}.gate_proj.weight",
-                      up="mlp.experts.{e}.up_proj.weight", down="mlp.experts.{e}.down_proj.weight",
-                      shared="mlp.shared_expert.", shared_gate="mlp.shared_expert_gate.weight"),
-    "deepseek_v3": dict(router="mlp.gate.weight", correction="mlp.gate.e_score_correction_bias",
-                        gate="mlp.experts.{e}.gate_proj.weight", up="mlp.experts.{e}.up_proj.weight",
-                        down="mlp.experts.{e}.down_proj.weight", shared="mlp.shared_experts."),
-    "gpt_oss": dict(router="mlp.router.weight", router_bias="mlp.router.bias", gate="mlp.experts.gate_up_proj",
-                    up="mlp.experts.gate_up_proj", down="mlp.experts.down_proj",
-                    gate_bias="mlp.experts.gate_up_proj_bias", up_bias="mlp.experts.gate_up_proj_bias",
-                    down_bias="mlp.experts.down_proj_bias"),
-}
-_MOE_NAMES["qwen3_moe"] = {k: v for k, v in _MOE_NAMES["qwen2_moe"].items() if not k.startswith("shared")}
-
-
 def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
     """The MoE MLP: the router (a [H, E] GEMM and the top-k), the routed experts as one grouped GEMM (the
     weight bytes of the distinct experts a step touches: roofline.workload), and the shared expert(s)."""
@@ -267,7 +251,8 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
     # whole under ep): roofline.parallel.shard
     E_rank, I = (sh.n_experts, sh.moe_intermediate) if sh.n_experts else (E, cfg.moe_intermediate // sh.tp)
     cols, rows_ = ("e_whole", "e_whole") if sh.ep > 1 else ("e_cols", "e_rows")
-    names = _MOE_NAMES[cfg.arch]
+    layout = tensors(cfg.arch)             # where the family keeps them (roofline.families: Tensors.moe)
+    names = layout.moe
     r_ws = [WeightSpec("router", (H, E), "linear", names["router"], "replicated")]
     if cfg.router_bias:
         r_ws.append(WeightSpec("router_bias", (E,), "bias", names["router_bias"], "replicated"))
@@ -276,7 +261,7 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
     ops = [OpSpec("router", "router", "layer", "mlp", n, tuple(r_ws),
                   {"n_experts": E, "k": k, "kind": cfg.router, "in_features": H, "renorm": cfg.norm_topk,
                    "n_group": cfg.n_group, "topk_group": cfg.topk_group, "scale": cfg.routed_scale}, layers)]
-    inter = (0, 1) if cfg.arch == "gpt_oss" else ()     # gate = [..., 0::2], up = [..., 1::2] of gate_up_proj
+    inter = layout.interleaved_gate_up     # gate = [..., 0::2], up = [..., 1::2] of gate_up_proj
     e_ws = [WeightSpec("experts_gate", (E_rank, H, I), "experts", names["gate"], cols,
                        ("interleave", 0) if inter else ()),
             WeightSpec("experts_up", (E_rank, H, I), "experts", names["up"], cols, ("interleave", 1) if inter else ()),
@@ -339,8 +324,6 @@ def op_order(models=None) -> tuple:
     """Every op name the given configs (default: every preset) can have, merged in the order they run: a
     name one config adds comes right after the op it follows there. Reports order legends and colours by it."""
     if models is None:
-        from .models import PRESETS
-
         models = PRESETS.values()
     order: list = []
     for m in models:

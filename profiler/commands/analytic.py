@@ -10,7 +10,8 @@ from click.core import ParameterSource
 from roofline.devices import CATALOGUE, COMPUTE_DTYPES, custom_link
 from roofline.errors import RooflineError
 from roofline.explain import ExplainSpec, explain_linear, explain_step
-from roofline.models import PRESETS, read_json_file
+from roofline.config_fields import read_json_file
+from roofline.models import PRESETS
 
 from .. import ceilings
 from ..cli_args import analytic_quant_options, device_options, dtype_option, ep_option, model_option, resolve_device

@@ -1,0 +1,100 @@
+"""Gemma, Gemma-2, Gemma-3 text (``model_type`` gemma, gemma2, gemma3_text): GeGLU, (1 + w) norms and a
+sqrt(hidden) embedding scale; Gemma-2 adds sandwich norms, softcaps and alternating windows; Gemma-3 adds
+qk-norm and its own RoPE base for the sliding layers. Embeddings are tied and rms_norm_eps is 1e-6 unless
+the config says otherwise (transformers' defaults for these types).
+"""
+
+from __future__ import annotations
+
+from ..config_fields import float_field, int_field
+from .reader import HFReader, rope_theta
+from .registry import Family, preset, register
+
+GEMMA_DEFAULTS = {"tie_word_embeddings": True, "rms_norm_eps": 1e-6}
+
+
+def _alternate(n: int, every: int) -> tuple:
+    """Layer types where every ``every``-th layer (1-based) is full and the rest slide (Gemma-2: 2, Gemma-3: 6)."""
+    return tuple("full" if (i + 1) % every == 0 else "sliding" for i in range(n))
+
+
+def _gemma_common(r: HFReader) -> None:
+    r.arch.update(activation=r.activation("hidden_activation", "hidden_act", want=("gelu_tanh",)),
+                  norm_offset=True, embed_scale=True)
+    if r.flag("attention_bias"):
+        r.refuse("attention_bias")
+    if r.flag("use_bidirectional_attention"):
+        r.refuse("use_bidirectional_attention", "is not modelled (attention is causal)")
+
+
+def read_gemma(r: HFReader) -> None:
+    _gemma_common(r)
+
+
+def read_gemma2(r: HFReader) -> None:
+    _gemma_common(r)
+    qs = r.number("query_pre_attn_scalar")
+    r.arch.update(sandwich_norms=True, query_scale=qs ** -0.5 if qs else 0.0,
+                  attn_softcap=r.number("attn_logit_softcapping"), final_softcap=r.number("final_logit_softcapping"))
+    w, types = r.window()
+    if w and r.d.get("layer_types") is None:      # older configs: even layers (the first) slide
+        n = r.d["num_hidden_layers"]
+        types = tuple("sliding" if i % 2 == 0 else "full" for i in range(n))
+    r.arch["sliding_window"], r.arch["layer_types"] = w, types
+
+
+def read_gemma3_text(r: HFReader) -> None:
+    read_gemma2(r)
+    r.arch["qk_norm"] = True
+    w, types = r.arch["sliding_window"], r.arch["layer_types"]
+    if w and r.d.get("layer_types") is None:      # older configs: sliding_window_pattern (every 6th layer full)
+        n, every = r.d["num_hidden_layers"], int_field(r.where, "sliding_window_pattern",
+                                                       r.get("sliding_window_pattern", 6), 1)
+        types = _alternate(n, every)
+        r.arch["layer_types"] = () if all(t == "sliding" for t in types) else types
+
+
+def gemma3_rope(r: HFReader) -> float:
+    """The global RoPE base of a Gemma-3 config, the sliding layers' into ``r.arch["rope_local_theta"]``:
+    rope_parameters keyed by layer type (transformers 5) or rope_theta + rope_local_base_freq (+ rope_scaling
+    for the global layers) at the top (4.x). YaRN is not read (Gemma-3 has none)."""
+    params = r.d.get("rope_parameters")
+    if isinstance(params, dict) and {"full_attention", "sliding_attention"} & set(params):
+        thetas = {}
+        for kind, default in (("full_attention", 1e6), ("sliding_attention", 1e4)):
+            sub = dict(params.get(kind) or {})
+            d = {"rope_parameters": sub}
+            thetas[kind] = rope_theta(d, r.where, r.notes) if sub else default
+            if sub:
+                r.notes[:] = [n.replace("rope_parameters", f"rope_parameters.{kind}") for n in r.notes]
+        r.arch["rope_local_theta"] = thetas["sliding_attention"]
+        return thetas["full_attention"]
+    theta = rope_theta(r.d, r.where, r.notes)
+    local = r.d.get("rope_local_base_freq")
+    r.arch["rope_local_theta"] = 10000.0 if local is None else float_field(r.where, "rope_local_base_freq", local)
+    return theta
+
+
+register(Family("gemma", read_gemma, defaults=GEMMA_DEFAULTS))
+
+register(Family("gemma2", read_gemma2, defaults=GEMMA_DEFAULTS, presets=(
+    preset("gemma-2-9b", 3584, 14336, 42, 16, 8, 256000, 8192, head_dim=256, rms_eps=1e-6, tie_embeddings=True,
+           activation="gelu_tanh", norm_offset=True, sandwich_norms=True, embed_scale=True,
+           query_scale=256 ** -0.5, attn_softcap=50.0, final_softcap=30.0, sliding_window=4096,
+           layer_types=_alternate(42, 2),
+           source="google/gemma-2-9b: GeGLU, (1+w) norms, four per layer, sqrt(hidden) embedding scale, softcaps "
+                  "50/30, every other layer (the first) over a 4,096 window, head_dim 256, query_pre_attn_scalar "
+                  "256, tied"),
+)))
+
+register(Family("gemma3_text", read_gemma3_text, defaults=GEMMA_DEFAULTS, rope=gemma3_rope, presets=(
+    preset("gemma-3-12b", 3840, 15360, 48, 16, 8, 262208, 131072, head_dim=256, rope_theta=1e6, rms_eps=1e-6,
+           tie_embeddings=True, qk_norm=True, activation="gelu_tanh", norm_offset=True, sandwich_norms=True,
+           embed_scale=True, query_scale=256 ** -0.5, sliding_window=1024, layer_types=_alternate(48, 6),
+           rope_local_theta=10000.0,
+           notes=('rope_scaling {"rope_type": "linear", "factor": 8.0} (global layers) is not modelled: RoPE '
+                  "uses plain theta=1e+06; costs are unaffected, logits differ from the real model.",),
+           source="google/gemma-3-12b-pt (text): as Gemma-2 without softcaps, plus qk-norm; 5 of every 6 layers "
+                  "over a 1,024 window with RoPE base 10,000, the 6th global with base 1e6 (its linear RoPE "
+                  "scaling x8 is a note)"),
+)))

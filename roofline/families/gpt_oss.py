@@ -1,0 +1,55 @@
+"""GPT-OSS (``model_type`` gpt_oss): experts top-4 with the softmax over the chosen, biases everywhere,
+attention sinks, a clamped SwiGLU (alpha 1.702, limit 7.0), alternating 128-token windows, YaRN RoPE. Its
+checkpoint keeps every expert in 3-D tensors, gate and up interleaved in one gate_up_proj; its MXFP4
+expert weights are a --weight-dtype choice (the reader says so in its own note)."""
+
+from __future__ import annotations
+
+import math
+
+from .llama import llama_like
+from .reader import HFReader
+from .registry import Family, Tensors, preset, register
+
+GPT_OSS_TENSORS = Tensors(moe=dict(router="mlp.router.weight", router_bias="mlp.router.bias",
+                                   gate="mlp.experts.gate_up_proj", up="mlp.experts.gate_up_proj",
+                                   down="mlp.experts.down_proj", gate_bias="mlp.experts.gate_up_proj_bias",
+                                   up_bias="mlp.experts.gate_up_proj_bias", down_bias="mlp.experts.down_proj_bias"),
+                          interleaved_gate_up=True)
+
+
+def read_gpt_oss(r: HFReader) -> None:
+    llama_like(r)
+    if r.d.get("quantization_config") is not None:
+        q = r.d["quantization_config"]
+        method = q.get("quant_method") if isinstance(q, dict) else q
+        r.notes.append(f"quantization_config {method!r}: the experts' published weights are quantized; costs use "
+                       "--weight-dtype (give the dtype you serve), and real weights load only dequantized.")
+    w, types = r.window()
+    r.arch.update(sliding_window=w, layer_types=types, qkv_bias=r.flag("attention_bias", True),
+                  o_bias=r.flag("attention_bias", True), attn_sinks=True,
+                  n_experts=r.experts("num_local_experts", "num_experts"), n_active=r.count("num_experts_per_tok", 4),
+                  moe_intermediate=r.d["intermediate_size"], router="topk_softmax", norm_topk=True,
+                  router_bias=True, expert_bias=True, expert_activation="swiglu_oai")
+    if r.get("swiglu_alpha", 1.702) != 1.702 or r.get("swiglu_limit", 7.0) != 7.0:
+        r.refuse("swiglu_alpha" if r.get("swiglu_alpha", 1.702) != 1.702 else "swiglu_limit",
+                 "is not modelled (GPT-OSS's alpha 1.702 and limit 7.0 only)")
+
+
+# YaRN: x32 over 4,096 positions, beta 32 / 1, attention factor 0.1 ln 32 + 1, not truncated.
+_YARN = (32.0, 32.0, 1.0, 4096, 0.1 * math.log(32.0) + 1.0, False)
+
+
+def _gpt_oss(name: str, n_layers: int, n_experts: int, source: str):
+    return preset(name, 2880, 2880, n_layers, 64, 8, 201088, 131072, head_dim=64, rope_theta=150000.0,
+                  qkv_bias=True, o_bias=True, attn_sinks=True, sliding_window=128,
+                  layer_types=tuple("sliding" if i % 2 == 0 else "full" for i in range(n_layers)),
+                  n_experts=n_experts, n_active=4, moe_intermediate=2880, router="topk_softmax", router_bias=True,
+                  expert_bias=True, expert_activation="swiglu_oai", rope_yarn=_YARN, source=source)
+
+
+register(Family("gpt_oss", read_gpt_oss, tensors=GPT_OSS_TENSORS, says_quantization=True, presets=(
+    _gpt_oss("gpt-oss-20b", 24, 32, "openai/gpt-oss-20b: 24 layers, 32 experts of 2,880, top-4 (softmax over the "
+                                    "chosen), every other layer (the first) over a 128-token window, YaRN x32"),
+    _gpt_oss("gpt-oss-120b", 36, 128, "openai/gpt-oss-120b: as gpt-oss-20b with 36 layers and 128 experts"),
+)))

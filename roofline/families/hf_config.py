@@ -1,0 +1,80 @@
+"""A Hugging Face config.json -> the fields of one ``roofline.models.ModelConfig``, through its family.
+
+What every config shares is read here (the sizes, checked by ``roofline.config_fields.check_sizes``; RoPE;
+the notes on a missing model_type and on quantized weights); what is particular to a ``model_type`` is
+its registered ``Family`` (``roofline.families.registry``): an unknown type is refused with the supported
+list, and so are the mixtures of experts and hybrids not modelled (``registry.UNMODELLED``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config_fields import check_sizes, int_field, show_value
+from ..errors import RooflineError
+from .reader import HFReader, rope_with_yarn
+from .registry import family
+
+REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+# ModelConfig's size fields as a config.json spells them, and what their absence means.
+HF_NAMES = {"hidden": "hidden_size", "intermediate": "intermediate_size", "n_layers": "num_hidden_layers",
+            "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads", "vocab": "vocab_size",
+            "max_context": "max_position_embeddings", "head_dim": "head_dim", "rope_theta": "rope_theta",
+            "rms_eps": "rms_norm_eps", "tie_embeddings": "tie_word_embeddings"}
+HF_HINTS = {"n_kv_heads": " (absent means num_attention_heads)",
+            "head_dim": " (absent means hidden_size / num_attention_heads)"}
+
+
+def _model_type(d: dict, where: str):
+    """The config's model_type and its family (a bare config without one reads as a Llama, with a note)."""
+    if isinstance(d.get("text_config"), dict) and "hidden_size" not in d:
+        raise RooflineError(f"{where} is a multimodal config ({d.get('model_type')!r}): give its text model's "
+                            "config (the text_config object saved as its own config.json).")
+    mtype = d.get("model_type")
+    note = None
+    if mtype is None:
+        mtype = "llama"   # a bare Llama-style config (older tools write none): read as a Llama, and say so
+        note = "config.json has no model_type: read as a Llama (model_type 'llama')."
+    return mtype, family(mtype, where), note
+
+
+def read_hf_config(d: dict, p: Path) -> dict:
+    """The ``ModelConfig`` fields (keyword arguments) of a parsed Hugging Face config.json ``d`` read from ``p``."""
+    where = f"model config {p}"
+    if not isinstance(d, dict):
+        raise RooflineError(f"{where} must hold a JSON object (a Hugging Face config.json), "
+                            f"but it holds {show_value(d)}.")
+    mtype, fam, note = _model_type(d, where)
+    missing = [k for k in REQUIRED if k not in d]
+    if missing:
+        raise RooflineError(f"{where} is missing the key {missing[0]!r} "
+                            "(a config.json needs hidden_size, intermediate_size, "
+                            "num_hidden_layers, num_attention_heads and vocab_size).")
+    r = HFReader(d, where, mtype)
+    if note:
+        r.notes.append(note)
+    q = d.get("quantization_config")
+    if q is not None and not fam.says_quantization:
+        method = q.get("quant_method") if isinstance(q, dict) else q
+        r.notes.append(f"quantization_config {method!r}: the published weights are quantized; costs use "
+                       "--weight-dtype (give the dtype you serve), and only unquantized checkpoints load.")
+    head_dim = d.get("head_dim")
+    defaults = {"tie_word_embeddings": False, "rms_norm_eps": 1e-5, **fam.defaults}
+    raw = {
+        "hidden": d["hidden_size"], "intermediate": d["intermediate_size"], "n_layers": d["num_hidden_layers"],
+        "n_heads": d["num_attention_heads"], "n_kv_heads": r.get("num_key_value_heads", d["num_attention_heads"]),
+        "vocab": d["vocab_size"], "max_context": r.get("max_position_embeddings", 4096),
+        "head_dim": 0 if head_dim is None else int_field(where, "head_dim", head_dim, 1, HF_HINTS["head_dim"]),
+        "rope_theta": 10000.0, "rms_eps": r.get("rms_norm_eps", defaults["rms_norm_eps"]),
+        "tie_embeddings": r.get("tie_word_embeddings", defaults["tie_word_embeddings"]),
+    }
+    if fam.head_dim is not None:
+        raw["head_dim"] = fam.head_dim(r)
+    values = check_sizes(raw, where, HF_NAMES, HF_HINTS)  # sizes first, so their errors come first
+    int_field(where, "num_hidden_layers", d["num_hidden_layers"])
+    fam.read(r)
+    values["rope_theta"] = (fam.rope or rope_with_yarn)(r)
+    name = d.get("_name_or_path") or p.parent.name or mtype or "custom"
+    ckpt = str(p.parent.resolve()) if any(p.parent.glob("*.safetensors")) else ""
+    return dict(name=str(name), **values, **r.arch, checkpoint=ckpt, notes=tuple(r.notes))

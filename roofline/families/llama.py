@@ -1,0 +1,47 @@
+"""Llama and Mistral (``model_type`` llama, mistral): the reference layout every other family starts from.
+
+``llama_like`` is what every Llama-style reader shares (SwiGLU, plain RoPE on every head dimension, causal
+attention); the other families' readers call it first and add their own fields.
+"""
+
+from __future__ import annotations
+
+from .reader import HFReader
+from .registry import Family, preset, register
+
+
+def llama_like(r: HFReader) -> None:
+    r.arch["activation"] = r.activation("hidden_act")
+    if r.get("pretraining_tp", 1) not in (1,):
+        r.refuse("pretraining_tp", "is not modelled (only 1: the split-weight matmul of Llama-2 pretraining)")
+    if r.get("partial_rotary_factor", 1.0) != 1.0:
+        r.refuse("partial_rotary_factor", "is not modelled (RoPE rotates every head dimension)")
+    if r.flag("use_bidirectional_attention"):
+        r.refuse("use_bidirectional_attention", "is not modelled (attention is causal)")
+
+
+def read_llama(r: HFReader) -> None:
+    llama_like(r)
+    bias = r.flag("attention_bias")
+    r.arch.update(qkv_bias=bias, o_bias=bias, mlp_bias=r.flag("mlp_bias"))
+
+
+def read_mistral(r: HFReader) -> None:
+    llama_like(r)
+    r.arch["sliding_window"], r.arch["layer_types"] = r.window()
+
+
+register(Family("llama", read_llama, presets=(
+    preset("llama-2-7b", 4096, 11008, 32, 32, 32, 32000, 4096, source="meta-llama/Llama-2-7b-hf: MHA"),
+    preset("llama-2-13b", 5120, 13824, 40, 40, 40, 32000, 4096, source="meta-llama/Llama-2-13b-hf: MHA"),
+    preset("llama-2-70b", 8192, 28672, 80, 64, 8, 32000, 4096, source="meta-llama/Llama-2-70b-hf: GQA 8:1"),
+    preset("llama-3-8b", 4096, 14336, 32, 32, 8, 128256, 8192, rope_theta=500000.0,
+           source="meta-llama/Meta-Llama-3-8B: GQA 4:1, big vocab"),
+    preset("llama-3-70b", 8192, 28672, 80, 64, 8, 128256, 8192, rope_theta=500000.0,
+           source="meta-llama/Meta-Llama-3-70B: GQA 8:1, big vocab"),
+)))
+
+register(Family("mistral", read_mistral, presets=(
+    preset("mistral-7b", 4096, 14336, 32, 32, 8, 32000, 32768, sliding_window=4096,
+           source="mistralai/Mistral-7B-v0.1: every layer attends over a 4,096-token window"),
+)))

@@ -1,0 +1,23 @@
+"""Phi-3 (``model_type`` phi3): a Llama whose checkpoint fuses q/k/v into qkv_proj and gate/up into
+gate_up_proj (costed as the split projections, loaded into them slice by slice)."""
+
+from __future__ import annotations
+
+from .llama import llama_like
+from .reader import HFReader
+from .registry import Family, Tensors, preset, register
+
+
+def read_phi3(r: HFReader) -> None:
+    llama_like(r)
+    params = r.get("rope_parameters", {})
+    if isinstance(params, dict) and params.get("partial_rotary_factor", 1.0) != 1.0:
+        r.refuse("rope_parameters.partial_rotary_factor", "is not modelled (RoPE rotates every head dimension)")
+    r.arch["sliding_window"], r.arch["layer_types"] = r.window()
+
+
+register(Family("phi3", read_phi3, tensors=Tensors(fused_qkv=True, fused_gate_up=True), presets=(
+    preset("phi-3-mini", 3072, 8192, 32, 32, 32, 32064, 4096, sliding_window=2047,
+           source="microsoft/Phi-3-mini-4k-instruct: fused qkv_proj / gate_up_proj (costed as the split ones), "
+                  "MHA, a 2,047-token window on every layer"),
+)))

@@ -1,0 +1,59 @@
+"""Qwen2-MoE and Qwen3-MoE (``model_type`` qwen2_moe, qwen3_moe): routed experts (softmax, top-k, optionally
+renormalised) on every layer but mlp_only_layers and those decoder_sparse_step skips; Qwen2-MoE adds a
+gated shared expert, Qwen3-MoE has Qwen3's qk-norm attention."""
+
+from __future__ import annotations
+
+from .llama import llama_like
+from .qwen2 import qwen_window
+from .qwen3 import qwen3_attention
+from .reader import HFReader
+from .registry import Family, Tensors, preset, register
+
+_ROUTED = dict(router="mlp.gate.weight", gate="mlp.experts.{e}.gate_proj.weight", up="mlp.experts.{e}.up_proj.weight",
+               down="mlp.experts.{e}.down_proj.weight")
+QWEN3_MOE_TENSORS = Tensors(moe=_ROUTED)
+QWEN2_MOE_TENSORS = Tensors(moe=dict(_ROUTED, shared="mlp.shared_expert.",
+                                     shared_gate="mlp.shared_expert_gate.weight"))
+
+
+def _sparse_every(r: HFReader) -> tuple:
+    """Qwen-MoE's dense layers: mlp_only_layers, and those that decoder_sparse_step skips."""
+    n = r.d["num_hidden_layers"]
+    step = r.count("decoder_sparse_step", 1)
+    only = r.get("mlp_only_layers", [])
+    if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
+        r.refuse("mlp_only_layers", "must list layer indices")
+    return tuple(i for i in range(n) if i in only or (i + 1) % step)
+
+
+def _routed(r: HFReader) -> None:
+    qwen_window(r)
+    r.arch.update(n_experts=r.experts("num_experts", "num_local_experts"), n_active=r.count("num_experts_per_tok", 4),
+                  moe_intermediate=r.size("moe_intermediate_size"), router="softmax_topk",
+                  norm_topk=r.flag("norm_topk_prob", False), dense_layers=_sparse_every(r))
+
+
+def read_qwen2_moe(r: HFReader) -> None:
+    llama_like(r)
+    r.arch["qkv_bias"] = r.flag("qkv_bias", True)
+    _routed(r)
+    shared = r.get("shared_expert_intermediate_size", 0)
+    if shared:
+        r.arch.update(shared_intermediate=r.count("shared_expert_intermediate_size", 0), shared_gate=True)
+
+
+def read_qwen3_moe(r: HFReader) -> None:
+    llama_like(r)
+    qwen3_attention(r)
+    _routed(r)
+
+
+register(Family("qwen2_moe", read_qwen2_moe, tensors=QWEN2_MOE_TENSORS))
+
+register(Family("qwen3_moe", read_qwen3_moe, tensors=QWEN3_MOE_TENSORS, presets=(
+    preset("qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 151936, 40960, head_dim=128, rope_theta=1e6, rms_eps=1e-6,
+           qk_norm=True, n_experts=128, n_active=8, moe_intermediate=768,
+           source="Qwen/Qwen3-30B-A3B: 128 experts of 768, top-8, renormalised; qk-norm, head_dim 128 (30.5B, "
+                  "3.3B active)"),
+)))

@@ -1,0 +1,202 @@
+"""What every family's config.json reader uses: ``HFReader`` (a config read field by field, refusing in one
+line what is not modelled) and the RoPE readings (``rope_theta``: the base, scaling kept as a note;
+``yarn``: YaRN's parameters, which are modelled).
+
+Refuse, never guess: a field that changes cost or numerics is read into ``ModelConfig`` or refused in one
+line naming it ("gemma2: attn_logit_softcapping ..."); a field that changes only numerics, not cost (RoPE
+scaling), is a note said once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from ..config_fields import bool_field, float_field, int_field, show_value
+from ..errors import RooflineError
+
+
+class HFReader:
+    """What one config.json says, read field by field: ``get`` (absent and null mean the default) and
+    ``refuse`` (a one-line RooflineError naming the model type and the field). A family's reader fills
+    ``arch`` (ModelConfig's architecture fields) and ``notes``."""
+
+    def __init__(self, d: dict, where: str, mtype: str):
+        self.d, self.where, self.mtype = d, where, mtype
+        self.arch: dict = {"arch": mtype}
+        self.notes: list[str] = []
+
+    def get(self, key, default=None):
+        v = self.d.get(key)
+        return default if v is None else v
+
+    def refuse(self, key, why: str = "is not modelled"):
+        raise RooflineError(f"{self.where}: {self.mtype}: {key} = {show_value(self.d.get(key))} {why}; "
+                            "costs and logits would be wrong, so the model is refused.")
+
+    def expect(self, key, allowed, default=None):
+        """``key`` must be one of ``allowed`` (absent: ``default``), else refused."""
+        v = self.get(key, default)
+        if v not in allowed:
+            self.refuse(key, f"is not modelled (supported: {', '.join(map(str, allowed))})")
+        return v
+
+    def flag(self, key, default=False) -> bool:
+        return bool_field(self.where, key, self.get(key, default))
+
+    def number(self, key) -> float:
+        """A positive float, or 0.0 when absent or null."""
+        v = self.d.get(key)
+        return 0.0 if v is None else float_field(self.where, key, v)
+
+    def count(self, key, default, minimum: int = 1) -> int:
+        """An integer of at least ``minimum`` (absent or null: ``default``)."""
+        return int_field(self.where, key, self.get(key, default), minimum)
+
+    def size(self, key) -> int:
+        """A positive integer the config must give (absent: refused as one)."""
+        return int_field(self.where, key, self.d.get(key), 1)
+
+    def experts(self, *keys) -> int:
+        """The number of routed experts, under the first of ``keys`` the config gives."""
+        for k in keys:
+            if self.d.get(k) is not None:
+                return int_field(self.where, k, self.d[k], 1, " (routed experts)")
+        raise RooflineError(f"{self.where}: {self.mtype}: the number of experts ({' or '.join(keys)}) is missing.")
+
+    def activation(self, *keys, want=("silu",)):
+        for k in keys:
+            if self.d.get(k) is not None:
+                v = self.d[k]
+                if v in ("silu", "swish"):
+                    return "silu"
+                if v in ("gelu_pytorch_tanh", "gelu_tanh") or (v == "gelu" and "gelu_tanh" in want):
+                    # Gemma-1 configs say "gelu" and run the tanh approximation (transformers forces it)
+                    return "gelu_tanh"
+                self.refuse(k, "is not modelled (supported: silu, gelu_pytorch_tanh)")
+        return want[0]
+
+    def window(self, use_key: str | None = None, max_window_layers: bool = False):
+        """sliding_window (0 when absent, null, or switched off by ``use_key``) and per-layer types."""
+        n = self.d["num_hidden_layers"]
+        w = self.d.get("sliding_window")
+        if use_key is not None and not self.flag(use_key):
+            w = None
+        if w is None:
+            self._no_sliding_types()
+            return 0, ()
+        w = int_field(self.where, "sliding_window", w, 1, " (keys a windowed query sees)")
+        types = self._layer_types(n)
+        if types is None:
+            if max_window_layers:   # Qwen2/3: layers from max_window_layers on slide
+                first = int_field(self.where, "max_window_layers", self.get("max_window_layers", n), 0)
+                types = tuple("sliding" if i >= first else "full" for i in range(n))
+            else:
+                types = ("sliding",) * n
+        if "sliding" not in types:
+            return 0, ()
+        return w, (() if all(t == "sliding" for t in types) else types)
+
+    def _layer_types(self, n: int):
+        lt = self.d.get("layer_types")
+        if lt is None:
+            return None
+        kinds = {"full_attention": "full", "sliding_attention": "sliding"}
+        if not isinstance(lt, list) or any(t not in kinds for t in lt):
+            self.refuse("layer_types", "is not modelled (supported: full_attention, sliding_attention per layer)")
+        if len(lt) != n:
+            raise RooflineError(f"{self.where}: layer_types has {len(lt)} entries for num_hidden_layers {n}: give "
+                                "one per layer.")
+        return tuple(kinds[t] for t in lt)
+
+    def _no_sliding_types(self):
+        types = self._layer_types(self.d["num_hidden_layers"])
+        if types and "sliding" in types:
+            raise RooflineError(f"{self.where}: layer_types has sliding_attention layers but sliding_window is "
+                                "null or switched off: give the window.")
+
+
+def _brief(v, limit: int = 240) -> str:
+    s = json.dumps(v, default=str)
+    return s if len(s) <= limit else s[: limit - 4] + " ...}"
+
+
+def rope_theta(d: dict, where: str, notes: list) -> float:
+    """rope_theta from the top level or from ``rope_parameters`` (current transformers); scaling becomes a note."""
+    params = d.get("rope_parameters")
+    if params is not None and not isinstance(params, dict):
+        raise RooflineError(f"{where}: rope_parameters must be an object such as "
+                            f'{{"rope_theta": 500000.0, "rope_type": "default"}}, but {show_value(params)} was given.')
+    scaling = d.get("rope_scaling")
+    if scaling is not None and not isinstance(scaling, dict):
+        raise RooflineError(f"{where}: rope_scaling must be an object such as "
+                            f'{{"rope_type": "llama3", "factor": 8.0}} or null, but {show_value(scaling)} was given.')
+    top = d.get("rope_theta")
+    nested = (params or {}).get("rope_theta")
+    theta = 10000.0
+    if top is not None:
+        theta = float_field(where, "rope_theta", top, " (the RoPE base, e.g. 10000)")
+    if nested is not None:
+        inner = float_field(where, "rope_parameters.rope_theta", nested, " (the RoPE base, e.g. 10000)")
+        if top is None:
+            theta = inner
+        elif inner != theta:
+            notes.append(f"rope_theta {theta:g} and rope_parameters.rope_theta {inner:g} disagree: "
+                         f"the top-level {theta:g} is used.")
+    unmodelled = []
+    for key, spec in (("rope_parameters", params), ("rope_scaling", scaling)):
+        if not spec:
+            continue
+        kind = spec.get("rope_type", spec.get("type"))
+        if kind == "default" or (kind is None and set(spec) <= {"rope_theta"}):
+            continue
+        rest = {k: v for k, v in spec.items() if k != "rope_theta"}
+        if any(rest == {k: v for k, v in s.items() if k != "rope_theta"} for _, s in unmodelled):
+            continue  # the same scaling written under both keys: one note
+        unmodelled.append((key, spec))
+    for key, spec in unmodelled:
+        notes.append(f"{key} {_brief(spec)} is not modelled: RoPE uses plain theta={theta:g}; "
+                     "costs are unaffected, logits differ from the real model.")
+    return theta
+
+
+def yarn_spec(r: HFReader):
+    """The YaRN object of rope_scaling / rope_parameters as (key, spec), or None when RoPE is not YaRN."""
+    for key in ("rope_scaling", "rope_parameters"):
+        spec = r.d.get(key)
+        if isinstance(spec, dict) and spec.get("rope_type", spec.get("type")) == "yarn":
+            return key, spec
+    return None
+
+
+def yarn(r: HFReader) -> tuple:
+    """YaRN's parameters (kernels.rope.rope_tables) from rope_parameters / rope_scaling, () when not YaRN."""
+    found = yarn_spec(r)
+    if found is None:
+        return ()
+    key, spec = found
+    orig = int_field(r.where, f"{key}.original_max_position_embeddings",
+                     spec.get("original_max_position_embeddings", r.get("max_position_embeddings", 4096)), 1)
+    factor = spec.get("factor")
+    factor = (r.d.get("max_position_embeddings", orig) / orig if factor is None
+              else float_field(r.where, f"{key}.factor", factor))
+
+    def get_mscale(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    att = spec.get("attention_factor")
+    if att is None:
+        m, m_all = spec.get("mscale"), spec.get("mscale_all_dim")
+        att = get_mscale(factor, m) / get_mscale(factor, m_all) if m and m_all else get_mscale(factor)
+    return (float(factor), float(spec.get("beta_fast") or 32), float(spec.get("beta_slow") or 1), orig,
+            float(att), bool(spec.get("truncate", True)))
+
+
+def rope_with_yarn(r: HFReader) -> float:
+    """The shared RoPE reading: the base (scaling as a note), and YaRN into ``r.arch`` (modelled: not a note)."""
+    theta = rope_theta(r.d, r.where, r.notes)
+    params = yarn(r)
+    if params:
+        r.arch["rope_yarn"] = params
+        r.notes[:] = [n for n in r.notes if '"yarn"' not in n]
+    return theta

@@ -1,0 +1,119 @@
+"""The model-family registry: one ``Family`` per Hugging Face ``model_type``.
+
+A family says everything that is particular to one ``model_type``: its config.json reader (``read``: fill
+the architecture fields of ``roofline.models.ModelConfig`` from the config, refuse what is not modelled),
+the transformers defaults of its config keys where they are not Llama's (``defaults``), its own head width
+or RoPE reading where the shared one does not fit (``head_dim``, ``rope``), where its checkpoint keeps the
+tensors that differ from the Llama layout (``tensors``: read by ``roofline.layer``), and its presets with
+their sources (``presets``).
+
+Entries live one file per family beside this module and call ``register``; ``roofline.families`` (the
+package) imports them. This module imports none of them, nor any consumer: ``roofline.families.hf_config``
+(the config.json reader), ``roofline.models`` (``load_model``, ``PRESETS``) and ``roofline.layer`` look
+families up here and loop over them; none of them names a ``model_type``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..config_fields import show_value
+from ..errors import RooflineError
+
+# Mixtures of experts and hybrids that are not modelled: refused as such (not as unknown types).
+UNMODELLED = ("deepseek_v2", "dbrx", "jamba", "olmoe", "phimoe", "granitemoe", "qwen3_next", "llama4")
+
+
+@dataclass(frozen=True)
+class Tensors:
+    """Where a family's Hugging Face checkpoint keeps the tensors that differ from the Llama layout
+    (``roofline.layer`` names the rest: ``model.layers.{i}.self_attn.q_proj.weight``, ...)."""
+
+    fused_qkv: bool = False            # q/k/v_proj are slices of one self_attn.qkv_proj (Phi-3)
+    fused_gate_up: bool = False        # gate/up_proj are the halves of one mlp.gate_up_proj (Phi-3)
+    # The MoE tensors' per-layer names ("{e}": the expert): router, router_bias, correction (DeepSeek's
+    # e_score_correction_bias), the experts' gate / up / down (and *_bias), shared (the shared expert's
+    # prefix), shared_gate. A name without "{e}" is one 3-D [E, in, out] tensor of every expert.
+    moe: dict = field(default_factory=dict)
+    interleaved_gate_up: bool = False  # the experts' gate = [..., 0::2], up = [..., 1::2] of one tensor (GPT-OSS)
+
+
+LLAMA_TENSORS = Tensors()
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A published model's numbers: ``ModelConfig(name, *sizes, arch=<its family's model_type>, **fields)``."""
+
+    name: str
+    sizes: tuple        # hidden, intermediate, n_layers, n_heads, n_kv_heads, vocab, max_context
+    fields: dict        # the other ModelConfig fields that differ from their defaults
+    source: str         # the config.json the numbers come from, and what in it matters
+
+
+def preset(name: str, *sizes, source: str, **fields) -> Preset:
+    """A ``Preset`` written like the ``ModelConfig`` it becomes, with its source."""
+    if len(sizes) != 7:
+        raise ValueError(f"preset {name!r}: give the 7 sizes (hidden ... max_context), not {len(sizes)}")
+    return Preset(name, tuple(sizes), fields, source)
+
+
+@dataclass(frozen=True)
+class Family:
+    model_type: str
+    read: Callable                     # (roofline.families.reader.HFReader) -> None: fill r.arch, refuse
+    tensors: Tensors = LLAMA_TENSORS
+    presets: tuple = ()                # Preset entries, in the order they are listed
+    defaults: dict = field(default_factory=dict)   # config.json defaults (transformers') unlike Llama's
+    head_dim: Callable | None = None   # (HFReader) -> int: a query/key head's width when head_dim is not it
+    rope: Callable | None = None       # (HFReader) -> float: RoPE base (and arch fields) when not the shared one
+    says_quantization: bool = False    # its reader words the quantization_config note itself
+
+
+_FAMILIES: dict[str, Family] = {}
+
+
+def register(fam: Family) -> Family:
+    """Add ``fam`` under its model_type (once); its presets' names must be new."""
+    if fam.model_type in _FAMILIES:
+        raise ValueError(f"model_type {fam.model_type!r} is registered twice")
+    taken = {p.name for f in _FAMILIES.values() for p in f.presets}
+    for p in fam.presets:
+        if p.name in taken:
+            raise ValueError(f"preset {p.name!r} of {fam.model_type!r} is already a preset")
+    _FAMILIES[fam.model_type] = fam
+    return fam
+
+
+def families() -> tuple:
+    """Every registered family, in the order they registered."""
+    return tuple(_FAMILIES.values())
+
+
+def model_types() -> tuple:
+    return tuple(_FAMILIES)
+
+
+def family(model_type, where: str = "model config") -> Family:
+    """The family of ``model_type``, or a one-line RooflineError listing the supported types."""
+    hashable = isinstance(model_type, (str, int, float, bool, type(None)))
+    if hashable and model_type in _FAMILIES:
+        return _FAMILIES[model_type]
+    supported = ", ".join(_FAMILIES)
+    if model_type in UNMODELLED:
+        raise RooflineError(f"{where}: model_type {model_type!r} is a mixture of experts (or a hybrid), which is "
+                            f"not modelled yet: supported are {supported}.")
+    raise RooflineError(f"{where}: model_type {show_value(model_type)} is not supported: supported are "
+                        f"{supported}.")
+
+
+def tensors(model_type: str) -> Tensors:
+    """Where ``model_type``'s checkpoint keeps its tensors (the Llama layout for a type not registered)."""
+    fam = _FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    return fam.tensors if fam is not None else LLAMA_TENSORS
+
+
+def presets() -> tuple:
+    """(model_type, Preset) of every registered family's presets, family by family."""
+    return tuple((f.model_type, p) for f in _FAMILIES.values() for p in f.presets)
