@@ -27,11 +27,9 @@ from functools import lru_cache
 
 from .families import tensors
 from .models import PRESETS, ModelConfig
+from .ops import kind
 from .parallel import Shard, shard
 
-KINDS = ("embedding", "scale", "norm", "linear", "rope", "kv_append", "attention", "residual", "activation",
-         "softcap", "router", "experts", "gate", "mla_attention", "mla_up", "latent_append")
-TENSOR_KINDS = ("linear", "attention", "router", "experts", "mla_attention", "mla_up")   # tensor cores, act dtype
 LAYER_OP = "layer"                       # one whole transformer layer timed as one op
 
 
@@ -74,7 +72,7 @@ class OpSpec:
 
     @property
     def tensor(self) -> bool:
-        return self.kind in TENSOR_KINDS
+        return kind(self.kind).tensor   # runs on tensor cores at the activation dtype (roofline.ops)
 
     @property
     def per_layer(self) -> bool:
