@@ -291,9 +291,9 @@ MOE_INT4_GROUP = {"mixtral-8x7b": 128, "gpt-oss-20b": 32}   # the int4 group eac
 
 
 def meta_experts(E: int, K: int, N: int, dt, weight_dtype: str, group_size: int = 0, zero_point: bool = False):
-    """``kernels.quant.QuantExperts`` of E [K, N] weights on the meta device, laid out as ``quantize_experts``
+    """``kernels.quant_weight.QuantExperts`` of E [K, N] weights on the meta device, laid out as ``quantize_experts``
     stores them (int8 [E, N, K] + [E, N] scales; int4 [E, N, K/2] + [E, K/g, N] scales and zero points)."""
-    from .quant import QuantExperts
+    from .quant_weight import QuantExperts
 
     meta = torch.device("meta")
     if weight_dtype == "int8":
@@ -344,7 +344,9 @@ def _architecture_launches(rec, where, cfg, phase, batch, context, dt, target) -
     from . import linear as L
     from . import linear_int4 as L4
     from . import linear_int8 as L8
-    from .quant import INT4_GROUP, QuantWeight
+    from roofline.formulas import INT4_GROUP
+
+    from .quant_weight import QuantWeight
 
     meta = torch.device("meta")
     T = batch * (context if phase == "prefill" else 1)

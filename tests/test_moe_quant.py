@@ -16,7 +16,8 @@ import kernels  # noqa: F401  (the interpreter before triton)
 from kernels import moe as M
 from kernels.check import quality_notes
 from kernels.model import LlamaModel
-from kernels.quant import QuantExperts, QuantWeight, quantize_experts, quantize_weight
+from kernels.quant import quantize_experts, quantize_weight
+from kernels.quant_weight import QuantExperts, QuantWeight
 from kernels.runners import make_runners
 from roofline import formulas as F
 from roofline.errors import RooflineError

@@ -188,7 +188,7 @@ def test_bad_sinks_are_refused_by_name(bad, msg):
 
 def _no_torch_sink_path(monkeypatch):
     from kernels import model as M
-    from kernels import runners as R
+    from kernels import runner_context as R
 
     def refuse(*a, **k):
         raise AssertionError("the triton backend ran the torch sink path (kernels.sinks)")
