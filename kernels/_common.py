@@ -13,7 +13,7 @@ import triton.language as tl
 from roofline.dtypes import normalize_dtype
 from roofline.errors import RooflineError
 
-from ._env import HAS_CUDA, INTERPRET  # noqa: F401
+from .env import HAS_CUDA, INTERPRET  # noqa: F401
 from ._launch import sm_override
 
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

@@ -4,7 +4,7 @@ Every op has the same signature in both; the model and the runners call only the
 torch backend is the "best plain PyTorch" peer: cuBLAS matmul, SDPA for prefill attention,
 a batched gather-and-matmul decode attention, fp32 math for the vector ops.
 
-Weight-only quantized weights (``kernels.quant.QuantWeight``) go through the same ``linear``: the
+Weight-only quantized weights (``kernels.quant_weight.QuantWeight``) go through the same ``linear``: the
 triton backend runs ``linear_int8`` / ``linear_int4``, the torch backend the ecosystem's quantized
 GEMM (``quant.torch_linear``). An 8-bit KV cache goes through the same ``kv_append`` and attention
 ops with ``scales=(k_scale, v_scale)``.
@@ -37,7 +37,8 @@ from . import rmsnorm as N
 from . import rope as P
 from . import router as RT
 from . import swiglu as S
-from .quant import QuantWeight, torch_linear
+from .quant import torch_linear
+from .quant_weight import QuantWeight
 
 BACKENDS = ("triton", "torch")
 

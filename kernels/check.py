@@ -14,7 +14,7 @@ path.
 Model checks (model "tiny", 2 layers, 12 tokens quick): prefill + decode steps equal one
 forward_full over the sequence (two slots of different lengths decoded in one batch); chunked prefill equals
 unchunked; prefix reuse equals a full prefill; the triton backend equals the torch backend.
-With no GPU, kernels/_env.py has already switched Triton to its interpreter.
+With no GPU, kernels/env.py has already switched Triton to its interpreter.
 
 Quantization checks (part "quant", ``_quant_checks``): the int8 and int4 linears, the quantized MoE experts
 (``_moe_quant_checks``) and the 8-bit KV cache (with attention sinks too: ``_kv_sink_checks``) against
@@ -358,7 +358,7 @@ MOE_QUANT_CASES = ((5, 4, 2, 64, 96, "swiglu_oai", True, (("int8", {}), ("int4",
 
 
 def _moe_quant_checks(ops, dev, rnd, nan, tri, tol):
-    """Quantized experts (``kernels.quant.QuantExperts``: int8 per channel, int4 group-wise with and without zero
+    """Quantized experts (``kernels.quant_weight.QuantExperts``: int8 per channel, int4 group-wise with and without zero
     points; ``MOE_QUANT_CASES``) through ``moe_experts`` (the Triton kernels' QUANT path; the torch backend's
     per-expert quantized GEMMs)
     against the fp64 expert loop over the dequantized weights (``moe.reference``), expert 0 loaded and expert E-1

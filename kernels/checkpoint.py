@@ -24,7 +24,7 @@ from roofline.errors import RooflineError
 from roofline.layer import model_ops
 from roofline.models import ModelConfig
 
-from .model import layer_weights
+from .weights import layer_weights
 
 # Buffers some checkpoints carry that are recomputed, not weights (RoPE's inverse frequencies).
 _IGNORED = ("rotary_emb.inv_freq",)

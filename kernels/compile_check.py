@@ -30,6 +30,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import env
+
 REGS_GRANULE = 256       # registers are allocated per warp in units of 256
 SMEM_RESERVED = 1024     # shared memory the driver reserves per block (sm_80 and later)
 # The oldest driver that loads code of a given CUDA major release (minor-version compatibility).
@@ -207,10 +209,9 @@ def run(targets=("sm_80", "sm_90"), quick=True, kernels=None, jobs=None, progres
     ``kernels``, ``dtypes``, ``models``: only these (None: all). ``compile=False``: discovery and the
     grid and reach checks only (no resources).
     """
-    from . import _env
     from . import variants as V
 
-    if _env.INTERPRET:
+    if env.INTERPRET:
         raise RuntimeError("the compile check needs TRITON_INTERPRET=0 (use run_subprocess from an "
                            "interpreter process)")
     import triton
@@ -380,12 +381,10 @@ def main(argv=None) -> int:
     if bad:
         print(f"unknown target {bad[0]!r}: choose from {', '.join(TARGETS)}", file=sys.stderr)
         return 2
-    from . import _env
-
     try:
         kw = dict(dtypes=a.dtype.split(",") if a.dtype else None, models=a.model.split(",") if a.model else None,
                   compile=not a.no_compile)
-        if _env.INTERPRET:     # this process already chose the interpreter: compile in a child
+        if env.INTERPRET:     # this process already chose the interpreter: compile in a child
             report = run_subprocess(targets, a.quick, a.kernel or None, a.jobs, **kw)
         else:
             report = run(targets, a.quick, a.kernel or None, a.jobs, **kw)

@@ -53,7 +53,7 @@ UNALIGNED_TILES = {"fp32": [(64, 64, 32, 8, 3)], "16bit": [(128, 64, 64, 8, 3), 
 
 
 @triton.jit
-def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     """(pid_m, pid_n) of program ``pid`` in grouped order: GROUP_M row-tiles walk the same column
     tiles together, so neighbouring programs share weight tiles in L2 (the Triton matmul tutorial's
     scheme). Shared by every linear kernel (bf16/fp16/fp32, int8, int4)."""
@@ -66,7 +66,7 @@ def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP
 
 
 @triton.jit
-def _store_tile(acc, y_ptr, p_ptr, lock_ptr, bias_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
+def store_tile(acc, y_ptr, p_ptr, lock_ptr, bias_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, BIAS: tl.constexpr):
     """Write a tile's fp32 ``acc`` (+ the bias b[N], with BIAS) to y; with SPLIT_K, the one-launch split-K
     protocol (module docstring): store the partial, take a ticket, and the last program of the tile adds
@@ -104,7 +104,7 @@ def _linear_kernel(x_ptr, w_ptr, y_ptr, p_ptr, lock_ptr, M, N, K, K_PER_SPLIT, S
                    BIAS: tl.constexpr):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     # Rows/cols past the edge wrap (modulo) instead of masking: they compute garbage that is
     # never stored, and the hot loop keeps unmasked M/N loads (the tutorial's trick).
@@ -124,7 +124,7 @@ def _linear_kernel(x_ptr, w_ptr, y_ptr, p_ptr, lock_ptr, M, N, K, K_PER_SPLIT, S
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=DOT_PREC)
-    _store_tile(acc, y_ptr, p_ptr, lock_ptr, bias_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
+    store_tile(acc, y_ptr, p_ptr, lock_ptr, bias_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
                 BLOCK_M, BLOCK_N, SPLIT_K, BIAS)
 
 

@@ -40,9 +40,9 @@ from roofline.errors import RooflineError
 
 from ._common import FLOAT_DTYPES, INTERPRET, check_tensor, dtype_name
 from ._launch import launch
-from .linear import _grouped_tile, _store_tile, add_bias, check_bias, gemm_io, linear_config, split_k_buffers
-from . import quant
-from .quant import QuantWeight, check_group, op_missing
+from .linear import grouped_tile, store_tile, add_bias, check_bias, gemm_io, linear_config, split_k_buffers
+from . import quant_weight
+from .quant_weight import QuantWeight, check_group, op_missing, register_format
 
 
 @triton.jit
@@ -53,7 +53,7 @@ def _linear_int4_kernel(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, p_ptr, lock_ptr, M, N
                         UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, BIAS: tl.constexpr):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)   # grouped order (L2 reuse)
+    pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)   # grouped order (L2 reuse)
 
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M     # wrapped rows/cols: computed, never stored
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
@@ -79,7 +79,7 @@ def _linear_int4_kernel(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, p_ptr, lock_ptr, M, N
         if ZERO_POINT:
             z = tl.load(z_ptr + g * stride_sg + offs_n).to(tl.float32)
             acc += tl.sum(a.to(tl.float32), 1)[:, None] * z[None, :]
-    _store_tile(acc, y_ptr, p_ptr, lock_ptr, bias_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
+    store_tile(acc, y_ptr, p_ptr, lock_ptr, bias_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
                 BLOCK_M, BLOCK_N, SPLIT_K, BIAS)
 
 
@@ -203,7 +203,7 @@ def prepare_torch(qw: QuantWeight) -> None:
     (torch >= 2.5: even k in the high nibble) or 2.4's int32 one, + ``_weight_int4pack_mm`` (bf16, sm_80+).
     No such op at all: ``op_missing`` (a one-line error naming what runs instead).
     """
-    aten = quant.aten()
+    aten = quant_weight.aten()
     dev, g = qw.device, qw.group_size
     u = unpack(qw.qweight)                                                            # int32 [N, K]
     sz = _scales_and_zeros(qw)
@@ -260,3 +260,7 @@ def cost(tokens: int, in_features: int, out_features: int, dtype="bf16", group_s
     d = dtype if isinstance(dtype, str) else dtype_name(dtype)
     return F.linear(tokens, in_features, out_features, weight_dtype="int4", act_dtype=d, group_size=group_size,
                     zero_point=zero_point, bias=bias)
+
+
+register_format("int4", quantize=quantize, dequantize=dequantize, prepare_torch=prepare_torch,
+                torch_linear=torch_linear)

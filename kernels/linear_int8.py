@@ -29,9 +29,9 @@ from roofline import formulas as F
 
 from ._common import FLOAT_DTYPES, INTERPRET, check_tensor, dtype_name
 from ._launch import launch
-from .linear import _grouped_tile, _store_tile, add_bias, check_bias, gemm_io, linear_config, split_k_buffers
-from . import quant
-from .quant import QuantWeight
+from .linear import grouped_tile, store_tile, add_bias, check_bias, gemm_io, linear_config, split_k_buffers
+from . import quant_weight
+from .quant_weight import QuantWeight, register_format
 
 QMAX = 127
 
@@ -44,7 +44,7 @@ def _linear_int8_kernel(x_ptr, w_ptr, s_ptr, y_ptr, p_ptr, lock_ptr, M, N, K, K_
                         BIAS: tl.constexpr):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)   # grouped order (L2 reuse)
+    pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)   # grouped order (L2 reuse)
 
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M     # wrapped rows/cols: computed, never stored
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
@@ -65,7 +65,7 @@ def _linear_int8_kernel(x_ptr, w_ptr, s_ptr, y_ptr, p_ptr, lock_ptr, M, N, K, K_
             b = q.to(a.dtype)                          # dequantized in registers: exact for |q| <= 127
         acc = tl.dot(a, b, acc, input_precision=DOT_PREC)
     acc = acc * tl.load(s_ptr + offs_n).to(tl.float32)[None, :]     # the per-channel scale, once per tile
-    _store_tile(acc, y_ptr, p_ptr, lock_ptr, bias_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
+    store_tile(acc, y_ptr, p_ptr, lock_ptr, bias_ptr, pid, pid_k, pid_m, pid_n, M, N, SPLIT, stride_ym, stride_yn,
                 BLOCK_M, BLOCK_N, SPLIT_K, BIAS)
 
 
@@ -131,7 +131,7 @@ def reference(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None
 def prepare_torch(qw: QuantWeight) -> None:
     """``aten._weight_int8pack_mm`` when this torch has it and it runs this device / dtype; else the dequantize
     reference (both labelled in ``qw.torch_impl``)."""
-    op = getattr(quant.aten(), "_weight_int8pack_mm", None)
+    op = getattr(quant_weight.aten(), "_weight_int8pack_mm", None)
     if op is not None:
         try:
             op(torch.zeros(1, qw.in_features, dtype=qw.act_dtype, device=qw.device), qw.qweight, qw.scales)
@@ -158,3 +158,7 @@ def cost(tokens: int, in_features: int, out_features: int, dtype="bf16", *, bias
     """The roofline formula's Cost: int8 weights + one scale per output channel (activation dtype)."""
     d = dtype if isinstance(dtype, str) else dtype_name(dtype)
     return F.linear(tokens, in_features, out_features, weight_dtype="int8", act_dtype=d, bias=bias)
+
+
+register_format("int8", quantize=quantize, dequantize=dequantize, prepare_torch=prepare_torch,
+                torch_linear=torch_linear)

@@ -31,65 +31,20 @@ too; its kv_b_proj runs quantized in prefill and, dequantized once at load, in t
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from roofline.errors import RooflineError
-from roofline.layer import model_ops
 from roofline.models import ModelConfig
 
 from ._common import dtype_name, torch_dtype
 from .backend import get_ops
+from .checkpoint import load_weights
 from .quant import (KV_DTYPES, WEIGHT_DTYPES, check_kv_dtype, check_model_kv, check_tp_groups, decode_kv_b,
                     kv_storage, prepare_model_torch, quantize_model_weights)
 from .rope import rope_tables
 from .sinks import decode_with_sinks, prefill_with_sinks
 from .tp import TPGroup, embed, shard_weights, tp_parts
-
-
-def seeded_generator(device, seed: int):
-    """A seeded torch.Generator on ``device``; None on the meta device (no values, only shapes)."""
-    if torch.device(device).type == "meta":
-        return None
-    return torch.Generator(device=device).manual_seed(seed)
-
-
-def init_weights(cfg: ModelConfig, dtype: torch.dtype, device, seed: int = 0) -> dict:
-    """Random weights for every WeightSpec of ``cfg``'s ops (``roofline.layer``), drawn in op order:
-    linear [in, out] ~ N(0, 1/in) (activations stay O(1)); norms ~ 1 + N(0, 0.1) (the multiplier the model
-    applies: for (1 + w) norms, 1 + w); biases ~ N(0, 0.1); the embedding ~ N(0, 1).
-    Layout: {"embed", "final_norm", "lm_head" (embed.t() when tied), "layers": [{key: tensor}]}."""
-    g = seeded_generator(device, seed)
-
-    def rnd(*shape, std=1.0, mean=0.0):
-        if g is None:                                    # meta: shapes only
-            return torch.empty(*shape, device=device, dtype=dtype)
-        return (torch.randn(*shape, generator=g, device=device, dtype=torch.float32) * std + mean).to(dtype)
-
-    def make(ws):
-        if ws.role == "linear":
-            return rnd(*ws.shape, std=1.0 / math.sqrt(ws.shape[0]))
-        if ws.role == "experts":                           # [E, in, out]
-            return rnd(*ws.shape, std=1.0 / math.sqrt(ws.shape[1]))
-        if ws.role == "norm":
-            return rnd(*ws.shape, std=0.1, mean=1.0)
-        if ws.role in ("bias", "expert_bias", "vector"):
-            return rnd(*ws.shape, std=0.1)
-        return rnd(*ws.shape)
-
-    ops = model_ops(cfg)
-    edge = {ws.key: ws for o in ops if not o.per_layer for ws in o.weights}
-    w = {"embed": make(edge["embed"]), "final_norm": make(edge["final_norm"]), "layers": []}
-    for i in range(cfg.n_layers):
-        w["layers"].append({ws.key: make(ws) for ws in layer_weights(ops, i)})
-    w["lm_head"] = w["embed"].t() if cfg.tie_embeddings else make(edge["lm_head"])
-    return w
-
-
-def layer_weights(ops, i: int) -> list:
-    """The WeightSpecs layer ``i`` reads (an MoE model's dense and routed layers read different ones)."""
-    return [ws for o in ops if o.per_layer and i in o.layers for ws in o.weights]
+from .weights import init_weights
 
 
 def _linear(ops, x, w: dict, key: str, bias_key: str):
@@ -121,7 +76,7 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     ``reduce`` (tensor parallelism: an all-reduce) sums the row-parallel o_proj and down_proj partial
     outputs before each residual add; ``cfg`` then holds one rank's heads and intermediate size.
     ``kv_scales`` = (k_scale, v_scale) of an 8-bit cache: kv_append writes them, and ``attend`` gets
-    them as ``scales=``. A linear's weight may be a ``kernels.quant.QuantWeight`` (ops.linear takes both)."""
+    them as ``scales=``. A linear's weight may be a ``kernels.quant_weight.QuantWeight`` (ops.linear takes both)."""
     reduce = reduce or (lambda t: t)
     akw = dict(attn_kw or {})
     if "sinks" in w:
@@ -268,8 +223,6 @@ class LlamaModel:
             raise RooflineError(f"max_len ({self.max_len}) and max_slots ({max_slots}) must be at least 1.")
         self.max_slots = int(max_slots)
         if cfg.checkpoint and not random_weights:
-            from .checkpoint import load_weights
-
             self.w, self.weights_info = load_weights(cfg, cfg.checkpoint, self.dtype, self.device)
         else:
             self.w = init_weights(cfg, self.dtype, self.device, seed)

@@ -24,7 +24,7 @@ GPU bf16/fp16 go to the tensor cores and accumulate in fp32. fp32 uses IEEE dots
 ``reference`` loops over experts in fp32 (fp64 with ``compute_dtype``); ``torch_moe`` (the torch backend's
 peer) is the same loop in the input dtype. ``cost``: ``roofline.formulas.moe_experts``.
 
-Quantized experts (``w_gate``, ``w_up``, ``w_down`` as ``kernels.quant.QuantExperts``: every expert quantized as
+Quantized experts (``w_gate``, ``w_up``, ``w_down`` as ``kernels.quant_weight.QuantExperts``: every expert quantized as
 the dense linears are, ``kernels.linear_int8`` / ``kernels.linear_int4``): the same two launches with
 ``QUANT`` 1 (int8 [E, N, K], a scale per output channel) or 2 (int4, two per byte [E, N, K/2], a scale (and
 zero point) per group of ``GROUP`` input rows). Each weight tile is loaded as stored (1 or 1/2 byte per weight
@@ -52,7 +52,8 @@ from roofline.errors import RooflineError
 
 from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name
 from ._launch import launch
-from .quant import QuantExperts, check_group, torch_linear
+from .quant import torch_linear
+from .quant_weight import QuantExperts, check_group
 
 ACTIVATIONS = ("silu", "swiglu_oai")
 SKINNY_ROWS = 16          # at most this many rows per expert on average: the skinny (decode) configuration
@@ -357,7 +358,7 @@ def moe_experts(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_g
                 alpha=1.702, limit=7.0, out=None, **config) -> torch.Tensor:
     """y [T, H] = sum_j weights[t, j] * expert_{ids[t, j]}(x[t]) with the two Triton launches (module docstring).
     ``config`` overrides ``moe_config`` (block_m, block_n, block_k, num_warps, num_stages). The expert weights are
-    float tensors or three ``kernels.quant.QuantExperts`` (int8 / int4, the activation dtype in their scales)."""
+    float tensors or three ``kernels.quant_weight.QuantExperts`` (int8 / int4, the activation dtype in their scales)."""
     # x: [T, H]   w_gate, w_up: [E, H, I]   w_down: [E, I, H]   weights, ids: [T, k]   y: [T, H]
     T, E, H, I, k = _check_inputs(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down)
     if out is None:

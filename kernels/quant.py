@@ -25,100 +25,20 @@ fp8, so on a CPU only int8 runs; ``roofline check --compile`` compiles the fp8 p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from roofline.errors import RooflineError
-from roofline.formulas import INT4_GROUP
+
 from roofline.workload import INT4_GROUPS
+
+from . import linear_int4, linear_int8, quant_weight
+from .quant_weight import QuantExperts, QuantWeight, check_group, op_missing, weight_format
 
 WEIGHT_DTYPES = ("int8", "int4")              # weight-only quantization the kernels run
 KV_DTYPES = ("int8", "fp8")                   # 8-bit KV caches
 KV_QMAX = {"int8": 127.0, "fp8": 448.0}       # the largest magnitude each stores (fp8 e4m3: 448)
 KV_TORCH = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}
 FP8_CAPABILITY = (8, 9)                       # Ada and Hopper: the first GPUs with fp8 e4m3 conversions
-
-
-class _Stored:
-    """What a quantized weight's stored tensors say of it: where it lives, and its activation dtype (its scales')."""
-
-    @property
-    def device(self):
-        return self.qweight.device
-
-    @property
-    def act_dtype(self) -> torch.dtype:
-        return self.scales.dtype
-
-
-@dataclass(eq=False)
-class QuantWeight(_Stored):
-    """A weight-only quantized [K, N] weight, stored as its kernel reads it (see the module docstring)."""
-
-    dtype: str                       # "int8" | "int4"
-    qweight: torch.Tensor            # int8 [N, K] | uint8 [N, K/2] (kernels.linear_int4's packing)
-    scales: torch.Tensor             # int8: [N]; int4: [K/g, N]; in the activation dtype
-    zeros: torch.Tensor | None       # int4 with zero points: [K/g, N]; else None
-    in_features: int
-    out_features: int
-    group_size: int = 0              # int4: input rows per scale
-    torch_impl: str = ""             # what the torch backend runs (prepare_torch); "" before
-    torch_args: tuple = ()           # that op's prepared operands
-
-    @property
-    def shape(self) -> tuple:
-        """The float weight's shape [K, N] (what the runners and the model read)."""
-        return (self.in_features, self.out_features)
-
-    def dequantize(self, dtype=torch.float32) -> torch.Tensor:
-        """The [K, N] weight these values stand for (the references' weight), in ``dtype``."""
-        from . import linear_int4, linear_int8
-
-        mod = linear_int8 if self.dtype == "int8" else linear_int4
-        return mod.dequantize(self, dtype)
-
-
-@dataclass(eq=False)
-class QuantExperts(_Stored):
-    """E experts' weights (a float [E, K, N] tensor's) quantized expert by expert and stacked, as the fused MoE
-    kernels read them (``kernels.moe``); ``expert(e)`` is expert e as a ``QuantWeight`` (views, no copy)."""
-
-    dtype: str                       # "int8" | "int4"
-    qweight: torch.Tensor            # int8 [E, N, K] | uint8 [E, N, K/2]
-    scales: torch.Tensor             # int8: [E, N]; int4: [E, K/g, N]; in the activation dtype
-    zeros: torch.Tensor | None       # int4 with zero points: [E, K/g, N]; else None
-    in_features: int
-    out_features: int
-    group_size: int = 0              # int4: input rows per scale
-    views: tuple = ()                # the experts' QuantWeights (``expert``), built on first use
-
-    @property
-    def n_experts(self) -> int:
-        return self.qweight.shape[0]
-
-    @property
-    def shape(self) -> tuple:
-        """The float weights' shape [E, K, N] (what the MoE launchers and the runners read)."""
-        return (self.n_experts, self.in_features, self.out_features)
-
-    @property
-    def torch_impl(self) -> str:
-        """What the torch backend runs per expert (``prepare_torch``: the same choice for every expert)."""
-        return self.expert(0).torch_impl if self.n_experts else ""
-
-    def expert(self, e: int) -> QuantWeight:
-        """Expert ``e``'s [K, N] weight as a ``QuantWeight`` (views of the stacked tensors)."""
-        if not self.views:
-            z = self.zeros
-            self.views = tuple(QuantWeight(self.dtype, self.qweight[i], self.scales[i], None if z is None else z[i],
-                                           self.in_features, self.out_features, self.group_size)
-                               for i in range(self.n_experts))
-        return self.views[e]
-
-    def dequantize(self, dtype=torch.float32) -> torch.Tensor:
-        """The [E, K, N] weights these values stand for (the references' weights), in ``dtype``."""
-        return torch.stack([self.expert(e).dequantize(dtype) for e in range(self.n_experts)])
 
 
 def expert_weights_config(w, backend: str) -> dict:
@@ -155,19 +75,9 @@ def check_weight_dtype(name) -> str:
     return key
 
 
-def check_group(group_size) -> int:
-    g = INT4_GROUP if group_size is None else group_size
-    if isinstance(g, bool) or not isinstance(g, int) or g not in INT4_GROUPS:
-        raise RooflineError(f"the int4 group size must be one of {', '.join(map(str, INT4_GROUPS))}, but "
-                            f"{group_size!r} was given.")
-    return g
-
-
 def quantize_weight(w: torch.Tensor, dtype: str, *, group_size: int | None = None, zero_point: bool = False,
                     name: str = "w") -> QuantWeight:
     """Quantize a float weight ``w`` [K, N] (any strides) to int8 or int4; scales in ``w``'s dtype."""
-    from . import linear_int4, linear_int8
-
     d = check_weight_dtype(dtype)
     if d == "int8":
         if zero_point:
@@ -371,11 +281,6 @@ def decode_kv_b(w: dict) -> torch.Tensor:
 
 # ---------------------------------------------------------------- the torch backend's quantized GEMMs
 
-def aten():
-    """torch.ops.aten (one place, so a test can take an op away)."""
-    return torch.ops.aten
-
-
 def prepare_torch(qw: QuantWeight) -> QuantWeight:
     """Choose and prepare what the torch backend runs for ``qw`` (idempotent); RooflineError when int4 has no op.
 
@@ -387,33 +292,24 @@ def prepare_torch(qw: QuantWeight) -> QuantWeight:
     """
     if qw.torch_impl or qw.device.type == "meta":
         return qw
-    from . import linear_int4, linear_int8
-
-    (linear_int8 if qw.dtype == "int8" else linear_int4).prepare_torch(qw)
+    weight_format(qw.dtype).prepare_torch(qw)
     return qw
 
 
 def torch_linear(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y[..., N] = x[..., K] @ dequant(qw) (+ bias[N], added after) with what ``prepare_torch`` chose."""
     prepare_torch(qw)
-    from . import linear_int4, linear_int8
-
-    return (linear_int8 if qw.dtype == "int8" else linear_int4).torch_linear(x, qw, bias)
+    return weight_format(qw.dtype).torch_linear(x, qw, bias)
 
 
 def check_torch_int4(device) -> None:
     """A one-line RooflineError when this torch has no int4 GEMM for ``device`` (before anything runs)."""
-    ops = aten()
+    ops = quant_weight.aten()
     if torch.device(device).type == "cpu":
         if not (hasattr(ops, "_weight_int4pack_mm_for_cpu") or hasattr(ops, "_weight_int4pack_mm")):
             raise op_missing("int4 weights", "_weight_int4pack_mm_for_cpu", "2.5")
     elif not hasattr(ops, "_weight_int4pack_mm"):
         raise op_missing("int4 weights", "_weight_int4pack_mm", "2.4")
-
-
-def op_missing(what: str, op: str, since: str) -> RooflineError:
-    return RooflineError(f"{what} on the torch backend need torch.ops.aten.{op} (torch >= {since}), which torch "
-                         f"{torch.__version__} lacks: use the triton backend, or int8 weights.")
 
 
 # ---------------------------------------------------------------- 8-bit KV caches

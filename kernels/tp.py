@@ -3,7 +3,7 @@
     from kernels.tp import TPGroup
     m = LlamaModel(cfg, dtype="fp32", backend="torch", tp=TPGroup(rank, world))   # inside an initialised group
 
-Every rank builds the full weights from the same seed (``kernels.model.init_weights``) and keeps
+Every rank builds the full weights from the same seed (``kernels.weights.init_weights``) and keeps
 its slice (``shard_weights``), so TP=N logits equal TP=1 logits up to the rounding of the
 all-reduce's partial sums. The split is ``roofline.parallel``'s (Megatron, as vLLM): q/k/v and
 gate/up column-parallel (whole heads; KV heads replicated when fewer than ranks), o/down
@@ -53,7 +53,8 @@ from roofline.layer import model_ops
 from roofline.models import ModelConfig
 from roofline.parallel import Shard, shard
 
-from .quant import ABSORBED_KV_B, QuantExperts, QuantWeight, pad_out, slice_quant
+from .quant import ABSORBED_KV_B, pad_out, slice_quant
+from .quant_weight import QuantExperts, QuantWeight
 
 
 @dataclass

@@ -9,15 +9,16 @@ the JIT would compile (signature, constexprs, divisibility attributes), so the v
 the launchers' own, never a copy of their rules. Distinct compilations become ``Variant``s;
 the grids of every launch that maps to one are kept for the grid-limit check.
 
-Other dense architectures (``_architecture_launches``, issue 20): attention with a sliding window and / or
+The per-op-kind extras (``kernels.compile_launches``, entries of ``kernels.runner_registry.LAUNCHES``: a kind
+registered elsewhere, a test file included, adds its own). Other dense architectures (issue 20): attention with a sliding window and / or
 logit softcapping, linears with a bias (float, int8, int4) and GeGLU, on the same shapes. GPT-OSS's attention
-with sinks (``_sink_launches``), with and without a window, on the same shapes too: the SINKS variants beside
+with sinks, with and without a window, on the same shapes too: the SINKS variants beside
 their no-sink twins.
 
-DeepSeek-V3's MLA decode (``_mla_launches``, issue 21): ``kernels.mla.mla_decode`` at H 128, rank 512, rope 64
+DeepSeek-V3's MLA decode (issue 21): ``kernels.mla.mla_decode`` at H 128, rank 512, rope 64
 in bf16 and fp16, at every decode combo's batch and context.
 
-The fused MoE expert GEMM (``_moe_launches``, issue 21): ``kernels.moe.moe_experts`` at Mixtral-8x7B's and
+The fused MoE expert GEMM (issue 21): ``kernels.moe.moe_experts`` at Mixtral-8x7B's and
 GPT-OSS-20B's expert shapes, in every dtype, at every combo's tokens (skinny at decode, tiled at prefill); and
 with quantized experts (``MOE_QUANT``) in the 16-bit dtypes: int8, int4 (Mixtral g128, GPT-OSS g32: MXFP4's
 block), int4 with zero points (g64) in bf16.
@@ -54,7 +55,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+import kernels
+from roofline.layer import model_ops
+from roofline.models import PRESETS, load_model
+
 from ._launch import kernel_name, recording
+from .runner_registry import LAUNCHES, MetaCombo
 
 MODELS = ("llama-2-7b", "llama-3-8b")
 DTYPES = ("bf16", "fp16", "fp32")
@@ -139,8 +145,6 @@ class Variant:
 def shapes(quick: bool, models=None, dtypes=DTYPES, phases=PHASES) -> list:
     """(model, phase, batch, context, dtype) of the quick or the full set. ``models`` None: ``MODELS`` in the
     quick set, every preset in the full one (``MODELS`` on ``FULL``, the others on ``PRESET_GRID``)."""
-    from roofline.models import PRESETS, load_model
-
     if models is None:
         models = MODELS if quick else tuple(MODELS) + tuple(m for m in PRESETS if m not in MODELS)
     models = [m for m in models if m != CHECK]
@@ -185,11 +189,7 @@ def check_launches(rec, parts, skipped: list) -> None:
 def record(target: Target, combos, checks=(), skipped=None) -> list:
     """Every launch of every op of every combo, on meta tensors, as the launchers size them for ``target``, then
     ``roofline check``'s (``checks``: ``check_parts``). What cannot run on meta is appended to ``skipped``."""
-    from roofline.layer import model_ops
-    from roofline.models import load_model
-
-    from . import prefill_attention as PA
-    from . import rmsnorm as N
+    from . import compile_launches  # noqa: F401  (registers the per-kind extra launches)
     from ._common import torch_dtype
     from .runners import make_runners
 
@@ -234,171 +234,11 @@ def record(target: Target, combos, checks=(), skipped=None) -> list:
                 run(runners, where, f" {tag}")
             if model not in MODELS:         # the launches below are Llama-shaped extras; presets reach their own
                 continue
-            # what the runners do not reach: the fused residual+norm, non-causal prefill attention, and a
-            # chunk after a cached prefix (P = 17 is neither 1 nor a multiple of 16: another specialisation)
-            dt, T = torch_dtype(dtype), batch * (context if phase == "prefill" else 1)
-            x = torch.empty(T, cfg.hidden, dtype=dt, device=meta)
-            rec.context = dict(where, op="add_rmsnorm")
-            N.add_rmsnorm(x, x, torch.empty(cfg.hidden, dtype=dt, device=meta))
-            if phase == "prefill":
-                q = torch.empty(batch, context, cfg.n_heads, cfg.head_dim, dtype=dt, device=meta)
-                kc = torch.empty(batch, cfg.n_kv_heads, context, cfg.head_dim, dtype=dt, device=meta)
-                rec.context = dict(where, op="attention non-causal")
-                PA.prefill_attention(q, kc, kc, torch.arange(batch, device=meta), 0, causal=False)
-                kc = torch.empty(batch, cfg.n_kv_heads, context + 17, cfg.head_dim, dtype=dt, device=meta)
-                rec.context = dict(where, op="attention after 17 cached")
-                PA.prefill_attention(q, kc, kc, torch.arange(batch, device=meta), 17)
-            _architecture_launches(rec, where, cfg, phase, batch, context, dt, target)
-            _sink_launches(rec, where, cfg, phase, batch, context, dt)
-            if phase == "decode" and dtype in MLA_DTYPES:
-                _mla_launches(rec, dict(where, model="deepseek-v3"), batch, context, dt)
-            _moe_launches(rec, where, phase, batch, context, dt)
+            combo = MetaCombo(where, cfg, phase, batch, context, torch_dtype(dtype), target)
+            for extra in LAUNCHES.values():  # what the runners do not reach, per op kind (kernels.compile_launches)
+                extra(rec, combo)
         check_launches(rec, checks, skipped)
     return rec.launches
-
-
-# DeepSeek-V3's latent attention (issue 21): 128 heads, kv_lora_rank 512, qk_rope_head_dim 64, the 16-bit dtypes
-MLA_SHAPE = dict(n_heads=128, kv_lora_rank=512, rope_dim=64)
-MLA_DTYPES = ("bf16", "fp16")
-
-
-def _mla_launches(rec, where, batch, context, dt) -> None:
-    """``kernels.mla.mla_decode`` (absorbed decode) on DeepSeek-V3's shapes at the combo's batch and context
-    (the Llama runners do not reach it)."""
-    from . import mla as MLA
-
-    meta = torch.device("meta")
-    H, R, P = MLA_SHAPE["n_heads"], MLA_SHAPE["kv_lora_rank"], MLA_SHAPE["rope_dim"]
-    rec.context = dict(where, op="mla_decode")
-    MLA.mla_decode(torch.empty(batch, H, R, dtype=dt, device=meta), torch.empty(batch, H, P, dtype=dt, device=meta),
-                   torch.empty(batch, context + 1, R, dtype=dt, device=meta),
-                   torch.empty(batch, context + 1, P, dtype=dt, device=meta),
-                   torch.empty(batch, dtype=torch.int32, device=meta), torch.arange(batch, device=meta),
-                   sm_scale=192 ** -0.5, max_len=context + 1)
-
-
-# The fused MoE expert GEMM (issue 21) at two real shapes: Mixtral-8x7B (H 4096, I 14336, 8 experts, top-2, SwiGLU)
-# and GPT-OSS-20B (H 2880, I 2880, 32 experts, top-4, clamped SwiGLU with expert biases). Decode batches give the
-# skinny configuration, prefill the tiled one.
-MOE_SHAPES = (("mixtral-8x7b", dict(H=4096, I=14336, E=8, k=2, activation="silu", bias=False)),
-              ("gpt-oss-20b", dict(H=2880, I=2880, E=32, k=4, activation="swiglu_oai", bias=True)))
-
-
-# Quantized experts: (dtypes it runs in, weight dtype, int4 group or None for each shape's own, zero points)
-MOE_QUANT = ((("bf16", "fp16"), "int8", None, False), (("bf16", "fp16"), "int4", None, False),
-             (("bf16",), "int4", 64, True))
-MOE_INT4_GROUP = {"mixtral-8x7b": 128, "gpt-oss-20b": 32}   # the int4 group each shape's K divides (2880 = 90 x 32)
-
-
-def meta_experts(E: int, K: int, N: int, dt, weight_dtype: str, group_size: int = 0, zero_point: bool = False):
-    """``kernels.quant.QuantExperts`` of E [K, N] weights on the meta device, laid out as ``quantize_experts``
-    stores them (int8 [E, N, K] + [E, N] scales; int4 [E, N, K/2] + [E, K/g, N] scales and zero points)."""
-    from .quant import QuantExperts
-
-    meta = torch.device("meta")
-    if weight_dtype == "int8":
-        return QuantExperts("int8", torch.empty(E, N, K, dtype=torch.int8, device=meta),
-                            torch.empty(E, N, dtype=dt, device=meta), None, K, N)
-    s = lambda: torch.empty(E, K // group_size, N, dtype=dt, device=meta)  # noqa: E731
-    return QuantExperts("int4", torch.empty(E, N, K // 2, dtype=torch.uint8, device=meta), s(),
-                        s() if zero_point else None, K, N, group_size)
-
-
-def _moe_launches(rec, where, phase, batch, context, dt) -> None:
-    """``kernels.moe.moe_experts`` (both launches) on ``MOE_SHAPES`` at the combo's tokens, then with quantized
-    experts (``MOE_QUANT``) in their dtypes; the expert choice is a meta tensor, so the alignment's buffers have
-    their largest size (as on a GPU before the step runs)."""
-    from . import moe as MOE
-    from ._common import dtype_name
-
-    meta = torch.device("meta")
-    T = batch * (context if phase == "prefill" else 1)
-    for model, s in MOE_SHAPES:
-        E, H, I, k = s["E"], s["H"], s["I"], s["k"]  # noqa: E741
-        e = lambda *shape: torch.empty(*shape, dtype=dt, device=meta)  # noqa: E731
-        bb = dict(b_gate=e(E, I), b_up=e(E, I), b_down=e(E, H)) if s["bias"] else {}
-        route = (torch.empty(T, k, device=meta), torch.empty(T, k, dtype=torch.int64, device=meta))
-        rec.context = dict(where, model=model, op="moe_experts")
-        MOE.moe_experts(e(T, H), e(E, H, I), e(E, H, I), e(E, I, H), *route, activation=s["activation"], **bb)
-        for dts, wd, g, zp in MOE_QUANT:
-            if dtype_name(dt) not in dts:
-                continue
-            g = (g or MOE_INT4_GROUP[model]) if wd == "int4" else 0
-            q = [meta_experts(E, K, N, dt, wd, g, zp) for K, N in ((H, I), (H, I), (I, H))]
-            rec.context = dict(where, model=model, op=f"moe_experts w={wd}" + (f" g{g}" + (" zp" if zp else "")
-                                                                               if g else ""))
-            MOE.moe_experts(e(T, H), *q, *route, activation=s["activation"], **bb)
-
-
-WINDOW, SOFTCAP = 4096, 50.0   # Mistral-7B's and Gemma-2's sliding window; Gemma-2's attention softcap
-# (window, softcap) beside the plain launch: Mistral (window), Gemma-2 local (both) and global (softcap) layers
-ATTENTION_FEATURES = ((WINDOW, None), (WINDOW, SOFTCAP), (None, SOFTCAP))
-SINK_WINDOWS = (None, WINDOW)  # GPT-OSS's full and sliding-window layers, with sinks
-
-
-def _architecture_launches(rec, where, cfg, phase, batch, context, dt, target) -> None:
-    """What the Llama runners do not reach but other dense architectures launch (issue 20): attention with a
-    sliding window and / or softcapping (WINDOW / SOFTCAP on), a q_proj-shaped linear with a bias (BIAS on;
-    int8 and int4 weights too in the 16-bit dtypes), and GeGLU, on ``cfg``'s shapes."""
-    from . import geglu as G
-    from . import linear as L
-    from . import linear_int4 as L4
-    from . import linear_int8 as L8
-    from .quant import INT4_GROUP, QuantWeight
-
-    meta = torch.device("meta")
-    T = batch * (context if phase == "prefill" else 1)
-    H, D, Hq = cfg.hidden, cfg.head_dim, cfg.n_heads
-    for window, softcap in ATTENTION_FEATURES:
-        rec.context = dict(where, op=f"attention window={window} softcap={softcap}")
-        _attend_meta(cfg, phase, batch, context, dt, window=window, softcap=softcap)
-    x, N = torch.empty(T, H, dtype=dt, device=meta), Hq * D
-    bias = torch.empty(N, dtype=dt, device=meta)
-    rec.context = dict(where, op="q_proj bias")
-    L.linear(x, torch.empty(H, N, dtype=dt, device=meta), bias)
-    if dt != torch.float32:                                  # the quantized passes' dtypes
-        q8 = QuantWeight("int8", torch.empty(N, H, dtype=torch.int8, device=meta),
-                         torch.empty(N, dtype=dt, device=meta), None, H, N)
-        q4 = QuantWeight("int4", torch.empty(N, H // 2, dtype=torch.uint8, device=meta),
-                         torch.empty(H // INT4_GROUP, N, dtype=dt, device=meta), None, H, N, INT4_GROUP)
-        rec.context = dict(where, op="q_proj bias w=int8")
-        L8.linear_int8(x, q8, bias)
-        rec.context = dict(where, op="q_proj bias w=int4")
-        L4.linear_int4(x, q4, bias)
-    rec.context = dict(where, op="geglu")
-    g = torch.empty(T, cfg.intermediate, dtype=dt, device=meta)
-    G.geglu(g, g)
-
-
-def _sink_launches(rec, where, cfg, phase, batch, context, dt) -> None:
-    """Attention with sinks (GPT-OSS: one logit per query head, in the model's dtype) on ``cfg``'s shapes, without
-    and with a window (``SINK_WINDOWS``), so the quick set compiles the SINKS variants beside their no-sink twins
-    (the full set also reaches GPT-OSS's own shapes through its runners). Decode: the merge kernel takes the sink;
-    the split kernel is the no-sink one."""
-    sinks = torch.empty(cfg.n_heads, dtype=dt, device=torch.device("meta"))
-    for window in SINK_WINDOWS:
-        rec.context = dict(where, op=f"attention sinks window={window}")
-        _attend_meta(cfg, phase, batch, context, dt, window=window, sinks=sinks)
-
-
-def _attend_meta(cfg, phase, batch, context, dt, **kw) -> None:
-    """One prefill (``context`` new tokens) or decode (``context`` cached + 1) attention launch on ``cfg``'s heads,
-    on meta tensors, with the attention keywords ``kw`` (window, softcap, sinks)."""
-    from . import decode_attention as DA
-    from . import prefill_attention as PA
-
-    meta = torch.device("meta")
-    Hq, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-    slots = torch.arange(batch, device=meta)
-    if phase == "prefill":
-        q = torch.empty(batch, context, Hq, D, dtype=dt, device=meta)
-        kc = torch.empty(batch, Hkv, context, D, dtype=dt, device=meta)
-        PA.prefill_attention(q, kc, kc, slots, 0, **kw)
-    else:
-        q = torch.empty(batch, Hq, D, dtype=dt, device=meta)
-        kc = torch.empty(batch, Hkv, context + 1, D, dtype=dt, device=meta)
-        DA.decode_attention(q, kc, kc, torch.empty(batch, dtype=torch.int32, device=meta), slots,
-                            max_len=context + 1, **kw)
 
 
 class BinderMissing(RuntimeError):
@@ -457,8 +297,6 @@ def grid_problems(v: Variant) -> list:
 
 def all_kernels() -> dict:
     """name -> JITFunction of every @triton.jit function defined in the kernels package."""
-    import kernels
-
     from triton.runtime.jit import JITFunction
 
     out = {}

@@ -426,7 +426,7 @@ def versions() -> dict:
 
     out = {"python": platform.python_version(), "torch": torch.__version__,
            "cuda": torch.version.cuda or "none (CPU build)"}
-    # NB: triton's version from its metadata, never by importing it: kernels._env must pick the
+    # NB: triton's version from its metadata, never by importing it: kernels.env must pick the
     # interpreter before triton is first imported.
     out.update(installed("triton", "roofline"))
     out["driver"] = _driver_version()

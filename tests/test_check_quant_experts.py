@@ -81,13 +81,13 @@ def test_a_kernel_that_reads_a_wrong_scale_fails_its_row(monkeypatch):
 
 _SCRIPT = textwrap.dedent("""
     import json, torch
-    from kernels import check as CK, variants as V
+    from kernels import check as CK, compile_launches as CL, variants as V
     from kernels._launch import recording
     from kernels.backend import get_ops
     t, cpu = V.TARGETS["sm_90"], torch.device("cpu")
     with recording(t.sms) as model:   # GPT-OSS / Mixtral experts of the quick set: decode 1 x 128, prefill 1 x 128
         for ph in ("decode", "prefill"):
-            V._moe_launches(model, dict(model="x", phase=ph, dtype="bf16"), ph, 1, 128, torch.bfloat16)
+            CL.moe_launches(model, dict(model="x", phase=ph, dtype="bf16"), ph, 1, 128, torch.bfloat16)
     g = torch.Generator().manual_seed(0)
     rnd = lambda *s: torch.randn(*s, generator=g).to(torch.bfloat16)
     nan = lambda *s: torch.full(s, float("nan"), dtype=torch.bfloat16)

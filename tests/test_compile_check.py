@@ -140,7 +140,7 @@ _COMPILE_SCRIPT = textwrap.dedent("""
         cases[f"{tgt} check --full linear bf16 1000x1100x700"] = (tgt, lambda: L.linear(
             torch.empty(1000, 700, dtype=bf, device=meta), torch.empty(700, 1100, dtype=bf, device=meta)))
     from kernels import linear_int4 as L4
-    from kernels.quant import QuantWeight
+    from kernels.quant_weight import QuantWeight
     q4 = QuantWeight("int4", torch.empty(11008, 2048, dtype=torch.uint8, device=meta),
                      torch.empty(64, 11008, dtype=bf, device=meta), torch.empty(64, 11008, dtype=bf, device=meta),
                      4096, 11008, 64)

@@ -1,6 +1,6 @@
 """Kernel correctness under the Triton interpreter: fp32/fp16 exact logic, bf16 with upcasting.
 
-Run: pytest tests/test_kernels_ops.py   (CPU; TRITON_INTERPRET=1 is set by kernels._env)
+Run: pytest tests/test_kernels_ops.py   (CPU; TRITON_INTERPRET=1 is set by kernels.env)
 """
 
 import math

@@ -263,7 +263,7 @@ def test_run_checks_cover_the_new_features():
 
 
 def test_variants_launch_window_softcap_bias_and_geglu():
-    from kernels import variants as V
+    from kernels import compile_launches as CL, variants as V
     from kernels._launch import kernel_name, recording
     from roofline.models import load_model
 
@@ -271,7 +271,7 @@ def test_variants_launch_window_softcap_bias_and_geglu():
     flags = {}
     with recording(132) as rec:
         for phase in ("prefill", "decode"):
-            V._architecture_launches(rec, {}, cfg, phase, 2, 128, torch.bfloat16, V.TARGETS["sm_90"])
+            CL.architecture_launches(rec, {}, cfg, phase, 2, 128, torch.bfloat16, V.TARGETS["sm_90"])
     for ln in rec.launches:
         c = ln.constexprs
         flags.setdefault(kernel_name(ln.kernel), set()).add(

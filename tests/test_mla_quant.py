@@ -16,7 +16,8 @@ import torch
 import kernels  # noqa: F401  (the interpreter before triton)
 from kernels.check import quality_notes
 from kernels.model import LlamaModel
-from kernels.quant import ABSORBED_KV_B, QuantExperts, QuantWeight, quantize_weight
+from kernels.quant import ABSORBED_KV_B, quantize_weight
+from kernels.quant_weight import QuantExperts, QuantWeight
 from kernels.runners import make_runners
 from roofline import formulas as F
 from roofline import workload as W

@@ -16,7 +16,8 @@ import kernels  # noqa: F401  (the interpreter before triton)
 from kernels import moe as M
 from kernels.check import quality_notes
 from kernels.model import LlamaModel
-from kernels.quant import QuantExperts, QuantWeight, quantize_experts, quantize_weight
+from kernels.quant import quantize_experts, quantize_weight
+from kernels.quant_weight import QuantExperts, QuantWeight
 from kernels.runners import make_runners
 from roofline import formulas as F
 from roofline.errors import RooflineError
@@ -253,14 +254,14 @@ def test_sweep_records_the_quantized_expert_cost_of_the_formula(sweep):
 
 _SCRIPT = textwrap.dedent("""
     import json, torch
-    from kernels import compile_check as C, variants as V
+    from kernels import compile_check as C, compile_launches as CL, variants as V
     from kernels._launch import recording
     out = {}
     for tgt in ("sm_80", "sm_90"):
         t = V.TARGETS[tgt]
         with recording(t.sms) as rec:       # Mixtral / GPT-OSS experts at prefill 1 x 128 (tiled), decode 1 (skinny)
             for ph, c in (("prefill", 128), ("decode", 128)):
-                V._moe_launches(rec, dict(model="x", phase=ph, b=1, ctx=c, dtype="bf16"), ph, 1, c, torch.bfloat16)
+                CL.moe_launches(rec, dict(model="x", phase=ph, b=1, ctx=c, dtype="bf16"), ph, 1, c, torch.bfloat16)
         vs = V.variants(t, rec.launches)
         out[tgt] = sorted({(v.kernel, v.config) for v in vs})
         # the one that spilled before INT4_TILED_BLOCK_K: Mixtral's int4 g128 tiled gate_up (sm_80)

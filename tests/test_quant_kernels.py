@@ -159,7 +159,7 @@ def test_fp8_kv_on_a_device_without_fp8():
 
 
 def test_int4_on_the_torch_backend_without_the_op(monkeypatch):
-    monkeypatch.setattr(Q, "aten", lambda: SimpleNamespace())      # a torch with no int4 GEMM
+    monkeypatch.setattr("kernels.quant_weight.aten", lambda: SimpleNamespace())      # a torch with no int4 GEMM
     with pytest.raises(RooflineError) as e:
         Q.check_torch_int4("cpu")
     assert "need torch.ops.aten._weight_int4pack_mm_for_cpu (torch >= 2.5)" in one_line(e)

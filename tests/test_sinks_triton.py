@@ -188,7 +188,7 @@ def test_bad_sinks_are_refused_by_name(bad, msg):
 
 def _no_torch_sink_path(monkeypatch):
     from kernels import model as M
-    from kernels import runners as R
+    from kernels import runner_context as R
 
     def refuse(*a, **k):
         raise AssertionError("the triton backend ran the torch sink path (kernels.sinks)")
@@ -247,16 +247,16 @@ def test_gpt_oss_runners_say_which_sink_path_runs(monkeypatch):
 
 
 def test_the_compile_check_records_the_sink_variants_beside_their_twins():
-    """``kernels.variants._sink_launches`` (on the quick set's Llama shapes) launches prefill attention and the
+    """``kernels.compile_launches.sink_launches`` (on the quick set's Llama shapes) launches prefill attention and the
     decode merge with SINKS on, with and without a window; decode's split kernel never takes the sink."""
-    from kernels import variants as V
+    from kernels import compile_launches as CL
     from kernels._launch import kernel_name, recording
     from roofline.models import load_model
 
     cfg = load_model("llama-3-8b")
     with recording(132) as rec:
         for phase in ("prefill", "decode"):
-            V._sink_launches(rec, {}, cfg, phase, 2, 128, torch.bfloat16)
+            CL.sink_launches(rec, {}, cfg, phase, 2, 128, torch.bfloat16)
     flags = {}
     for ln in rec.launches:
         c = ln.constexprs

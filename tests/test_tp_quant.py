@@ -12,8 +12,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from kernels.model import init_weights
-from kernels.quant import QuantExperts, QuantWeight, check_tp_groups, quantize_model_weights, quantize_weight
+from kernels.weights import init_weights
+from kernels.quant import check_tp_groups, quantize_model_weights, quantize_weight
+from kernels.quant_weight import QuantExperts, QuantWeight
 from kernels.tp import _slice, shard_weights
 from profiler.cli import main
 from profiler.distributed import run_ranks
@@ -181,10 +182,10 @@ def _rank_costs(ctx, cases):
                                   kv_dtype="int8", **_qkw(wd, g, zp)):
                 out[(cfg.name, phase, r.name)] = (r.cost, dict(r.config))
     held = {}
-    from kernels.runners import _one_layer_weights
+    from kernels.runner_context import one_layer_weights
 
     for cfg, wd, g, zp in cases:
-        w = _one_layer_weights(cfg, torch.float32, torch.device("cpu"), 0, ctx.tp, (wd, g or 128, zp), "torch")
+        w = one_layer_weights(cfg, torch.float32, torch.device("cpu"), 0, ctx.tp, (wd, g or 128, zp), "torch")
         held[cfg.name] = {k: (q.qweight.numel() * q.qweight.element_size()
                               + sum(t.numel() * t.element_size() for t in (q.scales, q.zeros) if t is not None))
                           for k, q in w["layers"][0].items() if isinstance(q, (QuantWeight, QuantExperts))}

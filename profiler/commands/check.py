@@ -54,7 +54,7 @@ def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, 
     if quick or kernel_names or jobs or target != ",".join(TARGETS):
         raise RooflineError("--quick, --target, --kernel and --jobs go with --compile.")
     try:
-        from kernels import _env  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
+        from kernels import env  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
         from kernels.check import run_checks
     except ImportError as e:  # pragma: no cover
         raise RooflineError(f"the kernels need torch and triton: {e}. Install them with "
@@ -68,7 +68,7 @@ def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, 
         click.echo(json.dumps([dict(name=r.name, max_rel_err=r.max_rel_err, tol=r.tol, passed=r.passed,
                                     detail=r.detail) for r in results], indent=1))
     else:
-        from kernels._env import INTERPRET
+        from kernels.env import INTERPRET
         mode = "Triton interpreter (no GPU), small shapes" if INTERPRET else "GPU"
         what = (f"; model {cfg.name}: checkpoint weights from {cfg.checkpoint}" if cfg.checkpoint
                 else f"; model {cfg.name}, random weights")

@@ -1,0 +1,219 @@
+"""What the compile check launches beyond the runners, per op kind (``kernels.runner_registry.launches``): the
+quick set's Llama-shaped extras, each on meta tensors under the recorder (``kernels.variants.record`` calls every
+entry once per Llama-2-7B / Llama-3-8B combo).
+
+- norm: the fused residual + RMSNorm (``add_rmsnorm``), which the runners do not time alone;
+- attention: non-causal prefill, a chunk after 17 cached tokens (neither 1 nor a multiple of 16: another
+  specialisation), sliding windows and softcapping (``ATTENTION_FEATURES``: Mistral, Gemma-2), GPT-OSS's sinks
+  with and without a window (``SINK_WINDOWS``: the SINKS variants beside their no-sink twins);
+- linear: a q_proj-shaped linear with a bias (BIAS on; int8 and int4 weights too in the 16-bit dtypes);
+- activation: GeGLU (Gemma);
+- mla_attention: ``kernels.mla.mla_decode`` at DeepSeek-V3's shapes (``MLA_SHAPE``) in the 16-bit dtypes;
+- experts: ``kernels.moe.moe_experts`` at Mixtral-8x7B's and GPT-OSS-20B's shapes (``MOE_SHAPES``), float and
+  quantized (``MOE_QUANT``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from roofline.formulas import INT4_GROUP
+
+from . import decode_attention as DA
+from . import geglu as G
+from . import linear as L
+from . import linear_int4 as L4
+from . import linear_int8 as L8
+from . import mla as MLA
+from . import moe as MOE
+from . import prefill_attention as PA
+from . import rmsnorm as N
+from ._common import dtype_name
+from .quant_weight import QuantExperts, QuantWeight
+from .runner_registry import launches
+
+
+# DeepSeek-V3's latent attention (issue 21): 128 heads, kv_lora_rank 512, qk_rope_head_dim 64, the 16-bit dtypes
+MLA_SHAPE = dict(n_heads=128, kv_lora_rank=512, rope_dim=64)
+MLA_DTYPES = ("bf16", "fp16")
+
+
+def mla_launches(rec, where, batch, context, dt) -> None:
+    """``kernels.mla.mla_decode`` (absorbed decode) on DeepSeek-V3's shapes at the combo's batch and context
+    (the Llama runners do not reach it)."""
+    meta = torch.device("meta")
+    H, R, P = MLA_SHAPE["n_heads"], MLA_SHAPE["kv_lora_rank"], MLA_SHAPE["rope_dim"]
+    rec.context = dict(where, op="mla_decode")
+    MLA.mla_decode(torch.empty(batch, H, R, dtype=dt, device=meta), torch.empty(batch, H, P, dtype=dt, device=meta),
+                   torch.empty(batch, context + 1, R, dtype=dt, device=meta),
+                   torch.empty(batch, context + 1, P, dtype=dt, device=meta),
+                   torch.empty(batch, dtype=torch.int32, device=meta), torch.arange(batch, device=meta),
+                   sm_scale=192 ** -0.5, max_len=context + 1)
+
+
+# The fused MoE expert GEMM (issue 21) at two real shapes: Mixtral-8x7B (H 4096, I 14336, 8 experts, top-2, SwiGLU)
+# and GPT-OSS-20B (H 2880, I 2880, 32 experts, top-4, clamped SwiGLU with expert biases). Decode batches give the
+# skinny configuration, prefill the tiled one.
+MOE_SHAPES = (("mixtral-8x7b", dict(H=4096, I=14336, E=8, k=2, activation="silu", bias=False)),
+              ("gpt-oss-20b", dict(H=2880, I=2880, E=32, k=4, activation="swiglu_oai", bias=True)))
+
+
+# Quantized experts: (dtypes it runs in, weight dtype, int4 group or None for each shape's own, zero points)
+MOE_QUANT = ((("bf16", "fp16"), "int8", None, False), (("bf16", "fp16"), "int4", None, False),
+             (("bf16",), "int4", 64, True))
+MOE_INT4_GROUP = {"mixtral-8x7b": 128, "gpt-oss-20b": 32}   # the int4 group each shape's K divides (2880 = 90 x 32)
+
+
+def meta_experts(E: int, K: int, N: int, dt, weight_dtype: str, group_size: int = 0, zero_point: bool = False):
+    """``kernels.quant_weight.QuantExperts`` of E [K, N] weights on the meta device, laid out as ``quantize_experts``
+    stores them (int8 [E, N, K] + [E, N] scales; int4 [E, N, K/2] + [E, K/g, N] scales and zero points)."""
+    meta = torch.device("meta")
+    if weight_dtype == "int8":
+        return QuantExperts("int8", torch.empty(E, N, K, dtype=torch.int8, device=meta),
+                            torch.empty(E, N, dtype=dt, device=meta), None, K, N)
+    s = lambda: torch.empty(E, K // group_size, N, dtype=dt, device=meta)  # noqa: E731
+    return QuantExperts("int4", torch.empty(E, N, K // 2, dtype=torch.uint8, device=meta), s(),
+                        s() if zero_point else None, K, N, group_size)
+
+
+def moe_launches(rec, where, phase, batch, context, dt) -> None:
+    """``kernels.moe.moe_experts`` (both launches) on ``MOE_SHAPES`` at the combo's tokens, then with quantized
+    experts (``MOE_QUANT``) in their dtypes; the expert choice is a meta tensor, so the alignment's buffers have
+    their largest size (as on a GPU before the step runs)."""
+    meta = torch.device("meta")
+    T = batch * (context if phase == "prefill" else 1)
+    for model, s in MOE_SHAPES:
+        E, H, I, k = s["E"], s["H"], s["I"], s["k"]  # noqa: E741
+        e = lambda *shape: torch.empty(*shape, dtype=dt, device=meta)  # noqa: E731
+        bb = dict(b_gate=e(E, I), b_up=e(E, I), b_down=e(E, H)) if s["bias"] else {}
+        route = (torch.empty(T, k, device=meta), torch.empty(T, k, dtype=torch.int64, device=meta))
+        rec.context = dict(where, model=model, op="moe_experts")
+        MOE.moe_experts(e(T, H), e(E, H, I), e(E, H, I), e(E, I, H), *route, activation=s["activation"], **bb)
+        for dts, wd, g, zp in MOE_QUANT:
+            if dtype_name(dt) not in dts:
+                continue
+            g = (g or MOE_INT4_GROUP[model]) if wd == "int4" else 0
+            q = [meta_experts(E, K, N, dt, wd, g, zp) for K, N in ((H, I), (H, I), (I, H))]
+            rec.context = dict(where, model=model, op=f"moe_experts w={wd}" + (f" g{g}" + (" zp" if zp else "")
+                                                                               if g else ""))
+            MOE.moe_experts(e(T, H), *q, *route, activation=s["activation"], **bb)
+
+
+WINDOW, SOFTCAP = 4096, 50.0   # Mistral-7B's and Gemma-2's sliding window; Gemma-2's attention softcap
+# (window, softcap) beside the plain launch: Mistral (window), Gemma-2 local (both) and global (softcap) layers
+ATTENTION_FEATURES = ((WINDOW, None), (WINDOW, SOFTCAP), (None, SOFTCAP))
+SINK_WINDOWS = (None, WINDOW)  # GPT-OSS's full and sliding-window layers, with sinks
+
+
+def architecture_launches(rec, where, cfg, phase, batch, context, dt, target) -> None:
+    """What the Llama runners do not reach but other dense architectures launch (issue 20): attention with a
+    sliding window and / or softcapping (WINDOW / SOFTCAP on), a q_proj-shaped linear with a bias (BIAS on;
+    int8 and int4 weights too in the 16-bit dtypes), and GeGLU, on ``cfg``'s shapes."""
+    attention_feature_launches(rec, where, cfg, phase, batch, context, dt)
+    bias_launches(rec, where, cfg, batch * (context if phase == "prefill" else 1), dt)
+    geglu_launches(rec, where, cfg, batch * (context if phase == "prefill" else 1), dt)
+
+
+def attention_feature_launches(rec, where, cfg, phase, batch, context, dt) -> None:
+    """Attention with a sliding window and / or softcapping (``ATTENTION_FEATURES``) on ``cfg``'s heads."""
+    for window, softcap in ATTENTION_FEATURES:
+        rec.context = dict(where, op=f"attention window={window} softcap={softcap}")
+        attend_meta(cfg, phase, batch, context, dt, window=window, softcap=softcap)
+
+
+def bias_launches(rec, where, cfg, T, dt) -> None:
+    """A q_proj-shaped linear with a bias (BIAS on): float, and int8 / int4 weights in the 16-bit dtypes."""
+    meta = torch.device("meta")
+    H, N_ = cfg.hidden, cfg.n_heads * cfg.head_dim
+    x = torch.empty(T, H, dtype=dt, device=meta)
+    bias = torch.empty(N_, dtype=dt, device=meta)
+    rec.context = dict(where, op="q_proj bias")
+    L.linear(x, torch.empty(H, N_, dtype=dt, device=meta), bias)
+    if dt != torch.float32:                                  # the quantized passes' dtypes
+        q8 = QuantWeight("int8", torch.empty(N_, H, dtype=torch.int8, device=meta),
+                         torch.empty(N_, dtype=dt, device=meta), None, H, N_)
+        q4 = QuantWeight("int4", torch.empty(N_, H // 2, dtype=torch.uint8, device=meta),
+                         torch.empty(H // INT4_GROUP, N_, dtype=dt, device=meta), None, H, N_, INT4_GROUP)
+        rec.context = dict(where, op="q_proj bias w=int8")
+        L8.linear_int8(x, q8, bias)
+        rec.context = dict(where, op="q_proj bias w=int4")
+        L4.linear_int4(x, q4, bias)
+
+
+def geglu_launches(rec, where, cfg, T, dt) -> None:
+    rec.context = dict(where, op="geglu")
+    g = torch.empty(T, cfg.intermediate, dtype=dt, device=torch.device("meta"))
+    G.geglu(g, g)
+
+
+def sink_launches(rec, where, cfg, phase, batch, context, dt) -> None:
+    """Attention with sinks (GPT-OSS: one logit per query head, in the model's dtype) on ``cfg``'s shapes, without
+    and with a window (``SINK_WINDOWS``), so the quick set compiles the SINKS variants beside their no-sink twins
+    (the full set also reaches GPT-OSS's own shapes through its runners). Decode: the merge kernel takes the sink;
+    the split kernel is the no-sink one."""
+    sinks = torch.empty(cfg.n_heads, dtype=dt, device=torch.device("meta"))
+    for window in SINK_WINDOWS:
+        rec.context = dict(where, op=f"attention sinks window={window}")
+        attend_meta(cfg, phase, batch, context, dt, window=window, sinks=sinks)
+
+
+def attend_meta(cfg, phase, batch, context, dt, **kw) -> None:
+    """One prefill (``context`` new tokens) or decode (``context`` cached + 1) attention launch on ``cfg``'s heads,
+    on meta tensors, with the attention keywords ``kw`` (window, softcap, sinks)."""
+    meta = torch.device("meta")
+    Hq, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    slots = torch.arange(batch, device=meta)
+    if phase == "prefill":
+        q = torch.empty(batch, context, Hq, D, dtype=dt, device=meta)
+        kc = torch.empty(batch, Hkv, context, D, dtype=dt, device=meta)
+        PA.prefill_attention(q, kc, kc, slots, 0, **kw)
+    else:
+        q = torch.empty(batch, Hq, D, dtype=dt, device=meta)
+        kc = torch.empty(batch, Hkv, context + 1, D, dtype=dt, device=meta)
+        DA.decode_attention(q, kc, kc, torch.empty(batch, dtype=torch.int32, device=meta), slots,
+                            max_len=context + 1, **kw)
+
+
+# ---- the registry entries: one per op kind, each called once per quick-set combo
+
+@launches("norm")
+def _norm(rec, c) -> None:
+    x = torch.empty(c.tokens, c.cfg.hidden, dtype=c.dt, device=torch.device("meta"))
+    rec.context = dict(c.where, op="add_rmsnorm")
+    N.add_rmsnorm(x, x, torch.empty(c.cfg.hidden, dtype=c.dt, device=torch.device("meta")))
+
+
+@launches("attention")
+def _attention(rec, c) -> None:
+    cfg, meta, batch, context = c.cfg, torch.device("meta"), c.batch, c.context
+    if c.phase == "prefill":      # non-causal, and a chunk after a cached prefix (P = 17)
+        q = torch.empty(batch, context, cfg.n_heads, cfg.head_dim, dtype=c.dt, device=meta)
+        kc = torch.empty(batch, cfg.n_kv_heads, context, cfg.head_dim, dtype=c.dt, device=meta)
+        rec.context = dict(c.where, op="attention non-causal")
+        PA.prefill_attention(q, kc, kc, torch.arange(batch, device=meta), 0, causal=False)
+        kc = torch.empty(batch, cfg.n_kv_heads, context + 17, cfg.head_dim, dtype=c.dt, device=meta)
+        rec.context = dict(c.where, op="attention after 17 cached")
+        PA.prefill_attention(q, kc, kc, torch.arange(batch, device=meta), 17)
+    attention_feature_launches(rec, c.where, cfg, c.phase, batch, context, c.dt)
+    sink_launches(rec, c.where, cfg, c.phase, batch, context, c.dt)
+
+
+@launches("linear")
+def _linear(rec, c) -> None:
+    bias_launches(rec, c.where, c.cfg, c.tokens, c.dt)
+
+
+@launches("activation")
+def _activation(rec, c) -> None:
+    geglu_launches(rec, c.where, c.cfg, c.tokens, c.dt)
+
+
+@launches("mla_attention")
+def _mla_attention(rec, c) -> None:
+    if c.phase == "decode" and dtype_name(c.dt) in MLA_DTYPES:
+        mla_launches(rec, dict(c.where, model="deepseek-v3"), c.batch, c.context, c.dt)
+
+
+@launches("experts")
+def _experts(rec, c) -> None:
+    moe_launches(rec, c.where, c.phase, c.batch, c.context, c.dt)

@@ -1,0 +1,131 @@
+"""The quantized weights' containers and the formats that fill them: ``QuantWeight`` (a [K, N] weight as its
+kernel reads it), ``QuantExperts`` (E of them stacked, as the fused MoE kernels read them), the int4 group
+check, the torch backend's op lookup (``aten``: one place, so a test can take an op away) and the format
+registry (``FORMATS``: weight dtype -> how it quantizes, dequantizes, prepares and runs on the torch backend).
+``kernels.linear_int8`` and ``kernels.linear_int4`` register their formats (``register_format``);
+``kernels.quant`` holds the rules over whole models. This module imports none of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import torch
+
+from roofline.errors import RooflineError
+from roofline.formulas import INT4_GROUP
+from roofline.workload import INT4_GROUPS
+
+FORMATS: dict = {}     # weight dtype -> SimpleNamespace(quantize, dequantize, prepare_torch, torch_linear)
+
+
+def register_format(dtype: str, *, quantize, dequantize, prepare_torch, torch_linear) -> None:
+    """Register weight dtype ``dtype``'s format (its kernel module's functions)."""
+    FORMATS[dtype] = SimpleNamespace(quantize=quantize, dequantize=dequantize, prepare_torch=prepare_torch,
+                                     torch_linear=torch_linear)
+
+
+def weight_format(dtype: str):
+    """The format of weight dtype ``dtype``; one that is not registered is refused in one line."""
+    try:
+        return FORMATS[dtype]
+    except KeyError:
+        raise RooflineError(f"no quantized weight format {dtype!r}: the registered ones are "
+                            f"{', '.join(sorted(FORMATS))}.") from None
+
+
+class _Stored:
+    """What a quantized weight's stored tensors say of it: where it lives, and its activation dtype (its scales')."""
+
+    @property
+    def device(self):
+        return self.qweight.device
+
+    @property
+    def act_dtype(self) -> torch.dtype:
+        return self.scales.dtype
+
+
+@dataclass(eq=False)
+class QuantWeight(_Stored):
+    """A weight-only quantized [K, N] weight, stored as its kernel reads it (see the module docstring)."""
+
+    dtype: str                       # "int8" | "int4"
+    qweight: torch.Tensor            # int8 [N, K] | uint8 [N, K/2] (kernels.linear_int4's packing)
+    scales: torch.Tensor             # int8: [N]; int4: [K/g, N]; in the activation dtype
+    zeros: torch.Tensor | None       # int4 with zero points: [K/g, N]; else None
+    in_features: int
+    out_features: int
+    group_size: int = 0              # int4: input rows per scale
+    torch_impl: str = ""             # what the torch backend runs (prepare_torch); "" before
+    torch_args: tuple = ()           # that op's prepared operands
+
+    @property
+    def shape(self) -> tuple:
+        """The float weight's shape [K, N] (what the runners and the model read)."""
+        return (self.in_features, self.out_features)
+
+    def dequantize(self, dtype=torch.float32) -> torch.Tensor:
+        """The [K, N] weight these values stand for (the references' weight), in ``dtype``."""
+        return weight_format(self.dtype).dequantize(self, dtype)
+
+
+@dataclass(eq=False)
+class QuantExperts(_Stored):
+    """E experts' weights (a float [E, K, N] tensor's) quantized expert by expert and stacked, as the fused MoE
+    kernels read them (``kernels.moe``); ``expert(e)`` is expert e as a ``QuantWeight`` (views, no copy)."""
+
+    dtype: str                       # "int8" | "int4"
+    qweight: torch.Tensor            # int8 [E, N, K] | uint8 [E, N, K/2]
+    scales: torch.Tensor             # int8: [E, N]; int4: [E, K/g, N]; in the activation dtype
+    zeros: torch.Tensor | None       # int4 with zero points: [E, K/g, N]; else None
+    in_features: int
+    out_features: int
+    group_size: int = 0              # int4: input rows per scale
+    views: tuple = ()                # the experts' QuantWeights (``expert``), built on first use
+
+    @property
+    def n_experts(self) -> int:
+        return self.qweight.shape[0]
+
+    @property
+    def shape(self) -> tuple:
+        """The float weights' shape [E, K, N] (what the MoE launchers and the runners read)."""
+        return (self.n_experts, self.in_features, self.out_features)
+
+    @property
+    def torch_impl(self) -> str:
+        """What the torch backend runs per expert (``prepare_torch``: the same choice for every expert)."""
+        return self.expert(0).torch_impl if self.n_experts else ""
+
+    def expert(self, e: int) -> QuantWeight:
+        """Expert ``e``'s [K, N] weight as a ``QuantWeight`` (views of the stacked tensors)."""
+        if not self.views:
+            z = self.zeros
+            self.views = tuple(QuantWeight(self.dtype, self.qweight[i], self.scales[i], None if z is None else z[i],
+                                           self.in_features, self.out_features, self.group_size)
+                               for i in range(self.n_experts))
+        return self.views[e]
+
+    def dequantize(self, dtype=torch.float32) -> torch.Tensor:
+        """The [E, K, N] weights these values stand for (the references' weights), in ``dtype``."""
+        return torch.stack([self.expert(e).dequantize(dtype) for e in range(self.n_experts)])
+
+
+def check_group(group_size) -> int:
+    g = INT4_GROUP if group_size is None else group_size
+    if isinstance(g, bool) or not isinstance(g, int) or g not in INT4_GROUPS:
+        raise RooflineError(f"the int4 group size must be one of {', '.join(map(str, INT4_GROUPS))}, but "
+                            f"{group_size!r} was given.")
+    return g
+
+
+def aten():
+    """torch.ops.aten (one place, so a test can take an op away)."""
+    return torch.ops.aten
+
+
+def op_missing(what: str, op: str, since: str) -> RooflineError:
+    return RooflineError(f"{what} on the torch backend need torch.ops.aten.{op} (torch >= {since}), which torch "
+                         f"{torch.__version__} lacks: use the triton backend, or int8 weights.")

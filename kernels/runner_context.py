@@ -1,0 +1,294 @@
+"""What every runner of one profiling point reads: the ``RunContext`` (model and this rank's shard, dtypes,
+backend, the phase's sizes, the one-layer weights, the preallocated random inputs, KV caches, the point's
+routing and latent cache), built once per point by ``build_context``, and the one-layer weights a sweep's
+points share (``one_layer_weights``).
+
+Inputs are drawn from ``seed + 1`` in a fixed order (the hidden rows, q/k/v heads, the attention output, the
+MLP's gate/up/activation, the caches, token ids, the last rows and logits, then the latent state), so a point's
+inputs do not depend on which ops it runs; ``rows_of`` draws a [T, width] input per new width on first use.
+On the meta device (the compile check) inputs are empty tensors: shapes only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import torch
+
+from roofline.models import ModelConfig
+
+from ._common import dtype_name
+from .checkpoint import load_weights
+from .decode_attention import decode_config
+from .model import mla_decode_attend, mla_prefill_attend, route
+from .weights import init_weights, seeded_generator
+from .prefill_attention import DEQUANT_NOTE, attention_config
+from .quant import KV_DTYPES, WEIGHT_DTYPES, kv_storage, prepare_model_torch, quantize_kv_rows, quantize_model_weights
+from .rope import rope_tables
+from .sinks import decode_with_sinks, prefill_with_sinks
+from .tp import dispatch_plan, shard_weights, tp_parts
+
+_WEIGHTS: dict = {}   # the last one-layer weights built: a sweep's points share them (same model, dtype, seed)
+
+
+def one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, quant=None, backend="triton") -> dict:
+    """One layer's weights plus the embedding and lm_head, built once per (model, dtype, device, seed, quantization).
+
+    Every point of a sweep times the same weights; building them (random normal, the embedding
+    and lm_head are vocab x hidden) cost a sweep a third of a second per point on a CPU. Only the
+    last set is kept, so a sweep over another model does not hold two in memory. ``quant`` =
+    (weight dtype, group size, zero point) quantizes the same seeded weights.
+    """
+    key = (cfg, dt, str(dev), seed, (tp.rank, tp.world, tp.ep) if tp is not None else None, quant,
+           backend if quant else None)
+    if key not in _WEIGHTS:
+        _WEIGHTS.clear()
+        picks = timed_layers(cfg)
+        if cfg.checkpoint and dev.type != "meta":   # the checkpoint's layers, embedding and lm_head
+            w, _ = load_weights(cfg, cfg.checkpoint, dt, dev, layers=list(picks))
+        else:
+            w = init_weights(_with_picks(cfg, picks), dt, dev, seed)
+        if quant:                             # all quantized, then sharded (kernels.tp: exact rows of it)
+            wd, g, zp = quant
+            w = quantize_model_weights(cfg, w, wd, group_size=g, zero_point=zp, backend=backend if tp is None else "")
+        if tp is not None:                    # this rank's slice of the same seeded weights (the picked layers' rules)
+            w = shard_weights(_with_picks(cfg, picks), w, tp_parts(cfg, tp)[0], tp.rank)
+            if quant and backend == "torch":
+                prepare_model_torch(w)
+        _WEIGHTS[key] = w
+    return _WEIGHTS[key]
+
+
+def timed_layers(cfg: ModelConfig) -> tuple:
+    """The layers whose weights a sweep builds: the first, and the first routed one when the model has dense
+    layers too (DeepSeek's first 3 are dense): every op of the op list then has its weights."""
+    moe = cfg.moe_layers
+    dense = [i for i in range(cfg.n_layers) if i not in moe]
+    return tuple(sorted((dense[0], moe[0]))) if moe and dense else (0,)
+
+
+def _with_picks(cfg: ModelConfig, picks: tuple) -> ModelConfig:
+    """A config of len(picks) layers laid out as those layers are in ``cfg`` (which are dense, which routed)."""
+    one = cfg.with_layers(len(picks))
+    if not cfg.n_experts:
+        return one
+    return replace(one, dense_layers=tuple(j for j, i in enumerate(picks) if i not in cfg.moe_layers))
+
+
+@dataclass
+class Routing:
+    """The point's routing of its random hidden rows (the experts op runs the same choice), and under expert
+    parallelism this rank's dispatch of it (``kernels.tp.Dispatch``)."""
+
+    weights: torch.Tensor
+    ids: torch.Tensor
+    touched: int
+    imbalance: float
+    plan: object = None
+
+
+@dataclass
+class Latent:
+    """MLA's latent cache of the point ([B, S, R], [B, S, P]), its attention closure (naive prefill / absorbed
+    decode) and the new rows: q_nope, q_pe, the rope key and the latent."""
+
+    ckv: torch.Tensor
+    kpe: torch.Tensor
+    attend: Callable
+    q_nope: torch.Tensor
+    q_pe: torch.Tensor
+    k_pe: torch.Tensor
+    c_lat: torch.Tensor
+
+
+@dataclass
+class RunContext:
+    """One profiling point of one rank: read by every runner builder (``kernels.runner_registry``)."""
+
+    cfg: ModelConfig            # the model
+    lcfg: ModelConfig           # this rank's layer sizes (the model's own at one rank)
+    sh: object                  # roofline.parallel.Shard
+    tp: object                  # kernels.tp.TPGroup, None at one rank
+    phase: str
+    K: object                   # the backend's ops (kernels.backend.get_ops)
+    dt: torch.dtype
+    dev: torch.device
+    wdt: str                    # weight dtype name (the activation dtype's when not quantized)
+    kvdt: str                   # KV cache dtype name
+    gsize: int                  # int4 group size
+    zero_point: bool
+    B: int
+    n: int                      # new tokens per sequence
+    kv_len: int                 # keys attended
+    w: dict                     # the one-layer weights (embed, lm_head, layers)
+    rnd: Callable               # rnd(*shape): random (or, on meta, empty) activations
+    lw: dict = field(default_factory=dict)       # the dense and the routed layer's weights, one dict
+    # rope tables, positions [T], the batch's cache slots, each row's slot
+    cos: torch.Tensor = None
+    sin: torch.Tensor = None
+    pos: torch.Tensor = None
+    slots: torch.Tensor = None
+    tok_slot: torch.Tensor = None
+    # activations: x, r, h [T, H]; q, k, v [T, heads, D]; o [T, Hq D]; gate, up, act [T, I]
+    x: torch.Tensor = None
+    r: torch.Tensor = None
+    h: torch.Tensor = None
+    q: torch.Tensor = None
+    k: torch.Tensor = None
+    v: torch.Tensor = None
+    o: torch.Tensor = None
+    gate: torch.Tensor = None
+    up: torch.Tensor = None
+    act: torch.Tensor = None
+    ids: torch.Tensor = None                     # [T] token ids
+    last: torch.Tensor = None                    # [B, H]: final_norm / lm_head rows
+    logits: torch.Tensor = None                  # [B, V / N]: final_softcap's input
+    # the KV cache [B, Hkv, S, D] (8-bit: with per-token scales), the attention call over it and its config
+    k_cache: torch.Tensor = None
+    v_cache: torch.Tensor = None
+    kv_scales: tuple = None
+    attend: Callable = None
+    attn_cfg: dict = field(default_factory=dict)
+    widths: dict = field(default_factory=dict)
+    routing: Routing | None = None
+    latent: Latent | None = None
+
+    @property
+    def dname(self) -> str:
+        return dtype_name(self.dt)
+
+    @property
+    def T(self) -> int:
+        return self.B * self.n
+
+    @property
+    def qw(self) -> bool:
+        return self.wdt in WEIGHT_DTYPES
+
+    @property
+    def qkv(self) -> bool:
+        return self.kvdt in KV_DTYPES
+
+    @property
+    def ep(self) -> bool:
+        return self.tp is not None and self.tp.ep > 1 and bool(self.cfg.n_experts)
+
+    @property
+    def triton(self) -> bool:
+        return self.K.name == "triton"
+
+    @property
+    def skw(self) -> dict:
+        """The attention / kv_append keywords of the cache: its scales when 8-bit."""
+        return {} if self.kv_scales is None else {"scales": self.kv_scales}
+
+    @property
+    def kv_cfg(self) -> dict:
+        """What a runner over the 8-bit KV cache says about it."""
+        if not self.qkv:
+            return {}
+        return {"kv_cache": f"{self.kvdt}, fp32 scale per token per KV head"} | (
+            {} if self.triton else {"impl": DEQUANT_NOTE})
+
+    def rows_of(self, width: int):
+        """[T, width] random rows (one tensor per width): the input of a linear or norm of that width."""
+        if width == self.cfg.hidden:
+            return self.h
+        if width not in self.widths:
+            self.widths[width] = self.rnd(self.T, width)
+        return self.widths[width]
+
+
+def build_context(cfg: ModelConfig, phase: str, batch: int, context: int, *, K, dt, dev, seed: int, tp, wdt: str,
+                  kvdt: str, gsize: int, zero_point: bool) -> RunContext:
+    """The point's context: weights (``one_layer_weights``), inputs drawn in their fixed order, the KV cache and
+    the attention call, the point's routing and latent cache."""
+    g = seeded_generator(dev, seed + 1)
+    rnd = lambda *s: torch.randn(*s, generator=g, device=dev, dtype=torch.float32).to(dt)  # noqa: E731
+    if g is None:                                        # meta tensors: shapes only (the compile check)
+        rnd = lambda *s: torch.empty(*s, device=dev, dtype=dt)  # noqa: E731
+    sh, lcfg = tp_parts(cfg, tp)                         # this rank's sizes (the model's own at one rank)
+    n = context if phase == "prefill" else 1
+    quant = (wdt, gsize if wdt == "int4" else 0, zero_point) if wdt in WEIGHT_DTYPES else None
+    w = one_layer_weights(cfg, dt, dev, seed, tp, quant, K.name)
+    c = RunContext(cfg, lcfg, sh, tp, phase, K, dt, dev, wdt, kvdt, gsize, zero_point, batch, n,
+                   context if phase == "prefill" else context + 1, w, rnd,
+                   lw={k_: t for layer in w["layers"] for k_, t in layer.items()})
+    T, H, I, D, Hq, Hkv = c.T, cfg.hidden, lcfg.intermediate, cfg.head_dim, lcfg.n_heads, lcfg.n_kv_heads
+    c.cos, c.sin = rope_tables(c.kv_len, cfg.qk_rope_dim if cfg.mla else D, cfg.rope_theta, dev, cfg.rope_yarn)
+    c.x, c.r, c.h = rnd(T, H), rnd(T, H), rnd(T, H)
+    c.q, c.k, c.v = rnd(T, Hq, D), rnd(T, Hkv, D), rnd(T, Hkv, D)
+    c.o = rnd(T, Hq * D)
+    c.gate, c.up, c.act = rnd(T, I), rnd(T, I), rnd(T, I)
+    _kv_cache(c, seed, rnd)
+    _attention(c, context)
+    c.ids = torch.randint(0, cfg.vocab, (T,), generator=g, device=dev)
+    c.last, c.logits = rnd(batch, H), rnd(batch, sh.vocab)
+    if cfg.n_experts:
+        c.routing = _routing(c)
+    if cfg.mla:
+        c.latent = _latent(c)
+    return c
+
+
+def _kv_cache(c: RunContext, seed: int, rnd) -> None:
+    """The point's KV cache: random values (8-bit: quantized once, per-token scales)."""
+    shape = (c.B, c.lcfg.n_kv_heads, c.kv_len, c.cfg.head_dim)
+    if not c.qkv:
+        c.k_cache, c.v_cache = rnd(*shape), rnd(*shape)
+        return
+    g_ = seeded_generator(c.dev, seed + 2)
+    if g_ is not None:
+        (c.k_cache, ks), (c.v_cache, vs) = (quantize_kv_rows(torch.randn(*shape, generator=g_, device=c.dev), c.kvdt)
+                                            for _ in range(2))
+    else:                       # meta: shapes only
+        c.k_cache, c.v_cache = (torch.empty(shape, dtype=kv_storage(c.kvdt), device=c.dev) for _ in range(2))
+        ks, vs = (torch.empty(shape[:-1], dtype=torch.float32, device=c.dev) for _ in range(2))
+    c.kv_scales = (ks, vs)
+
+
+def _attention(c: RunContext, context: int) -> None:
+    """Positions, slots and the attention call of the phase (prefill: n new tokens from 0; decode: one token
+    after ``context`` cached), with its launch config."""
+    B, n, D, Hq, K = c.B, c.n, c.cfg.head_dim, c.lcfg.n_heads, c.K
+    c.slots = slots = torch.arange(B, device=c.dev)
+    if c.phase == "prefill":
+        c.pos = torch.arange(n, device=c.dev).repeat(B)
+        c.tok_slot = slots.repeat_interleave(n)
+        c.attn_cfg = attention_config(n, D, c.dt, kv_quant=c.qkv)
+
+        def attend(qq, kc, vc, **akw):
+            fn = prefill_with_sinks if "sinks" in akw and K.name != "triton" else K.prefill_attention
+            return fn(qq.view(B, n, Hq, D), kc, vc, slots, 0, **akw).reshape(qq.shape)
+    else:
+        c.pos = torch.full((B,), context, dtype=torch.long, device=c.dev)
+        c.tok_slot = slots
+        lens, kv_len = c.pos + 1, c.kv_len
+        c.attn_cfg = decode_config(B, c.lcfg.n_kv_heads, kv_len, c.dev, dtype=c.dt, kv_quant=c.qkv)
+
+        def attend(qq, kc, vc, **akw):
+            fn = decode_with_sinks if "sinks" in akw and K.name != "triton" else K.decode_attention
+            return fn(qq, kc, vc, lens, slots, max_len=kv_len, **akw)
+    c.attend = attend
+
+
+def _routing(c: RunContext) -> Routing:
+    """This point's routing of the random hidden rows, once (the experts op runs the same choice)."""
+    rw, rids = route(c.K, c.lcfg, c.lw, c.h)
+    touched = int(torch.unique(rids).numel()) if c.dev.type != "meta" else 0
+    counts = torch.bincount(rids.reshape(-1).long(), minlength=c.cfg.n_experts) if touched else None  # = moe_align's
+    imbalance = round(float(counts.max()) / float(counts[counts > 0].float().mean()), 4) if touched else 0.0
+    plan = dispatch_plan(rw, rids, c.tp.world, c.tp.rank, c.sh.n_experts) if c.ep else None
+    return Routing(rw, rids, touched, imbalance, plan)
+
+
+def _latent(c: RunContext) -> Latent:
+    """The latent cache of this point and the attention closure (naive prefill / absorbed decode)."""
+    cfg, rnd, T, Hq = c.cfg, c.rnd, c.T, c.lcfg.n_heads
+    ckv, kpe = rnd(c.B, c.kv_len, cfg.kv_lora_rank), rnd(c.B, c.kv_len, cfg.qk_rope_dim)
+    att = (mla_prefill_attend(c.K, c.lcfg, c.slots, 0, c.n) if c.phase == "prefill"
+           else mla_decode_attend(c.K, c.lcfg, c.pos + 1, c.slots, c.kv_len))
+    q_nope, q_pe = rnd(T, Hq, cfg.qk_nope_dim), rnd(T, Hq, cfg.qk_rope_dim)
+    k_pe, c_lat = rnd(T, 1, cfg.qk_rope_dim), rnd(T, cfg.kv_lora_rank)
+    return Latent(ckv, kpe, att, q_nope, q_pe, k_pe, c_lat)

@@ -1,0 +1,74 @@
+"""The runner registry: what runs each op kind of ``roofline.layer.model_ops`` on a profiling point, and what the
+compile check launches for that kind beyond the runners.
+
+    @runner("rope")
+    def rope(ctx, spec):            # ctx: kernels.runner_context.RunContext; spec: roofline.layer.OpSpec
+        return (lambda: ctx.K.rope(ctx.q, ctx.k, ctx.cos, ctx.sin, ctx.pos)), {}   # (fn, config)
+
+    @launches("attention")
+    def attention_extras(rec, combo):   # combo: ``MetaCombo``; set rec.context, then launch on meta tensors
+        ...
+
+A builder returns ``(fn, config)``: ``fn`` runs the op once on the context's preallocated inputs, ``config`` says
+which kernel ran (block sizes, the torch path); a ``"cost"`` in it replaces the workload's (expert parallelism:
+one rank's own load). ``kernels.runners.make_runners`` builds one runner per op of the model through
+``builder(spec.kind)``; ``kernels.variants.record`` calls every ``LAUNCHES`` entry once per quick-set combo.
+Entries live in ``kernels.runners_*`` (or a test file); this module imports none of them and none of its
+consumers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from roofline.errors import RooflineError
+
+RUNNERS: dict[str, Callable] = {}     # op kind -> builder(ctx, spec) -> (fn, config)
+LAUNCHES: dict[str, Callable] = {}    # op kind -> extra compile-check launches(rec, combo)
+
+
+@dataclass(frozen=True)
+class MetaCombo:
+    """One compile-check combo: where it is (model, phase, b, ctx, dtype: the launches' context), the model's
+    config, the phase's sizes, the torch dtype and the target GPU (``kernels.variants.Target``)."""
+
+    where: dict
+    cfg: object
+    phase: str
+    batch: int
+    context: int
+    dt: object
+    target: object
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * (self.context if self.phase == "prefill" else 1)
+
+
+def _register(table: dict, kind: str, what: str):
+    def deco(fn):
+        if kind in table and table[kind] is not fn:
+            raise RooflineError(f"op kind {kind!r} already has {what} ({table[kind].__module__}).")
+        table[kind] = fn
+        return fn
+    return deco
+
+
+def runner(kind: str):
+    """Register the runner builder of op kind ``kind``."""
+    return _register(RUNNERS, kind, "a runner")
+
+
+def launches(kind: str):
+    """Register what the compile check launches for op kind ``kind`` beyond its runners."""
+    return _register(LAUNCHES, kind, "compile-check launches")
+
+
+def builder(kind: str) -> Callable:
+    """The runner builder of ``kind``; an unknown kind is refused in one line naming the registered ones."""
+    try:
+        return RUNNERS[kind]
+    except KeyError:
+        raise RooflineError(f"no runner for op kind {kind!r}: the registered kinds are "
+                            f"{', '.join(sorted(RUNNERS))}.") from None

@@ -1,0 +1,62 @@
+"""Runners of the row-wise op kinds: the embedding gather, the embedding scale, RMSNorm (the layer's norms, the
+qk-norms per head, the final norm), the residual add, the MLP activation (SwiGLU / GeGLU) and the final logit
+softcap."""
+
+from __future__ import annotations
+
+import torch
+
+from .runner_registry import runner
+from .tp import embed_local
+
+
+@runner("embedding")
+def embedding(ctx, spec):
+    K, ids, table = ctx.K, ctx.ids, ctx.w["embed"]
+    if ctx.tp is None:
+        return (lambda: K.embedding(ids, table)), {}
+    rows = ctx.sh.vocab_rows(ctx.tp.rank)                 # this rank's part of the vocab-parallel table
+    return (lambda: embed_local(K, ids, table, rows)), {}
+
+
+@runner("scale")
+def scale(ctx, spec):
+    s_ = torch.tensor(spec.dims["factor"], dtype=ctx.dt, device=ctx.dev)
+    x = ctx.x
+    return (lambda: x * s_), {}
+
+
+@runner("norm")
+def norm(ctx, spec):
+    K, eps, key = ctx.K, ctx.cfg.rms_eps, spec.weights[0].key
+    nw = ctx.w[key] if key in ctx.w else ctx.lw[key]
+    if spec.part == "post":
+        src = ctx.last
+    elif spec.dims["rows"] > 1:                           # qk-norm: each head's D features
+        src = (ctx.q if spec.name == "q_norm" else ctx.k).view(-1, ctx.cfg.head_dim)
+    else:
+        src = ctx.rows_of(spec.dims["width"])
+    return (lambda: K.rmsnorm(src, nw, eps)), {}
+
+
+@runner("residual")
+def residual(ctx, spec):
+    K, x, r = ctx.K, ctx.x, ctx.r
+    return (lambda: K.residual_add(x, r)), {}
+
+
+@runner("activation")
+def activation(ctx, spec):
+    K, width = ctx.K, spec.dims["width"]
+    if width != ctx.lcfg.intermediate:                    # a shared expert's (its own width)
+        g2, u2 = ctx.rnd(ctx.T, width), ctx.rnd(ctx.T, width)
+        return (lambda: K.swiglu(g2, u2)), {}
+    fn = K.swiglu if ctx.cfg.activation == "silu" else K.geglu
+    gate, up = ctx.gate, ctx.up
+    return (lambda: fn(gate, up)), {}
+
+
+@runner("softcap")
+def softcap(ctx, spec):
+    c, logits = spec.dims["cap"], ctx.logits
+    return (lambda: torch.tanh(logits / c) * c), {}
