@@ -169,12 +169,12 @@ def _run(sock, host, cfg, backend, dtype, torch_device, name, budget, prefix_cac
 
     _Server = _server_class()
 
-    from ..run import _cpu_threads_default
+    from ..run import cpu_threads_default
     from ..server import GRACE_S, EngineThread, make_app
     from ..serving import warmup
     from ..timing import cpu_threads
 
-    with cpu_threads(_cpu_threads_default(torch_device, threads)) as n_threads:
+    with cpu_threads(cpu_threads_default(torch_device, threads)) as n_threads:
         try:
             model = LlamaModel(cfg, dtype=dtype, backend=backend, device=torch_device, seed=seed, max_slots=max_slots,
                                max_len=max_len, **(quant or {}))
