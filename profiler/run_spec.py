@@ -207,7 +207,7 @@ def spec_from_options(opts: dict, mode: str) -> RunSpec:
     plan, model_arg = default_plan(**{k: opts.get(o) for k, o in PLAN_OPTIONS.items() if opts.get(o) is not None})
     return RunSpec(plan, out=opts.get("out_dir", "roofline-out"), mode=mode, threads=opts.get("threads"),
                    quick=bool(opts.get("quick")), csv=bool(opts.get("csv_out")), report=not opts.get("no_report"),
-                   model_arg=model_arg, tp=opts.get("tp") or 1, ep=opts.get("ep") or 1)
+                   model_arg=model_arg, **{k: 1 if opts.get(k) is None else opts[k] for k in PARALLEL})
 
 
 def header_int(settings: dict, key: str) -> int:
