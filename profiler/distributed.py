@@ -137,6 +137,28 @@ class Rank:
             torch.cuda.synchronize(self.device)
 
 
+@dataclass
+class OneRank:
+    """The trivial group: this process alone, rank 0 of 1 (``profiler.sweep.run_sweep``'s default). The same
+    messages as ``Rank``, each a no-op: one pipeline and one sweep serve one rank and N."""
+
+    device: str
+    rank: int = 0
+    world: int = 1
+
+    def bcast(self, obj=None):
+        return obj
+
+    def gather(self, obj) -> list:
+        return [obj]
+
+    def agree_max(self, x: float) -> float:
+        return x
+
+    def barrier(self) -> None:
+        pass
+
+
 def init_rank(rank: int, world: int, local_rank: int, device: str, launcher: str,
               init_method: str = "env://", store=None) -> Rank:
     """Join the default group (NCCL or gloo) and a gloo control group; bind this rank's GPU.

@@ -8,7 +8,6 @@ Ctrl-C) live in ``profiler.run.run_configs``, which endpoint runs share.
 
 from __future__ import annotations
 
-import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,8 @@ from roofline.records import RunHeader
 
 from . import probes, serving, sweep
 from .ceilings import device_name
-from .run import LatencyResult, check_output, check_writable, command_line, quiet, run_configs, started
+from .run import (LatencyResult, check_output, check_writable, command_line, cpu_threads_default, quiet, run_configs,
+                  started)
 from .timing import cpu_threads
 from .tokenizer import make_prompt
 
@@ -126,14 +126,6 @@ def config_label(budget, cache: bool) -> str:
     return f"chunk={budget if budget else 'none'},prefix-cache={'on' if cache else 'off'}"
 
 
-def _cpu_threads_default(device: str, threads: int | None) -> int | None:
-    """On a CPU, one thread fewer than the cores: torch's OpenMP threads spin-wait, and with every
-    core busy one other process stretches each step many times over (3 s -> 25 s on 2 cores)."""
-    if threads is None and device == "cpu":
-        return max(1, (os.cpu_count() or 2) - 1)
-    return threads
-
-
 def _latency_device_header(torch_device: str):
     """The device as `roofline profile` records it: the catalogue entry for a known GPU, else its name."""
     name = device_name(torch_device)
@@ -156,7 +148,7 @@ def run_latency(run: LatencyRun, *, say=quiet) -> LatencyResult:
     for n in run.model.notes:
         say(f"note: {n}")
     _check_capacity(run)
-    with cpu_threads(_cpu_threads_default(run.device, run.threads)) as n_threads:
+    with cpu_threads(cpu_threads_default(run.device, run.threads)) as n_threads:
         header = RunHeader(device=_latency_device_header(run.device), model=run.model, kind="latency",
                            dtype=run.dtype, settings=run.settings(n_threads), versions=probes.versions(),
                            git_sha=probes.git_sha(), command=command_line(run.command(run.mode == "resume")),

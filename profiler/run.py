@@ -1,10 +1,12 @@
 """Orchestration in the library: what every run shares, and the runs themselves (re-exported here).
 
-    from profiler.run import ProfileRun, default_plan, run_profile     # profiler.profile_run
+    from profiler.run import RunSpec, default_plan, run_profile        # profiler.run_spec, profiler.profile_run
     from profiler.run import LatencyRun, run_latency                   # profiler.latency_run
 
 Shared here: ``Interrupted`` (Ctrl-C after the file is closed, with the command that resumes
-it), the one recorded command line (``command_line``, secrets such as ``--api-key`` redacted),
+it), the one recorded command line (``command_line``, secrets such as ``--api-key`` redacted), the
+``roofline`` a printed command starts with (``entry_point``: this environment's own), the CPU threads a
+serving run defaults to (``cpu_threads_default``),
 ``check_writable`` (the output folder, before any work), ``remove_derived`` (a report or CSV
 made from an older file), ``run_configs`` (latency and endpoint runs: the one writer, resume
 by configuration, one attempt per configuration, a ``host-load`` record per configuration: how
@@ -14,6 +16,7 @@ busy the host was), ``strict_json`` (stdout JSON without NaN).
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from dataclasses import dataclass, field, replace
@@ -75,6 +78,23 @@ def command_line(equivalent: str) -> str:
     if sys.argv and Path(sys.argv[0]).name == "roofline":
         return shlex.join(["roofline", *redact(sys.argv[1:])])
     return equivalent
+
+
+def entry_point() -> str:
+    """The ``roofline`` a printed command starts with: the one this process runs as, else this environment's own
+    (the script beside its Python, e.g. a virtual environment's bin/roofline), else a bare ``roofline``."""
+    if sys.argv and Path(sys.argv[0]).name == "roofline":
+        return str(Path(sys.argv[0]).absolute())
+    here = Path(sys.executable).parent / "roofline"
+    return str(here) if here.is_file() else "roofline"
+
+
+def cpu_threads_default(device: str, threads: int | None) -> int | None:
+    """On a CPU, one thread fewer than the cores: torch's OpenMP threads spin-wait, and with every
+    core busy one other process stretches each step many times over (3 s -> 25 s on 2 cores)."""
+    if threads is None and device == "cpu":
+        return max(1, (os.cpu_count() or 2) - 1)
+    return threads
 
 
 def started() -> str:
@@ -243,10 +263,10 @@ def strict_json(obj) -> str:
 # import the shared pieces above, and a rank process that unpickles one of them first must not
 # find this module half-initialized.
 _EXPORTS = {"validate_kernels": "kernel_checks",
-            **dict.fromkeys(("LatencyRun", "_cpu_threads_default", "config_label", "run_latency"),
-                            "latency_run"),
-            **dict.fromkeys(("BUDGET_MS", "CPU_DEFAULTS", "CPU_QUICK", "GPU_DEFAULTS", "GPU_QUICK", "ProfileResult",
-                             "ProfileRun", "default_plan", "run_profile"), "profile_run")}
+            **dict.fromkeys(("LatencyRun", "config_label", "run_latency"), "latency_run"),
+            **dict.fromkeys(("BUDGET_MS", "CPU_DEFAULTS", "CPU_QUICK", "GPU_DEFAULTS", "GPU_QUICK", "RunSpec",
+                             "default_plan"), "run_spec"),
+            **dict.fromkeys(("ProfileResult", "run_profile"), "profile_run")}
 
 
 def __getattr__(name: str):

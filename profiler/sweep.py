@@ -17,13 +17,33 @@ point through a ``ResultWriter``, flushed as each finishes:
   activation dtype, int8, fp8) run one after the other into the same file, each point keyed by
   its dtypes, so a float and a quantized run of one workload sit side by side.
 
+One sweep for one rank and N: ``run_sweep(plan, writer, group=...)`` runs on every rank of a tensor-parallel
+group (``profiler.distributed.Rank``; ``writer`` only on rank 0), one rank being the trivial group
+(``profiler.distributed.OneRank``, the default). With N ranks:
+
+* rank 0 decides what remains (a point is done when every rank's line for it is in the file, so
+  ``--resume`` continues a run that stopped between two ranks' lines) and broadcasts it, so every
+  rank builds the same runners (``kernels.runners.make_runners(..., tp=...)``) in the same order;
+* an out-of-memory error while building on any rank skips the point on every rank (the step cannot
+  run without it); one while timing skips that rank's line only;
+* under expert parallelism (``ep`` = the ranks) each rank holds E / N whole experts
+  (``kernels.runners.make_runners(..., tp=TPGroup(ep=N))``) and the step's collectives are the phase's own
+  (``roofline.parallel.step_collectives``: the dispatch / combine all-to-alls instead of the MoE layers' MLP
+  all-reduce); every point records ``ep``;
+* a collective is timed with the repetition count agreed over the ranks and a barrier before each
+  repetition (the collectives must meet), flagged "communication" with its message and wire bytes;
+* after each op, every rank's ``Measurement`` (``rank`` set) goes to rank 0, which writes them in rank
+  order, each flushed as it is written: a run that stops keeps every finished point;
+* no probe: on a CPU the other ranks share the machine by design (a probe would see its own peers as
+  other processes), so there is no "host-busy" retry or flag.
+
 Run a sweep with ``roofline profile`` (profiler/commands/profile.py).
 """
 
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from roofline.cost import ZERO
 from roofline.errors import RooflineError
@@ -157,35 +177,33 @@ class SweepPlan:
         """Refuse a grid whose largest point cannot fit the device at all (an OOM on a point that almost
         fits is recorded as skipped during the sweep; this catches sizes no allocation could hold)."""
         b, c = max(self.batches), max(self.contexts)
-        need = point_bytes(self.model, b, c, self.dtype, "prefill" in self.phases)
         have = device_memory_bytes(self.device)
-        if have and need > have:
-            lo, hi = 0, b                      # largest batch that fits at this context: bisect
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if point_bytes(self.model, mid, c, self.dtype, "prefill" in self.phases) <= have:
-                    lo = mid
-                else:
-                    hi = mid
+        cap = point_capacity(self.model, b, c, self.dtype, "prefill" in self.phases, have, self.device)
+        if have and not cap.fits:
+            lo = cap.max_batch                 # the largest batch that fits at this context
             hint = f"; at context {c} about batch {lo} fits" if lo else f"; context {c} does not fit even at batch 1"
-            raise RooflineError(f"batch {b} x context {c} needs about {need / 1e9:,.1f} GB for one op's inputs, "
-                                f"outputs and KV cache on {self.device}, more than its {have / 1e9:,.1f} GB{hint}. "
-                                "Give smaller --batches or --contexts.")
+            raise RooflineError(f"batch {b} x context {c} needs about {cap.total_bytes / 1e9:,.1f} GB for one op's "
+                                f"inputs, outputs and KV cache on {self.device}, more than its {have / 1e9:,.1f} GB"
+                                f"{hint}. Give smaller --batches or --contexts.")
+
+
+def point_capacity(cfg: ModelConfig, batch: int, context: int, dtype: str, prefill: bool, memory: float = 0.0,
+                   device: str = ""):
+    """``roofline.capacity`` of what one sweep point allocates (kernels.runners.make_runners): one layer of each
+    kind (``ModelConfig.with_layers(1)``: its weights, every expert resident, and the embedding / lm_head
+    tables), that layer's KV cache at the full context, the activations of the new tokens."""
+    from types import SimpleNamespace
+
+    from roofline.capacity import capacity
+
+    return capacity(cfg.with_layers(1), SimpleNamespace(name=device, memory_bytes=memory), batch, context,
+                    new_tokens=context if prefill else 1, weight_dtype=dtype, act_dtype=dtype, kv_dtype=dtype,
+                    windowed_kv=False)
 
 
 def point_bytes(cfg: ModelConfig, batch: int, context: int, dtype: str, prefill: bool) -> float:
-    """About the bytes one sweep point allocates (kernels.runners.make_runners): activations for the new
-    tokens, the KV cache of one layer, one layer's weights and the embedding/lm_head tables, x 1.5 for
-    outputs and temporaries."""
-    from roofline.dtypes import bytes_per_element
-
-    e = bytes_per_element(dtype)
-    T = batch * (context if prefill else 1)
-    act = T * (6 * cfg.hidden + 2 * cfg.q_dim + 2 * cfg.kv_dim + 3 * cfg.intermediate)
-    kv = 2 * batch * cfg.kv_dim * (context + 1)
-    w = (cfg.hidden * cfg.q_dim + 2 * cfg.hidden * cfg.kv_dim + cfg.q_dim * cfg.hidden
-         + 3 * cfg.hidden * cfg.intermediate + 2 * cfg.vocab * cfg.hidden)
-    return 1.5 * e * (act + kv + w)
+    """About the bytes one sweep point allocates: ``point_capacity``'s total (the capacity estimate)."""
+    return point_capacity(cfg, batch, context, dtype, prefill).total_bytes
 
 
 def device_memory_bytes(device: str) -> float:
@@ -275,90 +293,179 @@ def _default_make_runners():
     return make_runners
 
 
-def run_sweep(plan: SweepPlan, writer, *, make_runners=None, probe=None, progress=None,
-              device_name: str = "") -> SweepStats:
-    """Measure every op of ``plan`` not yet in ``writer.done``; returns counts and the time spent.
+COMM_MIN_REPS = 20   # collectives: gloo's wake-ups are bimodal on small VMs (0.3 ms / 4 ms); 5 samples are not enough
+
+
+def sweep_ops(plan: SweepPlan, tp: int = 1, ep: int = 1) -> tuple:
+    """What a sweep times per point: the plan's ops (default: every op and the layer) then, over ``tp`` ranks with
+    ``ep``, the step's own collectives (``roofline.parallel.step_collectives``: none on one rank; under --ep the
+    all-to-alls replace the MoE layers' MLP all-reduce; their names do not depend on the batch or the context)."""
+    from roofline.parallel import shard, step_collectives
+
+    if plan.ops:
+        return tuple(plan.ops)
+    coll = step_collectives(plan.model, shard(plan.model, tp, ep), 1, (1,), plan.dtype)
+    return expected_ops(plan.model) + tuple(c.name for c in coll)
+
+
+def _done_pairs(writer) -> set:
+    """(point key, rank) of every line already in the file (rank 0 only)."""
+    if writer is None or writer.old is None:
+        return set()
+    return {(m.point.key, m.rank) for m in writer.old.measurements}
+
+
+@dataclass
+class _Pass:
+    """One grid point of one variant, as the sweep walks it."""
+    phase: str
+    backend: str
+    batch: int
+    context: int
+    q: dict                  # {} or the point's weight / KV dtypes
+    par: dict                # {"tp": N, "ep": N} under N ranks, else {}
+    label: str
+
+    def point(self, plan, name, cost, cdt=""):
+        return point_for(plan, name, self.phase, self.backend, self.batch, self.context, cost, cdt, **self.par,
+                         **self.q)
+
+
+def _passes(plan: SweepPlan, world: int, ep: int):
+    for (wdt, kvdt), (phase, backend, batch, context) in ((v, c) for v in plan.variants() for c in plan.combos()):
+        q = {} if (wdt, kvdt) == (plan.dtype, plan.dtype) else {"weight_dtype": wdt, "kv_dtype": kvdt}
+        par = {"tp": world, "ep": ep} if world > 1 else {}
+        label = (f"{phase} {backend} b={batch} ctx={context}" + (f" tp{world}" if world > 1 else "")
+                 + (f" ep{ep}" if ep > 1 else "")
+                 + "".join(f" {k[0]}:{v}" for k, v in (("w", wdt), ("kv", kvdt)) if q and v != plan.dtype))
+        yield _Pass(phase, backend, batch, context, q, par, label)
+
+
+def run_sweep(plan: SweepPlan, writer, *, make_runners=None, probe=None, progress=None, device_name: str = "",
+              group=None, ep: int = 1) -> SweepStats:
+    """Measure every op of ``plan`` not yet in the file on every rank of ``group`` (default: this process alone),
+    experts over ``ep`` ranks (1, or the world); rank 0 writes through ``writer`` and gets the counts.
 
     ``progress(advance, description)`` is called after each op (advance = ops finished).
     """
+    from .distributed import OneRank
+
+    group = group or OneRank(plan.device)
     make_runners = make_runners or _default_make_runners()
-    probe = probe or probes.CpuProbe()
-    static = probe.static() if probe.kind == "gpu" else {}  # the CPU's static facts carry no clocks
+    if group.world == 1:
+        probe = probe or probes.CpuProbe()
+    static = probe.static() if probe is not None and probe.kind == "gpu" else {}  # a CPU's facts carry no clocks
     stats, t_start = SweepStats(), now()
     progress = progress or (lambda n, d: None)
-    for (wdt, kvdt), (phase, backend, batch, context) in ((v, c) for v in plan.variants() for c in plan.combos()):
-        q = {} if (wdt, kvdt) == (plan.dtype, plan.dtype) else {"weight_dtype": wdt, "kv_dtype": kvdt}
-        label = f"{phase} {backend} b={batch} ctx={context}" + "".join(
-            f" {k[0]}:{v}" for k, v in (("w", wdt), ("kv", kvdt)) if q and v != plan.dtype)
-        # the key ignores the cost: ZERO stands in until the runner brings the real one
-        keys = {n: point_for(plan, n, phase, backend, batch, context, ZERO, **q).key for n in plan.op_names}
-        remaining = [n for n, k in keys.items() if k not in writer.done]
-        stats.resumed += len(keys) - len(remaining)
-        progress(len(keys) - len(remaining), label)
-        if not remaining:
+    lead = group.rank == 0
+    have = _done_pairs(writer) if lead else set()
+    names = sweep_ops(plan, group.world, ep)
+    tpkw = {"tp": replace(group.tp, ep=ep)} if group.world > 1 else {}
+    for ps in _passes(plan, group.world, ep):
+        todo = None
+        if lead:
+            keys = {n: ps.point(plan, n, ZERO).key for n in names}   # the key ignores the cost: ZERO stands in
+            todo = [n for n in names if not all((keys[n], r) in have for r in range(group.world))]
+            stats.resumed += len(names) - len(todo)
+            progress(len(names) - len(todo), ps.label)
+        todo = group.bcast(todo)
+        if not todo:
             continue
-        qkw = dict(q, group_size=plan.group_size, zero_point=plan.zero_point) if q else {}
-        try:
-            runners = make_runners(plan.model, phase, batch, context, dtype=plan.dtype, backend=backend,
-                                   device=plan.device, seed=0, ops=list(remaining) if plan.ops or
-                                   len(remaining) < len(keys) else None, **qkw)
-        except Exception as e:  # noqa: BLE001 - only OOM is survivable; anything else is re-raised
-            if not is_oom(e):
-                raise
-            _free_memory(plan.device, after_oom=True)
-            for n in remaining:
-                cost, cdt = formula_cost(plan, n, phase, batch, context, **q)
-                _skip(writer, plan, stats, point_for(plan, n, phase, backend, batch, context, cost, cdt, **q),
-                      f"out of memory while allocating inputs: {_short(e)}", device_name)
-            progress(len(remaining), label)
+        runners, verdict = _build(group, plan, make_runners, ps, todo, len(names), tpkw)
+        if verdict:
+            if lead:
+                for n in todo:
+                    cost, cdt = formula_cost(plan, n, ps.phase, ps.batch, ps.context, **ps.par, **ps.q)
+                    for r in range(group.world):
+                        _write(writer, stats, Measurement(point=ps.point(plan, n, cost, cdt), status="skipped",
+                                                          reason=verdict, device=device_name,
+                                                          timer=_timer(group.device), rank=r))
+                progress(len(todo), ps.label)
             continue
+        wanted = set(todo)
         for r in runners:
-            point = point_for(plan, r.name, phase, backend, batch, context, r.cost, r.compute_dtype, **q)
-            if point.key in writer.done or (plan.ops and r.name not in plan.ops):
+            if r.name not in wanted:
                 continue
-            try:
-                t, spent, before, after, flags, tries = _timed(plan, r.fn, probe, static)
-            except Exception as e:  # noqa: BLE001
-                if not is_oom(e):
-                    raise
-                _free_memory(plan.device, after_oom=True)
-                _skip(writer, plan, stats, point, f"out of memory while running: {_short(e)}", device_name)
-                progress(1, label)
-                continue
-            config = {**dict(r.config), **t.config, **({"tries": tries} if tries > 1 else {})}
-            m = Measurement(point=point, times_s=t.times_s, timer=t.timer, l2_policy=t.l2_policy, config=config,
-                            device=device_name, clocks={"before": before, "after": after} if before or after else {},
-                            flags=flags + _backend_flags(plan, backend))
-            writer.write(m)
-            stats.measured += 1
+            m, spent = _time_one(group, plan, r, ps.point(plan, r.name, r.cost, r.compute_dtype), ps.backend,
+                                 device_name, probe, static)
             stats.kernel_time_s += spent
-            progress(1, label)
+            got = group.gather(m)
+            if lead:
+                for one in got:
+                    _write(writer, stats, one)
+                progress(1, ps.label)
         del runners
-        _free_memory(plan.device)
+        _free_memory(group.device)
+    group.barrier()          # every rank has finished before rank 0 reads the file back
     stats.wall_s = now() - t_start
     return stats
+
+
+def _build(group, plan, make_runners, ps: _Pass, todo: list, n_names: int, tpkw: dict):
+    """(this rank's runners for ``todo``, None) or ([], the reason every rank skips the point: an OOM on any)."""
+    err = None
+    qkw = dict(ps.q, group_size=plan.group_size, zero_point=plan.zero_point) if ps.q else {}
+    ops = list(todo) if plan.ops or len(todo) < n_names or group.world > 1 else None
+    try:
+        runners = make_runners(plan.model, ps.phase, ps.batch, ps.context, dtype=plan.dtype, backend=ps.backend,
+                               device=group.device, seed=0, ops=ops, **tpkw, **qkw)
+    except Exception as e:  # noqa: BLE001 - only OOM is survivable; anything else is re-raised
+        if not is_oom(e):
+            raise
+        where = f" on rank {group.rank}" if group.world > 1 else ""
+        runners, err = [], f"out of memory while allocating inputs{where}: {_short(e)}"
+        _free_memory(group.device, after_oom=True)
+    errs = [e for e in (group.gather(err) or []) if e]
+    return runners, group.bcast(errs[0] if errs else None)
 
 
 RETRY_FLAGS = ("host-busy",)  # transient: measure once more and keep the retry
 RETRIES = 1
 
 
-def _timed(plan: SweepPlan, fn, probe, static):
+def _timed(plan: SweepPlan, fn, probe, static, device: str):
     """Time ``fn`` with probe samples around it; a point disturbed by other processes is timed once more.
 
     Throttling is not retried (a hot GPU stays hot): it is flagged. Returns the last timing,
     the kernel time of every try (for the overhead figures), the samples, flags and tries.
+    No probe (N ranks): timed once, no samples, no flags.
     """
     spent, tries = 0.0, 0
     while True:
         tries += 1
-        before = probe.sample()
-        t = measure(fn, plan.device, budget_s=plan.budget_s, warmup_s=plan.warmup_s, flush_bytes=plan.flush_bytes)
-        after = probe.sample()
+        before = probe.sample() if probe is not None else {}
+        t = measure(fn, device, budget_s=plan.budget_s, warmup_s=plan.warmup_s, flush_bytes=plan.flush_bytes)
+        after = probe.sample() if probe is not None else {}
         spent += sum(t.times_s)
-        flags = probes.point_flags(before, after, static)
+        flags = probes.point_flags(before, after, static) if probe is not None else ()
         if tries > RETRIES or not any(f in RETRY_FLAGS for f in flags):
             return t, spent, before, after, flags, tries
+
+
+def _time_one(group, plan, r, point, backend, device_name, probe, static):
+    """(this rank's Measurement of runner ``r``, seconds spent in timed samples)."""
+    flags = tuple(getattr(r, "flags", ()))
+    comm = "communication" in flags
+    try:
+        if comm:
+            t = measure(r.fn, group.device, budget_s=plan.budget_s, warmup_s=plan.warmup_s, min_reps=COMM_MIN_REPS,
+                        max_reps=500, agree=group.agree_max, between=group.barrier)
+            spent, before, after, pflags, tries = sum(t.times_s), {}, {}, (), 1
+        else:
+            t, spent, before, after, pflags, tries = _timed(plan, r.fn, probe, static, group.device)
+    except Exception as e:  # noqa: BLE001
+        if comm or not is_oom(e):
+            raise
+        _free_memory(group.device, after_oom=True)
+        return Measurement(point=point, status="skipped", reason=f"out of memory while running: {_short(e)}",
+                           device=device_name, timer=_timer(group.device), rank=group.rank), 0.0
+    config = {**dict(r.config), **t.config, **({"tries": tries} if tries > 1 else {}),
+              **({"rank_device": group.device} if group.world > 1 else {})}
+    m = Measurement(point=point, times_s=t.times_s, timer=t.timer, l2_policy=t.l2_policy, config=config,
+                    device=device_name, clocks={"before": before, "after": after} if before or after else {},
+                    flags=flags + pflags + _backend_flags(replace(plan, device=group.device), backend),
+                    rank=group.rank)
+    return m, spent
 
 
 def _backend_flags(plan: SweepPlan, backend: str) -> tuple:
@@ -370,7 +477,13 @@ def _short(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
 
 
-def _skip(writer, plan, stats, point, reason, device_name):
-    writer.write(Measurement(point=point, status="skipped", reason=reason, device=device_name,
-                             timer="cuda-events" if plan.device.startswith("cuda") else "cpu-clock"))
-    stats.skipped += 1
+def _timer(device: str) -> str:
+    return "cuda-events" if device.startswith("cuda") else "cpu-clock"
+
+
+def _write(writer, stats, m: Measurement) -> None:
+    writer.write(m)
+    if m.ok:
+        stats.measured += 1
+    else:
+        stats.skipped += 1

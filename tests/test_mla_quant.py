@@ -223,7 +223,7 @@ def test_the_step_reads_kv_b_proj_as_stored_in_prefill_and_in_the_activation_dty
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    from profiler.profile_run import ProfileRun, default_plan
+    from profiler.run_spec import RunSpec, default_plan
     from profiler.run import run_profile
     from roofline.devices import Device
 
@@ -231,7 +231,7 @@ def sweep(tmp_path_factory):
                            backends=("torch",), dtype="fp32", device="cpu", budget_ms=2,
                            weight_dtypes=("fp32", "int4"), group_size=32, zero_point=True)
     dev = Device(key="cpu", name="cpu", kind="cpu", peak_flops={"fp32": 1e11}, bandwidth=2e10, source="measured")
-    return run_profile(ProfileRun(plan, out=tmp_path_factory.mktemp("mla-quant-sweep"), mode="overwrite",
+    return run_profile(RunSpec(plan, out=tmp_path_factory.mktemp("mla-quant-sweep"), mode="overwrite",
                                   report=False, check_kernels=False, flop_check=False, device=dev))
 
 

@@ -219,13 +219,13 @@ def test_runner_cost_is_the_quantized_expert_formula(phase, batch, context, wd, 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    from profiler.run import ProfileRun, default_plan, run_profile
+    from profiler.run import RunSpec, default_plan, run_profile
     from roofline.devices import Device
 
     plan, _ = default_plan(model="tiny-moe", phases=("decode",), batches=(1, 4), contexts=(8,), backends=("torch",),
                            dtype="fp32", device="cpu", budget_ms=2, weight_dtypes=("fp32", "int8"))
     dev = Device(key="cpu", name="cpu", kind="cpu", peak_flops={"fp32": 1e11}, bandwidth=2e10, source="measured")
-    return run_profile(ProfileRun(plan, out=tmp_path_factory.mktemp("moe-quant-sweep"), mode="overwrite",
+    return run_profile(RunSpec(plan, out=tmp_path_factory.mktemp("moe-quant-sweep"), mode="overwrite",
                                   report=False, check_kernels=False, flop_check=False, device=dev))
 
 

@@ -86,13 +86,13 @@ def test_runners_build_int4_weights_with_the_group_asked_for():
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    from profiler.run import ProfileRun, default_plan, run_profile
+    from profiler.run import RunSpec, default_plan, run_profile
 
     plan, _ = default_plan(model="tiny", phases=("decode",), batches=(1, 4), contexts=(16,), backends=("torch",),
                            dtype="fp32", device="cpu", budget_ms=2, weight_dtypes=("fp32", "int8"))
     out = tmp_path_factory.mktemp("quant-sweep")
     dev = Device(key="cpu", name="cpu", kind="cpu", peak_flops={"fp32": 1e11}, bandwidth=2e10, source="measured")
-    return run_profile(ProfileRun(plan, out=out, mode="overwrite", report=False, check_kernels=False,
+    return run_profile(RunSpec(plan, out=out, mode="overwrite", report=False, check_kernels=False,
                                   flop_check=False, device=dev))
 
 

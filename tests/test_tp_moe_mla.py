@@ -257,8 +257,8 @@ def test_profile_tiny_moe_over_two_ranks_writes_every_ranks_shard(tmp_path, monk
 # ---- what stays unsupported, refused before any rank starts -----------------------------------------------
 
 def test_what_tp_does_not_run_is_refused_in_one_line_before_the_ranks_start(tmp_path):
-    from profiler.run import ProfileRun, default_plan
-    from profiler.tp_run import validate_tp
+    from profiler.run import RunSpec, default_plan
+    from profiler.run_spec import validate_tp
 
     # an 8-bit latent cache with --tp: refused by the plan before validate_tp, nothing written (quantized weights
     # and 8-bit KV caches of other models run sharded: tests/test_tp_quant.py)
@@ -271,7 +271,7 @@ def test_what_tp_does_not_run_is_refused_in_one_line_before_the_ranks_start(tmp_
     odd = ModelConfig("odd-moe", 64, 96, 2, 4, 2, 256, 512, arch="mixtral", n_experts=4, n_active=2,
                       moe_intermediate=50)
     plan, _ = default_plan(model="tiny-moe", device="cpu")
-    run = ProfileRun(plan.__class__(**{**plan.__dict__, "model": odd}), out=tmp_path / "p", tp=4)
+    run = RunSpec(plan.__class__(**{**plan.__dict__, "model": odd}), out=tmp_path / "p", tp=4)
     with pytest.raises(RooflineError) as e:
         validate_tp(run)
     msg = str(e.value)

@@ -93,8 +93,8 @@ def test_int8_column_split_scales_are_bit_identical_to_quantizing_the_shard():
 # ---- what still cannot run: refused in one line, before the ranks start ------------------------------------
 
 def test_an_int4_group_a_ranks_shard_would_cut_is_refused_before_the_ranks_start(tmp_path):
-    from profiler.run import ProfileRun, default_plan
-    from profiler.tp_run import validate_tp
+    from profiler.run import RunSpec, default_plan
+    from profiler.run_spec import validate_tp
 
     # o_proj's 64 in-features hold whole groups of 64 at one rank, but a rank at --tp 2 holds 32 of them
     with pytest.raises(RooflineError) as e:
@@ -109,8 +109,8 @@ def test_an_int4_group_a_ranks_shard_would_cut_is_refused_before_the_ranks_start
     plan, _ = default_plan(model="tiny", device="cpu")
     plan = plan.__class__(**{**plan.__dict__, "model": Q4, "weight_dtypes": ("int4",), "group_size": 64})
     with pytest.raises(RooflineError, match=r"tiny-q4's o_proj in-features per rank at --tp 2 \(32 of 64\)"):
-        validate_tp(ProfileRun(plan, out=tmp_path / "p", tp=2))
-    validate_tp(ProfileRun(plan.__class__(**{**plan.__dict__, "group_size": 32}), out=tmp_path / "p", tp=2))
+        validate_tp(RunSpec(plan, out=tmp_path / "p", tp=2))
+    validate_tp(RunSpec(plan.__class__(**{**plan.__dict__, "group_size": 32}), out=tmp_path / "p", tp=2))
     assert not (tmp_path / "p").exists()
 
 

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from profiler.cli import main
 from profiler.distributed import check_tp
-from profiler.run import ProfileRun, default_plan, run_profile
-from profiler.tp_run import validate_tp
+from profiler.run import RunSpec, default_plan, run_profile
+from profiler.run_spec import validate_tp
 from roofline.analysis import analyze
 from roofline.errors import RooflineError
 from roofline.models import ModelConfig
@@ -50,7 +50,7 @@ def test_a_killed_rank_ends_the_run_keeps_its_points_and_resume_continues(tmp_pa
     plan, _ = default_plan(model="tiny", phases=("decode",), batches=(1,), contexts=(8, tp_helpers.DIE_AT_CONTEXT),
                            backends=("torch",), dtype="fp32", device="cpu", budget_ms=2)
     dev = cpu_device(device_name("cpu"), {"fp32": 1e11}, 2e10)     # given ceilings: nothing to measure first
-    run = ProfileRun(plan, out=tmp_path, mode="new", tp=2, report=False, check_kernels=False, flop_check=False,
+    run = RunSpec(plan, out=tmp_path, mode="new", tp=2, report=False, check_kernels=False, flop_check=False,
                      device=dev, quick=True, model_arg="tiny")
     t0 = time.monotonic()
     with pytest.raises(RooflineError) as e:
@@ -102,7 +102,7 @@ def test_more_ranks_than_gpus_is_refused(monkeypatch):
     check_tp(2, "cuda", device_count=2)
     plan, _ = default_plan(model="tiny", device="cpu")
     with pytest.raises(RooflineError, match="torch sees 1"):
-        validate_tp(ProfileRun(plan.__class__(**{**plan.__dict__, "device": "cuda"}), tp=2), device_count=1)
+        validate_tp(RunSpec(plan.__class__(**{**plan.__dict__, "device": "cuda"}), tp=2), device_count=1)
     with pytest.raises(RooflineError, match="names one GPU"):
         check_tp(2, "cuda:1", device_count=8)
     monkeypatch.setenv("RANK", "0")

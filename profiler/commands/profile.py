@@ -1,4 +1,5 @@
-"""``roofline profile``: parse the options, then ``profiler.run.run_profile`` does the work.
+"""``roofline profile``: parse the options into one ``RunSpec`` (``profiler.run_spec.spec_from_options``), then
+``profiler.run.run_profile`` does the work.
 
     roofline profile --quick                          # CPU: ~10 s; GPU: a short sweep
     roofline profile --model llama-3-8b --phases decode --batches 1,8,64 --contexts 512,4096
@@ -21,25 +22,6 @@ import click
 
 from ..cli_args import (budget_option, device_arg, ep_option, int_list, mode_options, model_arg_option, names,
                         quant_options, say_for, threads_option)
-
-def build_run(*, model_arg, phases, batches, contexts, backends, dtype, device, out_dir, mode, quick, csv_out,
-              budget_ms, threads, flush_cache, no_report, tp=1, weight_dtype=None, kv_dtype=None, group_size=None,
-              zero_point=False, ep=1):
-    """A ``ProfileRun`` from the options, with the defaults of this machine (a GPU or a CPU) filled in."""
-    from ..run import ProfileRun, default_plan
-
-    plan, model_arg = default_plan(model=model_arg, phases=phases, batches=batches, contexts=contexts,
-                                   backends=backends, dtype=dtype, device=device, quick=quick, budget_ms=budget_ms,
-                                   flush_cache=flush_cache, weight_dtypes=weight_dtype, kv_dtypes=kv_dtype,
-                                   group_size=group_size, zero_point=zero_point)
-    run = ProfileRun(plan, out=out_dir, mode=mode, threads=threads, quick=quick, csv=csv_out, report=not no_report,
-                     model_arg=model_arg, tp=tp, ep=ep)
-    if tp != 1 or ep != 1:           # bad --tp / --ep fail here, before anything starts
-        from ..tp_run import validate_ep, validate_tp
-
-        validate_ep(plan.model, tp, ep)
-        validate_tp(run)
-    return run
 
 
 @click.command()
@@ -73,9 +55,7 @@ def build_run(*, model_arg, phases, batches, contexts, backends, dtype, device, 
 @quant_options(several=True)
 @click.option("--counters", "counters", is_flag=True, help="run the triton points once each under Nsight Compute "
               "(ncu on PATH) and put its measured bytes and FLOPs beside the model's (profiler.counters_run)")
-def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_dir, resume, overwrite, quick, quiet,
-            csv_out, budget_ms, threads, flush_cache, no_report, tp, weight_dtype, kv_dtype, group_size, zero_point,
-            counters=False, ep=1):
+def profile(**opts):
     """Sweep prefill and decode over batch sizes and context lengths, timing every op of one layer.
 
     Each point times every op of one transformer layer, the embedding, final norm and
@@ -84,17 +64,15 @@ def profile(model_arg, phases, batches, contexts, backends, dtype, device, out_d
     """
     from ..cli_args import mode_of
     from ..run import Interrupted, command_line, run_profile
+    from ..run_spec import spec_from_options
 
+    quiet, mode = opts["quiet"], mode_of(opts["resume"], opts["overwrite"])
     say = say_for(quiet)
-    run = build_run(model_arg=model_arg, phases=phases, batches=batches, contexts=contexts, backends=backends,
-                    dtype=dtype, device=device, out_dir=out_dir, mode=mode_of(resume, overwrite), quick=quick,
-                    csv_out=csv_out, budget_ms=budget_ms, threads=threads, flush_cache=flush_cache,
-                    no_report=no_report, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, group_size=group_size,
-                    zero_point=zero_point, ep=ep)
-    if counters:
+    run = spec_from_options(opts, mode)        # the run, described once: every later step reads it
+    if opts.get("counters"):
         from ..counters_run import profile_counters
 
-        result = profile_counters(run.plan, out_dir, mode_of(resume, overwrite), say, report=not no_report,
+        result = profile_counters(run.plan, opts["out_dir"], mode, say, report=run.report,
                                   command=command_line("roofline profile --counters"))
         click.echo(result.text())
         return
@@ -140,11 +118,9 @@ class _progress:
                     TextColumn("eta"), TimeRemainingColumn())
             self.bar = Progress(*cols, console=Console(stderr=True), transient=False)
             self.bar.__enter__()
-            names = plan.op_names
-            if self.run.tp > 1:
-                from ..tp_sweep import tp_op_names
+            from ..sweep import sweep_ops
 
-                names = tp_op_names(plan, self.run.tp, self.run.ep)
+            names = sweep_ops(plan, self.run.tp, self.run.ep)
             self.task = self.bar.add_task("sweep", total=len(plan.combos()) * len(plan.variants()) * len(names))
         self.bar.update(self.task, advance=n, description=desc)
 

@@ -199,10 +199,10 @@ def _run(sock, run: ServeRun) -> None:
 
     _Server = _server_class()
 
-    from ..run import _cpu_threads_default
+    from ..run import cpu_threads_default
 
     cfg, drain = run.model, run.grace
-    with cpu_threads(_cpu_threads_default(run.device, run.threads)) as n_threads:
+    with cpu_threads(cpu_threads_default(run.device, run.threads)) as n_threads:
         try:
             model = LlamaModel(cfg, dtype=run.dtype, backend=run.backend, device=run.device, seed=run.seed,
                                max_slots=run.max_slots, max_len=run.max_len, **run.quant)
