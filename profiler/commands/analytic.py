@@ -13,7 +13,28 @@ from roofline.explain import ExplainSpec, explain_linear, explain_step
 from roofline.models import PRESETS, read_json_file
 
 from .. import ceilings
-from ..cli_args import analytic_quant_options, device_options, dtype_option, ep_option, model_option, resolve_device
+from ..cli_args import (FLOAT_DTYPES, analytic_quant_options, device_arg, device_options, dtype_option, ep_option,
+                        model_option, resolve_device)
+
+
+def float_dtype_option(name: str, default: str, help_text: str, why: str = ""):
+    """An option that takes (and lists in its help) only fp32, bf16 and fp16; ``why`` (with ``{key}``) says, for
+    a known dtype it refuses, where that dtype goes instead."""
+    normal = device_arg("dtype")
+
+    def cb(ctx, param, value):
+        try:
+            key = normal(ctx, param, value)
+        except click.BadParameter:
+            key, known = value, False
+        else:
+            known = True
+        if key is not None and key not in FLOAT_DTYPES:
+            said = f" ({why.format(key=key)})" if known and why else ""
+            raise click.BadParameter(f"{name} takes {', '.join(FLOAT_DTYPES)}{said}, but {value!r} was given.")
+        return key
+    return click.option(name, default=default, callback=cb, show_default=True,
+                        help=f"{help_text} ({', '.join(FLOAT_DTYPES)})")
 
 
 @click.command()
@@ -30,15 +51,16 @@ def devices(as_json):
             out.append(row)
         click.echo(json.dumps(out, indent=1))
         return
-    hdr = (f"{'key':<16}{'name':<26}{'bf16':>10}{'fp8':>10}{'fp32':>8}{'bandwidth':>11}{'ridge':>7}"
-           f"{'memory':>8}{'L2':>7}")
+    top = f"{'':<42}{'dense TFLOP/s':^28}{'bandwidth':>11}{'ridge':>8}{'memory':>8}{'L2':>6}"
+    hdr = f"{'key':<16}{'name':<26}{'bf16':>10}{'fp8':>10}{'fp32':>8}{'TB/s':>11}{'FLOP/B':>8}{'GB':>8}{'MB':>6}"
+    click.echo(top)
     click.echo(hdr)
     click.echo("-" * len(hdr))
     for d in CATALOGUE.values():
         tf = lambda k: f"{d.peak_flops[k] / 1e12:g}" if k in d.peak_flops else "-"  # noqa: E731
         click.echo(f"{d.key:<16}{d.name[:25]:<26}{tf('bf16'):>10}{tf('fp8'):>10}{tf('fp32'):>8}"
-                   f"{d.bandwidth / 1e12:>9.3g}TB{_ridge16(d):>7}{d.memory_bytes / 1e9:>6.0f}GB"
-                   f"{d.l2_bytes / 1e6:>5.0f}MB")
+                   f"{d.bandwidth / 1e12:>11.3g}{_ridge16(d):>8}{d.memory_bytes / 1e9:>8.0f}"
+                   f"{d.l2_bytes / 1e6:>6.0f}")
     click.echo("\nTFLOP/s are dense (no 2:4 sparsity); ridge = bf16 peak / bandwidth in FLOP/byte (fp16 on cards "
                "without bf16, marked *). Names: each key, its listed aliases (`--json`) and NVML's names.")
     click.echo("Sources: " + "; ".join(sorted({d.provenance for d in CATALOGUE.values()})) + ".")
@@ -82,7 +104,8 @@ def _measured_cpu(device):
 @click.option("--cached", type=int, default=0, show_default=True, help="prefill: cached prefix tokens reused")
 @click.option("--chunk", type=int, default=None, help="prefill: chunk size in tokens (chunked prefill)")
 @dtype_option("--weight-dtype", help="weight dtype")
-@dtype_option("--act-dtype", help="activation dtype (fp32, bf16, fp16)")
+@float_dtype_option("--act-dtype", "bf16", "activation dtype", why="{key} quantizes weights or the KV cache: "
+                    "--weight-dtype, --kv-dtype")
 @dtype_option("--kv-dtype", help="KV-cache dtype")
 @click.option("--tp", type=int, default=1, show_default=True,
               help="tensor-parallel ranks: per-rank costs (Megatron sharding) plus the collectives of each step")
