@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import sys
 
 import click
 from click.core import ParameterSource
@@ -10,7 +12,7 @@ from click.core import ParameterSource
 from roofline.devices import CATALOGUE, COMPUTE_DTYPES, custom_link
 from roofline.errors import RooflineError
 from roofline.explain import ExplainSpec, explain_linear, explain_step
-from roofline.models import PRESETS, read_json_file
+from roofline.models import PRESETS, read_json_file, show_value
 
 from .. import ceilings
 from ..cli_args import (FLOAT_DTYPES, analytic_quant_options, device_arg, device_options, dtype_option, ep_option,
@@ -164,16 +166,32 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
     click.echo(json.dumps(step.data) if as_json else step.text())
 
 
+MAX_EXPERT_TOKENS = 1e15    # tokens one expert received: more than any trace holds, and its sum stays exact enough
+
+
 def read_expert_load(path, model) -> list:
     """A measured expert histogram from a JSON file: a list of n_experts counts, or a list of such lists (one per
     layer; summed). One-line errors name what is wrong and what is allowed."""
     if not model.n_experts:
         raise RooflineError(f"--expert-load describes a mixture of experts, but {model.name} is dense: drop it.")
-    d = read_json_file(path, "expert load")
+    try:
+        d = read_json_file(path, "expert load")
+    except RooflineError:
+        raise
+    except ValueError:     # json's int() past sys.get_int_max_str_digits() (4,300 digits)
+        raise RooflineError(f"expert load {path} holds an integer of more than {sys.get_int_max_str_digits():,} "
+                            f"digits, not a token count: give counts from 0 to {MAX_EXPERT_TOKENS:.0e} tokens per "
+                            "expert.") from None
     rows = d if isinstance(d, list) and d and all(isinstance(r, list) for r in d) else [d]
     E = model.n_experts
     if any(not isinstance(r, list) or len(r) != E or any(isinstance(v, bool) or not isinstance(v, (int, float))
                                                          or v < 0 for v in r) for r in rows):
         raise RooflineError(f"expert load {path} must be a list of {E} counts (tokens per expert, >= 0) or a list of "
                             f"such lists, one per layer, for {model.name}'s {E} experts.")
+    for layer, r in enumerate(rows):
+        for e, v in enumerate(r):
+            if not (isinstance(v, int) or math.isfinite(v)) or v > MAX_EXPERT_TOKENS:
+                where = f"layer {layer}, expert {e}" if len(rows) > 1 else f"expert {e}"
+                raise RooflineError(f"expert load {path}: {where} holds {show_value(v)}, not a token count: give "
+                                    f"counts from 0 to {MAX_EXPERT_TOKENS:.0e} tokens per expert.")
     return [sum(r[e] for r in rows) for e in range(E)]
