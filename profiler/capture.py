@@ -114,25 +114,56 @@ class capture:
         return False
 
 
+USAGE = "--capture runs a Python script: `roofline trace --capture -- python SCRIPT.py ARGS`"
+NOT_SCRIPTS = (".json", ".gz", ".jsonl", ".csv", ".safetensors")
+
+
+def script_argv(cmd: list) -> list:
+    """``cmd`` as [script.py, args...]: a leading ``python`` (``-- python script.py``) is dropped."""
+    if cmd and Path(cmd[0]).name.startswith("python") and not cmd[0].endswith(".py"):
+        return list(cmd[1:])      # the script runs in this interpreter
+    return list(cmd)
+
+
+def script_problem(script) -> str | None:
+    """Why ``script`` cannot run under ``--capture`` (one line naming it), or None when it can."""
+    path = Path(script)
+    if not path.exists():
+        return f"{script} does not exist; {USAGE}."
+    if path.is_dir():
+        return f"{script} is a folder, not a Python script; {USAGE}."
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if path.name.lower().endswith(NOT_SCRIPTS) or b"\0" in head or head[:2] == b"\x1f\x8b":
+        return (f"{script} is not a Python script (a trace or other data file); {USAGE}. To read a trace, "
+                f"give it without --capture; a CUDA-graph capture trace goes to --capture-trace FILE.")
+    return None
+
+
 def run_script(out, argv, *, skip_forwards: int = 0) -> int:
-    """Run ``argv`` ([script.py, args...]) as __main__ under ``capture(out)``; returns its exit status."""
+    """Run ``argv`` ([script.py, args...]) as __main__ under ``capture(out)``; returns its exit status.
+
+    A ``SystemExit`` with a message (``sys.exit("boom")``) prints that message to stderr, as Python does."""
     script = argv[0]
-    if not Path(script).is_file():
-        print(f"Error: {script} is not a Python script: `roofline trace --capture -- python SCRIPT.py ARGS`.",
-              file=sys.stderr)
+    problem = script_problem(script)
+    if problem:
+        print(f"Error: {problem}", file=sys.stderr)
         return 2
     old = sys.argv
     sys.argv = list(argv)
     sys.path.insert(0, str(Path(script).resolve().parent))
-    status = 0
+    status, said = 0, None
     try:
         with capture(out, skip_forwards=skip_forwards):
             try:
                 runpy.run_path(script, run_name="__main__")
             except SystemExit as e:
                 status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                said = None if e.code is None or isinstance(e.code, int) else e.code
     finally:
         sys.argv = old
+    if said is not None:
+        print(said, file=sys.stderr)      # after the profiler's own notes: the last line the caller sees
     return status
 
 
@@ -151,9 +182,11 @@ def main(argv=None) -> int:
     if not out or not cmd:
         print("usage: python -m profiler.capture --out TRACE [--skip-forwards N] -- SCRIPT.py ARGS", file=sys.stderr)
         return 2
-    if Path(cmd[0]).name.startswith("python") and not cmd[0].endswith(".py"):
-        cmd = cmd[1:]      # `-- python script.py`: the script runs in this interpreter
-    if cmd and cmd[0] == "-m":
+    cmd = script_argv(cmd)
+    if not cmd:
+        print(f"Error: no script after `python`; {USAGE}.", file=sys.stderr)
+        return 2
+    if cmd[0] == "-m":
         print("Error: --capture runs a script file (python SCRIPT.py ARGS), not a module (-m).", file=sys.stderr)
         return 2
     os.environ.setdefault("ROOFLINE_CAPTURE", str(out))

@@ -16,21 +16,21 @@ import click
 
 from roofline.errors import RooflineError
 
-# command name -> "module:attribute"
+# command name -> ("module:attribute", the one-line summary `roofline --help` lists without importing it)
 COMMANDS = {
-    "devices": "profiler.commands.analytic:devices",
-    "explain": "profiler.commands.analytic:explain",
-    "check": "profiler.commands.check:check",            # kernels vs references
-    "env": "profiler.commands.measure:env",              # versions and device state
-    "ceilings": "profiler.commands.measure:ceilings",    # measured peaks and bandwidth
-    "profile": "profiler.commands.profile:profile",      # batch x context sweeps
-    "report": "profiler.commands.report:report",         # PNG + HTML + markdown from results
-    "compare": "profiler.commands.compare:compare",      # BEFORE AFTER: what a change did, within the noise
-    "latency": "profiler.commands.latency:latency",      # TTFT/TPOT timelines, serving loop
-    "diagnose": "profiler.commands.latency:diagnose",    # evidence -> bound -> what to try
-    "serve": "profiler.commands.serve:serve",            # our model behind an OpenAI-compatible API
-    "trace": "profiler.commands.trace:trace",            # a PyTorch profiler trace on the roofline
-    "counters": "profiler.commands.counters:counters",   # Nsight Compute counters on the roofline
+    "devices": ("profiler.commands.analytic:devices", "List the device catalogue: peaks, bandwidth, ridge"),
+    "explain": ("profiler.commands.analytic:explain", "Predict a linear layer or a model step (no hardware)"),
+    "check": ("profiler.commands.check:check", "Check every kernel and the model against references"),
+    "env": ("profiler.commands.measure:env", "Print versions and device state for a bug report"),
+    "ceilings": ("profiler.commands.measure:ceilings", "Measure this device's bandwidth, FLOP/s, collectives"),
+    "profile": ("profiler.commands.profile:profile", "Time prefill and decode over batch sizes and contexts"),
+    "report": ("profiler.commands.report:report", "Draw result files as figures, HTML and markdown"),
+    "compare": ("profiler.commands.compare:compare", "Judge a change: AFTER against BEFORE, beyond the noise"),
+    "latency": ("profiler.commands.latency:latency", "Time requests: TTFT, TPOT through a serving loop"),
+    "diagnose": ("profiler.commands.latency:diagnose", "Say what bounds each phase and what to try"),
+    "serve": ("profiler.commands.serve:serve", "Serve the model behind an OpenAI-compatible API"),
+    "trace": ("profiler.commands.trace:trace", "Put a PyTorch profiler trace on the roofline"),
+    "counters": ("profiler.commands.counters:counters", "Put Nsight Compute counters on the roofline"),
 }
 
 
@@ -39,11 +39,16 @@ class LazyGroup(click.Group):
         return sorted(COMMANDS)
 
     def get_command(self, ctx, name):
-        target = COMMANDS.get(name)
-        if target is None:
+        entry = COMMANDS.get(name)
+        if entry is None:
             return None
-        module, attr = target.split(":")
+        module, attr = entry[0].split(":")
         return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx, formatter):
+        """The command list from COMMANDS' summaries: whole sentences, and no command module imported."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, COMMANDS[name][1]) for name in self.list_commands(ctx)])
 
     def invoke(self, ctx):
         try:

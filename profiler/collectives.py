@@ -25,7 +25,7 @@ from roofline.interconnect import link_from_measurements
 
 from . import cache, probes
 from .ceilings import device_name as torch_device_name
-from .distributed import check_tp, run_ranks
+from .distributed import check_tp, run_ranks, torchrun_env
 from .timing import measure
 
 METHOD_VERSION = 1
@@ -153,10 +153,22 @@ def _follow(ctx, device_name, quick, remeasure):
     collective_ceilings(ctx, device_name, quick=quick, remeasure=remeasure)
 
 
+def check_cpu_ranks(tp: int, device: str) -> int:
+    """``tp`` CPU ranks checked against this machine's logical CPUs (one line), as ``--threads`` is: ranks
+    beyond the CPUs only wait on each other (64 gloo ranks on 2 CPUs ran 300 s without a word)."""
+    n = os.cpu_count() or 1
+    most = max(2, n)        # a collective needs two ranks: two share one CPU, slowly
+    if not str(device).startswith("cuda") and torchrun_env() is None and tp > most:
+        raise RooflineError(f"--tp {tp} starts {tp} CPU ranks, but this machine has {n} logical CPU(s) (more ranks "
+                            f"than CPUs only wait on each other, for minutes): give --tp {most} or fewer.")
+    return tp
+
+
 def run_collective_ceilings(device: str, tp: int, *, quick: bool = False, remeasure: bool = False,
                             threads: int | None = None) -> dict:
     """Start ``tp`` ranks (or join torchrun's) and measure; rank 0 returns the result (others None)."""
     check_tp(tp, device)
+    check_cpu_ranks(tp, device)
     if tp < 2:
         raise RooflineError("--collective needs --tp 2 or more: a collective over one rank moves nothing.")
     if not str(device).startswith("cuda"):

@@ -167,10 +167,39 @@ def read_counters(path) -> CounterFile:
     if not p.is_file():
         raise RooflineError(f"counters file {p} does not exist or is not a file; give the CSV `ncu --csv` wrote.")
     try:
-        text = p.read_text(encoding="utf-8", errors="replace")
+        raw = p.read_bytes()
     except OSError as e:
         raise RooflineError(f"cannot read counters file {p}: {e.strerror or e}.") from None
-    return parse_counters(text, str(p))
+    text, encoding = decode_text(raw, f"counters file {p}")
+    cf = parse_counters(text, str(p))
+    if encoding:
+        cf.notices.append(f"read as {encoding} (its byte-order mark says so); ncu --csv writes UTF-8.")
+    return cf
+
+
+# byte-order marks, longest first (UTF-32's LE mark begins with UTF-16's)
+BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le", "UTF-32"), (b"\x00\x00\xfe\xff", "utf-32-be", "UTF-32"),
+        (b"\xef\xbb\xbf", "utf-8-sig", ""), (b"\xff\xfe", "utf-16-le", "UTF-16"), (b"\xfe\xff", "utf-16-be", "UTF-16"))
+
+
+def decode_text(raw: bytes, where: str) -> tuple[str, str]:
+    """The text of a CSV export and the encoding its byte-order mark named ("" for UTF-8); UTF-16 or UTF-32
+    without a mark, or bytes that are not text, are a one-line RooflineError naming the encoding."""
+    for mark, codec, name in BOMS:
+        if raw.startswith(mark):
+            try:
+                return raw[len(mark):].decode(codec.removesuffix("-sig")), name
+            except UnicodeDecodeError as e:
+                enc = name or "UTF-8"
+                raise RooflineError(f"{where} starts with a {enc} byte-order mark but is not {enc} text (bad bytes "
+                                    f"at offset {e.start + len(mark)}): export it again with `ncu --csv`.") from None
+    head = raw[:4096]
+    if b"\0" in head:
+        odd, even = head[1::2].count(0), head[0::2].count(0)
+        guess = ("UTF-16-LE" if odd > even else "UTF-16-BE") if max(odd, even) > len(head) // 4 else ""
+        what = f"looks like {guess} text without a byte-order mark" if guess else "holds NUL bytes (not text)"
+        raise RooflineError(f"{where} {what}: save it as UTF-8 (what `ncu --csv ... > FILE.csv` writes).")
+    return raw.decode("utf-8", errors="replace"), ""
 
 
 def parse_counters(text: str, where: str = "counters") -> CounterFile:
@@ -225,8 +254,17 @@ def _long(head, rows, where) -> dict:
             v = to_si(v, r[ix["Metric Unit"]], f"{where}, row {n} ({metric})")
         out.setdefault(key, {})
         if v is not None:
-            out[key][metric] = v
+            _put(out[key], metric, v, key, f"{where}, row {n}")
     return out
+
+
+def _put(metrics: dict, metric: str, v: float, key: tuple, where: str) -> None:
+    """``metrics[metric] = v``, refusing a metric the roofline reads given twice for one launch with another value."""
+    old = metrics.get(metric)
+    if old is not None and old != v and metric in _USED:
+        raise RooflineError(f"{where}: {metric} of launch {key[0]} ({key[1]}) is given twice, {old:g} and {v:g}: "
+                            "one launch has one value; export each launch once.")
+    metrics[metric] = v
 
 
 def _raw(head, rows, where) -> dict:
@@ -247,7 +285,8 @@ def _raw(head, rows, where) -> dict:
                 continue
             v = _number(r[i], f"{where}, row {n} ({metric})")
             if v is not None:
-                vals[metric] = to_si(v, units[i] if i < len(units) else "", f"{where}, row {n} ({metric})")
+                _put(vals, metric, to_si(v, units[i] if i < len(units) else "", f"{where}, row {n} ({metric})"),
+                     key, f"{where}, row {n}")
     return out
 
 

@@ -169,6 +169,21 @@ class Device:
         return dev.with_cache_levels(levels) if levels else dev
 
 
+# what a device's figures may be: beyond these no chip exists and the ridge, times and shares lose their digits
+# (1e300 TFLOP/s x 1e12 overflows to inf, and the ridge inf / inf is nan)
+PEAK_TFLOPS_RANGE = (1e-6, 1e9)
+BANDWIDTH_GBS_RANGE = (1e-6, 1e9)
+
+
+def within(value: float, bounds: tuple, name: str, unit: str, shown: str | None = None) -> float:
+    """``value`` if inside ``bounds`` (lo, hi), else a one-line RooflineError naming ``name`` and the range."""
+    lo, hi = bounds
+    if not lo <= value <= hi:
+        raise RooflineError(f"{name} must be between {lo:g} and {hi:g}{' ' + unit if unit else ''}, but "
+                            f"{shown if shown is not None else show_value(value)} was given.")
+    return value
+
+
 def _positive_finite(value, rule: str, shown: str | None = None, *, allow_zero: bool = False) -> float:
     """``value`` as a finite float above zero (or zero, with ``allow_zero``); else RooflineError.
 
@@ -187,8 +202,10 @@ def _positive_finite(value, rule: str, shown: str | None = None, *, allow_zero: 
     return v
 
 
-def _peak_map(peaks, where: str, key: str, form: str, *, scale: float, allow_zero: bool = False) -> dict:
-    """{dtype: peak} checked (known dtypes, finite numbers above zero) and multiplied by ``scale``.
+def _peak_map(peaks, where: str, key: str, form: str, *, scale: float, allow_zero: bool = False,
+              bounds: tuple | None = None) -> dict:
+    """{dtype: peak} checked (known dtypes, finite numbers above zero, inside ``bounds`` before scaling, when
+    given) and multiplied by ``scale``.
 
     ``form`` is the allowed value in words, e.g. 'a positive number of TFLOP/s, e.g. {"bf16": 989}'.
     """
@@ -204,7 +221,10 @@ def _peak_map(peaks, where: str, key: str, form: str, *, scale: float, allow_zer
         if dt in out:
             raise RooflineError(f"{where}: {key} gives {dt} twice ({seen[dt]!r} and {k!r}): keep one.")
         shown = (json.dumps(k) if isinstance(k, str) else repr(k)) + f": {show_value(v)}"
-        out[dt], seen[dt] = _positive_finite(v, rule, shown, allow_zero=allow_zero) * scale, k
+        v = _positive_finite(v, rule, shown, allow_zero=allow_zero)
+        if bounds is not None:
+            within(v, bounds, f"{where}: {key} {dt}", "", shown)
+        out[dt], seen[dt] = v * scale, k
     return out
 
 
@@ -404,6 +424,8 @@ def custom_device(peak_tflops: float, bandwidth_gbs: float, name: str = "custom"
                                          "(e.g. 989)", repr(peak_tflops))
     bw = _positive_finite(bandwidth_gbs, "--bandwidth-gbs must be a positive, finite number of GB/s (e.g. 3350)",
                           repr(bandwidth_gbs))
+    within(peak, PEAK_TFLOPS_RANGE, "--peak-tflops", "dense TFLOP/s (e.g. 989)", repr(peak_tflops))
+    within(bw, BANDWIDTH_GBS_RANGE, "--bandwidth-gbs", "GB/s (e.g. 3350)", repr(bandwidth_gbs))
     d = normalize_dtype(dtype)
     peaks = {d: peak * T}
     if d in ("bf16", "fp16"):
@@ -437,19 +459,23 @@ def load_device_file(path: str | Path) -> Device:
         raise RooflineError(f"{where} needs 'peak_tflops' (e.g. {{\"bf16\": 989}}) and 'bandwidth_gbs' (e.g. 3350).")
     if "peak_tflops" in d:
         d["peak_flops"] = _peak_map(d.pop("peak_tflops"), where, "peak_tflops",
-                                    'a positive number of TFLOP/s, e.g. {"bf16": 989}', scale=T)
+                                    'a positive number of TFLOP/s, e.g. {"bf16": 989}', scale=T,
+                                    bounds=PEAK_TFLOPS_RANGE)
     else:
         d["peak_flops"] = _peak_map(d["peak_flops"], where, "peak_flops",
-                                    'a positive number of FLOP/s, e.g. {"bf16": 9.89e14}', scale=1.0)
+                                    'a positive number of FLOP/s, e.g. {"bf16": 9.89e14}', scale=1.0,
+                                    bounds=tuple(b * T for b in PEAK_TFLOPS_RANGE))
     if not d["peak_flops"]:
         raise RooflineError(f"{where}: peak_tflops must map at least one dtype to its peak, e.g. {{\"bf16\": 989}}, "
                             "but {} was given.")
     if "bandwidth_gbs" in d:
-        d["bandwidth"] = _positive_finite(d.pop("bandwidth_gbs"), f"{where}: bandwidth_gbs must be a positive "
-                                          "number of GB/s, e.g. 3350") * GB
+        gbs = _positive_finite(d.pop("bandwidth_gbs"), f"{where}: bandwidth_gbs must be a positive number of GB/s, "
+                               "e.g. 3350")
+        d["bandwidth"] = within(gbs, BANDWIDTH_GBS_RANGE, f"{where}: bandwidth_gbs", "GB/s") * GB
     else:
-        d["bandwidth"] = _positive_finite(d["bandwidth"], f"{where}: bandwidth must be a positive number of "
-                                          "byte/s, e.g. 3.35e12")
+        d["bandwidth"] = within(_positive_finite(d["bandwidth"], f"{where}: bandwidth must be a positive number of "
+                                                 "byte/s, e.g. 3.35e12"),
+                                tuple(b * GB for b in BANDWIDTH_GBS_RANGE), f"{where}: bandwidth", "byte/s")
     if "link_gbs" in d:   # the interconnect, per direction: {"link_gbs": 450, "link_latency_us": 15}
         bw = _positive_finite(d.pop("link_gbs"), f"{where}: link_gbs must be a positive number of GB/s per "
                               "direction, e.g. 450")

@@ -1,4 +1,4 @@
-"""Analytic explanations, no hardware: the seed's arithmetic for one linear layer, a phase's
+"""Analytic explanations, no hardware: the back-of-the-envelope arithmetic for one linear layer, a phase's
 per-op table with its verdict, and a whole ``roofline explain`` of a model step (``ExplainSpec``,
 built once from the options, into ``explain_step``: the table, the capacity, the expert curve).
 Returns data and plain text; the CLI prints."""
@@ -24,7 +24,7 @@ WEIGHT_ONLY = ("int8", "int4")   # weights dequantized into the activation dtype
 def explain_linear(tokens: int, in_features: int, out_features: int, dtype: str, device: Device, *,
                    weight_dtype: str | None = None, act_dtype: str | None = None,
                    group_size: int | None = None, zero_point: bool = False) -> dict:
-    """The seed's walk-through for y[T, N] = x[T, K] @ W[K, N]: returns figures and ``text``.
+    """The back-of-the-envelope walk-through for y[T, N] = x[T, K] @ W[K, N]: returns figures and ``text``.
 
     ``dtype`` is the layer's dtype; ``weight_dtype`` (default ``dtype``) and ``act_dtype`` (default ``dtype``,
     bf16 when ``dtype`` is not a float) override one side. Weight-only int8 / int4 weights are dequantized into
@@ -72,7 +72,8 @@ def explain_linear(tokens: int, in_features: int, out_features: int, dtype: str,
         f"[{device.source}]",
         f"  verdict: {cost.intensity:,.1f} {'>=' if verdict == COMPUTE else '<'} {ridge:,.1f}, so it is "
         f"{verdict}-bound; at the roof it takes {U.seconds(tm)}.",
-        "  (weight-only is the seed's number; real kernels also move activations and attention state.)",
+        "  (weight-only counts the weight bytes alone, the back-of-the-envelope figure; real kernels also move "
+        "activations and attention state.)",
     ]
     return {"tokens": T, "in": K, "out": N, "dtype": dt, "weight_dtype": dt, "act_dtype": act,
             "compute_dtype": compute_dt, "device": device.name, "weight_bytes": w_bytes,

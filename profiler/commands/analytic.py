@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import sys
 
 import click
 from click.core import ParameterSource
@@ -10,11 +12,32 @@ from click.core import ParameterSource
 from roofline.devices import CATALOGUE, COMPUTE_DTYPES, custom_link
 from roofline.errors import RooflineError
 from roofline.explain import ExplainSpec, explain_linear, explain_step
-from roofline.config_fields import read_json_file
+from roofline.config_fields import read_json_file, show_value
 from roofline.models import PRESETS
 
 from .. import ceilings
-from ..cli_args import analytic_quant_options, device_options, dtype_option, ep_option, model_option, resolve_device
+from ..cli_args import (FLOAT_DTYPES, analytic_quant_options, device_arg, device_options, dtype_option, ep_option,
+                        model_option, resolve_device)
+
+
+def float_dtype_option(name: str, default: str, help_text: str, why: str = ""):
+    """An option that takes (and lists in its help) only fp32, bf16 and fp16; ``why`` (with ``{key}``) says, for
+    a known dtype it refuses, where that dtype goes instead."""
+    normal = device_arg("dtype")
+
+    def cb(ctx, param, value):
+        try:
+            key = normal(ctx, param, value)
+        except click.BadParameter:
+            key, known = value, False
+        else:
+            known = True
+        if key is not None and key not in FLOAT_DTYPES:
+            said = f" ({why.format(key=key)})" if known and why else ""
+            raise click.BadParameter(f"{name} takes {', '.join(FLOAT_DTYPES)}{said}, but {value!r} was given.")
+        return key
+    return click.option(name, default=default, callback=cb, show_default=True,
+                        help=f"{help_text} ({', '.join(FLOAT_DTYPES)})")
 
 
 @click.command()
@@ -31,15 +54,16 @@ def devices(as_json):
             out.append(row)
         click.echo(json.dumps(out, indent=1))
         return
-    hdr = (f"{'key':<16}{'name':<26}{'bf16':>10}{'fp8':>10}{'fp32':>8}{'bandwidth':>11}{'ridge':>7}"
-           f"{'memory':>8}{'L2':>7}")
+    top = f"{'':<42}{'dense TFLOP/s':^28}{'bandwidth':>11}{'ridge':>8}{'memory':>8}{'L2':>6}"
+    hdr = f"{'key':<16}{'name':<26}{'bf16':>10}{'fp8':>10}{'fp32':>8}{'TB/s':>11}{'FLOP/B':>8}{'GB':>8}{'MB':>6}"
+    click.echo(top)
     click.echo(hdr)
     click.echo("-" * len(hdr))
     for d in CATALOGUE.values():
         tf = lambda k: f"{d.peak_flops[k] / 1e12:g}" if k in d.peak_flops else "-"  # noqa: E731
         click.echo(f"{d.key:<16}{d.name[:25]:<26}{tf('bf16'):>10}{tf('fp8'):>10}{tf('fp32'):>8}"
-                   f"{d.bandwidth / 1e12:>9.3g}TB{_ridge16(d):>7}{d.memory_bytes / 1e9:>6.0f}GB"
-                   f"{d.l2_bytes / 1e6:>5.0f}MB")
+                   f"{d.bandwidth / 1e12:>11.3g}{_ridge16(d):>8}{d.memory_bytes / 1e9:>8.0f}"
+                   f"{d.l2_bytes / 1e6:>6.0f}")
     click.echo("\nTFLOP/s are dense (no 2:4 sparsity); ridge = bf16 peak / bandwidth in FLOP/byte (fp16 on cards "
                "without bf16, marked *). Names: each key, its listed aliases (`--json`) and NVML's names.")
     click.echo("Sources: " + "; ".join(sorted({d.provenance for d in CATALOGUE.values()})) + ".")
@@ -83,7 +107,8 @@ def _measured_cpu(device):
 @click.option("--cached", type=int, default=0, show_default=True, help="prefill: cached prefix tokens reused")
 @click.option("--chunk", type=int, default=None, help="prefill: chunk size in tokens (chunked prefill)")
 @dtype_option("--weight-dtype", help="weight dtype")
-@dtype_option("--act-dtype", help="activation dtype (fp32, bf16, fp16)")
+@float_dtype_option("--act-dtype", "bf16", "activation dtype", why="{key} quantizes weights or the KV cache: "
+                    "--weight-dtype, --kv-dtype")
 @dtype_option("--kv-dtype", help="KV-cache dtype")
 @click.option("--tp", type=int, default=1, show_default=True,
               help="tensor-parallel ranks: per-rank costs (Megatron sharding) plus the collectives of each step")
@@ -142,16 +167,32 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
     click.echo(json.dumps(step.data) if as_json else step.text())
 
 
+MAX_EXPERT_TOKENS = 1e15    # tokens one expert received: more than any trace holds, and its sum stays exact enough
+
+
 def read_expert_load(path, model) -> list:
     """A measured expert histogram from a JSON file: a list of n_experts counts, or a list of such lists (one per
     layer; summed). One-line errors name what is wrong and what is allowed."""
     if not model.n_experts:
         raise RooflineError(f"--expert-load describes a mixture of experts, but {model.name} is dense: drop it.")
-    d = read_json_file(path, "expert load")
+    try:
+        d = read_json_file(path, "expert load")
+    except RooflineError:
+        raise
+    except ValueError:     # json's int() past sys.get_int_max_str_digits() (4,300 digits)
+        raise RooflineError(f"expert load {path} holds an integer of more than {sys.get_int_max_str_digits():,} "
+                            f"digits, not a token count: give counts from 0 to {MAX_EXPERT_TOKENS:.0e} tokens per "
+                            "expert.") from None
     rows = d if isinstance(d, list) and d and all(isinstance(r, list) for r in d) else [d]
     E = model.n_experts
     if any(not isinstance(r, list) or len(r) != E or any(isinstance(v, bool) or not isinstance(v, (int, float))
                                                          or v < 0 for v in r) for r in rows):
         raise RooflineError(f"expert load {path} must be a list of {E} counts (tokens per expert, >= 0) or a list of "
                             f"such lists, one per layer, for {model.name}'s {E} experts.")
+    for layer, r in enumerate(rows):
+        for e, v in enumerate(r):
+            if not (isinstance(v, int) or math.isfinite(v)) or v > MAX_EXPERT_TOKENS:
+                where = f"layer {layer}, expert {e}" if len(rows) > 1 else f"expert {e}"
+                raise RooflineError(f"expert load {path}: {where} holds {show_value(v)}, not a token count: give "
+                                    f"counts from 0 to {MAX_EXPERT_TOKENS:.0e} tokens per expert.")
     return [sum(r[e] for r in rows) for e in range(E)]

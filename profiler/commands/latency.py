@@ -39,6 +39,7 @@ from roofline.units import ms
 from ..cli_args import (dtype_option, mode_of, mode_options, model_option, quant_options, resolve_device,
                         threads_option, torch_device)
 from ..endpoint_run import EndpointRun, run_endpoint
+from .analytic import float_dtype_option
 from ..latency_run import LatencyRun, run_latency
 from ..run import Interrupted, strict_json
 
@@ -156,7 +157,8 @@ def _seconds(v, name: str) -> float:
 @model_option(default="small")
 @click.option("--backend", type=click.Choice(["torch", "triton"]), default="torch", show_default=True,
               help="kernels: torch (fast on a CPU) or our Triton kernels (the interpreter is far too slow on a CPU)")
-@dtype_option(default="fp32")
+@float_dtype_option("--dtype", "fp32", "the dtype the model runs in",
+                    why="{key} is costed by `roofline explain`, not run; quantization: --weight-dtype, --kv-dtype")
 @click.option("--device", "torch_device", default="auto", show_default=True, callback=torch_device,
               help="auto, cpu or cuda[:N]")
 @click.option("--prompt-tokens", type=int, default=256, show_default=True, help="tokens per prompt (<bos> included)")

@@ -20,7 +20,7 @@ from roofline.errors import RooflineError
 from .. import probes
 from ..ceilings import ceilings_table, device_name, get_ceilings
 from ..cli_args import torch_device, torch_device_name
-from ..collectives import collectives_table, run_collective_ceilings
+from ..collectives import check_cpu_ranks, collectives_table, run_collective_ceilings
 
 
 def default_device() -> str:
@@ -115,6 +115,7 @@ def ceilings(as_json, remeasure, quick, collective, tp, device):
 
 
 def _collective(as_json, remeasure, quick, tp, device):
+    check_cpu_ranks(tp, device)         # before the progress line: a refusal is one line
     if not as_json and not remeasure:
         click.echo(f"collectives over {tp} ranks on {device}: from the cache, or measured now ...", err=True)
     r = run_collective_ceilings(device, tp, quick=quick, remeasure=remeasure)

@@ -23,6 +23,7 @@ import click
 from roofline.errors import RooflineError
 from roofline.records import strict
 
+from ..capture import script_argv, script_problem
 from ..cli_args import mode_of, model_option, resolve_device, say_for
 
 
@@ -94,12 +95,30 @@ def _capture(cmd: list, out: Path, skip: int, overwrite: bool, say) -> Path:
     path = out / "trace.json.gz"
     if path.exists() and not overwrite:
         raise RooflineError(f"{path} already exists: add --overwrite to record it again, or give another --out.")
+    script = script_argv(cmd)
+    problem = script_problem(script[0]) if script and script[0] != "-m" else None
+    if problem:
+        raise RooflineError(problem)
     out.mkdir(parents=True, exist_ok=True)
     say(f"recording {' '.join(cmd)} -> {path}")
-    status = subprocess.call([sys.executable, "-m", "profiler.capture", "--out", str(path), "--skip-forwards",
-                              str(skip), "--", *cmd])
+    status, last = _run_teeing_stderr([sys.executable, "-m", "profiler.capture", "--out", str(path),
+                                       "--skip-forwards", str(skip), "--", *cmd])
     if status != 0:
-        raise RooflineError(f"the captured command exited with status {status}; its trace is not read.")
+        said = f" (it said: {last})" if last else ""
+        raise RooflineError(f"the captured command exited with status {status}{said}; its trace is not read.")
     if not path.exists():
         raise RooflineError(f"the captured command wrote no trace at {path}.")
     return path
+
+
+def _run_teeing_stderr(argv: list) -> tuple[int, str]:
+    """Run ``argv``, passing its stderr through as it comes; returns its status and last non-empty stderr line."""
+    last, err = "", sys.__stderr__      # the process's own stderr, where the child's would have gone
+    with subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, errors="replace") as proc:
+        for line in proc.stderr:
+            if err is not None:
+                err.write(line)
+                err.flush()
+            if line.strip():
+                last = line.strip()
+    return proc.returncode, last.removeprefix("Error: ")
