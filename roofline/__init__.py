@@ -30,7 +30,7 @@ from .workload import Phase, decode, prefill, request_steps
 # cost model itself: name -> the module that owns it.
 _LAZY = {
     "analyze": "analysis", "RunAnalysis": "analysis", "Step": "analysis", "read_results": "records",
-    "capacity": "capacity", "ExplainSpec": "explain", "explain_step": "explain",
+    "ExplainSpec": "explain", "explain_step": "explain",
     "weight_format": "precision", "act_format": "precision", "kv_format": "precision", "weight_bytes": "precision",
     "analyze_trace": "traces.analyze", "compare": "verdicts.comparison", "diagnose": "verdicts.diagnosis",
 }
@@ -48,7 +48,7 @@ __all__ = [
     "COMPUTE", "MEMORY", "OVERHEAD", "analyze_phase", "attainable", "bound", "predicted_time",
     "ridge_crossings", "roof_fraction", "Cost", "CATALOGUE", "Device", "cpu_device", "custom_device",
     "find_device", "load_device_file", "RooflineError", "PRESETS", "ModelConfig", "load_model",
-    "model_ops", "op_names", "Phase", "decode", "prefill", "request_steps", "capacity",
+    "model_ops", "op_names", "Phase", "decode", "prefill", "request_steps",
     "weight_format", "act_format", "kv_format", "weight_bytes", "read_results", "analyze", "RunAnalysis", "Step",
     "diagnose", "compare", "analyze_trace", "ExplainSpec", "explain_step",
 ]
