@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .families import tensors
+from .families import edit_ops, tensors
 from .models import PRESETS, ModelConfig
 from .ops import kind
 from .parallel import Shard, shard
@@ -133,7 +133,8 @@ def _model_ops(cfg: ModelConfig, sh: Shard) -> tuple:
     if cfg.final_softcap:
         ops.append(OpSpec("final_softcap", "softcap", "post", "head", 1, (), {"width": sh.vocab,
                                                                              "cap": cfg.final_softcap}))
-    return tuple(ops)
+    edit = edit_ops(cfg.arch)          # a family's own ops (a new kind), placed where they run
+    return tuple(edit(cfg, sh, ops) if edit is not None else ops)
 
 
 def _dense_width(cfg: ModelConfig, sh: Shard) -> int:

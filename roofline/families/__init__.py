@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from . import llama, qwen2, qwen3, phi3, gemma, mixtral, qwen_moe, deepseek_v3, gpt_oss  # noqa: F401 (register)
 from .hf_config import read_hf_config
-from .registry import Family, Preset, Tensors, families, family, model_types, preset, presets, register, tensors
+from .registry import (Family, Preset, Tensors, edit_ops, families, family, model_types, preset, presets, register,
+                       tensors)
 
-__all__ = ["Family", "Preset", "Tensors", "families", "family", "model_types", "preset", "presets", "read_hf_config",
-           "register", "tensors"]
+__all__ = ["Family", "Preset", "Tensors", "edit_ops", "families", "family", "model_types", "preset", "presets",
+           "read_hf_config", "register", "tensors"]

@@ -69,6 +69,9 @@ class Family:
     head_dim: Callable | None = None   # (HFReader) -> int: a query/key head's width when head_dim is not it
     rope: Callable | None = None       # (HFReader) -> float: RoPE base (and arch fields) when not the shared one
     says_quantization: bool = False    # its reader words the quantization_config note itself
+    # (cfg, shard, ops: list of OpSpec) -> list: the family's own ops placed where they run (a kind the shared
+    # layer does not build: roofline.ops registers its cost, kernels.runner_registry its runner); None: as built
+    edit_ops: Callable | None = None
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -112,6 +115,12 @@ def tensors(model_type: str) -> Tensors:
     """Where ``model_type``'s checkpoint keeps its tensors (the Llama layout for a type not registered)."""
     fam = _FAMILIES.get(model_type) if isinstance(model_type, str) else None
     return fam.tensors if fam is not None else LLAMA_TENSORS
+
+
+def edit_ops(model_type: str):
+    """``model_type``'s own edit of its op list (``Family.edit_ops``), or None."""
+    fam = _FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    return fam.edit_ops if fam is not None else None
 
 
 def presets() -> tuple:

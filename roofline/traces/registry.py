@@ -90,6 +90,12 @@ def register(r: Rule) -> Rule:
     return r
 
 
+def unregister(fn) -> None:
+    """Remove the rules whose cost function is ``fn`` (a test's or a notebook's own rule, when it is done)."""
+    RULES[:] = [r for r in RULES if r.cost is not fn]
+    _index()
+
+
 def _compile(p, label):
     if p is None or isinstance(p, re.Pattern):
         return p
