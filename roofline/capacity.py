@@ -55,6 +55,7 @@ class Capacity:
     min_tp_max_batch: int = 0    # the largest batch that fits at min_tp
     ep: int = 1                  # expert-parallel ranks (= tp when > 1); min_tp is then an --ep degree
     full_window_kv: bool = False  # windowed layers counted at the full context (our model's allocation)
+    weights_said: str = ""       # each module's precision, said beside the weight bytes ("" for one float)
 
     @property
     def total_bytes(self) -> float:
@@ -81,7 +82,8 @@ class Capacity:
         where = f"{self.tp} x {self.device}" if self.tp > 1 else f"one {self.device}"
         where += f" (expert parallel: {self.ep} ranks)" if self.ep > 1 else ""
         per = " per rank" if self.tp > 1 else ""
-        need = (f"{self.model} needs {U.nbytes(self.weight_bytes)} of weights{per} + "
+        said = f" ({self.weights_said})" if self.weights_said else ""
+        need = (f"{self.model} needs {U.nbytes(self.weight_bytes)} of weights{per}{said} + "
                 f"{U.nbytes(self.kv_bytes)} of KV cache (batch {self.batch} x context {self.context:,}"
                 f"{', every layer at full length as our model allocates it' if self.full_window_kv else ''}) + "
                 f"~{U.nbytes(self.activation_bytes)} of activations")
@@ -161,7 +163,7 @@ def _fits(cfg, memory, batch, context, tp, new_tokens, dt, ep=1) -> bool:
 def capacity(cfg: ModelConfig, device, batch: int, context: int, *, tp: int = 1, new_tokens: int = 1,
              weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16", group_size=None, zero_point=False,
              ep: int = 1, windowed_kv: bool = True, precision: Precision | None = None,
-             kv_scales: bool = True) -> Capacity:
+             kv_scales: bool = True, weights_said: str = "") -> Capacity:
     """The fit of ``batch`` sequences of ``context`` tokens (``new_tokens`` each this step: 1 for decode, the
     prompt for prefill) on ``device`` (its ``memory_bytes``) at ``tp`` ranks (``ep``: expert parallel), the
     weights under ``precision`` (``weight_bytes``) and the KV cache in ``kv_dtype`` (``kv_scales``: ``kv_bytes``)."""
@@ -184,7 +186,7 @@ def capacity(cfg: ModelConfig, device, batch: int, context: int, *, tp: int = 1,
                 min_tp, min_tp_batch = n, b
                 break
     return Capacity(cfg.name, getattr(device, "name", str(device)), mem, tp, batch, context, wb, kb, ab,
-                    max_batch, min_tp, min_tp_batch, ep, not windowed_kv and any(cfg.windows))
+                    max_batch, min_tp, min_tp_batch, ep, not windowed_kv and any(cfg.windows), weights_said)
 
 
 def _max_batch(cfg, mem, context, tp, new_tokens, dt, ep=1) -> int:

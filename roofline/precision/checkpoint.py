@@ -123,7 +123,13 @@ def _gptq(q: dict, source: str) -> Quantization:
     _fields(q, source, ("quant_method", "bits", "group_size", "desc_act", "sym", "damp_percent", "true_sequential",
                         "static_groups", "checkpoint_format", "model_name_or_path", "model_file_base_name",
                         "modules_to_not_convert", "dataset", "tokenizer", "use_exllama", "meta", "pack_dtype",
-                        "lm_head", "format", "quant_method_version"))
+                        "lm_head", "format", "quant_method_version", "batch_size", "block_name_to_quantize",
+                        "cache_block_outputs", "exllama_config", "max_input_length", "model_seqlen",
+                        "module_name_preceding_first_block", "modules_in_block_to_quantize", "pad_token_id",
+                        "use_cuda_fp16"))
+    for k in ("modules_in_block_to_quantize", "block_name_to_quantize"):
+        if q.get(k):
+            _refuse(source, f"{k} {q[k]!r}", "is not modelled (every Linear of the layers)")
     if q.get("checkpoint_format", q.get("format", "gptq")) not in ("gptq", "gptq_v2"):
         _refuse(source, f"checkpoint_format {q.get('checkpoint_format', q.get('format'))!r}",
                 "is not modelled (gptq's qweight / qzeros / scales / g_idx only)")

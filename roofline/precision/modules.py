@@ -134,7 +134,7 @@ class Precision:
             f = w.get(m)
             s = f"{m} {f.describe() if f else act_dtype}"
             if f is not None and m in a:
-                s += f" x {a[m].describe()} activations"
+                s += f" with {a[m].name} activations"
             odd = [f"{n} {g.describe() if g else act_dtype}" for n, om, g in self.ops if om == m]
             if odd:
                 s += f" (but {', '.join(odd)})"
