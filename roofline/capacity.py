@@ -163,11 +163,13 @@ def _fits(cfg, memory, batch, context, tp, new_tokens, dt, ep=1) -> bool:
 def capacity(cfg: ModelConfig, device, batch: int, context: int, *, tp: int = 1, new_tokens: int = 1,
              weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16", group_size=None, zero_point=False,
              ep: int = 1, windowed_kv: bool = True, precision: Precision | None = None,
-             kv_scales: bool = True, weights_said: str = "") -> Capacity:
+             weights_said: str = "") -> Capacity:
     """The fit of ``batch`` sequences of ``context`` tokens (``new_tokens`` each this step: 1 for decode, the
     prompt for prefill) on ``device`` (its ``memory_bytes``) at ``tp`` ranks (``ep``: expert parallel), the
-    weights under ``precision`` (``weight_bytes``) and the KV cache in ``kv_dtype`` (``kv_scales``: ``kv_bytes``)."""
+    weights under ``precision`` (``weight_bytes``) and the KV cache in ``kv_dtype``, with per-token scales unless
+    the precision's KV format keeps per-tensor ones (``kv_bytes``)."""
     tp, ep = ranks(tp, ep)
+    kv_scales = precision.kv_scales if precision is not None and precision.kv is not None else True
     dt = {"w": dict(weight_dtype=weight_dtype, act_dtype=act_dtype, group_size=group_size, zero_point=zero_point,
                     precision=precision), "kv": kv_dtype, "win": windowed_kv, "kv_scales": kv_scales}
     mem = float(getattr(device, "memory_bytes", 0) or 0)

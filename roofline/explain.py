@@ -381,7 +381,7 @@ def explain_step(spec: ExplainSpec) -> StepExplained:
     dt = ph.dtypes
     cap = capacity(spec.model, spec.device, spec.batch, spec.context, tp=ph.tp, ep=ph.ep,
                    new_tokens=ph.new_tokens if ph.phase == "prefill" else 1, act_dtype=dt.act, kv_dtype=dt.kv,
-                   precision=dt.precision, kv_scales=dt.kv_scales,
+                   precision=dt.precision,
                    weights_said=spec.said.partition(": ")[2] if spec.per_module else "")
     d["capacity"] = cap.to_dict()
     d["precision"] = {**dt.precision.to_dict(dt.act), "line": spec.said,
