@@ -17,6 +17,8 @@ from roofline.devices import custom_device, find_device, load_device_file
 from roofline.dtypes import BYTES_PER_ELEMENT, normalize_dtype
 from roofline.errors import RooflineError
 from roofline.models import load_model
+from roofline.precision import MODULES, kv_format, parse_weight_flag
+from roofline.precision import names as format_names
 
 DTYPES = tuple(BYTES_PER_ELEMENT)
 MAX_BUDGET_MS = 60_000.0     # one minute of timed repetitions per op is already far more than enough
@@ -105,6 +107,33 @@ def device_arg(kind: str):
 def dtype_option(name="--dtype", default="bf16", help="data type"):
     return click.option(name, default=default, callback=_dtype_cb, show_default=True,
                         help=f"{help} ({', '.join(DTYPES)})")
+
+
+def _precision_cb(role: str):
+    """``--weight-dtype`` (a registered weight format, or module=format,... per module class) or ``--kv-dtype``
+    (a registered KV format), checked against ``roofline.precision``'s registry; the text itself is kept (None:
+    the checkpoint's)."""
+    def cb(ctx, param, value):
+        if value is None:
+            return None
+        try:
+            if role == "weight":
+                parse_weight_flag(value)
+            else:
+                kv_format(value)
+        except RooflineError as e:
+            raise click.BadParameter(f"Unknown dtype in {value!r}: {e}") from None
+        return str(value).strip()
+    return cb
+
+
+def precision_option(name: str, role: str, help: str):
+    """explain's --weight-dtype / --kv-dtype: the registry's formats (``roofline.precision``), default the
+    checkpoint's own (its quantization_config; bf16 for a float checkpoint)."""
+    extra = (f"; or per module class, e.g. experts=nvfp4,attention=fp8 ({', '.join(MODULES)})"
+             if role == "weight" else "")
+    return click.option(name, default=None, callback=_precision_cb(role),
+                        help=f"{help}: {', '.join(format_names(role))}{extra} [the checkpoint's, else bf16]")
 
 
 WEIGHT_QUANT = ("int8", "int4")     # weight-only quantization the kernels run (kernels.quant)

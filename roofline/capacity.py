@@ -7,9 +7,9 @@ parallelism: ``ep`` = ``tp`` ranks, each holding E / ep whole experts) a rank's 
 experts', and the smallest degree is searched as expert-parallel (--ep) instead. Everything is counted
 from ``roofline.layer``'s op list:
 
-* weights: every WeightSpec, linears in the weight dtype (quantized ones with their scales,
-  ``formulas.quantized_weight_bytes``), the embedding, norms and biases in the activation dtype; a tied
-  lm_head is the embedding (once);
+* weights: every WeightSpec as its op's kind holds it (``OpKind.resident``): linears and experts in their
+  module's format (``roofline.precision``: the checkpoint's, or a flag's; scales included), the embedding,
+  norms and biases in the activation dtype; a tied lm_head is the embedding (once);
 * KV cache: ``batch`` sequences of ``context`` tokens, each layer's capped at its window
   (``formulas.kv_cache_bytes``: a ring buffer holds at most the window), as a server with a sliding-window
   cache allocates it. ``windowed_kv=False`` counts every layer at the full context: what our own model
@@ -32,7 +32,9 @@ from .dtypes import bytes_per_element
 from .errors import RooflineError
 from .layer import model_ops
 from .models import ModelConfig
+from .ops import kind
 from .parallel import ranks, shard
+from .precision import Precision, plain
 
 TIGHT = 0.9   # above this share of the memory a fit is "tight"
 
@@ -53,6 +55,7 @@ class Capacity:
     min_tp_max_batch: int = 0    # the largest batch that fits at min_tp
     ep: int = 1                  # expert-parallel ranks (= tp when > 1); min_tp is then an --ep degree
     full_window_kv: bool = False  # windowed layers counted at the full context (our model's allocation)
+    weights_said: str = ""       # each module's precision, said beside the weight bytes ("" for one float)
 
     @property
     def total_bytes(self) -> float:
@@ -79,7 +82,8 @@ class Capacity:
         where = f"{self.tp} x {self.device}" if self.tp > 1 else f"one {self.device}"
         where += f" (expert parallel: {self.ep} ranks)" if self.ep > 1 else ""
         per = " per rank" if self.tp > 1 else ""
-        need = (f"{self.model} needs {U.nbytes(self.weight_bytes)} of weights{per} + "
+        said = f" ({self.weights_said})" if self.weights_said else ""
+        need = (f"{self.model} needs {U.nbytes(self.weight_bytes)} of weights{per}{said} + "
                 f"{U.nbytes(self.kv_bytes)} of KV cache (batch {self.batch} x context {self.context:,}"
                 f"{', every layer at full length as our model allocates it' if self.full_window_kv else ''}) + "
                 f"~{U.nbytes(self.activation_bytes)} of activations")
@@ -109,39 +113,37 @@ class Capacity:
 
 
 def weight_bytes(cfg: ModelConfig, tp: int = 1, *, weight_dtype="bf16", act_dtype="bf16", group_size=None,
-                 zero_point=False, ep: int = 1) -> float:
-    """One rank's bytes of every weight of ``cfg`` (linears in ``weight_dtype``, the rest in ``act_dtype``); under
+                 zero_point=False, ep: int = 1, precision: Precision | None = None) -> float:
+    """One rank's bytes of every weight of ``cfg``: each as its op's kind holds it (``OpKind.resident``: a
+    linear's or the experts' in their module's format, scales included; kv_b_proj also as decode's dequantized
+    copy; norms, biases and the embedding table in their float) under ``precision`` (each module's formats,
+    ``roofline.precision``; default: a plain ``weight_dtype`` for every linear, the rest in ``act_dtype``); under
     ``ep`` its E / ep whole experts."""
-    a = bytes_per_element(act_dtype)
-    total = 0.0
+    p = precision or plain(weight_dtype, group_size=group_size, zero_point=zero_point)
+    return sum((o.count if o.per_layer else 1) * kind(o.kind).resident(o, w, p, act_dtype)
+               for o in model_ops(cfg, shard(cfg, tp, ep)) for w in o.weights)
+
+
+def weight_bytes_by_module(cfg: ModelConfig, precision: Precision, act_dtype="bf16", tp: int = 1, ep: int = 1) -> dict:
+    """One rank's resident weight bytes per module class (``OpSpec.module``; norms under "norm"), in op order."""
+    out: dict = {}
     for o in model_ops(cfg, shard(cfg, tp, ep)):
-        n = o.count if o.per_layer else 1
         for w in o.weights:
-            if o.kind == "mla_up" and weight_dtype in F.QUANTIZED_WEIGHTS:   # kv_b_proj quantized, for prefill
-                total += n * F.quantized_weight_bytes(*w.shape, weight_dtype=weight_dtype, act_dtype=act_dtype,
-                                                      group_size=group_size, zero_point=zero_point)
-            if w.role == "linear" and o.kind == "linear":
-                total += n * F.quantized_weight_bytes(*w.shape, weight_dtype=weight_dtype, act_dtype=act_dtype,
-                                                      group_size=group_size, zero_point=zero_point)
-            elif w.role == "experts":                       # every expert is resident, [E, in, out]
-                total += n * w.shape[0] * F.quantized_weight_bytes(*w.shape[1:], weight_dtype=weight_dtype,
-                                                                   act_dtype=act_dtype, group_size=group_size,
-                                                                   zero_point=zero_point)
-            else:   # norms, routers (never quantized), kv_b_proj in act dtype (decode's copy: quant.absorbed_kv_b)
-                e = 1
-                for s in w.shape:
-                    e *= s
-                total += n * e * a
-    return total
+            out[o.module or "other"] = out.get(o.module or "other", 0.0) + (o.count if o.per_layer else 1) * \
+                kind(o.kind).resident(o, w, precision, act_dtype)
+    return out
 
 
 def kv_bytes(cfg: ModelConfig, batch: int, context: int, tp: int = 1, *, kv_dtype="bf16",
-             windowed: bool = True) -> float:
+             windowed: bool = True, kv_scales: bool = True) -> float:
+    """One rank's KV cache for ``batch`` x ``context`` (``kv_scales``: a scale per token and KV head, as our
+    8-bit caches keep; False for a checkpoint's per-tensor scales)."""
     if cfg.mla:   # the latent cache, replicated on every rank (each rank's heads read all of it)
         return batch * F.mla_cache_bytes(context, cfg.n_layers, cfg.kv_lora_rank, cfg.qk_rope_dim, kv_dtype=kv_dtype)
     sh = shard(cfg, tp)
     return batch * sum(F.kv_cache_bytes(context, 1, sh.n_kv_heads, cfg.head_dim, kv_dtype=kv_dtype,
-                                        window=(w or None) if windowed else None) for w in cfg.windows)
+                                        kv_scales=kv_scales, window=(w or None) if windowed else None)
+                       for w in cfg.windows)
 
 
 def activation_bytes(cfg: ModelConfig, batch: int, new_tokens: int, tp: int = 1, *, act_dtype="bf16") -> float:
@@ -152,22 +154,27 @@ def activation_bytes(cfg: ModelConfig, batch: int, new_tokens: int, tp: int = 1,
 
 
 def _fits(cfg, memory, batch, context, tp, new_tokens, dt, ep=1) -> bool:
-    need = (weight_bytes(cfg, tp, ep=ep, **dt["w"]) + kv_bytes(cfg, batch, context, tp, kv_dtype=dt["kv"], windowed=dt["win"])
+    need = (weight_bytes(cfg, tp, ep=ep, **dt["w"])
+            + kv_bytes(cfg, batch, context, tp, kv_dtype=dt["kv"], windowed=dt["win"], kv_scales=dt["kv_scales"])
             + activation_bytes(cfg, batch, new_tokens, tp, act_dtype=dt["w"]["act_dtype"]))
     return need <= memory
 
 
 def capacity(cfg: ModelConfig, device, batch: int, context: int, *, tp: int = 1, new_tokens: int = 1,
              weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16", group_size=None, zero_point=False,
-             ep: int = 1, windowed_kv: bool = True) -> Capacity:
+             ep: int = 1, windowed_kv: bool = True, precision: Precision | None = None,
+             weights_said: str = "") -> Capacity:
     """The fit of ``batch`` sequences of ``context`` tokens (``new_tokens`` each this step: 1 for decode, the
-    prompt for prefill) on ``device`` (its ``memory_bytes``) at ``tp`` ranks (``ep``: expert parallel)."""
+    prompt for prefill) on ``device`` (its ``memory_bytes``) at ``tp`` ranks (``ep``: expert parallel), the
+    weights under ``precision`` (``weight_bytes``) and the KV cache in ``kv_dtype``, with per-token scales unless
+    the precision's KV format keeps per-tensor ones (``kv_bytes``)."""
     tp, ep = ranks(tp, ep)
-    dt = {"w": dict(weight_dtype=weight_dtype, act_dtype=act_dtype, group_size=group_size, zero_point=zero_point),
-          "kv": kv_dtype, "win": windowed_kv}
+    kv_scales = precision.kv_scales if precision is not None and precision.kv is not None else True
+    dt = {"w": dict(weight_dtype=weight_dtype, act_dtype=act_dtype, group_size=group_size, zero_point=zero_point,
+                    precision=precision), "kv": kv_dtype, "win": windowed_kv, "kv_scales": kv_scales}
     mem = float(getattr(device, "memory_bytes", 0) or 0)
     wb = weight_bytes(cfg, tp, ep=ep, **dt["w"])
-    kb = kv_bytes(cfg, batch, context, tp, kv_dtype=kv_dtype, windowed=windowed_kv)
+    kb = kv_bytes(cfg, batch, context, tp, kv_dtype=kv_dtype, windowed=windowed_kv, kv_scales=kv_scales)
     ab = activation_bytes(cfg, batch, new_tokens, tp, act_dtype=act_dtype)
     max_batch = min_tp = min_tp_batch = 0
     if mem:
@@ -181,7 +188,7 @@ def capacity(cfg: ModelConfig, device, batch: int, context: int, *, tp: int = 1,
                 min_tp, min_tp_batch = n, b
                 break
     return Capacity(cfg.name, getattr(device, "name", str(device)), mem, tp, batch, context, wb, kb, ab,
-                    max_batch, min_tp, min_tp_batch, ep, not windowed_kv and any(cfg.windows))
+                    max_batch, min_tp, min_tp_batch, ep, not windowed_kv and any(cfg.windows), weights_said)
 
 
 def _max_batch(cfg, mem, context, tp, new_tokens, dt, ep=1) -> int:

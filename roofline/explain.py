@@ -11,11 +11,13 @@ from . import formulas as F
 from . import units as U
 from . import workload as W
 from .bounds import COMMUNICATION, COMPUTE, analyze_phase
-from .capacity import Capacity, capacity
+from .capacity import Capacity, capacity, weight_bytes_by_module
 from .devices import Device
 from .dtypes import bytes_per_element, normalize_dtype
 from .errors import RooflineError, check_positive_int
+from .layer import module_classes, precision_of
 from .models import ModelConfig
+from .precision import Precision
 
 
 WEIGHT_ONLY = ("int8", "int4")   # weights dequantized into the activation dtype: the GEMM runs at its peak
@@ -260,9 +262,9 @@ class ExplainSpec:
     context: int = 1024               # prefill: prompt length; decode: tokens already in the KV cache
     cached: int = 0                   # prefill: cached prefix tokens reused
     chunk: int | None = None          # prefill: chunk size in tokens (chunked prefill)
-    weight_dtype: str = "bf16"
+    weight_dtype: str | None = None   # a format for every linear, or module=format,...; None: the checkpoint's
     act_dtype: str = "bf16"
-    kv_dtype: str = "bf16"
+    kv_dtype: str | None = None       # None: the checkpoint's KV scheme, else bf16
     tp: int = 1
     ep: int = 1
     group_size: int | None = None     # int4 weights: input rows per scale
@@ -276,9 +278,39 @@ class ExplainSpec:
         if self.phase == "decode" and (self.cached or self.chunk):
             raise RooflineError("--cached and --chunk apply to --phase prefill only.")
 
+    @property
+    def checkpoint(self) -> Precision:
+        """The model's own precision (its quantization_config; empty for a float model)."""
+        return precision_of(self.model)
+
+    @property
+    def precision(self) -> Precision:
+        """Each module's formats: the checkpoint's with ``--weight-dtype`` / ``--kv-dtype`` over them; a float
+        model without a flag is costed in bf16 weights (the float checkpoint's), as before; without a KV scheme
+        the cache is bf16 (``_step_options``)."""
+        base = self.checkpoint
+        weight = self.weight_dtype or (None if base.source else "bf16")
+        return base.with_flags(weight, self.kv_dtype, group_size=self.group_size, zero_point=self.zero_point)
+
+    @property
+    def per_module(self) -> bool:
+        """Whether the modules may differ (a quantized checkpoint, or ``--weight-dtype module=format``): then
+        ``explain`` says each one's precision on top and beside the weight bytes."""
+        return bool(self.checkpoint.source) or "=" in (self.weight_dtype or "")
+
+    @property
+    def weight_label(self) -> str:
+        return self.weight_dtype or ("checkpoint" if self.checkpoint.source else "bf16")
+
+    @property
+    def said(self) -> str:
+        """Each module's precision in one line (``Precision.describe``)."""
+        return self.precision.describe(module_classes(self.model), self.act_dtype)
+
     def _step_options(self) -> dict:
-        kw = dict(weight_dtype=self.weight_dtype, act_dtype=self.act_dtype, kv_dtype=self.kv_dtype, tp=self.tp,
-                  ep=self.ep, group_size=self.group_size, zero_point=self.zero_point)
+        kw = dict(weight_dtype=self.weight_label, act_dtype=self.act_dtype, kv_dtype=self.kv_dtype or "bf16",
+                  tp=self.tp, ep=self.ep, group_size=self.group_size, zero_point=self.zero_point,
+                  precision=self.precision)
         if self.expert_load:
             kw["expert_load"] = list(self.expert_load)
         return kw
@@ -309,11 +341,14 @@ class StepExplained:
         bytes a decode step reads, the verdict and, for a mixture of experts, the expert curve."""
         s, ph, cap, d = self.spec, self.phase, self.capacity, self.data
         tp, ep = ph.tp, ph.ep          # --ep N alone: N ranks (roofline.parallel.ranks)
-        lines = [("DOES NOT FIT: " if not cap.fits else "capacity: ") + cap.sentence,
-                 f"{d['model']} {d['phase']} on {d['device']} ({s.device.source} ceilings), weights {s.weight_dtype}"
+        mixed = s.per_module
+        lines = ([d["precision"]["line"]] if mixed else []) + [
+                 ("DOES NOT FIT: " if not cap.fits else "capacity: ") + cap.sentence,
+                 f"{d['model']} {d['phase']} on {d['device']} ({s.device.source} ceilings), "
+                 + ("weights per module as above" if mixed else f"weights {s.weight_dtype or 'bf16'}")
                  + (f" (group {ph.dtypes.group_size}{', zero points' if s.zero_point else ''})"
                     if s.weight_dtype == "int4" else "")
-                 + f", activations {s.act_dtype}, KV cache {s.kv_dtype}"
+                 + f", activations {s.act_dtype}, {ph.dtypes.precision.describe_kv(s.act_dtype)}"
                  + (f"; expert parallel over {ep} ranks ({s.model.n_experts // ep} whole expert(s) each, attention "
                     "tensor parallel over the same ranks): every row is one rank's share" if ep > 1 else
                     f"; tensor parallel over {tp} ranks: every row is one rank's share" if tp > 1 else ""),
@@ -323,12 +358,19 @@ class StepExplained:
         if ph.phase == "decode":
             lines.append(f"KV cache read: {U.nbytes(ph.kv_cache_read_bytes)} ({ph.kv_cache_read_bytes:,.0f} bytes); "
                          f"weights read: {U.nbytes(ph.weight_bytes)}" + (" (per rank)" if tp > 1 else "")
-                         + ("; scales counted (formulas.weight_scale_bytes, kv_scale_bytes)."
-                            if ph.dtypes.weight in F.QUANTIZED_WEIGHTS or ph.dtypes.kv in F.QUANTIZED_KV else "."))
+                         + ("; scales counted (roofline.precision.weight_bytes, formulas.kv_scale_bytes)."
+                            if _any_scales(ph) else "."))
         lines.append(d["verdict"])
         if d.get("experts"):
             lines.append(expert_curve_text(d["experts"]))
         return "\n".join(lines)
+
+
+def _any_scales(ph) -> bool:
+    """Whether the step reads a quantized weight or an 8-bit KV cache (their scales counted)."""
+    p = ph.dtypes.precision
+    return any(f.quantized for _, f in p.weights) or any(f is not None and f.quantized for _, _, f in p.ops) \
+        or ph.dtypes.kv in F.QUANTIZED_KV
 
 
 def explain_step(spec: ExplainSpec) -> StepExplained:
@@ -337,11 +379,14 @@ def explain_step(spec: ExplainSpec) -> StepExplained:
     weights a decode step reads against the batch ("experts", ``expert_curve``)."""
     ph = spec.step()
     d = explain_phase(ph, spec.device, spec.link)
+    dt = ph.dtypes
     cap = capacity(spec.model, spec.device, spec.batch, spec.context, tp=ph.tp, ep=ph.ep,
-                   new_tokens=ph.new_tokens if ph.phase == "prefill" else 1, weight_dtype=ph.dtypes.weight,
-                   act_dtype=ph.dtypes.act, kv_dtype=ph.dtypes.kv, group_size=ph.dtypes.group_size,
-                   zero_point=ph.dtypes.zero_point)
+                   new_tokens=ph.new_tokens if ph.phase == "prefill" else 1, act_dtype=dt.act, kv_dtype=dt.kv,
+                   precision=dt.precision,
+                   weights_said=spec.said.partition(": ")[2] if spec.per_module else "")
     d["capacity"] = cap.to_dict()
+    d["precision"] = {**dt.precision.to_dict(dt.act), "line": spec.said,
+                      "weight_bytes_by_module": weight_bytes_by_module(spec.model, dt.precision, dt.act, ph.tp, ph.ep)}
     curve = expert_curve(spec.decode_at, spec.model) if spec.model.n_experts else {}
     if curve:
         d["experts"] = curve

@@ -29,6 +29,8 @@ from .families import edit_ops, tensors
 from .models import PRESETS, ModelConfig
 from .ops import kind
 from .parallel import Shard, shard
+from .precision import MODULES, Precision, resolve
+from .precision.modules import WEIGHT_ROLES
 
 LAYER_OP = "layer"                       # one whole transformer layer timed as one op
 
@@ -69,6 +71,7 @@ class OpSpec:
     weights: tuple = ()
     dims: dict = field(default_factory=dict, compare=False, hash=False)
     layers: tuple = ()           # the layer indices that run it (per-layer ops)
+    module: str = ""             # its module class (roofline.precision.modules.MODULES, or "norm"): what it reads
 
     @property
     def tensor(self) -> bool:
@@ -80,18 +83,18 @@ class OpSpec:
 
 
 def _linear(name, group, k, n, key, hf, shard_w, count, layers, bias=False, bias_key=None, bias_hf=None,
-            bias_shard=None, part=()):
+            bias_shard=None, part=(), module="mlp"):
     ws = [WeightSpec(key, (k, n), "linear", hf, shard_w, part)]
     if bias:
         ws.append(WeightSpec(bias_key, (n,), "bias", bias_hf, bias_shard, part))
     return OpSpec(name, "linear", "layer", group, count, tuple(ws),
-                  {"in_features": k, "out_features": n, "bias": bias}, layers)
+                  {"in_features": k, "out_features": n, "bias": bias}, layers, module)
 
 
 def _norm(name, key, hf, width, count, layers, offset, group="norm", rows=1, part="layer"):
     return OpSpec(name, "norm", part, group, count, (WeightSpec(key, (width,), "norm", hf, "replicated",
                                                                  offset=offset),),
-                  {"width": width, "rows": rows}, layers)
+                  {"width": width, "rows": rows}, layers, "norm")
 
 
 def model_ops(cfg: ModelConfig, sh: Shard | None = None) -> tuple:
@@ -105,7 +108,7 @@ def _model_ops(cfg: ModelConfig, sh: Shard) -> tuple:
     every = tuple(range(L))
     ops = [OpSpec("embedding", "embedding", "pre", "embed", 1,
                   (WeightSpec("embed", (sh.vocab, H), "embedding", "model.embed_tokens.weight", "vocab"),),
-                  {"vocab": sh.vocab, "hidden": H})]
+                  {"vocab": sh.vocab, "hidden": H}, module="embedding")]
     if cfg.embed_scale:
         ops.append(OpSpec("embed_scale", "scale", "pre", "embed", 1, (), {"width": H, "factor": H ** 0.5}))
     ops.append(_norm("attn_norm", "attn_norm", "input_layernorm.weight", H, L, every, cfg.norm_offset))
@@ -129,7 +132,8 @@ def _model_ops(cfg: ModelConfig, sh: Shard) -> tuple:
     ops.append(_norm("final_norm", "final_norm", "model.norm.weight", H, 1, (), cfg.norm_offset, part="post"))
     head_w = () if cfg.tie_embeddings else (WeightSpec("lm_head", (H, sh.vocab), "linear", "lm_head.weight", "vocab"),)
     ops.append(OpSpec("lm_head", "linear", "post", "head", 1, head_w,
-                      {"in_features": H, "out_features": sh.vocab, "bias": False, "tied": cfg.tie_embeddings}))
+                      {"in_features": H, "out_features": sh.vocab, "bias": False, "tied": cfg.tie_embeddings},
+                      module="lm_head"))
     if cfg.final_softcap:
         ops.append(OpSpec("final_softcap", "softcap", "post", "head", 1, (), {"width": sh.vocab,
                                                                              "cap": cfg.final_softcap}))
@@ -152,7 +156,7 @@ def _attention_ops(cfg: ModelConfig, sh: Shard) -> list:
     def proj(name, k, n, key, shard_w, hf, part=(), bias=False, bkey=None, bshard=None):
         return _linear(name, "attention", k, n, key, hf if not part else part[0], shard_w, L, every, bias, bkey,
                        (hf.replace(".weight", ".bias") if not part else part[0].replace(".weight", ".bias")),
-                       bshard, part[1:] if part else ())
+                       bshard, part[1:] if part else (), "attention")
 
     qkv = "self_attn.qkv_proj.weight"
     sizes = (cfg.q_dim, cfg.kv_dim, cfg.kv_dim)
@@ -182,7 +186,7 @@ def _attention_ops(cfg: ModelConfig, sh: Shard) -> list:
                           {"n_heads": Hq, "n_kv_heads": Hkv, "head_dim": D, "window": windows[idx[0]],
                            "softcap": cfg.attn_softcap, "scale": cfg.scale, "sinks": cfg.attn_sinks,
                            "rope_theta": (cfg.rope_local_theta or cfg.rope_theta) if want else cfg.rope_theta},
-                          idx))
+                          idx, "attention"))
     ops.append(proj("o_proj", qd, H, "wo", "q_rows", "self_attn.o_proj.weight", bias=cfg.o_bias, bkey="bo",
                     bshard="rank0"))
     return ops
@@ -198,7 +202,7 @@ def _mla_ops(cfg: ModelConfig, sh: Shard) -> list:
     perm = (N + P, N, P) if cfg.rope_interleave else ()
     lin = lambda name, k, n, key, hf, shard_w, rope=(): OpSpec(  # noqa: E731
         name, "linear", "layer", "attention", L, (WeightSpec(key, (k, n), "linear", hf, shard_w, rope=rope),),
-        {"in_features": k, "out_features": n, "bias": False}, every)
+        {"in_features": k, "out_features": n, "bias": False}, every, "mla")
     ops = []
     if cfg.q_lora_rank:
         ops.append(lin("q_a_proj", H, cfg.q_lora_rank, "wq_a", "self_attn.q_a_proj.weight", "replicated"))
@@ -217,7 +221,7 @@ def _mla_ops(cfg: ModelConfig, sh: Shard) -> list:
     ops.append(OpSpec("kv_append", "latent_append", "layer", "attention", L, (), {"width": R + P}, every))
     ops.append(OpSpec("kv_b_proj", "mla_up", "layer", "attention", L,
                       (WeightSpec("wkv_b", (R, Hq * (N + V)), "linear", "self_attn.kv_b_proj.weight", "mla_kv_cols"),),
-                      {"n_heads": Hq, "rank": R, "nope": N, "v": V}, every))
+                      {"n_heads": Hq, "rank": R, "nope": N, "v": V}, every, "mla"))
     ops.append(OpSpec("attention", "mla_attention", "layer", "attention", L, (),
                       {"n_heads": Hq, "rank": R, "rope": P, "nope": N, "v": V, "scale": cfg.scale}, every))
     ops.append(lin("o_proj", Hq * V, H, "wo", "self_attn.o_proj.weight", "mla_o_rows"))
@@ -259,7 +263,8 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
         r_ws.append(WeightSpec("router_correction", (E,), "vector", names["correction"], "replicated"))
     ops = [OpSpec("router", "router", "layer", "mlp", n, tuple(r_ws),
                   {"n_experts": E, "k": k, "kind": cfg.router, "in_features": H, "renorm": cfg.norm_topk,
-                   "n_group": cfg.n_group, "topk_group": cfg.topk_group, "scale": cfg.routed_scale}, layers)]
+                   "n_group": cfg.n_group, "topk_group": cfg.topk_group, "scale": cfg.routed_scale}, layers,
+                  "router")]
     inter = layout.interleaved_gate_up     # gate = [..., 0::2], up = [..., 1::2] of gate_up_proj
     e_ws = [WeightSpec("experts_gate", (E_rank, H, I), "experts", names["gate"], cols,
                        ("interleave", 0) if inter else ()),
@@ -273,20 +278,36 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
                             "e_whole" if sh.ep > 1 else "rank0")]
     ops.append(OpSpec("experts", "experts", "layer", "mlp", n, tuple(e_ws),
                       {"n_experts": E, "k": k, "hidden": H, "intermediate": I, "activation": cfg.expert_activation,
-                       "bias": cfg.expert_bias, "ep": sh.ep, "rank_experts": E_rank}, layers))
+                       "bias": cfg.expert_bias, "ep": sh.ep, "rank_experts": E_rank}, layers, "experts"))
     S = cfg.shared_intermediate // sh.tp
     if S:
         pre = names["shared"]
         for name, key, a, b, sh_w in (("shared_gate_proj", "ws_gate", H, S, "i_cols"),
                                       ("shared_up_proj", "ws_up", H, S, "i_cols")):
-            ops.append(_linear(name, "mlp", a, b, key, pre + name.replace("shared_", "") + ".weight", sh_w, n, layers))
+            ops.append(_linear(name, "mlp", a, b, key, pre + name.replace("shared_", "") + ".weight", sh_w, n, layers,
+                               module="shared_experts"))
         ops.append(OpSpec("shared_swiglu", "activation", "layer", "mlp", n, (), {"width": S, "fn": "silu"}, layers))
-        ops.append(_linear("shared_down_proj", "mlp", S, H, "ws_down", pre + "down_proj.weight", "i_rows", n, layers))
+        ops.append(_linear("shared_down_proj", "mlp", S, H, "ws_down", pre + "down_proj.weight", "i_rows", n, layers,
+                           module="shared_experts"))
         if cfg.shared_gate:
             ops.append(OpSpec("shared_expert_gate", "gate", "layer", "mlp", n,
                               (WeightSpec("ws_gate_vec", (H, 1), "linear", names["shared_gate"], "replicated"),),
-                              {"in_features": H, "width": H}, layers))
+                              {"in_features": H, "width": H}, layers, "router"))
     return ops
+
+
+@lru_cache(maxsize=64)
+def precision_of(cfg: ModelConfig) -> Precision:
+    """The checkpoint's own precision of ``cfg`` (its ``quantization``, matched against every op's Hugging Face
+    names: ``roofline.precision.checkpoint.resolve``); a float model's is empty (everything in the activation
+    dtype)."""
+    return resolve(cfg.quantization, model_ops(cfg))
+
+
+def module_classes(cfg: ModelConfig) -> tuple:
+    """The module classes whose weights ``cfg``'s ops read, in ``MODULES``' order (what ``explain`` lists)."""
+    have = {o.module for o in model_ops(cfg) if any(w.role in WEIGHT_ROLES for w in o.weights)}
+    return tuple(m for m in MODULES if m in have)
 
 
 def op_names(cfg: ModelConfig) -> tuple:

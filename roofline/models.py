@@ -22,6 +22,7 @@ from pathlib import Path
 from .config_fields import SIZE_FIELDS, bool_field, check_sizes, float_field, int_field, read_json_file, show_value
 from .errors import RooflineError
 from .families import presets, read_hf_config
+from .precision import Quantization
 
 # Field names and hints as a user of the dataclass sees them.
 _OWN_NAMES = {f: f for f in SIZE_FIELDS}
@@ -85,6 +86,9 @@ class ModelConfig:
     qk_nope_dim: int = 0
     v_head_dim: int = 0
     rope_interleave: bool = False  # the rope dims are stored interleaved (DeepSeek): loaded de-interleaved
+    # How the checkpoint stores its weights (roofline.precision.checkpoint: its quantization_config or ModelOpt's
+    # hf_quant_config.json, read by the family reader); None: unquantized. roofline.layer.precision_of resolves it.
+    quantization: Quantization | None = None
     # The folder of the checkpoint's *.safetensors when the config came with weights ("": random weights).
     checkpoint: str = field(default="", compare=False)
     # Sentences about what the config holds and the model does not implement (e.g. RoPE scaling).
@@ -102,6 +106,7 @@ class ModelConfig:
             raise RooflineError(f"{where}: notes must be a list of sentences (strings), but {show_value(notes)} "
                                 "was given.")
         object.__setattr__(self, "notes", tuple(notes))
+        object.__setattr__(self, "quantization", Quantization.from_dict(self.quantization))
         _check_arch(self, where)
 
     @property
@@ -151,6 +156,7 @@ class ModelConfig:
         d["layer_types"] = list(self.layer_types)
         d["dense_layers"] = list(self.dense_layers)
         d["rope_yarn"] = list(self.rope_yarn)
+        d["quantization"] = self.quantization.to_dict() if self.quantization else None
         return d
 
     @classmethod

@@ -26,7 +26,7 @@ branches on a kind: a kind registered elsewhere is costed as soon as a model's o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import formulas as F
 from .cost import ZERO, Cost
@@ -35,6 +35,8 @@ from .errors import RooflineError, check_positive_int
 from .models import ModelConfig
 from .ops import Dtypes, StepContext, kind
 from .parallel import PER_LAYER_COLLECTIVES, Shard, ranks, shard, step_collectives
+from .precision import Precision, kv_format, plain
+from .precision.modules import WEIGHT_ROLES
 
 from .layer import LAYER_OP, model_ops, op_names, op_spec  # noqa: F401 (op_names, op_spec: the API)
 
@@ -138,7 +140,8 @@ class Phase:
             return self.batch * F.mla_cache_bytes(cached, m.n_layers, m.kv_lora_rank, m.qk_rope_dim,
                                                   kv_dtype=self.dtypes.kv)
         return self.batch * sum(F.kv_cache_bytes(cached, 1, sh.n_kv_heads, m.head_dim, kv_dtype=self.dtypes.kv,
-                                                 window=w or None) for w in m.windows)
+                                                 kv_scales=self.dtypes.kv_scales, window=w or None)
+                                for w in m.windows)
 
     @property
     def weight_bytes(self) -> float:
@@ -198,7 +201,11 @@ class Phase:
 INT4_GROUPS = (32, 64, 128)   # the int4 group sizes the kernels run (kernels/linear_int4.py)
 
 
-def _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size=None, zero_point=False, expert_load=()) -> Dtypes:
+def _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size=None, zero_point=False, expert_load=(),
+                  precision: Precision | None = None) -> Dtypes:
+    """The step's ``Dtypes``: ``precision`` (each module's formats: the checkpoint's with the flags over it,
+    ``roofline.precision``) or, without one, a plain ``weight_dtype`` for every projection, MLP, expert and
+    lm_head (``precision.plain``); the KV cache the precision's, else ``kv_dtype`` (a registered KV format)."""
     act = normalize_dtype(act_dtype)
     if act not in ("fp32", "bf16", "fp16"):
         raise RooflineError(f"activation dtype must be fp32, bf16 or fp16, not {act_dtype!r}.")
@@ -206,8 +213,15 @@ def _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size=None, zero_point
     if isinstance(g, bool) or not isinstance(g, int) or g not in INT4_GROUPS:
         raise RooflineError(f"the int4 group size must be one of {', '.join(map(str, INT4_GROUPS))}, "
                             f"but {group_size!r} was given.")
-    return Dtypes(normalize_dtype(weight_dtype), act, normalize_dtype(kv_dtype), g, bool(zero_point),
-                  _check_load(expert_load))
+    if precision is None:
+        weight = normalize_dtype(weight_dtype)
+        precision = plain(weight, group_size=g, zero_point=zero_point)
+    else:
+        weight = str(weight_dtype)
+    if precision.kv is None:
+        precision = replace(precision, kv=kv_format(kv_dtype))
+    return Dtypes(weight, act, precision.kv_dtype(act), g, bool(zero_point), _check_load(expert_load), precision,
+                  precision.kv_scales)
 
 
 def _check_load(load) -> tuple:
@@ -260,7 +274,8 @@ def _assemble(phase, cfg, dt, batch, new_tokens, context, cached, chunks, prior,
     edge = edge_step(dt, batch, new_tokens, prior, decode, tp)
     ops = []
     for o in model_ops(cfg, sh):
-        cdt = dt.act if kind(o.kind).tensor else "fp32"
+        cdt = (dt.precision.compute(o, dt.act) if any(w.role in WEIGHT_ROLES for w in o.weights) else dt.act) \
+            if kind(o.kind).tensor else "fp32"
         if o.per_layer:
             ops.append(OpCost(o.name, _op_cost(o, steps), o.count, cdt))
         else:
@@ -271,10 +286,13 @@ def _assemble(phase, cfg, dt, batch, new_tokens, context, cached, chunks, prior,
 
 def prefill(cfg: ModelConfig, batch: int, prompt_tokens: int, cached_tokens: int = 0, chunk: int | None = None,
             *, weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16", tp: int = 1, group_size: int | None = None,
-            zero_point: bool = False, expert_load=(), ep: int = 1) -> Phase:
+            zero_point: bool = False, expert_load=(), ep: int = 1, precision: Precision | None = None) -> Phase:
     """The prompt-processing work of ``batch`` prompts of ``prompt_tokens`` tokens (one rank's, over ``tp``).
 
-    ``group_size`` / ``zero_point``: int4 weights' groups (default 128) and zero points (formulas.linear)."""
+    ``group_size`` / ``zero_point``: int4 weights' groups (default 128) and zero points (formulas.linear).
+    ``precision``: each module's formats (``roofline.precision``; e.g. the checkpoint's,
+    ``roofline.layer.precision_of``, with the flags over it) instead of one ``weight_dtype`` for every linear;
+    ``weight_dtype`` is then only its label."""
     batch = check_positive_int("batch", batch)
     prompt_tokens = check_positive_int("prompt length (--context)", prompt_tokens)
     cached_tokens = check_positive_int("cached prefix (--cached)", cached_tokens, allow_zero=True)
@@ -293,22 +311,22 @@ def prefill(cfg: ModelConfig, batch: int, prompt_tokens: int, cached_tokens: int
             raise RooflineError(f"the chunk ({chunk}) is larger than the prompt ({prompt_tokens}); "
                                 "use a chunk no larger than the prompt, or no --chunk.")
         chunks = [chunk] * (new // chunk) + ([new % chunk] if new % chunk else [])
-    dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size, zero_point, expert_load)
+    dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size, zero_point, expert_load, precision)
     return _assemble("prefill", cfg, dt, batch, new, prompt_tokens, cached_tokens, chunks, cached_tokens, False, tp,
                      ep)
 
 
 def decode(cfg: ModelConfig, batch: int, context: int, *, weight_dtype="bf16", act_dtype="bf16",
            kv_dtype="bf16", tp: int = 1, group_size: int | None = None, zero_point: bool = False,
-           expert_load=(), ep: int = 1) -> Phase:
+           expert_load=(), ep: int = 1, precision: Precision | None = None) -> Phase:
     """One decode step: each of ``batch`` sequences has ``context`` cached tokens and adds one (one rank's
-    share over ``tp`` ranks)."""
+    share over ``tp`` ranks); ``precision`` as ``prefill``'s."""
     batch = check_positive_int("batch", batch)
     context = check_positive_int("context (--context)", context)
     if context + 1 > cfg.max_context:
         raise RooflineError(f"a decode step at context {context} needs {context + 1} positions, past "
                             f"{cfg.name}'s maximum context of {cfg.max_context}.")
-    dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size, zero_point, expert_load)
+    dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size, zero_point, expert_load, precision)
     return _assemble("decode", cfg, dt, batch, 1, context, 0, [1], context, True, tp, ep)
 
 

@@ -17,7 +17,7 @@ from roofline.models import PRESETS
 
 from .. import ceilings
 from ..cli_args import (FLOAT_DTYPES, analytic_quant_options, device_arg, device_options, dtype_option, ep_option,
-                        model_option, resolve_device)
+                        model_option, precision_option, resolve_device)
 
 
 def float_dtype_option(name: str, default: str, help_text: str, why: str = ""):
@@ -106,10 +106,10 @@ def _measured_cpu(device):
               help="prefill: prompt length; decode: tokens already in the KV cache")
 @click.option("--cached", type=int, default=0, show_default=True, help="prefill: cached prefix tokens reused")
 @click.option("--chunk", type=int, default=None, help="prefill: chunk size in tokens (chunked prefill)")
-@dtype_option("--weight-dtype", help="weight dtype")
+@precision_option("--weight-dtype", "weight", help="weight format")
 @float_dtype_option("--act-dtype", "bf16", "activation dtype", why="{key} quantizes weights or the KV cache: "
                     "--weight-dtype, --kv-dtype")
-@dtype_option("--kv-dtype", help="KV-cache dtype")
+@precision_option("--kv-dtype", "kv", help="KV-cache format")
 @click.option("--tp", type=int, default=1, show_default=True,
               help="tensor-parallel ranks: per-rank costs (Megatron sharding) plus the collectives of each step")
 @ep_option
@@ -137,8 +137,13 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
     roofline explain --model llama-3-70b --device h100 --tp 8 --phase decode --batch 1
     roofline explain --model mixtral-8x7b --device h100 --ep 8 --phase decode --batch 64
     roofline explain --model llama-3-8b --weight-dtype int4 --group-size 64 --kv-dtype fp8
+    roofline explain --model path/to/gpt-oss-120b --device h100   # each module at the checkpoint's precision
+    roofline explain --model qwen3-30b-a3b --weight-dtype experts=nvfp4,attention=fp8
+
+    With no --weight-dtype / --kv-dtype a quantized checkpoint (its quantization_config, or ModelOpt's
+    hf_quant_config.json beside config.json) is costed module by module as it is stored; a flag overrides it.
     """
-    if (group_size is not None or zero_point) and "int4" not in (weight_dtype, dtype):
+    if (group_size is not None or zero_point) and "int4" not in (weight_dtype or "") and dtype != "int4":
         raise RooflineError("--group-size and --zero-point describe int4 weights: add --weight-dtype int4 "
                             "(or --dtype int4 for `explain linear`).")
     device = _measured_cpu(resolve_device(device_name, device_file, peak_tflops, bandwidth_gbs,

@@ -1,7 +1,8 @@
 """GPT-OSS (``model_type`` gpt_oss): experts top-4 with the softmax over the chosen, biases everywhere,
 attention sinks, a clamped SwiGLU (alpha 1.702, limit 7.0), alternating 128-token windows, YaRN RoPE. Its
 checkpoint keeps every expert in 3-D tensors, gate and up interleaved in one gate_up_proj; its MXFP4
-expert weights are a --weight-dtype choice (the reader says so in its own note)."""
+expert weights are read from its quantization_config (roofline.precision.checkpoint; the reader says so in its
+own note)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ def read_gpt_oss(r: HFReader) -> None:
     if r.d.get("quantization_config") is not None:
         q = r.d["quantization_config"]
         method = q.get("quant_method") if isinstance(q, dict) else q
-        r.notes.append(f"quantization_config {method!r}: the experts' published weights are quantized; costs use "
-                       "--weight-dtype (give the dtype you serve), and real weights load only dequantized.")
+        r.notes.append(f"quantization_config {method!r}: the experts' published weights are quantized; costs read "
+                       "their format from it (--weight-dtype overrides), and real weights load only dequantized.")
     w, types = r.window()
     r.arch.update(sliding_window=w, layer_types=types, qkv_bias=r.flag("attention_bias", True),
                   o_bias=r.flag("attention_bias", True), attn_sinks=True,

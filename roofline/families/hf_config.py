@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config_fields import check_sizes, int_field, show_value
+from ..config_fields import check_sizes, int_field, read_json_file, show_value
+from ..precision import MODELOPT_FILE, read_quantization
 from ..errors import RooflineError
 from .reader import HFReader, rope_with_yarn
 from .registry import family
@@ -54,11 +55,11 @@ def read_hf_config(d: dict, p: Path) -> dict:
     r = HFReader(d, where, mtype)
     if note:
         r.notes.append(note)
-    q = d.get("quantization_config")
-    if q is not None and not fam.says_quantization:
-        method = q.get("quant_method") if isinstance(q, dict) else q
-        r.notes.append(f"quantization_config {method!r}: the published weights are quantized; costs use "
-                       "--weight-dtype (give the dtype you serve), and only unquantized checkpoints load.")
+    modelopt = p.parent / MODELOPT_FILE
+    quant = read_quantization(d, read_json_file(modelopt, "ModelOpt config") if modelopt.is_file() else None)
+    if quant is not None and not fam.says_quantization:
+        r.notes.append(f"{quant.source} ({quant.method}): the published weights are quantized; costs read each "
+                       "module's format from it (--weight-dtype overrides), and only unquantized checkpoints load.")
     head_dim = d.get("head_dim")
     defaults = {"tie_word_embeddings": False, "rms_norm_eps": 1e-5, **fam.defaults}
     raw = {
@@ -77,4 +78,4 @@ def read_hf_config(d: dict, p: Path) -> dict:
     values["rope_theta"] = (fam.rope or rope_with_yarn)(r)
     name = d.get("_name_or_path") or p.parent.name or mtype or "custom"
     ckpt = str(p.parent.resolve()) if any(p.parent.glob("*.safetensors")) else ""
-    return dict(name=str(name), **values, **r.arch, checkpoint=ckpt, notes=tuple(r.notes))
+    return dict(name=str(name), **values, **r.arch, checkpoint=ckpt, notes=tuple(r.notes), quantization=quant)

@@ -93,15 +93,17 @@ def routing(tokens: int, n_experts: int, k: int, *, kind: str = "softmax_topk", 
 
 def router(tokens: int, hidden: int, n_experts: int, k: int, *, kind: str = "softmax_topk",
            weight_dtype: str = "bf16", act_dtype: str = "bf16", logits_dtype: str | None = None,
-           gate_bias: bool = False, score_bias: bool = False, renorm: bool = True, n_group: int = 1) -> Cost:
+           gate_bias: bool = False, score_bias: bool = False, renorm: bool = True, n_group: int = 1,
+           weight_bytes: float | None = None) -> Cost:
     """The whole router: the gate GEMM logits[T, E] = x[T, H] @ W[H, E] (+ b[E] with ``gate_bias``: GPT-OSS)
     then ``routing``. Two launches (``ops.linear`` then ``ops.route``): the logits (``logits_dtype``, default
     the activation dtype; DeepSeek-V3 computes them in fp32 from an fp32 gate) are written once and read
-    once. FLOPs = 2*T*H*E (+ T*E bias adds) + ``routing``'s; softmax exps are not FLOPs.
+    once. FLOPs = 2*T*H*E (+ T*E bias adds) + ``routing``'s; softmax exps are not FLOPs. ``weight_bytes``: the
+    gate's bytes as stored (its format's), instead of H*E in ``weight_dtype``.
     """
     ld = logits_dtype or act_dtype
     gate = gemm(tokens, hidden, n_experts, a_dtype=act_dtype, b_dtype=weight_dtype, out_dtype=ld,
-                bias=n_experts if gate_bias else 0, bias_dtype=weight_dtype)
+                bias=n_experts if gate_bias else 0, bias_dtype=weight_dtype, b_bytes=weight_bytes)
     return gate + routing(tokens, n_experts, k, kind=kind, renorm=renorm, n_group=n_group, score_bias=score_bias,
                           logits_dtype=ld)
 
@@ -130,7 +132,7 @@ def _expert_flops(rows: float, tokens: float, hidden: int, intermediate: int, k:
 
 def moe_experts(tokens: int, hidden: int, intermediate: int, n_experts: int, k: int, *, distinct: float | None = None,
                 activation: str = "silu", bias: bool = False, weight_dtype: str = "bf16", act_dtype: str = "bf16",
-                group_size: int | None = None, zero_point: bool = False) -> Cost:
+                group_size: int | None = None, zero_point: bool = False, expert_bytes: float | None = None) -> Cost:
     """The routed experts as the fused grouped GEMM runs them (``kernels.moe.moe_experts``): every token
     through k experts, h = act(x W_gate + b_g, x W_up + b_u) [T*k, I], then y = sum_k w_k (h W_down + b_d).
 
@@ -143,6 +145,8 @@ def moe_experts(tokens: int, hidden: int, intermediate: int, n_experts: int, k: 
     launch -> down launch) and the weighted partial outputs [T*k, H] (down launch -> the per-token sum), all in
     the activation dtype + the routing weights (fp32) and ids (int64) read, 12 T k. NB: x is counted once,
     though each of a token's k rows gathers it (from L2 in practice); the alignment's sorted ids are not counted.
+    ``expert_bytes``: one expert's bytes as stored, biases included, when its format says them
+    (``roofline.precision``), instead of ``moe_expert_weight_bytes``'.
     """
     T, H, I, E = tokens, hidden, intermediate, n_experts
     d = expected_distinct_experts(E, k, T) if distinct is None else float(distinct)
@@ -151,8 +155,8 @@ def moe_experts(tokens: int, hidden: int, intermediate: int, n_experts: int, k: 
     rows = T * k
     flops = _expert_flops(rows, T, H, I, k, activation, bias)
     a = _b(act_dtype)
-    weights = d * moe_expert_weight_bytes(H, I, weight_dtype=weight_dtype, act_dtype=act_dtype,
-                                          group_size=group_size, zero_point=zero_point, bias=bias)
+    weights = d * (moe_expert_weight_bytes(H, I, weight_dtype=weight_dtype, act_dtype=act_dtype, group_size=group_size,
+                                           zero_point=zero_point, bias=bias) if expert_bytes is None else expert_bytes)
     nbytes = weights + 2 * T * H * a + 2 * rows * I * a + 2 * rows * H * a + 12 * rows
     return Cost(flops, nbytes)
 
@@ -175,7 +179,7 @@ def moe_all_to_all_bytes(tokens: float, k: int, hidden: int, ranks: int, *, act_
 def moe_experts_ep(tokens: float, hidden: int, intermediate: int, n_experts: int, k: int, ranks: int, *,
                    rows: float | None = None, distinct: float | None = None, activation: str = "silu",
                    bias: bool = False, weight_dtype: str = "bf16", act_dtype: str = "bf16",
-                   group_size: int | None = None, zero_point: bool = False) -> Cost:
+                   group_size: int | None = None, zero_point: bool = False, expert_bytes: float | None = None) -> Cost:
     """One rank's routed experts under expert parallelism: ``ranks`` = N ranks, each holding E/N of the
     ``n_experts`` whole experts (width ``intermediate``, not sliced), for a step of ``tokens`` = T tokens.
 
@@ -191,7 +195,7 @@ def moe_experts_ep(tokens: float, hidden: int, intermediate: int, n_experts: int
     read + the weighted partials written rows*H + its tokens' returned partials read (T/N)*k*H + y written
     (T/N)*H, in the activation dtype, + 12 bytes per row of routing weight and id. NB: unlike ``moe_experts``
     (one rank: x read once per token, its k rows gathered from cache), each dispatched row is read from memory;
-    the all-to-alls' own buffer copies are communication, not counted here.
+    the all-to-alls' own buffer copies are communication, not counted here. ``expert_bytes`` as ``moe_experts``.
     """
     T, H, I, E, N = tokens, hidden, intermediate, int(n_experts), int(ranks)
     if N < 1 or E % N:
@@ -204,8 +208,8 @@ def moe_experts_ep(tokens: float, hidden: int, intermediate: int, n_experts: int
     own = T / N
     flops = _expert_flops(r, own, H, I, k, activation, bias)
     a = _b(act_dtype)
-    weights = d * moe_expert_weight_bytes(H, I, weight_dtype=weight_dtype, act_dtype=act_dtype,
-                                          group_size=group_size, zero_point=zero_point, bias=bias)
+    weights = d * (moe_expert_weight_bytes(H, I, weight_dtype=weight_dtype, act_dtype=act_dtype, group_size=group_size,
+                                           zero_point=zero_point, bias=bias) if expert_bytes is None else expert_bytes)
     nbytes = weights + r * H * a + 2 * r * I * a + r * H * a + own * k * H * a + own * H * a + 12 * r
     return Cost(flops, nbytes)
 

@@ -15,7 +15,8 @@ def _rope(op, s):
 
 def _kv_append(op, s):
     d, dt = op.dims, s.dtypes
-    return F.kv_append(s.rows, d["n_kv_heads"], d["head_dim"], act_dtype=dt.act, kv_dtype=dt.kv)
+    return F.kv_append(s.rows, d["n_kv_heads"], d["head_dim"], act_dtype=dt.act, kv_dtype=dt.kv,
+                       kv_scales=dt.kv_scales)
 
 
 def _attention(op, s):
@@ -23,9 +24,9 @@ def _attention(op, s):
     w = d["window"] or None
     if s.decode:
         return F.decode_attention(s.batch, s.cached + 1, d["n_heads"], d["n_kv_heads"], d["head_dim"], window=w,
-                                  act_dtype=dt.act, kv_dtype=dt.kv)
+                                  act_dtype=dt.act, kv_dtype=dt.kv, kv_scales=dt.kv_scales)
     return F.prefill_attention(s.batch, s.chunk, d["n_heads"], d["n_kv_heads"], d["head_dim"], cached_tokens=s.cached,
-                               window=w, act_dtype=dt.act, kv_dtype=dt.kv)
+                               window=w, act_dtype=dt.act, kv_dtype=dt.kv, kv_scales=dt.kv_scales)
 
 
 ROPE = register(OpKind("rope", "attention", _rope))

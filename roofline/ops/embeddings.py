@@ -9,7 +9,8 @@ from .registry import OpKind, register
 
 def _edge_cost(op, s):
     a = s.dtypes.act
-    return F.embedding(s.rows, op.dims["hidden"], weight_dtype=a, act_dtype=a, vocab_shards=s.tp)
+    return F.embedding(s.rows, op.dims["hidden"], weight_dtype=s.dtypes.precision.element_dtype(op, a), act_dtype=a,
+                       vocab_shards=s.tp)
 
 
 EMBEDDING = register(OpKind("embedding", "embed", edge_cost=_edge_cost))

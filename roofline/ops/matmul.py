@@ -8,23 +8,28 @@ from ..dtypes import bytes_per_element
 from .registry import OpKind, register
 
 
+def stored(op, s) -> float:
+    """The op's K x N weight as its format stores it, scales included (``roofline.precision``:
+    ``Precision.weight_bytes``)."""
+    d, dt = op.dims, s.dtypes
+    return dt.precision.weight_bytes(op, d["in_features"], d["out_features"], dt.act)
+
+
 def _cost(op, s):
     d, dt = op.dims, s.dtypes
-    return F.linear(s.rows, d["in_features"], d["out_features"], act_dtype=dt.act, bias=d["bias"], **dt.weight_quant)
+    return F.linear(s.rows, d["in_features"], d["out_features"], act_dtype=dt.act, bias=d["bias"],
+                    weight_bytes=stored(op, s))
 
 
 def _edge_cost(op, s):   # lm_head: only the last position of each sequence needs logits
     d, dt = op.dims, s.dtypes
-    return F.lm_head(s.batch, d["in_features"], d["out_features"], act_dtype=dt.act, **dt.weight_quant)
+    return F.lm_head(s.batch, d["in_features"], d["out_features"], act_dtype=dt.act, weight_bytes=stored(op, s))
 
 
 def _weight_bytes(op, s):
-    """The weight as stored, its scales included (``formulas.quantized_weight_bytes``), + a bias in the
-    activation dtype."""
+    """The weight as stored, its scales included (``stored``), + a bias in the activation dtype."""
     d, dt = op.dims, s.dtypes
-    k, n = d["in_features"], d["out_features"]
-    b = F.quantized_weight_bytes(k, n, act_dtype=dt.act, **dt.weight_quant)
-    return b + (n * bytes_per_element(dt.act) if d.get("bias") else 0)
+    return stored(op, s) + (d["out_features"] * bytes_per_element(dt.act) if d.get("bias") else 0)
 
 
 LINEAR = register(OpKind("linear", "mlp", _cost, _edge_cost, _weight_bytes, tensor=True, linear=True))

@@ -30,27 +30,37 @@ def rank_experts(d: dict, tokens: int, load=()) -> tuple:
     return tokens * d["k"], distinct_experts(d["n_experts"], d["k"], tokens, load)
 
 
-def _act_weights(op, s):
-    """The op's first weight in the activation dtype (the router's and the shared gate's: never quantized)."""
+def _gate_weights(op, s):
+    """The op's first weight as its format stores it (the router's and the shared gate's: the activation dtype
+    unless a flag says otherwise; no checkpoint here quantizes them)."""
     w = op.weights[0].shape
-    return w[0] * w[1] * bytes_per_element(s.dtypes.act)
+    return s.dtypes.precision.weight_bytes(op, w[0], w[1], s.dtypes.act)
 
 
-def _router(op, s):   # the gate GEMM's weights stay in the activation dtype (never quantized)
+def _router(op, s):   # the gate's bias, like the gate, in the activation dtype
     d, a = op.dims, s.dtypes.act
     return F.router(s.rows, d["in_features"], d["n_experts"], d["k"], kind=d["kind"], weight_dtype=a, act_dtype=a,
                     gate_bias=any(w.key == "router_bias" for w in op.weights),
                     score_bias=any(w.key == "router_correction" for w in op.weights),
-                    renorm=d.get("renorm", True), n_group=d.get("n_group", 1))
+                    renorm=d.get("renorm", True), n_group=d.get("n_group", 1), weight_bytes=_gate_weights(op, s))
 
 
 def _experts_load(op, s):
     return rank_experts(op.dims, s.rows, s.dtypes.expert_load)
 
 
+def one_expert_bytes(op, s) -> float:
+    """One expert's weights as their format stores them: gate and up [H, I], down [I, H], scales included
+    (``Precision.weight_bytes``), + its biases (2I + H, activation dtype) with ``bias`` (GPT-OSS)."""
+    d, dt = op.dims, s.dtypes
+    H, I, P = d["hidden"], d["intermediate"], dt.precision
+    w = 2 * P.weight_bytes(op, H, I, dt.act) + P.weight_bytes(op, I, H, dt.act)
+    return w + ((2 * I + H) * bytes_per_element(dt.act) if d["bias"] else 0)
+
+
 def _experts(op, s):
     d, dt, T = op.dims, s.dtypes, s.rows
-    shared = dict(activation=d["activation"], bias=d["bias"], act_dtype=dt.act, **dt.weight_quant)
+    shared = dict(activation=d["activation"], bias=d["bias"], act_dtype=dt.act, expert_bytes=one_expert_bytes(op, s))
     if d.get("ep", 1) > 1:   # expert parallel: this rank's routed rows and its experts
         rows, distinct = _experts_load(op, s)
         return F.moe_experts_ep(T, d["hidden"], d["intermediate"], d["n_experts"], d["k"], d["ep"], rows=rows,
@@ -61,19 +71,16 @@ def _experts(op, s):
 
 def _experts_weight_bytes(op, s):
     """The distinct experts the chunk touches (on this rank), each read once, scales and biases included."""
-    d, dt = op.dims, s.dtypes
-    one = F.moe_expert_weight_bytes(d["hidden"], d["intermediate"], act_dtype=dt.act, bias=d["bias"],
-                                    **dt.weight_quant)
-    return one * _experts_load(op, s)[1]
+    return one_expert_bytes(op, s) * _experts_load(op, s)[1]
 
 
 def _gate(op, s):     # Qwen2-MoE's shared-expert gate: sigmoid(x w) [T, 1] times the shared output [T, H]
     d, a, T = op.dims, s.dtypes.act, s.rows
-    return (F.linear(T, d["in_features"], 1, act_dtype=a, weight_dtype=a)
+    return (F.linear(T, d["in_features"], 1, act_dtype=a, weight_bytes=_gate_weights(op, s))
             + F.elementwise(T * d["width"], ((T * d["width"], a), (T, a)), out_dtype=a, flops_per_element=1))
 
 
-ROUTER = register(OpKind("router", "mlp", _router, weight_bytes=_act_weights, tensor=True))
+ROUTER = register(OpKind("router", "mlp", _router, weight_bytes=_gate_weights, tensor=True))
 EXPERTS = register(OpKind("experts", "mlp", _experts, weight_bytes=_experts_weight_bytes, tensor=True,
                           experts=_experts_load))
-GATE = register(OpKind("gate", "mlp", _gate, weight_bytes=_act_weights))
+GATE = register(OpKind("gate", "mlp", _gate, weight_bytes=_gate_weights))

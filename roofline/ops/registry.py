@@ -4,7 +4,8 @@ An ``OpKind`` says, for one kind: the cost of one per-layer instance for one chu
 cost of a pre- or post-layer op (``edge_cost``), the weight bytes one instance reads per chunk
 (``weight_bytes``), its default colour group, whether it runs on tensor cores at the activation dtype
 (``tensor``; else its peak is fp32's), whether it is a linear layer (``linear``: the analysis's weight share
-and working set) and, for routed experts, the rows and distinct experts one chunk sends it (``experts``).
+and working set), for routed experts the rows and distinct experts one chunk sends it (``experts``), and the
+bytes each of its weights holds in memory (``resident``: ``roofline.capacity``).
 Each callable takes ``(op, step)``: the ``OpSpec`` (its ``dims`` and ``weights``) and a ``StepContext``,
 everything the step says about the chunk, so that a new kind needs nothing else.
 
@@ -20,22 +21,26 @@ from typing import Callable
 
 from ..cost import Cost
 from ..errors import RooflineError
+from ..dtypes import bytes_per_element
 from ..formulas import INT4_GROUP
+from ..precision import Precision
 
 
 @dataclass(frozen=True)
 class Dtypes:
+    """The step's precision: ``precision`` says each op's weight and activation formats (``roofline.precision``:
+    ``weight_bytes``, ``compute``); ``weight`` is how it was asked ("bf16", "int4", "experts=nvfp4", or
+    "checkpoint"), ``act`` the activation dtype, ``kv`` the KV cache's element as the attention formulas take it
+    with ``kv_scales`` (a scale per token and KV head, as our kernels keep; per-tensor ones are not counted)."""
+
     weight: str = "bf16"
     act: str = "bf16"
     kv: str = "bf16"
     group_size: int = INT4_GROUP     # int4 weights: input rows per scale (formulas.weight_scale_bytes)
     zero_point: bool = False         # int4 weights: a zero point per group beside each scale
     expert_load: tuple = ()          # MoE: each expert's share of the routed slots (a histogram); (): uniform
-
-    @property
-    def weight_quant(self) -> dict:
-        """The keyword arguments every linear formula takes: weight dtype, group size, zero point."""
-        return dict(weight_dtype=self.weight, group_size=self.group_size, zero_point=self.zero_point)
+    precision: Precision = Precision()
+    kv_scales: bool = True
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,20 @@ class StepContext:
     tp: int = 1        # tensor-parallel ranks (the op's sizes are already one rank's)
 
 
+def held_bytes(op, w, precision: Precision, act: str) -> float:
+    """Bytes one weight tensor ``w`` of ``op`` occupies in memory: a linear's or the experts' ([E, in, out]) as
+    stored in its format (``precision.weight_bytes``, scales included), the embedding table in its float, and
+    norms, biases and vectors in the activation dtype."""
+    if w.role == "linear":
+        return precision.weight_bytes(op, *w.shape, act)
+    if w.role == "experts":
+        return w.shape[0] * precision.weight_bytes(op, *w.shape[1:], act)
+    n = 1
+    for s in w.shape:
+        n *= s
+    return n * bytes_per_element(precision.element_dtype(op, act) if w.role == "embedding" else act)
+
+
 def no_weights(op, step: StepContext) -> float:
     """An op that reads no weights (or whose weights are not counted: norms, the embedding's gather)."""
     return 0.0
@@ -70,6 +89,7 @@ class OpKind:
     tensor: bool = False                        # tensor cores at the activation dtype (else the fp32 peak)
     linear: bool = False                        # a linear layer: its bytes are mostly its weight
     experts: Callable | None = None             # routed experts: (op, step) -> (routed rows, distinct experts)
+    resident: Callable = held_bytes             # (op, weight, precision, act dtype) -> bytes it holds (capacity)
 
     def layer_cost(self, op, step: StepContext) -> Cost:
         """``cost``, or a one-line refusal when this kind has no per-layer cost."""

@@ -220,6 +220,10 @@ register(Format("fp8", "e4m3", 8, Scales(0, 1, "fp32"), ("act",), "fp8", (8, 9),
                 "fp8 e4m3 (per-token dynamic scales)"), "fp8-token", "fp8-e4m3", "e4m3", "float8")
 register(Format("fp8-group", "e4m3", 8, Scales(128, 1, "fp32"), ("act",), "fp8", (8, 9),
                 "fp8 e4m3 (1x128 dynamic groups)", group_size=128))
+# ... or one static fp32 scale per tensor, calibrated and stored beside the weight (``input_scale``: compressed-
+# tensors' static per-tensor scheme, ModelOpt's FP8).
+register(Format("fp8-tensor", "e4m3", 8, Scales(0, 0, "fp32"), ("act",), "fp8", (8, 9),
+                "fp8 e4m3 (static per-tensor scale)"))
 
 # KV caches. Our kernels' 8-bit caches (fp8 e4m3, int8) keep an fp32 scale per token and KV head
 # (roofline.formulas.kv_scale_bytes); a checkpoint's fp8 cache (vLLM's k_scale / v_scale) one per layer's tensor.
