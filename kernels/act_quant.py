@@ -121,15 +121,21 @@ def act_quant(x: torch.Tensor, fmt="fp8", *, out=None, **config) -> tuple:
     return q, s.view(*x.shape[:-1], *s.shape[1:])
 
 
+def grouped(x: torch.Tensor, group: int) -> torch.Tensor:
+    """x [..., K] as [rows, groups, g] (g = ``group``, or K for one per row), the last group padded with zeros."""
+    K = x.shape[-1]
+    x2 = x.reshape(-1, K)
+    g = group or max(K, 1)
+    n = cdiv(K, g)
+    return torch.nn.functional.pad(x2, (0, n * g - K)).view(x2.shape[0], n, g)
+
+
 def reference(x: torch.Tensor, fmt="fp8") -> tuple:
     """The torch peer: the kernel's fp32 arithmetic, torch's cast (bit-exact with the kernel)."""
     group = group_of(fmt)
     K = x.shape[-1]
-    xf = x.reshape(-1, K).float()
-    M = xf.shape[0]
-    g = group or max(K, 1)
-    n = cdiv(K, g)
-    xp = torch.nn.functional.pad(xf, (0, n * g - K)).view(M, n, g)
+    xp = grouped(x.float(), group)
+    M, n, g = xp.shape
     amax = xp.abs().amax(-1)                                                   # [M, groups]
     inv = torch.where(amax > 0, torch.full_like(amax, E4M3_MAX).div(torch.where(amax > 0, amax, torch.ones_like(amax))),
                       torch.zeros_like(amax))            # tensor / tensor: 448 / t would be t.reciprocal() * 448

@@ -275,8 +275,8 @@ def torch_gemm(xq: torch.Tensor, xs: torch.Tensor, qw: QuantWeight, bias: torch.
         return y.view(*xq.shape[:-1], N)
     group = act_format_for(qw).scales.k
     x = AQ.dequantize(xq2, xs.reshape(xq2.shape[0], -1) if group else xs.reshape(-1), group, torch.float32)
-    y = (x @ dequantize(qw, torch.float32)).to(out_dtype)
-    return add_bias(y, bias).view(*xq.shape[:-1], N)
+    y = x @ dequantize(qw, torch.float32)
+    return add_bias(y, None if bias is None else bias.float()).to(out_dtype).view(*xq.shape[:-1], N)
 
 
 def torch_linear(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
