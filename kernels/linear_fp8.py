@@ -194,7 +194,7 @@ def scales_shape(fmt, K: int, N: int) -> tuple:
     return (N,) if s.n else (1,)
 
 
-def _blocks(t: torch.Tensor, fmt, K: int, N: int) -> torch.Tensor:
+def scales_per_element(t: torch.Tensor, fmt, K: int, N: int) -> torch.Tensor:
     """[N, K] float -> [N, K] of each element's block's value of ``t`` (a scale per tensor / row / block)."""
     s = fmt.scales
     if s.k:
@@ -217,7 +217,7 @@ def quantize(w: torch.Tensor, fmt="fp8") -> QuantWeight:
         amax = wt.abs().amax(1) if s.n else wt.abs().amax().view(1)
     safe = torch.where(amax > 0, amax, torch.ones_like(amax))
     inv = torch.where(amax > 0, torch.full_like(amax, E4M3_MAX).div(safe), torch.zeros_like(amax))
-    q = (wt * _blocks(inv, f, K, N)).clamp(-E4M3_MAX, E4M3_MAX).to(FP8).contiguous()
+    q = (wt * scales_per_element(inv, f, K, N)).clamp(-E4M3_MAX, E4M3_MAX).to(FP8).contiguous()
     return QuantWeight(f.name, q, amax.div(torch.full_like(amax, E4M3_MAX)).contiguous(), None, K, N,
                        s.k if s.k else 0)
 
@@ -226,7 +226,7 @@ def dequantize(qw: QuantWeight, dtype=torch.float32) -> torch.Tensor:
     """[K, N]: q * its scale, in fp64 then ``dtype``."""
     f = fp8_format(qw)
     K, N = qw.shape
-    return (qw.qweight.double() * _blocks(qw.scales.double(), f, K, N)).t().to(dtype)
+    return (qw.qweight.double() * scales_per_element(qw.scales.double(), f, K, N)).t().to(dtype)
 
 
 def reference_q(xq: torch.Tensor, xs: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
