@@ -67,16 +67,16 @@ def _linear_fp8_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, y_ptr, p_ptr, lock_ptr, M, 
     pid_k = tl.program_id(1)
     pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
+    k_lo = pid_k * K_PER_SPLIT                                 # this split's input features [k_lo, k_hi)
+    k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M     # wrapped rows/cols: computed, never stored
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     xs_row = xs_ptr + offs_m.to(tl.int64) * stride_xsm                     # the activations' scales of each row
     ws_col = ws_ptr + (offs_n // WS_N).to(tl.int64) * stride_wsn            # the weight's of each column
-    k_lo = pid_k * K_PER_SPLIT
-    k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        kmask = offs_k < k_hi
+        kmask = offs_k < k_hi                                  # the split's (and K's) edge: loads 0 past it
         a = tl.load(x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + offs_k[None, :],
                     mask=kmask[None, :], other=0.0)                                  # e4m3 [BLOCK_M, BLOCK_K]
         b = tl.load(w_ptr + offs_k[:, None] + offs_n[None, :].to(tl.int64) * stride_wn,
