@@ -23,7 +23,9 @@ the unquantized weights / K and V with a bound derived from the quantization ste
 derivation in its docstring); the model with int8 weights and an int8 KV cache equals its own forward_full
 and the other backend. ``quality_notes`` is what a user needs before choosing: the
 logits of the quantized model against the same seeded model unquantized over a prompt (max
-difference, top-1 agreement). fp8 KV checks run only on a GPU with fp8.
+difference, top-1 agreement). fp8 KV checks here (kv_append's fp8 cast) run only on a GPU with fp8.
+FP8 rows (with part "quant", ``kernels.check_fp8``): the W8A8 GEMM per tensor / channel / 128x128 blocks, the
+activation quantization and attention over fp8 caches (per token and per tensor), also under the interpreter.
 """
 
 from __future__ import annotations
