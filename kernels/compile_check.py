@@ -247,7 +247,7 @@ def run(targets=("sm_80", "sm_90"), quick=True, kernels=None, jobs=None, progres
         report["rows"] = [evaluate(v, {"ok": True, "skipped": True}, t) for v, t, task, k in todo]
         report["compiled"] = False
         if not kernels:
-            report["unreached"] = V.unreached(launched, every)
+            report["unreached"] = V.unreached(launched, every, max(V.TARGETS[n].capability for n in targets))
         return report
     missing = [(k, task, t.capability) for v, t, task, k in todo if k not in cache and not v.error]
     report["cached"] = len(todo) - len(missing)
@@ -264,7 +264,7 @@ def run(targets=("sm_80", "sm_90"), quick=True, kernels=None, jobs=None, progres
         cache.update((k, r) for k, r in results.items() if k not in cache)   # this run's rows only
     report["rows"] = [evaluate(v, cache.get(k, {}), t) for v, t, task, k in todo]
     if not kernels:
-        report["unreached"] = V.unreached(launched, every)
+        report["unreached"] = V.unreached(launched, every, max(V.TARGETS[n].capability for n in targets))
     return report
 
 

@@ -37,7 +37,7 @@ from . import prefill_attention as PA
 from . import rmsnorm as N
 from ._common import dtype_name
 from .quant_weight import QuantExperts, QuantWeight
-from .runner_registry import launches
+from .runner_registry import launches, needs_capability
 
 
 # DeepSeek-V3's latent attention (issue 21): 128 heads, kv_lora_rank 512, qk_rope_head_dim 64, the 16-bit dtypes
@@ -185,6 +185,7 @@ FP8_GEMMS = ("fp8", "fp8-block")   # the two scale layouts: per channel (x per t
 FP8_NATIVE = weight_format(FP8_GEMMS[0]).native
 FP8_CAPABILITY = 10 * FP8_NATIVE[0] + FP8_NATIVE[1]     # the registry's first capability with fp8 tensor cores (8.9: 89)
 FP8_DTYPES = ("bf16",)         # the activation / output dtype the quick set compiles the fp8 kernels in
+needs_capability(FP8_CAPABILITY, "_linear_fp8_kernel", "_act_quant_kernel", "e4m3_round")   # sm_80 has no fp8
 
 
 def fp8_ok(c) -> bool:

@@ -26,6 +26,7 @@ from roofline.errors import RooflineError
 
 RUNNERS: dict[str, Callable] = {}     # op kind -> builder(ctx, spec) -> (fn, config)
 LAUNCHES: dict[str, Callable] = {}    # op kind -> extra compile-check launches(rec, combo)
+NEEDS: dict[str, int] = {}             # Triton kernel -> the lowest target capability that launches it (fp8: 89)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,12 @@ def _register(table: dict, kind: str, what: str):
 def runner(kind: str):
     """Register the runner builder of op kind ``kind``."""
     return _register(RUNNERS, kind, "a runner")
+
+
+def needs_capability(capability: int, *kernels: str) -> None:
+    """Say that ``kernels`` are launched only on targets of at least ``capability`` (e.g. 89 for fp8): a compile
+    check of lower targets alone does not count them unreached."""
+    NEEDS.update({k: capability for k in kernels})
 
 
 def launches(kind: str):

@@ -60,7 +60,7 @@ from roofline.layer import model_ops
 from roofline.models import PRESETS, load_model
 
 from ._launch import kernel_name, recording
-from .runner_registry import LAUNCHES, MetaCombo
+from .runner_registry import LAUNCHES, NEEDS, MetaCombo
 
 MODELS = ("llama-2-7b", "llama-3-8b")
 DTYPES = ("bf16", "fp16", "fp32")
@@ -311,12 +311,13 @@ def all_kernels() -> dict:
     return out
 
 
-def unreached(launched: set, kernels: dict) -> list:
-    """Kernels no launcher reaches: neither launched nor called from a launched kernel's source."""
+def unreached(launched: set, kernels: dict, capability: int = 10 ** 6) -> list:
+    """Kernels no launcher reaches: neither launched nor called from a launched kernel's source, leaving out those
+    launched only on targets above ``capability`` (the highest target checked: ``runner_registry.NEEDS``)."""
     srcs = []
     for name in launched:
         fn = kernels.get(name)
         if fn is not None:
             srcs.append(getattr(fn, "src", None) or inspect.getsource(fn.fn))
-    return sorted(n for n in kernels if n not in launched
+    return sorted(n for n in kernels if n not in launched and NEEDS.get(n, 0) <= capability
                   and not any(re.search(rf"\b{re.escape(n)}\s*\(", s) for s in srcs))

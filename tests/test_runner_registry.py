@@ -92,3 +92,15 @@ def test_the_toy_kinds_launch_is_in_the_compile_checks_variant_list():
     assert r.returncode == 0, r.stderr[-2000:]
     toy = json.loads(r.stdout.strip().splitlines()[-1])
     assert [(k, tags) for k, _, tags in toy] == [("_add_kernel", ["llama-3-8b decode b=2 ctx=128 bf16 toy residual"])]
+
+
+def test_kernels_that_need_a_higher_target_are_not_unreached_on_a_lower_one():
+    """fp8 kernels are launched from sm_89 on: a compile check of sm_80 alone does not call them unreached."""
+    from kernels import compile_launches  # noqa: F401  (declares the fp8 kernels' capability)
+    from kernels import variants as V
+
+    every = dict.fromkeys(("_linear_fp8_kernel", "_act_quant_kernel", "_rmsnorm_kernel"))   # none launched
+    assert RR.NEEDS["_linear_fp8_kernel"] == RR.NEEDS["_act_quant_kernel"] == 89
+    gone = V.unreached(set(), every, 80)
+    assert gone == ["_rmsnorm_kernel"]
+    assert V.unreached(set(), every, 90) == ["_act_quant_kernel", "_linear_fp8_kernel", "_rmsnorm_kernel"]
