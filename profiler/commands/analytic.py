@@ -9,6 +9,7 @@ from click.core import ParameterSource
 
 from roofline.devices import CATALOGUE, COMPUTE_DTYPES, custom_link
 from roofline.errors import RooflineError
+from roofline.precision.formats import native_computes
 from roofline.explain import ExplainSpec, explain_linear, explain_step
 from roofline.config_fields import read_json_file
 from roofline.models import PRESETS
@@ -31,13 +32,15 @@ def devices(as_json):
             out.append(row)
         click.echo(json.dumps(out, indent=1))
         return
-    hdr = (f"{'key':<16}{'name':<26}{'bf16':>10}{'fp8':>10}{'fp32':>8}{'bandwidth':>11}{'ridge':>7}"
-           f"{'memory':>8}{'L2':>7}")
+    low = tuple(native_computes())   # the registry's tensor-core rates (fp8, fp4), a column each
+    hdr = (f"{'key':<16}{'name':<26}{'bf16':>10}" + "".join(f"{k:>10}" for k in low) + f"{'fp32':>8}{'bandwidth':>11}"
+           f"{'ridge':>7}{'memory':>8}{'L2':>7}")
     click.echo(hdr)
     click.echo("-" * len(hdr))
     for d in CATALOGUE.values():
         tf = lambda k: f"{d.peak_flops[k] / 1e12:g}" if k in d.peak_flops else "-"  # noqa: E731
-        click.echo(f"{d.key:<16}{d.name[:25]:<26}{tf('bf16'):>10}{tf('fp8'):>10}{tf('fp32'):>8}"
+        click.echo(f"{d.key:<16}{d.name[:25]:<26}{tf('bf16'):>10}" + "".join(f"{tf(k):>10}" for k in low)
+                   + f"{tf('fp32'):>8}"
                    f"{d.bandwidth / 1e12:>9.3g}TB{_ridge16(d):>7}{d.memory_bytes / 1e9:>6.0f}GB"
                    f"{d.l2_bytes / 1e6:>5.0f}MB")
     click.echo("\nTFLOP/s are dense (no 2:4 sparsity); ridge = bf16 peak / bandwidth in FLOP/byte (fp16 on cards "
