@@ -380,7 +380,7 @@ CATALOGUE: dict[str, Device] = {d.key: d for d in [
          dict(fp32=157.3, fp16=2516.6, bf16=2516.6, fp8=5033.2, fp4=10066.3),
          bw_tbs=8.0, mem_gb=288, l2_mb=32, sms=256,
          provenance="AMD Instinct MI355X product page / CDNA 4 architecture whitepaper (dense): OCP-FP8 5.0 PFLOPS "
-                    "(10.1 with sparsity), MXFP4/MXFP6 10.1 PFLOPS, FP16/BF16 2.5 PFLOPS, FP32 matrix 157.3 TFLOPS, "
+                    "(10.1 with sparsity), MXFP4/MXFP6 10.1 PFLOPS (20.1 with sparsity), FP16/BF16 2.5 PFLOPS, FP32 matrix 157.3 TFLOPS, "
                     "288 GB HBM3E at 8 TB/s; FP8 = 8,192 FLOP/clock/CU (ISSCC 2026) x 256 CUs x 2.4 GHz = 5,033.2 "
                     "TFLOPS; CUs and L2 from the ROCm 'AMD GPU specifications' table (gfx950: 256 CUs, 32 MB L2)",
          notes="'sms' holds compute units; plus a 256 MB Infinity Cache. fp4 is MXFP4 (e2m1, blocks of 32, e8m0). "
