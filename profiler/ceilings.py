@@ -8,7 +8,13 @@
 * Compute: a large GEMM per dtype (GPU: bf16, fp16, tf32, fp32; CPU: fp32, bf16), the
   best over a few shapes, on random data (zeros run faster on GPUs: never time them).
   tf32 is fp32 storage with ``torch.set_float32_matmul_precision("high")``; "fp32" with
-  "highest".
+  "highest". The low-precision tensor-core rates are the precision registry's
+  (``roofline.precision.formats.native_computes``: fp8 from sm_89, fp4 from sm_100), each measured
+  where the GPU has it and this torch can run it (``SCALED_GEMMS``: fp8 e4m3 x e4m3 -> bf16 with
+  per-tensor scales through ``torch._scaled_mm``; fp4 e2m1 x e2m1 -> bf16 with NVFP4's e4m3 scales per
+  16, swizzled, through the same call). ``plan_gemms`` decides from the device alone which are measured
+  and says in one line why each other one is not; a cache from an older run without them still reads
+  (``--remeasure`` measures them).
 * Cache levels (CPU): the L2 and the last-level cache as ceilings of their own, each a copy and a
   read over a working set sized to fit it (half the level, and past the level below), sizes from
   /sys (summed over the instances the measuring threads use) or lscpu (``cpu_cache_levels``,
@@ -41,6 +47,7 @@ from pathlib import Path
 from roofline import units as U
 from roofline.devices import Device, cpu_device, find_device
 from roofline.errors import RooflineError
+from roofline.precision.formats import native_computes
 
 from . import cache, probes
 from .timing import measure
@@ -52,6 +59,100 @@ GPU_SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 4096, 8192))   # (M
 CPU_SHAPES = ((1024, 1024, 1024), (2048, 2048, 2048))
 GPU_DTYPES = ("bf16", "fp16", "tf32", "fp32")
 CPU_DTYPES = ("fp32", "bf16")
+SCALED_SHAPES = ((8192, 8192, 8192), (16384, 16384, 16384))   # (M, N, K): large square GEMMs
+
+
+@dataclass(frozen=True)
+class ScaledGemm:
+    """How a low-precision tensor-core rate is measured: ``recipe`` in words, ``missing(torch)`` the reason this
+    torch cannot run it (None when it can), ``operands(torch, m, n, k, device, gen)`` a zero-argument call of one
+    M x N x K GEMM on random operands (2MNK FLOPs)."""
+
+    dtype: str
+    recipe: str
+    missing: object
+    operands: object
+
+
+def _fp8_missing(torch) -> str | None:
+    return None if hasattr(torch, "float8_e4m3fn") and hasattr(torch, "_scaled_mm") else "no torch._scaled_mm"
+
+
+def _fp8_operands(torch, m: int, n: int, k: int, device: str, g):
+    e4m3 = torch.float8_e4m3fn
+    a = torch.randn(m, k, device=device, generator=g).to(e4m3)        # random: never zeros
+    b = torch.randn(n, k, device=device, generator=g).to(e4m3).t()    # column-major, as cuBLASLt takes it
+    one = torch.ones((), device=device, dtype=torch.float32)          # per-tensor scales
+    return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+
+def _fp4_missing(torch) -> str | None:
+    need = ("float4_e2m1fn_x2", "float8_e4m3fn", "_scaled_mm")
+    lacking = [n for n in need if not hasattr(torch, n)]
+    return f"no torch.{', torch.'.join(lacking)}" if lacking else None
+
+
+def blocked_scales_shape(rows: int, blocks: int) -> tuple:
+    """The swizzled block-scale tensor cuBLAS takes for ``rows`` x ``blocks`` scales: rows padded to 128 and blocks
+    to 4, held as (32 * rows/128, 16 * blocks/4) (torch.testing's ``to_blocked``)."""
+    return (32 * -(-rows // 128), 16 * -(-blocks // 4))
+
+
+def _fp4_operands(torch, m: int, n: int, k: int, device: str, g):
+    fp4 = torch.float4_e2m1fn_x2   # two e2m1 per byte; every byte is a valid pair (e2m1 has no NaN)
+    a = torch.randint(0, 256, (m, k // 2), device=device, dtype=torch.uint8, generator=g).view(fp4)
+    b = torch.randint(0, 256, (n, k // 2), device=device, dtype=torch.uint8, generator=g).view(fp4).t()
+    sa = torch.ones(blocked_scales_shape(m, k // 16), device=device).to(torch.float8_e4m3fn)   # NVFP4: e4m3 per 16
+    sb = torch.ones(blocked_scales_shape(n, k // 16), device=device).to(torch.float8_e4m3fn)
+    return lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+
+
+SCALED_GEMMS = {g.dtype: g for g in (
+    ScaledGemm("fp8", "torch._scaled_mm, e4m3 x e4m3 -> bf16, per-tensor fp32 scales", _fp8_missing, _fp8_operands),
+    ScaledGemm("fp4", "torch._scaled_mm, e2m1 x e2m1 -> bf16, NVFP4 e4m3 scales per 16 (swizzled)", _fp4_missing,
+               _fp4_operands),
+)}
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """One GEMM ceiling ``ceilings`` would measure (``measure``) or not, and why in one line."""
+
+    dtype: str
+    measure: bool
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"dtype": self.dtype, "measured": self.measure, "reason": self.reason}
+
+
+def _sm(cap) -> str:
+    return f"sm_{cap[0]}{cap[1]}"
+
+
+def plan_gemms(kind: str, capability=None, torch_module=None, *, hip: bool = False) -> list:
+    """The GEMM ceilings of a device: its plain dtypes (``GPU_DTYPES`` / ``CPU_DTYPES``), then each low-precision
+    rate of the registry (``native_computes``) measured where ``capability`` (major, minor) reaches the rate's first
+    native one and ``torch_module`` has the call (``SCALED_GEMMS``), else skipped with the reason."""
+    plain = GPU_DTYPES if kind == "gpu" else CPU_DTYPES
+    rows = [GemmPlan(dt, True, f"{dt}: torch.mm") for dt in plain]
+    for dt, first in native_computes().items():
+        runner = SCALED_GEMMS.get(dt)
+        why = None
+        if kind != "gpu":
+            why = f"a CPU has no {dt} tensor cores"
+        elif hip:
+            why = f"ROCm: {dt} is gated on NVIDIA capabilities here (MI300's fp8 is e4m3fnuz); not measured yet"
+        elif capability is None or tuple(capability) < tuple(first):
+            have = _sm(capability) if capability is not None else "this GPU"
+            why = f"{have} has no {dt} tensor cores; they start at {_sm(first)}"
+        elif runner is None:
+            why = f"profiler/ceilings.py has no {dt} GEMM (SCALED_GEMMS)"
+        elif torch_module is None or runner.missing(torch_module):
+            why = f"this torch has no {dt.upper()} GEMM" + (f": {runner.missing(torch_module)}" if torch_module else "")
+        rows.append(GemmPlan(dt, why is None, f"{dt}: {_sm(capability)} >= {_sm(first)}: {runner.recipe}"
+                             if why is None else f"{dt} ceiling: not measured ({why})"))
+    return rows
 
 
 @dataclass(frozen=True)
@@ -93,8 +194,9 @@ def get_ceilings(device="cpu", *, remeasure: bool = False, dtypes=None, quick: b
                  working_set_bytes: int | None = None) -> Ceilings:
     """Cached measured ceilings for ``device`` ("cpu" or "cuda[:i]"), measuring if needed.
 
-    ``dtypes``: GEMM dtypes to measure (default per device kind); ``working_set_bytes``
-    overrides the 8x-cache rule (tests use it to stay fast; the details say so).
+    ``dtypes``: GEMM dtypes to measure (default: the device's plan, ``device_plan``: its plain dtypes and the
+    low-precision rates it has; a cached run needs only the plain ones); ``working_set_bytes`` overrides the
+    8x-cache rule (tests use it to stay fast; the details say so).
     """
     import torch
 
@@ -102,15 +204,19 @@ def get_ceilings(device="cpu", *, remeasure: bool = False, dtypes=None, quick: b
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RooflineError("no CUDA GPU is visible to torch; measure the CPU with --device cpu.")
     gpu = device.startswith("cuda")
-    dtypes = tuple(dtypes or (GPU_DTYPES if gpu else CPU_DTYPES))
+    plan = [GemmPlan(dt, True, f"{dt}: asked for") for dt in dtypes] if dtypes else device_plan(device)
+    # a cache from an older run without the low-precision rates still serves the default plan
+    required = tuple(dtypes) if dtypes else tuple(p.dtype for p in plan if p.measure and p.dtype not in SCALED_GEMMS)
+    dtypes = tuple(p.dtype for p in plan if p.measure)
     name = torch.cuda.get_device_name(device) if gpu else probes.cpu_model_name()
     key = cache_key(device, name, torch.get_num_threads())
     path = _cache_path(key)
     if not remeasure and working_set_bytes is None:
-        hit = _load(path, key, dtypes)
+        hit = _load(path, key, required)
         if hit is not None:
-            return hit
+            return replace(hit, details=dict(hit.details, gemm_plan=planned(plan, hit.details, cached=True)))
     c = _measure(device, name, dtypes, quick, working_set_bytes)
+    c = replace(c, details=dict(c.details, gemm_plan=planned(plan, c.details)))
     details = dict(c.details, cache_key=key, cache_file=str(path))
     busy = "host-busy" in details.get("flags", ())
     if busy:
@@ -120,6 +226,28 @@ def get_ceilings(device="cpu", *, remeasure: bool = False, dtypes=None, quick: b
     if working_set_bytes is None and not busy:
         _save(path, key, c)
     return c
+
+
+def device_plan(device: str) -> list:
+    """``plan_gemms`` for ``device`` ("cpu" or "cuda[:i]"): its kind, capability and this torch."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return plan_gemms("cpu", None, torch)
+    return plan_gemms("gpu", torch.cuda.get_device_capability(device), torch, hip=bool(torch.version.hip))
+
+
+def planned(plan, details: dict, cached: bool = False) -> list:
+    """The plan as the details record it: a dtype planned but absent from the figures is not measured, with why
+    (the GPU's torch refused it now; or an older cached run lacks it)."""
+    out = []
+    for p in plan:
+        why = details.get("gemm_refused", {}).get(p.dtype)
+        if p.measure and p.dtype not in details.get("gemm", {}):
+            why = why or (f"{p.dtype} ceiling: not in the cached measurement (an older run's): "
+                          "`roofline ceilings --remeasure` measures it" if cached else f"{p.dtype} ceiling: not measured")
+        out.append(GemmPlan(p.dtype, False, why).to_dict() if why else p.to_dict())
+    return out
 
 
 def cached_ceilings(device="cpu", dtypes=None) -> Ceilings | None:
@@ -190,7 +318,16 @@ def _measure(device: str, name: str, dtypes, quick: bool, working_set_bytes) -> 
         ws, note = limit, f"working set capped at a third of free memory ({limit / 2**30:.1f} GiB)"
     before = probes.CpuProbe().sample()
     bw = measure_bandwidth(device, ws, quick=quick)
-    flops = {dt: measure_gemm(device, dt, quick=quick) for dt in dtypes}
+    flops, refused = {}, {}
+    for dt in dtypes:
+        runner = SCALED_GEMMS.get(dt)
+        try:
+            flops[dt] = measure_scaled_gemm(device, runner, quick=quick) if runner else measure_gemm(device, dt,
+                                                                                                    quick=quick)
+        except RuntimeError as e:   # this GPU's torch build lacks the kernel: said, never a silent fallback
+            if runner is None:
+                raise
+            refused[dt] = f"{dt} ceiling: not measured (torch._scaled_mm refused it here: {str(e).splitlines()[0]})"
     levels = [] if gpu or working_set_bytes is not None else measure_cache_levels(device, cpu_cache_levels(),
                                                                                    quick=quick)
     # others' share of the CPU time while we measured (on a GPU box: a busy host CPU starves launches)
@@ -202,6 +339,8 @@ def _measure(device: str, name: str, dtypes, quick: bool, working_set_bytes) -> 
                                        "working set", "gemm": "best of the shapes, random normal data"},
                "cache_bytes": cache_bytes, "cache_source": cache_src, "working_set_bytes": ws,
                "bandwidth": bw, "gemm": flops, "label": "measured" if gpu else "achievable"}
+    if refused:
+        details["gemm_refused"] = refused
     if note:
         details["note"] = note
     details["flags"] = ["host-busy"] if busy else []
@@ -216,11 +355,11 @@ def _measure(device: str, name: str, dtypes, quick: bool, working_set_bytes) -> 
         elif probe.note:
             details["nvml_note"] = probe.note
         probe.close()
-        prov = f"measured on this {name}: " + ", ".join(dtypes) + " GEMM and bandwidth"
+        prov = f"measured on this {name}: " + ", ".join(flops) + " GEMM and bandwidth"
         if datasheet is not None:
             dev = datasheet.with_ceilings(peaks, bandwidth, source="measured",
                                           provenance=prov + "; other dtypes from the datasheet")
-            details["vs_datasheet"] = _ratios(dev, datasheet, dtypes)
+            details["vs_datasheet"] = _ratios(dev, datasheet, flops)
         else:
             dev = Device(key=re.sub(r"[^a-z0-9]+", "-", name.lower()), name=name, kind="gpu", peak_flops=peaks,
                          bandwidth=bandwidth, memory_bytes=float(props.total_memory), l2_bytes=float(cache_bytes),
@@ -394,6 +533,18 @@ def measure_bandwidth(device: str, working_set_bytes: int, *, quick: bool = Fals
 _TORCH_DTYPE = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
+def _best_gemm(device: str, shapes, quick: bool, make_call) -> dict:
+    """Best FLOP/s over ``shapes`` (M, N, K) of ``make_call(m, n, k)``'s GEMM: 2MNK per call, the median time."""
+    rows = []
+    for m, n, k in shapes:
+        call = make_call(m, n, k)
+        t = measure(call, device, budget_s=0.1 if quick else 0.25, warmup_s=0.02, min_reps=3, max_reps=200)
+        rows.append({"shape": [m, n, k], "median_s": t.median_s, "flops_per_s": 2 * m * n * k / t.median_s})
+        del call
+    best = max(rows, key=lambda r: r["flops_per_s"])
+    return {"best_flops": best["flops_per_s"], "best_shape": best["shape"], "shapes": rows}
+
+
 def measure_gemm(device: str, dtype: str, *, quick: bool = False, shapes=None) -> dict:
     """Best FLOP/s of C = A @ B over ``shapes`` (M, N, K) in ``dtype``: 2MNK per call."""
     import torch
@@ -406,19 +557,28 @@ def measure_gemm(device: str, dtype: str, *, quick: bool = False, shapes=None) -
     precision = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high" if dtype == "tf32" else "highest")
     g = torch.Generator(device=device).manual_seed(0)
-    rows = []
+
+    def make(m, n, k):
+        a = torch.randn(m, k, device=device, generator=g).to(td)  # random: never zeros
+        b = torch.randn(k, n, device=device, generator=g).to(td)
+        return lambda: torch.mm(a, b)
+
     try:
-        for m, n, k in shapes:
-            a = torch.randn(m, k, device=device, generator=g).to(td)  # random: never zeros
-            b = torch.randn(k, n, device=device, generator=g).to(td)
-            t = measure(lambda: torch.mm(a, b), device, budget_s=0.1 if quick else 0.25, warmup_s=0.02,
-                        min_reps=3, max_reps=200)
-            rows.append({"shape": [m, n, k], "median_s": t.median_s, "flops_per_s": 2 * m * n * k / t.median_s})
-            del a, b
+        return _best_gemm(device, shapes, quick, make)
     finally:
         torch.set_float32_matmul_precision(precision)
-    best = max(rows, key=lambda r: r["flops_per_s"])
-    return {"best_flops": best["flops_per_s"], "best_shape": best["shape"], "shapes": rows}
+
+
+def measure_scaled_gemm(device: str, runner: ScaledGemm, *, quick: bool = False, shapes=None) -> dict:
+    """Best FLOP/s of ``runner``'s low-precision GEMM over ``shapes`` (default ``SCALED_SHAPES``; quick: the
+    first), 2MNK per call, with its recipe."""
+    import torch
+
+    shapes = shapes or SCALED_SHAPES
+    g = torch.Generator(device=device).manual_seed(0)
+    out = _best_gemm(device, shapes[:1] if quick else shapes, quick,
+                     lambda m, n, k: runner.operands(torch, m, n, k, device, g))
+    return dict(out, recipe=runner.recipe)
 
 
 def ceilings_table(c: Ceilings) -> str:
@@ -445,6 +605,10 @@ def ceilings_table(c: Ceilings) -> str:
     for dt, g in c.details["gemm"].items():
         ref = ds.peak_flops.get(dt) if ds else None
         row(f"{dt} GEMM {'x'.join(map(str, g['best_shape']))}", g["best_flops"], ref, "FLOP/s")
+    for p in c.details.get("gemm_plan") or ():
+        if not p["measured"]:
+            ref = ds.peak_flops.get(p["dtype"]) if ds else None
+            lines.append(p["reason"] + (f"; datasheet {U.si(ref, 'FLOP/s')}" if ref else ""))
     lines.append(f"working set {U.nbytes(c.details['working_set_bytes'])} = "
                  f"{c.details['working_set_bytes'] / c.details['cache_bytes']:.1f}x the cache "
                  f"({U.nbytes(c.details['cache_bytes'])}, {c.details['cache_source']})")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .dtypes import normalize_dtype
 from .errors import RooflineError, check_positive_int
+from .precision.formats import native_computes
 from .interconnect import (INFINITY_FABRIC_MI300X, NCCL_TUNING, NVLINK3, NVLINK4, NVLINK5, NVLINK_BRIDGE_H100_NVL,
                            PCIE4, PCIE5, Interconnect)
 from .config_fields import read_json_file, show_value
@@ -30,7 +31,22 @@ GB = 1e9
 MB = 1e6
 MiB = 2**20
 
-COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+# The rates a device lists: the plain float rates (fp32 is the non-tensor one), then every low-precision
+# tensor-core rate the precision registry's formats compute at (fp8, fp4: ``native_computes``), then int8.
+COMPUTE_DTYPES = ("fp32", "tf32", "bf16", "fp16", *native_computes(), "int8")
+
+
+def compute_dtype(name) -> str:
+    """A peak's dtype key: ``normalize_dtype``'s spellings ("bfloat16", "torch.float16", int4 -> its own key), plus
+    the registry's low-precision rates it does not store ("fp4"); anything else in one line naming the choices."""
+    key = str(name).strip().lower().removeprefix("torch.")
+    if key in COMPUTE_DTYPES:
+        return key
+    try:
+        return normalize_dtype(name)
+    except RooflineError:
+        raise RooflineError(f"Unknown dtype {name!r}: choose one of {', '.join(COMPUTE_DTYPES)} "
+                            "(int4 is priced at the int8 rate).") from None
 
 
 @dataclass(frozen=True)
@@ -88,7 +104,7 @@ class Device:
     cache_levels: tuple = ()  # CacheLevel, smallest first: per-level ceilings (a CPU's L2 and L3, a GPU's L2)
 
     def peak(self, dtype: str) -> float:
-        d = normalize_dtype(dtype)
+        d = compute_dtype(dtype)
         if d in ("int4",):
             d = "int8"
         if d not in self.peak_flops:
@@ -108,7 +124,7 @@ class Device:
                       source: str = "measured", provenance: str = "") -> "Device":
         """A copy whose ceilings are replaced (e.g. by measured ones)."""
         peaks = dict(self.peak_flops)
-        peaks.update({normalize_dtype(k): float(v) for k, v in (peak_flops or {}).items()})
+        peaks.update({compute_dtype(k): float(v) for k, v in (peak_flops or {}).items()})
         return replace(self, peak_flops=peaks,
                        bandwidth=self.bandwidth if bandwidth is None else float(bandwidth),
                        source=source, provenance=provenance or self.provenance)
@@ -215,7 +231,7 @@ def _peak_map(peaks, where: str, key: str, form: str, *, scale: float, allow_zer
     out, seen = {}, {}
     for k, v in peaks.items():
         try:
-            dt = normalize_dtype(k)
+            dt = compute_dtype(k)
         except RooflineError as e:
             raise RooflineError(f"{where}: {key} names an unknown dtype: {e}") from None
         if dt in out:
@@ -251,6 +267,8 @@ NVLINK4_H800 = _link("NVLink 4 (8 links)", 200, 0.6, "NVIDIA H800 SXM5 (export v
                      "both directions")
 PCIE3 = _link("PCIe 3.0 x16", 16, 1.0, "PCI-SIG PCIe 3.0: 8 GT/s x 16 lanes, about 16 GB/s per direction",
               "no NVLink: peers talk over PCIe (through the host bridge or a switch)")
+INFINITY_FABRIC_MI355X = _link("Infinity Fabric (7 links)", 537.6, 0.6, "AMD Instinct MI355X product page: 153.6 GB/s "
+                               "peak per Infinity Fabric link, 7 links = 1,075.2 GB/s both directions (unverified)")
 INFINITY_FABRIC_MI250X = _link("Infinity Fabric (8 links)", 400, 0.6, "AMD Instinct MI250X datasheet: 800 GB/s peak "
                                "Infinity Fabric bandwidth per module, both directions (unverified per GCD)")
 
@@ -325,23 +343,70 @@ CATALOGUE: dict[str, Device] = {d.key: d for d in [
          provenance="NVIDIA Ada Lovelace architecture whitepaper (dense)",
          notes="fp16/bf16/fp8 at fp32 accumulate (the fp16-accumulate rates are 2x).",
          aliases=("4090",), nvml=("NVIDIA GeForce RTX 4090",), link=PCIE4),
-    _gpu("b200", "NVIDIA B200", dict(fp32=75, tf32=1100, fp16=2250, bf16=2250, fp8=4500, int8=4500),
+    _gpu("b200", "NVIDIA B200", dict(fp32=75, tf32=1100, fp16=2250, bf16=2250, fp8=4500, fp4=9000, int8=4500),
          bw_tbs=8.0, mem_gb=180, l2_mb=126, sms=148,
-         provenance="NVIDIA DGX B200 / HGX B200 datasheet (dense)",
+         provenance="NVIDIA DGX B200 / HGX B200 datasheet (dense); fp4: NVIDIA GB200 NVL72 datasheet, table "
+                    "'Individual Blackwell GPU Specifications', HGX B200 column: FP4 Tensor Core 18 PFLOPS* "
+                    "(* with 2:4 sparsity) halved to 9 PFLOPS dense",
          notes="SKUs differ: fp32 75-80 TF, tf32 1100-1125 TF, 7.7-8.0 TB/s. L2 size unverified.",
          nvml=("NVIDIA B200",), link=NVLINK5),
     _gpu("gb200", "NVIDIA GB200 (one Blackwell GPU)",
-         dict(fp32=80, tf32=1250, fp16=2500, bf16=2500, fp8=5000, int8=5000),
+         dict(fp32=80, tf32=1250, fp16=2500, bf16=2500, fp8=5000, fp4=10000, int8=5000),
          bw_tbs=8.0, mem_gb=186, l2_mb=126, sms=148,
-         provenance="NVIDIA GB200 NVL72 datasheet, per GPU (the rack's figures / 72; dense = half the sparse)",
+         provenance="NVIDIA GB200 NVL72 datasheet, per GPU (the rack's figures / 72; dense = half the sparse); "
+                    "fp4: its table 'Individual Blackwell GPU Specifications', GB200 column: FP4 Tensor Core "
+                    "20 PFLOPS* (* with 2:4 sparsity) halved to 10 PFLOPS dense",
          notes="Per Blackwell GPU of a GB200 superchip; L2 size and SM count as B200 (unverified).",
          aliases=("gb200-nvl72",), nvml=("NVIDIA GB200",), link=NVLINK5),
+    _gpu("b300", "NVIDIA B300 (Blackwell Ultra, HGX)", dict(fp32=75, tf32=1125, fp16=2250, bf16=2250, fp8=4500,
+                                                           fp4=13125),
+         bw_tbs=7.7, mem_gb=288, l2_mb=126, sms=148,
+         provenance="NVIDIA HGX B300 platform specifications, 8 GPUs / 8: FP4 Tensor Core** 144 PFLOPS | 105 "
+                    "PFLOPS (** with | without sparsity) = 13.125 PFLOPS dense per GPU (as tabulated by "
+                    "glennklockwood.com/garden/processors/B300: 13,125 TF); FP8/FP6 72, FP16/BF16 36, TF32 18 "
+                    "PFLOPS* (* with sparsity) halved = 4.5, 2.25, 1.125; FP32 600 TFLOPS = 75; memory up to "
+                    "2.3 TB = 288 GB",
+         notes="Blackwell Ultra cuts INT8 and FP64 to a trickle: no int8 peak listed. Other secondary figures for "
+               "dense FP4 per B300: 14 (Verda's per-GPU table), 15 (the GB300's): measure. Verda lists 270 GB usable "
+               "and 7.7 TB/s (used here, unverified); L2 and SM count as B200 (unverified).",
+         aliases=("b300-sxm", "hgx-b300", "blackwell-ultra"), nvml=("NVIDIA B300 SXM6 AC", "NVIDIA B300"),
+         link=NVLINK5),
+    _gpu("gb300", "NVIDIA GB300 (one Blackwell Ultra GPU)",
+         dict(fp32=80, tf32=1250, fp16=2500, bf16=2500, fp8=5000, fp4=15000),
+         bw_tbs=8.0, mem_gb=288, l2_mb=126, sms=148,
+         provenance="NVIDIA GB300 NVL72 datasheet, per GPU (the rack's figures / 72): FP4 Tensor Core 1,440 "
+                    "PFLOPS* | 1,080 PFLOPS (sparse | dense) = 15 PFLOPS dense; FP8/FP6 720, FP16/BF16 360, TF32 "
+                    "180 PFLOPS* (* with 2:4 sparsity) halved = 5, 2.5, 1.25; HBM3e up to 576 TB/s = 8 TB/s, "
+                    "up to 288 GB per GPU",
+         notes="fp32 80 TF is Verda's per-GPU table (unverified); no int8 peak listed (Blackwell Ultra cuts INT8). "
+               "L2 size and SM count as B200 (unverified).",
+         aliases=("gb300-nvl72",), nvml=("NVIDIA GB300",), link=NVLINK5),
     _gpu("mi300x", "AMD Instinct MI300X",
          dict(fp32=163.4, tf32=653.7, fp16=1307.4, bf16=1307.4, fp8=2614.9, int8=2614.9),
          bw_tbs=5.3, mem_gb=192, l2_mb=32, sms=304,
          provenance="AMD Instinct MI300X datasheet (dense)",
          notes="'sms' holds compute units; l2 is 4 MB per XCD (x8), plus a 256 MB Infinity Cache.",
          nvml=("AMD Instinct MI300X",), link=INFINITY_FABRIC_MI300X),
+    _gpu("mi325x", "AMD Instinct MI325X",
+         dict(fp32=163.4, tf32=653.7, fp16=1307.4, bf16=1307.4, fp8=2614.9, int8=2614.9),
+         bw_tbs=6.0, mem_gb=256, l2_mb=32, sms=304,
+         provenance="AMD Instinct MI325X datasheet (dense: FP8 2,614.9 TFLOPS, 5,229.8 with sparsity; the MI300X's "
+                    "CDNA 3 compute with 256 GB HBM3E at 6 TB/s); CUs and L2 from the ROCm 'AMD GPU "
+                    "specifications' table (gfx942: 304 CUs, 32 MB L2 = 4 per XCD)",
+         notes="'sms' holds compute units; plus a 256 MB Infinity Cache. MI300-series fp8 is e4m3fnuz, not e4m3fn. "
+               "Infinity Fabric taken as the MI300X's (unverified).",
+         nvml=("AMD Instinct MI325X",), link=INFINITY_FABRIC_MI300X),
+    _gpu("mi355x", "AMD Instinct MI355X",
+         dict(fp32=157.3, fp16=2516.6, bf16=2516.6, fp8=5033.2, fp4=10066.3),
+         bw_tbs=8.0, mem_gb=288, l2_mb=32, sms=256,
+         provenance="AMD Instinct MI355X product page / CDNA 4 architecture whitepaper (dense): OCP-FP8 5.0 PFLOPS "
+                    "(10.1 with sparsity), MXFP4/MXFP6 10.1 PFLOPS (20.1 with sparsity), FP16/BF16 2.5 PFLOPS, FP32 matrix 157.3 TFLOPS, "
+                    "288 GB HBM3E at 8 TB/s; FP8 = 8,192 FLOP/clock/CU (ISSCC 2026) x 256 CUs x 2.4 GHz = 5,033.2 "
+                    "TFLOPS; CUs and L2 from the ROCm 'AMD GPU specifications' table (gfx950: 256 CUs, 32 MB L2)",
+         notes="'sms' holds compute units; plus a 256 MB Infinity Cache. fp4 is MXFP4 (e2m1, blocks of 32, e8m0). "
+               "CDNA 4 has no TF32 matrix rate and no int8 peak is listed here. The air-cooled MI350X is ~8% lower "
+               "(9.2 PFLOPS MXFP4, 4.6 FP8): not this entry.",
+         nvml=("AMD Instinct MI355X",), link=INFINITY_FABRIC_MI355X),
     _gpu("mi250x", "AMD Instinct MI250X", dict(fp32=95.7, fp16=383, bf16=383, int8=383),
          bw_tbs=3.2, mem_gb=128, l2_mb=16, sms=220,
          provenance="AMD Instinct MI250X datasheet (dense matrix rates; fp32 is the matrix rate, vector 47.9)",

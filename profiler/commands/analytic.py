@@ -11,6 +11,7 @@ from click.core import ParameterSource
 
 from roofline.devices import CATALOGUE, COMPUTE_DTYPES, custom_link
 from roofline.errors import RooflineError
+from roofline.precision.formats import native_computes
 from roofline.explain import ExplainSpec, explain_linear, explain_step
 from roofline.config_fields import read_json_file, show_value
 from roofline.models import PRESETS
@@ -54,14 +55,17 @@ def devices(as_json):
             out.append(row)
         click.echo(json.dumps(out, indent=1))
         return
-    top = f"{'':<42}{'dense TFLOP/s':^28}{'bandwidth':>11}{'ridge':>8}{'memory':>8}{'L2':>6}"
-    hdr = f"{'key':<16}{'name':<26}{'bf16':>10}{'fp8':>10}{'fp32':>8}{'TB/s':>11}{'FLOP/B':>8}{'GB':>8}{'MB':>6}"
+    low = tuple(native_computes())   # the registry's tensor-core rates (fp8, fp4), a column each
+    rates = ("bf16",) + low + ("fp32",)
+    top = f"{'':<42}{'dense TFLOP/s':^{10 * (len(rates) - 1) + 8}}{'bandwidth':>11}{'ridge':>8}{'memory':>8}{'L2':>6}"
+    hdr = (f"{'key':<16}{'name':<26}" + "".join(f"{k:>10}" for k in rates[:-1]) + f"{'fp32':>8}{'TB/s':>11}"
+           f"{'FLOP/B':>8}{'GB':>8}{'MB':>6}")
     click.echo(top)
     click.echo(hdr)
     click.echo("-" * len(hdr))
     for d in CATALOGUE.values():
         tf = lambda k: f"{d.peak_flops[k] / 1e12:g}" if k in d.peak_flops else "-"  # noqa: E731
-        click.echo(f"{d.key:<16}{d.name[:25]:<26}{tf('bf16'):>10}{tf('fp8'):>10}{tf('fp32'):>8}"
+        click.echo(f"{d.key:<16}{d.name[:25]:<26}" + "".join(f"{tf(k):>10}" for k in rates[:-1]) + f"{tf('fp32'):>8}"
                    f"{d.bandwidth / 1e12:>11.3g}{_ridge16(d):>8}{d.memory_bytes / 1e9:>8.0f}"
                    f"{d.l2_bytes / 1e6:>6.0f}")
     click.echo("\nTFLOP/s are dense (no 2:4 sparsity); ridge = bf16 peak / bandwidth in FLOP/byte (fp16 on cards "

@@ -175,6 +175,17 @@ def act_format(name) -> Format:
     return lookup(name, "act")
 
 
+def native_computes() -> dict:
+    """{tensor-core rate: the first NVIDIA capability that has it} over the registered formats whose GEMM runs
+    at a low-precision rate of its own (``Format.compute`` other than "act"): {"fp8": (8, 9), "fp4": (10, 0)}.
+    The device catalogue's compute dtypes and the ceilings a GPU measures come from here."""
+    out: dict = {}
+    for f in FORMATS.values():
+        if f.compute != "act" and f.native is not None:
+            out[f.compute] = min(out.get(f.compute, f.native), f.native)
+    return out
+
+
 def gemm_compute(weight: Format, act: Format, has_peak) -> str:
     """The rate a GEMM of ``weight`` x ``act`` runs at: the shared low-precision rate when both are in it and the
     device has that peak (``has_peak(dtype)``: W8A8 fp8, W4A4 fp4, W8A8 int8), else the activation's plain
