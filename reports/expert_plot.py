@@ -86,10 +86,9 @@ def _point(model, s, settings) -> ExpertPoint | None:
         ph = moe_decode_phase(model, s.key, settings)
     except RooflineError:            # a step the cost model cannot price (an unknown dtype): left off
         return None
-    touched, ebytes = ph.experts_touched, ph.expert_weight_bytes
+    touched, ebytes, per = ph.experts_touched, ph.expert_weight_bytes, ph.per_expert_bytes
     if not touched > 0:
         return None
-    per = ebytes / touched                        # one expert over every MoE layer
     k = model.n_active
     ex = next((r for r in s.ops if r.op == "experts"), None)
     measured = ex.m.config.get("experts_touched") if ex is not None else None
@@ -102,7 +101,7 @@ def _point(model, s, settings) -> ExpertPoint | None:
         dense_floor = s.predicted_s - ex.count * (ex.predicted_s
                                                   - predicted_time(lean, ex.roof.peak, ex.roof.bandwidth))
     return ExpertPoint(s.backend, variant(s.key), s.batch, touched, measured, ebytes,
-                       per * measured if measured else None, ph.weight_bytes, ph.weight_bytes - ebytes + k * per,
+                       per * measured if measured else None, ph.weight_bytes, ph.dense_equivalent_bytes,
                        s.time_s, s.predicted_s, dense_floor)
 
 

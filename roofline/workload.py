@@ -182,6 +182,18 @@ class Phase:
         return 0.0
 
     @property
+    def per_expert_bytes(self) -> float:
+        """One routed expert's weights over every MoE layer, as this step reads them (0 when dense)."""
+        touched = self.experts_touched
+        return self.expert_weight_bytes / touched if touched > 0 else 0.0
+
+    @property
+    def dense_equivalent_bytes(self) -> float:
+        """The weight bytes a dense model of the same active size reads: every non-expert weight once and k experts
+        per MoE layer (what the step would read if routing touched no more experts than each token uses)."""
+        return self.weight_bytes - self.expert_weight_bytes + self.model.n_active * self.per_expert_bytes
+
+    @property
     def steps(self) -> tuple:
         """The ``StepContext`` of each chunk, in order (decode: one, after the context)."""
         prior = self.context if self.phase == "decode" else self.cached_tokens

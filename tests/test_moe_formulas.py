@@ -122,3 +122,16 @@ def test_router_gate_gemm():
     # GPT-OSS: a gate bias (T*E adds, E elements read)
     b = F.router(4, 64, 8, 4, kind="topk_softmax", gate_bias=True)
     assert b.flops == 2 * 4 * 64 * 8 + 4 * 8 + 4 * (8 + 16)
+
+
+def test_a_phases_per_expert_and_dense_equivalent_bytes():
+    """Mixtral-8x7B decode, batch 4: one expert over the 32 layers, and the dense equivalent (k = 2 experts read)."""
+    from roofline.models import PRESETS
+    from roofline.workload import decode
+
+    ph = decode(PRESETS["mixtral-8x7b"], 4, 16)
+    one = 3 * 4096 * 14336 * 2 * 32                 # gate, up, down of [4096 x 14336] in bf16, 32 layers
+    assert ph.per_expert_bytes == one
+    assert ph.expert_weight_bytes == ph.experts_touched * one
+    assert ph.dense_equivalent_bytes == ph.weight_bytes - ph.expert_weight_bytes + 2 * one
+    assert decode(PRESETS["llama-3-8b"], 4, 16).per_expert_bytes == 0.0
