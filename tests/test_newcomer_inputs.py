@@ -12,22 +12,15 @@ from roofline.counters import read_counters
 from roofline.devices import custom_device, load_device_file
 from roofline.errors import RooflineError
 
+from cli_errors import one_line_error
+
 NCU = Path(__file__).parent / "data" / "ncu"
-
-
-def one_line(res, *words):
-    assert res.exit_code == 2, res.output
-    lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), res.output
-    for w in words:
-        assert w in lines[0], lines[0]
-    return lines[0]
 
 
 def test_absurd_custom_device_is_refused_with_the_range():
     res = CliRunner().invoke(main, ["explain", "--model", "tiny", "--context", "10", "--peak-tflops", "1e300",
                                     "--bandwidth-gbs", "1e300"])
-    one_line(res, "--peak-tflops must be between 1e-06 and 1e+09 dense TFLOP/s", "1e+300 was given")
+    one_line_error(res, "--peak-tflops must be between 1e-06 and 1e+09 dense TFLOP/s", "1e+300 was given")
     assert "nan" not in res.output
     with pytest.raises(RooflineError, match=r"--bandwidth-gbs must be between 1e-06 and 1e\+09 GB/s"):
         custom_device(989, 1e300)
@@ -59,18 +52,18 @@ def explain_load(tmp_path, text):
 ])
 def test_expert_load_counts_past_a_token_count_are_one_line(tmp_path, first, shown):
     p, res = explain_load(tmp_path, f"[{first}, 1, 1, 1, 1, 1, 1, 1]")
-    line = one_line(res, f"expert load {p}: expert 0 {shown}", "not a token count", "from 0 to 1e+15")
+    line = one_line_error(res, f"expert load {p}: expert 0 {shown}", "not a token count", "from 0 to 1e+15")
     assert "nan" not in line.replace("NaN", "") and "OverflowError" not in res.output
 
 
 def test_expert_load_integer_past_pythons_digit_limit(tmp_path):
     p, res = explain_load(tmp_path, "[1" + "0" * 5000 + ", 1, 1, 1, 1, 1, 1, 1]")
-    one_line(res, f"expert load {p} holds an integer of more than 4,300 digits")
+    one_line_error(res, f"expert load {p} holds an integer of more than 4,300 digits")
 
 
 def test_expert_load_names_the_layer(tmp_path):
     p, res = explain_load(tmp_path, "[[1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 1e308]]")
-    one_line(res, f"expert load {p}: layer 1, expert 7 holds 1e+308")
+    one_line_error(res, f"expert load {p}: layer 1, expert 7 holds 1e+308")
 
 
 @pytest.mark.parametrize("codec, name", [("utf-16", "UTF-16"), ("utf-32", "UTF-32")])
@@ -95,7 +88,7 @@ def test_a_metric_given_twice_with_two_values_is_refused(tmp_path):
     p = tmp_path / "twice.csv"
     p.write_text("\n".join(lines + [row.replace('"14.30"', '"99.00"')]) + "\n")
     res = CliRunner().invoke(main, ["counters", str(p)])
-    one_line(res, str(p), "gpu__time_duration.sum of launch 0 (_linear_kernel) is given twice")
+    one_line_error(res, str(p), "gpu__time_duration.sum of launch 0 (_linear_kernel) is given twice")
     same = tmp_path / "same.csv"      # the same row twice says the same thing: taken
     same.write_text("\n".join(lines + [row]) + "\n")
     assert len(read_counters(same).launches) == 4

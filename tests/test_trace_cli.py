@@ -10,19 +10,13 @@ from profiler.cli import main
 from roofline.analysis import analyze
 from roofline.records import read_results
 
+from cli_errors import one_line_error
+
 DATA = Path(__file__).parent / "data" / "traces"
 
 
 def run(*args):
     return CliRunner().invoke(main, ["trace", *map(str, args)])
-
-
-def one_line_error(res, *words):
-    assert res.exit_code == 2, res.output
-    lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), res.output
-    for w in words:
-        assert w in lines[0], lines[0]
 
 
 @pytest.fixture
