@@ -16,7 +16,6 @@ from roofline.explain import ExplainSpec, explain_linear, explain_step
 from roofline.config_fields import read_json_file, show_value
 from roofline.models import PRESETS
 
-from .. import ceilings
 from ..cli_args import (FLOAT_DTYPES, analytic_quant_options, device_arg, device_options, dtype_option, ep_option,
                         model_option, precision_option, resolve_device)
 
@@ -93,6 +92,8 @@ def _measured_cpu(device):
     """``--device cpu``: this machine's cached measured CPU ceilings (never measured here: explain is analytic)."""
     if device.kind != "cpu" or device.peak_flops:
         return device
+    from .. import ceilings   # deferred: explain starts without the probes (importlib.metadata) unless --device cpu
+
     c = ceilings.cached_ceilings("cpu")
     if c is None:
         raise RooflineError("--device cpu: this machine's CPU ceilings are not measured yet (explain never measures); "
