@@ -1,0 +1,82 @@
+"""``roofline check``'s FP4 rows (part "quant"): the mxfp4 and nvfp4 linear and fused MoE experts against fp64
+references over the dequantized weights, on the backend being checked (triton: ``kernels.linear_fp4`` and
+``kernels.moe``'s QUANT 3 / 4 kernels, under the interpreter on a CPU; torch: ``kernels.fp4``'s dequantize path).
+
+Shapes are not multiples of the blocks (N = 70, 50; I = 96 against BLOCK_N 64), one launch forces small tiles,
+one split-K; the MoE cases take the skinny configuration (GPT-OSS-like: T k = 10 rows on 4 experts, the clamped
+SwiGLU with biases, mxfp4) and the tiled one (80 rows, SiLU, both formats); expert 0 is favoured, expert E-1
+gets no token.
+
+Tolerance (``FP4_TOL``): the dequantized weights are exact in every activation dtype (``kernels.fp4``), so what
+is left is the fp32 accumulation and the output's (and h's) rounding: KERNEL_TOL's fp32 / fp16 bounds, and
+6e-3 for bf16 (a bf16 rounding is 2^-9 relative, the interpreter's truncation 2^-8) instead of the 1.6e-2 of
+bf16 arithmetic: a 1% error in a scale fails every row in every dtype. ``scale_error`` puts that error into the
+references (tests/test_fp4_kernels.py): nvfp4 through its stored fp32 tensor scale (x (1 + error)); mxfp4,
+whose e8m0 scales cannot hold a 1% step (powers of two only), through its dequantized scales on the reference
+side (every block's 2^e x (1 + error)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from . import fp4
+from . import moe as MOE
+from . import router as RT
+from ._common import dtype_name
+from .linear_fp4 import linear_fp4
+from .quant_weight import QuantExperts
+
+FP4_TOL = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 6e-3}
+# (M, N, K, the triton launch's overrides)
+LINEAR_CASES = ((37, 70, 96, dict(block_m=16, block_n=32, block_k=16)), (3, 50, 160, dict(block_k=32, split_k=3)),
+                (1, 48, 64, {}))
+# (T, E, k, H, I, activation, bias, formats): skinny (T k = 10 <= 16 x 4) and tiled (80 rows > 64)
+MOE_CASES = ((5, 4, 2, 64, 96, "swiglu_oai", True, ("mxfp4",)), (5, 4, 2, 64, 96, "silu", False, ("nvfp4",)),
+             (40, 4, 2, 128, 160, "silu", False, ("mxfp4", "nvfp4")))
+
+
+def _off(q, err: float):
+    """What the reference multiplies by: ``q`` itself (err 0), nvfp4 with its tensor scale x (1 + err), or mxfp4's
+    weights dequantized in fp64 with every scale x (1 + err) (a float weight)."""
+    if not err:
+        return q
+    if q.tensor_scale is not None:
+        fresh = dict(views=()) if isinstance(q, QuantExperts) else {}          # the experts' views: rebuilt
+        return replace(q, tensor_scale=q.tensor_scale * (1 + err), **fresh)
+    return q.dequantize(torch.float64) * (1 + err)
+
+
+def _linear_ref(x, q, err):
+    w = _off(q, err)
+    return fp4.reference(x, w) if not torch.is_tensor(w) else (x.double() @ w).to(x.dtype)
+
+
+def fp4_rows(ops, dt, dev, rnd, nan, tri: bool, scale_error: float = 0.0):
+    """Yield (name, out, ref, tol, detail) per FP4 row (module docstring); ``scale_error`` goes into the references."""
+    tol = FP4_TOL[dtype_name(dt)]
+    for fmt in fp4.FP4:
+        for M, Nn, K, cfg in LINEAR_CASES:
+            x, q = rnd(M, K), fp4.quantize(rnd(K, Nn) * K ** -0.5, fmt)
+            y = linear_fp4(x, q, out=nan(M, Nn), **cfg) if tri else fp4.torch_linear(x, q)
+            how = ", ".join(f"{k}={v}" for k, v in cfg.items()) if tri else q.torch_impl.split(":")[0]
+            yield (f"linear_{fmt} M={M} N={Nn} K={K}", y, _linear_ref(x.double(), q, scale_error), tol,
+                   f"vs dequantized; {how}")
+    for T, E, k, H, I, act, bias, fmts in MOE_CASES:  # noqa: E741
+        logits = rnd(T, E).float()
+        logits[:, 0] += 2.0                                                  # expert 0 takes most tokens
+        logits[:, E - 1] = -1e9                                              # expert E-1 takes none
+        w, ids = RT.route(logits, k, kind="softmax_topk")
+        x, wts = rnd(T, H), (rnd(E, H, I) * H ** -0.5, rnd(E, H, I) * H ** -0.5, rnd(E, I, H) * I ** -0.5)
+        bb = dict(b_gate=rnd(E, I) * 0.1, b_up=rnd(E, I) * 0.1, b_down=rnd(E, H) * 0.1) if bias else {}
+        for fmt in fmts:
+            q = [fp4.quantize_experts(t, fmt) for t in wts]
+            y = ops.moe_experts(x, *q, w, ids, activation=act, **bb, **(dict(out=nan(T, H)) if tri else {}))
+            ref = MOE.reference(x.double(), *[_off(t, scale_error) for t in q], w.double(), ids, activation=act,
+                                compute_dtype=torch.float64, **{n: b.double() for n, b in bb.items()})
+            c = MOE.moe_config(T, E, k, H, I, x.dtype, dev)
+            how = f"{c['kind']}, block_k={c['block_k']}" if tri else f"per expert: {q[0].torch_impl}"
+            yield (f"moe_experts {fmt} T={T} E={E} k={k} {act}" + (" +bias" if bias else ""), y, ref, tol,
+                   f"vs dequantized; {how}")
