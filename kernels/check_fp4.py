@@ -7,13 +7,16 @@ one split-K; the MoE cases take the skinny configuration (GPT-OSS-like: T k = 10
 SwiGLU with biases, mxfp4) and the tiled one (80 rows, SiLU, both formats); expert 0 is favoured, expert E-1
 gets no token.
 
-Tolerance (``FP4_TOL``): the dequantized weights are exact in every activation dtype (``kernels.fp4``), so what
-is left is the fp32 accumulation and the output's (and h's) rounding: KERNEL_TOL's fp32 / fp16 bounds, and
-6e-3 for bf16 (a bf16 rounding is 2^-9 relative, the interpreter's truncation 2^-8) instead of the 1.6e-2 of
-bf16 arithmetic: a 1% error in a scale fails every row in every dtype. ``scale_error`` puts that error into the
-references (tests/test_fp4_kernels.py): nvfp4 through its stored fp32 tensor scale (x (1 + error)); mxfp4,
-whose e8m0 scales cannot hold a 1% step (powers of two only), through its dequantized scales on the reference
-side (every block's 2^e x (1 + error)).
+Tolerance (``FP4_TOL``, per kind): the dequantized weights are exact in every activation dtype (``kernels.fp4``),
+so what is left is the fp32 accumulation and the roundings of x, h, the partials and y: KERNEL_TOL's fp32 / fp16
+bounds; in bf16 7.5e-3 for the linear (measured at most 5.4e-3 under the interpreter, which truncates) and
+KERNEL_TOL's 1.6e-2 for the experts (at most 8.2e-3: h and the partials are rounded too). ``scale_error`` puts
+an error into the references' scales (tests/test_fp4_kernels.py): nvfp4 through its stored fp32 tensor scale
+(x (1 + error)); mxfp4, whose e8m0 scales cannot hold a 1% step (powers of two only), through its dequantized
+scales on the reference side (every block's 2^e x (1 + error)). A 1% error fails every row in every dtype: the
+linear's by about 1% (bf16: at least 9.4e-3 measured), the experts' by about 3% (all three weights' scales off:
+at least 2.0e-2 in bf16). NB in bf16 one of the three expert weights 1% off alone (about 1%) would sit below the
+experts' bf16 tolerance: the rows are sharp in fp32 and fp16, and per tensor in bf16.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from ._common import dtype_name
 from .linear_fp4 import linear_fp4
 from .quant_weight import QuantExperts
 
-FP4_TOL = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 6e-3}
+FP4_TOL = {"linear": {"fp32": 1e-5, "fp16": 2e-3, "bf16": 7.5e-3}, "moe": {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1.6e-2}}
 # (M, N, K, the triton launch's overrides)
 LINEAR_CASES = ((37, 70, 96, dict(block_m=16, block_n=32, block_k=16)), (3, 50, 160, dict(block_k=32, split_k=3)),
                 (1, 48, 64, {}))
@@ -56,13 +59,13 @@ def _linear_ref(x, q, err):
 
 def fp4_rows(ops, dt, dev, rnd, nan, tri: bool, scale_error: float = 0.0):
     """Yield (name, out, ref, tol, detail) per FP4 row (module docstring); ``scale_error`` goes into the references."""
-    tol = FP4_TOL[dtype_name(dt)]
+    tol = {kind: t[dtype_name(dt)] for kind, t in FP4_TOL.items()}
     for fmt in fp4.FP4:
         for M, Nn, K, cfg in LINEAR_CASES:
             x, q = rnd(M, K), fp4.quantize(rnd(K, Nn) * K ** -0.5, fmt)
             y = linear_fp4(x, q, out=nan(M, Nn), **cfg) if tri else fp4.torch_linear(x, q)
             how = ", ".join(f"{k}={v}" for k, v in cfg.items()) if tri else q.torch_impl.split(":")[0]
-            yield (f"linear_{fmt} M={M} N={Nn} K={K}", y, _linear_ref(x.double(), q, scale_error), tol,
+            yield (f"linear_{fmt} M={M} N={Nn} K={K}", y, _linear_ref(x.double(), q, scale_error), tol["linear"],
                    f"vs dequantized; {how}")
     for T, E, k, H, I, act, bias, fmts in MOE_CASES:  # noqa: E741
         logits = rnd(T, E).float()
@@ -78,5 +81,5 @@ def fp4_rows(ops, dt, dev, rnd, nan, tri: bool, scale_error: float = 0.0):
                                 compute_dtype=torch.float64, **{n: b.double() for n, b in bb.items()})
             c = MOE.moe_config(T, E, k, H, I, x.dtype, dev)
             how = f"{c['kind']}, block_k={c['block_k']}" if tri else f"per expert: {q[0].torch_impl}"
-            yield (f"moe_experts {fmt} T={T} E={E} k={k} {act}" + (" +bias" if bias else ""), y, ref, tol,
+            yield (f"moe_experts {fmt} T={T} E={E} k={k} {act}" + (" +bias" if bias else ""), y, ref, tol["moe"],
                    f"vs dequantized; {how}")
