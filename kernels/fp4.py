@@ -67,39 +67,32 @@ _MIDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)              # between consecuti
 # ---------------------------------------------------------------- Triton: a tile dequantized in registers
 
 @triton.jit
-def e2m1_to_f32(c):
-    """int32 nibbles 0..15 -> their e2m1 values in fp32 (exponent bits e, mantissa bit m: e = 0 is m * 0.5)."""
-    e = (c >> 1) & 3
-    m = c & 1
-    v = tl.where(e == 0, m.to(tl.float32) * 0.5, (((e + 126) << 23) | (m << 22)).to(tl.float32, bitcast=True))
-    return tl.where((c & 8) != 0, -v, v)
-
-
-@triton.jit
-def scale_to_f32(b, SCALE: tl.constexpr):
-    """int32 scale bytes -> fp32: SCALE 1 e8m0 (2^(b - 127); b = 0 reads 0), 2 e4m3 (bias 7, subnormals m / 512)."""
-    if SCALE == 1:
-        s = (b << 23).to(tl.float32, bitcast=True)
-    else:
-        e = (b >> 3) & 15
-        m = b & 7
-        s = tl.where(e == 0, m.to(tl.float32) * 0.001953125, (((e + 120) << 23) | (m << 20)).to(tl.float32,
-                                                                                             bitcast=True))
-        s = tl.where((b & 128) != 0, -s, s)
-    return s
-
-
-@triton.jit
 def fp4_tile(w_ptr, s_ptr, offs_k, offs_n, mask, stride_wk, stride_wn, stride_sk, stride_sn, GROUP: tl.constexpr,
              SCALE: tl.constexpr):
     """A [BLOCK_K, BLOCK_N] fp32 tile of an FP4 weight stored [N, K/2] (low nibble: even k) with scales
-    [N, K/GROUP] (module docstring); each row loads the byte it shares with its pair and shifts out its nibble."""
+    [N, K/GROUP] (module docstring); each row loads the byte it shares with its pair and shifts out its nibble.
+    The nibble c: exponent bits e, mantissa bit m, sign bit 3 (e = 0: m * 0.5, else the fp32 with exponent
+    e - 1 and mantissa m). The scale byte b: SCALE 1 e8m0 (b is the fp32 exponent: 2^(b - 127); b = 0 reads 0),
+    2 e4m3 (bias 7 rebiased to fp32's; subnormals m / 512). One function: the compile check's reach test looks
+    one call deep."""
     byte = tl.load(w_ptr + (offs_k[:, None] // 2).to(tl.int64) * stride_wk + offs_n[None, :].to(tl.int64) * stride_wn,
                    mask=mask, other=0).to(tl.int32)
     c = (byte >> ((offs_k[:, None] % 2) * 4)) & 0xF
     b = tl.load(s_ptr + (offs_k[:, None] // GROUP).to(tl.int64) * stride_sk + offs_n[None, :].to(tl.int64) * stride_sn,
                 mask=mask, other=0).to(tl.int32)
-    return e2m1_to_f32(c) * scale_to_f32(b, SCALE)
+    e = (c >> 1) & 3
+    m = c & 1
+    v = tl.where(e == 0, m.to(tl.float32) * 0.5, (((e + 126) << 23) | (m << 22)).to(tl.float32, bitcast=True))
+    v = tl.where((c & 8) != 0, -v, v)
+    if SCALE == 1:
+        s = (b << 23).to(tl.float32, bitcast=True)
+    else:
+        se = (b >> 3) & 15
+        sm = b & 7
+        s = tl.where(se == 0, sm.to(tl.float32) * 0.001953125,
+                     (((se + 120) << 23) | (sm << 20)).to(tl.float32, bitcast=True))
+        s = tl.where((b & 128) != 0, -s, s)
+    return v * s
 
 
 # ---------------------------------------------------------------- torch: the formats
