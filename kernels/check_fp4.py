@@ -68,12 +68,12 @@ def fp4_rows(ops, dt, dev, rnd, nan, tri: bool, scale_error: float = 0.0):
             yield (f"linear_{fmt} M={M} N={Nn} K={K}", y, _linear_ref(x.double(), q, scale_error), tol["linear"],
                    f"vs dequantized; {how}")
     for T, E, k, H, I, act, bias, fmts in MOE_CASES:  # noqa: E741
-        logits = rnd(T, E).float()
-        logits[:, 0] += 2.0                                                  # expert 0 takes most tokens
-        logits[:, E - 1] = -1e9                                              # expert E-1 takes none
-        w, ids = RT.route(logits, k, kind="softmax_topk")
-        x, wts = rnd(T, H), (rnd(E, H, I) * H ** -0.5, rnd(E, H, I) * H ** -0.5, rnd(E, I, H) * I ** -0.5)
-        bb = dict(b_gate=rnd(E, I) * 0.1, b_up=rnd(E, I) * 0.1, b_down=rnd(E, H) * 0.1) if bias else {}
+        lean = torch.zeros(E, device=dev)
+        lean[0], lean[E - 1] = 2.0, -1e9                     # expert 0 takes most tokens, expert E-1 none
+        w, ids = RT.route(rnd(T, E).float() + lean, k, kind="softmax_topk")
+        x = rnd(T, H)
+        wts = [rnd(E, K, N) * K ** -0.5 for K, N in ((H, I), (H, I), (I, H))]
+        bb = {n: rnd(E, m) * 0.1 for n, m in (("b_gate", I), ("b_up", I), ("b_down", H))} if bias else {}
         for fmt in fmts:
             q = [fp4.quantize_experts(t, fmt) for t in wts]
             y = ops.moe_experts(x, *q, w, ids, activation=act, **bb, **(dict(out=nan(T, H)) if tri else {}))
