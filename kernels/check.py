@@ -17,7 +17,8 @@ unchunked; prefix reuse equals a full prefill; the triton backend equals the tor
 With no GPU, kernels/env.py has already switched Triton to its interpreter.
 
 Quantization checks (part "quant", ``_quant_checks``): the int8 and int4 linears, the quantized MoE experts
-(``_moe_quant_checks``), the FP4 (mxfp4, nvfp4) linear and experts (``kernels.check_fp4``) and the 8-bit KV cache (with attention sinks too: ``_kv_sink_checks``) against
+(``_moe_quant_checks``), the FP4 (mxfp4, nvfp4) linear and experts (``kernels.check_fp4``, added by
+``run_checks``; the compile check compiles FP4 at real shapes, ``kernels.compile_launches``) and the 8-bit KV cache (with attention sinks too: ``_kv_sink_checks``) against
 dequantized fp64 references (the kernels' arithmetic: ``KERNEL_TOL``), and the linears and kv_append against
 the unquantized weights / K and V with a bound derived from the quantization step (``quant_bound``, the
 derivation in its docstring); the model with int8 weights and an int8 KV cache equals its own forward_full
@@ -345,7 +346,6 @@ def _quant_checks(ops, dt, dev, quick):
             yield _result(f"linear_{label} M={M} N={Nn} K={K} vs {dname} w", err, 1.0,
                           "error / (quantization bound + arithmetic)")
     yield from _moe_quant_checks(ops, dev, rnd, nan, tri, tol)
-    yield from (_result(n, rel_err(o, r), t, d) for n, o, r, t, d in fp4_rows(ops, dt, dev, rnd, nan, tri))
     yield from _kv_quant_checks(ops, dt, dev, g, tri, tol)
 
 
@@ -563,6 +563,7 @@ def run_checks(backend="triton", dtype="fp32", device=None, quick=True, *,
         results.append(_result(name, rel_err(out, ref), MODEL_TOL[dname], detail))
     if "quant" in parts:
         results += list(_quant_checks(ops, dt, dev, quick))
+        results += [_result(n, rel_err(o, r), t, d) for n, o, r, t, d in fp4_rows(ops, dt, dev)]
         for name, out, ref, detail in _quant_model_checks(ops.name, dt, dev, quick):
             results.append(_result(name, rel_err(out, ref), MODEL_TOL[dname], detail))
     return results

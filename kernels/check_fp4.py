@@ -57,8 +57,14 @@ def _linear_ref(x, q, err):
     return fp4.reference(x, w) if not torch.is_tensor(w) else (x.double() @ w).to(x.dtype)
 
 
-def fp4_rows(ops, dt, dev, rnd, nan, tri: bool, scale_error: float = 0.0):
-    """Yield (name, out, ref, tol, detail) per FP4 row (module docstring); ``scale_error`` goes into the references."""
+def fp4_rows(ops, dt, dev, scale_error: float = 0.0, seed: int = 2929):
+    """Yield (name, out, ref, tol, detail) per FP4 row (module docstring) on ``ops``' backend, inputs drawn from
+    ``seed`` in ``dt`` on ``dev``, outputs poisoned with NaN; ``scale_error`` goes into the references. Called by
+    ``kernels.check.run_checks`` with part "quant"."""
+    g = torch.Generator(device=dev).manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, generator=g, device=dev).to(dt)  # noqa: E731
+    nan = lambda *s: torch.full(s, float("nan"), dtype=dt, device=dev)  # noqa: E731
+    tri = ops.name == "triton"
     tol = {kind: t[dtype_name(dt)] for kind, t in FP4_TOL.items()}
     for fmt in fp4.FP4:
         for M, Nn, K, cfg in LINEAR_CASES:
@@ -81,5 +87,5 @@ def fp4_rows(ops, dt, dev, rnd, nan, tri: bool, scale_error: float = 0.0):
                                 compute_dtype=torch.float64, **{n: b.double() for n, b in bb.items()})
             c = MOE.moe_config(T, E, k, H, I, x.dtype, dev)
             how = f"{c['kind']}, block_k={c['block_k']}" if tri else f"per expert: {q[0].torch_impl}"
-            yield (f"moe_experts {fmt} T={T} E={E} k={k} {act}" + (" +bias" if bias else ""), y, ref, tol["moe"],
+            yield (f"experts_{fmt} T={T} E={E} k={k} {act}" + (" +bias" if bias else ""), y, ref, tol["moe"],
                    f"vs dequantized; {how}")

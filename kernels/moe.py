@@ -376,20 +376,20 @@ def _check_quant(w_gate, w_up, w_down) -> tuple:
 
 def _weight_args(w) -> tuple:
     """What a MoE kernel takes for one weight: (tensor, (stride_e, stride_k, stride_n), scales, zeros,
-    (scale stride_e, scale stride_g, scale stride_n), tensor scales, QUANT, GROUP, ZERO_POINT); a float weight
+    (scale stride_e, scale stride_g, scale stride_n), QUANT, GROUP, ZERO_POINT, tensor scales); a float weight
     passes itself for the scales. FP4: scales [E, N, K/g] as bytes, nvfp4's tensor scales [E] (else the scales)."""
     if not isinstance(w, QuantExperts):
-        return w, (w.stride(0), w.stride(1), w.stride(2)), w, w, (0, 0, 0), w, 0, 0, False
+        return w, (w.stride(0), w.stride(1), w.stride(2)), w, w, (0, 0, 0), 0, 0, False, w
     q = w.qweight                                                         # [E, N, K(/2)]: k along the last dim
     if is_fp4(w):
         s = scale_bytes_view(w)
         ts = w.tensor_scale if w.tensor_scale is not None else s
-        return (q, (q.stride(0), q.stride(2), q.stride(1)), s, s, (s.stride(0), s.stride(2), s.stride(1)), ts,
-                FP4_QUANT - 1 + scale_code(w.dtype), w.group_size, False)
+        return (q, (q.stride(0), q.stride(2), q.stride(1)), s, s, (s.stride(0), s.stride(2), s.stride(1)),
+                FP4_QUANT - 1 + scale_code(w.dtype), w.group_size, False, ts)
     s = w.scales
     z = w.zeros if w.zeros is not None else s
     return (q, (q.stride(0), q.stride(2), q.stride(1)), s, z, (s.stride(0), s.stride(1) if w.dtype == "int4" else 0, 0),
-            s, QUANT_CODES[w.dtype], w.group_size if w.dtype == "int4" else 0, w.zeros is not None)
+            QUANT_CODES[w.dtype], w.group_size if w.dtype == "int4" else 0, w.zeros is not None, s)
 
 
 def moe_experts(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_gate=None, b_up=None, b_down=None,
@@ -422,9 +422,9 @@ def moe_experts(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_g
     opts = dict(BLOCK_M=BM, BLOCK_N=c["block_n"], BLOCK_K=c["block_k"], num_warps=c["num_warps"],
                 num_stages=c["num_stages"])
     x = x if x.stride(-1) == 1 else x.contiguous()
-    wg, gst, sg, zg, sst, tg, qc, grp, zp = _weight_args(w_gate)
-    wu, _, su, zu, _, tu, _, _, _ = _weight_args(w_up)
-    wd, dst, sd, zd, dsst, td, _, _, _ = _weight_args(w_down)
+    wg, gst, sg, zg, sst, qc, grp, zp, tg = _weight_args(w_gate)
+    wu, _, su, zu, _, _, _, _, tu = _weight_args(w_up)
+    wd, dst, sd, zd, dsst, _, _, _, td = _weight_args(w_down)
     qopts = dict(QUANT=qc, GROUP=grp, ZERO_POINT=zp)
     launch(_moe_gate_up_kernel, (blocks * cdiv(I, c["block_n"]),), x, wg, wu,
            b_gate if bias else wg, b_up if bias else wu, h, al.sorted_ids, al.block_expert, al.n_padded,

@@ -98,19 +98,16 @@ def test_costs_come_from_the_precision_registry():
 
 
 def _rows(backend, scale_error=0.0, dt=torch.float32):
-    g = torch.Generator().manual_seed(4321)
-    rnd = lambda *s: torch.randn(*s, generator=g).to(dt)  # noqa: E731
-    nan = lambda *s: torch.full(s, float("nan"), dtype=dt)  # noqa: E731
-    return [(n, rel_err(o, r), t) for n, o, r, t, _ in CF.fp4_rows(get_ops(backend), dt, torch.device("cpu"), rnd,
-                                                                   nan, backend == "triton", scale_error)]
+    return [(n, rel_err(o, r), t) for n, o, r, t, _ in CF.fp4_rows(get_ops(backend), dt, torch.device("cpu"),
+                                                                   scale_error)]
 
 
 @pytest.mark.parametrize("backend", ("triton", "torch"))
 def test_check_rows_pass_and_fail_when_a_scale_is_1_percent_off(backend):
     rows = _rows(backend)
     names = [n for n, _, _ in rows]
-    assert len(rows) == 10 and "moe_experts mxfp4 T=5 E=4 k=2 swiglu_oai +bias" in names
-    assert {n.split()[0] for n in names} == {"linear_mxfp4", "linear_nvfp4", "moe_experts"}
+    assert len(rows) == 10 and "experts_mxfp4 T=5 E=4 k=2 swiglu_oai +bias" in names
+    assert {n.split()[0] for n in names} == {"linear_mxfp4", "linear_nvfp4", "experts_mxfp4", "experts_nvfp4"}
     assert all(e <= t for _, e, t in rows), [r for r in rows if r[1] > r[2]]
     off = _rows(backend, scale_error=0.01)       # nvfp4: the tensor scale; mxfp4: the dequantized scales
     assert all(e > t for _, e, t in off), [r for r in off if r[1] <= r[2]]
@@ -124,6 +121,16 @@ def test_16_bit_rows_pass_and_a_1_percent_scale_still_fails(backend, dt):
     rows, off = _rows(backend, dt=dt), _rows(backend, scale_error=0.01, dt=dt)
     assert all(e <= t for _, e, t in rows), [r for r in rows if r[1] > r[2]]
     assert all(e > t for _, e, t in off), [r for r in off if r[1] <= r[2]]
+
+
+def test_run_checks_carries_the_fp4_rows(monkeypatch):
+    from kernels import check as CK
+
+    monkeypatch.setattr(CK, "_quant_checks", lambda *a: iter(()))            # only what run_checks adds itself
+    monkeypatch.setattr(CK, "_quant_model_checks", lambda *a: iter(()))
+    rows = CK.run_checks("torch", "fp32", "cpu", parts=("quant",))
+    assert [r.name for r in rows][:1] == ["linear_mxfp4 M=37 N=70 K=96"] and len(rows) == 10
+    assert all(r.passed for r in rows), [str(r) for r in rows if not r.passed]
 
 
 def test_the_triton_kernels_refuse_other_weights():
