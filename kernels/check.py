@@ -17,7 +17,8 @@ unchunked; prefix reuse equals a full prefill; the triton backend equals the tor
 With no GPU, kernels/env.py has already switched Triton to its interpreter.
 
 Quantization checks (part "quant", ``_quant_checks``): the int8 and int4 linears, the quantized MoE experts
-(``_moe_quant_checks``) and the 8-bit KV cache (with attention sinks too: ``_kv_sink_checks``) against
+(``_moe_quant_checks``), the FP4 (mxfp4, nvfp4) linear and experts (``kernels.check_fp4``, added by
+``run_checks``; the compile check compiles FP4 at real shapes, ``kernels.compile_launches``) and the 8-bit KV cache (with attention sinks too: ``_kv_sink_checks``) against
 dequantized fp64 references (the kernels' arithmetic: ``KERNEL_TOL``), and the linears and kv_append against
 the unquantized weights / K and V with a bound derived from the quantization step (``quant_bound``, the
 derivation in its docstring); the model with int8 weights and an int8 KV cache equals its own forward_full
@@ -55,9 +56,11 @@ from . import router as RT
 from . import swiglu as S
 from ._common import HAS_CUDA, dtype_name, torch_dtype
 from .backend import get_ops
+from .check_fp4 import fp4_rows
 from .check_fp8 import fp8_checks
 from .check_result import rel_err, result as _result
 from .model import LlamaModel
+from .runner_registry import check_groups, checks
 from .quant import fp8_supported, prepare_torch, quantize_weight
 
 # Kernel tolerances (relative to max |ref|): fp32 exact up to summation order; fp16 10 bits of
@@ -531,17 +534,47 @@ def run_checks(backend="triton", dtype="fp32", device=None, quick=True, *,
     (a preset or a Hugging Face folder, with its real weights when it holds *.safetensors).
     """
     dt = torch_dtype(dtype)
-    dname = dtype_name(dt)
     dev = torch.device(device or ("cuda" if HAS_CUDA else "cpu"))
     ops = get_ops(backend)
-    results = []
-    for name, out, ref, detail in (_kernel_checks(ops, dt, dev, quick) if "kernels" in parts else ()):
-        results.append(_result(name, rel_err(out, ref), KERNEL_TOL[dname], detail))
-    for name, out, ref, detail in (_model_checks(ops.name, dt, dev, quick, model) if "model" in parts else ()):
-        results.append(_result(name, rel_err(out, ref), MODEL_TOL[dname], detail))
-    if "quant" in parts:
-        results += list(_quant_checks(ops, dt, dev, quick))
-        results += fp8_checks(ops, dt, dev, quick)     # kernels.check_fp8: the FP8 GEMM, act quant, fp8 KV
-        for name, out, ref, detail in _quant_model_checks(ops.name, dt, dev, quick):
-            results.append(_result(name, rel_err(out, ref), MODEL_TOL[dname], detail))
-    return results
+    return [r for g in check_groups(parts) for r in g.rows(ops, dt, dev, quick, model)]
+
+
+# The groups of rows, registered by the op kinds they check (kernels.runner_registry: the same registry the runners
+# and the compile check's launches are in). Kinds no group names (scale, gate, latent_append: a multiply, a
+# sigmoid-gated sum, a copy) run only inside the model and are checked through the transformers parity tests.
+_ROW_KINDS = ("embedding", "norm", "linear", "rope", "kv_append", "attention", "residual", "activation", "softcap",
+              "mla_attention", "mla_up", "router", "experts")
+
+
+def _judged(rows, tol, dt):
+    return [_result(name, rel_err(out, ref), tol[dtype_name(dt)], detail) for name, out, ref, detail in rows]
+
+
+@checks("kernels", "kernels", _ROW_KINDS, order=10)
+def _kernel_rows(ops, dt, dev, quick, model):
+    return _judged(_kernel_checks(ops, dt, dev, quick), KERNEL_TOL, dt)
+
+
+@checks("model", "model", _ROW_KINDS, order=10)
+def _model_rows(ops, dt, dev, quick, model):
+    return _judged(_model_checks(ops.name, dt, dev, quick, model), MODEL_TOL, dt)
+
+
+@checks("quantized", "quant", ("linear", "experts", "kv_append", "attention"), order=10)
+def _quant_rows(ops, dt, dev, quick, model):
+    return list(_quant_checks(ops, dt, dev, quick))
+
+
+@checks("fp8", "quant", ("linear", "attention"), order=20)
+def _fp8_rows(ops, dt, dev, quick, model):
+    return fp8_checks(ops, dt, dev, quick)     # kernels.check_fp8: the FP8 GEMM, act quant, fp8 KV
+
+
+@checks("fp4", "quant", ("linear", "experts"), order=30)
+def _fp4_rows(ops, dt, dev, quick, model):
+    return [_result(n, rel_err(o, r), t, d) for n, o, r, t, d in fp4_rows(ops, dt, dev)]
+
+
+@checks("quantized model", "quant", ("linear", "kv_append"), order=40)
+def _quant_model_rows(ops, dt, dev, quick, model):
+    return _judged(_quant_model_checks(ops.name, dt, dev, quick), MODEL_TOL, dt)

@@ -6,11 +6,13 @@ entry once per Llama-2-7B / Llama-3-8B combo).
 - attention: non-causal prefill, a chunk after 17 cached tokens (neither 1 nor a multiple of 16: another
   specialisation), sliding windows and softcapping (``ATTENTION_FEATURES``: Mistral, Gemma-2), GPT-OSS's sinks
   with and without a window (``SINK_WINDOWS``: the SINKS variants beside their no-sink twins);
-- linear: a q_proj-shaped linear with a bias (BIAS on; int8 and int4 weights too in the 16-bit dtypes);
+- linear: a q_proj-shaped linear with a bias (BIAS on; int8 and int4 weights too in the 16-bit dtypes; mxfp4 and
+  nvfp4 in bf16: ``kernels.linear_fp4``, ``FP4_DTYPES``);
 - activation: GeGLU (Gemma);
 - mla_attention: ``kernels.mla.mla_decode`` at DeepSeek-V3's shapes (``MLA_SHAPE``) in the 16-bit dtypes;
 - experts: ``kernels.moe.moe_experts`` at Mixtral-8x7B's and GPT-OSS-20B's shapes (``MOE_SHAPES``), float and
-  quantized (``MOE_QUANT``);
+  quantized (``MOE_QUANT``), and FP4 in bf16 (``MOE_FP4``: GPT-OSS's own mxfp4, Mixtral's shapes in nvfp4). FP4 is
+  the dequantizing path on every target (sm_80, sm_90, and sm_100 too: ``kernels.fp4`` says why);
 - FP8 (``fp8_launches``, on targets with fp8 only: ``FP8_CAPABILITY``; sm_80 has none, and the launcher refuses a
   GPU without it in one line): the W8A8 GEMM at a q_proj shape in both scale layouts (per channel with per-token
   activations, 128 x 128 blocks with 1 x 128 groups) with the activation quantization before it, and attention
@@ -31,6 +33,8 @@ from . import linear as L
 from . import linear_int4 as L4
 from . import linear_fp8 as LF
 from . import linear_int8 as L8
+from . import fp4
+from . import linear_fp4 as LF
 from . import mla as MLA
 from . import moe as MOE
 from . import prefill_attention as PA
@@ -69,6 +73,19 @@ MOE_SHAPES = (("mixtral-8x7b", dict(H=4096, I=14336, E=8, k=2, activation="silu"
 MOE_QUANT = ((("bf16", "fp16"), "int8", None, False), (("bf16", "fp16"), "int4", None, False),
              (("bf16",), "int4", 64, True))
 MOE_INT4_GROUP = {"mixtral-8x7b": 128, "gpt-oss-20b": 32}   # the int4 group each shape's K divides (2880 = 90 x 32)
+FP4_DTYPES = ("bf16",)                                      # the activation dtype the FP4 variants compile in
+MOE_FP4 = {"gpt-oss-20b": "mxfp4", "mixtral-8x7b": "nvfp4"}  # each shape's FP4 format (2880 = 180 x 16, 4096, 14336)
+
+
+def meta_fp4(lead: tuple, K: int, N: int, dt, fmt: str):
+    """An FP4 ``QuantWeight`` (``lead`` = ()) or ``QuantExperts`` (``lead`` = (E,)) of [K, N] on the meta device, laid
+    out as ``kernels.fp4.quantize`` stores it: uint8 [.., N, K/2], scales [.., N, K/g], nvfp4's fp32 tensor scales."""
+    meta, f = torch.device("meta"), fp4.fp4_format(fmt)
+    g = f.group_size
+    ts = torch.empty(lead, dtype=torch.float32, device=meta) if f.scales.tensor else None
+    args = (fmt, torch.empty(*lead, N, K // 2, dtype=torch.uint8, device=meta),
+            torch.empty(*lead, N, K // g, dtype=fp4.SCALE_STORAGE[f.scales.dtype], device=meta), None, K, N, g)
+    return (QuantExperts if lead else QuantWeight)(*args, tensor_scale=ts, act=dt)
 
 
 def meta_experts(E: int, K: int, N: int, dt, weight_dtype: str, group_size: int = 0, zero_point: bool = False):
@@ -103,6 +120,10 @@ def moe_launches(rec, where, phase, batch, context, dt) -> None:
             q = [meta_experts(E, K, N, dt, wd, g, zp) for K, N in ((H, I), (H, I), (I, H))]
             rec.context = dict(where, model=model, op=f"moe_experts w={wd}" + (f" g{g}" + (" zp" if zp else "")
                                                                                if g else ""))
+            MOE.moe_experts(e(T, H), *q, *route, activation=s["activation"], **bb)
+        if dtype_name(dt) in FP4_DTYPES:
+            q = [meta_fp4((E,), K, N, dt, MOE_FP4[model]) for K, N in ((H, I), (H, I), (I, H))]
+            rec.context = dict(where, model=model, op=f"moe_experts w={MOE_FP4[model]}")
             MOE.moe_experts(e(T, H), *q, *route, activation=s["activation"], **bb)
 
 
@@ -145,6 +166,10 @@ def bias_launches(rec, where, cfg, T, dt) -> None:
         L8.linear_int8(x, q8, bias)
         rec.context = dict(where, op="q_proj bias w=int4")
         L4.linear_int4(x, q4, bias)
+    if dtype_name(dt) in FP4_DTYPES:
+        for fmt in fp4.FP4:
+            rec.context = dict(where, op=f"q_proj bias w={fmt}")
+            LF.linear_fp4(x, meta_fp4((), H, N_, dt, fmt), bias)
 
 
 def geglu_launches(rec, where, cfg, T, dt) -> None:

@@ -37,6 +37,13 @@ zero point adds zero[n] x the tile's row sums of x). Under the interpreter every
 (``kernels.quant.torch_linear``: aten's int8 / int4 ops, or a dequantize reference, said in ``torch_impl``);
 ``reference`` multiplies by the dequantized weights in fp32 (fp64). The cost is ``moe_experts``'s with the
 weight dtype: 1 or 1/2 byte per weight plus the scales (``formulas.moe_expert_weight_bytes``).
+
+FP4 experts (``kernels.fp4.quantize_experts``: mxfp4 / nvfp4, [E, N, K/2] e2m1 bytes, [E, N, K/g] scales, nvfp4's
+fp32 tensor scales [E]): QUANT 3 (mxfp4, e8m0) / 4 (nvfp4, e4m3). Each tile is dequantized in registers
+(``fp4.fp4_tile``: exact in fp32, then in the activation dtype) and goes to ``tl.dot`` as a float tile; nvfp4's
+tensor scale multiplies each accumulator once, after the K loop (before the bias and the activation). BLOCK_K is
+free of the block size. The torch backend and the reference dequantize per expert (``kernels.fp4``); the cost is
+``fp4.moe_cost`` (the precision registry's ``weight_bytes``).
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from roofline.errors import RooflineError
 
 from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name
 from ._launch import launch
+from .fp4 import check_fp4_weight, fp4_tile, is_fp4, scale_bytes_view, scale_code
 from .quant import torch_linear
 from .quant_weight import QuantExperts, check_group
 
@@ -107,7 +115,8 @@ def _act(g, u, alpha, limit, ACT: tl.constexpr):
     return h
 
 
-QUANT_CODES = {"int8": 1, "int4": 2}   # the kernels' QUANT constexpr (0: float weights)
+QUANT_CODES = {"int8": 1, "int4": 2, "mxfp4": 3, "nvfp4": 4}   # the kernels' QUANT constexpr (0: float weights)
+FP4_QUANT = 3                          # QUANT >= 3: FP4 (kernels.fp4), its SCALE constexpr = QUANT - 2
 # int4 experts, tiled: BLOCK_K 32 (the int32 nibble tiles of gate and up beside the two accumulators and each tile's
 # scaled dot: 64 x 64 x 64 with 8 warps took 255 registers and spilled 152 B on sm_80; 32 takes 172, no spills)
 INT4_TILED_BLOCK_K = 32
@@ -131,12 +140,12 @@ def _w_tile(w_ptr, offs_k, offs_n, mask, stride_wk, stride_wn, QUANT: tl.constex
 @triton.jit
 def _moe_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, h_ptr, sorted_ptr, bexp_ptr, npad_ptr,
                         N, K, TK, TOPK, NUM_BLOCKS, stride_xt, stride_we, stride_wk, stride_wn, stride_be, stride_ht,
-                        alpha, limit, sg_ptr, su_ptr, zg_ptr, zu_ptr, stride_se, stride_sg,
+                        alpha, limit, sg_ptr, su_ptr, zg_ptr, zu_ptr, stride_se, stride_sg, stride_sn, tg_ptr, tu_ptr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ACT: tl.constexpr,
                         BIAS: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, QUANT: tl.constexpr,
                         GROUP: tl.constexpr, ZERO_POINT: tl.constexpr):
     # x [T, K]   w_gate, w_up [E, K, N] (quantized: stored [E, N, K] / [E, N, K/2])   h [T*k, N]   (K = H, N = I)
-    # scales: int8 [E, N], int4 (and zero points) [E, K/g, N]
+    # scales: int8 [E, N], int4 (and zero points) [E, K/g, N]; FP4 [E, N, K/g] bytes + nvfp4 tensor scales [E]
     pid = tl.program_id(0)
     pid_m = pid % NUM_BLOCKS                      # neighbouring programs: blocks of one expert, same weight tile
     pid_n = pid // NUM_BLOCKS
@@ -158,7 +167,12 @@ def _moe_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, h_ptr, sorted_ptr
         a = tl.load(x_ptr + token[:, None] * stride_xt + offs_k[None, :], mask=valid[:, None] & kmask[None, :],
                     other=0.0)
         w_mask = kmask[:, None] & nmask[None, :]
-        if QUANT == 2:
+        if QUANT >= 3:                                   # FP4: dequantized to fp32 in registers (kernels.fp4)
+            bg = fp4_tile(wg, sg_ptr + e * stride_se, offs_k, offs_n, w_mask, stride_wk, stride_wn, stride_sg,
+                          stride_sn, GROUP, QUANT - 2)
+            bu = fp4_tile(wu, su_ptr + e * stride_se, offs_k, offs_n, w_mask, stride_wk, stride_wn, stride_sg,
+                          stride_sn, GROUP, QUANT - 2)
+        elif QUANT == 2:
             bg = _w_tile(wg, offs_k, offs_n, w_mask, stride_wk, stride_wn, QUANT)
             bu = _w_tile(wu, offs_k, offs_n, w_mask, stride_wk, stride_wn, QUANT)
         else:   # one offset for both tiles (two _w_tile calls cost the float variant a 4 B spill on sm_80)
@@ -170,7 +184,7 @@ def _moe_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, h_ptr, sorted_ptr
             bg = bg.to(tl.float32)
             bu = bu.to(tl.float32)
         elif QUANT != 0:
-            bg = bg.to(a.dtype)                          # dequantized in registers: exact (|q| <= 127, -8..7)
+            bg = bg.to(a.dtype)                          # dequantized in registers: exact (|q| <= 127, -8..7, FP4)
             bu = bu.to(a.dtype)
         if QUANT == 2:                                   # int4: the tile's one group, its scales per column
             so = e * stride_se + (k0 // GROUP) * stride_sg + offs_n
@@ -185,6 +199,9 @@ def _moe_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, h_ptr, sorted_ptr
         else:
             acc_g = tl.dot(a, bg, acc_g, input_precision=DOT_PREC)
             acc_u = tl.dot(a, bu, acc_u, input_precision=DOT_PREC)
+    if QUANT == 4:                                       # nvfp4: the experts' fp32 tensor scales, once
+        acc_g = acc_g * tl.load(tg_ptr + e)
+        acc_u = acc_u * tl.load(tu_ptr + e)
     if QUANT == 1:                                       # int8: the per-channel scales, once on the accumulators
         acc_g = acc_g * tl.load(sg_ptr + e * stride_se + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
         acc_u = acc_u * tl.load(su_ptr + e * stride_se + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
@@ -200,7 +217,7 @@ def _moe_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, h_ptr, sorted_ptr
 @triton.jit
 def _moe_down_kernel(h_ptr, wd_ptr, bd_ptr, rw_ptr, p_ptr, sorted_ptr, bexp_ptr, npad_ptr,
                      N, K, TK, NUM_BLOCKS, stride_ht, stride_we, stride_wk, stride_wn, stride_be, stride_pt,
-                     sd_ptr, zd_ptr, stride_se, stride_sg,
+                     sd_ptr, zd_ptr, stride_se, stride_sg, stride_sn, td_ptr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BIAS: tl.constexpr,
                      UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, QUANT: tl.constexpr, GROUP: tl.constexpr,
                      ZERO_POINT: tl.constexpr):
@@ -224,7 +241,11 @@ def _moe_down_kernel(h_ptr, wd_ptr, bd_ptr, rw_ptr, p_ptr, sorted_ptr, bexp_ptr,
         kmask = offs_k < K
         a = tl.load(h_ptr + rows[:, None] * stride_ht + offs_k[None, :], mask=valid[:, None] & kmask[None, :],
                     other=0.0)
-        b = _w_tile(wd, offs_k, offs_n, kmask[:, None] & nmask[None, :], stride_wk, stride_wn, QUANT)
+        if QUANT >= 3:
+            b = fp4_tile(wd, sd_ptr + e * stride_se, offs_k, offs_n, kmask[:, None] & nmask[None, :], stride_wk,
+                         stride_wn, stride_sg, stride_sn, GROUP, QUANT - 2)
+        else:
+            b = _w_tile(wd, offs_k, offs_n, kmask[:, None] & nmask[None, :], stride_wk, stride_wn, QUANT)
         if UPCAST:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -239,6 +260,8 @@ def _moe_down_kernel(h_ptr, wd_ptr, bd_ptr, rw_ptr, p_ptr, sorted_ptr, bexp_ptr,
                                                                        other=0.0).to(tl.float32)[None, :]
         else:
             acc = tl.dot(a, b, acc, input_precision=DOT_PREC)
+    if QUANT == 4:                                       # nvfp4: the expert's fp32 tensor scale, once
+        acc = acc * tl.load(td_ptr + e)
     if QUANT == 1:                                       # int8: the per-channel scales, once
         acc = acc * tl.load(sd_ptr + e * stride_se + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
     if BIAS:
@@ -320,6 +343,14 @@ def _check_quant(w_gate, w_up, w_down) -> tuple:
                          f"{kinds}: quantize them with the same arguments.")
     E, H, I = w_gate.shape  # noqa: E741
     dt, dev = w_gate.act_dtype, w_gate.device
+    if is_fp4(w_gate):
+        for name, w, (K, N) in (("w_gate", w_gate, (H, I)), ("w_up", w_up, (H, I)), ("w_down", w_down, (I, H))):
+            if tuple(w.shape) != (E, K, N):
+                raise ValueError(f"{name} must hold [E, K, N] = [{E}, {K}, {N}] weights, got {list(w.shape)}.")
+            check_fp4_weight(name, w, (E,), K, N, dt, dev)
+        if w_up.qweight.stride() != w_gate.qweight.stride() or w_up.scales.stride() != w_gate.scales.stride():
+            raise ValueError("w_gate and w_up must have the same strides (one stride set is passed to the kernel).")
+        return E, H, I, dt, dev
     int8 = w_gate.dtype == "int8"
     for name, w, (K, N) in (("w_gate", w_gate, (H, I)), ("w_up", w_up, (H, I)), ("w_down", w_down, (I, H))):
         if tuple(w.shape) != (E, K, N):
@@ -345,13 +376,20 @@ def _check_quant(w_gate, w_up, w_down) -> tuple:
 
 def _weight_args(w) -> tuple:
     """What a MoE kernel takes for one weight: (tensor, (stride_e, stride_k, stride_n), scales, zeros,
-    (scale stride_e, scale stride_g), QUANT, GROUP, ZERO_POINT); a float weight passes itself for the scales."""
+    (scale stride_e, scale stride_g, scale stride_n), QUANT, GROUP, ZERO_POINT, tensor scales); a float weight
+    passes itself for the scales. FP4: scales [E, N, K/g] as bytes, nvfp4's tensor scales [E] (else the scales)."""
     if not isinstance(w, QuantExperts):
-        return w, (w.stride(0), w.stride(1), w.stride(2)), w, w, (0, 0), 0, 0, False
-    q, s = w.qweight, w.scales                                            # [E, N, K(/2)]: k along the last dim
+        return w, (w.stride(0), w.stride(1), w.stride(2)), w, w, (0, 0, 0), 0, 0, False, w
+    q = w.qweight                                                         # [E, N, K(/2)]: k along the last dim
+    if is_fp4(w):
+        s = scale_bytes_view(w)
+        ts = w.tensor_scale if w.tensor_scale is not None else s
+        return (q, (q.stride(0), q.stride(2), q.stride(1)), s, s, (s.stride(0), s.stride(2), s.stride(1)),
+                FP4_QUANT - 1 + scale_code(w.dtype), w.group_size, False, ts)
+    s = w.scales
     z = w.zeros if w.zeros is not None else s
-    return (q, (q.stride(0), q.stride(2), q.stride(1)), s, z, (s.stride(0), s.stride(1) if w.dtype == "int4" else 0),
-            QUANT_CODES[w.dtype], w.group_size if w.dtype == "int4" else 0, w.zeros is not None)
+    return (q, (q.stride(0), q.stride(2), q.stride(1)), s, z, (s.stride(0), s.stride(1) if w.dtype == "int4" else 0, 0),
+            QUANT_CODES[w.dtype], w.group_size if w.dtype == "int4" else 0, w.zeros is not None, s)
 
 
 def moe_experts(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_gate=None, b_up=None, b_down=None,
@@ -384,18 +422,18 @@ def moe_experts(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_g
     opts = dict(BLOCK_M=BM, BLOCK_N=c["block_n"], BLOCK_K=c["block_k"], num_warps=c["num_warps"],
                 num_stages=c["num_stages"])
     x = x if x.stride(-1) == 1 else x.contiguous()
-    wg, gst, sg, zg, sst, qc, grp, zp = _weight_args(w_gate)
-    wu, _, su, zu, _, _, _, _ = _weight_args(w_up)
-    wd, dst, sd, zd, dsst, _, _, _ = _weight_args(w_down)
+    wg, gst, sg, zg, sst, qc, grp, zp, tg = _weight_args(w_gate)
+    wu, _, su, zu, _, _, _, _, tu = _weight_args(w_up)
+    wd, dst, sd, zd, dsst, _, _, _, td = _weight_args(w_down)
     qopts = dict(QUANT=qc, GROUP=grp, ZERO_POINT=zp)
     launch(_moe_gate_up_kernel, (blocks * cdiv(I, c["block_n"]),), x, wg, wu,
            b_gate if bias else wg, b_up if bias else wu, h, al.sorted_ids, al.block_expert, al.n_padded,
            I, H, tk, k, blocks, x.stride(0), *gst,
-           b_gate.stride(0) if bias else 0, h.stride(0), float(alpha), float(limit), sg, su, zg, zu, *sst,
+           b_gate.stride(0) if bias else 0, h.stride(0), float(alpha), float(limit), sg, su, zg, zu, *sst, tg, tu,
            ACT=ACTIVATIONS.index(activation), BIAS=bias, UPCAST=upcast, DOT_PREC=prec, **qopts, **opts)
     launch(_moe_down_kernel, (blocks * cdiv(H, c["block_n"]),), h, wd, b_down if bias else wd, rw, part,
            al.sorted_ids, al.block_expert, al.n_padded, H, I, tk, blocks, h.stride(0), *dst,
-           b_down.stride(0) if bias else 0, part.stride(0), sd, zd, *dsst,
+           b_down.stride(0) if bias else 0, part.stride(0), sd, zd, *dsst, td,
            BIAS=bias, UPCAST=upcast, DOT_PREC=prec, **qopts, **opts)
     torch.sum(part.view(T, k, H), dim=1, out=out)
     return out
