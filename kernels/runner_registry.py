@@ -27,6 +27,20 @@ from roofline.errors import RooflineError
 RUNNERS: dict[str, Callable] = {}     # op kind -> builder(ctx, spec) -> (fn, config)
 LAUNCHES: dict[str, Callable] = {}    # op kind -> extra compile-check launches(rec, combo)
 NEEDS: dict[str, int] = {}             # Triton kernel -> the lowest target capability that launches it (fp8: 89)
+CHECKS: dict[str, "CheckGroup"] = {}   # roofline check's groups of rows, by name (each says the kinds it checks)
+CHECK_PARTS = ("kernels", "model", "quant")   # roofline check --part order
+
+
+@dataclass(frozen=True)
+class CheckGroup:
+    """A group of ``roofline check`` rows: its part, the op kinds its rows check, its place in the part, and
+    ``rows(ops, dt, dev, quick, model) -> [CheckResult]``."""
+
+    name: str
+    part: str
+    kinds: tuple
+    order: int
+    rows: Callable
 
 
 @dataclass(frozen=True)
@@ -65,6 +79,22 @@ def needs_capability(capability: int, *kernels: str) -> None:
     """Say that ``kernels`` are launched only on targets of at least ``capability`` (e.g. 89 for fp8): a compile
     check of lower targets alone does not count them unreached."""
     NEEDS.update({k: capability for k in kernels})
+
+
+def checks(name: str, part: str, kinds: tuple, order: int):
+    """Register ``roofline check`` rows (the decorated ``rows(ops, dt, dev, quick, model)``) for op ``kinds``."""
+    if part not in CHECK_PARTS:
+        raise RooflineError(f"check group {name!r}: part {part!r} is not one of {', '.join(CHECK_PARTS)}.")
+
+    def deco(fn):
+        CHECKS[name] = CheckGroup(name, part, tuple(kinds), order, fn)
+        return fn
+    return deco
+
+
+def check_groups(parts=CHECK_PARTS) -> list:
+    """The registered check groups of ``parts``, part by part (``CHECK_PARTS``' order), then by their order."""
+    return sorted((g for g in CHECKS.values() if g.part in parts), key=lambda g: (CHECK_PARTS.index(g.part), g.order))
 
 
 def launches(kind: str):
