@@ -31,10 +31,10 @@ from . import decode_attention as DA
 from . import geglu as G
 from . import linear as L
 from . import linear_int4 as L4
-from . import linear_fp8 as LF
+from . import linear_fp8 as LF8
 from . import linear_int8 as L8
 from . import fp4
-from . import linear_fp4 as LF
+from . import linear_fp4 as LF4
 from . import mla as MLA
 from . import moe as MOE
 from . import prefill_attention as PA
@@ -169,7 +169,7 @@ def bias_launches(rec, where, cfg, T, dt) -> None:
     if dtype_name(dt) in FP4_DTYPES:
         for fmt in fp4.FP4:
             rec.context = dict(where, op=f"q_proj bias w={fmt}")
-            LF.linear_fp4(x, meta_fp4((), H, N_, dt, fmt), bias)
+            LF4.linear_fp4(x, meta_fp4((), H, N_, dt, fmt), bias)
 
 
 def geglu_launches(rec, where, cfg, T, dt) -> None:
@@ -221,9 +221,9 @@ def fp8_ok(c) -> bool:
 def meta_fp8_weight(fmt: str, K: int, N: int) -> QuantWeight:
     """A [K, N] fp8 ``QuantWeight`` on the meta device, laid out as ``kernels.linear_fp8.quantize`` stores it."""
     meta = torch.device("meta")
-    f = LF.fp8_format(fmt)
-    return QuantWeight(f.name, torch.empty(N, K, dtype=LF.FP8, device=meta),
-                       torch.empty(LF.scales_shape(f, K, N), dtype=torch.float32, device=meta), None, K, N,
+    f = LF8.fp8_format(fmt)
+    return QuantWeight(f.name, torch.empty(N, K, dtype=LF8.FP8, device=meta),
+                       torch.empty(LF8.scales_shape(f, K, N), dtype=torch.float32, device=meta), None, K, N,
                        f.scales.k)
 
 
@@ -233,8 +233,8 @@ def fp8_launches(rec, where, cfg, T, dt) -> None:
     H, N_ = cfg.hidden, cfg.n_heads * cfg.head_dim
     x = torch.empty(T, H, dtype=dt, device=torch.device("meta"))
     for fmt in FP8_GEMMS:
-        rec.context = dict(where, op=f"q_proj w={fmt} a={LF.act_format_for(fmt).name}")
-        LF.linear_fp8(x, meta_fp8_weight(fmt, H, N_))
+        rec.context = dict(where, op=f"q_proj w={fmt} a={LF8.act_format_for(fmt).name}")
+        LF8.linear_fp8(x, meta_fp8_weight(fmt, H, N_))
 
 
 def fp8_kv_launches(rec, where, cfg, phase, batch, context, dt) -> None:
@@ -243,7 +243,7 @@ def fp8_kv_launches(rec, where, cfg, phase, batch, context, dt) -> None:
     Hq, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     slots, sc = torch.arange(batch, device=meta), tuple(torch.empty(1, device=meta) for _ in range(2))
     L = context + (phase == "decode")
-    kc = torch.empty(batch, Hkv, L, D, dtype=LF.FP8, device=meta)
+    kc = torch.empty(batch, Hkv, L, D, dtype=LF8.FP8, device=meta)
     rec.context = dict(where, op="attention kv=fp8-tensor")
     if phase == "prefill":
         PA.prefill_attention(torch.empty(batch, context, Hq, D, dtype=dt, device=meta), kc, kc, slots, 0, scales=sc)

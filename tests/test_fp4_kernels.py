@@ -123,14 +123,20 @@ def test_16_bit_rows_pass_and_a_1_percent_scale_still_fails(backend, dt):
     assert all(e > t for _, e, t in off), [r for r in off if r[1] <= r[2]]
 
 
-def test_run_checks_carries_the_fp4_rows(monkeypatch):
-    from kernels import check as CK
+def test_run_checks_carries_the_fp4_rows():
+    import torch
 
-    monkeypatch.setattr(CK, "_quant_checks", lambda *a: iter(()))            # only what run_checks adds itself
-    monkeypatch.setattr(CK, "_quant_model_checks", lambda *a: iter(()))
-    rows = CK.run_checks("torch", "fp32", "cpu", parts=("quant",))
+    from kernels import check as CK
+    from kernels.backend import get_ops
+    from kernels.runner_registry import CHECKS
+
+    fp4 = CHECKS["fp4"]                                                      # roofline check's FP4 group
+    assert fp4.part == "quant" and fp4.kinds == ("linear", "experts")
+    rows = fp4.rows(get_ops("torch"), torch.float32, torch.device("cpu"), True, "tiny")
     assert [r.name for r in rows][:1] == ["linear_mxfp4 M=37 N=70 K=96"] and len(rows) == 10
     assert all(r.passed for r in rows), [str(r) for r in rows if not r.passed]
+    names = [r.name for r in CK.run_checks("torch", "fp32", "cpu", parts=("quant",))]
+    assert names[names.index("linear_mxfp4 M=37 N=70 K=96"):][:10] == [r.name for r in rows]
 
 
 def test_the_triton_kernels_refuse_other_weights():
