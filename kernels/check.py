@@ -23,7 +23,9 @@ the unquantized weights / K and V with a bound derived from the quantization ste
 derivation in its docstring); the model with int8 weights and an int8 KV cache equals its own forward_full
 and the other backend. ``quality_notes`` is what a user needs before choosing: the
 logits of the quantized model against the same seeded model unquantized over a prompt (max
-difference, top-1 agreement). fp8 KV checks run only on a GPU with fp8.
+difference, top-1 agreement). fp8 KV checks here (kv_append's fp8 cast) run only on a GPU with fp8.
+FP8 rows (with part "quant", ``kernels.check_fp8``): the W8A8 GEMM per tensor / channel / 128x128 blocks, the
+activation quantization and attention over fp8 caches (per token and per tensor), also under the interpreter.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ from . import router as RT
 from . import swiglu as S
 from ._common import HAS_CUDA, dtype_name, torch_dtype
 from .backend import get_ops
+from .check_fp8 import fp8_checks
+from .check_result import rel_err, result as _result
 from .model import LlamaModel
 from .quant import fp8_supported, prepare_torch, quantize_weight
 
@@ -61,30 +65,6 @@ from .quant import fp8_supported, prepare_torch, quantize_weight
 KERNEL_TOL = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1.6e-2}
 # Model logits pass through every op twice (2 layers) and different kernels (split-K, decode).
 MODEL_TOL = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 6e-2}
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    max_rel_err: float
-    tol: float
-    passed: bool
-    detail: str = ""
-
-    def __str__(self):
-        mark = "ok  " if self.passed else "FAIL"
-        return f"{mark} {self.name:<34} max rel err {self.max_rel_err:9.2e}  tol {self.tol:7.1e}  {self.detail}"
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out, ref = out.double(), ref.double()
-    if out.shape != ref.shape or not torch.isfinite(out).all():
-        return math.inf
-    return float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
-
-
-def _result(name, err, tol, detail=""):
-    return CheckResult(name, err, tol, bool(err <= tol), detail)
 
 
 def _kernel_checks(ops, dt, dev, quick):
@@ -561,6 +541,7 @@ def run_checks(backend="triton", dtype="fp32", device=None, quick=True, *,
         results.append(_result(name, rel_err(out, ref), MODEL_TOL[dname], detail))
     if "quant" in parts:
         results += list(_quant_checks(ops, dt, dev, quick))
+        results += fp8_checks(ops, dt, dev, quick)     # kernels.check_fp8: the FP8 GEMM, act quant, fp8 KV
         for name, out, ref, detail in _quant_model_checks(ops.name, dt, dev, quick):
             results.append(_result(name, rel_err(out, ref), MODEL_TOL[dname], detail))
     return results

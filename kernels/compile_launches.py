@@ -10,7 +10,12 @@ entry once per Llama-2-7B / Llama-3-8B combo).
 - activation: GeGLU (Gemma);
 - mla_attention: ``kernels.mla.mla_decode`` at DeepSeek-V3's shapes (``MLA_SHAPE``) in the 16-bit dtypes;
 - experts: ``kernels.moe.moe_experts`` at Mixtral-8x7B's and GPT-OSS-20B's shapes (``MOE_SHAPES``), float and
-  quantized (``MOE_QUANT``).
+  quantized (``MOE_QUANT``);
+- FP8 (``fp8_launches``, on targets with fp8 only: ``FP8_CAPABILITY``; sm_80 has none, and the launcher refuses a
+  GPU without it in one line): the W8A8 GEMM at a q_proj shape in both scale layouts (per channel with per-token
+  activations, 128 x 128 blocks with 1 x 128 groups) with the activation quantization before it, and attention
+  over a per-tensor fp8 KV cache (vLLM's; the per-token one is ``kernels.variants.QUANT_PASSES``'), in
+  ``FP8_DTYPES`` only (to keep the quick set bounded).
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ from __future__ import annotations
 import torch
 
 from roofline.formulas import INT4_GROUP
+from roofline.precision import weight_format
 
 from . import decode_attention as DA
 from . import geglu as G
 from . import linear as L
 from . import linear_int4 as L4
+from . import linear_fp8 as LF
 from . import linear_int8 as L8
 from . import mla as MLA
 from . import moe as MOE
@@ -174,6 +181,51 @@ def attend_meta(cfg, phase, batch, context, dt, **kw) -> None:
                             max_len=context + 1, **kw)
 
 
+FP8_GEMMS = ("fp8", "fp8-block")   # the two scale layouts: per channel (x per token), 128 x 128 (x 1 x 128)
+FP8_NATIVE = weight_format(FP8_GEMMS[0]).native
+FP8_CAPABILITY = 10 * FP8_NATIVE[0] + FP8_NATIVE[1]     # the registry's first capability with fp8 tensor cores (8.9: 89)
+FP8_DTYPES = ("bf16",)         # the activation / output dtype the quick set compiles the fp8 kernels in
+
+
+def fp8_ok(c) -> bool:
+    """The combo's target has fp8 and its dtype is one the quick set compiles fp8 in."""
+    return c.target.capability >= FP8_CAPABILITY and dtype_name(c.dt) in FP8_DTYPES
+
+
+def meta_fp8_weight(fmt: str, K: int, N: int) -> QuantWeight:
+    """A [K, N] fp8 ``QuantWeight`` on the meta device, laid out as ``kernels.linear_fp8.quantize`` stores it."""
+    meta = torch.device("meta")
+    f = LF.fp8_format(fmt)
+    return QuantWeight(f.name, torch.empty(N, K, dtype=LF.FP8, device=meta),
+                       torch.empty(LF.scales_shape(f, K, N), dtype=torch.float32, device=meta), None, K, N,
+                       f.scales.k)
+
+
+def fp8_launches(rec, where, cfg, T, dt) -> None:
+    """``linear_fp8`` (``act_quant`` then the GEMM) at a q_proj shape of ``cfg`` for ``T`` tokens, per scale layout
+    (``FP8_GEMMS``)."""
+    H, N_ = cfg.hidden, cfg.n_heads * cfg.head_dim
+    x = torch.empty(T, H, dtype=dt, device=torch.device("meta"))
+    for fmt in FP8_GEMMS:
+        rec.context = dict(where, op=f"q_proj w={fmt} a={LF.act_format_for(fmt).name}")
+        LF.linear_fp8(x, meta_fp8_weight(fmt, H, N_))
+
+
+def fp8_kv_launches(rec, where, cfg, phase, batch, context, dt) -> None:
+    """Attention over a per-tensor fp8 KV cache (one fp32 scale per layer's K and V) on ``cfg``'s heads."""
+    meta = torch.device("meta")
+    Hq, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    slots, sc = torch.arange(batch, device=meta), tuple(torch.empty(1, device=meta) for _ in range(2))
+    L = context + (phase == "decode")
+    kc = torch.empty(batch, Hkv, L, D, dtype=LF.FP8, device=meta)
+    rec.context = dict(where, op="attention kv=fp8-tensor")
+    if phase == "prefill":
+        PA.prefill_attention(torch.empty(batch, context, Hq, D, dtype=dt, device=meta), kc, kc, slots, 0, scales=sc)
+    else:
+        DA.decode_attention(torch.empty(batch, Hq, D, dtype=dt, device=meta), kc, kc,
+                            torch.empty(batch, dtype=torch.int32, device=meta), slots, max_len=L, scales=sc)
+
+
 # ---- the registry entries: one per op kind, each called once per quick-set combo
 
 @launches("norm")
@@ -196,11 +248,15 @@ def _attention(rec, c) -> None:
         PA.prefill_attention(q, kc, kc, torch.arange(batch, device=meta), 17)
     attention_feature_launches(rec, c.where, cfg, c.phase, batch, context, c.dt)
     sink_launches(rec, c.where, cfg, c.phase, batch, context, c.dt)
+    if fp8_ok(c):
+        fp8_kv_launches(rec, c.where, cfg, c.phase, batch, context, c.dt)
 
 
 @launches("linear")
 def _linear(rec, c) -> None:
     bias_launches(rec, c.where, c.cfg, c.tokens, c.dt)
+    if fp8_ok(c):
+        fp8_launches(rec, c.where, c.cfg, c.tokens, c.dt)
 
 
 @launches("activation")

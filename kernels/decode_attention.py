@@ -23,7 +23,10 @@ count is sized for min(max_len, W) keys and each sequence's splits start at its 
 8-bit KV cache (int8 or fp8 caches with ``scales=(k_scale, v_scale)``, fp32 [n_slots, Hkv, L], written
 by ``kernels.kv_append``): as in prefill attention, tiles are read as 8-bit values and converted in
 registers; K's per-token scale multiplies its column of scores, V's its column of probabilities
-before the P.V dot (the online softmax's sums use the unscaled probabilities).
+before the P.V dot (the online softmax's sums use the unscaled probabilities). A per-tensor fp8 cache (vLLM's
+one ``k_scale`` / ``v_scale`` per layer: the "fp8-tensor" KV format) passes two one-element fp32 scales
+(``prefill_attention.cache_scales``): the same kernel, its scale strides 0. fp8 e4m3 caches run under the
+Triton interpreter too (e4m3 loads upcast to fp32 exactly); ``kernels.check_fp8`` checks both layouts.
 
 Sinks (``sinks`` [Hq], GPT-OSS; ``kernels.sinks`` is the reference): each query head's logit joins the
 denominator once, in the merge: m = max(sink, max lse), den = exp2(sink - m) + sum_s exp2(lse_s - m) (the sink
@@ -44,14 +47,14 @@ from roofline import formulas as F
 from ._common import (FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, check_window, dtype_name, next_pow2, num_sms,
                       slot_rows, take, tanh)
 from ._launch import launch
-from .kv_append import CACHE_DTYPES, check_scales, dequantized
-from .prefill_attention import check_sinks
+from .kv_append import CACHE_DTYPES, dequantized
+from .prefill_attention import cache_scales, check_sinks, scale_strides
 
 
 @triton.jit
 def _decode_split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, len_ptr, slot_ptr, mid_o_ptr, mid_lse_ptr,
                          GROUP, D, SPLIT_SIZE, qk_scale, win, cap_scale,
-                         stride_qb, stride_qh, stride_ks, stride_kh, stride_kn, stride_ss, stride_sh,
+                         stride_qb, stride_qh, stride_ks, stride_kh, stride_kn, stride_ss, stride_sh, stride_sn,
                          stride_mb, stride_mh, stride_ms, stride_lb, stride_lh,
                          BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                          UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, KV_QUANT: tl.constexpr,
@@ -92,7 +95,7 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, len_ptr, slot_ptr,
             k = k.to(q.dtype)                                                     # 8-bit -> q's dtype: exact
         s = tl.dot(q, k, input_precision=DOT_PREC) * qk_scale                     # [BLOCK_G, BLOCK_N]
         if KV_QUANT:
-            s = s * tl.load(ks_base + offs_n, mask=nmask, other=0.0)[None, :]
+            s = s * tl.load(ks_base + offs_n * stride_sn, mask=nmask, other=0.0)[None, :]
         if SOFTCAP:
             s = tanh(s) * cap_scale                        # scaled by sm_scale / cap: cap * tanh(.) * log2(e)
         s = tl.where(nmask[None, :], s, float("-inf"))
@@ -104,7 +107,7 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, len_ptr, slot_ptr,
                     mask=nmask[:, None] & dmask[None, :], other=0.0)              # [BLOCK_N, D]
         pv = p
         if KV_QUANT:
-            pv = p * tl.load(vs_base + offs_n, mask=nmask, other=0.0)[None, :]
+            pv = p * tl.load(vs_base + offs_n * stride_sn, mask=nmask, other=0.0)[None, :]
         if UPCAST:
             v = v.to(tl.float32)
         else:
@@ -188,7 +191,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     check_tensor("q", q, (None, None, None), dtypes=FLOAT_DTYPES)
     B, HQ, D = q.shape
     check_tensor("k_cache", k_cache, (None, None, None, D), dtypes=CACHE_DTYPES, device=q.device)
-    kind = check_scales(k_cache, scales)
+    kind, scales = cache_scales(k_cache, scales)
     if not kind:
         check_tensor("k_cache", k_cache, dtype=q.dtype)
     check_tensor("v_cache", v_cache, tuple(k_cache.shape), dtype=k_cache.dtype, device=q.device)
@@ -225,8 +228,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     launch(_decode_split_kernel, (B, HKV, c["splits"]),
            q, k_cache, v_cache, ks, vs, lengths, slots, mid_o, mid_lse, G, D, c["split_size"], scale, window or 0,
            cap_scale,
-           q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), ks.stride(0),
-           ks.stride(1), mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
+           q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+           *scale_strides(ks), mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
            BLOCK_G=max(16, next_pow2(G)), BLOCK_N=c["block_n"], BLOCK_D=BD, UPCAST=INTERPRET, DOT_PREC=prec,
            KV_QUANT=bool(kind), WINDOW=window is not None, SOFTCAP=softcap is not None,
            num_warps=c["num_warps"], num_stages=c["num_stages"])
@@ -244,6 +247,7 @@ def reference(q, k_cache, v_cache, lengths, slots, *, sm_scale=None, window=None
     HKV = k_cache.shape[1]
     ct = torch.float64 if q.dtype == torch.float64 else torch.float32
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
+    _, scales = cache_scales(k_cache, scales)
     ks, vs = scales if scales is not None else (None, None)
     outs = []
     for b in range(B):
@@ -274,6 +278,7 @@ def torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None, sm_scale=
     B, HQ, D = q.shape
     HKV = k_cache.shape[1]
     S = max_len if max_len is not None else int(lengths.max())
+    _, scales = cache_scales(k_cache, scales)
     window, softcap = check_window(window, softcap)
     if window is not None and S > window:
         pos = lengths[:, None] - window + torch.arange(window, device=q.device)[None, :]   # [B, W] absolute

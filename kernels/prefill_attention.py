@@ -32,7 +32,8 @@ by ``kernels.kv_append``): K and V tiles are loaded as 8-bit values (1 byte per 
 and converted to q's dtype in registers (exact), and their per-token scales are applied where they
 are cheapest: K's scale multiplies each key's column of scores (s[i, j] = scale_j sum_d q[i, d]
 k8[j, d]), V's multiplies each key's column of probabilities before the P.V dot; the row sums of
-the online softmax use the unscaled probabilities.
+the online softmax use the unscaled probabilities. A per-tensor fp8 cache (vLLM's ``k_scale`` / ``v_scale``, the
+"fp8-tensor" KV format) passes one-element scales (``cache_scales``): the same kernel with scale strides 0.
 
 Sinks (``sinks`` [Hq], GPT-OSS; ``kernels.sinks`` is the reference): each query head's learned logit joins
 every row's denominator, p_j = exp(s_j - m) / (exp(sink - m) + sum_j exp(s_j - m)). The online softmax starts
@@ -55,11 +56,12 @@ from ._common import (FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, check_window,
                       take, tanh)
 from ._launch import launch
 from .kv_append import CACHE_DTYPES, check_scales, dequantized
+from .quant import kv_dtype_of
 
 
 @triton.jit
 def _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, lo, hi, kv_hi, gap_at, gap, qpos0,
-               stride_kn, D, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, UPCAST: tl.constexpr,
+               stride_kn, stride_sn, D, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, UPCAST: tl.constexpr,
                DOT_PREC: tl.constexpr, KV_QUANT: tl.constexpr, qk_scale, WINDOW: tl.constexpr, win,
                SOFTCAP: tl.constexpr, cap_scale):
     """Key tiles lo, lo + BLOCK_N, ... < hi (keys < kv_hi). WINDOW: masked to the window too, and tiles from
@@ -79,7 +81,7 @@ def _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_
             k = k.to(q.dtype)                                                    # 8-bit -> q's dtype: exact
         s = tl.dot(q, k, input_precision=DOT_PREC) * qk_scale                    # [BLOCK_M, BLOCK_N]
         if KV_QUANT:
-            s = s * tl.load(ks_base + offs_n, mask=kv_mask, other=0.0)[None, :]   # each key's scale
+            s = s * tl.load(ks_base + offs_n * stride_sn, mask=kv_mask, other=0.0)[None, :]   # each key's scale
         if SOFTCAP:
             s = tanh(s) * cap_scale                       # s was scaled by sm_scale / cap: cap * tanh(.) * log2(e)
         if MASKED:
@@ -95,7 +97,7 @@ def _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_
                     mask=kv_mask[:, None] & dmask[None, :], other=0.0)           # [BLOCK_N, D]
         pv = p
         if KV_QUANT:
-            pv = p * tl.load(vs_base + offs_n, mask=kv_mask, other=0.0)[None, :]  # each value row's scale
+            pv = p * tl.load(vs_base + offs_n * stride_sn, mask=kv_mask, other=0.0)[None, :]  # each value row's
         if UPCAST:
             v = v.to(tl.float32)
         else:
@@ -110,7 +112,7 @@ def _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_
 @triton.jit
 def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, sink_ptr, o_ptr, slot_ptr, N_NEW, P, HQ, BH, GROUP, D,
                          qk_scale, win, cap_scale, stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh,
-                         stride_ks, stride_kh, stride_kn, stride_ss, stride_sh,
+                         stride_ks, stride_kh, stride_kn, stride_ss, stride_sh, stride_sn,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                          CAUSAL: tl.constexpr, HEAVY_FIRST: tl.constexpr, UPCAST: tl.constexpr,
                          DOT_PREC: tl.constexpr, KV_QUANT: tl.constexpr, WINDOW: tl.constexpr,
@@ -159,26 +161,26 @@ def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, sink_ptr, o_ptr, s
             mid = tl.maximum(lo, tl.minimum(full_lo, diag_lo))
             diag_lo = tl.maximum(mid, diag_lo)
             acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, mid,
-                                       diag_lo, diag_lo, 0, 0, P, stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC,
+                                       diag_lo, diag_lo, 0, 0, P, stride_kn, stride_sn, D, BLOCK_N, False, UPCAST, DOT_PREC,
                                        KV_QUANT, qk_scale, False, win, SOFTCAP, cap_scale)
             acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, lo,
-                                       mid + hi - diag_lo, hi, mid, diag_lo - mid, P, stride_kn, D, BLOCK_N, True,
+                                       mid + hi - diag_lo, hi, mid, diag_lo - mid, P, stride_kn, stride_sn, D, BLOCK_N, True,
                                        UPCAST, DOT_PREC, KV_QUANT, qk_scale, True, win, SOFTCAP, cap_scale)
         else:
             acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, 0,
-                                       diag_lo, diag_lo, 0, 0, P, stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC,
+                                       diag_lo, diag_lo, 0, 0, P, stride_kn, stride_sn, D, BLOCK_N, False, UPCAST, DOT_PREC,
                                        KV_QUANT, qk_scale, False, win, SOFTCAP, cap_scale)
             acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, diag_lo,
-                                       hi, hi, 0, 0, P, stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, KV_QUANT,
+                                       hi, hi, 0, 0, P, stride_kn, stride_sn, D, BLOCK_N, True, UPCAST, DOT_PREC, KV_QUANT,
                                        qk_scale, False, win, SOFTCAP, cap_scale)
     else:
         S_KV = P + N_NEW
         full = (S_KV // BLOCK_N) * BLOCK_N
         acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, 0, full,
-                                   full, 0, 0, S_KV, stride_kn, D, BLOCK_N, False, UPCAST, DOT_PREC, KV_QUANT,
+                                   full, 0, 0, S_KV, stride_kn, stride_sn, D, BLOCK_N, False, UPCAST, DOT_PREC, KV_QUANT,
                                    qk_scale, False, win, SOFTCAP, cap_scale)
         acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, full, S_KV,
-                                   S_KV, 0, 0, S_KV, stride_kn, D, BLOCK_N, True, UPCAST, DOT_PREC, KV_QUANT,
+                                   S_KV, 0, 0, S_KV, stride_kn, stride_sn, D, BLOCK_N, True, UPCAST, DOT_PREC, KV_QUANT,
                                    qk_scale, False, win, SOFTCAP, cap_scale)
     if WINDOW:                                              # rows past the chunk may see no key at all
         l_i = tl.where(l_i > 0, l_i, 1.0)
@@ -221,7 +223,7 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     check_tensor("q", q, (None, None, None, None), dtypes=FLOAT_DTYPES)
     B, n, HQ, D = q.shape
     check_tensor("k_cache", k_cache, (None, None, None, D), dtypes=CACHE_DTYPES, device=q.device)
-    kind = check_scales(k_cache, scales)
+    kind, scales = cache_scales(k_cache, scales)
     if not kind:
         check_tensor("k_cache", k_cache, dtype=q.dtype)
     check_tensor("v_cache", v_cache, tuple(k_cache.shape), dtype=k_cache.dtype, device=q.device)
@@ -253,13 +255,33 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     sk = q if sinks is None else sinks                                          # unused without sinks
     launch(_prefill_attn_kernel, grid, q, k_cache, v_cache, ks, vs, sk, out, slots, n, int(cached), HQ, B * HQ,
            HQ // HKV, D, scale, window or 0, cap_scale, q.stride(0), q.stride(1), q.stride(2), out.stride(0),
-           out.stride(1), out.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), ks.stride(0),
-           ks.stride(1),
+           out.stride(1), out.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), *scale_strides(ks),
            BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], BLOCK_D=max(16, next_pow2(D)),
            CAUSAL=causal, HEAVY_FIRST=causal, UPCAST=INTERPRET, DOT_PREC=prec, KV_QUANT=bool(kind),
            WINDOW=window is not None, SOFTCAP=softcap is not None, SINKS=sinks is not None,
            num_warps=c["num_warps"], num_stages=c["num_stages"])
     return out
+
+
+def cache_scales(k_cache: torch.Tensor, scales) -> tuple:
+    """(kind, scales) of a KV cache: "" for a float cache; "int8" / "fp8" with scales [S, Hkv, L] fp32 per token
+    per KV head (``kernels.kv_append.check_scales``), or with one fp32 scale per layer's K and one for its V
+    (vLLM's ``k_scale`` / ``v_scale``: the "fp8-tensor" KV format), returned as [S, Hkv, L] views of stride 0, so
+    the kernels, the torch peers and the references read either layout the same way."""
+    kind = kv_dtype_of(k_cache)
+    if kind and scales is not None and len(scales) == 2 and all(
+            isinstance(t, torch.Tensor) and t.numel() == 1 and t.dim() <= 1 for t in scales):
+        S, HKV, L, _ = k_cache.shape
+        for n, t in zip(("k_scale", "v_scale"), scales):
+            check_tensor(n, t, dtype=torch.float32, device=k_cache.device)
+        return kind, tuple(t.reshape(1, 1, 1).expand(S, HKV, L) for t in scales)
+    return check_scales(k_cache, scales), scales
+
+
+def scale_strides(ks: torch.Tensor) -> tuple:
+    """(slot, head, token) strides of an 8-bit cache's scales for the kernels (0, 0, 0 for one per tensor); a float
+    cache passes itself (unused: token stride 1)."""
+    return (ks.stride(0), ks.stride(1), ks.stride(2) if ks.dim() == 3 else 1)
 
 
 def check_sinks(sinks, n_heads: int, device) -> None:
@@ -288,6 +310,7 @@ def reference(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = Tru
     HKV = k_cache.shape[1]
     ct = torch.float64 if q.dtype == torch.float64 else torch.float32
     S = cached + n
+    _, scales = cache_scales(k_cache, scales)
     ks, vs = scales if scales is not None else (None, None)
     kd = dequantized(take(k_cache, slots)[:, :, :S], None if ks is None else ks[slots][:, :, :S], ct)
     vd = dequantized(take(v_cache, slots)[:, :, :S], None if vs is None else vs[slots][:, :, :S], ct)
@@ -315,6 +338,7 @@ def sdpa(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True, sm
     B, n, HQ, D = q.shape
     HKV = k_cache.shape[1]
     S = cached + n
+    _, scales = cache_scales(k_cache, scales)
     window, softcap = check_window(window, softcap)
     if window is not None and not causal:
         raise ValueError("a sliding window needs causal attention: pass causal=True, or window=None.")

@@ -31,7 +31,7 @@ def test_runners_llama3_8b_decode_on_gpu():
 def test_cuda_split_k_in_one_launch_repeats_and_replays():
     """The last program of a tile adds the partials and resets its counter: again and again, and in a graph."""
     from kernels import linear as L
-    from kernels.check import rel_err
+    from kernels.check_result import rel_err
 
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(1, 4096, device="cuda", generator=g).to(torch.bfloat16)

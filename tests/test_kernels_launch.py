@@ -18,7 +18,7 @@ from kernels import decode_attention as DA
 from kernels import linear as L
 from kernels import prefill_attention as PA
 from kernels._launch import recording
-from kernels.check import rel_err
+from kernels.check_result import rel_err
 from kernels.runners import make_runners
 from roofline.models import load_model
 

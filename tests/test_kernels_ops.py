@@ -14,7 +14,8 @@ from kernels import linear as L
 from kernels import prefill_attention as PA
 from kernels import rmsnorm as N
 from kernels import rope as P
-from kernels.check import KERNEL_TOL, rel_err, run_checks
+from kernels.check import KERNEL_TOL, run_checks
+from kernels.check_result import rel_err
 
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

@@ -14,7 +14,7 @@ import kernels  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
 from kernels import decode_attention as DA
 from kernels import prefill_attention as PA
 from kernels.backend import get_ops
-from kernels.check import rel_err
+from kernels.check_result import rel_err
 from roofline import formulas as F
 
 TOL = 1e-5

@@ -20,7 +20,7 @@ import kernels  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
 from kernels import decode_attention as DA
 from kernels import prefill_attention as PA
 from kernels import sinks as SK
-from kernels.check import rel_err
+from kernels.check_result import rel_err
 from kernels.quant import quantize_kv_rows
 from roofline.errors import RooflineError
 

@@ -18,7 +18,8 @@ from kernels import linear_int8 as L8
 from kernels import prefill_attention as PA
 from kernels import quant as Q
 from kernels.backend import get_ops
-from kernels.check import KERNEL_TOL, quant_bound, rel_err
+from kernels.check import KERNEL_TOL, quant_bound
+from kernels.check_result import rel_err
 from kernels.model import LlamaModel
 from roofline.errors import RooflineError
 from roofline.models import PRESETS

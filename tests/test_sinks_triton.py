@@ -15,7 +15,7 @@ import kernels  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
 from kernels import decode_attention as DA
 from kernels import prefill_attention as PA
 from kernels import sinks as SK
-from kernels.check import rel_err
+from kernels.check_result import rel_err
 
 TOL = 1e-5          # fp32 kernel vs float64 reference, relative to the largest output
 
