@@ -2,7 +2,8 @@
 kernel reads it), ``QuantExperts`` (E of them stacked, as the fused MoE kernels read them), the int4 group
 check, the torch backend's op lookup (``aten``: one place, so a test can take an op away) and the format
 registry (``FORMATS``: weight dtype -> how it quantizes, dequantizes, prepares and runs on the torch backend).
-``kernels.linear_int8`` and ``kernels.linear_int4`` register their formats (``register_format``);
+``kernels.linear_int8``, ``kernels.linear_int4`` and ``kernels.linear_fp4`` (mxfp4, nvfp4) register their formats
+(``register_format``);
 ``kernels.quant`` holds the rules over whole models. This module imports none of them.
 """
 
@@ -44,22 +45,26 @@ class _Stored:
 
     @property
     def act_dtype(self) -> torch.dtype:
-        return self.scales.dtype
+        """The activation dtype: the scales' (int8 / int4), or ``act`` where the scales have their own type (FP4:
+        e8m0 / e4m3 scales)."""
+        return self.act if getattr(self, "act", None) is not None else self.scales.dtype
 
 
 @dataclass(eq=False)
 class QuantWeight(_Stored):
     """A weight-only quantized [K, N] weight, stored as its kernel reads it (see the module docstring)."""
 
-    dtype: str                       # "int8" | "int4"
-    qweight: torch.Tensor            # int8 [N, K] | uint8 [N, K/2] (kernels.linear_int4's packing)
-    scales: torch.Tensor             # int8: [N]; int4: [K/g, N]; in the activation dtype
+    dtype: str                       # "int8" | "int4" | "mxfp4" | "nvfp4"
+    qweight: torch.Tensor            # int8 [N, K] | uint8 [N, K/2] (kernels.linear_int4's packing; FP4 likewise)
+    scales: torch.Tensor             # int8: [N]; int4: [K/g, N]; in the activation dtype; FP4: [N, K/g] e8m0/e4m3
     zeros: torch.Tensor | None       # int4 with zero points: [K/g, N]; else None
     in_features: int
     out_features: int
     group_size: int = 0              # int4: input rows per scale
     torch_impl: str = ""             # what the torch backend runs (prepare_torch); "" before
     torch_args: tuple = ()           # that op's prepared operands
+    tensor_scale: torch.Tensor | None = None   # nvfp4: the fp32 per-tensor scale (ModelOpt's weight_scale_2), []
+    act: torch.dtype | None = None   # FP4 (kernels.fp4): the activation dtype (its scales are e8m0 / e4m3)
 
     @property
     def shape(self) -> tuple:
@@ -84,6 +89,8 @@ class QuantExperts(_Stored):
     out_features: int
     group_size: int = 0              # int4: input rows per scale
     views: tuple = ()                # the experts' QuantWeights (``expert``), built on first use
+    tensor_scale: torch.Tensor | None = None   # nvfp4: fp32 [E], one per expert's tensor
+    act: torch.dtype | None = None   # FP4 (kernels.fp4): the activation dtype
 
     @property
     def n_experts(self) -> int:
@@ -102,9 +109,10 @@ class QuantExperts(_Stored):
     def expert(self, e: int) -> QuantWeight:
         """Expert ``e``'s [K, N] weight as a ``QuantWeight`` (views of the stacked tensors)."""
         if not self.views:
-            z = self.zeros
+            z, ts = self.zeros, self.tensor_scale
             self.views = tuple(QuantWeight(self.dtype, self.qweight[i], self.scales[i], None if z is None else z[i],
-                                           self.in_features, self.out_features, self.group_size)
+                                           self.in_features, self.out_features, self.group_size,
+                                           tensor_scale=None if ts is None else ts[i], act=self.act)
                                for i in range(self.n_experts))
         return self.views[e]
 
