@@ -223,10 +223,14 @@ class LlamaModel:
             raise RooflineError(f"max_len ({self.max_len}) and max_slots ({max_slots}) must be at least 1.")
         self.max_slots = int(max_slots)
         if cfg.checkpoint and not random_weights:
-            self.w, self.weights_info = load_weights(cfg, cfg.checkpoint, self.dtype, self.device)
+            self.w, self.weights_info = load_weights(cfg, cfg.checkpoint, self.dtype, self.device,
+                                                     backend=self.backend if self.tp is None and
+                                                     self.weight_dtype not in WEIGHT_DTYPES else None)
         else:
             self.w = init_weights(cfg, self.dtype, self.device, seed)
             self.weights_info = {"weights": f"random (seed {seed})"}
+        # a quantized checkpoint's formats: what runs as stored and what was dequantized (kernels.checkpoint)
+        self.notes = tuple(self.weights_info.get("notes", ()))
         quant = self.weight_dtype in WEIGHT_DTYPES
         if quant:                                           # the same seeded weights, quantized (all, then sharded)
             self.w = quantize_model_weights(cfg, self.w, self.weight_dtype, group_size=group_size,
