@@ -10,6 +10,14 @@ cast. A tied lm_head is the embedding's transpose. A tensor the ops need and the
 tensor the files hold and no op reads, is a one-line error: the model would not be the checkpoint's.
 ``info`` says what was loaded: files, their total bytes, and a sha256 over their contents (recorded
 in result files).
+
+A quantized checkpoint (``cfg.quantization``: each op's stored format is ``roofline.layer.precision_of``'s) is
+read by ``kernels.checkpoint_quant``'s reader of its layout, exactly. With ``backend`` named (the model's), a weight
+whose format that backend's model runs stays in it (``QuantWeight`` / ``QuantExperts``: the torch backend every
+registered format, fp8 through ``kernels.linear_fp8``, FP4 through ``kernels.fp4``; the triton backend int4, i.e.
+GPTQ); any other is dequantized exactly and cast to ``dtype``. Either way ``info["notes"]`` says so, one sentence per
+module class and format ("experts: mxfp4 checkpoint, dequantized at load (...): timings are of float32 weights;
+costs are the checkpoint's mxfp4."): never silent.
 """
 
 from __future__ import annotations

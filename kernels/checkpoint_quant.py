@@ -85,7 +85,7 @@ def _base(name: str) -> str:
     return name.removesuffix(".weight")
 
 
-def fp8_block(src: Source, name: str, fmt) -> Read:
+def fp8_block(src: Source, name: str, fmt, qc: dict) -> Read:
     b = _base(name)
     q = src.get(f"{b}.weight", E4M3, layout=fmt.name)
     N, K = q.shape
@@ -94,7 +94,7 @@ def fp8_block(src: Source, name: str, fmt) -> Read:
     return Read(linear_fp8.dequantize(qw, torch.float64).t(), lambda act: qw)
 
 
-def fp8_scaled(src: Source, name: str, fmt) -> Read:
+def fp8_scaled(src: Source, name: str, fmt, qc: dict) -> Read:
     """compressed-tensors / ModelOpt FP8: per-tensor or per-channel ``weight_scale``, optional ``input_scale``."""
     b = _base(name)
     q = src.get(f"{b}.weight", E4M3, layout=fmt.name)
@@ -118,7 +118,7 @@ def fp8_scaled(src: Source, name: str, fmt) -> Read:
     return Read(linear_fp8.dequantize(qw, torch.float64).t(), lambda act: qw, caveat)
 
 
-def mxfp4_experts(src: Source, name: str, fmt) -> Read:
+def mxfp4_experts(src: Source, name: str, fmt, qc: dict) -> Read:
     """gpt-oss: ``{name}_blocks`` [E, N, K/32, 16], ``{name}_scales`` [E, N, K/32] -> [E, K, N] (its float layout)."""
     blocks = src.get(f"{name}_blocks", U8, layout=fmt.name)
     if blocks.dim() != 4 or blocks.shape[-1] != 16:
@@ -134,7 +134,7 @@ def mxfp4_experts(src: Source, name: str, fmt) -> Read:
     return Read(ours(torch.float32).dequantize(torch.float64), ours)
 
 
-def nvfp4(src: Source, name: str, fmt) -> Read:
+def nvfp4(src: Source, name: str, fmt, qc: dict) -> Read:
     b = _base(name)
     q = src.get(f"{b}.weight", U8, layout=fmt.name)
     N, K = q.shape[0], q.shape[1] * 2
@@ -163,8 +163,9 @@ def _nibbles(t: torch.Tensor, dim: int) -> torch.Tensor:
     return v.reshape(t.shape[0], -1)
 
 
-def gptq_int4(src: Source, name: str, fmt, *, v2: bool = False) -> Read:
+def gptq_int4(src: Source, name: str, fmt, qc: dict) -> Read:
     b, g = _base(name), fmt.group_size
+    v2 = qc.get("checkpoint_format") == "gptq_v2"          # v1 stores z - 1, v2 z
     qweight = src.get(f"{b}.qweight", I32, layout="gptq")
     K, N = qweight.shape[0] * 8, qweight.shape[1]
     qzeros = src.get(f"{b}.qzeros", I32, (_cdiv(K, g), _cdiv(N, 8)), layout="gptq")
@@ -187,6 +188,7 @@ def gptq_int4(src: Source, name: str, fmt, *, v2: bool = False) -> Read:
                              "(exact in fp32)")
 
 
+# (quant method, weight format) -> reader(src, name, format, quantization_config) -> Read; None: not read (refused)
 LAYOUTS = {("fp8", "fp8-block"): fp8_block,
            ("compressed-tensors", "fp8-block"): None,
            ("compressed-tensors", "fp8-tensor"): fp8_scaled, ("compressed-tensors", "fp8"): fp8_scaled,
@@ -203,6 +205,4 @@ def read(src: Source, method: str, fmt, name: str, quant_config: dict) -> Read:
         have = ", ".join(f"{m} {f}" for (m, f), r in LAYOUTS.items() if r)
         raise RooflineError(f"checkpoint {src.folder}: {method} weights in {fmt.describe()} ({name}) have no reader "
                             f"(read: {have}).")
-    if reader is gptq_int4:
-        return gptq_int4(src, name, fmt, v2=quant_config.get("checkpoint_format") == "gptq_v2")
-    return reader(src, name, fmt)
+    return reader(src, name, fmt, quant_config)

@@ -15,7 +15,8 @@ is loaded): enough to time and validate kernels, and logits are deterministic.
 Layers: the ops of ``roofline.layer.model_ops(cfg)`` in its order (a Llama's: attn_norm, q/k/v_proj, rope,
 kv_append, attention, o_proj, residual, mlp_norm, gate/up_proj, swiglu, down_proj, residual; Qwen's biases
 and qk-norm, sliding windows, Gemma's GeGLU, embedding scale, four norms and softcaps where the config
-has them). Weights load from a checkpoint folder with ``kernels.checkpoint.load_weights``.
+has them). Weights load from a checkpoint folder with ``kernels.checkpoint.load_weights``; a quantized checkpoint's
+weights stay in its format where this backend runs it, else are dequantized at load: ``notes`` says which.
 Tensor parallelism: ``LlamaModel(..., tp=kernels.tp.TPGroup(rank, world))`` inside an initialised
 torch.distributed group holds this rank's shard of the same seeded weights (``kernels.tp``); its
 logits equal the single-device model's.

@@ -27,6 +27,9 @@ import pytest
 torch = pytest.importorskip("torch")
 safetensors = pytest.importorskip("safetensors")
 
+from safetensors import safe_open  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+
 import hf_tiny as H  # noqa: E402
 import hf_tiny_quant as Q  # noqa: E402
 from kernels.model import LlamaModel  # noqa: E402
@@ -103,7 +106,6 @@ STORED = ("weight_scale_inv", "weight_scale", "weight_scale_2", "input_scale", "
 
 def disk_bytes(folder) -> dict:
     """Bytes of the quantized tensors on disk per module class (nvfp4's input_scale left out: module docstring)."""
-    from safetensors import safe_open
     out = {}
     with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
         for k in f.keys():
@@ -146,7 +148,6 @@ def test_bytes_pinned(built):
 
 
 def _rewrite(folder, dest, edit):
-    from safetensors.torch import load_file, save_file
     dest.mkdir()
     (dest / "config.json").write_text((folder / "config.json").read_text())
     sd = load_file(str(folder / "model.safetensors"))
@@ -178,3 +179,16 @@ def test_config_records_the_checkpoint_precision(built):
     assert cfg.quantization.method == "fp8"
     assert json.loads(cfg.quantization.raw)["weight_block_size"] == [128, 128]
     assert cfg.to_dict()["quantization"]["config"]["quant_method"] == "fp8"
+
+
+def test_a_layout_without_a_reader_is_refused(built, tmp_path):
+    q, _ = built("fp8-block")
+    dest = _rewrite(q, tmp_path / "ct-block", lambda sd: None)
+    cfg = json.loads((dest / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {
+        "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "block",
+                                                 "block_structure": [128, 128]}}}, "ignore": ["lm_head"]}
+    (dest / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(RooflineError, match=r"compressed-tensors weights in fp8 e4m3 \(128x128 blocks\) "
+                                            r"\(model.layers.0.self_attn.q_proj.weight\) have no reader \(read: fp8 "):
+        LlamaModel(load_model(str(dest)), dtype="fp32", backend="torch")
