@@ -10,20 +10,33 @@ cast. A tied lm_head is the embedding's transpose. A tensor the ops need and the
 tensor the files hold and no op reads, is a one-line error: the model would not be the checkpoint's.
 ``info`` says what was loaded: files, their total bytes, and a sha256 over their contents (recorded
 in result files).
+
+A quantized checkpoint (``cfg.quantization``: each op's stored format is ``roofline.layer.precision_of``'s) is
+read by ``kernels.checkpoint_quant``'s reader of its layout, exactly. With ``backend`` named (the model's), a weight
+whose format that backend's model runs stays in it (``QuantWeight`` / ``QuantExperts``: the torch backend every
+registered format, fp8 through ``kernels.linear_fp8``, FP4 through ``kernels.fp4``; the triton backend int4, i.e.
+GPTQ); any other is dequantized exactly and cast to ``dtype``. Either way ``info["notes"]`` says so, one sentence per
+module class and format ("experts: mxfp4 checkpoint, dequantized at load (...): timings are of float32 weights;
+costs are the checkpoint's mxfp4."): never silent.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from roofline.errors import RooflineError
-from roofline.layer import model_ops
+from roofline.layer import model_ops, precision_of
 from roofline.models import ModelConfig
+from roofline.precision.modules import WEIGHT_ROLES
 
+from . import checkpoint_quant as CQ
+from .quant import ABSORBED_KV_B, WEIGHT_DTYPES, absorbed_kv_b, quantized_ops
+from .quant_weight import FORMATS as TORCH_FORMATS, QuantExperts
 from .weights import layer_weights
 
 # Buffers some checkpoints carry that are recomputed, not weights (RoPE's inverse frequencies).
@@ -54,7 +67,7 @@ def _open_all(files):
     except ImportError:
         raise RooflineError("loading *.safetensors needs the safetensors package: pip install safetensors "
                             "(or give a folder with only config.json for random weights).") from None
-    handles, where = [], {}
+    handles, where, names = [], {}, {}
     for f in files:
         try:
             h = safe_open(str(f), framework="pt")
@@ -62,24 +75,110 @@ def _open_all(files):
             raise RooflineError(f"checkpoint file {f} cannot be read as safetensors ({e}): give the model's "
                                 "own *.safetensors files.") from None
         handles.append(h)
+        names[id(h)] = f.name
         for k in h.keys():
             where[k] = h
-    return handles, where
+    return names, where
 
 
-def load_weights(cfg: ModelConfig, folder, dtype: torch.dtype, device, *, layers=None) -> tuple[dict, dict]:
+def runs_as_stored(backend, dtype: str) -> bool:
+    """Whether ``backend``'s model runs a weight of our kernels' ``dtype`` (a ``QuantWeight.dtype``) as stored: the
+    torch backend every registered format (``kernels.quant_weight.FORMATS``), the triton backend's linears int8 /
+    int4 (``kernels.quant.WEIGHT_DTYPES``); None (no backend named): none."""
+    return dtype in {"torch": TORCH_FORMATS, "triton": WEIGHT_DTYPES}.get(backend, ())
+
+
+class QuantLoad:
+    """How a quantized checkpoint's weights are loaded: each op's stored format (``precision_of``), its reader
+    (``kernels.checkpoint_quant``), and one note per module class and format saying what the model runs."""
+
+    def __init__(self, cfg: ModelConfig, src, dtype, device, backend):
+        self.q, self.src, self.dtype, self.device, self.backend = cfg.quantization, src, dtype, device, backend
+        self.prec = precision_of(cfg)
+        self.config = self.q.to_dict()["config"] if self.q else {}
+        self.notes: dict = {}
+        self.mla_up = {key for _, key, kind, _ in quantized_ops(cfg) if kind == "mla_up"}
+
+    def format_of(self, op, ws):
+        f = self.prec.weight(op) if self.q is not None and ws.role in WEIGHT_ROLES else None
+        return f if f is not None and f.quantized else None
+
+    def read(self, op, ws, fmt, name: str):
+        """(float tensor in the file's layout, or None; our kernels' weight in our layout, or None)."""
+        if ws.role == "experts" and "{e}" in name:       # one tensor per expert: dequantized, stacked [E, out, in]
+            reads = [CQ.read(self.src, self.q.method, fmt, name.format(e=e), self.config) for e in range(ws.shape[0])]
+            exact, ours, caveat = torch.stack([r.exact for r in reads]), None, reads[0].caveat
+            why = "per-expert tensors are stacked dequantized"
+        else:
+            r = CQ.read(self.src, self.q.method, fmt, name, self.config)
+            exact, caveat = r.exact, r.caveat
+            ours = r.ours(self.dtype) if r.ours is not None else None
+            why = self.why_not(ws, ours)
+        if why:
+            self.note(op, fmt, f"dequantized at load ({why}): timings are of {_dtype(self.dtype)} weights; costs are "
+                               f"the checkpoint's {fmt.name}")
+            return exact.transpose(-1, -2) if ws.role == "experts" and "{e}" in name else exact, None
+        if ws.part:                                       # gpt-oss's interleaved gate_up: rows of N
+            ours = slice_out(ours, ws.part[1])
+        if tuple(ours.shape) != tuple(ws.shape):
+            raise RooflineError(f"checkpoint tensor {name!r} holds a [{', '.join(map(str, ours.shape))}] weight where "
+                                f"the config says {list(ws.shape)} (our layout): the files and the config do not "
+                                "belong together.")
+        self.note(op, fmt, f"run as stored ({ours.dtype} on the {self.backend} backend"
+                           + (f"; {caveat}" if caveat else "") + ")")
+        return None, to_device(ours, self.device)
+
+    def why_not(self, ws, ours) -> str:
+        if ours is None:
+            return "our kernels have no reader of this layout"
+        if not runs_as_stored(self.backend, ours.dtype):
+            return (f"the {self.backend} backend's model does not run {ours.dtype} weights" if self.backend else
+                    "re-quantized by a weight-dtype flag, or sharded for tensor parallelism")
+        if ws.rope or (ws.part and ws.part[0] != "interleave"):
+            return "a fused or reordered tensor"
+        return ""
+
+    def note(self, op, fmt, what: str) -> None:
+        self.notes.setdefault((op.module, fmt.name, what), f"{op.module}: {fmt.name} checkpoint, {what}.")
+
+
+def _dtype(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def slice_out(q, start: int):
+    """Every other output feature (``start``, start + 2, ...) of quantized experts (their rows of N)."""
+    z = None if q.zeros is None else q.zeros[:, start::2]
+    return QuantExperts(q.dtype, q.qweight[:, start::2].contiguous(), q.scales[:, start::2].contiguous(), z,
+                        q.in_features, q.out_features // 2, q.group_size, tensor_scale=q.tensor_scale, act=q.act)
+
+
+def to_device(q, device):
+    """A quantized weight with its tensors on ``device``."""
+    moved = {k: getattr(q, k).to(device) for k in ("qweight", "scales", "zeros", "tensor_scale")
+             if getattr(q, k) is not None}
+    return replace(q, **moved, **({"views": ()} if isinstance(q, QuantExperts) else {}))
+
+
+def load_weights(cfg: ModelConfig, folder, dtype: torch.dtype, device, *, layers=None,
+                 backend: str | None = None) -> tuple[dict, dict]:
     """The checkpoint's weights in ``init_weights``'s layout (``layers``: only these layer indices, e.g. [0]
-    for a one-layer runner; default all). Returns (weights, info)."""
+    for a one-layer runner; default all). Returns (weights, info). A quantized checkpoint (``cfg.quantization``)
+    is read exactly (``kernels.checkpoint_quant``); a weight whose format ``backend``'s model runs stays in it
+    (``QuantWeight`` / ``QuantExperts``), any other is dequantized to ``dtype``; ``info["notes"]`` says which."""
     files = weight_files(folder)
     if not files:
         raise RooflineError(f"checkpoint folder {folder} holds no *.safetensors files: give the folder the "
                             "model was saved to (save_pretrained writes model.safetensors).")
-    _, where = _open_all(files)
-    prefix = next((p for p in _PREFIXES if f"{p}layers.0.{_first_layer_name(cfg)}" in where), None)
+    names, where = _open_all(files)
+    ql = QuantLoad(cfg, CQ.Source(where, names, str(folder)), dtype, device, backend)
+    prefix = next((p for p in _PREFIXES if any(k.startswith(f"{p}layers.0.{_first_layer_name(cfg)}".removesuffix(
+        ".weight")) for k in where)), None)
     if prefix is None:
         raise RooflineError(f"checkpoint {folder} has no tensor named like "
                             f"'model.layers.0.{_first_layer_name(cfg)}': is it a {cfg.arch} checkpoint?")
-    used: set = set()
+    used = ql.src.used
+    op_of = {id(ws): o for o in model_ops(cfg) for ws in o.weights}
 
     def get(name: str) -> torch.Tensor:
         if name not in where:
@@ -88,30 +187,18 @@ def load_weights(cfg: ModelConfig, folder, dtype: torch.dtype, device, *, layers
         used.add(name)
         return where[name].get_tensor(name)
 
-    def convert(ws, name: str) -> torch.Tensor:
-        if ws.role == "experts" and "{e}" in name:     # one [out, in] tensor per expert -> [E, in, out]
+    def convert(ws, name: str):
+        fmt = ql.format_of(op_of[id(ws)], ws)
+        t = None
+        if fmt is not None:
+            t, ours = ql.read(op_of[id(ws)], ws, fmt, name)
+            if ours is not None:
+                return ours
+        if t is None and ws.role == "experts" and "{e}" in name:   # one [out, in] tensor per expert -> [E, in, out]
             t = torch.stack([get(name.format(e=e)).t() for e in range(ws.shape[0])])
-        else:
+        elif t is None:
             t = get(name)
-        if ws.part and ws.part[0] == "interleave":   # GPT-OSS's gate_up: gate = [..., 0::2], up = [..., 1::2]
-            t = t[..., ws.part[1]::2]
-        elif ws.part:                    # one slice of a fused tensor along its outputs (HF rows)
-            i, sizes = ws.part
-            t = t[sum(sizes[:i]): sum(sizes[: i + 1])]
-        if ws.rope:                      # DeepSeek stores rope dims interleaved: reorder them to halves
-            width, off, dim = ws.rope
-            t = t.view(-1, width, t.shape[-1])
-            order = torch.cat([torch.arange(0, dim, 2), torch.arange(1, dim, 2)]) + off
-            t = torch.cat([t[:, :off], t[:, order], t[:, off + dim:]], dim=1).reshape(-1, t.shape[-1])
-        if ws.role == "linear":
-            t = t.t()
-        if tuple(t.shape) != tuple(ws.shape):
-            raise RooflineError(f"checkpoint tensor {name!r} has shape {list(t.shape)} where the config says "
-                                f"{list(ws.shape)} (our layout): the files and the config do not belong together.")
-        t = t.to(torch.float32)
-        if ws.offset:
-            t = t + 1.0                  # Gemma's norms multiply by (1 + w)
-        return t.to(dtype=dtype, device=device).contiguous()
+        return _convert(ws, name, t, dtype, device)
 
     ops = model_ops(cfg)
     edge = {ws.key: ws for o in ops if not o.per_layer for ws in o.weights}
@@ -119,15 +206,47 @@ def load_weights(cfg: ModelConfig, folder, dtype: torch.dtype, device, *, layers
          "final_norm": convert(edge["final_norm"], edge["final_norm"].hf.replace("model.", prefix, 1)),
          "layers": []}
     for i in (range(cfg.n_layers) if layers is None else layers):
-        w["layers"].append({ws.key: convert(ws, f"{prefix}layers.{i}.{ws.hf}") for ws in layer_weights(ops, i)})
+        lw = {ws.key: convert(ws, f"{prefix}layers.{i}.{ws.hf}") for ws in layer_weights(ops, i)}
+        lw.update({ABSORBED_KV_B: absorbed_kv_b(lw[k], dtype) for k in ql.mla_up if k in lw and not torch.is_tensor(lw[k])})
+        w["layers"].append(lw)
     if cfg.tie_embeddings:
         w["lm_head"] = w["embed"].t()
         used.add("lm_head.weight")       # some tied checkpoints still write it
     else:
         w["lm_head"] = convert(edge["lm_head"], "lm_head.weight")
-    loaded = set(range(cfg.n_layers) if layers is None else layers)
+    _refuse_extra(cfg, folder, where, used, prefix, set(range(cfg.n_layers) if layers is None else layers))
+    info = describe(folder)
+    if ql.notes:
+        info["notes"] = sorted(ql.notes.values())
+    return w, info
 
-    def read_by_us(k: str) -> bool:   # a tensor of the decoder: a loaded layer's, or outside the layers
+
+def _convert(ws, name: str, t: torch.Tensor, dtype, device) -> torch.Tensor:
+    """A float tensor in the file's layout -> ours: a fused tensor's part, DeepSeek's rope order, [in, out]."""
+    if ws.part and ws.part[0] == "interleave":   # GPT-OSS's gate_up: gate = [..., 0::2], up = [..., 1::2]
+        t = t[..., ws.part[1]::2]
+    elif ws.part:                    # one slice of a fused tensor along its outputs (HF rows)
+        i, sizes = ws.part
+        t = t[sum(sizes[:i]): sum(sizes[: i + 1])]
+    if ws.rope:                      # DeepSeek stores rope dims interleaved: reorder them to halves
+        width, off, dim = ws.rope
+        t = t.view(-1, width, t.shape[-1])
+        order = torch.cat([torch.arange(0, dim, 2), torch.arange(1, dim, 2)]) + off
+        t = torch.cat([t[:, :off], t[:, order], t[:, off + dim:]], dim=1).reshape(-1, t.shape[-1])
+    if ws.role == "linear":
+        t = t.t()
+    if tuple(t.shape) != tuple(ws.shape):
+        raise RooflineError(f"checkpoint tensor {name!r} has shape {list(t.shape)} where the config says "
+                            f"{list(ws.shape)} (our layout): the files and the config do not belong together.")
+    t = t.to(torch.float32) if t.dtype != torch.float64 else t
+    if ws.offset:
+        t = t + 1.0                  # Gemma's norms multiply by (1 + w)
+    return t.to(dtype=dtype, device=device).contiguous()
+
+
+def _refuse_extra(cfg, folder, where, used, prefix, loaded) -> None:
+    """A tensor of the decoder (a loaded layer's, or outside the layers) that no op read: one line."""
+    def read_by_us(k: str) -> bool:
         m = re.match(re.escape(prefix) + r"layers\.(\d+)\.", k)
         return int(m.group(1)) in loaded if m else (k.startswith(prefix) or k.startswith("lm_head"))
 
@@ -136,7 +255,6 @@ def load_weights(cfg: ModelConfig, folder, dtype: torch.dtype, device, *, layers
         more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
         raise RooflineError(f"checkpoint {folder} holds tensors no op of a {cfg.arch} model reads: "
                             f"{', '.join(extra[:3])}{more}; that part of the model is not modelled.")
-    return w, describe(folder)
 
 
 def _first_layer_name(cfg: ModelConfig) -> str:

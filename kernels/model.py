@@ -15,7 +15,8 @@ is loaded): enough to time and validate kernels, and logits are deterministic.
 Layers: the ops of ``roofline.layer.model_ops(cfg)`` in its order (a Llama's: attn_norm, q/k/v_proj, rope,
 kv_append, attention, o_proj, residual, mlp_norm, gate/up_proj, swiglu, down_proj, residual; Qwen's biases
 and qk-norm, sliding windows, Gemma's GeGLU, embedding scale, four norms and softcaps where the config
-has them). Weights load from a checkpoint folder with ``kernels.checkpoint.load_weights``.
+has them). Weights load from a checkpoint folder with ``kernels.checkpoint.load_weights``; a quantized checkpoint's
+weights stay in its format where this backend runs it, else are dequantized at load: ``notes`` says which.
 Tensor parallelism: ``LlamaModel(..., tp=kernels.tp.TPGroup(rank, world))`` inside an initialised
 torch.distributed group holds this rank's shard of the same seeded weights (``kernels.tp``); its
 logits equal the single-device model's.
@@ -223,10 +224,14 @@ class LlamaModel:
             raise RooflineError(f"max_len ({self.max_len}) and max_slots ({max_slots}) must be at least 1.")
         self.max_slots = int(max_slots)
         if cfg.checkpoint and not random_weights:
-            self.w, self.weights_info = load_weights(cfg, cfg.checkpoint, self.dtype, self.device)
+            self.w, self.weights_info = load_weights(cfg, cfg.checkpoint, self.dtype, self.device,
+                                                     backend=self.backend if self.tp is None and
+                                                     self.weight_dtype not in WEIGHT_DTYPES else None)
         else:
             self.w = init_weights(cfg, self.dtype, self.device, seed)
             self.weights_info = {"weights": f"random (seed {seed})"}
+        # a quantized checkpoint's formats: what runs as stored and what was dequantized (kernels.checkpoint)
+        self.notes = tuple(self.weights_info.get("notes", ()))
         quant = self.weight_dtype in WEIGHT_DTYPES
         if quant:                                           # the same seeded weights, quantized (all, then sharded)
             self.w = quantize_model_weights(cfg, self.w, self.weight_dtype, group_size=group_size,
