@@ -25,7 +25,8 @@ def read_gpt_oss(r: HFReader) -> None:
         q = r.d["quantization_config"]
         method = q.get("quant_method") if isinstance(q, dict) else q
         r.notes.append(f"quantization_config {method!r}: the experts' published weights are quantized; costs read "
-                       "their format from it (--weight-dtype overrides), and real weights load only dequantized.")
+                       "their format from it (--weight-dtype overrides); real weights run as stored where the "
+                       "backend's kernels take mxfp4, else dequantized at load (the model's notes say which).")
     w, types = r.window()
     r.arch.update(sliding_window=w, layer_types=types, qkv_bias=r.flag("attention_bias", True),
                   o_bias=r.flag("attention_bias", True), attn_sinks=True,

@@ -59,7 +59,8 @@ def read_hf_config(d: dict, p: Path) -> dict:
     quant = read_quantization(d, read_json_file(modelopt, "ModelOpt config") if modelopt.is_file() else None)
     if quant is not None and not fam.says_quantization:
         r.notes.append(f"{quant.source} ({quant.method}): the published weights are quantized; costs read each "
-                       "module's format from it (--weight-dtype overrides), and only unquantized checkpoints load.")
+                       "module's format from it (--weight-dtype overrides); real weights run as stored where the "
+                       "backend's kernels take the format, else dequantized at load (the model's notes say which).")
     head_dim = d.get("head_dim")
     defaults = {"tie_word_embeddings": False, "rms_norm_eps": 1e-5, **fam.defaults}
     raw = {
