@@ -26,7 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from roofline.errors import RooflineError
+from roofline.models import load_model
+from roofline.parallel import shard
 
+from . import probes
+from .distributed import check_tp
 from .run import check_output, entry_point
 from .sweep import SweepPlan, expected_ops
 
@@ -56,10 +60,6 @@ def default_plan(*, model=None, phases=("prefill", "decode"), batches=None, cont
     "int4"; KV "int8", "fp8"); each runs in the same file (``SweepPlan.variants``)."""
     import torch
 
-    from roofline.models import load_model
-
-    from .probes import llc_bytes
-
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     gpu = device.startswith("cuda")
     d = (GPU_QUICK if quick else GPU_DEFAULTS) if gpu else (CPU_QUICK if quick else CPU_DEFAULTS)
@@ -79,7 +79,7 @@ def default_plan(*, model=None, phases=("prefill", "decode"), batches=None, cont
                      contexts=tuple(contexts or d["contexts"]), backends=tuple(backends or d["backends"]),
                      dtype=dtype, device=device, budget_s=budget_ms / 1e3,
                      warmup_s=budget_ms / (4e3 if gpu else 8e3),  # a GPU also ramps its clocks
-                     flush_bytes=2 * llc_bytes()[0] if flush_cache and not gpu else 0,
+                     flush_bytes=2 * probes.llc_bytes()[0] if flush_cache and not gpu else 0,
                      weight_dtypes=ws if ws != (dtype,) else (), kv_dtypes=kvs if kvs != (dtype,) else (),
                      group_size=group_size or 128, zero_point=bool(zero_point))
     return plan, (model if isinstance(model, str) else cfg.name)
@@ -238,10 +238,7 @@ def validate_tp(spec: RunSpec, device_count: int | None = None) -> None:
     ``kernels.tp``) and a float or 8-bit KV cache. What cannot run: int4 groups that a rank's row-parallel shard
     would cut (``kernels.quant.check_tp_groups``); the plan's own checks (an 8-bit latent cache, fp8 without a GPU
     that has it) run before."""
-    from kernels.quant import check_tp_groups
-    from roofline.parallel import shard
-
-    from .distributed import check_tp
+    from kernels.quant import check_tp_groups   # kernels imports torch: deferred, a spec builds without it
 
     if spec.ep != 1 and spec.tp != spec.ep:
         raise RooflineError(f"--ep {spec.ep} with --tp {spec.tp}: profile runs expert parallelism on the --tp ranks "
