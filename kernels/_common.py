@@ -6,6 +6,8 @@ the tensor, the expected and the received shape or dtype.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import triton
 import triton.language as tl
@@ -135,8 +137,6 @@ def slot_rows(cache: torch.Tensor, slots: torch.Tensor, n: int) -> torch.Tensor:
     call) and remembered until the tensor is written in place (its ``_version`` changes); any other
     slot set is gathered (a copy).
     """
-    import weakref
-
     B = slots.shape[0]
     seen = _IDENTITY.get(id(slots))
     if seen is None or seen[0]() is not slots or seen[1] != slots._version:

@@ -21,16 +21,22 @@ module in a child with ``TRITON_INTERPRET=0`` and reads its JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import importlib
+import io
 import json
+import multiprocessing as mp
 import os
 import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from . import env
+from . import variants as V
 
 REGS_GRANULE = 256       # registers are allocated per warp in units of 256
 SMEM_RESERVED = 1024     # shared memory the driver reserves per block (sm_80 and later)
@@ -86,10 +92,6 @@ def ptxas_for(capability: int) -> dict:
 
 def compile_task(task: dict, capability: int) -> dict:
     """Compile one variant for ``sm_<capability>``; its resources, or the compiler's error."""
-    import contextlib
-    import importlib
-    import io
-
     from triton import compile as tcompile
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -147,8 +149,6 @@ def blocks_per_sm(regs: int, shared: int, warps: int, t) -> int:
 
 def evaluate(v, res: dict, t) -> dict:
     """A report row: the variant, its resources, status ("ok" | "warn" | "FAIL") and the reasons."""
-    from .variants import grid_problems
-
     problems, warnings = [], []
     row = dict(kernel=v.kernel, target=v.target, dtype=v.dtype, config=v.config, grid=list(v.max_grid),
                launches=len(v.launches), example=v.launches[0][1], smem_limit=t.smem_block)
@@ -171,7 +171,7 @@ def evaluate(v, res: dict, t) -> dict:
                             "per thread")
         if row["blocks_per_sm"] == 0 and not problems:
             problems.append("no block fits on an SM")
-    problems += grid_problems(v)
+    problems += V.grid_problems(v)
     row.update(status="FAIL" if problems else "warn" if warnings else "ok", problems=problems, warnings=warnings)
     return row
 
@@ -209,8 +209,6 @@ def run(targets=("sm_80", "sm_90"), quick=True, kernels=None, jobs=None, progres
     ``kernels``, ``dtypes``, ``models``: only these (None: all). ``compile=False``: discovery and the
     grid and reach checks only (no resources).
     """
-    from . import variants as V
-
     if env.INTERPRET:
         raise RuntimeError("the compile check needs TRITON_INTERPRET=0 (use run_subprocess from an "
                            "interpreter process)")
@@ -275,13 +273,8 @@ def _compile_all(missing, jobs):
         for k, task, cc in missing:
             yield k, compile_task(task, cc)
         return
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
         futs = {pool.submit(compile_task, task, cc): k for k, task, cc in missing}
-        from concurrent.futures import as_completed
-
         for f in as_completed(futs):
             try:
                 res = f.result()
@@ -374,12 +367,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-compile", action="store_true", help="discovery, grid and reach checks only")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    from .variants import TARGETS
-
     targets = [t.strip() for t in a.target.split(",") if t.strip()]
-    bad = [t for t in targets if t not in TARGETS]
+    bad = [t for t in targets if t not in V.TARGETS]
     if bad:
-        print(f"unknown target {bad[0]!r}: choose from {', '.join(TARGETS)}", file=sys.stderr)
+        print(f"unknown target {bad[0]!r}: choose from {', '.join(V.TARGETS)}", file=sys.stderr)
         return 2
     try:
         kw = dict(dtypes=a.dtype.split(",") if a.dtype else None, models=a.model.split(",") if a.model else None,

@@ -32,6 +32,9 @@ too; its kv_b_proj runs quantized in prefill and, dequantized once at load, in t
 
 from __future__ import annotations
 
+from functools import partial
+from types import SimpleNamespace
+
 import torch
 
 from roofline.errors import RooflineError
@@ -44,7 +47,7 @@ from .quant import (KV_DTYPES, WEIGHT_DTYPES, check_kv_dtype, check_model_kv, ch
                     kv_storage, prepare_model_torch, quantize_model_weights)
 from .rope import rope_tables
 from .sinks import decode_with_sinks, prefill_with_sinks
-from .tp import TPGroup, embed, shard_weights, tp_parts
+from .tp import TPGroup, embed, ep_experts, shard_weights, tp_parts
 from .weights import init_weights
 
 
@@ -310,17 +313,12 @@ class LlamaModel:
     def _counting_ops(self, i):
         """The ops with ``route`` counting layer ``i``'s choices into ``expert_counts`` (a measured expert load:
         ``roofline explain --expert-load`` takes it)."""
-        from types import SimpleNamespace
-
         def route(*a, **kw):
             weights, ids = self.ops.route(*a, **kw)
             self.expert_counts[i] += torch.bincount(ids.reshape(-1).cpu(), minlength=self.cfg.n_experts)
             return weights, ids
         ep = {}
         if self.tp is not None and self.tp.ep > 1:          # expert parallel: dispatch, own experts, combine
-            from functools import partial
-
-            from .tp import ep_experts
             ep = {"moe_experts": partial(ep_experts, self.ops.moe_experts, self.tp)}
         return SimpleNamespace(**{**vars(self.ops), "route": route, **ep})
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 import torch
 
 from roofline.errors import RooflineError
-
+from roofline.layer import model_ops
+from roofline.parallel import shard, valid_tp
 from roofline.workload import INT4_GROUPS
 
 from . import linear_int4, linear_int8, quant_weight
@@ -94,8 +95,6 @@ def quantized_ops(cfg, sh=None) -> list:
     (kind "mla_up": prefill runs it as a quantized linear, decode reads its dequantized copy,
     ``ABSORBED_KV_B``). The router, the shared-expert gate, norms, biases and the embedding stay in the
     activation dtype."""
-    from roofline.layer import model_ops
-
     out = []
     for o in model_ops(cfg, sh):
         if o.kind == "linear":
@@ -129,8 +128,6 @@ def check_tp_groups(cfg, tp: int, group_size: int) -> None:
     """One line when int4 groups of ``group_size`` do not tile a rank's in-features under ``--tp tp``: a row-parallel
     weight (o_proj, down_proj, the experts' down_proj) holds K / tp input rows, and its shard must keep whole groups
     (``slice_quant``). Says which group sizes and which --tp would fit."""
-    from roofline.parallel import shard, valid_tp
-
     if tp <= 1:
         return
     full = {n: k for n, _, _, k in quantized_ops(cfg)}

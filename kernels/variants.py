@@ -168,7 +168,7 @@ def check_parts(quick: bool, models=None, dtypes=DTYPES) -> tuple:
 def check_launches(rec, parts, skipped: list) -> None:
     """Replay ``roofline check --full``'s checks (``parts`` from ``check_parts``) under the recorder ``rec``,
     on CPU tensors: the launchers size every launch for the recorder's SM count and nothing runs."""
-    from . import check as CK
+    from . import check as CK   # these import triton: deferred, the variant list reads without it
     from ._common import torch_dtype
     from .backend import get_ops
 
@@ -189,7 +189,9 @@ def check_launches(rec, parts, skipped: list) -> None:
 def record(target: Target, combos, checks=(), skipped=None) -> list:
     """Every launch of every op of every combo, on meta tensors, as the launchers size them for ``target``, then
     ``roofline check``'s (``checks``: ``check_parts``). What cannot run on meta is appended to ``skipped``."""
-    from . import compile_launches  # noqa: F401  (registers the per-kind extra launches)
+    # these import triton (deferred, the variant list reads without it); compile_launches registers the per-kind
+    # extra launches
+    from . import compile_launches  # noqa: F401
     from ._common import torch_dtype
     from .runners import make_runners
 

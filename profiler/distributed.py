@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 from roofline.errors import RooflineError
 
+from .timing import cpu_threads
+
 TIMEOUT_S = 300.0   # a collective or control message waits this long for a rank that is alive but silent
 STOP_S = 5.0        # spawned ranks get this long to finish after rank 0 is done, then they are terminated
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -96,7 +98,7 @@ class Rank:
     @property
     def tp(self):
         """The model's view of the group (``kernels.tp.TPGroup`` over the default group)."""
-        from kernels.tp import TPGroup
+        from kernels.tp import TPGroup   # kernels imports torch: deferred, the CLI starts without it
 
         return TPGroup(self.rank, self.world)
 
@@ -308,8 +310,6 @@ def _wait_ready(store, procs) -> None:
 
 
 def _guarded(ctx: Rank, main, args, procs, threads: int | None = None):
-    from .timing import cpu_threads
-
     try:
         with cpu_threads(threads if ctx.backend == "gloo" else None):
             return main(ctx, *args)

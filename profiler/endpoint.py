@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -544,8 +545,6 @@ class _interruptible:
         self.tasks, self.flag, self.installed = tasks, [], False
 
     def __enter__(self):
-        import signal
-
         try:
             asyncio.get_running_loop().add_signal_handler(signal.SIGINT, self._on_sigint)
             self.installed = True
@@ -559,8 +558,6 @@ class _interruptible:
             t.cancel()
 
     def __exit__(self, *exc):
-        import signal
-
         if self.installed:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
         return False

@@ -27,7 +27,7 @@ def validate_kernels(backends, dtype, device="cpu", quant: bool = False) -> list
     box passes again. A failure is never cached, and any change to ``kernels/`` re-runs them.
     ``quant``: the run quantizes weights or the KV cache, so the quantized kernels are checked too.
     """
-    from kernels.check import run_checks
+    from kernels.check import run_checks   # kernels imports torch: deferred, the CLI starts without it
 
     parts = ("kernels", "model") + (("quant",) if quant else ())
     results, failed = [], []
@@ -52,7 +52,7 @@ def validate_kernels(backends, dtype, device="cpu", quant: bool = False) -> list
 
 
 def _check_key(backend: str, dtype: str, device: str) -> dict:
-    import kernels
+    import kernels   # kernels imports torch: deferred, the CLI starts without it
 
     src = hashlib.sha1()
     for f in sorted(Path(kernels.__file__).parent.glob("*.py")):

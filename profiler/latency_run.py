@@ -95,7 +95,7 @@ class LatencyRun:
         """{"weights": files, bytes, sha256} when the model runs on a checkpoint's real weights; {} otherwise."""
         if not self.model.checkpoint:
             return {}
-        from kernels.checkpoint import describe
+        from kernels.checkpoint import describe   # kernels imports torch: deferred, the CLI starts without it
 
         return {"weights": describe(self.model.checkpoint)}
 
@@ -218,7 +218,7 @@ def _check_capacity(run: LatencyRun) -> None:
 
 
 def _build_model(run: LatencyRun):
-    from kernels.model import LlamaModel
+    from kernels.model import LlamaModel   # kernels imports torch: deferred, the CLI starts without it
 
     try:
         m = LlamaModel(run.model, dtype=run.dtype, backend=run.backend, device=run.device, seed=run.seed,

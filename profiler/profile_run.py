@@ -33,13 +33,24 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 
+from roofline.analysis import analyze
+from roofline.capacity import capacity
+from roofline.devices import Device
 from roofline.errors import RooflineError
+from roofline.interconnect import Interconnect
 from roofline.records import RunHeader, read_results
 from roofline.writer import ResultWriter
 
-from . import kernel_checks, probes
-from .distributed import OneRank
+from reports import write_report
+
+from . import ceilings as C
+from . import kernel_checks, probes, sweep
+from .collectives import collective_ceilings
+from .distributed import OneRank, RankLost, run_ranks, torchrun_env
+from .export import phase_table, write_csv
+from .flopcheck import cached_flop_check
 from .run import Interrupted, check_writable, command_line, quiet, remove_derived, started
 from .run_spec import RunSpec, check_resume, rank_threads, validate_tp
 from .timing import cpu_threads, now
@@ -58,8 +69,6 @@ class ProfileResult:
 
     @property
     def table(self) -> str:
-        from .export import phase_table
-
         return phase_table(self.result_file)
 
 
@@ -71,8 +80,6 @@ def run_profile(spec: RunSpec, *, say=quiet, progress=None, probe=None, make_run
     ``probe``/``make_runners`` are injectable for tests. Raises RooflineError for bad input
     (before anything is measured) and ``Interrupted`` on Ctrl-C (after the file is closed).
     """
-    from .distributed import RankLost, run_ranks, torchrun_env
-
     check_plan(spec)
     threads = rank_threads(spec) if spec.tp > 1 else (None if spec.gpu else spec.threads)
     ranks = (spec.plan, spec.quick, make_runners, spec.ep)
@@ -132,25 +139,19 @@ class _Lead:
         self.progress, self.stages, self.box, self.probe = progress, stages, box, probe
 
     def __call__(self, ctx, plan, quick, make_runners, ep=1):
-        from .sweep import run_sweep
-
         header = self.header if ctx.world == 1 else self._with_collectives(ctx, quick)
         self.writer.begin(header)
         remove_derived(self.spec.out)
         if self.writer.done:
             self.say(f"resuming: {len(self.writer.done)} points already in {self.spec.path}")
         ctx.bcast("go")
-        self.box["stats"] = s = run_sweep(plan, self.writer, make_runners=make_runners, progress=self.progress,
+        self.box["stats"] = s = sweep.run_sweep(plan, self.writer, make_runners=make_runners, progress=self.progress,
                                           device_name=header.device.name, group=ctx, ep=ep,
                                           probe=self.probe if ctx.world == 1 else None)
         self.stages["sweep"] = s.wall_s
         return s
 
     def _with_collectives(self, ctx, quick) -> RunHeader:
-        from roofline.interconnect import Interconnect
-
-        from .collectives import collective_ceilings
-
         self.say("collectives: from the cache, or measured now ...")
         t = now()
         coll = collective_ceilings(ctx, self.header.device.name, quick=quick)
@@ -165,12 +166,9 @@ class _Lead:
 
 def _follow(ctx, plan, quick, make_runners, ep=1):
     """Ranks 1..N-1: the same steps as rank 0, in the same order; they write nothing."""
-    from .collectives import collective_ceilings
-    from .sweep import run_sweep
-
     collective_ceilings(ctx, "", quick=quick)
     ctx.bcast()
-    run_sweep(plan, None, make_runners=make_runners, group=ctx, ep=ep)
+    sweep.run_sweep(plan, None, make_runners=make_runners, group=ctx, ep=ep)
 
 
 def check_inputs(run: RunSpec, say) -> None:
@@ -189,13 +187,7 @@ def check_inputs(run: RunSpec, say) -> None:
 def capacity_note(plan) -> str:
     """Whether the whole model fits this device at the plan's largest batch and context (``roofline.capacity``);
     the sweep times one layer at a time, so it runs either way: a model that does not fit is said, not refused."""
-    from types import SimpleNamespace
-
-    from roofline.capacity import capacity
-
-    from .sweep import device_memory_bytes
-
-    have = device_memory_bytes(plan.device)
+    have = sweep.device_memory_bytes(plan.device)
     if not have:
         return ""
     cap = capacity(plan.model, SimpleNamespace(name=plan.device, memory_bytes=have), max(plan.batches),
@@ -236,9 +228,7 @@ def open_writer(run: RunSpec, say) -> ResultWriter:
 
 def early_header(run: RunSpec, n_threads: int) -> RunHeader:
     """What a resume is compared against before any work: device name, model, dtype, settings."""
-    from .ceilings import device_name
-
-    return RunHeader(device=_named(device_name(run.plan.device)), model=run.plan.model, dtype=run.plan.dtype,
+    return RunHeader(device=_named(C.device_name(run.plan.device)), model=run.plan.model, dtype=run.plan.dtype,
                      settings=run.to_header(n_threads))
 
 
@@ -255,25 +245,20 @@ def check_kernels(run: RunSpec, say, stages: dict) -> None:
 
 
 def _named(name: str):
-    from roofline.devices import Device
-
     return Device(key="x", name=name, kind="cpu")
 
 
 def profile_header(run: RunSpec, probe, n_threads, say, stages) -> RunHeader:
     """The header of ``run``'s file: ceilings (given, cached or measured now), the FLOP cross-check, the host."""
-    from .ceilings import CPU_DTYPES, GPU_DTYPES, get_ceilings
-    from .flopcheck import cached_flop_check
-
     plan = run.plan
     gpu = plan.device.startswith("cuda")
     if run.device is not None:
         dev, sheet, details = run.device, None, {"note": "ceilings given by the caller, not measured"}
     else:
-        wanted = tuple(dict.fromkeys((GPU_DTYPES if gpu else CPU_DTYPES) + (plan.dtype,)))
+        wanted = tuple(dict.fromkeys((C.GPU_DTYPES if gpu else C.CPU_DTYPES) + (plan.dtype,)))
         say("ceilings: from the cache, or measured now ...")
         t = now()
-        c = get_ceilings(plan.device, dtypes=wanted, quick=run.quick)
+        c = C.get_ceilings(plan.device, dtypes=wanted, quick=run.quick)
         stages["ceilings"] = now() - t
         dev, sheet, details = c.device, c.datasheet, c.details
     fc = {}
@@ -299,13 +284,9 @@ def finish_profile(run: RunSpec, result: ProfileResult, say) -> None:
     rf = result.result_file
     result.notes += list(rf.notices)
     if run.csv:
-        from .export import write_csv
-
         write_csv(rf, run.out / "results.csv")
         result.csv = run.out / "results.csv"
     if run.report:
-        from reports import write_report
-
         t = now()
         try:
             result.report = write_report([rf], run.out)
@@ -313,8 +294,6 @@ def finish_profile(run: RunSpec, result: ProfileResult, say) -> None:
             say(f"report failed ({type(e).__name__}: {e}); the results are intact: `roofline report {result.path}` "
                 "retries it.")
         result.stages["report"] = now() - t
-    from roofline.analysis import analyze
-
     a = analyze(rf)
     warm_above = [r for r in a.results if r.m.l2_policy == "warm" and r.above_roof]
     if warm_above:

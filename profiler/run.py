@@ -15,17 +15,23 @@ busy the host was), ``strict_json`` (stdout JSON without NaN).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shlex
+import shutil
 import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 from roofline.errors import RooflineError
-from roofline.records import RunHeader, read_results
+from roofline.latency import FORMULAS, latency_runs
+from roofline.records import RunHeader, read_results, strict
 from roofline.writer import ResultWriter
+
+from . import probes
+from .endpoint import public_url
 
 
 DERIVED = ("report.html", "report.md", "results.csv", "figures", ".report-sources.json")   # made from results.jsonl: stale when it changes
@@ -56,8 +62,6 @@ SECRET_OPTIONS = ("--api-key",)   # their values never reach a result file or a 
 def redact(args) -> list:
     """``args`` with the value of every ``SECRET_OPTIONS`` option replaced by ``***``, and every URL's password and
     credential query values (``endpoint.public_url``) by ``[redacted]``."""
-    from .endpoint import public_url
-
     out, hide = [], False
     for a in (public_url(a) if "://" in str(a) else a for a in args):
         if hide:
@@ -120,8 +124,6 @@ def remove_derived(out: Path, names=DERIVED, source: Path | None = None) -> None
     when its ``reports.SOURCES_FILE`` names that file: a latency run never deletes the report a profile
     wrote into the same folder. A report with no record of its sources is kept then.
     """
-    import shutil
-
     if source is not None and not _made_from(out, Path(source)):
         names = [n for n in names if n not in REPORT_FILES]
     for n in names:
@@ -162,8 +164,6 @@ class LatencyResult:
     result_file: object = None
 
     def to_json(self) -> dict:
-        from roofline.latency import FORMULAS
-
         formulas = self.summaries[0].formulas if self.summaries else FORMULAS
         return {"file": str(self.path), "formulas": list(formulas), "summaries": [s.to_dict() for s in self.summaries],
                 "skipped": self.skipped}
@@ -196,10 +196,6 @@ def run_configs(path: Path, mode: str, header: RunHeader, labels: list, run_one,
     ``LatencySummary``. Ctrl-C raises ``Interrupted`` after the file is closed, with
     ``resume()`` as the command that continues it.
     """
-    from roofline.latency import latency_runs
-
-    from . import probes
-
     writer = ResultWriter(path, mode=mode)
     summaries, skipped, written = [], [], [0]
     try:
@@ -242,8 +238,6 @@ def host_load(label: str, before: dict, after: dict) -> dict:
     ``others_share``: the machine's CPU time other processes took; ``busy`` when over ``probes.OTHERS_BUSY``.
     ``roofline.analysis`` reads these records: a latency run with busy configurations says so first.
     """
-    from . import probes
-
     share = probes.others_share(before, after)
     return {"type": "host-load", "config": label, "others_share": round(share, 4),
             "loadavg_1m": after.get("loadavg_1m"), "usable_cpus": after.get("usable_cpus"),
@@ -252,8 +246,6 @@ def host_load(label: str, before: dict, after: dict) -> dict:
 
 def strict_json(obj) -> str:
     """JSON for stdout: strict (NaN and infinities as null), as every JSON parser expects."""
-    from roofline.records import strict
-
     return json.dumps(strict(obj), allow_nan=False)
 
 
@@ -273,6 +265,4 @@ def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'profiler.run' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(f"profiler.{module}"), name)

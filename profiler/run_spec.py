@@ -12,7 +12,8 @@ how it writes). It is built once from the command line (``spec_from_options``) o
 * ``to_header(threads)``: the result header's settings (``from_header`` reads them back into the same spec);
 * ``command()``: the command that reruns or resumes it, generated from ``CLI_OPTIONS`` (one row per option: its
   flag and where its value lives), starting with this environment's own ``roofline`` (``run.entry_point``);
-* the points' keys: every point of the sweep carries the spec's dtypes and parallelism (``sweep.point_for``).
+* the points' keys: every point of the sweep carries the spec's dtypes and parallelism (``sweep.point_for``);
+  ``KEY_SETTINGS`` names the header setting of each point-key field (``roofline.records.KEY_FIELDS``).
 
 Checked once, before any rank starts: ``validate_tp`` (--tp and --ep against this machine and the model's split)
 and, on resume, ``check_resume`` (a header without ``tp`` / ``ep`` reads as 1; a mismatch is refused in one line).
@@ -26,7 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from roofline.errors import RooflineError
+from roofline.models import load_model
+from roofline.parallel import shard
+from roofline.records import PARALLEL_FIELDS
 
+from . import probes
+from .distributed import check_tp
 from .run import check_output, entry_point
 from .sweep import SweepPlan, expected_ops
 
@@ -56,10 +62,6 @@ def default_plan(*, model=None, phases=("prefill", "decode"), batches=None, cont
     "int4"; KV "int8", "fp8"); each runs in the same file (``SweepPlan.variants``)."""
     import torch
 
-    from roofline.models import load_model
-
-    from .probes import llc_bytes
-
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     gpu = device.startswith("cuda")
     d = (GPU_QUICK if quick else GPU_DEFAULTS) if gpu else (CPU_QUICK if quick else CPU_DEFAULTS)
@@ -79,13 +81,18 @@ def default_plan(*, model=None, phases=("prefill", "decode"), batches=None, cont
                      contexts=tuple(contexts or d["contexts"]), backends=tuple(backends or d["backends"]),
                      dtype=dtype, device=device, budget_s=budget_ms / 1e3,
                      warmup_s=budget_ms / (4e3 if gpu else 8e3),  # a GPU also ramps its clocks
-                     flush_bytes=2 * llc_bytes()[0] if flush_cache and not gpu else 0,
+                     flush_bytes=2 * probes.llc_bytes()[0] if flush_cache and not gpu else 0,
                      weight_dtypes=ws if ws != (dtype,) else (), kv_dtypes=kvs if kvs != (dtype,) else (),
                      group_size=group_size or 128, zero_point=bool(zero_point))
     return plan, (model if isinstance(model, str) else cfg.name)
 
 
-PARALLEL = ("tp", "ep")     # the spec's parallelism: in the header when > 1, read as 1 when absent
+# The header setting that holds each point-key field's values (``roofline.records.KEY_FIELDS``); None: a field a
+# profile does not sweep (new_tokens follows from the phase and the context, cached is 0) or records elsewhere (the
+# model: ``RunHeader.model``). The parallelism (``PARALLEL_FIELDS``) is a setting when > 1, read as 1 when absent.
+KEY_SETTINGS = {"model": None, "op": "ops", "new_tokens": None, "phase": "phases", "backend": "backends",
+                "batch": "batches", "context": "contexts", "cached": None, "dtype": "dtype",
+                "weight_dtype": "weight_dtypes", "kv_dtype": "kv_dtypes", **{k: k for k in PARALLEL_FIELDS}}
 
 
 @dataclass(frozen=True)
@@ -136,7 +143,7 @@ class RunSpec:
 
     def to_header(self, threads: int) -> dict:
         """The result header's settings: the plan's, the threads the run had, quick, the parallelism (when > 1)."""
-        extra = {k: getattr(self, k) for k in PARALLEL if getattr(self, k) != 1}
+        extra = {k: getattr(self, k) for k in PARALLEL_FIELDS if getattr(self, k) != 1}
         if self.model_arg != self.plan.model.name:
             extra["model_arg"] = self.model_arg
         return {**self.plan.settings(), "threads": threads, "quick": self.quick,
@@ -158,7 +165,7 @@ class RunSpec:
                          zero_point=bool(s.get("zero_point", False)))
         threads = None if plan.device.startswith("cuda") else s.get("threads")
         return cls(plan, threads=threads, quick=bool(s.get("quick")), model_arg=s.get("model_arg", m.name),
-                   **{k: header_int(s, k) for k in PARALLEL}, **run)
+                   **{k: header_int(s, k) for k in PARALLEL_FIELDS}, **run)
 
 
 def _int4(spec, v):
@@ -188,8 +195,7 @@ CLI_OPTIONS = (
     ("--group-size", lambda s: _int4(s, s.plan.group_size) if s.plan.group_size != 128 else None),
     ("--zero-point", lambda s: bool(_int4(s, s.plan.zero_point))),
     ("--quick", lambda s: s.quick),
-    ("--tp", lambda s: s.tp if s.tp != 1 else None),
-    ("--ep", lambda s: s.ep if s.ep != 1 else None),
+    *((f"--{k}", lambda s, k=k: getattr(s, k) if getattr(s, k) != 1 else None) for k in PARALLEL_FIELDS),
 )
 
 
@@ -207,7 +213,7 @@ def spec_from_options(opts: dict, mode: str) -> RunSpec:
     plan, model_arg = default_plan(**{k: opts.get(o) for k, o in PLAN_OPTIONS.items() if opts.get(o) is not None})
     return RunSpec(plan, out=opts.get("out_dir", "roofline-out"), mode=mode, threads=opts.get("threads"),
                    quick=bool(opts.get("quick")), csv=bool(opts.get("csv_out")), report=not opts.get("no_report"),
-                   model_arg=model_arg, **{k: 1 if opts.get(k) is None else opts[k] for k in PARALLEL})
+                   model_arg=model_arg, **{k: 1 if opts.get(k) is None else opts[k] for k in PARALLEL_FIELDS})
 
 
 def header_int(settings: dict, key: str) -> int:
@@ -220,7 +226,7 @@ def check_resume(spec: RunSpec, old_header) -> None:
     them, is 1): else one line naming both values and what to do."""
     if old_header is None:
         return
-    for k in PARALLEL:
+    for k in PARALLEL_FIELDS:
         had, now = header_int(old_header.settings, k), getattr(spec, k)
         if had != now:
             raise RooflineError(f"cannot resume {spec.path}: it was measured with --{k} {had}, this run has --{k} "
@@ -238,10 +244,7 @@ def validate_tp(spec: RunSpec, device_count: int | None = None) -> None:
     ``kernels.tp``) and a float or 8-bit KV cache. What cannot run: int4 groups that a rank's row-parallel shard
     would cut (``kernels.quant.check_tp_groups``); the plan's own checks (an 8-bit latent cache, fp8 without a GPU
     that has it) run before."""
-    from kernels.quant import check_tp_groups
-    from roofline.parallel import shard
-
-    from .distributed import check_tp
+    from kernels.quant import check_tp_groups   # kernels imports torch: deferred, a spec builds without it
 
     if spec.ep != 1 and spec.tp != spec.ep:
         raise RooflineError(f"--ep {spec.ep} with --tp {spec.tp}: profile runs expert parallelism on the --tp ranks "

@@ -37,6 +37,7 @@ through ``loop.call_soon_threadsafe`` into the request's own ``asyncio.Queue``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import queue
@@ -427,8 +428,6 @@ def make_app(engine: EngineThread, *, name: str, max_len: int, capacity: int, dr
     ``drain_s``: seconds running requests get to finish once ``app.state.roofline.begin_shutdown()`` was called.
     ``dtype``: the served compute dtype, listed with the model (``GET /v1/models``) so a client's floor uses it.
     """
-    import contextlib
-
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.responses import JSONResponse, Response

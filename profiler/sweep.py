@@ -43,15 +43,22 @@ Run a sweep with ``roofline profile`` (profiler/commands/profile.py).
 from __future__ import annotations
 
 import gc
+import re
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import SimpleNamespace
 
+from roofline import workload as W
+from roofline.capacity import capacity
 from roofline.cost import ZERO
 from roofline.errors import RooflineError
 from roofline.models import ModelConfig
 from roofline.records import Measurement, WorkloadPoint
 from roofline.layer import LAYER_OP, op_names
+from roofline.parallel import COLLECTIVE_OPS, EP_COLLECTIVES, shard, step_collectives
 
 from . import probes
+from .distributed import OneRank
 from .timing import measure, now
 
 
@@ -116,7 +123,7 @@ class SweepPlan:
             if "int4" in self.weight_dtypes:
                 out.update(group_size=self.group_size, zero_point=self.zero_point)
         if self.model.checkpoint:     # real weights: which files (a float run on random weights records nothing)
-            from kernels.checkpoint import describe
+            from kernels.checkpoint import describe   # kernels imports torch: deferred, the CLI starts without it
 
             out["weights"] = describe(self.model.checkpoint)
         return out
@@ -162,6 +169,7 @@ class SweepPlan:
                                     f"activation dtype means not quantized), but {kv!r} was given.")
         if not self.quantized:
             return
+        # kernels imports torch: deferred, a float plan validates without it
         from kernels.quant import check_kv_dtype, check_model_groups, check_model_kv, check_torch_int4
 
         if "fp8" in self.kv_dtypes:
@@ -192,10 +200,6 @@ def point_capacity(cfg: ModelConfig, batch: int, context: int, dtype: str, prefi
     """``roofline.capacity`` of what one sweep point allocates (kernels.runners.make_runners): one layer of each
     kind (``ModelConfig.with_layers(1)``: its weights, every expert resident, and the embedding / lm_head
     tables), that layer's KV cache at the full context, the activations of the new tokens."""
-    from types import SimpleNamespace
-
-    from roofline.capacity import capacity
-
     return capacity(cfg.with_layers(1), SimpleNamespace(name=device, memory_bytes=memory), batch, context,
                     new_tokens=context if prefill else 1, weight_dtype=dtype, act_dtype=dtype, kv_dtype=dtype,
                     windowed_kv=False)
@@ -216,9 +220,6 @@ def device_memory_bytes(device: str) -> float:
         except Exception:  # noqa: BLE001 - no GPU visible: the caller refuses cuda elsewhere
             return 0.0
     try:
-        import re
-        from pathlib import Path
-
         m = re.search(r"MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text())
         return int(m.group(1)) * 1024.0 if m else 0.0
     except OSError:
@@ -239,9 +240,6 @@ def formula_cost(plan: SweepPlan, name: str, phase: str, batch: int, context: in
     """(Cost, compute dtype) of one op instance (or the whole layer) from roofline.workload, per rank under
     ``tp`` / ``ep`` (the experts at the expected load); a collective (tensor parallelism's all-reduces, expert
     parallelism's all-to-alls) costs 0 here: its bytes cross the interconnect, not HBM."""
-    from roofline import workload as W
-    from roofline.parallel import COLLECTIVE_OPS, EP_COLLECTIVES
-
     if name in COLLECTIVE_OPS + EP_COLLECTIVES:
         return ZERO, plan.dtype
     kw = dict(weight_dtype=weight_dtype or plan.dtype, act_dtype=plan.dtype, kv_dtype=kv_dtype or plan.dtype, tp=tp,
@@ -288,7 +286,7 @@ class SweepStats:
 
 
 def _default_make_runners():
-    from kernels.runners import make_runners
+    from kernels.runners import make_runners   # kernels imports torch: deferred, a plan builds without it
 
     return make_runners
 
@@ -300,8 +298,6 @@ def sweep_ops(plan: SweepPlan, tp: int = 1, ep: int = 1) -> tuple:
     """What a sweep times per point: the plan's ops (default: every op and the layer) then, over ``tp`` ranks with
     ``ep``, the step's own collectives (``roofline.parallel.step_collectives``: none on one rank; under --ep the
     all-to-alls replace the MoE layers' MLP all-reduce; their names do not depend on the batch or the context)."""
-    from roofline.parallel import shard, step_collectives
-
     if plan.ops:
         return tuple(plan.ops)
     coll = step_collectives(plan.model, shard(plan.model, tp, ep), 1, (1,), plan.dtype)
@@ -348,8 +344,6 @@ def run_sweep(plan: SweepPlan, writer, *, make_runners=None, probe=None, progres
 
     ``progress(advance, description)`` is called after each op (advance = ops finished).
     """
-    from .distributed import OneRank
-
     group = group or OneRank(plan.device)
     make_runners = make_runners or _default_make_runners()
     if group.world == 1:

@@ -51,6 +51,8 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
+from roofline.stats import median
+
 GRAPH_BELOW_S = 100e-6        # a replay estimate under this: the graph timer
 GRAPH_TRY_BELOW_S = 5e-3      # eager calls under this are captured to get a replay estimate
 LAUNCH_SHARE = 0.05           # ... or a graph that saves more than this share of the eager time
@@ -89,8 +91,6 @@ class Timing:
 
     @property
     def median_s(self) -> float:
-        from roofline.stats import median
-
         return median(self.times_s)
 
 

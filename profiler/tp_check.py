@@ -32,7 +32,7 @@ def _requests(m, prompt, chunk: int) -> dict:
 
 
 def _model(cfg, opts, tp=None):
-    from kernels.model import LlamaModel
+    from kernels.model import LlamaModel   # kernels imports torch: deferred, the CLI starts without it
 
     return LlamaModel(cfg, dtype=opts["dtype"], backend=opts["backend"], device=opts["device"], seed=opts["seed"],
                       max_slots=2, max_len=len(opts["prompt"]) + 2, tp=tp)

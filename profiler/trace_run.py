@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import gc
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from roofline import units as U
@@ -30,6 +30,12 @@ from roofline.traces.events import read_traces
 from roofline.traces.idle import idle_sentence
 from roofline.traces.phases import parse_markers, phase_text
 from roofline.writer import ResultWriter
+
+from reports import write_report
+
+from . import ceilings as C
+from . import probes
+from .run import started
 
 GRAPH_UNKNOWN_HOW = ("each replay is charged to the CPU op around its graph launch as 'graph replay (ops unknown)' "
                      "(uncosted). For op-level detail, profile the graph capture as well (start torch.profiler with "
@@ -100,18 +106,14 @@ def _device(run: TraceRun, traces, say) -> tuple:
     if any(t.is_gpu for t in traces) and not cpu_asked:
         raise RooflineError(f"{how}: pass --device (e.g. h100, a100, mi300x) or --device-file to say which GPU it "
                             "ran on.")
-    from .ceilings import get_ceilings
-
     say("note: a CPU trace: judged against this machine's measured CPU ceilings (cached; `roofline ceilings` "
         "measures them). If the trace came from another machine, pass --ceilings or --device-file.")
-    c = get_ceilings("cpu")
+    c = C.get_ceilings("cpu")
     return c.device, c.datasheet, dict(c.details), f"{how}: this machine's measured CPU ceilings"
 
 
 def _retyped(dev, dtype: str):
     """A custom device whose one given peak applies to ``dtype`` (the trace's), not to the bf16 it was built for."""
-    from dataclasses import replace
-
     peak = next(iter(dev.peak_flops.values()))
     return replace(dev, peak_flops={dtype: peak}, provenance=dev.provenance.replace(" bf16,", f" {dtype},"))
 
@@ -177,9 +179,6 @@ def _run(run: TraceRun, say) -> TraceRunResult:
                 "collectives": comms}
     if "experts" in mine.summary:
         settings["experts"] = mine.summary["experts"]     # tokens per expert (roofline.traces.experts)
-    from . import probes
-    from .run import started
-
     header = RunHeader(device=dev, datasheet=sheet, ceilings=details, model=run.model, kind="trace",
                        dtype=mine.dtype, settings=settings, versions=probes.light_versions(),   # the reader's
                        git_sha=probes.git_sha(), command=run.command, started=started())
@@ -193,8 +192,6 @@ def _run(run: TraceRun, say) -> TraceRunResult:
     steps = analyze(rf).steps if mine.measurements else []
     report = None
     if run.report and mine.measurements:
-        from reports import write_report
-
         report = write_report([rf], out)
     return TraceRunResult(path, [results[r].summary for r in sorted(results)], steps, header, notes, report,
                           expectation, breakdown, comms)

@@ -112,7 +112,7 @@ def write_report(paths_or_result_files, out_dir="roofline-report") -> dict[str, 
     Names: "html", "markdown", and "png:<figure>" / "svg:<figure>" per figure (prefixed by
     the run's slug when there are several runs).
     """
-    from .figures import compare_figures, figure_builders
+    from .figures import compare_figures, figure_builders   # matplotlib: deferred, reading results needs none
     from .render import render
 
     rfs = load(paths_or_result_files)

@@ -41,7 +41,7 @@ def _load(x) -> ResultFile:
 
 def change_figure(c):
     """The before/after roofline as a ``reports.report_figure.ReportFigure`` (None when nothing has FLOPs)."""
-    from .compare_plot import MAX_ARROWS, plot_change
+    from .compare_plot import MAX_ARROWS, plot_change   # matplotlib: deferred, reading results needs none
     from .style import new_figure
 
     if not any(o.after.point.cost.flops > 0 for o in c.ops):
@@ -66,7 +66,7 @@ class Written:
 
 def write_compare(before, after, out_dir="roofline-compare", *, allow_different: bool = False) -> Written:
     """Compare ``after`` against ``before`` and write compare.json, report.html, report.md and the figure."""
-    from .render import render
+    from .render import render   # matplotlib: deferred, reading results needs none
 
     c = compare(_load(before), _load(after), allow_different=allow_different)
     findings = change_findings(c)

@@ -12,6 +12,7 @@ another: the same files either way.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import sys
 from dataclasses import dataclass
@@ -66,8 +67,6 @@ def render(jobs, folder: Path) -> list:
         n = _workers(len(_JOBS))
         done = None
         if n > 1:
-            import multiprocessing as mp
-
             try:
                 with mp.get_context("fork").Pool(n) as pool:
                     done = pool.starmap(_draw, [(i, str(folder)) for i in range(len(_JOBS))], chunksize=1)

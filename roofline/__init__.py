@@ -17,6 +17,8 @@ This face exports what a caller needs::
     findings = diagnose(["roofline-out/results.jsonl"])      # evidence -> what to try next
 """
 
+import importlib
+
 from .bounds import (COMPUTE, MEMORY, OVERHEAD, analyze_phase, attainable, bound, predicted_time,
                      ridge_crossings, roof_fraction)
 from .cost import Cost
@@ -38,8 +40,6 @@ _LAZY = {
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'roofline' has no attribute {name!r}")
 

@@ -16,8 +16,8 @@ export, every figure and table of the report, and ``roofline diagnose`` consume 
   device), said so in ``Roof.note``.
 * ``OpResult``: one measurement with its count per step, its roof, roof fraction, bound,
   label (memory / compute / overhead, or "skipped"), predicted time and weight share.
-* ``Step``: every measurement sharing a ``StepKey`` (phase, backend, batch, context,
-  cached, dtypes, tp). Its time is the sum over its ops of instance time x count, where
+* ``Step``: every measurement sharing a ``StepKey`` (``roofline.records.STEP_FIELDS``: phase, backend, batch,
+  context, cached, dtypes, tp, ep). Its time is the sum over its ops of instance time x count, where
   count is the op's instances per step: the point's own ``count`` when it gives one (a
   trace: instances seen / steps), else ``n_layers`` for per-layer ops and 1 for the rest
   (``roofline.workload.op_count``). Instance time is the median of a benchmark's samples, the
@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 
 from . import units as U
 from . import ranks as R
@@ -63,7 +63,7 @@ from .cost import ZERO, Cost
 from .devices import Device
 from .dtypes import bytes_per_element
 from .formulas import linear_weight_bytes_from_flops
-from .records import ABOVE_ROOF, Measurement
+from .records import ABOVE_ROOF, PARALLEL_FIELDS, STEP_FIELDS, Measurement, WorkloadPoint
 from .layer import model_ops
 from .ops import kind
 from .workload import LAYER_OP, LLAMA_LAYER_OPS, LLAMA_OPS, op_count
@@ -239,29 +239,26 @@ def level_points(r: OpResult, device: Device) -> list:
 
 # ---------------------------------------------------------------- steps
 
-@dataclass(frozen=True, order=True)
-class StepKey:
-    phase: str
-    backend: str
-    batch: int
-    context: int
-    cached: int = 0
-    dtype: str = "bf16"
-    weight_dtype: str = "bf16"
-    kv_dtype: str = "bf16"
-    tp: int = 1
-    ep: int = 1                # expert-parallel ranks (the same ranks as tp): another step than --tp alone
+_POINT_FIELDS = {f.name: f for f in fields(WorkloadPoint)}
 
-    @classmethod
-    def of(cls, p) -> "StepKey":
-        return cls(p.phase, p.backend, p.batch, p.context, p.cached, p.dtype, p.weight_dtype, p.kv_dtype, p.tp,
-                   getattr(p, "ep", 1))
 
-    @property
-    def order(self) -> tuple:
-        """Prefill first, then backend, batch, context (the order tables list steps in)."""
-        return (self.phase != "prefill", self.backend, self.tp, self.ep, self.weight_dtype, self.kv_dtype,
-                self.batch, self.context, self.cached)
+def _step_of(cls, p):
+    """The step of point ``p``; a field ``p`` lacks (an older record's) reads as WorkloadPoint's default."""
+    return cls(*(getattr(p, f) if hasattr(p, f) else _POINT_FIELDS[f].default for f in STEP_FIELDS))
+
+
+def _step_order(self) -> tuple:
+    """Prefill first, then backend, batch, context (the order tables list steps in)."""
+    return (self.phase != "prefill", self.backend, self.tp, self.ep, self.weight_dtype, self.kv_dtype,
+            self.batch, self.context, self.cached)
+
+
+# One step's key: the point key's ``STEP_FIELDS`` (``roofline.records``), typed as WorkloadPoint types them, so a
+# field added to the point key is a step field too. ``StepKey.of(point)``; ``order``: the order tables list steps in.
+StepKey = make_dataclass("StepKey", [(f, _POINT_FIELDS[f].type) for f in STEP_FIELDS], frozen=True, order=True,
+                         namespace={"__module__": __name__, "__doc__": "What one step is: a point key without its op.",
+                                    "of": classmethod(_step_of),
+                                    "order": property(_step_order)})
 
 
 @dataclass(frozen=True, eq=False)
@@ -400,7 +397,7 @@ class Step:
         else:
             s = f"b{k.batch}/ctx{k.context}" + (f"+{k.cached} cached" if k.cached else "")
         s += "".join(f" {n}:{v}" for n, v in (("w", k.weight_dtype), ("kv", k.kv_dtype)) if v != k.dtype)
-        return s + (f" tp{k.tp}" if k.tp > 1 else "") + (f" ep{k.ep}" if k.ep > 1 else "")
+        return s + "".join(f" {n}{getattr(k, n)}" for n in PARALLEL_FIELDS if getattr(k, n) > 1)
 
     @property
     def title(self) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from . import workload as W
 from .cost import Cost
 from .devices import Device
 from .errors import RooflineError
@@ -273,8 +274,6 @@ def ridge_crossings(model, device: Device, phase: str, *, context: int = 1024, b
                     weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16") -> dict:
     """For each op: the decode batch (phase="decode", at ``context``) or the prefill token
     count (phase="prefill", at ``batch``) at which it crosses the ridge; None if never."""
-    from . import workload as W
-
     kw = dict(weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype)
     if phase == "decode":
         make = lambda n: W.decode(model, n, context, **kw)  # noqa: E731

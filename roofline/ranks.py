@@ -12,6 +12,7 @@ Used by ``roofline.analysis``; works on its ``OpResult``s (anything with ``.m.ra
 from __future__ import annotations
 
 from . import formulas as F
+from . import units as U
 
 LAYER_OP = "layer"
 
@@ -67,8 +68,6 @@ def wire_bytes(result) -> float:
 
 def balance_text(rank_s) -> str:
     """'rank 0 1.2 ms, rank 1 1.3 ms (8% apart)'."""
-    from . import units as U
-
     if not rank_s:
         return ""
     return (", ".join(f"rank {k} {U.seconds(t)}" for k, t in rank_s)

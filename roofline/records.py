@@ -1,7 +1,7 @@
 """The records that flow from the profiler through the cost model into the reports, and the reader.
 
 * ``WorkloadPoint``: what was run (op, phase, batch, tokens, context, dtypes, backend, tp, ep)
-  and its formula ``Cost``. Frozen; ``key`` identifies it (resume, duplicates). ``count`` is
+  and its formula ``Cost``. Frozen; ``key`` (the ``KEY_FIELDS``) identifies it (resume, duplicates). ``count`` is
   the op's instances per step when the record says so (a trace: instances seen / steps, which
   may be fractional, e.g. one decode attention shape in one of 20 steps); 0, the default and
   what profile writes, means "derive it from the op name" (``roofline.workload.op_count``).
@@ -47,6 +47,7 @@ import math
 from array import array
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 from pathlib import Path
 
 from .cost import Cost
@@ -143,6 +144,20 @@ def _opt(d: dict, key: str, kind, what: str, default):
 
 # ---------------------------------------------------------------- records
 
+# The point key, defined once: the ``WorkloadPoint`` fields that tell one measured point from another. It is
+# ``WorkloadPoint.key`` (a resume's done set, duplicate lines, one result per rank), ``roofline.analysis.StepKey``
+# (``STEP_FIELDS``), what ``roofline compare`` matches points and steps by, and (``PARALLEL_FIELDS``) the parallelism
+# a profile header records; ``profiler.run_spec.KEY_SETTINGS`` names the header setting of each field. A field that
+# separates points is added to WorkloadPoint and named here.
+KEY_FIELDS = ("model", "op", "new_tokens", "phase", "backend", "batch", "context", "cached", "dtype", "weight_dtype",
+              "kv_dtype", "tp", "ep")
+# a step is every op of one point of the grid: the key without the op, the model (one a file) and new_tokens (it
+# follows from the phase and the context)
+STEP_FIELDS = tuple(f for f in KEY_FIELDS if f not in ("model", "op", "new_tokens"))
+PARALLEL_FIELDS = ("tp", "ep")   # the key's parallelism: a header setting when > 1, read as 1 when absent
+_point_key = attrgetter(*KEY_FIELDS)
+
+
 @dataclass(frozen=True)
 class WorkloadPoint:
     model: str
@@ -168,8 +183,8 @@ class WorkloadPoint:
 
     @property
     def key(self) -> tuple:
-        return (self.model, self.op, self.phase, self.batch, self.new_tokens, self.context, self.cached,
-                self.dtype, self.weight_dtype, self.kv_dtype, self.backend, self.tp, self.ep)
+        """The values of ``KEY_FIELDS``: what identifies this point."""
+        return _point_key(self)
 
     def to_dict(self) -> dict:
         return {"model": self.model, "op": self.op, "phase": self.phase, "batch": self.batch,

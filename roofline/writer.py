@@ -27,6 +27,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
 from .errors import RooflineError
 from .records import RunHeader, json_line, read_results
 
@@ -164,9 +169,7 @@ def _cut_torn_tail(fd) -> int:
 
 
 def _lock(fd, path: Path) -> None:
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: no advisory locks; one run at a time is on the user
+    if fcntl is None:  # pragma: no cover - Windows: no advisory locks; one run at a time is on the user
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

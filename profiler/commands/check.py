@@ -22,6 +22,10 @@ import json
 import click
 
 from roofline.errors import RooflineError
+from roofline.models import load_model
+
+from .. import probes
+from ..timing import now
 
 TARGETS = ("sm_80", "sm_90")
 
@@ -59,8 +63,6 @@ def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, 
     except ImportError as e:  # pragma: no cover
         raise RooflineError(f"the kernels need torch and triton: {e}. Install them with "
                             "`pip install torch triton`.") from None
-    from roofline.models import load_model
-
     cfg = load_model(model)
     results = run_checks(backend=backend, dtype=dtype, quick=not full, model=cfg)
     failed = [r for r in results if not r.passed]
@@ -68,7 +70,7 @@ def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, 
         click.echo(json.dumps([dict(name=r.name, max_rel_err=r.max_rel_err, tol=r.tol, passed=r.passed,
                                     detail=r.detail) for r in results], indent=1))
     else:
-        from kernels.env import INTERPRET
+        from kernels.env import INTERPRET   # kernels imports torch: deferred, the CLI starts without it
         mode = "Triton interpreter (no GPU), small shapes" if INTERPRET else "GPU"
         what = (f"; model {cfg.name}: checkpoint weights from {cfg.checkpoint}" if cfg.checkpoint
                 else f"; model {cfg.name}, random weights")
@@ -78,7 +80,7 @@ def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, 
         click.echo(f"{len(results) - len(failed)}/{len(results)} checks passed"
                    + ("" if not failed else f"; failed: {', '.join(r.name for r in failed)}"))
         if quality:
-            from kernels.check import quality_notes
+            from kernels.check import quality_notes   # kernels imports torch (deferred)
 
             click.echo("quality notes (what quantization does to the logits; not pass/fail):")
             for n in quality_notes(dtype):
@@ -110,8 +112,6 @@ def _compile_check(quick, target, kernel_names, jobs, as_json):
         from kernels.compile_check import format_report, run_subprocess, summary
     except ImportError as e:  # pragma: no cover
         raise RooflineError(f"the compile check needs torch and triton: {e}.") from None
-    from .. import probes
-    from ..timing import now
 
     targets = [t.strip() for t in target.split(",") if t.strip()]
     bad = [t for t in targets if t not in TARGETS]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import click
 
+from reports.compare_report import write_compare
+
 STEP_LINES = 12   # steps printed on the terminal; every step is in report.html and report.md
 
 
@@ -30,8 +32,6 @@ def compare(before, after, out_dir, allow_different, as_json):
     roofline compare bf16.jsonl w8.jsonl            # weights changed: matched without the dtype
     roofline diagnose roofline-compare/compare.json # did the change do what its rule predicted?
     """
-    from reports.compare_report import write_compare
-
     w = write_compare(before, after, out_dir, allow_different=allow_different)
     if as_json:
         click.echo(w.paths["json"].read_text(encoding="utf-8").rstrip())

@@ -19,9 +19,16 @@ op and point, flushed as each finishes); --csv adds OUT/results.csv.
 from __future__ import annotations
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..cli_args import (budget_option, device_arg, ep_option, int_list, mode_options, model_arg_option, names,
-                        quant_options, say_for, threads_option)
+from ..cli_args import (budget_option, device_arg, ep_option, int_list, mode_of, mode_options, model_arg_option,
+                        names, quant_options, say_for, threads_option)
+from ..counters_run import profile_counters
+from ..profile_run import run_profile
+from ..run import Interrupted, command_line
+from ..run_spec import spec_from_options
+from ..sweep import sweep_ops
 
 
 @click.command()
@@ -62,16 +69,10 @@ def profile(**opts):
     lm_head, and the whole layer, with formula FLOPs and bytes. Kernels are validated
     first; ceilings are measured (cached) first; Ctrl-C keeps what was measured.
     """
-    from ..cli_args import mode_of
-    from ..run import Interrupted, command_line, run_profile
-    from ..run_spec import spec_from_options
-
     quiet, mode = opts["quiet"], mode_of(opts["resume"], opts["overwrite"])
     say = say_for(quiet)
     run = spec_from_options(opts, mode)        # the run, described once: every later step reads it
     if opts.get("counters"):
-        from ..counters_run import profile_counters
-
         result = profile_counters(run.plan, opts["out_dir"], mode, say, report=run.report,
                                   command=command_line("roofline profile --counters"))
         click.echo(result.text())
@@ -109,17 +110,11 @@ class _progress:
 
     def update(self, n: int, desc: str) -> None:
         if self.bar is None:
-            from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
-
             plan = self.run.plan
             cols = (TextColumn("{task.description:<32}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TextColumn("eta"), TimeRemainingColumn())
             self.bar = Progress(*cols, console=Console(stderr=True), transient=False)
             self.bar.__enter__()
-            from ..sweep import sweep_ops
-
             names = sweep_ops(plan, self.run.tp, self.run.ep)
             self.task = self.bar.add_task("sweep", total=len(plan.combos()) * len(plan.variants()) * len(names))
         self.bar.update(self.task, advance=n, description=desc)

@@ -11,6 +11,8 @@ import click
 
 from roofline.errors import RooflineError
 
+from reports import write_report
+
 
 @click.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=True))
@@ -23,8 +25,6 @@ def report(results, out_dir):
     roofline report roofline-out/results.jsonl
     roofline report h100.jsonl a100.jsonl --out compare   # side by side, coloured by device
     """
-    from reports import write_report
-
     try:
         paths = write_report(list(results), out_dir)
     except RooflineError:

@@ -24,6 +24,7 @@ from roofline.errors import RooflineError
 
 from ..cli_args import dtype_option, model_option, quant_options, threads_option, torch_device
 from ..latency_run import check_quant
+from ..run import cpu_threads_default
 from ..server import GRACE_S, EngineThread, make_app
 from ..serving import warmup
 from ..timing import cpu_threads
@@ -195,12 +196,9 @@ def _swallow_late_stops(server) -> None:
 def _run(sock, run: ServeRun) -> None:
     import uvicorn
 
-    from kernels.model import LlamaModel
+    from kernels.model import LlamaModel   # kernels imports torch: deferred, the CLI starts without it
 
     _Server = _server_class()
-
-    from ..run import cpu_threads_default
-
     cfg, drain = run.model, run.grace
     with cpu_threads(cpu_threads_default(run.device, run.threads)) as n_threads:
         try:

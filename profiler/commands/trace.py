@@ -25,6 +25,8 @@ from roofline.records import strict
 
 from ..capture import script_argv, script_problem
 from ..cli_args import mode_of, model_option, resolve_device, say_for
+from ..run import command_line
+from ..trace_run import TraceRun, run_trace
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -61,9 +63,6 @@ def trace(args, capture, skip_forwards, captures, markers, model, device_name, d
     roofline trace TRACE.json[.gz] | FOLDER [options]
     roofline trace --capture [options] -- python SCRIPT.py ARGS
     """
-    from ..run import command_line
-    from ..trace_run import TraceRun, run_trace
-
     say = say_for(quiet or as_json)
     out = Path(out_dir)
     if capture:

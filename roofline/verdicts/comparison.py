@@ -35,13 +35,14 @@ from dataclasses import dataclass, field
 
 from ..analysis import RunAnalysis, analyze
 from ..errors import RooflineError
+from ..records import KEY_FIELDS, STEP_FIELDS
 from .change import SAME, Change, time_change
 from .latency_change import latency_changes
 
-POINT_FIELDS = ("op", "phase", "batch", "context", "cached", "backend", "dtype", "weight_dtype", "kv_dtype", "tp",
-                "ep")
+# points match by the point key (``roofline.records.KEY_FIELDS``) less the model and new_tokens (it follows from the
+# phase and the context); steps by the step key
+POINT_FIELDS = tuple(f for f in KEY_FIELDS if f not in ("model", "new_tokens"))
 TRACE_FIELDS = ("op", "phase")                 # a traced op's name is "aten::mm [8,4096]x[4096,4096]": op and shape
-STEP_FIELDS = ("phase", "backend", "batch", "context", "cached", "dtype", "weight_dtype", "kv_dtype", "tp", "ep")
 CHANGE_FIELDS = ("backend", "dtype", "weight_dtype", "kv_dtype", "tp", "ep")   # what a change under test may switch
 FIELD_NAMES = {"backend": "backend", "dtype": "activation dtype", "weight_dtype": "weights", "kv_dtype": "KV cache",
                "tp": "tensor-parallel ranks", "ep": "expert-parallel ranks"}
