@@ -189,9 +189,7 @@ def check_launches(rec, parts, skipped: list) -> None:
 def record(target: Target, combos, checks=(), skipped=None) -> list:
     """Every launch of every op of every combo, on meta tensors, as the launchers size them for ``target``, then
     ``roofline check``'s (``checks``: ``check_parts``). What cannot run on meta is appended to ``skipped``."""
-    # these import triton (deferred, the variant list reads without it); compile_launches registers the per-kind
-    # extra launches
-    from . import compile_launches  # noqa: F401
+    from . import compile_launches  # noqa: F401  (registers the per-kind extra launches; these import triton)
     from ._common import torch_dtype
     from .runners import make_runners
 
