@@ -46,7 +46,7 @@ from . import act_quant as AQ
 from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name
 from ._launch import launch
 from .linear import add_bias, check_bias, grouped_tile, linear_config, split_k_buffers, store_tile
-from .quant import device_label, fp8_supported
+from .env import device_label, fp8_supported
 from .quant_weight import QuantWeight, register_format
 
 FP8 = torch.float8_e4m3fn
@@ -303,4 +303,4 @@ def cost(tokens: int, in_features: int, out_features: int, weight="fp8", out_dty
 
 for _name in FORMATS:
     register_format(_name, quantize=partial(quantize, fmt=_name), dequantize=dequantize, prepare_torch=prepare_torch,
-                    torch_linear=torch_linear)
+                    torch_linear=torch_linear, acts={"linear": act_format_for(_name)})

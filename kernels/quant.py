@@ -32,14 +32,14 @@ from roofline.layer import model_ops
 from roofline.parallel import shard, valid_tp
 from roofline.workload import INT4_GROUPS
 
-from . import linear_int4, linear_int8, quant_weight
-from .quant_weight import QuantExperts, QuantWeight, check_group, op_missing, weight_format
+from . import fp4, linear_fp8, linear_int4, linear_int8, quant_weight  # noqa: F401  (they register their formats)
+from .env import device_label, fp8_supported
+from .quant_weight import FORMATS, QuantExperts, QuantWeight, check_group, op_missing, weight_format
 
 WEIGHT_DTYPES = ("int8", "int4")              # weight-only quantization the kernels run
 KV_DTYPES = ("int8", "fp8")                   # 8-bit KV caches
 KV_QMAX = {"int8": 127.0, "fp8": 448.0}       # the largest magnitude each stores (fp8 e4m3: 448)
 KV_TORCH = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}
-FP8_CAPABILITY = (8, 9)                       # Ada and Hopper: the first GPUs with fp8 e4m3 conversions
 
 
 def expert_weights_config(w, backend: str) -> dict:
@@ -57,34 +57,38 @@ def expert_weights_config(w, backend: str) -> dict:
 
 def quantize_experts(w: torch.Tensor, dtype: str, *, group_size: int | None = None, zero_point: bool = False,
                      name: str = "experts") -> QuantExperts:
-    """Quantize E float weights ``w`` [E, K, N] expert by expert with ``quantize_weight`` (int8: a scale per output
-    channel per expert; int4: a scale per group of ``group_size`` input rows per expert), stacked."""
+    """Quantize E float weights ``w`` [E, K, N] expert by expert with ``quantize_weight`` (any registered weight
+    format: int8 a scale per output channel per expert, int4 groups of ``group_size`` input rows, fp8 per channel,
+    per tensor or 128 x 128 blocks, mxfp4 / nvfp4 micro-blocks), stacked along a leading E."""
     if w.dim() != 3:
         raise ValueError(f"{name} must be [E, K, N] expert weights, got shape {list(w.shape)}.")
     qs = [quantize_weight(w[e], dtype, group_size=group_size, zero_point=zero_point, name=name)
           for e in range(w.shape[0])]
-    z = torch.stack([q.zeros for q in qs]) if zero_point and qs else None
     q0 = qs[0]
-    return QuantExperts(q0.dtype, torch.stack([q.qweight for q in qs]), torch.stack([q.scales for q in qs]), z,
-                        q0.in_features, q0.out_features, q0.group_size)
+    stack = lambda attr: None if getattr(q0, attr) is None else torch.stack([getattr(q, attr) for q in qs])  # noqa: E731
+    return QuantExperts(q0.dtype, stack("qweight"), stack("scales"), stack("zeros"), q0.in_features, q0.out_features,
+                        q0.group_size, tensor_scale=stack("tensor_scale"), act=q0.act)
 
 
 def check_weight_dtype(name) -> str:
+    """``name`` as a weight format our kernels quantize to (``kernels.quant_weight.FORMATS``: int8, int4, the fp8
+    ones, mxfp4, nvfp4); any other in one line naming them."""
     key = str(name).strip().lower()
-    if key not in WEIGHT_DTYPES:
-        raise RooflineError(f"weight-only quantization runs {', '.join(WEIGHT_DTYPES)}, but {name!r} was given.")
+    if key not in FORMATS:
+        raise RooflineError(f"our kernels quantize weights to {', '.join(FORMATS)}, but {name!r} was given.")
     return key
 
 
 def quantize_weight(w: torch.Tensor, dtype: str, *, group_size: int | None = None, zero_point: bool = False,
                     name: str = "w") -> QuantWeight:
-    """Quantize a float weight ``w`` [K, N] (any strides) to int8 or int4; scales in ``w``'s dtype."""
+    """Quantize a float weight ``w`` [K, N] (any strides) to the registered format ``dtype`` (int8 / int4: scales in
+    ``w``'s dtype; int4 takes ``group_size`` and ``zero_point``; fp8: fp32 scales; mxfp4 / nvfp4: their own)."""
     d = check_weight_dtype(dtype)
-    if d == "int8":
-        if zero_point:
-            raise RooflineError("int8 weights are symmetric (one scale per output channel): a zero point is int4's.")
-        return linear_int8.quantize(w)
-    return linear_int4.quantize(w, group_size=check_group(group_size), zero_point=zero_point, name=name)
+    if zero_point and d != "int4":
+        raise RooflineError(f"{d} weights are symmetric: a zero point is int4's.")
+    if d == "int4":
+        return linear_int4.quantize(w, group_size=check_group(group_size), zero_point=zero_point, name=name)
+    return weight_format(d).quantize(w)
 
 
 def quantized_ops(cfg, sh=None) -> list:
@@ -327,22 +331,6 @@ def check_model_kv(cfg, kv_dtype) -> None:
     (Sinks take one: both backends dequantize it, ``kernels.sinks``.)"""
     if cfg.mla and kv_dtype in KV_DTYPES:
         raise RooflineError(f"{cfg.name}: an 8-bit KV cache is not implemented for a latent cache: drop --kv-dtype.")
-
-
-def fp8_supported(device) -> bool:
-    dev = torch.device(device)
-    if dev.type == "meta":
-        return True                     # the compile check: the target decides (kernels.variants)
-    if dev.type != "cuda" or not torch.cuda.is_available():
-        return False
-    return torch.cuda.get_device_capability(dev) >= FP8_CAPABILITY
-
-
-def device_label(device) -> str:
-    dev = torch.device(device)
-    if dev.type == "cuda" and torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name(dev)} (sm_{''.join(map(str, torch.cuda.get_device_capability(dev)))})"
-    return "the CPU (the Triton interpreter cannot run fp8)" if dev.type == "cpu" else str(dev)
 
 
 def kv_storage(kv_dtype: str) -> torch.dtype:

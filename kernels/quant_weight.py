@@ -18,13 +18,16 @@ from roofline.errors import RooflineError
 from roofline.formulas import INT4_GROUP
 from roofline.workload import INT4_GROUPS
 
-FORMATS: dict = {}     # weight dtype -> SimpleNamespace(quantize, dequantize, prepare_torch, torch_linear)
+FORMATS: dict = {}     # weight dtype -> SimpleNamespace(quantize, dequantize, prepare_torch, torch_linear, acts)
 
 
-def register_format(dtype: str, *, quantize, dequantize, prepare_torch, torch_linear) -> None:
-    """Register weight dtype ``dtype``'s format (its kernel module's functions)."""
+def register_format(dtype: str, *, quantize, dequantize, prepare_torch, torch_linear, acts=None) -> None:
+    """Register weight dtype ``dtype``'s format (its kernel module's functions). ``acts``: {op kind: the
+    ``roofline.precision`` activation Format its kernels quantize the inputs to} ("linear": fp8's W8A8 GEMM quantizes
+    x per token or per 1 x 128 group); a kind absent runs weight-only (the weight dequantized in registers, the
+    activations in their own dtype). What a run costs follows it (``kernels.run_precision``)."""
     FORMATS[dtype] = SimpleNamespace(quantize=quantize, dequantize=dequantize, prepare_torch=prepare_torch,
-                                     torch_linear=torch_linear)
+                                     torch_linear=torch_linear, acts=dict(acts or {}))
 
 
 def weight_format(dtype: str):
