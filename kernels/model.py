@@ -20,9 +20,11 @@ weights stay in its format where this backend runs it, else are dequantized at l
 Tensor parallelism: ``LlamaModel(..., tp=kernels.tp.TPGroup(rank, world))`` inside an initialised
 torch.distributed group holds this rank's shard of the same seeded weights (``kernels.tp``); its
 logits equal the single-device model's.
-Quantization: ``weight_dtype="int8"`` (per-output-channel scales) or ``"int4"`` (``group_size`` 128 by
-default, 32/64 allowed, ``zero_point`` optional) quantizes the same seeded random weights at build
-time (every linear, the routed experts and lm_head; norms, the router and the embedding stay in ``dtype``);
+Precision (``kernels.run_precision``): a quantized checkpoint's modules run in its own formats (``precision``
+says each, ``notes`` where ours differ); ``weight_dtype`` overrides it: a registered format ("int8" per output
+channel, "int4" with ``group_size`` 128 by default, 32/64 allowed, ``zero_point`` optional, "fp8", "fp8-block",
+"mxfp4", "nvfp4") for every linear, the routed experts and lm_head, or ``module=format`` pairs; it quantizes the
+same seeded (or the checkpoint's) weights at build time (norms, the router and the embedding stay in ``dtype``);
 ``kv_dtype="int8"`` (or ``"fp8"`` on a GPU with fp8) stores the KV cache in 8 bits with a scale per token per
 KV head (``kernels.quant``). Under tensor parallelism every rank quantizes the full weights, then keeps its
 shard of the quantized values (``kernels.tp``), and its 8-bit cache holds its KV heads. Latent attention's projections are quantized
@@ -43,8 +45,8 @@ from roofline.models import ModelConfig
 from ._common import dtype_name, torch_dtype
 from .backend import get_ops
 from .checkpoint import load_weights
-from .quant import (KV_DTYPES, WEIGHT_DTYPES, check_kv_dtype, check_model_kv, check_tp_groups, decode_kv_b,
-                    kv_storage, prepare_model_torch, quantize_model_weights)
+from .quant import KV_DTYPES, check_tp_groups, decode_kv_b, kv_storage, prepare_model_torch, quantize_model_weights
+from .run_precision import check_run, run_precision
 from .rope import rope_tables
 from .sinks import decode_with_sinks, prefill_with_sinks
 from .tp import TPGroup, embed, ep_experts, shard_weights, tp_parts
@@ -218,10 +220,15 @@ class LlamaModel:
         self.backend = get_ops(backend).name
         self.ops = get_ops(backend)
         self.device = torch.device(device)
-        self.weight_dtype, self.kv_dtype = quant_dtypes(self.dtype, weight_dtype, kv_dtype, self.device)
-        check_model_kv(cfg, self.kv_dtype)
-        if self.tp is not None and self.weight_dtype == "int4":
-            check_tp_groups(cfg, self.tp.world, int(group_size or 128))
+        # each module's format: the checkpoint's own as our kernels run it, or the flags' (kernels.run_precision)
+        self.precision = run_precision(cfg, dtype_name(self.dtype), weight_dtype, kv_dtype, group_size=group_size,
+                                       zero_point=zero_point)
+        self.kv_dtype = check_run(self.precision, cfg, self.backend, self.device, kv_dtype)
+        self.weight_dtype = self.precision.weight_label
+        int4 = {f.group_size: f.zero_point for _, f in self.precision.run.weights if f.name == "int4"}
+        if self.tp is not None:
+            for g in int4:
+                check_tp_groups(cfg, self.tp.world, g)
         self.max_len = int(max_len or cfg.max_context)
         if self.max_len < 1 or max_slots < 1:
             raise RooflineError(f"max_len ({self.max_len}) and max_slots ({max_slots}) must be at least 1.")
@@ -229,22 +236,23 @@ class LlamaModel:
         if cfg.checkpoint and not random_weights:
             self.w, self.weights_info = load_weights(cfg, cfg.checkpoint, self.dtype, self.device,
                                                      backend=self.backend if self.tp is None and
-                                                     self.weight_dtype not in WEIGHT_DTYPES else None)
+                                                     not self.precision.flagged else None)
         else:
             self.w = init_weights(cfg, self.dtype, self.device, seed)
             self.weights_info = {"weights": f"random (seed {seed})"}
-        # a quantized checkpoint's formats: what runs as stored and what was dequantized (kernels.checkpoint)
-        self.notes = tuple(self.weights_info.get("notes", ()))
-        quant = self.weight_dtype in WEIGHT_DTYPES
-        if quant:                                           # the same seeded weights, quantized (all, then sharded)
-            self.w = quantize_model_weights(cfg, self.w, self.weight_dtype, group_size=group_size,
-                                            zero_point=zero_point, backend=self.backend if self.tp is None else "")
+        # a quantized checkpoint's formats: what runs as stored and what was dequantized (kernels.checkpoint), and
+        # where our kernels hold a module otherwise than the checkpoint (kernels.run_precision)
+        self.notes = tuple(self.weights_info.get("notes", ())) + self.precision.notes
+        quant = self.precision.quantized
+        if quant or cfg.checkpoint:                         # the same weights, held per module (all, then sharded)
+            self.w = quantize_model_weights(cfg, self.w, self.precision,
+                                            backend=self.backend if self.tp is None else "")
         if self.tp is not None:
             self.w = shard_weights(cfg, self.w, self.shard, self.tp.rank)
             if quant and self.backend == "torch":
                 prepare_model_torch(self.w)
-        self.group_size = int(group_size or 128) if self.weight_dtype == "int4" else 0
-        self.zero_point = bool(zero_point) and self.weight_dtype == "int4"
+        self.group_size = next(iter(int4), 0)
+        self.zero_point = bool(int4.get(self.group_size))
         rd = cfg.qk_rope_dim if cfg.mla else cfg.head_dim                  # the dims RoPE rotates
         self.cos, self.sin = rope_tables(self.max_len, rd, cfg.rope_theta, self.device, cfg.rope_yarn)
         self.local_rope = (self.cos, self.sin)          # sliding layers with their own RoPE base (Gemma-3)
@@ -465,12 +473,11 @@ class LlamaModel:
 
     @property
     def quant_label(self) -> str:
-        """'' for a float model, else e.g. 'int4 weights (g128), int8 KV cache'."""
-        parts = []
-        if self.weight_dtype in WEIGHT_DTYPES:
-            zp = ", zero points" if self.zero_point else ""
-            parts.append(f"{self.weight_dtype} weights" + (f" (g{self.group_size}{zp})" if self.weight_dtype == "int4"
-                                                            else ""))
+        """'' for a float model, else what the run holds, e.g. 'int4 weights (g64, zero points), int8 KV cache',
+        'experts=mxfp4 weights' (``RunPrecision.weight_label``; ``precision.describe()`` says each module)."""
+        zp = ", zero points" if self.zero_point else ""
+        parts = [f"{self.weight_dtype} weights" + (f" (g{self.group_size}{zp})" if self.group_size else "")
+                 ] if self.precision.quantized else []
         if self.kv_dtype in KV_DTYPES:
             parts.append(f"{self.kv_dtype} KV cache")
         return ", ".join(parts)
@@ -479,21 +486,3 @@ class LlamaModel:
     def greedy(logits: torch.Tensor) -> torch.Tensor:
         """Greedy sampling: argmax over the last dim ([vocab] -> scalar, [B, vocab] -> [B])."""
         return logits.argmax(dim=-1)
-
-
-def quant_dtypes(dtype: torch.dtype, weight_dtype, kv_dtype, device) -> tuple:
-    """(weight dtype, KV dtype) names: the activation dtype's name when not quantized. One-line errors name
-    what is allowed: weights int8 / int4 (or the activation dtype), KV int8 / fp8 (fp8 only where the
-    device has it)."""
-    name = dtype_name(dtype)
-    w = name if weight_dtype in (None, "", name) else str(weight_dtype).strip().lower()
-    if w != name and w not in WEIGHT_DTYPES:
-        raise RooflineError(f"weights are {name} (the activation dtype) or quantized to "
-                            f"{' or '.join(WEIGHT_DTYPES)}, but {weight_dtype!r} was given.")
-    kv = name if kv_dtype in (None, "", name) else str(kv_dtype).strip().lower()
-    if kv != name:
-        if kv not in KV_DTYPES:
-            raise RooflineError(f"the KV cache is {name} (the activation dtype) or 8-bit "
-                                f"({' or '.join(KV_DTYPES)}), but {kv_dtype!r} was given.")
-        check_kv_dtype(kv, device)
-    return w, kv

@@ -207,36 +207,49 @@ def pad_out(q: QuantWeight, n: int) -> QuantWeight:
     return QuantWeight(q.dtype, qw, sc, z, q.in_features, n, q.group_size)
 
 
-def quantize_model_weights(cfg, w: dict, dtype: str, *, group_size: int | None = None, zero_point: bool = False,
-                           backend: str = "triton") -> dict:
-    """The model's weight dict with every weight of ``quantized_ops`` quantized (linears to ``QuantWeight``,
-    routed experts to ``QuantExperts``) and lm_head; norms, the router and the embedding stay in the activation
-    dtype (the workload model charges them so). A tied lm_head gets its own quantized copy of embed.t().
+def quantize_model_weights(cfg, w: dict, prec, *, backend: str = "triton") -> dict:
+    """The model's weight dict with every weight held as ``prec`` runs it (a ``kernels.run_precision.RunPrecision``:
+    each op's format is ``prec.run.weight(op)``): a linear's weight quantized to a ``QuantWeight``, the routed
+    experts' to a ``QuantExperts``, lm_head likewise; one already held in its format (a checkpoint's, as stored)
+    kept; one held in another (or quantized where the run holds a float) dequantized first. Norms, the router and
+    the embedding stay in the activation dtype. A tied lm_head gets its own quantized copy of embed.t().
     Latent attention's kv_b_proj becomes a ``QuantWeight`` (prefill's up-projection) plus, under
     ``ABSORBED_KV_B``, that weight dequantized once into the activation dtype: absorbed decode's W_UK / W_UV
     (``absorbed_kv_b``). ``backend="torch"`` also prepares what the torch backend runs (per expert for the
     routed experts)."""
-    d = check_weight_dtype(dtype)
-    if d == "int4":
-        group_size = check_group(group_size)
-        check_model_groups(cfg, group_size)
-    kinds = {key: kind for _, key, kind, _ in quantized_ops(cfg)}
-    kw = dict(group_size=group_size, zero_point=zero_point)
+    act = w["final_norm"].dtype
+    fmts = {}                                          # weight key -> (its op's run format or None, the op's kind)
+    for o in model_ops(cfg):
+        if o.kind in ("linear", "mla_up", "experts"):
+            f = prec.run.weight(o)
+            for ws in o.weights:
+                if ws.role in ("linear", "experts"):
+                    fmts[ws.key] = (f if f is not None and f.quantized else None, o.kind)
+    for g in {f.group_size for f, _ in fmts.values() if f is not None and f.name == "int4"}:
+        check_model_groups(cfg, g)       # one line naming a weight a group does not tile (FP4 blocks: its quantize)
 
-    def q(t, key):
-        kind = kinds.get(key)
-        return (quantize_weight(t, d, name=key, **kw) if kind in ("linear", "mla_up") else
-                quantize_experts(t, d, name=key, **kw) if kind == "experts" else t)
+    def held(t, key):
+        f, kind = fmts.get(key, (None, ""))
+        quantized = isinstance(t, (QuantWeight, QuantExperts))
+        if quantized and f is not None and t.dtype == f.name and (f.name != "int4" or (
+                t.group_size == f.group_size and (t.zeros is not None) == f.zero_point)):
+            return t
+        if quantized:
+            t = t.dequantize(act)
+        if f is None:
+            return t
+        kw = dict(group_size=f.group_size or None, zero_point=f.zero_point, name=key)
+        return quantize_experts(t, f.name, **kw) if kind == "experts" else quantize_weight(t, f.name, **kw)
 
     def layer(lw):
-        ql = {k: q(v, k) for k, v in lw.items()}
-        for k, v in lw.items():
-            if kinds.get(k) == "mla_up":
-                ql[ABSORBED_KV_B] = absorbed_kv_b(ql[k], v.dtype)
+        ql = {k: held(v, k) for k, v in lw.items()}
+        for k, v in ql.items():
+            if fmts.get(k, (None, ""))[1] == "mla_up" and isinstance(v, QuantWeight):
+                ql[ABSORBED_KV_B] = absorbed_kv_b(v, act)
         return ql
     out = {k: v for k, v in w.items() if k != "layers"}
     out["layers"] = [layer(lw) for lw in w["layers"]]
-    out["lm_head"] = quantize_weight(w["lm_head"], d, name="lm_head", **kw)
+    out["lm_head"] = held(w["lm_head"], "lm_head")
     if backend == "torch":
         prepare_model_torch(out)
     return out

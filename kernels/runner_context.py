@@ -24,7 +24,7 @@ from .decode_attention import decode_config
 from .model import mla_decode_attend, mla_prefill_attend, route
 from .weights import init_weights, seeded_generator
 from .prefill_attention import DEQUANT_NOTE, attention_config
-from .quant import KV_DTYPES, WEIGHT_DTYPES, kv_storage, prepare_model_torch, quantize_kv_rows, quantize_model_weights
+from .quant import KV_DTYPES, kv_storage, prepare_model_torch, quantize_kv_rows, quantize_model_weights
 from .rope import rope_tables
 from .sinks import decode_with_sinks, prefill_with_sinks
 from .tp import dispatch_plan, shard_weights, tp_parts
@@ -32,26 +32,28 @@ from .tp import dispatch_plan, shard_weights, tp_parts
 _WEIGHTS: dict = {}   # the last one-layer weights built: a sweep's points share them (same model, dtype, seed)
 
 
-def one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, quant=None, backend="triton") -> dict:
-    """One layer's weights plus the embedding and lm_head, built once per (model, dtype, device, seed, quantization).
+def one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, prec=None, backend="triton") -> dict:
+    """One layer's weights plus the embedding and lm_head, built once per (model, dtype, device, seed, precision).
 
     Every point of a sweep times the same weights; building them (random normal, the embedding
     and lm_head are vocab x hidden) cost a sweep a third of a second per point on a CPU. Only the
-    last set is kept, so a sweep over another model does not hold two in memory. ``quant`` =
-    (weight dtype, group size, zero point) quantizes the same seeded weights.
+    last set is kept, so a sweep over another model does not hold two in memory. ``prec`` (a
+    ``kernels.run_precision.RunPrecision``) holds each module as the run does: the same seeded weights (or the
+    checkpoint's, as stored where ``backend`` runs its format and no flag asked for another) quantized per module.
     """
-    key = (cfg, dt, str(dev), seed, (tp.rank, tp.world, tp.ep) if tp is not None else None, quant,
+    quant = prec is not None and (prec.quantized or bool(cfg.checkpoint))
+    key = (cfg, dt, str(dev), seed, (tp.rank, tp.world, tp.ep) if tp is not None else None, prec,
            backend if quant else None)
     if key not in _WEIGHTS:
         _WEIGHTS.clear()
         picks = timed_layers(cfg)
         if cfg.checkpoint and dev.type != "meta":   # the checkpoint's layers, embedding and lm_head
-            w, _ = load_weights(cfg, cfg.checkpoint, dt, dev, layers=list(picks))
+            stored = backend if tp is None and prec is not None and not prec.flagged else None
+            w, _ = load_weights(cfg, cfg.checkpoint, dt, dev, layers=list(picks), backend=stored)
         else:
             w = init_weights(_with_picks(cfg, picks), dt, dev, seed)
         if quant:                             # all quantized, then sharded (kernels.tp: exact rows of it)
-            wd, g, zp = quant
-            w = quantize_model_weights(cfg, w, wd, group_size=g, zero_point=zp, backend=backend if tp is None else "")
+            w = quantize_model_weights(cfg, w, prec, backend=backend if tp is None else "")
         if tp is not None:                    # this rank's slice of the same seeded weights (the picked layers' rules)
             w = shard_weights(_with_picks(cfg, picks), w, tp_parts(cfg, tp)[0], tp.rank)
             if quant and backend == "torch":
@@ -114,10 +116,8 @@ class RunContext:
     K: object                   # the backend's ops (kernels.backend.get_ops)
     dt: torch.dtype
     dev: torch.device
-    wdt: str                    # weight dtype name (the activation dtype's when not quantized)
+    prec: object                # kernels.run_precision.RunPrecision: each module's format as the run holds it
     kvdt: str                   # KV cache dtype name
-    gsize: int                  # int4 group size
-    zero_point: bool
     B: int
     n: int                      # new tokens per sequence
     kv_len: int                 # keys attended
@@ -164,7 +164,7 @@ class RunContext:
 
     @property
     def qw(self) -> bool:
-        return self.wdt in WEIGHT_DTYPES
+        return self.prec.quantized
 
     @property
     def qkv(self) -> bool:
@@ -200,8 +200,8 @@ class RunContext:
         return self.widths[width]
 
 
-def build_context(cfg: ModelConfig, phase: str, batch: int, context: int, *, K, dt, dev, seed: int, tp, wdt: str,
-                  kvdt: str, gsize: int, zero_point: bool) -> RunContext:
+def build_context(cfg: ModelConfig, phase: str, batch: int, context: int, *, K, dt, dev, seed: int, tp, prec,
+                  kvdt: str) -> RunContext:
     """The point's context: weights (``one_layer_weights``), inputs drawn in their fixed order, the KV cache and
     the attention call, the point's routing and latent cache."""
     g = seeded_generator(dev, seed + 1)
@@ -210,9 +210,8 @@ def build_context(cfg: ModelConfig, phase: str, batch: int, context: int, *, K, 
         rnd = lambda *s: torch.empty(*s, device=dev, dtype=dt)  # noqa: E731
     sh, lcfg = tp_parts(cfg, tp)                         # this rank's sizes (the model's own at one rank)
     n = context if phase == "prefill" else 1
-    quant = (wdt, gsize if wdt == "int4" else 0, zero_point) if wdt in WEIGHT_DTYPES else None
-    w = one_layer_weights(cfg, dt, dev, seed, tp, quant, K.name)
-    c = RunContext(cfg, lcfg, sh, tp, phase, K, dt, dev, wdt, kvdt, gsize, zero_point, batch, n,
+    w = one_layer_weights(cfg, dt, dev, seed, tp, prec, K.name)
+    c = RunContext(cfg, lcfg, sh, tp, phase, K, dt, dev, prec, kvdt, batch, n,
                    context if phase == "prefill" else context + 1, w, rnd,
                    lw={k_: t for layer in w["layers"] for k_, t in layer.items()})
     T, H, I, D, Hq, Hkv = c.T, cfg.hidden, lcfg.intermediate, cfg.head_dim, lcfg.n_heads, lcfg.n_kv_heads

@@ -23,9 +23,10 @@ attention its Hq/N heads over the whole (replicated) latent cache.
 Each op kind's runner is an entry of ``kernels.runner_registry`` (``@runner(kind)``, in ``kernels.runners_*``),
 built from the point's ``kernels.runner_context.RunContext``; ``make_runners`` loops over the model's ops.
 
-Quantization (``weight_dtype="int8"|"int4"``, ``kv_dtype="int8"|"fp8"``): the one-layer weights are the
-same seeded weights quantized (``kernels.quant``), the KV cache of the attention runners is 8-bit with
-per-token scales, and costs are the workload's for those dtypes (scales counted). A linear's config says
+Precision (``kernels.run_precision``): each module as the checkpoint stores it (a quantized checkpoint's own
+formats: its FP8 blocks, MXFP4 experts, ...), or as ``weight_dtype`` / ``kv_dtype`` say over it; the one-layer
+weights are the same seeded (or the checkpoint's) weights held per module in that format (``kernels.quant``), an
+8-bit KV cache has per-token scales, and costs are the workload's for that precision (scales counted). A linear's config says
 which kernel ran: the Triton kernel's tiles, or ``impl`` on the torch backend (the ecosystem op, or a
 dequantize reference, said so).
 """
@@ -49,11 +50,11 @@ from roofline.parallel import COLLECTIVE_OPS, EP_COLLECTIVES
 from . import runners_attention, runners_mla, runners_moe, runners_rows  # noqa: F401  (register their kinds)
 from ._common import dtype_name, torch_dtype
 from .backend import get_ops
-from .model import attention_options, quant_dtypes, transformer_layer
-from .quant import check_model_kv, check_tp_groups
+from .model import attention_options, transformer_layer
+from .quant import check_tp_groups
 from .runner_context import RunContext, build_context
+from .run_precision import check_run, run_precision
 from .runner_registry import builder
-from .runners_linear import linear_run_config
 from .tp import local_experts, tp_parts
 
 COLLECTIVES = COLLECTIVE_OPS + EP_COLLECTIVES
@@ -73,8 +74,12 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
                  device="cpu", seed=0, ops=None, tp=None, weight_dtype=None, kv_dtype=None, group_size=None,
                  zero_point=False) -> list[OpRunner]:
     """Runners for every op of ``phase`` (or only ``ops``), in the model's op order then "layer" (then, under
-    tensor parallelism, the collectives). ``weight_dtype`` / ``kv_dtype``: quantized weights (int8, int4 with
-    ``group_size`` and ``zero_point``) and an 8-bit KV cache (int8, fp8); None: the activation dtype."""
+    tensor parallelism, the collectives). The weights and KV cache are the checkpoint's own precision per module
+    as our kernels run it (``kernels.run_precision``), or the flags' over it: ``weight_dtype`` a registered format
+    for every projection, MLP, expert and lm_head ("int8", "int4" with ``group_size`` and ``zero_point``, "fp8",
+    "fp8-block", "mxfp4", "nvfp4"; the activation dtype: unquantized) or ``module=format`` pairs
+    ("experts=nvfp4,attention=fp8"); ``kv_dtype`` an 8-bit cache (int8, fp8) or the activation dtype. Every cost is
+    of what runs (``roofline.workload`` with that precision)."""
     if phase not in ("prefill", "decode"):
         raise RooflineError(f"phase must be 'prefill' or 'decode', not {phase!r}.")
     tp = tp if tp is not None and tp.world > 1 else None
@@ -82,20 +87,17 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     names = _chosen(list(specs) + ["layer"] + (list(COLLECTIVES) if tp is not None else []), ops)
     dt = torch_dtype(dtype)
     dev = torch.device(device)
-    wdt, kvdt = quant_dtypes(dt, weight_dtype, kv_dtype, dev)
-    check_model_kv(cfg, kvdt)
-    gsize = int(group_size or 128)
-    if tp is not None and wdt == "int4":
-        check_tp_groups(cfg, tp.world, gsize)
-    zp = bool(zero_point) and wdt == "int4"
-    kw = dict(weight_dtype=wdt, act_dtype=dtype_name(dt), kv_dtype=kvdt, tp=tp.world if tp is not None else 1,
-              group_size=gsize, zero_point=zp, ep=tp.ep if tp is not None else 1)
+    prec = run_precision(cfg, dtype_name(dt), weight_dtype, kv_dtype, group_size=group_size, zero_point=zero_point)
+    kvdt = check_run(prec, cfg, get_ops(backend).name, dev, kv_dtype)
+    for g in {f.group_size for _, f in prec.run.weights if f.name == "int4"} if tp is not None else ():
+        check_tp_groups(cfg, tp.world, g)
+    kw = dict(weight_dtype=prec.weight_label, act_dtype=dtype_name(dt), kv_dtype=kvdt,
+              tp=tp.world if tp is not None else 1, ep=tp.ep if tp is not None else 1, precision=prec.run)
     ph = W.prefill(cfg, batch, context, **kw) if phase == "prefill" else W.decode(cfg, batch, context, **kw)
     if tp is not None:                                # the step's own collectives (under --ep: the all-to-alls)
         names = [n for n in names if n not in COLLECTIVES] + [c.name for c in ph.collectives if c.name in names]
     K = get_ops(backend)
-    ctx = build_context(cfg, phase, batch, context, K=K, dt=dt, dev=dev, seed=seed, tp=tp, wdt=wdt, kvdt=kvdt,
-                        gsize=gsize, zero_point=zp)
+    ctx = build_context(cfg, phase, batch, context, K=K, dt=dt, dev=dev, seed=seed, tp=tp, prec=prec, kvdt=kvdt)
     table = {name: builder(spec.kind)(ctx, spec) for name, spec in specs.items() if name in names}
     table["layer"] = _layer_runner(ctx)
     if tp is not None:
@@ -137,7 +139,7 @@ def _layer_runner(ctx: RunContext) -> tuple:
     akw = dict(kv_scales=ctx.kv_scales, attn_kw=attention_options(cfg, first))
     conf = (({"attention": ctx.attn_cfg} if ctx.triton else {})
             | ({"collectives": "not included: timed as attn_allreduce, mlp_allreduce"} if ctx.tp else {})
-            | ({"weights": linear_run_config(ctx, ctx.T, ctx.lw["wo"])["weights"]} if ctx.qw else {})
+            | ({"weights": ctx.prec.describe()} if ctx.qw else {})
             | ({"kv_cache": ctx.kv_cfg["kv_cache"]} if ctx.qkv else {})
             | ({"layer": "the first layer's attention (window "
                          f"{cfg.windows[first] or 'none'}); layers differ"} if len(set(cfg.windows)) > 1 else {}))

@@ -34,10 +34,11 @@ def mla_up(ctx, spec):
             torch.einsum("bhn,rhn->bhr", qn, wb[..., :N])
             return torch.einsum("bhr,rhv->bhv", ol, wb[..., N:])
         return absorb, {"form": "absorbed (q W_UK, o W_UV)"} | (
-            {"weights": f"{ctx.wdt} kv_b_proj dequantized at load ({ctx.dname})"} if ctx.qw else {})
+            {"weights": f"{ctx.prec.run.weight(spec).name} kv_b_proj dequantized at load ({ctx.dname})"}
+            if ctx.prec.run.quantized(spec) else {})
     lat = ctx.rows_of(cfg.kv_lora_rank) if ctx.n == ctx.kv_len else ctx.rnd(ctx.B * ctx.kv_len, cfg.kv_lora_rank)
     return (lambda: K.linear(lat, wkv)), {"form": "naive (every key up-projected)"} | (
-        linear_run_config(ctx, lat.shape[0], wkv) if ctx.qw else {})
+        linear_run_config(ctx, lat.shape[0], wkv) if ctx.prec.run.quantized(spec) else {})
 
 
 @runner("mla_attention")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from roofline import formulas as F
+from roofline.ops.moe import expert_bytes
 
 from .model import route
 from .quant import expert_weights_config
@@ -29,7 +30,7 @@ def router(ctx, spec):
 @runner("experts")
 def experts(ctx, spec):
     if ctx.ep:
-        return _ep_experts(ctx)
+        return _ep_experts(ctx, spec)
     K, lw, h, rt, e_kw = ctx.K, ctx.lw, ctx.h, ctx.routing, _expert_kw(ctx)
     return ((lambda: K.moe_experts(h, lw["experts_gate"], lw["experts_up"], lw["experts_down"], rt.weights, rt.ids,
                                    **e_kw)),
@@ -38,7 +39,7 @@ def experts(ctx, spec):
             | expert_weights_config(lw["experts_gate"], K.name))
 
 
-def _ep_experts(ctx) -> tuple:
+def _ep_experts(ctx, spec) -> tuple:
     """(fn, config with its "cost") of one rank's routed experts under expert parallelism: its E/N experts on the
     rows this point's routing dispatches to it (each weighted by its routing weight), then the sum of its owned
     tokens' k returned partials; the cost is ``formulas.moe_experts_ep`` for exactly that load (the rows and the
@@ -59,8 +60,7 @@ def _ep_experts(ctx) -> tuple:
     distinct = int(torch.unique(plan.recv_ids).numel()) if ctx.dev.type != "meta" else 0
     cost = F.moe_experts_ep(T, cfg.hidden, cfg.moe_intermediate, cfg.n_experts, cfg.n_active, sh.ep, rows=rows,
                             distinct=distinct, activation=cfg.expert_activation, bias=cfg.expert_bias,
-                            act_dtype=ctx.dname, weight_dtype=ctx.wdt, group_size=ctx.gsize,
-                            zero_point=ctx.zero_point)
+                            act_dtype=ctx.dname, expert_bytes=expert_bytes(spec, ctx.prec.run, ctx.dname))
     return fn, {"cost": cost, "experts_touched": distinct, "of": sh.n_experts, "rows": rows,
                 "routing": "this point's own (random rows through the layer's router), dispatched to this rank's "
                            f"experts {sh.experts(rank).start}..{sh.experts(rank).stop - 1}"} | expert_weights_config(

@@ -19,6 +19,7 @@ from roofline.errors import RooflineError
 from roofline.models import load_model
 from roofline.precision import MODULES, kv_format, parse_weight_flag
 from roofline.precision import names as format_names
+from roofline.precision import run_names as format_run_names
 
 DTYPES = tuple(BYTES_PER_ELEMENT)
 MAX_BUDGET_MS = 60_000.0     # one minute of timed repetitions per op is already far more than enough
@@ -136,31 +137,55 @@ def precision_option(name: str, role: str, help: str):
                         help=f"{help}: {', '.join(format_names(role))}{extra} [the checkpoint's, else bf16]")
 
 
-WEIGHT_QUANT = ("int8", "int4")     # weight-only quantization the kernels run (kernels.quant)
-KV_QUANT = ("int8", "fp8")          # 8-bit KV caches (fp8 where the GPU has it)
 FLOAT_DTYPES = ("fp32", "bf16", "fp16")
 INT4_GROUPS = (32, 64, 128)
 
 
-def _quant_cb(allowed: tuple, what: str, several: bool):
-    """A dtype (or, with ``several``, a comma-separated list) of ``allowed`` or a float dtype (= not quantized:
-    it must be the run's activation dtype, checked where that is known)."""
+def _variants(parts: list) -> list:
+    """Comma-separated parts as variants: a run of ``module=format`` parts is one variant (one precision per
+    module class), any other part one of its own ("fp32,experts=nvfp4,attention=fp8": two)."""
+    out: list = []
+    for p in parts:
+        if "=" in p and out and "=" in out[-1]:
+            out[-1] += f",{p}"
+        else:
+            out.append(p)
+    return out
+
+
+def _quant_cb(role: str, what: str, several: bool):
+    """A precision flag of the run commands (with ``several``, a comma-separated list of variants): a format a
+    kernel of ours runs (``roofline.precision.run_names``), for weights also ``module=format`` pairs, or a float
+    dtype (= not quantized: the run's activation dtype, checked where that is known)."""
+    allowed = format_run_names(role)
+
     def cb(ctx, param, value):
         if value is None:
             return None
         parts = [p.strip() for p in str(value).split(",") if p.strip()]
-        if not parts or (len(parts) > 1 and not several):
-            _bad(value, f"{param.opts[0]} takes one of {', '.join(allowed)} (or the activation dtype: not quantized)"
-                        + ("; a comma-separated list runs each in one file" if several else ""))
+        variants = _variants(parts) if role == "weight" else parts
+        pairs = " or module=format pairs (experts=nvfp4,attention=fp8)" if role == "weight" else ""
+        if not variants or (len(variants) > 1 and not several):
+            _bad(value, f"{param.opts[0]} takes one of {', '.join(allowed)}{pairs} (or the activation dtype: not "
+                        "quantized)" + ("; a comma-separated list runs each in one file" if several else ""))
         out = []
-        for p in parts:
+        for v in variants:
             try:
-                key = normalize_dtype(p)
+                key = normalize_dtype(v)
             except RooflineError:
-                key = p.lower()
-            if key not in allowed + FLOAT_DTYPES:
-                raise click.BadParameter(f"{what} must be {', '.join(allowed)} or the activation dtype "
-                                         f"({', '.join(FLOAT_DTYPES)}: not quantized), but {p!r} was given.")
+                key = v.lower()
+            if "=" in key:
+                try:
+                    chosen = parse_weight_flag(key)
+                except RooflineError as e:
+                    raise click.BadParameter(str(e)) from None
+                bad = [f.name for f in chosen.values() if f.name not in allowed + FLOAT_DTYPES]
+                if bad:
+                    raise click.BadParameter(f"{what} {v!r}: no kernel of ours runs {bad[0]}: each module takes "
+                                             f"{', '.join(allowed)} or a float ({', '.join(FLOAT_DTYPES)}).")
+            elif key not in allowed + FLOAT_DTYPES:
+                raise click.BadParameter(f"{what} must be {', '.join(allowed)}{pairs} or the activation dtype "
+                                         f"({', '.join(FLOAT_DTYPES)}: not quantized), but {v!r} was given.")
             out.append(key)
         return tuple(dedupe(out, param)) if several else out[0]
     return cb
@@ -175,7 +200,8 @@ def _group_cb(ctx, param, value):
 
 
 def quant_options(several: bool = False):
-    """--weight-dtype, --kv-dtype, --group-size, --zero-point: weight-only int8/int4 weights and an 8-bit KV cache.
+    """--weight-dtype, --kv-dtype, --group-size, --zero-point: the weights' formats (per module class) and an 8-bit
+    KV cache, over the checkpoint's own.
 
     ``several``: comma-separated lists (``roofline profile`` runs each in the same file, so a float and a
     quantized run of the same workload sit side by side for ``roofline diagnose``)."""
@@ -186,12 +212,14 @@ def quant_options(several: bool = False):
         f = click.option("--group-size", type=int, default=None, callback=_group_cb,
                          help="int4 weights: input rows per scale, 32, 64 or 128 [128]; it must divide every "
                               "linear's in-features")(f)
-        f = click.option("--kv-dtype", "kv_dtype", default=None, callback=_quant_cb(KV_QUANT, "--kv-dtype", several),
-                         help=f"an 8-bit KV cache: int8, or fp8 (e4m3, GPUs with fp8){lst} [the activation dtype]")(f)
+        f = click.option("--kv-dtype", "kv_dtype", default=None, callback=_quant_cb("kv", "--kv-dtype", several),
+                         help=f"an 8-bit KV cache: int8, or fp8 (e4m3, GPUs with fp8){lst} [the checkpoint's, else the "
+                              "activation dtype]")(f)
         f = click.option("--weight-dtype", "weight_dtype", default=None,
-                         callback=_quant_cb(WEIGHT_QUANT, "--weight-dtype", several),
-                         help=f"weight-only quantization: int8 (per-channel scales) or int4 (group-wise){lst} "
-                              "[the activation dtype]")(f)
+                         callback=_quant_cb("weight", "--weight-dtype", several),
+                         help=f"the weights' format: {', '.join(format_run_names('weight'))}, or per module class "
+                              f"(experts=nvfp4,attention=fp8); the activation dtype dequantizes{lst} [the "
+                              "checkpoint's own: a quantized checkpoint's formats, else the activation dtype]")(f)
         return f
     return deco
 

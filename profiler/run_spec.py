@@ -58,8 +58,10 @@ def default_plan(*, model=None, phases=("prefill", "decode"), batches=None, cont
                  group_size=None, zero_point=False):
     """(SweepPlan, model name as given): this machine's defaults (a GPU's or a CPU's) for what is not given.
 
-    ``weight_dtypes`` / ``kv_dtypes``: a dtype or a tuple of them (the activation dtype = not quantized, "int8",
-    "int4"; KV "int8", "fp8"); each runs in the same file (``SweepPlan.variants``)."""
+    ``weight_dtypes`` / ``kv_dtypes``: a flag or a tuple of them (None: the model's own precision, a quantized
+    checkpoint's formats; the activation dtype: unquantized, a checkpoint dequantized; a registered format: "int8",
+    "int4", "fp8", "fp8-block", "mxfp4", "nvfp4", or ``module=format`` pairs; KV "int8", "fp8"); each runs in the
+    same file (``SweepPlan.variants``)."""
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -73,16 +75,19 @@ def default_plan(*, model=None, phases=("prefill", "decode"), batches=None, cont
     budget_ms = budget_ms or BUDGET_MS[("quick-" if quick else "") + ("gpu" if gpu else "cpu")]
     as_tuple = lambda v: () if v is None else ((v,) if isinstance(v, str) else tuple(v))  # noqa: E731
     ws, kvs = as_tuple(weight_dtypes), as_tuple(kv_dtypes)
-    if zero_point and "int4" not in ws:
+    int4 = any("int4" in w for w in ws)
+    if zero_point and not int4:
         raise RooflineError("--zero-point goes with int4 weights (--weight-dtype int4): int8 weights are symmetric.")
-    if group_size is not None and "int4" not in ws:
+    if group_size is not None and not int4:
         raise RooflineError("--group-size goes with int4 weights (--weight-dtype int4).")
     plan = SweepPlan(model=cfg, phases=tuple(phases), batches=tuple(batches or d["batches"]),
                      contexts=tuple(contexts or d["contexts"]), backends=tuple(backends or d["backends"]),
                      dtype=dtype, device=device, budget_s=budget_ms / 1e3,
                      warmup_s=budget_ms / (4e3 if gpu else 8e3),  # a GPU also ramps its clocks
                      flush_bytes=2 * probes.llc_bytes()[0] if flush_cache and not gpu else 0,
-                     weight_dtypes=ws if ws != (dtype,) else (), kv_dtypes=kvs if kvs != (dtype,) else (),
+                     # the activation dtype alone: a float model's own (a quantized one's, dequantized)
+                     weight_dtypes=ws if ws != (dtype,) or cfg.quantization else (),
+                     kv_dtypes=kvs if kvs != (dtype,) or cfg.quantization else (),
                      group_size=group_size or 128, zero_point=bool(zero_point))
     return plan, (model if isinstance(model, str) else cfg.name)
 
@@ -156,7 +161,8 @@ class RunSpec:
         s, m = header.settings, header.model
         dtype = s["dtype"]
         ops = tuple(s["ops"]) if tuple(s.get("ops") or ()) != expected_ops(m) else None
-        same = lambda v: () if tuple(v or ()) in ((), (dtype,)) else tuple(v)  # noqa: E731
+        # the model's own precision: [] (a quantized checkpoint's), or [dtype] for a float model (older files too)
+        same = lambda v: () if tuple(v or ()) == () or (tuple(v) == (dtype,) and not m.quantization) else tuple(v)  # noqa: E731
         plan = SweepPlan(model=m, phases=tuple(s["phases"]), batches=tuple(s["batches"]),
                          contexts=tuple(s["contexts"]), backends=tuple(s["backends"]), dtype=dtype,
                          device=s["device"], budget_s=s["budget_s"], warmup_s=s["warmup_s"], ops=ops,

@@ -13,9 +13,12 @@ point through a ``ResultWriter``, flushed as each finishes:
 * the device is probed before and after each op (``probes.point_flags``); an op
   disturbed by other processes ("host-busy") is timed once more, a throttled one flagged;
 * KeyboardInterrupt propagates after the last finished line is on disk.
-* quantization: ``weight_dtypes`` (the activation dtype, int8, int4) and ``kv_dtypes`` (the
-  activation dtype, int8, fp8) run one after the other into the same file, each point keyed by
-  its dtypes, so a float and a quantized run of one workload sit side by side.
+* precision: by default each module as the checkpoint stores it (a quantized checkpoint's own formats, as our
+  kernels run them: ``kernels.run_precision``; a float model's, the activation dtype); ``weight_dtypes`` (the
+  activation dtype = dequantized, a registered format: int8, int4, fp8, fp8-block, mxfp4, nvfp4, or
+  ``module=format`` pairs) and ``kv_dtypes`` (the activation dtype, int8, fp8) run one after the other into the
+  same file, each point keyed by the weights it ran (``RunPrecision.weight_label``), so runs of one workload at
+  several precisions sit side by side. The header records each variant's precision per module and its notes.
 
 One sweep for one rank and N: ``run_sweep(plan, writer, group=...)`` runs on every rank of a tensor-parallel
 group (``profiler.distributed.Rank``; ``writer`` only on rank 0), one rank being the trivial group
@@ -88,8 +91,8 @@ class SweepPlan:
     warmup_s: float = 0.025
     ops: tuple | None = None       # None: every op the runners provide
     flush_bytes: int = 0           # CPU: write this many bytes between repetitions (GPU: always flushed)
-    weight_dtypes: tuple = ()      # () = (dtype,); else each of dtype, "int8", "int4" runs (kernels.quant)
-    kv_dtypes: tuple = ()          # () = (dtype,); else each of dtype, "int8", "fp8"
+    weight_dtypes: tuple = ()      # () = the model's own; else each (dtype = dequantized, a format, module=format)
+    kv_dtypes: tuple = ()          # () = the model's own; else each of dtype, "int8", "fp8"
     group_size: int = 128          # int4 weights: input rows per scale
     zero_point: bool = False       # int4 weights: a zero point per group
 
@@ -99,14 +102,29 @@ class SweepPlan:
                 for b in self.batches for c in self.contexts]
 
     def variants(self) -> list:
-        """(weight dtype, KV dtype) of each pass over ``combos``, in order: the float one first."""
-        ws = self.weight_dtypes or (self.dtype,)
-        kvs = self.kv_dtypes or (self.dtype,)
+        """(weight flag, KV flag) of each pass over ``combos``, in order (None: the model's own precision)."""
+        ws = self.weight_dtypes or (None,)
+        kvs = self.kv_dtypes or (None,)
         return [(w, kv) for w in ws for kv in kvs]
+
+    def precision(self, weight=None, kv=None):
+        """The ``kernels.run_precision.RunPrecision`` of a variant (None: a float model without flags, which needs
+        no kernels import: a float plan validates without torch)."""
+        if not self.model.quantization and weight in (None, self.dtype) and kv in (None, self.dtype):
+            return None
+        from kernels.run_precision import run_precision   # kernels imports torch: deferred
+
+        return run_precision(self.model, self.dtype, weight, kv, group_size=self.group_size,
+                             zero_point=self.zero_point)
+
+    def labels(self, weight=None, kv=None) -> tuple:
+        """(weight label, KV label) a variant's points are keyed by: what runs (``RunPrecision.weight_label``)."""
+        rp = self.precision(weight, kv)
+        return (self.dtype, self.dtype) if rp is None else (rp.weight_label, rp.kv_dtype)
 
     @property
     def quantized(self) -> bool:
-        return any(w != self.dtype or kv != self.dtype for w, kv in self.variants())
+        return any(self.labels(w, kv) != (self.dtype, self.dtype) for w, kv in self.variants())
 
     @property
     def op_names(self) -> tuple:
@@ -118,10 +136,13 @@ class SweepPlan:
                "budget_s": self.budget_s, "warmup_s": self.warmup_s, "ops": list(self.op_names),
                "cpu_flush_bytes": self.flush_bytes}
         if self.quantized:            # only then: a float run's settings stay what older files hold
-            out.update(weight_dtypes=list(self.weight_dtypes or (self.dtype,)),
-                       kv_dtypes=list(self.kv_dtypes or (self.dtype,)))
+            own = () if self.model.quantization else (self.dtype,)   # a quantized model's own precision: []
+            out.update(weight_dtypes=list(self.weight_dtypes or own), kv_dtypes=list(self.kv_dtypes or own))
             if "int4" in self.weight_dtypes:
                 out.update(group_size=self.group_size, zero_point=self.zero_point)
+            # each variant's precision per module, as asked and as run, with the notes where they differ
+            out["precision"] = {self.labels(w, kv)[0]: rp.to_dict() for w, kv in self.variants()
+                                if (rp := self.precision(w, kv)) is not None}
         if self.model.checkpoint:     # real weights: which files (a float run on random weights records nothing)
             from kernels.checkpoint import describe   # kernels imports torch: deferred, the CLI starts without it
 
@@ -156,13 +177,10 @@ class SweepPlan:
 
 
     def _check_quant(self) -> None:
-        """Weights float (the activation dtype) or int8 / int4; the KV cache float or int8 / fp8 (fp8 only on a GPU
-        with it); int4's group dividing every linear; int4 on the torch backend only where torch has the op."""
-        allowed_w, allowed_kv = (self.dtype, "int8", "int4"), (self.dtype, "int8", "fp8")
-        for w in self.weight_dtypes:
-            if w not in allowed_w:
-                raise RooflineError(f"--weight-dtype takes {', '.join(allowed_w)} (with --dtype {self.dtype}: the "
-                                    f"activation dtype means not quantized), but {w!r} was given.")
+        """Each variant's precision runs here (``kernels.run_precision``: a format our kernels have, an fp8 KV
+        cache only on a GPU with it, the fused MoE's expert formats on the triton backend, int4's group dividing
+        every linear, int4 on the torch backend only where torch has the op); a KV flag float or int8 / fp8."""
+        allowed_kv = (self.dtype, "int8", "fp8")
         for kv in self.kv_dtypes:
             if kv not in allowed_kv:
                 raise RooflineError(f"--kv-dtype takes {', '.join(allowed_kv)} (with --dtype {self.dtype}: the "
@@ -170,15 +188,19 @@ class SweepPlan:
         if not self.quantized:
             return
         # kernels imports torch: deferred, a float plan validates without it
-        from kernels.quant import check_kv_dtype, check_model_groups, check_model_kv, check_torch_int4
+        from kernels.quant import check_model_groups, check_torch_int4
+        from kernels.run_precision import check_run
 
-        if "fp8" in self.kv_dtypes:
-            check_kv_dtype("fp8", self.device)
-        for kv in self.kv_dtypes:
-            check_model_kv(self.model, kv)
-        if "int4" in self.weight_dtypes:
-            check_model_groups(self.model, self.group_size)
-            if "torch" in self.backends:
+        for w, kv in self.variants():
+            rp = self.precision(w, kv)
+            if rp is None:                    # the float variant beside quantized ones
+                continue
+            for be in self.backends:
+                check_run(rp, self.model, be, self.device, kv)
+            int4 = {f.group_size for _, f in rp.run.weights if f.name == "int4"}
+            for g in int4:
+                check_model_groups(self.model, g)
+            if int4 and "torch" in self.backends:
                 check_torch_int4(self.device)
 
     def _check_memory(self) -> None:
@@ -237,14 +259,16 @@ def point_for(plan: SweepPlan, name: str, phase: str, backend: str, batch: int, 
 
 def formula_cost(plan: SweepPlan, name: str, phase: str, batch: int, context: int, tp: int = 1,
                  weight_dtype: str | None = None, kv_dtype: str | None = None, ep: int = 1):
-    """(Cost, compute dtype) of one op instance (or the whole layer) from roofline.workload, per rank under
-    ``tp`` / ``ep`` (the experts at the expected load); a collective (tensor parallelism's all-reduces, expert
+    """(Cost, compute dtype) of one op instance (or the whole layer) from roofline.workload at the variant's
+    precision (``SweepPlan.precision``: the weight / KV flags, None the model's own), per rank under ``tp`` /
+    ``ep`` (the experts at the expected load); a collective (tensor parallelism's all-reduces, expert
     parallelism's all-to-alls) costs 0 here: its bytes cross the interconnect, not HBM."""
     if name in COLLECTIVE_OPS + EP_COLLECTIVES:
         return ZERO, plan.dtype
-    kw = dict(weight_dtype=weight_dtype or plan.dtype, act_dtype=plan.dtype, kv_dtype=kv_dtype or plan.dtype, tp=tp,
-              group_size=plan.group_size, zero_point=plan.zero_point and weight_dtype == "int4",
-              **({"ep": ep} if ep != 1 else {}))
+    rp = plan.precision(weight_dtype, kv_dtype)
+    wl, kvl = plan.labels(weight_dtype, kv_dtype)
+    kw = dict(weight_dtype=wl, act_dtype=plan.dtype, kv_dtype=kvl, tp=tp, **({"ep": ep} if ep != 1 else {}),
+              **({"precision": rp.run} if rp is not None else {}))
     ph = W.prefill(plan.model, batch, context, **kw) if phase == "prefill" else W.decode(plan.model, batch, context, **kw)
     o = ph.op(name)
     return o.cost, o.compute_dtype
@@ -318,22 +342,30 @@ class _Pass:
     backend: str
     batch: int
     context: int
-    q: dict                  # {} or the point's weight / KV dtypes
+    q: dict                  # {} (float, the model's own) or {"flags": the variant's flags, "keys": its key labels}
     par: dict                # {"tp": N, "ep": N} under N ranks, else {}
     label: str
 
+    @property
+    def flags(self) -> dict:
+        """The variant's --weight-dtype / --kv-dtype (absent: the model's own)."""
+        return self.q.get("flags", {})
+
     def point(self, plan, name, cost, cdt=""):
         return point_for(plan, name, self.phase, self.backend, self.batch, self.context, cost, cdt, **self.par,
-                         **self.q)
+                         **self.q.get("keys", {}))
 
 
 def _passes(plan: SweepPlan, world: int, ep: int):
     for (wdt, kvdt), (phase, backend, batch, context) in ((v, c) for v in plan.variants() for c in plan.combos()):
-        q = {} if (wdt, kvdt) == (plan.dtype, plan.dtype) else {"weight_dtype": wdt, "kv_dtype": kvdt}
+        flags = {k: v for k, v in (("weight_dtype", wdt), ("kv_dtype", kvdt)) if v is not None}
+        wl, kvl = plan.labels(wdt, kvdt)
+        q = {"flags": flags, "keys": {"weight_dtype": wl, "kv_dtype": kvl}} if flags or (wl, kvl) != (
+            plan.dtype, plan.dtype) else {}
         par = {"tp": world, "ep": ep} if world > 1 else {}
         label = (f"{phase} {backend} b={batch} ctx={context}" + (f" tp{world}" if world > 1 else "")
                  + (f" ep{ep}" if ep > 1 else "")
-                 + "".join(f" {k[0]}:{v}" for k, v in (("w", wdt), ("kv", kvdt)) if q and v != plan.dtype))
+                 + "".join(f" {k[0]}:{v}" for k, v in (("w", wl), ("kv", kvl)) if q and v != plan.dtype))
         yield _Pass(phase, backend, batch, context, q, par, label)
 
 
@@ -369,7 +401,7 @@ def run_sweep(plan: SweepPlan, writer, *, make_runners=None, probe=None, progres
         if verdict:
             if lead:
                 for n in todo:
-                    cost, cdt = formula_cost(plan, n, ps.phase, ps.batch, ps.context, **ps.par, **ps.q)
+                    cost, cdt = formula_cost(plan, n, ps.phase, ps.batch, ps.context, **ps.par, **ps.flags)
                     for r in range(group.world):
                         _write(writer, stats, Measurement(point=ps.point(plan, n, cost, cdt), status="skipped",
                                                           reason=verdict, device=device_name,
@@ -398,7 +430,7 @@ def run_sweep(plan: SweepPlan, writer, *, make_runners=None, probe=None, progres
 def _build(group, plan, make_runners, ps: _Pass, todo: list, n_names: int, tpkw: dict):
     """(this rank's runners for ``todo``, None) or ([], the reason every rank skips the point: an OOM on any)."""
     err = None
-    qkw = dict(ps.q, group_size=plan.group_size, zero_point=plan.zero_point) if ps.q else {}
+    qkw = dict(ps.flags, group_size=plan.group_size, zero_point=plan.zero_point) if ps.q else {}
     ops = list(todo) if plan.ops or len(todo) < n_names or group.world > 1 else None
     try:
         runners = make_runners(plan.model, ps.phase, ps.batch, ps.context, dtype=plan.dtype, backend=ps.backend,

@@ -62,7 +62,8 @@ from .ceiling_sources import Ceiling, cache_ceilings, ceiling_source, ceilings  
 from .cost import ZERO, Cost
 from .devices import Device
 from .dtypes import bytes_per_element
-from .formulas import linear_weight_bytes_from_flops
+from .formulas import linear_weight_elements_from_flops
+from .precision.modules import element_bytes
 from .records import ABOVE_ROOF, PARALLEL_FIELDS, STEP_FIELDS, Measurement, WorkloadPoint
 from .layer import model_ops
 from .ops import kind
@@ -172,10 +173,12 @@ class OpResult:
         return (self.time_s * m.p20_s / m.median_s, self.time_s * m.p80_s / m.median_s)
 
 
-def _weight_bytes_per_layer(model) -> float:
-    """Linear weight elements of one layer (on average over the layers), from the model's op list."""
+def _weight_bytes_per_layer(model, label: str, act: str) -> float:
+    """Linear weight bytes of one layer (on average over the layers) under a point's weight label (each op's
+    element bytes: ``precision.modules.element_bytes``), from the model's op list."""
     per = [o for o in model_ops(model) if kind(o.kind).linear and o.per_layer]
-    return sum(o.dims["in_features"] * o.dims["out_features"] * o.count for o in per) / model.n_layers
+    return sum(o.dims["in_features"] * o.dims["out_features"] * o.count * element_bytes(label, o, act)
+               for o in per) / model.n_layers
 
 
 def _weight_share(m: Measurement, model) -> float:
@@ -185,7 +188,7 @@ def _weight_share(m: Measurement, model) -> float:
     b = m.point.cost.bytes
     if m.point.op != LAYER_OP or model is None or not b:
         return 0.0
-    return _weight_bytes_per_layer(model) * bytes_per_element(m.point.weight_dtype) / m.point.tp / b
+    return _weight_bytes_per_layer(model, m.point.weight_dtype, m.point.dtype) / m.point.tp / b
 
 
 def working_set_bytes(p, model=None) -> float:
@@ -194,7 +197,8 @@ def working_set_bytes(p, model=None) -> float:
     k, per_layer = _op_kind(p.op, model)
     if k and kind(k).linear:
         rows = p.batch * p.new_tokens if per_layer else p.batch   # the head reads the last token only
-        return linear_weight_bytes_from_flops(p.cost.flops, rows, weight_dtype=p.weight_dtype)
+        spec = next((o for o in model_ops(model) if o.name == p.op), None) if model is not None else None
+        return linear_weight_elements_from_flops(p.cost.flops, rows) * element_bytes(p.weight_dtype, spec, p.dtype)
     return p.cost.bytes
 
 

@@ -225,8 +225,8 @@ def _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size=None, zero_point
     if isinstance(g, bool) or not isinstance(g, int) or g not in INT4_GROUPS:
         raise RooflineError(f"the int4 group size must be one of {', '.join(map(str, INT4_GROUPS))}, "
                             f"but {group_size!r} was given.")
-    if precision is None:
-        weight = normalize_dtype(weight_dtype)
+    if precision is None:        # a format name, or a point key's module=format pairs (``plain`` refuses the rest)
+        weight = str(weight_dtype).strip() if "=" in str(weight_dtype) else normalize_dtype(weight_dtype)
         precision = plain(weight, group_size=g, zero_point=zero_point)
     else:
         weight = str(weight_dtype)

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from kernels.weights import init_weights
 from kernels.quant import check_tp_groups, quantize_model_weights, quantize_weight
+from kernels.run_precision import run_precision
 from kernels.quant_weight import QuantExperts, QuantWeight
 from kernels.tp import _slice, shard_weights
 from profiler.cli import main
@@ -46,7 +47,7 @@ def _qkw(wd, g, zp) -> dict:
 @pytest.mark.parametrize("cfg,wd,g,zp", CASES, ids=[f"{c.name}-{w}" for c, w, _, _ in CASES])
 def test_quantized_shards_dequantize_to_slices_of_the_one_rank_quantization(cfg, wd, g, zp):
     w = init_weights(cfg, torch.float32, "cpu", seed=0)
-    full = quantize_model_weights(cfg, w, wd, group_size=g, zero_point=zp)
+    full = quantize_model_weights(cfg, w, run_precision(cfg, "fp32", wd, group_size=g, zero_point=zp))
     sh = shard(cfg, 2)
     rules = {ws.key: ws.shard for o in model_ops(cfg) if o.per_layer for ws in o.weights}
     seen = set()

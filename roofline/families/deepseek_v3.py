@@ -69,7 +69,10 @@ register(Family("deepseek_v3", read_deepseek_v3, tensors=DEEPSEEK_TENSORS, head_
            topk_group=4, router_correction=True, shared_intermediate=2048, dense_layers=(0, 1, 2), q_lora_rank=1536,
            kv_lora_rank=512, qk_rope_dim=64, qk_nope_dim=128, v_head_dim=128, rope_interleave=True,
            query_scale=192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2, rope_yarn=(40.0, 32.0, 1.0, 4096, 1.0, True),
-           source="deepseek-ai/DeepSeek-V3: MLA (q rank 1,536, kv rank 512, rope 64, nope 128, v 128); 256 routed "
+           quantization={"source": "quantization_config", "config": {
+               "activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}},
+           source="deepseek-ai/DeepSeek-V3 (its only release: FP8, 128x128 weight blocks, 1x128 dynamic activation "
+                  "groups; lm_head, router and embeddings bf16): MLA (q rank 1,536, kv rank 512, rope 64, nope 128, v 128); 256 routed "
                   "experts of 2,048, top-8 by sigmoid scores in 4 of 8 groups, x2.5, one shared expert; the first 3 "
                   "layers dense (18,432). YaRN RoPE (x40; the softmax scale carries its mscale^2). Cost model only "
                   "here: it fits no single GPU (671B)"),

@@ -47,11 +47,17 @@ def _gpt_oss(name: str, n_layers: int, n_experts: int, source: str):
                   qkv_bias=True, o_bias=True, attn_sinks=True, sliding_window=128,
                   layer_types=tuple("sliding" if i % 2 == 0 else "full" for i in range(n_layers)),
                   n_experts=n_experts, n_active=4, moe_intermediate=2880, router="topk_softmax", router_bias=True,
-                  expert_bias=True, expert_activation="swiglu_oai", rope_yarn=_YARN, source=source)
+                  expert_bias=True, expert_activation="swiglu_oai", rope_yarn=_YARN, quantization=_MXFP4, source=source)
+
+
+# The released checkpoints' quantization_config (both sizes): MXFP4 routed experts, everything else bf16.
+_MXFP4 = {"source": "quantization_config", "config": {
+    "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"],
+    "quant_method": "mxfp4"}}
 
 
 register(Family("gpt_oss", read_gpt_oss, tensors=GPT_OSS_TENSORS, says_quantization=True, presets=(
-    _gpt_oss("gpt-oss-20b", 24, 32, "openai/gpt-oss-20b: 24 layers, 32 experts of 2,880, top-4 (softmax over the "
+    _gpt_oss("gpt-oss-20b", 24, 32, "openai/gpt-oss-20b (released in MXFP4 experts, the rest bf16): 24 layers, 32 experts of 2,880, top-4 (softmax over the "
                                     "chosen), every other layer (the first) over a 128-token window, YaRN x32"),
     _gpt_oss("gpt-oss-120b", 36, 128, "openai/gpt-oss-120b: as gpt-oss-20b with 36 layers and 128 experts"),
 )))

@@ -34,7 +34,7 @@ from ..cost import Cost  # noqa: F401
 from .quant import (  # noqa: F401
     INT4_GROUP, KV_SCALE_BYTES, QUANTIZED_KV, QUANTIZED_WEIGHTS, kv_scale_bytes, quantized_weight_bytes,
     weight_scale_bytes)
-from .matmul import gemm, linear, linear_weight_bytes_from_flops, lm_head, weight_only_intensity  # noqa: F401
+from .matmul import gemm, linear, linear_weight_elements_from_flops, lm_head, weight_only_intensity  # noqa: F401
 from .norms import add_rmsnorm, rmsnorm  # noqa: F401
 from .pointwise import copy, elementwise, fill, geglu, reduction, residual_add, softmax, swiglu  # noqa: F401
 from .embeddings import embedding  # noqa: F401

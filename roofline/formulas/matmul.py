@@ -51,10 +51,10 @@ def gemm(m: int, k: int, n: int, *, batch: int = 1, a_dtype: str = "bf16", b_dty
     return Cost(flops, nbytes)
 
 
-def linear_weight_bytes_from_flops(flops: float, rows: int, *, weight_dtype: str = "bf16") -> float:
-    """A linear's K x N weight in bytes from its FLOPs (2 * rows * K * N, ``linear``) and its rows (tokens):
-    what its repeated calls keep touching (a cache's working set). Quantization scales and a bias are left out."""
-    return flops / (2 * rows) * _b(weight_dtype) if rows > 0 else 0.0
+def linear_weight_elements_from_flops(flops: float, rows: int) -> float:
+    """A linear's K x N weight elements from its FLOPs (2 * rows * K * N, ``linear``) and its rows (tokens): times
+    an element's bytes, what its repeated calls keep touching (a cache's working set). A bias is left out."""
+    return flops / (2 * rows) if rows > 0 else 0.0
 
 
 def weight_only_intensity(tokens: int, in_features: int, out_features: int, *,

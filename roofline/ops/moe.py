@@ -50,12 +50,17 @@ def _experts_load(op, s):
 
 
 def one_expert_bytes(op, s) -> float:
+    """One expert's weights as the step's precision stores them (``expert_bytes``)."""
+    return expert_bytes(op, s.dtypes.precision, s.dtypes.act)
+
+
+def expert_bytes(op, precision, act: str) -> float:
     """One expert's weights as their format stores them: gate and up [H, I], down [I, H], scales included
     (``Precision.weight_bytes``), + its biases (2I + H, activation dtype) with ``bias`` (GPT-OSS)."""
-    d, dt = op.dims, s.dtypes
-    H, I, P = d["hidden"], d["intermediate"], dt.precision
-    w = 2 * P.weight_bytes(op, H, I, dt.act) + P.weight_bytes(op, I, H, dt.act)
-    return w + ((2 * I + H) * bytes_per_element(dt.act) if d["bias"] else 0)
+    d = op.dims
+    H, I = d["hidden"], d["intermediate"]
+    w = 2 * precision.weight_bytes(op, H, I, act) + precision.weight_bytes(op, I, H, act)
+    return w + ((2 * I + H) * bytes_per_element(act) if d["bias"] else 0)
 
 
 def _experts(op, s):

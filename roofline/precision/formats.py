@@ -88,6 +88,7 @@ class Format:
     label: str = ""         # how a report says it, e.g. "fp8 (128x128 blocks)"
     group_size: int = 0     # int4 / MX / NVFP4: input rows per scale (= scales.k); 0 when not grouped
     zero_point: bool = False
+    kernel: str = ""        # the module of ours that runs it ("kernels.linear_fp8"); "": costed, not run by us
 
     @property
     def quantized(self) -> bool:
@@ -141,6 +142,12 @@ def register(fmt: Format, *aliases: str) -> Format:
 def names(role: str) -> tuple:
     """The registered formats that can play ``role`` ("weight", "act", "kv"), in registration order."""
     return tuple(n for r, n in FORMATS if r == role)
+
+
+def run_names(role: str) -> tuple:
+    """The registered formats of ``role`` that a kernel of ours runs (``Format.kernel``): what ``profile``,
+    ``latency`` and ``serve`` take, beside the activation dtype."""
+    return tuple(n for n in names(role) if FORMATS[(role, n)].kernel)
 
 
 def lookup(name, role: str) -> Format:
@@ -203,24 +210,25 @@ for _n in PLAIN:
              *{"fp32": ("float32", "float", "f32"), "bf16": ("bfloat16",), "fp16": ("float16", "half", "f16")}[_n])
 
 # fp8 e4m3 weights: per output channel (the default "fp8"), per tensor, 128 x 128 blocks (DeepSeek), MX blocks.
-register(Format("fp8", "e4m3", 8, Scales(0, 1, "fp32"), ("weight",), "fp8", (8, 9), "fp8 e4m3 (per channel)"),
+register(Format("fp8", "e4m3", 8, Scales(0, 1, "fp32"), ("weight",), "fp8", (8, 9), "fp8 e4m3 (per channel)", kernel="kernels.linear_fp8"),
          "fp8-channel", "fp8-e4m3", "e4m3", "float8-e4m3fn", "float8")
 register(Format("fp8-tensor", "e4m3", 8, Scales(0, 0, "fp32"), ("weight",), "fp8", (8, 9),
-                "fp8 e4m3 (per tensor)"))
+                "fp8 e4m3 (per tensor)", kernel="kernels.linear_fp8"))
 register(Format("fp8-block", "e4m3", 8, Scales(128, 128, "fp32"), ("weight",), "fp8", (8, 9),
-                "fp8 e4m3 (128x128 blocks)"))
+                "fp8 e4m3 (128x128 blocks)", kernel="kernels.linear_fp8"))
 register(Format("mxfp8", "e4m3", 8, Scales(32, 1, "e8m0"), ("weight", "act"), "fp8", (10, 0),
                 "mxfp8 (blocks of 32, e8m0 scales)", group_size=32))
 # fp4 e2m1: MX (32, e8m0: gpt-oss's experts) and NVFP4 (16, e4m3, and one fp32 per tensor).
 register(Format("mxfp4", "e2m1", 4, Scales(32, 1, "e8m0"), ("weight", "act"), "fp4", (10, 0),
-                "mxfp4 (blocks of 32, e8m0 scales)", group_size=32))
+                "mxfp4 (blocks of 32, e8m0 scales)", group_size=32, kernel="kernels.fp4"))
 register(Format("nvfp4", "e2m1", 4, Scales(16, 1, "e4m3", tensor="fp32"), ("weight", "act"), "fp4", (10, 0),
-                "nvfp4 (blocks of 16, e4m3 scales, fp32 tensor scale)", group_size=16), "fp4")
+                "nvfp4 (blocks of 16, e4m3 scales, fp32 tensor scale)", group_size=16, kernel="kernels.fp4"), "fp4")
 # Integers: our kernels' int8 (per channel) and int4 (groups, zero points optional), in the activation dtype; and
 # the int4 layouts checkpoints ship (GPTQ with g_idx, AWQ), with fp16 scales and packed int4 zero points.
-register(Format("int8", "int8", 8, Scales(0, 1, "act"), ("weight",), "act", None, "int8 (per channel)"), "i8")
+register(Format("int8", "int8", 8, Scales(0, 1, "act"), ("weight",), "act", None, "int8 (per channel)",
+                kernel="kernels.linear_int8"), "i8")
 register(Format("int4", "int4", 4, Scales(INT4_GROUP, 1, "act"), ("weight",), "act", None,
-                f"int4 (g{INT4_GROUP})", group_size=INT4_GROUP), "i4")
+                f"int4 (g{INT4_GROUP})", group_size=INT4_GROUP, kernel="kernels.linear_int4"), "i4")
 register(Format("gptq-int4", "int4", 4, Scales(INT4_GROUP, 1, "fp16", zero="int4", row_index=True), ("weight",),
                 "act", None, "int4 GPTQ (g128)", group_size=INT4_GROUP, zero_point=True))
 register(Format("awq-int4", "int4", 4, Scales(INT4_GROUP, 1, "fp16", zero="int4"), ("weight",), "act", None,
@@ -239,9 +247,10 @@ register(Format("fp8-tensor", "e4m3", 8, Scales(0, 0, "fp32"), ("act",), "fp8", 
 # KV caches. Our kernels' 8-bit caches (fp8 e4m3, int8) keep an fp32 scale per token and KV head
 # (roofline.formulas.kv_scale_bytes); a checkpoint's fp8 cache (vLLM's k_scale / v_scale) one per layer's tensor.
 register(Format("fp8", "e4m3", 8, Scales(0, 1, "fp32"), ("kv",), "fp8", (8, 9),
-                "fp8 e4m3 (per-token, per-head scales)"), "fp8-e4m3", "e4m3", "float8-e4m3fn", "float8")
+                "fp8 e4m3 (per-token, per-head scales)", kernel="kernels.kv_append"), "fp8-e4m3", "e4m3", "float8-e4m3fn",
+         "float8")
 register(Format("int8", "int8", 8, Scales(0, 1, "fp32"), ("kv",), "act", None,
-                "int8 (per-token, per-head scales)"), "i8")
+                "int8 (per-token, per-head scales)", kernel="kernels.kv_append"), "i8")
 register(Format("fp8-tensor", "e4m3", 8, Scales(0, 0, "fp32"), ("kv",), "fp8", (8, 9),
                 "fp8 e4m3 (per-tensor scales, as vLLM)"))
 register(Format("fp8-e5m2", "e5m2", 8, Scales(0, 0, "fp32"), ("kv",), "fp8", (8, 9),

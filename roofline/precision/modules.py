@@ -165,6 +165,15 @@ def plain(weight: str = "bf16", *, group_size=None, zero_point=False) -> Precisi
     return Precision().with_flags(weight, group_size=group_size, zero_point=zero_point)
 
 
+def element_bytes(label: str, op, act_dtype: str) -> float:
+    """Bytes of one element of ``op``'s weight (an ``OpSpec``; None: the label's one format) under a point key's
+    weight label (the ``--weight-dtype`` syntax: a format, ``module=format`` pairs, or the activation dtype), scales
+    left out: what a working-set estimate multiplies a weight's elements by."""
+    if op is None:
+        return weight_format(label if "=" not in str(label) else act_dtype).bits / 8
+    return plain(label).weight_format(op, act_dtype).bits / 8
+
+
 def parse_weight_flag(value, group_size=None, zero_point=False) -> dict:
     """``--weight-dtype``: a format name for every class of ``PLAIN_FLAG`` ("int8"), or ``module=format`` pairs
     separated by commas ("experts=nvfp4,attention=fp8"); unknown classes or formats in one line."""
