@@ -16,8 +16,8 @@ read by ``kernels.checkpoint_quant``'s reader of its layout, exactly. With ``bac
 whose format that backend's model runs stays in it (``QuantWeight`` / ``QuantExperts``: the torch backend every
 registered format, fp8 through ``kernels.linear_fp8``, FP4 through ``kernels.fp4``; the triton backend int4, i.e.
 GPTQ); any other is dequantized exactly and cast to ``dtype``. Either way ``info["notes"]`` says so, one sentence per
-module class and format ("experts: mxfp4 checkpoint, dequantized at load (...): timings are of float32 weights;
-costs are the checkpoint's mxfp4."): never silent.
+module class and format ("experts: mxfp4 checkpoint, dequantized exactly at load (...), into float32; a run holds
+it as its precision says ..."): never silent.
 """
 
 from __future__ import annotations
@@ -115,8 +115,8 @@ class QuantLoad:
             ours = r.ours(self.dtype) if r.ours is not None else None
             why = self.why_not(ws, ours)
         if why:
-            self.note(op, fmt, f"dequantized at load ({why}): timings are of {_dtype(self.dtype)} weights; costs are "
-                               f"the checkpoint's {fmt.name}")
+            self.note(op, fmt, f"dequantized exactly at load ({why}), into {_dtype(self.dtype)}; a run holds it as its "
+                               "precision says (kernels.run_precision: re-quantized where it runs quantized)")
             return exact.transpose(-1, -2) if ws.role == "experts" and "{e}" in name else exact, None
         if ws.part:                                       # gpt-oss's interleaved gate_up: rows of N
             ours = slice_out(ours, ws.part[1])

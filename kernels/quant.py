@@ -243,7 +243,7 @@ def quantize_model_weights(cfg, w: dict, prec, *, backend: str = "triton") -> di
 
     def layer(lw):
         ql = {k: held(v, k) for k, v in lw.items()}
-        for k, v in ql.items():
+        for k, v in list(ql.items()):
             if fmts.get(k, (None, ""))[1] == "mla_up" and isinstance(v, QuantWeight):
                 ql[ABSORBED_KV_B] = absorbed_kv_b(v, act)
         return ql

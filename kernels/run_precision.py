@@ -31,7 +31,7 @@ from functools import lru_cache
 from roofline.errors import RooflineError
 from roofline.layer import model_ops, module_classes, precision_of
 from roofline.models import ModelConfig
-from roofline.precision import Precision, kv_format, weight_format
+from roofline.precision import Precision, kv_format, run_names, weight_format
 from roofline.precision.modules import PLAIN_FLAG, WEIGHT_ROLES, module_pairs
 
 from .env import device_label, fp8_supported
@@ -106,10 +106,15 @@ def kernel_format(f):
 def run_precision(cfg: ModelConfig, act_dtype: str, weight=None, kv=None, *, group_size=None,
                   zero_point=False) -> RunPrecision:
     """The run's precision (module docstring): ``weight`` / ``kv`` the flags (None: the checkpoint's own)."""
+    w = str(weight).strip().lower() if weight not in (None, "") else ""
+    if w and "=" not in w and w != act_dtype and not weight_format(w).quantized:
+        raise RooflineError(f"--weight-dtype {weight}: the weights are held in the activation dtype ({act_dtype}: "
+                            f"unquantized) or a quantized format ({', '.join(run_names('weight'))}): give one of "
+                            "those.")
     kv = None if kv in (None, "") else str(kv).strip().lower()
-    if kv is not None and kv != act_dtype and not kv_format(kv).quantized:
-        raise RooflineError(f"--kv-dtype {kv}: the KV cache is held in the activation dtype ({act_dtype}) or 8-bit "
-                            f"({', '.join(KV_DTYPES)}): give one of those.")
+    if kv is not None and kv != act_dtype and kv not in run_names("kv"):
+        raise RooflineError(f"the KV cache is {act_dtype} (the activation dtype) or 8-bit "
+                            f"({' or '.join(KV_DTYPES)}), but {kv!r} was given.")
     chosen = precision_of(cfg).with_flags(weight, None if kv == act_dtype else kv, group_size=group_size,
                                           zero_point=zero_point)
     if kv == act_dtype:                                  # --kv-dtype <the activation dtype>: a float cache

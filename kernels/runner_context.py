@@ -32,8 +32,9 @@ from .tp import dispatch_plan, shard_weights, tp_parts
 _WEIGHTS: dict = {}   # the last one-layer weights built: a sweep's points share them (same model, dtype, seed)
 
 
-def one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, prec=None, backend="triton") -> dict:
-    """One layer's weights plus the embedding and lm_head, built once per (model, dtype, device, seed, precision).
+def one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, prec=None, backend="triton") -> tuple:
+    """(one layer's weights plus the embedding and lm_head, the checkpoint loader's notes), built once per (model,
+    dtype, device, seed, precision).
 
     Every point of a sweep times the same weights; building them (random normal, the embedding
     and lm_head are vocab x hidden) cost a sweep a third of a second per point on a CPU. Only the
@@ -47,9 +48,11 @@ def one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, prec=None, 
     if key not in _WEIGHTS:
         _WEIGHTS.clear()
         picks = timed_layers(cfg)
+        notes = ()
         if cfg.checkpoint and dev.type != "meta":   # the checkpoint's layers, embedding and lm_head
             stored = backend if tp is None and prec is not None and not prec.flagged else None
-            w, _ = load_weights(cfg, cfg.checkpoint, dt, dev, layers=list(picks), backend=stored)
+            w, info = load_weights(cfg, cfg.checkpoint, dt, dev, layers=list(picks), backend=stored)
+            notes = tuple(info.get("notes", ()))
         else:
             w = init_weights(_with_picks(cfg, picks), dt, dev, seed)
         if quant:                             # all quantized, then sharded (kernels.tp: exact rows of it)
@@ -58,7 +61,7 @@ def one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, prec=None, 
             w = shard_weights(_with_picks(cfg, picks), w, tp_parts(cfg, tp)[0], tp.rank)
             if quant and backend == "torch":
                 prepare_model_torch(w)
-        _WEIGHTS[key] = w
+        _WEIGHTS[key] = w, notes
     return _WEIGHTS[key]
 
 
@@ -124,6 +127,7 @@ class RunContext:
     w: dict                     # the one-layer weights (embed, lm_head, layers)
     rnd: Callable               # rnd(*shape): random (or, on meta, empty) activations
     lw: dict = field(default_factory=dict)       # the dense and the routed layer's weights, one dict
+    load_notes: tuple = ()                       # the checkpoint loader's, one per module class and format
     # rope tables, positions [T], the batch's cache slots, each row's slot
     cos: torch.Tensor = None
     sin: torch.Tensor = None
@@ -210,9 +214,9 @@ def build_context(cfg: ModelConfig, phase: str, batch: int, context: int, *, K, 
         rnd = lambda *s: torch.empty(*s, device=dev, dtype=dt)  # noqa: E731
     sh, lcfg = tp_parts(cfg, tp)                         # this rank's sizes (the model's own at one rank)
     n = context if phase == "prefill" else 1
-    w = one_layer_weights(cfg, dt, dev, seed, tp, prec, K.name)
+    w, notes = one_layer_weights(cfg, dt, dev, seed, tp, prec, K.name)
     c = RunContext(cfg, lcfg, sh, tp, phase, K, dt, dev, prec, kvdt, batch, n,
-                   context if phase == "prefill" else context + 1, w, rnd,
+                   context if phase == "prefill" else context + 1, w, rnd, load_notes=notes,
                    lw={k_: t for layer in w["layers"] for k_, t in layer.items()})
     T, H, I, D, Hq, Hkv = c.T, cfg.hidden, lcfg.intermediate, cfg.head_dim, lcfg.n_heads, lcfg.n_kv_heads
     c.cos, c.sin = rope_tables(c.kv_len, cfg.qk_rope_dim if cfg.mla else D, cfg.rope_theta, dev, cfg.rope_yarn)

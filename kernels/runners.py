@@ -112,7 +112,9 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
             out.append(OpRunner(name, fn, Cost(0, 0), ctx.dname, {**base, **conf}, ("communication",)))
             continue
         cost = conf.pop("cost") if "cost" in conf else ph.op(name).cost   # a runner's own load (expert parallelism)
-        out.append(OpRunner(name, fn, cost, ph.op(name).compute_dtype, {**base, **conf}))
+        said = [n for n in ctx.load_notes if n.startswith(f"{specs[name].module}:")] if name in specs else []
+        out.append(OpRunner(name, fn, cost, ph.op(name).compute_dtype,
+                            {**base, **conf, **({"checkpoint": " ".join(said)} if said else {})}))
     return out
 
 

@@ -89,7 +89,13 @@ class LatencyRun:
                 "shared_prefix": self.shared_prefix, "block_size": self.block_size, "max_slots": self.max_slots,
                 "backend": self.backend, "torch_device": self.device, "threads": threads, "slo": dict(self.slo),
                 "timestamps": "profiler.timing.timestamp after a device sync; seconds since the loop started; "
-                              "arrival = scheduled offset", **self.quant, **self._weights()}
+                              "arrival = scheduled offset", **self.quant, **self._weights(), **self._precision()}
+
+    def _precision(self) -> dict:
+        """{"precision": each module's format as asked and as run} for a quantized checkpoint or a flag; {}."""
+        if not self.model.quantization and not self.quant:
+            return {}
+        return {"precision": run_precision_of(self).to_dict()}
 
     def _weights(self) -> dict:
         """{"weights": files, bytes, sha256} when the model runs on a checkpoint's real weights; {} otherwise."""
@@ -164,7 +170,7 @@ def run_latency(run: LatencyRun, *, say=quiet) -> LatencyResult:
 
         def one(label, sink):
             budget, cache = configs[label]
-            q = ", ".join(f"{k.removesuffix('_dtype')} {v}" for k, v in run.quant.items() if k.endswith("dtype"))
+            q = run_precision_of(run).describe() if run.model.quantization or run.quant else ""
             say(f"running {label}: {run.requests} requests, {run.model.name} {run.backend} {run.dtype}"
                 + (f" ({q})" if q else "") + f" on {run.device}")
             m = model[0]
@@ -182,24 +188,31 @@ def run_latency(run: LatencyRun, *, say=quiet) -> LatencyResult:
 
 
 def check_quant(run) -> None:
-    """One-line RooflineErrors for quantization a run cannot do, before any model is built: weights the activation
-    dtype, int8 or int4 (its group dividing every linear; on the torch backend only where torch has the op), the KV
-    cache the activation dtype, int8 or fp8 (only on a GPU with fp8); --group-size / --zero-point only with int4.
-    ``run``: a ``LatencyRun`` or a ``roofline serve`` run (model, dtype, backend, device and the four quantization
-    settings)."""
-    import torch
-
-    from kernels._common import torch_dtype
-    from kernels.model import quant_dtypes
+    """One-line RooflineErrors for a precision a run cannot do, before any model is built (``kernels.run_precision``:
+    each module's format, the checkpoint's own or the flags', one our kernels run; int4's group dividing every linear,
+    on the torch backend only where torch has the op; an fp8 KV cache only on a GPU with fp8); --group-size /
+    --zero-point only with int4. ``run``: a ``LatencyRun`` or a ``roofline serve`` run (model, dtype, backend,
+    device and the four quantization settings)."""
     from kernels.quant import check_model_groups, check_torch_int4
+    from kernels.run_precision import check_run
 
-    w, _ = quant_dtypes(torch_dtype(run.dtype), run.weight_dtype, run.kv_dtype, torch.device(run.device))
-    if w != "int4" and (run.group_size is not None or run.zero_point):
+    rp = run_precision_of(run)
+    check_run(rp, run.model, run.backend, run.device, run.kv_dtype)
+    int4 = {f.group_size for _, f in rp.run.weights if f.name == "int4"}
+    if "int4" not in str(run.weight_dtype or "") and (run.group_size is not None or run.zero_point):
         raise RooflineError("--group-size and --zero-point go with int4 weights (--weight-dtype int4).")
-    if w == "int4":
-        check_model_groups(run.model, run.group_size or 128)
-        if run.backend == "torch":
-            check_torch_int4(run.device)
+    for g in int4:
+        check_model_groups(run.model, g)
+    if int4 and run.backend == "torch":
+        check_torch_int4(run.device)
+
+
+def run_precision_of(run):
+    """The ``kernels.run_precision.RunPrecision`` a latency or serve run holds its model in."""
+    from kernels.run_precision import run_precision   # kernels imports torch: deferred, the CLI starts without it
+
+    return run_precision(run.model, run.dtype, run.weight_dtype, run.kv_dtype, group_size=run.group_size,
+                         zero_point=bool(run.zero_point))
 
 
 def _check_capacity(run: LatencyRun) -> None:
@@ -207,11 +220,11 @@ def _check_capacity(run: LatencyRun) -> None:
     longest request) cannot fit the device's memory (``roofline.capacity``), with the batch that would."""
     have = sweep.device_memory_bytes(run.device)
     wd = run.weight_dtype if run.weight_dtype not in (None, "") else run.dtype
-    kd = run.kv_dtype if run.kv_dtype not in (None, "") else run.dtype
+    rp = run_precision_of(run)
     cap = capacity(run.model, SimpleNamespace(name=run.device, memory_bytes=have), run.max_slots,
                    run.prompt_tokens + run.output_tokens + 1, new_tokens=run.prompt_tokens, weight_dtype=wd,
-                   act_dtype=run.dtype, kv_dtype=kd, group_size=run.group_size, zero_point=bool(run.zero_point),
-                   windowed_kv=False)     # our model allocates every layer's cache at full length
+                   act_dtype=run.dtype, kv_dtype=rp.kv_dtype, windowed_kv=False,   # every layer's cache, full length
+                   precision=rp.run)
     if not cap.fits:
         raise RooflineError(f"{cap.sentence} Give fewer --max-slots, shorter --prompt-tokens/--output-tokens, "
                             "quantized weights, or a device with more memory.")

@@ -77,6 +77,12 @@ def _run_notes(a) -> list[str]:
     if isinstance(weights, dict) and weights.get("weights") == "checkpoint":
         notes.append(f"Measured on the checkpoint's real weights: {', '.join(map(str, weights.get('files', [])))} "
                      f"in {weights.get('folder')} (sha256 {str(weights.get('sha256', ''))[:16]}...).")
+    precision = rf.header.settings.get("precision") if isinstance(rf.header.settings, dict) else None
+    for label, p in (precision.items() if isinstance(precision, dict) else ()):   # each variant, per module
+        if isinstance(p, dict):
+            lead = f"Points keyed w:{label} ran " if len(precision) > 1 else "Ran "
+            notes.append(f"{lead}{p.get('weights', '')}; {p.get('kv', '')}."
+                         + "".join(f" {n}." for n in p.get("notes", ()) if isinstance(n, str)))
     skipped = [r for r in a.results if not r.ok]
     if skipped:
         reasons = sorted({r.m.reason or r.m.status for r in skipped})

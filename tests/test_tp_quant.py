@@ -186,7 +186,8 @@ def _rank_costs(ctx, cases):
     from kernels.runner_context import one_layer_weights
 
     for cfg, wd, g, zp in cases:
-        w = one_layer_weights(cfg, torch.float32, torch.device("cpu"), 0, ctx.tp, (wd, g or 128, zp), "torch")
+        w, _ = one_layer_weights(cfg, torch.float32, torch.device("cpu"), 0, ctx.tp,
+                                 run_precision(cfg, "fp32", wd, group_size=g, zero_point=zp), "torch")
         held[cfg.name] = {k: (q.qweight.numel() * q.qweight.element_size()
                               + sum(t.numel() * t.element_size() for t in (q.scales, q.zeros) if t is not None))
                           for k, q in w["layers"][0].items() if isinstance(q, (QuantWeight, QuantExperts))}
