@@ -297,3 +297,15 @@ def test_explain_deepseek_v3_fp8_fits_at_tp_8_on_h200():
                                                "with fp8-group activations, shared_experts fp8 e4m3")
     r8 = explain("--model", str(QUANT / "deepseek-v3"), "--device", "h200", "--context", "4096", "--tp", "8")
     assert r8.exit_code == 0 and "DOES NOT FIT" not in r8.output and "mla fp8 e4m3 (128x128 blocks)" in r8.output
+
+
+def test_modelopt_nvfp4_counts_the_activations_global_scale_it_stores():
+    from roofline.layer import op_spec
+    from roofline.precision import Precision, act_format, lookup
+
+    op = op_spec(load_model("tiny"), "down_proj")                       # module "mlp"
+    w4a4 = Precision((("mlp", lookup("nvfp4", "weight")),), (("mlp", act_format("nvfp4")),))
+    # [4096, 4096] e2m1 + an e4m3 scale per 16 + the weight's fp32 tensor scale + the fp32 input_scale
+    assert w4a4.weight_bytes(op, 4096, 4096, "bf16") == 4096 * 4096 / 2 + 256 * 4096 + 4 + 4
+    assert Precision((("mlp", lookup("nvfp4", "weight")),)).weight_bytes(op, 4096, 4096, "bf16") == \
+        4096 * 4096 / 2 + 256 * 4096 + 4                                  # weight-only: no activation scale

@@ -68,11 +68,14 @@ class Precision:
 
     def weight_bytes(self, op, K: int, N: int, act_dtype: str) -> float:
         """Bytes of one K x N weight of ``op`` as stored, scales included (``formats.weight_bytes``), plus a
-        static per-tensor activation scale (one fp32 per weight) when its activations carry one."""
+        static per-tensor activation scale (one fp32 per weight) when its activations carry one, or their
+        second-level tensor scale (NVFP4: ModelOpt's ``input_scale``)."""
         b = weight_bytes(self.weight_format(op, act_dtype), K, N, act_dtype)
         a = self.act(op)
         if a is not None and a.scales.k == 0 and a.scales.n == 0 and not a.scales.none:
             b += FLOAT_BYTES[a.scales.dtype]
+        elif a is not None and a.scales.tensor:        # NVFP4 activations' global scale (ModelOpt's input_scale)
+            b += FLOAT_BYTES[a.scales.tensor]
         return b
 
     def quantized(self, op) -> bool:
