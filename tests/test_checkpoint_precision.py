@@ -299,6 +299,22 @@ def test_explain_deepseek_v3_fp8_fits_at_tp_8_on_h200():
     assert r8.exit_code == 0 and "DOES NOT FIT" not in r8.output and "mla fp8 e4m3 (128x128 blocks)" in r8.output
 
 
+@pytest.mark.parametrize("preset,folder", [("gpt-oss-120b", "gpt-oss-120b"), ("gpt-oss-20b", "gpt-oss-20b"),
+                                           ("deepseek-v3", "deepseek-v3")])
+def test_a_preset_of_a_model_released_quantized_is_priced_as_released(preset, folder):
+    """`--model gpt-oss-120b` is the MXFP4 release (the issue's first line: it said DOES NOT FIT, 234 GB)."""
+    by_name, pinned = load_model(preset), load_model(str(QUANT / folder))
+    assert precision_of(by_name) == precision_of(pinned)
+    kw = dict(weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16")
+    assert W.decode(by_name, 1, 4096, precision=precision_of(by_name), **kw).weight_bytes == \
+        W.decode(pinned, 1, 4096, precision=precision_of(pinned), **kw).weight_bytes
+    r = explain("--model", preset, "--device", "h100" if preset.startswith("gpt") else "h200", "--context", "4096")
+    assert r.exit_code == 0, r.output
+    assert ("DOES NOT FIT" in r.output) == (preset == "deepseek-v3")
+    assert stdout_lines(r)[0] == stdout_lines(explain("--model", str(QUANT / folder), "--device", "h100" if
+                                                      preset.startswith("gpt") else "h200", "--context", "4096"))[0]
+
+
 def test_modelopt_nvfp4_counts_the_activations_global_scale_it_stores():
     from roofline.layer import op_spec
     from roofline.precision import Precision, act_format, lookup
