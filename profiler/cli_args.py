@@ -17,7 +17,7 @@ from roofline.devices import custom_device, find_device, load_device_file
 from roofline.dtypes import BYTES_PER_ELEMENT, normalize_dtype
 from roofline.errors import RooflineError
 from roofline.models import load_model
-from roofline.precision import MODULES, kv_format, parse_weight_flag
+from roofline.precision import MODULES, kv_format, lookup, parse_weight_flag
 from roofline.precision import names as format_names
 from roofline.precision import run_names as format_run_names
 
@@ -126,6 +126,17 @@ def _precision_cb(role: str):
             raise click.BadParameter(f"Unknown dtype in {value!r}: {e}") from None
         return str(value).strip()
     return cb
+
+
+def weight_format_cb(ctx, param, value):
+    """One weight format of ``roofline.precision``'s registry (a float, fp8, fp8-block, mxfp4, nvfp4, int8, int4,
+    ...), its name as registered."""
+    if value is None:
+        return None
+    try:
+        return lookup(value, "weight").name
+    except RooflineError as e:
+        raise click.BadParameter(str(e)) from None
 
 
 def precision_option(name: str, role: str, help: str):

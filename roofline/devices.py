@@ -491,7 +491,7 @@ def custom_device(peak_tflops: float, bandwidth_gbs: float, name: str = "custom"
                           repr(bandwidth_gbs))
     within(peak, PEAK_TFLOPS_RANGE, "--peak-tflops", "dense TFLOP/s (e.g. 989)", repr(peak_tflops))
     within(bw, BANDWIDTH_GBS_RANGE, "--bandwidth-gbs", "GB/s (e.g. 3350)", repr(bandwidth_gbs))
-    d = normalize_dtype(dtype)
+    d = compute_dtype(dtype)
     peaks = {d: peak * T}
     if d in ("bf16", "fp16"):
         peaks.setdefault("bf16", peak * T)

@@ -17,10 +17,10 @@ from .dtypes import bytes_per_element, normalize_dtype
 from .errors import RooflineError, check_positive_int
 from .layer import module_classes, precision_of
 from .models import ModelConfig
-from .precision import Precision
+from .precision import INT4_GROUPS, Precision, gemm_compute, lookup, weight_bytes, weight_format
+from .precision.formats import PLAIN, paired_act
 
 
-WEIGHT_ONLY = ("int8", "int4")   # weights dequantized into the activation dtype: the GEMM runs at its peak
 
 
 def explain_linear(tokens: int, in_features: int, out_features: int, dtype: str, device: Device, *,
@@ -28,39 +28,43 @@ def explain_linear(tokens: int, in_features: int, out_features: int, dtype: str,
                    group_size: int | None = None, zero_point: bool = False) -> dict:
     """The back-of-the-envelope walk-through for y[T, N] = x[T, K] @ W[K, N]: returns figures and ``text``.
 
-    ``dtype`` is the layer's dtype; ``weight_dtype`` (default ``dtype``) and ``act_dtype`` (default ``dtype``,
-    bf16 when ``dtype`` is not a float) override one side. Weight-only int8 / int4 weights are dequantized into
-    the activation dtype, so the ridge is the activation dtype's; their scales are counted
-    (``formulas.weight_scale_bytes``). An int4 ``group_size`` must divide K (the kernels split each column's K
-    rows into whole groups): anything else is a RooflineError.
+    ``dtype`` is the layer's format (``roofline.precision``'s registry: a float, or a weight format such as fp8,
+    fp8-block, mxfp4, nvfp4, int8, int4); ``weight_dtype`` (default ``dtype``) and ``act_dtype`` (a float; default
+    ``dtype`` when it is one, else bf16) override one side. A weight format whose GEMM has a rate of its own (fp8,
+    FP4) given as ``dtype`` runs with activations in its matching format (W8A8, W4A4) at that rate where the
+    device has it (``formats.gemm_compute``); given as ``weight_dtype`` (or int8 / int4) it is weight-only,
+    dequantized into the activation dtype, so the ridge is the activation dtype's. The weight's bytes, scales
+    included, are ``formats.weight_bytes``; a group size or block that does not tile K is a RooflineError.
     """
     T = check_positive_int("--tokens", tokens)
     K = check_positive_int("--in", in_features)
     N = check_positive_int("--out", out_features)
-    dt = normalize_dtype(weight_dtype or dtype)
-    act = normalize_dtype(act_dtype) if act_dtype else cost_act(normalize_dtype(dtype))
-    if dt == "int4" and K % int(group_size or F.INT4_GROUP):
-        g = int(group_size or F.INT4_GROUP)
-        fits = [x for x in (32, 64, 128) if K % x == 0]
-        raise RooflineError(f"int4 group size {g} does not divide --in {K:,} (K): each column's K rows are split "
-                            "into whole groups of one scale; "
-                            + (f"give --group-size {' or '.join(map(str, fits))}." if fits else
-                               "no int4 group size (32, 64, 128) divides it: use --weight-dtype int8 or another --in."))
-    b = bytes_per_element(dt)
+    layer = str(dtype).strip().lower()
+    wf = weight_format(weight_dtype or layer, group_size, zero_point)
+    act = normalize_dtype(act_dtype) if act_dtype else cost_act(wf.name if wf.name in PLAIN else layer)
+    g = wf.group_size
+    if g and K % g:
+        fits = [x for x in INT4_GROUPS if K % x == 0]
+        raise RooflineError(f"{wf.describe()}: its groups of {g} do not divide --in {K:,} (K): each column's K rows "
+                            "are split into whole groups of one scale; "
+                            + ((f"give --group-size {' or '.join(map(str, fits))}." if fits else
+                                "no int4 group size (32, 64, 128) divides it: use --weight-dtype int8 or another --in.")
+                               if wf.name == "int4" else f"give an --in that is a multiple of {g}."))
+    paired = weight_dtype is None and wf.compute != "act"          # W8A8 / W4A4: the activations in its format
+    af = (paired_act(wf) if paired else None) or lookup(act, "act")
+    compute_dt = gemm_compute(wf, af, lambda d: d in device.peak_flops)
+    b = wf.bits / 8
     w_bytes = K * N * b
-    scale_bytes = F.weight_scale_bytes(K, N, weight_dtype=dt, act_dtype=act, group_size=group_size,
-                                       zero_point=zero_point)
-    cost = F.linear(T, K, N, weight_dtype=dt, act_dtype=act, group_size=group_size, zero_point=zero_point)
-    wi = F.weight_only_intensity(T, K, N, weight_dtype=dt)
-    if dt in WEIGHT_ONLY or dt != normalize_dtype(dtype):
-        compute_dt = act                      # dequantized (or upcast) into the activation dtype
-    else:
-        compute_dt = dt if dt in device.peak_flops else "bf16"
+    stored = weight_bytes(wf, K, N, act)
+    scale_bytes = stored - w_bytes
+    cost = F.linear(T, K, N, act_dtype=act, weight_bytes=stored)
+    wi = 2 * T * K * N / w_bytes
     peak, bw = device.peak(compute_dt), device.bandwidth
     ridge = device.ridge(compute_dt)
     verdict = COMPUTE if cost.intensity >= ridge else "memory"
     tm = max(cost.flops / peak, cost.bytes / bw)
-    kind = (f"{dt} weights, {act} activations" if dt != act else dt)
+    kind = (f"{wf.describe()} weights, {af.describe() if af.name not in PLAIN else act} activations"
+            if wf.name != act else act)
     lines = [
         f"Linear layer: x[{T:,}, {K:,}] @ W[{K:,}, {N:,}] in {kind} ({b:g} bytes per weight element)",
         f"  weight bytes      = {K:,} x {N:,} x {b:g} = {w_bytes:,.0f} bytes ({U.nbytes(w_bytes)})",
@@ -77,8 +81,8 @@ def explain_linear(tokens: int, in_features: int, out_features: int, dtype: str,
         "  (weight-only counts the weight bytes alone, the back-of-the-envelope figure; real kernels also move "
         "activations and attention state.)",
     ]
-    return {"tokens": T, "in": K, "out": N, "dtype": dt, "weight_dtype": dt, "act_dtype": act,
-            "compute_dtype": compute_dt, "device": device.name, "weight_bytes": w_bytes,
+    return {"tokens": T, "in": K, "out": N, "dtype": layer, "weight_dtype": wf.name, "act_dtype": act,
+            "act_format": af.name, "compute_dtype": compute_dt, "device": device.name, "weight_bytes": w_bytes,
             "scale_bytes": scale_bytes,
             "flops": cost.flops, "bytes": cost.bytes, "weight_only_intensity": wi, "intensity": cost.intensity,
             "ridge": ridge, "bound": verdict, "time_s": tm, "text": "\n".join(lines)}

@@ -138,3 +138,25 @@ def test_the_cli_takes_each_format_a_kernel_runs_and_refuses_the_rest():
         r.output and "Traceback" not in r.output
     r = CliRunner().invoke(cli, ["latency", "--model", "tiny", "--weight-dtype", "experts=gptq-int4"])
     assert r.exit_code != 0 and "no kernel of ours runs gptq-int4" in r.output
+
+
+def test_explain_linear_takes_every_registered_format_and_pairs_the_activations():
+    from click.testing import CliRunner
+    from profiler.cli import main as cli
+    import json
+
+    def linear(*a):
+        r = CliRunner().invoke(cli, ["explain", "linear", "--tokens", "4096", "--in", "4096", "--out", "4096",
+                                     "--device", "b200", "--json", *a])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.output)
+
+    d = linear("--dtype", "nvfp4")               # W4A4 at the FP4 rate: 4096 x 4096 / 2 + 256 x 4096 e4m3 + 4
+    assert (d["act_format"], d["compute_dtype"], d["scale_bytes"]) == ("nvfp4", "fp4", 256 * 4096 + 4)
+    d = linear("--dtype", "fp8-block")           # W8A8 at the fp8 rate, 1 x 128 activation groups
+    assert (d["act_format"], d["compute_dtype"], d["scale_bytes"]) == ("fp8-group", "fp8", 32 * 32 * 4)
+    d = linear("--weight-dtype", "nvfp4")        # weight-only: dequantized into bf16
+    assert (d["act_format"], d["compute_dtype"]) == ("bf16", "bf16")
+    r = CliRunner().invoke(cli, ["explain", "linear", "--tokens", "1", "--in", "4008", "--out", "64", "--dtype",
+                                 "mxfp4"])
+    assert r.exit_code != 0 and "its groups of 32 do not divide --in 4,008 (K)" in r.output

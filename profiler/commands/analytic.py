@@ -16,8 +16,18 @@ from roofline.explain import ExplainSpec, explain_linear, explain_step
 from roofline.config_fields import read_json_file, show_value
 from roofline.models import PRESETS
 
-from ..cli_args import (FLOAT_DTYPES, analytic_quant_options, device_arg, device_options, dtype_option, ep_option,
-                        model_option, precision_option, resolve_device)
+from roofline.precision import lookup
+from roofline.precision import names as format_names
+
+from ..cli_args import (FLOAT_DTYPES, analytic_quant_options, device_arg, device_options, ep_option,
+                        model_option, precision_option, resolve_device, weight_format_cb)
+
+
+def _peak_dtype(name: str) -> str:
+    """The peak a layer in format ``name`` is judged against on a custom device (--peak-tflops): its own rate
+    (fp8, fp4) or its activation dtype's (a float; bf16 for a weight-only format)."""
+    f = lookup(name, "weight")
+    return f.compute if f.compute != "act" else (f.name if f.name in FLOAT_DTYPES else "bf16")
 
 
 def float_dtype_option(name: str, default: str, help_text: str, why: str = ""):
@@ -125,7 +135,9 @@ def _measured_cpu(device):
 @click.option("--tokens", type=int, default=None, help="linear: tokens (rows) sharing the weight")
 @click.option("--in", "in_features", type=int, default=None, help="linear: input features K")
 @click.option("--out", "out_features", type=int, default=None, help="linear: output features N")
-@dtype_option("--dtype", help="linear: dtype of weights and activations")
+@click.option("--dtype", default="bf16", show_default=True, callback=weight_format_cb,
+              help=f"linear: the layer's format ({', '.join(format_names('weight'))}); fp8 / FP4 given here run "
+                   "with activations in the same format (W8A8, W4A4) where the device has that rate")
 @analytic_quant_options
 @click.option("--expert-load", "expert_load", default=None, metavar="FILE",
               help="MoE: a JSON list of tokens per expert (or a list per layer, summed) -- a measured histogram, "
@@ -152,7 +164,7 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
         raise RooflineError("--group-size and --zero-point describe int4 weights: add --weight-dtype int4 "
                             "(or --dtype int4 for `explain linear`).")
     device = _measured_cpu(resolve_device(device_name, device_file, peak_tflops, bandwidth_gbs,
-                                          dtype=dtype if what == "linear" else act_dtype))
+                                          dtype=_peak_dtype(dtype) if what == "linear" else act_dtype))
     if what == "linear":
         missing = [n for n, v in (("--tokens", tokens), ("--in", in_features), ("--out", out_features)) if v is None]
         if missing:

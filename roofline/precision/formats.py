@@ -193,6 +193,16 @@ def native_computes() -> dict:
     return out
 
 
+def paired_act(weight: Format):
+    """The activation format a W8A8 / W4A4 GEMM of ``weight`` quantizes its input to: one of the same rate whose
+    scales cover the same input features (fp8 per channel: per token; 128 x 128 blocks: 1 x 128 groups; NVFP4 and
+    MX: blocks of their size); None for a weight-only format (int8, int4: dequantized into the activation dtype)."""
+    if weight.compute == "act":
+        return None
+    return next((f for (r, _), f in FORMATS.items() if r == "act" and f.compute == weight.compute
+                 and f.element == weight.element and f.scales.k == weight.scales.k), None)
+
+
 def gemm_compute(weight: Format, act: Format, has_peak) -> str:
     """The rate a GEMM of ``weight`` x ``act`` runs at: the shared low-precision rate when both are in it and the
     device has that peak (``has_peak(dtype)``: W8A8 fp8, W4A4 fp4, W8A8 int8), else the activation's plain
