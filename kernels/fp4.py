@@ -54,7 +54,7 @@ from roofline.precision.formats import weight_bytes, weight_format as precision_
 
 from ._common import FLOAT_DTYPES, check_tensor, dtype_name
 from .linear import add_bias
-from .quant_weight import QuantExperts, QuantWeight, register_format
+from .quant_weight import QuantExperts, QuantWeight, remake
 
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 E2M1_MAX, E4M3_MAX = 6.0, 448.0
@@ -258,6 +258,26 @@ def moe_cost(tokens: int, hidden: int, intermediate: int, n_experts: int, k: int
     return Cost(c.flops, c.bytes + dist * (fp4 - plain))
 
 
-for _name in FP4:
-    register_format(_name, quantize=lambda w, _n=_name, **kw: quantize(w, _n, **kw), dequantize=dequantize,
-                    prepare_torch=prepare_torch, torch_linear=torch_linear)
+
+# ---------------------------------------------------------------- tensor-parallel shards
+
+def slice_rows(q, axis: str, start: int, stop: int):
+    """``kernels.quant.slice_quant`` for FP4 (a ``QuantWeight`` or, with a leading E, ``QuantExperts``): qweight
+    [.., N, K/2] and scales [.., N, K/g] by rows ("out") or by whole blocks of g input features ("in": else a
+    ValueError; ``kernels.quant.check_tp_scales`` says so in one line first); nvfp4's tensor scale(s) kept."""
+    if axis == "out":
+        return remake(q, qweight=q.qweight[..., start:stop, :], scales=q.scales[..., start:stop, :],
+                      out_features=stop - start)
+    g = q.group_size
+    if start % g or stop % g:
+        raise ValueError(f"a {q.dtype} slice of input features {start}:{stop} cuts a block of {g}: shard at whole "
+                         "blocks.")
+    return remake(q, qweight=q.qweight[..., start // 2: stop // 2], scales=q.scales[..., start // g: stop // g],
+                  in_features=stop - start)
+
+
+def pad_out(q: QuantWeight, n: int) -> QuantWeight:
+    """``q`` with zero output channels up to ``n``: code 0 (+0.0) and scale byte 0, so they dequantize to 0."""
+    extra = n - q.out_features
+    rows = lambda t: torch.cat([t, t.new_zeros(extra, t.shape[1])])  # noqa: E731
+    return remake(q, qweight=rows(q.qweight), scales=rows(q.scales), out_features=n)
