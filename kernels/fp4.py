@@ -1,6 +1,6 @@
 """FP4 weights (mxfp4, nvfp4): the layouts, quantize / dequantize in torch, the Triton helpers that dequantize a
 tile in registers, the torch backend's path and the costs. ``kernels.linear_fp4`` (the linear) and ``kernels.moe``
-(the fused experts, QUANT 3 / 4) run them.
+(the fused experts, QUANT 3 / 4) run them; the experts' cost is ``kernels.moe.stored_cost``.
 
 Layout (the checkpoints' own: gpt-oss's ``*_blocks`` / ``*_scales`` reshaped, ModelOpt's ``weight`` /
 ``weight_scale`` / ``weight_scale_2``), for a [K, N] (in x out) weight:
@@ -242,21 +242,6 @@ def linear_cost(tokens: int, in_features: int, out_features: int, fmt: str, dtyp
     c = F.linear(tokens, in_features, out_features, weight_dtype=d, act_dtype=d, bias=bias)
     wb = F.linear(0, in_features, out_features, weight_dtype=d, act_dtype=d).bytes               # K*N act bytes
     return Cost(c.flops, c.bytes - wb + weight_bytes(fp4_format(fmt), in_features, out_features, d))
-
-
-def moe_cost(tokens: int, hidden: int, intermediate: int, n_experts: int, k: int, fmt: str, dtype="bf16", *,
-             distinct=None, activation: str = "silu", bias: bool = False) -> Cost:
-    """``roofline.formulas.moe_experts`` with each touched expert's three weights as stored in ``fmt``
-    (``weight_bytes``: gate, up [H, I], down [I, H]) instead of the activation dtype's."""
-    d = dtype if isinstance(dtype, str) else dtype_name(dtype)
-    dist = F.expected_distinct_experts(n_experts, k, tokens) if distinct is None else distinct
-    c = F.moe_experts(tokens, hidden, intermediate, n_experts, k, distinct=dist, activation=activation, bias=bias,
-                      weight_dtype=d, act_dtype=d)
-    f = fp4_format(fmt)
-    plain = F.moe_expert_weight_bytes(hidden, intermediate, weight_dtype=d, act_dtype=d)
-    fp4 = 2 * weight_bytes(f, hidden, intermediate, d) + weight_bytes(f, intermediate, hidden, d)
-    return Cost(c.flops, c.bytes + dist * (fp4 - plain))
-
 
 
 # ---------------------------------------------------------------- tensor-parallel shards

@@ -127,6 +127,12 @@ def linear_fp8_config(M: int, N: int, K: int, device="cpu", *, block: bool = Fal
     return linear_config(M, N, K, torch.bfloat16, device, block_k=bk, **overrides)
 
 
+def run_config(qw: QuantWeight, M: int, dtype, device) -> dict:
+    """The GEMM's tiles for M rows of ``qw`` (``linear_fp8_config``; 128 x 128 blocks: BLOCK_K inside one)."""
+    K, N = qw.shape
+    return linear_fp8_config(M, N, K, device, block=bool(fp8_format(qw).scales.k))
+
+
 def check_fp8_device(device) -> None:
     """One line when ``device`` is a GPU without fp8 (the interpreter's CPU and the compile check's meta pass)."""
     dev = torch.device(device)
@@ -303,7 +309,7 @@ def cost(tokens: int, in_features: int, out_features: int, weight="fp8", out_dty
 
 # ---------------------------------------------------------------- the torch backend's routed experts
 
-EXPERT_IMPL = ("weight-only (W8A16, as the fused kernel): x @ the fp8 expert dequantized to x's dtype, per expert; "
+EXPERT_IMPL = ("weight-only (W8A16, as the fused kernel): x @ the fp8 expert dequantized to x's dtype; "
                "the activations are not quantized")
 
 
@@ -360,5 +366,6 @@ def pad_out(q: QuantWeight, n: int) -> QuantWeight:
 
 for _name in FORMATS:
     register_format(_name, quantize=partial(quantize, fmt=_name), dequantize=dequantize, prepare_torch=prepare_torch,
-                    torch_linear=torch_linear, triton_linear=linear_fp8, slice=slice_rows, pad_out=pad_out,
+                    torch_linear=torch_linear, triton_linear=linear_fp8, triton_config=run_config, slice=slice_rows,
+                    pad_out=pad_out,
                     acts={"linear": act_format_for(_name)}, torch_expert=torch_expert, torch_expert_impl=EXPERT_IMPL)

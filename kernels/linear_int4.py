@@ -97,6 +97,12 @@ def linear_int4_config(M: int, N: int, K: int, group_size: int, dtype=torch.bflo
     return c
 
 
+def run_config(qw: QuantWeight, M: int, dtype, device) -> dict:
+    """The tiles ``linear_int4`` runs ``qw`` with for M rows (``linear_int4_config``)."""
+    K, N = qw.shape
+    return linear_int4_config(M, N, K, qw.group_size, dtype, device, zero_point=qw.zeros is not None)
+
+
 def linear_int4(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None, *, out: torch.Tensor | None = None,
                 **config) -> torch.Tensor:
     """y[..., N] = x[..., K] @ dequant(qw) (+ bias[N], in the epilogue) with the Triton kernel. ``config``
@@ -289,4 +295,5 @@ def pad_out(q: QuantWeight, n: int) -> QuantWeight:
 
 
 register_format("int4", quantize=quantize, dequantize=dequantize, prepare_torch=prepare_torch,
-                torch_linear=torch_linear, triton_linear=linear_int4, slice=slice_rows, pad_out=pad_out)
+                torch_linear=torch_linear, triton_linear=linear_int4, triton_config=run_config, slice=slice_rows,
+                pad_out=pad_out)

@@ -74,6 +74,12 @@ def linear_int8_config(M: int, N: int, K: int, dtype=torch.bfloat16, device="cpu
     return linear_config(M, N, K, dtype, device, **overrides)
 
 
+def run_config(qw: QuantWeight, M: int, dtype, device) -> dict:
+    """The tiles ``linear_int8`` runs ``qw`` with for M rows (``linear_int8_config``)."""
+    K, N = qw.shape
+    return linear_int8_config(M, N, K, dtype, device)
+
+
 def linear_int8(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None, *, out: torch.Tensor | None = None,
                 **config) -> torch.Tensor:
     """y[..., N] = x[..., K] @ dequant(qw) (+ bias[N], in the epilogue) with the Triton kernel. ``config``
@@ -181,4 +187,5 @@ def pad_out(q: QuantWeight, n: int) -> QuantWeight:
 
 
 register_format("int8", quantize=quantize, dequantize=dequantize, prepare_torch=prepare_torch,
-                torch_linear=torch_linear, triton_linear=linear_int8, slice=slice_rows, pad_out=pad_out)
+                torch_linear=torch_linear, triton_linear=linear_int8, triton_config=run_config, slice=slice_rows,
+                pad_out=pad_out)

@@ -44,14 +44,19 @@ KV_QMAX = {"int8": 127.0, "fp8": 448.0}       # the largest magnitude each store
 KV_TORCH = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}
 
 
+def weight_label(w) -> str:
+    """How a record says a ``QuantWeight`` / ``QuantExperts``'s format: the precision registry's label ("int8 (per
+    channel)", "int4 (g128, zero points)", "fp8 e4m3 (128x128 blocks)", "mxfp4 (blocks of 32, e8m0 scales)")."""
+    return precision_format(w.dtype, w.group_size or None, w.zeros is not None).describe()
+
+
 def expert_weights_config(w, backend: str) -> dict:
     """What a sweep's record says of the routed experts' weights: {} for float ones; for ``QuantExperts`` the
-    kind as a linear's config says it ("int8 per-channel", "int4 g128 zero points") and, on the torch backend,
-    ``impl``: each expert's quantized GEMM (``prepare_torch``)."""
+    format as a linear's config says it (``weight_label``) and, on the torch backend, ``impl``: each expert's GEMM
+    (``QuantExperts.torch_impl``)."""
     if not isinstance(w, QuantExperts):
         return {}
-    label = w.dtype + (f" g{w.group_size}" + (" zero points" if w.zeros is not None else "") if w.dtype == "int4"
-                       else " per-channel")
+    label = weight_label(w)
     if backend == "triton":
         return {"weights": label}
     return {"weights": label, "impl": f"per expert: {w.torch_impl or 'not prepared'}"}

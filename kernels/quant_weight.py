@@ -21,11 +21,11 @@ from roofline.workload import INT4_GROUPS
 FORMATS: dict = {}     # weight dtype -> SimpleNamespace(quantize, dequantize, prepare_torch, torch_linear, ...)
 
 
-def register_format(dtype: str, *, quantize, dequantize, prepare_torch, torch_linear, triton_linear, slice, pad_out,
-                    acts=None, torch_expert=None, torch_expert_impl: str = "") -> None:
+def register_format(dtype: str, *, quantize, dequantize, prepare_torch, torch_linear, triton_linear, triton_config,
+                    slice, pad_out, acts=None, torch_expert=None, torch_expert_impl: str = "") -> None:
     """Register weight dtype ``dtype``'s format (its kernel module's functions). ``triton_linear(x, qw, bias,
-    **config)``: the triton backend's linear (``kernels.backend``); ``torch_linear(x, qw, bias)``: the torch
-    backend's. ``slice(q, axis, start, stop)``: rows ``start:stop`` of a ``QuantWeight`` / ``QuantExperts`` along
+    **config)``: the triton backend's linear (``kernels.backend``), ``triton_config(qw, M, dtype, device)`` the tiles
+    it runs for M rows (what a sweep records); ``torch_linear(x, qw, bias)``: the torch backend's. ``slice(q, axis, start, stop)``: rows ``start:stop`` of a ``QuantWeight`` / ``QuantExperts`` along
     the float weight's "out" (N) or "in" (K) axis, exact (``kernels.quant.slice_quant``); ``pad_out(q, n)``: zero
     output channels appended up to n (they dequantize to 0). ``acts``: {op kind: the ``roofline.precision``
     activation Format its kernels quantize the inputs to} ("linear": fp8's W8A8 GEMM quantizes x per token or per
@@ -34,7 +34,8 @@ def register_format(dtype: str, *, quantize, dequantize, prepare_torch, torch_li
     backend's GEMM of one routed expert (``kernels.moe.torch_moe``), labelled ``torch_expert_impl``; None: the
     expert's ``torch_linear`` (what ``prepare_torch`` chose)."""
     FORMATS[dtype] = SimpleNamespace(quantize=quantize, dequantize=dequantize, prepare_torch=prepare_torch,
-                                     torch_linear=torch_linear, triton_linear=triton_linear, slice=slice,
+                                     torch_linear=torch_linear, triton_linear=triton_linear,
+                                     triton_config=triton_config, slice=slice,
                                      pad_out=pad_out, acts=dict(acts or {}), torch_expert=torch_expert,
                                      torch_expert_impl=torch_expert_impl)
 

@@ -282,3 +282,40 @@ def test_a_padded_and_sliced_fp8_block_lm_head_runs_on_both_backends():
     for backend in ("triton", "torch"):
         y = get_ops(backend).linear(x, part)
         assert y.shape == (2, 128) and not y[:, 72:].any()
+
+
+def test_run_configs_say_each_format_as_the_precision_registry_labels_it_with_its_own_tiles():
+    """linear_run_config / expert_weights_config read the label from roofline.precision (int4 with its group and
+    zero points); the triton config is the format's kernel's (fp8: linear_fp8_config, BLOCK_K 128; int4: BLOCK_K
+    at most the group; FP4: linear_fp4_config); the torch backend says what runs (fp8 experts: weight-only)."""
+    from kernels import linear_fp4 as LF4
+    from kernels import linear_fp8 as LF
+    from kernels.runners_linear import linear_run_config
+
+    g = torch.Generator().manual_seed(4)
+    w = rnd(g, 256, 192)
+    tri = SimpleNamespace(triton=True, dt=torch.bfloat16, dev=torch.device("cpu"))
+    tor = SimpleNamespace(triton=False, dt=torch.bfloat16, dev=torch.device("cpu"))
+    want = {"int8": "int8 (per channel)", "int4": "int4 (g32, zero points)", "fp8": "fp8 e4m3 (per channel)",
+            "fp8-tensor": "fp8 e4m3 (per tensor)", "fp8-block": "fp8 e4m3 (128x128 blocks)",
+            "mxfp4": "mxfp4 (blocks of 32, e8m0 scales)", "nvfp4": "nvfp4 (blocks of 16, e4m3 scales, fp32 tensor scale)"}
+    assert set(want) == set(Q.FORMATS)
+    for fmt, label in want.items():
+        kw = dict(group_size=32, zero_point=True) if fmt == "int4" else {}
+        qw = Q.quantize_weight(w, fmt, **kw)
+        c = linear_run_config(tri, 8, qw)
+        assert c["weights"] == label, fmt
+        tiles = {k: v for k, v in c.items() if k != "weights"}
+        if fmt in LF.FORMATS:
+            assert tiles == LF.linear_fp8_config(8, 192, 256, "cpu", block=fmt == "fp8-block") and tiles["block_k"] == 128
+        elif fmt == "int4":
+            assert tiles == L4.linear_int4_config(8, 192, 256, 32, torch.bfloat16, "cpu", zero_point=True)
+            assert tiles["block_k"] == 32 and tiles["num_stages"] <= 3
+        elif fmt in ("mxfp4", "nvfp4"):
+            assert tiles == LF4.linear_fp4_config(8, 192, 256, torch.bfloat16, "cpu")
+        Q.prepare_torch(qw)
+        assert linear_run_config(tor, 8, qw) == {"weights": label, "impl": qw.torch_impl}
+        qe = Q.quantize_experts(w[None].expand(2, -1, -1), fmt, **kw)
+        assert Q.expert_weights_config(qe, "triton") == {"weights": label}
+        impl = Q.expert_weights_config(qe, "torch")["impl"]
+        assert impl.startswith("per expert: ") and (("weight-only (W8A16" in impl) == (fmt in LF.FORMATS)), impl
