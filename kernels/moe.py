@@ -488,7 +488,8 @@ def moe_experts(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_g
                 alpha=1.702, limit=7.0, out=None, **config) -> torch.Tensor:
     """y [T, H] = sum_j weights[t, j] * expert_{ids[t, j]}(x[t]) with the two Triton launches (module docstring).
     ``config`` overrides ``moe_config`` (block_m, block_n, block_k, num_warps, num_stages). The expert weights are
-    float tensors or three ``kernels.quant_weight.QuantExperts`` (int8 / int4, the activation dtype in their scales)."""
+    float tensors or three ``kernels.quant_weight.QuantExperts`` (int8 / int4 with the activation dtype in their
+    scales, mxfp4 / nvfp4, fp8 per channel / per tensor / 128 x 128 blocks: ``QUANT_CODES``)."""
     # x: [T, H]   w_gate, w_up: [E, H, I]   w_down: [E, I, H]   weights, ids: [T, k]   y: [T, H]
     T, E, H, I, k = _check_inputs(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down)
     if out is None:
