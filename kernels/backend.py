@@ -4,9 +4,10 @@ Every op has the same signature in both; the model and the runners call only the
 torch backend is the "best plain PyTorch" peer: cuBLAS matmul, SDPA for prefill attention,
 a batched gather-and-matmul decode attention, fp32 math for the vector ops.
 
-Weight-only quantized weights (``kernels.quant_weight.QuantWeight``) go through the same ``linear``: the
-triton backend runs ``linear_int8`` / ``linear_int4``, the torch backend the ecosystem's quantized
-GEMM (``quant.torch_linear``). An 8-bit KV cache goes through the same ``kv_append`` and attention
+Quantized weights (``kernels.quant_weight.QuantWeight``, any registered format) go through the same ``linear``:
+the triton backend runs the format's kernel (``weight_format(dtype).triton_linear``: ``linear_int8``,
+``linear_int4``, ``linear_fp8``'s W8A8 GEMM, ``linear_fp4``), the torch backend the ecosystem's quantized GEMM or
+a dequantize reference (``quant.torch_linear``). An 8-bit KV cache goes through the same ``kv_append`` and attention
 ops with ``scales=(k_scale, v_scale)``.
 
 Mixture of experts: ``route`` (``kernels.router``: torch on both backends) and ``moe_experts`` (the fused
@@ -27,8 +28,6 @@ from . import embedding as E
 from . import geglu as G
 from . import kv_append as KV
 from . import linear as L
-from . import linear_int4 as L4
-from . import linear_int8 as L8
 from . import mla as MLA
 from . import moe as MOE
 from . import prefill_attention as PA
@@ -38,14 +37,14 @@ from . import rope as P
 from . import router as RT
 from . import swiglu as S
 from .quant import torch_linear
-from .quant_weight import QuantWeight
+from .quant_weight import QuantWeight, weight_format
 
 BACKENDS = ("triton", "torch")
 
 
 def _triton_linear(x, w, bias=None, **config):
     if isinstance(w, QuantWeight):
-        return (L8.linear_int8 if w.dtype == "int8" else L4.linear_int4)(x, w, bias, **config)
+        return weight_format(w.dtype).triton_linear(x, w, bias, **config)
     return L.linear(x, w, bias, **config)
 
 

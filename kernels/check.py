@@ -565,7 +565,7 @@ def _quant_rows(ops, dt, dev, quick, model):
     return list(_quant_checks(ops, dt, dev, quick))
 
 
-@checks("fp8", "quant", ("linear", "attention"), order=20)
+@checks("fp8", "quant", ("linear", "experts", "attention"), order=20)
 def _fp8_rows(ops, dt, dev, quick, model):
     return fp8_checks(ops, dt, dev, quick)     # kernels.check_fp8: the FP8 GEMM, act quant, fp8 KV
 

@@ -10,6 +10,12 @@ when a scale is 1% off (tests/test_fp8_kernels.py perturbs one and sees the row 
 - ``act_quant`` per token and per 1 x 128 group (fp32, and the run's dtype in): each scale against amax / 448 in
   fp64 (to 2^-23 relative: one rounding) and each value within the e4m3 rounding bound of x (2^-4 |x| + 2^-10
   scale, + fp32 arithmetic); the larger of the two ratios <= 1.
+- fp8 routed experts (``kernels.moe``'s QUANT 5 / 6: e4m3 decoded in registers, W8A16) per channel, per tensor and
+  128 x 128 blocks, x in fp32 (so a scale 1% off, ~1e-3 of the output, is far over ``MOE_TOL``), skinny (GPT-OSS's
+  clamped SwiGLU with biases) and tiled (SiLU), I = 192 (a partial 128-block along N of gate/up and K of down),
+  against ``moe.reference`` (fp64 over the dequantized experts); the torch backend's peer is the same weight-only
+  arithmetic (``linear_fp8.torch_expert``). These need no fp8 hardware (the bytes are decoded as integers): they run
+  on every GPU too.
 - decode and prefill attention over fp8 e4m3 caches with per-token-per-head scales ("fp8") and one scale per
   tensor ("fp8-tensor", vLLM's), q in fp32 (so a 1% scale error, >= 1e-4 of the output here, is far over the fp32
   tolerance 1e-5), against the fp64 reference over the dequantized cache.
@@ -30,10 +36,12 @@ from roofline.precision import names
 from . import act_quant as AQ
 from . import decode_attention as DA
 from . import linear_fp8 as LF
+from . import moe as MOE
+from . import router as RT
 from . import prefill_attention as PA
 from ._common import dtype_name, torch_dtype
 from .check_result import rel_err, result
-from .quant import fp8_supported, quantize_kv_rows
+from .quant import fp8_supported, quantize_experts, quantize_kv_rows
 
 UNIT = {"fp32": 2.0 ** -23, "fp16": 2.0 ** -10}   # one unit in the last place (relative): round or truncate
 # The GEMM rows' outputs: fp32 and fp16. Not bf16: its unit (2^-7 of a value, truncated by the interpreter) is
@@ -44,6 +52,9 @@ ATTN_TOL = 1e-5                                                      # fp32 q (K
 SMALL = dict(block_m=16, block_n=32, block_k=32)
 GEMM_CASES = ((37, 70, 300, SMALL, True), (3, 200, 260, dict(split_k=3), False), (1, 48, 64, {}, False))
 ACT_CASES = ((37, 300), (5, 1000), (1, 37))
+MOE_TOL = 1e-5                                                       # fp32 x (KERNEL_TOL["fp32"])
+# (T, E, k, H, I, activation, bias): skinny (10 rows over 4 experts: decode) and tiled (80 rows: prefill)
+MOE_CASES = ((5, 4, 2, 128, 192, "swiglu_oai", True), (40, 4, 2, 256, 192, "silu", False))
 
 
 def fp8_skip(backend: str, dev) -> str:
@@ -115,6 +126,28 @@ def act_quant_checks(tri: bool, dt, dev, g):
                                                                                           "; torch path"))
 
 
+def moe_checks(tri: bool, ops, dev, g):
+    """fp8 routed experts per weight format (module docstring): expert 0 takes most tokens, expert E-1 none."""
+    rnd = lambda *s: torch.randn(*s, generator=g, device=dev)  # noqa: E731 - fp32
+    for T, E, k, H, I, act, bias in MOE_CASES:  # noqa: E741
+        logits = rnd(T, E)
+        logits[:, 0] += 2.0
+        logits[:, E - 1] = -1e9
+        w, ids = RT.route(logits, k, kind="softmax_topk")
+        x = rnd(T, H)
+        bb = dict(b_gate=rnd(E, I) * 0.1, b_up=rnd(E, I) * 0.1, b_down=rnd(E, H) * 0.1) if bias else {}
+        floats = (rnd(E, H, I) * H ** -0.5, rnd(E, H, I) * H ** -0.5, rnd(E, I, H) * I ** -0.5)
+        for fmt in LF.FORMATS:
+            q = [quantize_experts(t, fmt) for t in floats]
+            y = ops.moe_experts(x, *q, w, ids, activation=act, **bb)
+            ref = MOE.reference(x.double(), *q, w.double(), ids, activation=act, compute_dtype=torch.float64,
+                                **{n: b.double() for n, b in bb.items()})
+            c = MOE.moe_config(T, E, k, H, I, x.dtype, dev, scale_k=q[0].group_size)
+            how = f"{c['kind']}, block_k={c['block_k']}" if tri else q[0].torch_impl.split(":")[0]
+            yield result(f"moe_experts {fmt} T={T} E={E} k={k} {act}" + (" +bias" if bias else ""), rel_err(y, ref),
+                         MOE_TOL, f"vs dequantized; {how}")
+
+
 def kv_caches(g, dev):
     """(label, k values, v values, scales) of fp8 caches [4, 2, 64, 16]: per token per head, and per tensor."""
     (kq, ks), (vq, vs) = (quantize_kv_rows(torch.randn(4, 2, 64, 16, generator=g, device=dev), "fp8")
@@ -147,9 +180,11 @@ def kv_checks(tri: bool, dev, g):
 
 
 def fp8_checks(ops, dt, dev, quick=True) -> list:
-    """Every FP8 row for backend ``ops`` in dtype ``dt`` on ``dev`` (nothing for triton on a GPU without fp8)."""
+    """Every FP8 row for backend ``ops`` in dtype ``dt`` on ``dev`` (for triton on a GPU without fp8 only the
+    experts', which decode e4m3 as integers)."""
     tri = ops.name == "triton"
-    if fp8_skip(ops.name, dev):
-        return []
     g = torch.Generator(device=dev).manual_seed(8)
-    return [*gemm_checks(tri, dev, g), *act_quant_checks(tri, dt, dev, g), *kv_checks(tri, dev, g)]
+    experts = list(moe_checks(tri, ops, dev, g))
+    if fp8_skip(ops.name, dev):
+        return experts
+    return [*gemm_checks(tri, dev, g), *act_quant_checks(tri, dt, dev, g), *experts, *kv_checks(tri, dev, g)]

@@ -14,10 +14,11 @@ in result files).
 A quantized checkpoint (``cfg.quantization``: each op's stored format is ``roofline.layer.precision_of``'s) is
 read by ``kernels.checkpoint_quant``'s reader of its layout, exactly. With ``backend`` named (the model's), a weight
 whose format that backend's model runs stays in it (``QuantWeight`` / ``QuantExperts``: the torch backend every
-registered format, fp8 through ``kernels.linear_fp8``, FP4 through ``kernels.fp4``; the triton backend int4, i.e.
-GPTQ); any other is dequantized exactly and cast to ``dtype``. Either way ``info["notes"]`` says so, one sentence per
-module class and format ("experts: mxfp4 checkpoint, dequantized exactly at load (...), into float32; a run holds
-it as its precision says ..."): never silent.
+registered format, fp8 through ``kernels.linear_fp8``, FP4 through ``kernels.fp4``; the triton backend every format
+with a Triton linear, and as routed experts those the fused MoE takes: ``runs_as_stored``); any other is dequantized
+exactly and cast to ``dtype``. Either way ``info["notes"]`` says so, one sentence per module class and format
+("experts: mxfp4 checkpoint, dequantized exactly at load (...), into float32; a run holds it as its precision says
+..."): never silent.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ from roofline.models import ModelConfig
 from roofline.precision.modules import WEIGHT_ROLES
 
 from . import checkpoint_quant as CQ
-from .quant import ABSORBED_KV_B, WEIGHT_DTYPES, absorbed_kv_b, quantized_ops
-from .quant_weight import FORMATS as TORCH_FORMATS, QuantExperts
+from .moe import QUANT_CODES as FUSED_MOE_FORMATS
+from .quant import ABSORBED_KV_B, absorbed_kv_b, quantized_ops
+from .quant_weight import FORMATS, QuantExperts
 from .weights import layer_weights
 
 # Buffers some checkpoints carry that are recomputed, not weights (RoPE's inverse frequencies).
@@ -81,11 +83,21 @@ def _open_all(files):
     return names, where
 
 
-def runs_as_stored(backend, dtype: str) -> bool:
-    """Whether ``backend``'s model runs a weight of our kernels' ``dtype`` (a ``QuantWeight.dtype``) as stored: the
-    torch backend every registered format (``kernels.quant_weight.FORMATS``), the triton backend's linears int8 /
-    int4 (``kernels.quant.WEIGHT_DTYPES``); None (no backend named): none."""
-    return dtype in {"torch": TORCH_FORMATS, "triton": WEIGHT_DTYPES}.get(backend, ())
+def runs_as_stored(backend, dtype: str, role: str = "linear", device=None) -> bool:
+    """Whether ``backend``'s model runs a weight of our kernels' ``dtype`` (a ``QuantWeight.dtype``) in WeightSpec
+    ``role`` as stored: the torch backend every registered format (``kernels.quant_weight.FORMATS``); the triton
+    backend every format with a Triton linear (``triton_linear``), and as routed experts those the fused MoE takes
+    (``kernels.moe.QUANT_CODES``), except on a GPU older than the tensor cores its kernels quantize the activations
+    for (the format's ``acts``: fp8's W8A8 linear on sm_80); None (no backend named): none."""
+    if backend == "triton":
+        if dtype not in (FUSED_MOE_FORMATS if role == "experts" else
+                         [d for d, f in FORMATS.items() if f.triton_linear is not None]):
+            return False
+        act = FORMATS[dtype].acts.get(role)
+        dev = torch.device(device) if device is not None else None
+        return (act is None or act.native is None or dev is None or dev.type != "cuda"
+                or torch.cuda.get_device_capability(dev) >= act.native)
+    return backend == "torch" and dtype in FORMATS
 
 
 class QuantLoad:
@@ -131,7 +143,7 @@ class QuantLoad:
     def why_not(self, ws, ours) -> str:
         if ours is None:
             return "our kernels have no reader of this layout"
-        if not runs_as_stored(self.backend, ours.dtype):
+        if not runs_as_stored(self.backend, ours.dtype, ws.role, self.device):
             return (f"the {self.backend} backend's model does not run {ours.dtype} weights" if self.backend else
                     "re-quantized by a weight-dtype flag, or sharded for tensor parallelism")
         if ws.rope or (ws.part and ws.part[0] != "interleave"):

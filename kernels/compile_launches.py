@@ -11,8 +11,10 @@ entry once per Llama-2-7B / Llama-3-8B combo).
 - activation: GeGLU (Gemma);
 - mla_attention: ``kernels.mla.mla_decode`` at DeepSeek-V3's shapes (``MLA_SHAPE``) in the 16-bit dtypes;
 - experts: ``kernels.moe.moe_experts`` at Mixtral-8x7B's and GPT-OSS-20B's shapes (``MOE_SHAPES``), float and
-  quantized (``MOE_QUANT``), and FP4 in bf16 (``MOE_FP4``: GPT-OSS's own mxfp4, Mixtral's shapes in nvfp4). FP4 is
-  the dequantizing path on every target (sm_80, sm_90, and sm_100 too: ``kernels.fp4`` says why);
+  quantized (``MOE_QUANT``), FP4 in bf16 (``MOE_FP4``: GPT-OSS's own mxfp4, Mixtral's shapes in nvfp4) and fp8
+  in bf16 (``MOE_FP8``: GPT-OSS's shapes per channel, Mixtral's in DeepSeek's 128 x 128 blocks; weight-only, the
+  e4m3 bytes decoded as integers, so on every target). FP4 is the dequantizing path on every target (sm_80, sm_90,
+  and sm_100 too: ``kernels.fp4`` says why);
 - FP8 (``fp8_launches``, on targets with fp8 only: ``FP8_CAPABILITY``; sm_80 has none, and the launcher refuses a
   GPU without it in one line): the W8A8 GEMM at a q_proj shape in both scale layouts (per channel with per-token
   activations, 128 x 128 blocks with 1 x 128 groups) with the activation quantization before it, and attention
@@ -25,7 +27,6 @@ from __future__ import annotations
 import torch
 
 from roofline.formulas import INT4_GROUP
-from roofline.precision import weight_format
 
 from . import decode_attention as DA
 from . import geglu as G
@@ -42,6 +43,7 @@ from . import rmsnorm as N
 from ._common import dtype_name
 from .quant_weight import QuantExperts, QuantWeight
 from .runner_registry import launches, needs_capability
+from .variants import FP8_CAPABILITY   # the registry's first capability with fp8 tensor cores (8.9: 89)
 
 
 # DeepSeek-V3's latent attention (issue 21): 128 heads, kv_lora_rank 512, qk_rope_head_dim 64, the 16-bit dtypes
@@ -75,6 +77,10 @@ MOE_QUANT = ((("bf16", "fp16"), "int8", None, False), (("bf16", "fp16"), "int4",
 MOE_INT4_GROUP = {"mixtral-8x7b": 128, "gpt-oss-20b": 32}   # the int4 group each shape's K divides (2880 = 90 x 32)
 FP4_DTYPES = ("bf16",)                                      # the activation dtype the FP4 variants compile in
 MOE_FP4 = {"gpt-oss-20b": "mxfp4", "mixtral-8x7b": "nvfp4"}  # each shape's FP4 format (2880 = 180 x 16, 4096, 14336)
+# each shape's fp8 experts (bf16 only: FP4_DTYPES): the two kernel paths, QUANT 5 (per channel; per tensor is the same
+# code with a zero scale stride) and QUANT 6 (128 x 128 blocks: 4096 and 14336 are whole blocks)
+MOE_FP8 = {"gpt-oss-20b": "fp8", "mixtral-8x7b": "fp8-block"}
+MOE_FP8_BATCH = 64   # at this batch only (decode: skinny; prefill: tiled), so the set grows by a handful of variants
 
 
 def meta_fp4(lead: tuple, K: int, N: int, dt, fmt: str):
@@ -124,6 +130,10 @@ def moe_launches(rec, where, phase, batch, context, dt) -> None:
         if dtype_name(dt) in FP4_DTYPES:
             q = [meta_fp4((E,), K, N, dt, MOE_FP4[model]) for K, N in ((H, I), (H, I), (I, H))]
             rec.context = dict(where, model=model, op=f"moe_experts w={MOE_FP4[model]}")
+            MOE.moe_experts(e(T, H), *q, *route, activation=s["activation"], **bb)
+        if dtype_name(dt) in FP4_DTYPES and batch == MOE_FP8_BATCH:
+            q = [meta_fp8_weight(MOE_FP8[model], K, N, (E,)) for K, N in ((H, I), (H, I), (I, H))]
+            rec.context = dict(where, model=model, op=f"moe_experts w={MOE_FP8[model]}")
             MOE.moe_experts(e(T, H), *q, *route, activation=s["activation"], **bb)
 
 
@@ -207,8 +217,6 @@ def attend_meta(cfg, phase, batch, context, dt, **kw) -> None:
 
 
 FP8_GEMMS = ("fp8", "fp8-block")   # the two scale layouts: per channel (x per token), 128 x 128 (x 1 x 128)
-FP8_NATIVE = weight_format(FP8_GEMMS[0]).native
-FP8_CAPABILITY = 10 * FP8_NATIVE[0] + FP8_NATIVE[1]     # the registry's first capability with fp8 tensor cores (8.9: 89)
 FP8_DTYPES = ("bf16",)         # the activation / output dtype the quick set compiles the fp8 kernels in
 needs_capability(FP8_CAPABILITY, "_linear_fp8_kernel", "_act_quant_kernel", "e4m3_round")   # sm_80 has no fp8
 
@@ -218,13 +226,14 @@ def fp8_ok(c) -> bool:
     return c.target.capability >= FP8_CAPABILITY and dtype_name(c.dt) in FP8_DTYPES
 
 
-def meta_fp8_weight(fmt: str, K: int, N: int) -> QuantWeight:
-    """A [K, N] fp8 ``QuantWeight`` on the meta device, laid out as ``kernels.linear_fp8.quantize`` stores it."""
+def meta_fp8_weight(fmt: str, K: int, N: int, lead: tuple = ()):
+    """A [K, N] fp8 ``QuantWeight`` (``lead`` = ()) or ``QuantExperts`` (``lead`` = (E,)) on the meta device, laid out
+    as ``kernels.linear_fp8.quantize`` stores it (stacked: a leading E)."""
     meta = torch.device("meta")
     f = LF8.fp8_format(fmt)
-    return QuantWeight(f.name, torch.empty(N, K, dtype=LF8.FP8, device=meta),
-                       torch.empty(LF8.scales_shape(f, K, N), dtype=torch.float32, device=meta), None, K, N,
-                       f.scales.k)
+    return (QuantExperts if lead else QuantWeight)(
+        f.name, torch.empty(*lead, N, K, dtype=LF8.FP8, device=meta),
+        torch.empty(*lead, *LF8.scales_shape(f, K, N), dtype=torch.float32, device=meta), None, K, N, f.scales.k)
 
 
 def fp8_launches(rec, where, cfg, T, dt) -> None:

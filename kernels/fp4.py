@@ -1,6 +1,6 @@
 """FP4 weights (mxfp4, nvfp4): the layouts, quantize / dequantize in torch, the Triton helpers that dequantize a
 tile in registers, the torch backend's path and the costs. ``kernels.linear_fp4`` (the linear) and ``kernels.moe``
-(the fused experts, QUANT 3 / 4) run them.
+(the fused experts, QUANT 3 / 4) run them; the experts' cost is ``kernels.moe.stored_cost``.
 
 Layout (the checkpoints' own: gpt-oss's ``*_blocks`` / ``*_scales`` reshaped, ModelOpt's ``weight`` /
 ``weight_scale`` / ``weight_scale_2``), for a [K, N] (in x out) weight:
@@ -54,7 +54,7 @@ from roofline.precision.formats import weight_bytes, weight_format as precision_
 
 from ._common import FLOAT_DTYPES, check_tensor, dtype_name
 from .linear import add_bias
-from .quant_weight import QuantExperts, QuantWeight, register_format
+from .quant_weight import QuantExperts, QuantWeight, remake
 
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 E2M1_MAX, E4M3_MAX = 6.0, 448.0
@@ -244,20 +244,25 @@ def linear_cost(tokens: int, in_features: int, out_features: int, fmt: str, dtyp
     return Cost(c.flops, c.bytes - wb + weight_bytes(fp4_format(fmt), in_features, out_features, d))
 
 
-def moe_cost(tokens: int, hidden: int, intermediate: int, n_experts: int, k: int, fmt: str, dtype="bf16", *,
-             distinct=None, activation: str = "silu", bias: bool = False) -> Cost:
-    """``roofline.formulas.moe_experts`` with each touched expert's three weights as stored in ``fmt``
-    (``weight_bytes``: gate, up [H, I], down [I, H]) instead of the activation dtype's."""
-    d = dtype if isinstance(dtype, str) else dtype_name(dtype)
-    dist = F.expected_distinct_experts(n_experts, k, tokens) if distinct is None else distinct
-    c = F.moe_experts(tokens, hidden, intermediate, n_experts, k, distinct=dist, activation=activation, bias=bias,
-                      weight_dtype=d, act_dtype=d)
-    f = fp4_format(fmt)
-    plain = F.moe_expert_weight_bytes(hidden, intermediate, weight_dtype=d, act_dtype=d)
-    fp4 = 2 * weight_bytes(f, hidden, intermediate, d) + weight_bytes(f, intermediate, hidden, d)
-    return Cost(c.flops, c.bytes + dist * (fp4 - plain))
+# ---------------------------------------------------------------- tensor-parallel shards
+
+def slice_rows(q, axis: str, start: int, stop: int):
+    """``kernels.quant.slice_quant`` for FP4 (a ``QuantWeight`` or, with a leading E, ``QuantExperts``): qweight
+    [.., N, K/2] and scales [.., N, K/g] by rows ("out") or by whole blocks of g input features ("in": else a
+    ValueError; ``kernels.quant.check_tp_scales`` says so in one line first); nvfp4's tensor scale(s) kept."""
+    if axis == "out":
+        return remake(q, qweight=q.qweight[..., start:stop, :], scales=q.scales[..., start:stop, :],
+                      out_features=stop - start)
+    g = q.group_size
+    if start % g or stop % g:
+        raise ValueError(f"a {q.dtype} slice of input features {start}:{stop} cuts a block of {g}: shard at whole "
+                         "blocks.")
+    return remake(q, qweight=q.qweight[..., start // 2: stop // 2], scales=q.scales[..., start // g: stop // g],
+                  in_features=stop - start)
 
 
-for _name in FP4:
-    register_format(_name, quantize=lambda w, _n=_name, **kw: quantize(w, _n, **kw), dequantize=dequantize,
-                    prepare_torch=prepare_torch, torch_linear=torch_linear)
+def pad_out(q: QuantWeight, n: int) -> QuantWeight:
+    """``q`` with zero output channels up to ``n``: code 0 (+0.0) and scale byte 0, so they dequantize to 0."""
+    extra = n - q.out_features
+    rows = lambda t: torch.cat([t, t.new_zeros(extra, t.shape[1])])  # noqa: E731
+    return remake(q, qweight=rows(q.qweight), scales=rows(q.scales), out_features=n)

@@ -7,7 +7,8 @@ Offsets are int64 (a cache easily exceeds 2^31 elements).
 8-bit cache (``scales=(k_scale, v_scale)``, each fp32 [n_slots, Hkv, max_len]; caches int8 or fp8
 e4m3, ``kernels.quant``): each row (one token, one KV head) is quantized on its own, in fp32:
 scale = absmax(row) / QMAX (127 int8, 448 fp8), value = row x (QMAX / absmax); int8 rounds half away
-from zero (x + 0.5 sign(x), truncated), fp8 by the cast (round to nearest even). So
+from zero (x + 0.5 sign(x), truncated), fp8 to nearest even (``act_quant.e4m3_round`` in fp32, then the cast of an
+exact value: the Triton interpreter's own fp32 -> e4m3 cast drops a mantissa carry into the next binade). So
 |row - value x scale| <= scale / 2 (int8), and a token's stored values never depend on other
 tokens: a chunked prefill writes the same cache as an unchunked one. An all-zero row stores 0, scale 0.
 """
@@ -22,6 +23,7 @@ from roofline import formulas as F
 
 from ._common import FLOAT_DTYPES, check_tensor, dtype_name, next_pow2, put
 from ._launch import launch
+from .act_quant import e4m3_round
 from .quant import KV_QMAX, KV_TORCH, dequantize_kv, kv_dtype_of, quantize_kv_rows
 
 QUANT_CODE = {"": 0, "int8": 1, "fp8": 2}
@@ -35,8 +37,8 @@ def _quantize_rows(x, QUANT: tl.constexpr, QMAX: tl.constexpr):
     y = x * inv[:, None]
     if QUANT == 1:
         q = (y + tl.where(y >= 0, 0.5, -0.5)).to(tl.int8)           # round half away from zero (|y| <= 127)
-    else:
-        q = y.to(tl.float8e4nv)
+    else:                                                           # rounded in fp32 first (act_quant.e4m3_round):
+        q = e4m3_round(tl.minimum(tl.maximum(y, -QMAX), QMAX)).to(tl.float8e4nv)   # the cast of an exact value
     return q, amax / QMAX
 
 

@@ -9,7 +9,8 @@ exact again) and fed to ``tl.dot`` with fp32 accumulation; nvfp4's tensor scale 
 after the K loop (before split-K's partials and the bias). BLOCK_K needs no relation to g (every element carries
 its own block's scale). Under the interpreter every load is upcast to fp32 (the kernel runs there: tested on the
 CPU). sm_100: the same dequantizing path (``kernels.fp4``'s docstring says why not ``tl.dot_scaled``).
-Cost: ``fp4.linear_cost`` (the registry's ``weight_bytes``).
+Cost: ``fp4.linear_cost`` (the registry's ``weight_bytes``). This module registers the FP4 formats
+(``register_format``: ``kernels.fp4``'s functions, this linear on the triton backend).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import triton.language as tl
 
 from ._common import FLOAT_DTYPES, INTERPRET, check_tensor
 from ._launch import launch
+from . import fp4
 from .fp4 import check_fp4_weight, fp4_tile, is_fp4, scale_bytes_view, scale_code
 from .linear import check_bias, gemm_io, grouped_tile, linear_config, split_k_buffers, store_tile
-from .quant_weight import QuantWeight
+from .quant_weight import QuantWeight, register_format
 
 
 @triton.jit
@@ -58,6 +60,17 @@ def _linear_fp4_kernel(x_ptr, w_ptr, s_ptr, ts_ptr, y_ptr, p_ptr, lock_ptr, M, N
                BLOCK_M, BLOCK_N, SPLIT_K, BIAS)
 
 
+def linear_fp4_config(M: int, N: int, K: int, dtype=torch.bfloat16, device="cpu", **overrides) -> dict:
+    """The bf16 linear's rule (``kernels.linear.linear_config``): BLOCK_K is free of the FP4 block."""
+    return linear_config(M, N, K, dtype, device, **overrides)
+
+
+def run_config(qw: QuantWeight, M: int, dtype, device) -> dict:
+    """The tiles ``linear_fp4`` runs ``qw`` with for M rows (``linear_fp4_config``)."""
+    K, N = qw.shape
+    return linear_fp4_config(M, N, K, dtype, device)
+
+
 def linear_fp4(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None, *, out: torch.Tensor | None = None,
                **config) -> torch.Tensor:
     """y[..., N] = x[..., K] @ dequant(qw) (+ bias[N], in the epilogue) with the Triton kernel; ``config``
@@ -74,7 +87,7 @@ def linear_fp4(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = Non
     M = x2.shape[0]
     if M == 0:
         return out
-    c = linear_config(M, N, K, x.dtype, x.device, **config)
+    c = linear_fp4_config(M, N, K, x.dtype, x.device, **config)
     prec = "ieee" if (x.dtype == torch.float32 or INTERPRET) else "tf32"
     tiles, split, part, locks = split_k_buffers(M, N, c, y2)
     w, s = qw.qweight, scale_bytes_view(qw)
@@ -86,3 +99,10 @@ def linear_fp4(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = Non
            BLOCK_K=c["block_k"], GROUP_M=c["group_m"], SPLIT_K=split > 1, UPCAST=INTERPRET, DOT_PREC=prec,
            BIAS=bias is not None, num_warps=c["num_warps"], num_stages=c["num_stages"])
     return out
+
+
+for _name in fp4.FP4:
+    register_format(_name, quantize=lambda w, _n=_name, **kw: fp4.quantize(w, _n, **kw), dequantize=fp4.dequantize,
+                    prepare_torch=fp4.prepare_torch, torch_linear=fp4.torch_linear, triton_linear=linear_fp4,
+                    triton_config=run_config,
+                    slice=fp4.slice_rows, pad_out=fp4.pad_out)

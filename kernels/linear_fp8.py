@@ -47,7 +47,7 @@ from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name
 from ._launch import launch
 from .linear import add_bias, check_bias, grouped_tile, linear_config, split_k_buffers, store_tile
 from .env import device_label, fp8_supported
-from .quant_weight import QuantWeight, register_format
+from .quant_weight import QuantWeight, register_format, remake
 
 FP8 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
@@ -125,6 +125,12 @@ def linear_fp8_config(M: int, N: int, K: int, device="cpu", *, block: bool = Fal
         raise ValueError(f"block_k must be at least 32 (the fp8 tensor cores' K step)"
                          f"{' and divide 128 (a step inside one weight block)' if block else ''}, got {bk}.")
     return linear_config(M, N, K, torch.bfloat16, device, block_k=bk, **overrides)
+
+
+def run_config(qw: QuantWeight, M: int, dtype, device) -> dict:
+    """The GEMM's tiles for M rows of ``qw`` (``linear_fp8_config``; 128 x 128 blocks: BLOCK_K inside one)."""
+    K, N = qw.shape
+    return linear_fp8_config(M, N, K, device, block=bool(fp8_format(qw).scales.k))
 
 
 def check_fp8_device(device) -> None:
@@ -301,6 +307,65 @@ def cost(tokens: int, in_features: int, out_features: int, weight="fp8", out_dty
     return Cost(flops=2.0 * T * K * N + (T * N if bias else 0), bytes=wb + xb + ob)
 
 
+# ---------------------------------------------------------------- the torch backend's routed experts
+
+EXPERT_IMPL = ("weight-only (W8A16, as the fused kernel): x @ the fp8 expert dequantized to x's dtype; "
+               "the activations are not quantized")
+
+
+def torch_expert(x: torch.Tensor, qw: QuantWeight) -> torch.Tensor:
+    """The torch backend's GEMM of one fp8 routed expert: the fused MoE kernel's arithmetic (``kernels.moe``: the
+    weight dequantized, x in its own dtype), not the W8A8 linear's (``EXPERT_IMPL``)."""
+    return x @ dequantize(qw, x.dtype)
+
+
+# ---------------------------------------------------------------- tensor-parallel shards
+
+def _cut(what: str, start: int, stop: int, full: int, block: int) -> None:
+    if start % block or (stop % block and stop != full):
+        raise ValueError(f"an fp8-block slice of {what} {start}:{stop} (of {full}) cuts a {block}-block of scales: "
+                         "shard at whole blocks.")
+
+
+def slice_rows(q, axis: str, start: int, stop: int):
+    """``kernels.quant.slice_quant`` for the fp8 formats (a ``QuantWeight`` or, with a leading E, ``QuantExperts``):
+    qweight [.., N, K] by rows ("out") or columns ("in"); per-tensor scales [.., 1] whole; per-channel [.., N]
+    follow "out" and stay whole on "in"; 128 x 128 blocks [.., cdiv(N, 128), cdiv(K, 128)] follow both, so a slice
+    must keep whole blocks (its stop may be the weight's last, partial one): else a ValueError
+    (``kernels.quant.check_tp_scales`` says so in one line before anything runs)."""
+    sc = fp8_format(q).scales
+    K, N = q.in_features, q.out_features
+    if axis == "out":
+        if sc.k:
+            _cut("output channels", start, stop, N, sc.n)
+            scales = q.scales[..., start // sc.n: cdiv(stop, sc.n), :]
+        else:
+            scales = q.scales[..., start:stop] if sc.n else q.scales
+        return remake(q, qweight=q.qweight[..., start:stop, :], scales=scales, out_features=stop - start)
+    if sc.k:
+        _cut("input features", start, stop, K, sc.k)
+        scales = q.scales[..., start // sc.k: cdiv(stop, sc.k)]
+    else:
+        scales = q.scales
+    return remake(q, qweight=q.qweight[..., start:stop], scales=scales, in_features=stop - start)
+
+
+def pad_out(q: QuantWeight, n: int) -> QuantWeight:
+    """``q`` with zero output channels up to ``n``: zero values (so 0 whatever their scale), zero scales for the
+    new channels (per channel) or the new blocks (128 x 128; a partial last block's new rows keep its scale)."""
+    sc = fp8_format(q).scales
+    extra = n - q.out_features
+    qweight = torch.cat([q.qweight, q.qweight.new_zeros(extra, q.qweight.shape[1])])
+    s = q.scales
+    if sc.k:
+        s = torch.cat([s, s.new_zeros(cdiv(n, sc.n) - s.shape[0], s.shape[1])])
+    elif sc.n:
+        s = torch.cat([s, s.new_zeros(extra)])
+    return remake(q, qweight=qweight, scales=s, out_features=n)
+
+
 for _name in FORMATS:
     register_format(_name, quantize=partial(quantize, fmt=_name), dequantize=dequantize, prepare_torch=prepare_torch,
-                    torch_linear=torch_linear, acts={"linear": act_format_for(_name)})
+                    torch_linear=torch_linear, triton_linear=linear_fp8, triton_config=run_config, slice=slice_rows,
+                    pad_out=pad_out,
+                    acts={"linear": act_format_for(_name)}, torch_expert=torch_expert, torch_expert_impl=EXPERT_IMPL)

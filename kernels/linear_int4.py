@@ -42,7 +42,7 @@ from ._common import FLOAT_DTYPES, INTERPRET, check_tensor, dtype_name
 from ._launch import launch
 from .linear import grouped_tile, store_tile, add_bias, check_bias, gemm_io, linear_config, split_k_buffers
 from . import quant_weight
-from .quant_weight import QuantWeight, check_group, op_missing, register_format
+from .quant_weight import QuantWeight, check_group, op_missing, register_format, remake
 
 
 @triton.jit
@@ -95,6 +95,12 @@ def linear_int4_config(M: int, N: int, K: int, group_size: int, dtype=torch.bflo
     if zero_point:
         c["num_stages"] = min(c["num_stages"], 3)
     return c
+
+
+def run_config(qw: QuantWeight, M: int, dtype, device) -> dict:
+    """The tiles ``linear_int4`` runs ``qw`` with for M rows (``linear_int4_config``)."""
+    K, N = qw.shape
+    return linear_int4_config(M, N, K, qw.group_size, dtype, device, zero_point=qw.zeros is not None)
 
 
 def linear_int4(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None, *, out: torch.Tensor | None = None,
@@ -262,5 +268,32 @@ def cost(tokens: int, in_features: int, out_features: int, dtype="bf16", group_s
                     zero_point=zero_point, bias=bias)
 
 
+# ---------------------------------------------------------------- tensor-parallel shards
+
+def slice_rows(q, axis: str, start: int, stop: int):
+    """``kernels.quant.slice_quant`` for int4 (a ``QuantWeight`` or, with a leading E, ``QuantExperts``): the
+    [.., K/g, N] scales (and zeros) follow both axes, so an "in" slice must keep whole groups (a ValueError here;
+    ``kernels.quant.check_tp_groups`` says so in one line before anything runs)."""
+    z = q.zeros
+    if axis == "out":
+        return remake(q, qweight=q.qweight[..., start:stop, :], scales=q.scales[..., start:stop],
+                      zeros=None if z is None else z[..., start:stop], out_features=stop - start)
+    g = q.group_size
+    if start % g or stop % g:
+        raise ValueError(f"an int4 slice of input rows {start}:{stop} cuts a group of {g}: shard at whole groups.")
+    gs = slice(start // g, stop // g)
+    return remake(q, qweight=q.qweight[..., start // 2: stop // 2], scales=q.scales[..., gs, :],
+                  zeros=None if z is None else z[..., gs, :], in_features=stop - start)
+
+
+def pad_out(q: QuantWeight, n: int) -> QuantWeight:
+    """``q`` with zero output channels up to ``n``: zero values (u = 0), zero scales and zeros, so 0."""
+    extra = n - q.out_features
+    cols = lambda t: None if t is None else torch.cat([t, t.new_zeros(t.shape[0], extra)], dim=1)  # noqa: E731
+    return remake(q, qweight=torch.cat([q.qweight, q.qweight.new_zeros(extra, q.qweight.shape[1])]),
+                  scales=cols(q.scales), zeros=cols(q.zeros), out_features=n)
+
+
 register_format("int4", quantize=quantize, dequantize=dequantize, prepare_torch=prepare_torch,
-                torch_linear=torch_linear)
+                torch_linear=torch_linear, triton_linear=linear_int4, triton_config=run_config, slice=slice_rows,
+                pad_out=pad_out)

@@ -31,7 +31,7 @@ from ._common import FLOAT_DTYPES, INTERPRET, check_tensor, dtype_name
 from ._launch import launch
 from .linear import grouped_tile, store_tile, add_bias, check_bias, gemm_io, linear_config, split_k_buffers
 from . import quant_weight
-from .quant_weight import QuantWeight, register_format
+from .quant_weight import QuantWeight, register_format, remake
 
 QMAX = 127
 
@@ -72,6 +72,12 @@ def _linear_int8_kernel(x_ptr, w_ptr, s_ptr, y_ptr, p_ptr, lock_ptr, M, N, K, K_
 def linear_int8_config(M: int, N: int, K: int, dtype=torch.bfloat16, device="cpu", **overrides) -> dict:
     """The bf16 linear's rule (``kernels.linear.linear_config``: skinny split-K for M <= 64, tiles for prefill)."""
     return linear_config(M, N, K, dtype, device, **overrides)
+
+
+def run_config(qw: QuantWeight, M: int, dtype, device) -> dict:
+    """The tiles ``linear_int8`` runs ``qw`` with for M rows (``linear_int8_config``)."""
+    K, N = qw.shape
+    return linear_int8_config(M, N, K, dtype, device)
 
 
 def linear_int8(x: torch.Tensor, qw: QuantWeight, bias: torch.Tensor | None = None, *, out: torch.Tensor | None = None,
@@ -160,5 +166,26 @@ def cost(tokens: int, in_features: int, out_features: int, dtype="bf16", *, bias
     return F.linear(tokens, in_features, out_features, weight_dtype="int8", act_dtype=d, bias=bias)
 
 
+# ---------------------------------------------------------------- tensor-parallel shards
+
+def slice_rows(q, axis: str, start: int, stop: int):
+    """``kernels.quant.slice_quant`` for int8 (a ``QuantWeight`` or, with a leading E, ``QuantExperts``): an "out"
+    slice takes rows of qweight [.., N, K] and of the per-output-channel scales [.., N]; an "in" slice columns of
+    qweight, the scales whole (each channel's scale covers all of K: a row-parallel layer's scales are replicated,
+    as in vLLM)."""
+    if axis == "out":
+        return remake(q, qweight=q.qweight[..., start:stop, :], scales=q.scales[..., start:stop],
+                      out_features=stop - start)
+    return remake(q, qweight=q.qweight[..., start:stop], in_features=stop - start)
+
+
+def pad_out(q: QuantWeight, n: int) -> QuantWeight:
+    """``q`` with zero output channels up to ``n``: zero values, zero scales."""
+    extra = n - q.out_features
+    return remake(q, qweight=torch.cat([q.qweight, q.qweight.new_zeros(extra, q.qweight.shape[1])]),
+                  scales=torch.cat([q.scales, q.scales.new_zeros(extra)]), out_features=n)
+
+
 register_format("int8", quantize=quantize, dequantize=dequantize, prepare_torch=prepare_torch,
-                torch_linear=torch_linear)
+                torch_linear=torch_linear, triton_linear=linear_int8, triton_config=run_config, slice=slice_rows,
+                pad_out=pad_out)

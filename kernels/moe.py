@@ -43,7 +43,19 @@ fp32 tensor scales [E]): QUANT 3 (mxfp4, e8m0) / 4 (nvfp4, e4m3). Each tile is d
 (``fp4.fp4_tile``: exact in fp32, then in the activation dtype) and goes to ``tl.dot`` as a float tile; nvfp4's
 tensor scale multiplies each accumulator once, after the K loop (before the bias and the activation). BLOCK_K is
 free of the block size. The torch backend and the reference dequantize per expert (``kernels.fp4``); the cost is
-``fp4.moe_cost`` (the precision registry's ``weight_bytes``).
+``stored_cost`` (the precision registry's ``weight_bytes``).
+
+fp8 experts (``kernels.quant.quantize_experts(w, "fp8" | "fp8-tensor" | "fp8-block")``: e4m3 [E, N, K] with fp32
+scales [E, N] per channel, [E, 1] per tensor or [E, cdiv(N, 128), cdiv(K, 128)] per 128 x 128 block), weight-only
+(W8A16: the activations stay in their dtype; no ``acts["experts"]`` in the format's registration, so costs follow):
+QUANT 5 (scales constant along K: per channel, or per tensor with scale stride 0 along N) multiplies the
+accumulators once after the K loop, as int8; QUANT 6 (blocks) takes BLOCK_K dividing 128 (``moe_config``'s
+``scale_k``), so a K tile lies in one block row, and scales each tile's dot by its block's scale per column
+(n // 128), as int4's groups. Each tile is loaded as bytes and decoded to fp32 with integer ops (``_fp8_tile``:
+exact, then exact again in bf16 / fp16), not with an fp8 conversion, so it runs on every target (sm_80 too) and
+under the interpreter. The torch peer (``torch_moe``) runs the same arithmetic, x @ the expert dequantized to x's
+dtype (``linear_fp8.torch_expert``, said in ``QuantExperts.torch_impl``), not the W8A8 linear. Cost:
+``stored_cost``.
 """
 
 from __future__ import annotations
@@ -59,9 +71,14 @@ from roofline.errors import RooflineError
 
 from ._common import FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, dtype_name
 from ._launch import launch
+from roofline.cost import Cost
+from roofline.precision import weight_bytes, weight_format as precision_format
+from roofline.precision.formats import FLOAT_BYTES
+
+from . import linear_fp8 as LF8
 from .fp4 import check_fp4_weight, fp4_tile, is_fp4, scale_bytes_view, scale_code
 from .quant import torch_linear
-from .quant_weight import QuantExperts, check_group
+from .quant_weight import QuantExperts, check_group, weight_format
 
 ACTIVATIONS = ("silu", "swiglu_oai")
 SKINNY_ROWS = 16          # at most this many rows per expert on average: the skinny (decode) configuration
@@ -115,11 +132,18 @@ def _act(g, u, alpha, limit, ACT: tl.constexpr):
     return h
 
 
-QUANT_CODES = {"int8": 1, "int4": 2, "mxfp4": 3, "nvfp4": 4}   # the kernels' QUANT constexpr (0: float weights)
-FP4_QUANT = 3                          # QUANT >= 3: FP4 (kernels.fp4), its SCALE constexpr = QUANT - 2
+# the kernels' QUANT constexpr (0: float weights); fp8 by its scales' layout (registry): 5 constant along K (per
+# channel, per tensor), 6 in 128 x 128 blocks
+QUANT_CODES = {"int8": 1, "int4": 2, "mxfp4": 3, "nvfp4": 4,
+               **{n: 6 if LF8.fp8_format(n).scales.k else 5 for n in LF8.FORMATS}}
+FP4_QUANT = 3                          # QUANT 3, 4: FP4 (kernels.fp4), its SCALE constexpr = QUANT - 2
+FP8_QUANT = 5                          # QUANT >= 5: fp8 e4m3 (``_fp8_tile``)
 # int4 experts, tiled: BLOCK_K 32 (the int32 nibble tiles of gate and up beside the two accumulators and each tile's
 # scaled dot: 64 x 64 x 64 with 8 warps took 255 registers and spilled 152 B on sm_80; 32 takes 172, no spills)
 INT4_TILED_BLOCK_K = 32
+# fp8 experts, tiled: BLOCK_K 32 too (the decoded e4m3 tiles: 64 x 64 x 64 with 8 warps spilled 588 B per thread on
+# sm_80 per channel, 5,976 B with 128 x 128 blocks; sm_90 did not)
+FP8_TILED_BLOCK_K = 32
 
 
 @triton.jit
@@ -135,6 +159,21 @@ def _w_tile(w_ptr, offs_k, offs_n, mask, stride_wk, stride_wn, QUANT: tl.constex
         w = tl.load(w_ptr + offs_k[:, None].to(tl.int64) * stride_wk + offs_n[None, :] * stride_wn, mask=mask,
                     other=0)
     return w
+
+
+@triton.jit
+def _fp8_tile(w_ptr, offs_k, offs_n, mask, stride_wk, stride_wn):
+    """A [BLOCK_K, BLOCK_N] fp32 tile of an fp8 e4m3 weight stored [N, K] (read as its bytes), decoded
+    arithmetically (no fp8 conversion: any target, and the interpreter): sign bit 7, exponent bits 6..3 (bias 7),
+    mantissa bits 2..0; exponent 0 is subnormal, m * 2^-9; else the fp32 with exponent e - 7 and mantissa m. Exact
+    (e4m3 has 4 significant bits). 0x7f / 0xff (NaN) never occur: ``kernels.linear_fp8.quantize`` saturates at
+    448."""
+    b = tl.load(w_ptr + offs_k[:, None].to(tl.int64) * stride_wk + offs_n[None, :] * stride_wn, mask=mask,
+                other=0).to(tl.int32)
+    e = (b >> 3) & 15
+    m = b & 7
+    v = tl.where(e == 0, m.to(tl.float32) * 0.001953125, (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True))
+    return tl.where((b & 128) != 0, -v, v)
 
 
 @triton.jit
@@ -167,7 +206,10 @@ def _moe_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, h_ptr, sorted_ptr
         a = tl.load(x_ptr + token[:, None] * stride_xt + offs_k[None, :], mask=valid[:, None] & kmask[None, :],
                     other=0.0)
         w_mask = kmask[:, None] & nmask[None, :]
-        if QUANT >= 3:                                   # FP4: dequantized to fp32 in registers (kernels.fp4)
+        if QUANT >= 5:                                   # fp8 e4m3: decoded to fp32 in registers
+            bg = _fp8_tile(wg, offs_k, offs_n, w_mask, stride_wk, stride_wn)
+            bu = _fp8_tile(wu, offs_k, offs_n, w_mask, stride_wk, stride_wn)
+        elif QUANT >= 3:                                 # FP4: dequantized to fp32 in registers (kernels.fp4)
             bg = fp4_tile(wg, sg_ptr + e * stride_se, offs_k, offs_n, w_mask, stride_wk, stride_wn, stride_sg,
                           stride_sn, GROUP, QUANT - 2)
             bu = fp4_tile(wu, su_ptr + e * stride_se, offs_k, offs_n, w_mask, stride_wk, stride_wn, stride_sg,
@@ -184,9 +226,15 @@ def _moe_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, h_ptr, sorted_ptr
             bg = bg.to(tl.float32)
             bu = bu.to(tl.float32)
         elif QUANT != 0:
-            bg = bg.to(a.dtype)                          # dequantized in registers: exact (|q| <= 127, -8..7, FP4)
+            bg = bg.to(a.dtype)                          # dequantized in registers: exact (|q| <= 127, -8..7, FP4, e4m3)
             bu = bu.to(a.dtype)
-        if QUANT == 2:                                   # int4: the tile's one group, its scales per column
+        if QUANT == 6:                                   # fp8 128 x 128 blocks: the tile's one block row of K
+            so = e * stride_se + (k0 // GROUP) * stride_sg + (offs_n // GROUP) * stride_sn
+            s_g = tl.load(sg_ptr + so, mask=nmask, other=0.0)
+            s_u = tl.load(su_ptr + so, mask=nmask, other=0.0)
+            acc_g += tl.dot(a, bg, input_precision=DOT_PREC) * s_g[None, :]
+            acc_u += tl.dot(a, bu, input_precision=DOT_PREC) * s_u[None, :]
+        elif QUANT == 2:                                 # int4: the tile's one group, its scales per column
             so = e * stride_se + (k0 // GROUP) * stride_sg + offs_n
             s_g = tl.load(sg_ptr + so, mask=nmask, other=0.0).to(tl.float32)
             s_u = tl.load(su_ptr + so, mask=nmask, other=0.0).to(tl.float32)
@@ -205,6 +253,9 @@ def _moe_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, h_ptr, sorted_ptr
     if QUANT == 1:                                       # int8: the per-channel scales, once on the accumulators
         acc_g = acc_g * tl.load(sg_ptr + e * stride_se + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
         acc_u = acc_u * tl.load(su_ptr + e * stride_se + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+    if QUANT == 5:                                       # fp8 per channel (per tensor: stride_sn 0), once
+        acc_g = acc_g * tl.load(sg_ptr + e * stride_se + offs_n * stride_sn, mask=nmask, other=0.0)[None, :]
+        acc_u = acc_u * tl.load(su_ptr + e * stride_se + offs_n * stride_sn, mask=nmask, other=0.0)[None, :]
     if BIAS:
         acc_g += tl.load(bg_ptr + e * stride_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
         acc_u += tl.load(bu_ptr + e * stride_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
@@ -241,7 +292,9 @@ def _moe_down_kernel(h_ptr, wd_ptr, bd_ptr, rw_ptr, p_ptr, sorted_ptr, bexp_ptr,
         kmask = offs_k < K
         a = tl.load(h_ptr + rows[:, None] * stride_ht + offs_k[None, :], mask=valid[:, None] & kmask[None, :],
                     other=0.0)
-        if QUANT >= 3:
+        if QUANT >= 5:
+            b = _fp8_tile(wd, offs_k, offs_n, kmask[:, None] & nmask[None, :], stride_wk, stride_wn)
+        elif QUANT >= 3:
             b = fp4_tile(wd, sd_ptr + e * stride_se, offs_k, offs_n, kmask[:, None] & nmask[None, :], stride_wk,
                          stride_wn, stride_sg, stride_sn, GROUP, QUANT - 2)
         else:
@@ -251,7 +304,10 @@ def _moe_down_kernel(h_ptr, wd_ptr, bd_ptr, rw_ptr, p_ptr, sorted_ptr, bexp_ptr,
             b = b.to(tl.float32)
         elif QUANT != 0:
             b = b.to(a.dtype)                            # dequantized in registers: exact
-        if QUANT == 2:                                   # int4: the tile's one group
+        if QUANT == 6:                                   # fp8 128 x 128 blocks: the tile's one block row of K
+            so = e * stride_se + (k0 // GROUP) * stride_sg + (offs_n // GROUP) * stride_sn
+            acc += tl.dot(a, b, input_precision=DOT_PREC) * tl.load(sd_ptr + so, mask=nmask, other=0.0)[None, :]
+        elif QUANT == 2:                                 # int4: the tile's one group
             so = e * stride_se + (k0 // GROUP) * stride_sg + offs_n
             acc += tl.dot(a, b, input_precision=DOT_PREC) * tl.load(sd_ptr + so, mask=nmask,
                                                                     other=0.0).to(tl.float32)[None, :]
@@ -264,6 +320,8 @@ def _moe_down_kernel(h_ptr, wd_ptr, bd_ptr, rw_ptr, p_ptr, sorted_ptr, bexp_ptr,
         acc = acc * tl.load(td_ptr + e)
     if QUANT == 1:                                       # int8: the per-channel scales, once
         acc = acc * tl.load(sd_ptr + e * stride_se + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+    if QUANT == 5:                                       # fp8 per channel (per tensor: stride_sn 0), once
+        acc = acc * tl.load(sd_ptr + e * stride_se + offs_n * stride_sn, mask=nmask, other=0.0)[None, :]
     if BIAS:
         acc += tl.load(bd_ptr + e * stride_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
     acc = acc * tl.load(rw_ptr + rows, mask=valid, other=0.0)[:, None]
@@ -272,14 +330,16 @@ def _moe_down_kernel(h_ptr, wd_ptr, bd_ptr, rw_ptr, p_ptr, sorted_ptr, bexp_ptr,
 
 
 def moe_config(T: int, E: int, k: int, H: int, I: int, dtype=torch.bfloat16, device="cpu", *,  # noqa: E741
-               block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None, group_size=0) -> dict:
+               block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None, group_size=0,
+               scale_k=None) -> dict:
     """Blocks, warps and stages for T tokens over E experts (k each), H -> I -> H; explicit arguments override.
 
     "skinny" when the T*k rows average at most ``SKINNY_ROWS`` per expert (decode: a 16-row block holds an
     expert's tokens, long K tiles stream its weights), else "tiled" (64-row blocks reuse each weight tile over
     more tokens). ``device`` is for symmetry with ``linear_config`` (the choice does not depend on the SM count).
     int4 experts (``group_size`` g): BLOCK_K at most g and dividing it (a K tile lies in one group), and at most
-    ``INT4_TILED_BLOCK_K`` when tiled."""
+    ``INT4_TILED_BLOCK_K`` when tiled. fp8 experts (``scale_k``: 0 per channel / tensor, 128 for 128 x 128 blocks,
+    None: not fp8): at most ``FP8_TILED_BLOCK_K`` when tiled, and dividing a block (a K tile in one block row)."""
     for name, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
         if v is not None and (int(v) < 16 or int(v) & (int(v) - 1)):
             raise ValueError(f"{name} must be a power of two of at least 16 (tl.dot needs 16 or more), got {v}.")
@@ -292,6 +352,11 @@ def moe_config(T: int, E: int, k: int, H: int, I: int, dtype=torch.bfloat16, dev
         if int(group_size) % bk:
             raise ValueError(f"block_k ({bk}) must divide the int4 group size ({group_size}): give a power of two "
                              f"of at least 16 and at most {group_size}.")
+    if scale_k is not None and block_k is None and kind == "tiled":
+        bk = min(bk, FP8_TILED_BLOCK_K)
+    if scale_k and int(scale_k) % bk:
+        raise ValueError(f"block_k ({bk}) must divide the fp8 weight blocks' {scale_k} input features: give a power "
+                         f"of two of at least 16 and at most {scale_k}.")
     return dict(kind=kind, block_m=block_m or bm, block_n=block_n or bn, block_k=bk,
                 num_warps=num_warps or warps, num_stages=num_stages or stages)
 
@@ -307,6 +372,9 @@ def _check_inputs(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_u
         dt, dev = w_gate.dtype, w_gate.device
         check_tensor("w_up", w_up, (E, H, I), dtype=dt, device=dev)
         check_tensor("w_down", w_down, (E, I, H), dtype=dt, device=dev)
+    if dt is None:                               # fp8 experts: fp32 scales, any float activations
+        check_tensor("x", x, (None, H), dtypes=FLOAT_DTYPES, device=dev)
+        dt = x.dtype
     check_tensor("x", x, (None, H), dtype=dt, device=dev)
     T = x.shape[0]
     check_tensor("ids", ids, (T, None), device=dev)
@@ -351,6 +419,8 @@ def _check_quant(w_gate, w_up, w_down) -> tuple:
         if w_up.qweight.stride() != w_gate.qweight.stride() or w_up.scales.stride() != w_gate.scales.stride():
             raise ValueError("w_gate and w_up must have the same strides (one stride set is passed to the kernel).")
         return E, H, I, dt, dev
+    if w_gate.dtype in LF8.FORMATS:
+        return (*_check_fp8(w_gate, w_up, w_down), dev)
     int8 = w_gate.dtype == "int8"
     for name, w, (K, N) in (("w_gate", w_gate, (H, I)), ("w_up", w_up, (H, I)), ("w_down", w_down, (I, H))):
         if tuple(w.shape) != (E, K, N):
@@ -374,6 +444,24 @@ def _check_quant(w_gate, w_up, w_down) -> tuple:
     return E, H, I, dt, dev
 
 
+def _check_fp8(w_gate, w_up, w_down) -> tuple:
+    """(E, H, I, None) of fp8 experts (``LF8.quantize`` stacked: e4m3 [E, N, K], fp32 scales [E, N] / [E, 1] /
+    [E, cdiv(N, 128), cdiv(K, 128)]); None: the activation dtype is x's (the scales are fp32)."""
+    f = LF8.fp8_format(w_gate)
+    E, H, I = w_gate.shape  # noqa: E741
+    dev = w_gate.device
+    if f.scales.k and f.scales.k != f.scales.n:
+        raise ValueError(f"the fused MoE takes square fp8 scale blocks, not {f.describe()}.")
+    for name, w, (K, N) in (("w_gate", w_gate, (H, I)), ("w_up", w_up, (H, I)), ("w_down", w_down, (I, H))):
+        if tuple(w.shape) != (E, K, N):
+            raise ValueError(f"{name} must hold [E, K, N] = [{E}, {K}, {N}] weights, got {list(w.shape)}.")
+        check_tensor(f"{name}.qweight", w.qweight, (E, N, K), dtype=LF8.FP8, device=dev)
+        check_tensor(f"{name}.scales", w.scales, (E, *LF8.scales_shape(f, K, N)), dtype=torch.float32, device=dev)
+    if w_up.qweight.stride() != w_gate.qweight.stride() or w_up.scales.stride() != w_gate.scales.stride():
+        raise ValueError("w_gate and w_up must have the same strides (one stride set is passed to the kernel).")
+    return E, H, I, None
+
+
 def _weight_args(w) -> tuple:
     """What a MoE kernel takes for one weight: (tensor, (stride_e, stride_k, stride_n), scales, zeros,
     (scale stride_e, scale stride_g, scale stride_n), QUANT, GROUP, ZERO_POINT, tensor scales); a float weight
@@ -387,6 +475,10 @@ def _weight_args(w) -> tuple:
         return (q, (q.stride(0), q.stride(2), q.stride(1)), s, s, (s.stride(0), s.stride(2), s.stride(1)),
                 FP4_QUANT - 1 + scale_code(w.dtype), w.group_size, False, ts)
     s = w.scales
+    if w.dtype in LF8.FORMATS:                  # bytes [E, N, K]; scales [E, N] | [E, 1] (stride 0) | [E, N/128, K/128]
+        b, sc = q.view(torch.uint8), LF8.fp8_format(w).scales
+        sst = (s.stride(0), s.stride(2), s.stride(1)) if sc.k else (s.stride(0), 0, s.stride(1) if sc.n else 0)
+        return b, (b.stride(0), b.stride(2), b.stride(1)), s, s, sst, QUANT_CODES[w.dtype], sc.k, False, s
     z = w.zeros if w.zeros is not None else s
     return (q, (q.stride(0), q.stride(2), q.stride(1)), s, z, (s.stride(0), s.stride(1) if w.dtype == "int4" else 0, 0),
             QUANT_CODES[w.dtype], w.group_size if w.dtype == "int4" else 0, w.zeros is not None, s)
@@ -396,7 +488,8 @@ def moe_experts(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_g
                 alpha=1.702, limit=7.0, out=None, **config) -> torch.Tensor:
     """y [T, H] = sum_j weights[t, j] * expert_{ids[t, j]}(x[t]) with the two Triton launches (module docstring).
     ``config`` overrides ``moe_config`` (block_m, block_n, block_k, num_warps, num_stages). The expert weights are
-    float tensors or three ``kernels.quant_weight.QuantExperts`` (int8 / int4, the activation dtype in their scales)."""
+    float tensors or three ``kernels.quant_weight.QuantExperts`` (int8 / int4 with the activation dtype in their
+    scales, mxfp4 / nvfp4, fp8 per channel / per tensor / 128 x 128 blocks: ``QUANT_CODES``)."""
     # x: [T, H]   w_gate, w_up: [E, H, I]   w_down: [E, I, H]   weights, ids: [T, k]   y: [T, H]
     T, E, H, I, k = _check_inputs(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down)
     if out is None:
@@ -408,7 +501,8 @@ def moe_experts(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_g
     if T == 0:
         return out
     g4 = w_gate.group_size if quant and w_gate.dtype == "int4" else 0
-    c = moe_config(T, E, k, H, I, x.dtype, x.device, group_size=g4, **config)
+    sk = w_gate.group_size if quant and w_gate.dtype in LF8.FORMATS else None   # fp8: 128 (blocks) or 0
+    c = moe_config(T, E, k, H, I, x.dtype, x.device, group_size=g4, scale_k=sk, **config)
     BM = c["block_m"]
     al = moe_align(ids, E, BM)
     blocks = al.block_expert.numel()
@@ -449,8 +543,10 @@ def _dequant_mm(xs, w, e, ct):
 
 
 def _quant_mm(xs, w, e, ct):
-    """A quantized expert on the torch backend: its ``QuantWeight`` through the backend's quantized GEMM."""
-    return torch_linear(xs, w.expert(e))
+    """A quantized expert on the torch backend: its format's expert GEMM (``register_format``'s ``torch_expert``:
+    fp8's weight-only one, the fused kernel's arithmetic), else its ``QuantWeight`` through the backend's quantized
+    linear."""
+    return (weight_format(w.dtype).torch_expert or torch_linear)(xs, w.expert(e))
 
 
 def _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down, alpha, limit, ct, mm=_float_mm):
@@ -493,7 +589,8 @@ def torch_moe(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_gat
               alpha=1.702, limit=7.0, out=None) -> torch.Tensor:
     """The torch backend's peer: the same loop in the input dtype (cuBLAS GEMMs per expert, as transformers);
     quantized experts run each expert's ``QuantWeight`` through ``kernels.quant.torch_linear`` (aten's int8 /
-    int4 GEMM where this torch has it, else its dequantize reference: ``QuantExperts.torch_impl``)."""
+    int4 GEMM where this torch has it, else its dequantize reference: ``QuantExperts.torch_impl``); fp8 experts
+    x @ the weight dequantized to x's dtype (weight-only, as the fused kernel: the activations are not quantized)."""
     mm = _quant_mm if isinstance(w_gate, QuantExperts) else _float_mm
     y = _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down, alpha, limit, x.dtype, mm)
     return y if out is None else out.copy_(y)
@@ -508,3 +605,18 @@ def cost(tokens: int, hidden: int, intermediate: int, n_experts: int, k: int, dt
     return F.moe_experts(tokens, hidden, intermediate, n_experts, k, distinct=distinct, activation=activation,
                          bias=bias, weight_dtype=weight_dtype or d, act_dtype=d, group_size=group_size,
                          zero_point=zero_point)
+
+
+def stored_cost(tokens: int, hidden: int, intermediate: int, n_experts: int, k: int, fmt: str, dtype="bf16", *,
+                distinct=None, activation: str = "silu", bias: bool = False) -> Cost:
+    """``roofline.formulas.moe_experts`` with each touched expert's three weights as stored in the registered weight
+    format ``fmt`` (``roofline.precision.weight_bytes``: gate, up [H, I], down [I, H], scales included; + the
+    biases in the activation dtype), the activations in ``dtype`` (weight-only: fp8 e4m3 experts (W8A16), mxfp4 /
+    nvfp4 (W4A16)). fp8 per channel, H 64, I 96 in bf16: 3 * 64 * 96 values + (2 * 96 + 64) fp32 scales = 19,456 B
+    an expert."""
+    d = dtype if isinstance(dtype, str) else dtype_name(dtype)
+    f = precision_format(fmt)
+    H, I = hidden, intermediate  # noqa: E741
+    per = 2 * weight_bytes(f, H, I, d) + weight_bytes(f, I, H, d) + ((2 * I + H) * FLOAT_BYTES[d] if bias else 0)
+    return F.moe_experts(tokens, H, I, n_experts, k, distinct=distinct, activation=activation, bias=bias,
+                         weight_dtype=d, act_dtype=d, expert_bytes=per)

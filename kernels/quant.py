@@ -30,11 +30,13 @@ import torch
 from roofline.errors import RooflineError
 from roofline.layer import model_ops
 from roofline.parallel import shard, valid_tp
+from roofline.precision import weight_format as precision_format
 from roofline.workload import INT4_GROUPS
 
-from . import fp4, linear_fp8, linear_int4, linear_int8, quant_weight  # noqa: F401  (they register their formats)
+from . import linear_fp4, linear_fp8, linear_int4, linear_int8, quant_weight  # noqa: F401  (they register formats)
 from .env import device_label, fp8_supported
-from .quant_weight import FORMATS, QuantExperts, QuantWeight, check_group, op_missing, weight_format
+from .quant_weight import (FORMATS, QuantExperts, QuantWeight, check_group, op_missing, slice_experts,
+                           weight_format)
 
 WEIGHT_DTYPES = ("int8", "int4")              # weight-only quantization the kernels run
 KV_DTYPES = ("int8", "fp8")                   # 8-bit KV caches
@@ -42,14 +44,19 @@ KV_QMAX = {"int8": 127.0, "fp8": 448.0}       # the largest magnitude each store
 KV_TORCH = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}
 
 
+def weight_label(w) -> str:
+    """How a record says a ``QuantWeight`` / ``QuantExperts``'s format: the precision registry's label ("int8 (per
+    channel)", "int4 (g128, zero points)", "fp8 e4m3 (128x128 blocks)", "mxfp4 (blocks of 32, e8m0 scales)")."""
+    return precision_format(w.dtype, w.group_size or None, w.zeros is not None).describe()
+
+
 def expert_weights_config(w, backend: str) -> dict:
     """What a sweep's record says of the routed experts' weights: {} for float ones; for ``QuantExperts`` the
-    kind as a linear's config says it ("int8 per-channel", "int4 g128 zero points") and, on the torch backend,
-    ``impl``: each expert's quantized GEMM (``prepare_torch``)."""
+    format as a linear's config says it (``weight_label``) and, on the torch backend, ``impl``: each expert's GEMM
+    (``QuantExperts.torch_impl``)."""
     if not isinstance(w, QuantExperts):
         return {}
-    label = w.dtype + (f" g{w.group_size}" + (" zero points" if w.zeros is not None else "") if w.dtype == "int4"
-                       else " per-channel")
+    label = weight_label(w)
     if backend == "triton":
         return {"weights": label}
     return {"weights": label, "impl": f"per expert: {w.torch_impl or 'not prepared'}"}
@@ -91,6 +98,21 @@ def quantize_weight(w: torch.Tensor, dtype: str, *, group_size: int | None = Non
     return weight_format(d).quantize(w)
 
 
+def quantized_weights(cfg, sh=None) -> list:
+    """(op name, weight key, kind, K, N) of every weight ``quantized_ops`` names: its float [K, N] (one rank's under
+    the ``roofline.parallel.Shard`` ``sh``; an expert's for the routed experts)."""
+    out = []
+    for o in model_ops(cfg, sh):
+        if o.kind == "linear":
+            out += [(o.name, ws.key, "linear", *ws.shape) for ws in o.weights if ws.role == "linear"]
+        elif o.kind == "mla_up":
+            out += [(o.name, ws.key, "mla_up", *ws.shape) for ws in o.weights]
+        elif o.kind == "experts":
+            out += [(f"experts {ws.key.split('_')[1]}_proj", ws.key, "experts", *ws.shape[1:])
+                    for ws in o.weights if ws.role == "experts"]
+    return out
+
+
 def quantized_ops(cfg, sh=None) -> list:
     """(op name, weight key, kind, in-features) of every weight the workload model charges in the weight dtype
     (one rank's in-features under the ``roofline.parallel.Shard`` ``sh``)
@@ -99,16 +121,7 @@ def quantized_ops(cfg, sh=None) -> list:
     (kind "mla_up": prefill runs it as a quantized linear, decode reads its dequantized copy,
     ``ABSORBED_KV_B``). The router, the shared-expert gate, norms, biases and the embedding stay in the
     activation dtype."""
-    out = []
-    for o in model_ops(cfg, sh):
-        if o.kind == "linear":
-            out += [(o.name, ws.key, "linear", ws.shape[0]) for ws in o.weights if ws.role == "linear"]
-        elif o.kind == "mla_up":
-            out += [(o.name, ws.key, "mla_up", ws.shape[0]) for ws in o.weights]
-        elif o.kind == "experts":
-            out += [(f"experts {ws.key.split('_')[1]}_proj", ws.key, "experts", ws.shape[1])
-                    for ws in o.weights if ws.role == "experts"]
-    return out
+    return [(n, key, kind, K) for n, key, kind, K, _ in quantized_weights(cfg, sh)]
 
 
 def check_model_groups(cfg, group_size: int) -> None:
@@ -128,83 +141,75 @@ def check_model_groups(cfg, group_size: int) -> None:
                             f"{hint}.")
 
 
-def check_tp_groups(cfg, tp: int, group_size: int) -> None:
-    """One line when int4 groups of ``group_size`` do not tile a rank's in-features under ``--tp tp``: a row-parallel
-    weight (o_proj, down_proj, the experts' down_proj) holds K / tp input rows, and its shard must keep whole groups
-    (``slice_quant``). Says which group sizes and which --tp would fit."""
-    if tp <= 1:
+def _cut_by_shards(fmt, full: dict, per: dict) -> list:
+    """(op name, axis, per-rank size, full size, features per scale) of each split dimension whose per-rank size is
+    not a whole number of ``fmt``'s scale groups / blocks (``Scales.k`` input features, ``Scales.n`` output ones)."""
+    bad = []
+    for n, (k, nn) in per.items():
+        K, N = full[n]
+        for axis, r, f, c in (("in-features", k, K, fmt.scales.k), ("out-features", nn, N, fmt.scales.n)):
+            if c > 1 and r < f and r % c:
+                bad.append((n, axis, r, f, c))
+    return bad
+
+
+def check_tp_scales(cfg, tp: int, fmt) -> None:
+    """One line when weight format ``fmt`` (a ``roofline.precision`` Format: its scales' k and n) cannot be sharded
+    under ``--tp tp``: every split dimension of a rank's shard (K / tp input rows of a row-parallel weight: o_proj,
+    down_proj, the experts' down_proj; N / tp output columns of a column-parallel one, and lm_head's vocab slice)
+    must hold whole scale groups / blocks (int4's groups, FP4's micro-blocks, fp8's 128 x 128 blocks:
+    ``slice_quant``). Per-channel and per-tensor scales always shard. Says which --tp (int4: which group sizes)
+    would fit."""
+    if tp <= 1 or not fmt.quantized:
         return
-    full = {n: k for n, _, _, k in quantized_ops(cfg)}
-    per = {n: k for n, _, _, k in quantized_ops(cfg, shard(cfg, tp))}
-    bad = [(n, k) for n, k in per.items() if k % group_size]
+    full = {n: (k, nn) for n, _, _, k, nn in quantized_weights(cfg)}
+    dims = lambda t: {n: (k, nn) for n, _, _, k, nn in quantized_weights(cfg, shard(cfg, t))}  # noqa: E731
+    per = dims(tp)
+    bad = _cut_by_shards(fmt, full, per)
     if not bad:
         return
-    n, k = bad[0]
-    gs = [g for g in INT4_GROUPS if all(v % g == 0 for v in per.values())]
-    tps = [t for t in valid_tp(cfg) if t > 1 and all(v % group_size == 0 for _, _, _, v in
-                                                     quantized_ops(cfg, shard(cfg, t)))]
+    n, axis, r, f, c = bad[0]
+    int4 = fmt.name == "int4"
+    gs = [g for g in INT4_GROUPS if int4 and all(k % g == 0 for k, _ in per.values())]
+    tps = [t for t in valid_tp(cfg) if t > 1 and not _cut_by_shards(fmt, full, dims(t))]
+    plain = [m for m in FORMATS if m != fmt.name and precision_format(m).element == fmt.element
+             and precision_format(m).scales.k == 0] or ["int8"]
     hints = ([f"--group-size {' or '.join(map(str, gs))}"] if gs else []) + \
-            ([f"--tp {' or '.join(map(str, tps))}"] if tps else []) + ["int8 weights", "no --tp"]
-    raise RooflineError(f"int4 group size {group_size} does not divide {cfg.name}'s {n} in-features per rank at "
-                        f"--tp {tp} ({k} of {full[n]}): a rank's shard must hold whole groups; give "
-                        f"{', or '.join(hints)}.")
+            ([f"--tp {' or '.join(map(str, tps))}"] if tps else []) + [f"{' or '.join(plain)} weights", "no --tp"]
+    unit = "groups" if int4 or fmt.scales.n <= 1 else "blocks"
+    what = f"int4 group size {c}" if int4 else f"{fmt.name}'s scale {unit[:-1]} of {c}"
+    raise RooflineError(f"{what} does not divide {cfg.name}'s {n} {axis} per rank at --tp {tp} ({r} of {f}): a "
+                        f"rank's shard must hold whole {unit}; give {', or '.join(hints)}.")
+
+
+def check_tp_groups(cfg, tp: int, group_size: int) -> None:
+    """``check_tp_scales`` for int4 weights in groups of ``group_size`` (the int4 flags' check)."""
+    check_tp_scales(cfg, tp, precision_format("int4", group_size))
 
 
 def slice_quant(q, axis: str, start: int, stop: int):
     """Rows ``start:stop`` of a quantized weight along the float weight's ``axis``, as a new ``QuantWeight`` /
     ``QuantExperts`` (copies; nothing prepared): "out" (N: a column-parallel split, or a vocab slice), "in" (K: a
     row-parallel split) or "experts" (E). Exact: the result dequantizes to the same slice of the full weight's
-    dequantization. int8's per-output-channel scales follow N and stay whole on an "in" slice (as a row-parallel
-    layer's scales are replicated in vLLM); int4's [K/g, N] scales (and zeros) follow both, so an "in" slice must
-    keep whole groups (``check_tp_groups`` says so before anything runs; a ValueError here)."""
-    experts = isinstance(q, QuantExperts)
-    lead = (slice(None),) if experts else ()
-    keep = lambda t: None if t is None else t.contiguous().clone()  # noqa: E731 - a copy, not a view
-    qw, sc, z, K, N = q.qweight, q.scales, q.zeros, q.in_features, q.out_features
-    i8 = q.dtype == "int8"
+    dequantization. "out" and "in" are the format's (``register_format``'s ``slice``): per-output-channel scales
+    follow N and stay whole on an "in" slice (as a row-parallel layer's scales are replicated in vLLM); scales over
+    groups or blocks of features follow their axis, so a slice must keep whole ones (``check_tp_scales`` says so
+    before anything runs; a ValueError here)."""
     if axis == "experts":
-        if not experts:
+        if not isinstance(q, QuantExperts):
             raise ValueError("an 'experts' slice needs a QuantExperts.")
-        qw, sc, z = qw[start:stop], sc[start:stop], None if z is None else z[start:stop]
-    elif axis == "out":
-        r = slice(start, stop)
-        qw = qw[(*lead, r)]                                           # [E?, N, K or K/2]
-        sc = sc[(*lead, r)] if i8 else sc[(*lead, slice(None), r)]    # int8 [E?, N]; int4 [E?, K/g, N]
-        z = None if z is None else z[(*lead, slice(None), r)]
-        N = stop - start
-    elif axis == "in":
-        if i8:
-            qw = qw[(*lead, slice(None), slice(start, stop))]
-        else:
-            g = q.group_size
-            if start % g or stop % g:
-                raise ValueError(f"an int4 slice of input rows {start}:{stop} cuts a group of {g}: shard at whole "
-                                 "groups.")
-            qw = qw[(*lead, slice(None), slice(start // 2, stop // 2))]
-            sc = sc[(*lead, slice(start // g, stop // g))]
-            z = None if z is None else z[(*lead, slice(start // g, stop // g))]
-        K = stop - start
-    else:
+        return slice_experts(q, start, stop)
+    if axis not in ("out", "in"):
         raise ValueError(f"slice_quant's axis is 'out', 'in' or 'experts', not {axis!r}.")
-    cls = QuantExperts if experts else QuantWeight
-    return cls(q.dtype, keep(qw), keep(sc), keep(z), K, N, q.group_size)
+    return weight_format(q.dtype).slice(q, axis, start, stop)
 
 
 def pad_out(q: QuantWeight, n: int) -> QuantWeight:
-    """``q`` with zero output channels appended up to ``n`` (a vocabulary padded to a multiple of the ranks): zero
-    values, zero scales (and zeros), so they dequantize to 0."""
-    extra = n - q.out_features
-    if extra <= 0:
+    """``q`` with zero output channels appended up to ``n`` (a vocabulary padded to a multiple of the ranks), by
+    its format (``register_format``'s ``pad_out``): they dequantize to 0."""
+    if n <= q.out_features:
         return q
-    if q.dtype == "int8":
-        qw = torch.cat([q.qweight, q.qweight.new_zeros(extra, q.qweight.shape[1])])
-        sc = torch.cat([q.scales, q.scales.new_zeros(extra)])
-        z = None
-    else:
-        qw = torch.cat([q.qweight, q.qweight.new_zeros(extra, q.qweight.shape[1])])
-        sc = torch.cat([q.scales, q.scales.new_zeros(q.scales.shape[0], extra)], dim=1)
-        z = None if q.zeros is None else torch.cat([q.zeros, q.zeros.new_zeros(q.zeros.shape[0], extra)], dim=1)
-    return QuantWeight(q.dtype, qw, sc, z, q.in_features, n, q.group_size)
+    return weight_format(q.dtype).pad_out(q, n)
 
 
 def quantize_model_weights(cfg, w: dict, prec, *, backend: str = "triton") -> dict:

@@ -10,8 +10,8 @@ those (MLA's low-rank inputs, a shared expert's) gets rows of its own width.
 from __future__ import annotations
 
 from .linear import linear_config
-from .linear_int4 import linear_int4_config
-from .quant_weight import QuantWeight
+from .quant import weight_label
+from .quant_weight import QuantWeight, weight_format
 from .runner_registry import runner
 
 # the weight's sharding rule -> the RunContext input a linear of that weight reads (others: the hidden rows)
@@ -19,18 +19,16 @@ INPUT_OF_SHARD = {"q_rows": "o", "mla_o_rows": "o", "i_rows": "act"}
 
 
 def linear_run_config(ctx, M: int, wt) -> dict:
-    """What a [M, K] x ``wt`` linear runs: the Triton kernel's tiles, or on the torch backend the quantized
-    weights' implementation (the ecosystem op, or a dequantize reference)."""
+    """What a [M, K] x ``wt`` linear runs: the Triton kernel's tiles (a quantized weight's: its format's
+    ``triton_config``), or on the torch backend the quantized weights' implementation (the ecosystem op, or a
+    dequantize reference); a quantized weight's format as the precision registry says it (``weight_label``)."""
     Kd, N = wt.shape
     if not isinstance(wt, QuantWeight):
         return linear_config(M, N, Kd, ctx.dt, ctx.dev) if ctx.triton else {}
-    label = {"weights": wt.dtype + (f" g{wt.group_size}" + (" zero points" if wt.zeros is not None else "")
-                                    if wt.dtype == "int4" else " per-channel")}
+    label = {"weights": weight_label(wt)}
     if not ctx.triton:
         return {**label, "impl": wt.torch_impl or "not prepared"}
-    c = (linear_int4_config(M, N, Kd, wt.group_size, ctx.dt, ctx.dev, zero_point=wt.zeros is not None)
-         if wt.dtype == "int4" else linear_config(M, N, Kd, ctx.dt, ctx.dev))
-    return {**label, **c}
+    return {**label, **weight_format(wt.dtype).triton_config(wt, M, ctx.dt, ctx.dev)}
 
 
 @runner("linear")

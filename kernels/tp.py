@@ -36,10 +36,11 @@ on the wire than the model's step), while ``kernels.runners`` times the model's 
 
 Quantized weights (``kernels.quant``): every rank quantizes the full weights, then keeps its shard cut from the
 quantized values (``_slice_quant``), so each rank holds exact rows of the one-rank quantization and TP=N logits
-equal the one-rank quantized model's. int8's per-output-channel scales follow a column split and stay whole on a
-row split (quantizing a row shard on its own would take the absmax over half of K: other scales); int4's
-[K/g, N] group scales follow both, a row split keeping whole groups (``kernels.quant.check_tp_groups`` refuses a
---tp that would cut one). An 8-bit KV cache needs nothing here: each rank's cache holds its KV heads, with its
+equal the one-rank quantized model's. The cut is the format's (``kernels.quant.slice_quant``: the registry's
+``slice``, every format): per-output-channel scales (int8, fp8) follow a column split and stay whole on a row split
+(quantizing a row shard on its own would take the absmax over half of K: other scales), a per-tensor one stays
+whole on both; int4's [K/g, N] groups, FP4's micro-blocks and fp8's 128 x 128 blocks follow their axes, a shard
+keeping whole ones (``kernels.quant.check_tp_scales`` refuses a --tp that would cut one, in one line). An 8-bit KV cache needs nothing here: each rank's cache holds its KV heads, with its
 own per-token scales.
 """
 
@@ -128,9 +129,9 @@ def _even(t: torch.Tensor, dim: int, parts: int, rank: int) -> torch.Tensor:
 
 def _slice_quant(q, rule: str, sh: Shard, rank: int, D: int):
     """Rank ``rank``'s part of a quantized weight (``kernels.quant``: QuantWeight [K, N], QuantExperts [E, K, N])
-    by the same rules as a float one, cut from the quantized values (``slice_quant``), so every rank holds exact
-    rows of the one-rank quantization: a column rule slices N (values and scales), a row rule K (int8 keeps its
-    per-output-channel scales whole; int4 whole groups), "e_whole" the experts."""
+    by the same rules as a float one, cut from the quantized values (``slice_quant``, the format's own cut), so
+    every rank holds exact rows of the one-rank quantization: a column rule slices N (values and scales), a row rule
+    K (per-channel scales stay whole; groups and blocks stay whole), "e_whole" the experts."""
     if rule == "replicated":
         return q
     if rule in EVEN_SPLITS:

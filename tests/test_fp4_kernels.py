@@ -93,7 +93,8 @@ def test_costs_come_from_the_precision_registry():
     # bf16 3*64*96*2 = 36,864 B an expert -> mxfp4 3*3,072 + 2*192 + (96/32)*64 = 9,216 + 384 + 192 = 9,792 B
     from roofline import formulas as F
     plain = F.moe_experts(1, 64, 96, 4, 2, distinct=2)
-    c = fp4.moe_cost(1, 64, 96, 4, 2, "mxfp4", "bf16", distinct=2)
+    from kernels.moe import stored_cost
+    c = stored_cost(1, 64, 96, 4, 2, "mxfp4", "bf16", distinct=2)
     assert c.flops == plain.flops and plain.bytes - c.bytes == 2 * (36864 - 9792)
 
 

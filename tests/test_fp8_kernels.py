@@ -7,6 +7,8 @@ and fp32 dots of e4m3 values are exact per product, so the kernels themselves ar
 Run: pytest tests/test_fp8_kernels.py
 """
 
+import textwrap
+
 import pytest
 import torch
 
@@ -15,11 +17,12 @@ from kernels import check_fp8 as CF
 from kernels import compile_launches as CL
 from kernels import decode_attention as DA
 from kernels import linear_fp8 as LF
+from kernels import moe as MOE
 from kernels import prefill_attention as PA
 from kernels._common import INTERPRET
 from kernels._launch import recording
 from kernels.backend import get_ops
-from kernels.quant import quantize_kv_rows, torch_linear
+from kernels.quant import quantize_experts, quantize_kv_rows, torch_linear
 from kernels.quant_weight import FORMATS as QFORMATS
 from kernels.runner_registry import MetaCombo
 from roofline.errors import RooflineError
@@ -184,11 +187,13 @@ def test_fp8_kv_caches_per_token_and_per_tensor_in_both_attention_kernels():
 def test_the_check_rows_pass_on_both_backends():
     for be in ("torch", "triton"):
         rows = CF.fp8_checks(get_ops(be), torch.bfloat16, CPU)
-        assert len(rows) == 40, be        # 3 formats x 3 shapes x 2 outputs, 2 x 3 x 2 act quant, 2 caches x 5
+        assert len(rows) == 46, be        # 3 formats x 3 shapes x 2 outputs, 2 x 3 x 2 act quant, 3 x 2 experts,
+        #                                   2 caches x 5
         assert all(r.passed for r in rows), [str(r) for r in rows if not r.passed]
         names = {r.name for r in rows}
         assert "linear_fp8 fp8-block M=37 N=70 K=300 +bias out fp16" in names
         assert "decode_attn fp8-tensor KV lens=[37, 1, 0, 60] Hq=4" in names and "act_quant fp8-group M=5 K=1000 fp32" in names
+        assert "moe_experts fp8-block T=40 E=4 k=2 silu" in names
 
 
 def _off(t: torch.Tensor) -> torch.Tensor:
@@ -266,3 +271,161 @@ def test_compile_variants_fp8_on_sm_90_none_on_sm_80():
     assert not any("fp8" in op for _, op in _recorded(80, 108, "decode"))   # sm_80 has no fp8: not launched
     assert {n for n, op in _recorded(90, 132, "prefill") if "fp8" in op} == {"_act_quant_kernel", "_linear_fp8_kernel",
                                                                            "_prefill_attn_kernel"}
+
+
+# ---------------------------------------------------------------- fp8 routed experts (the fused MoE, W8A16)
+
+def _experts(fmt, E, H, I, dt, g):  # noqa: E741
+    return [quantize_experts((torch.randn(E, K, N, generator=g) * K ** -0.5).to(dt), fmt)
+            for K, N in ((H, I), (H, I), (I, H))]
+
+
+@pytest.mark.parametrize("fmt", LF.FORMATS)
+@pytest.mark.parametrize("E,H,I", [(2, 128, 256), (4, 256, 128)])
+def test_fp8_experts_match_the_reference_on_both_backends(fmt, E, H, I):  # noqa: E741
+    """Top-2 over E experts, fp8 per channel / per tensor / 128 x 128 blocks: the fused kernels (e4m3 decoded in
+    registers) and the torch peer (x @ the dequantized expert) against the fp64 loop over the dequantized experts:
+    fp32 x to 1e-5 (fp32 accumulation), bf16 x to 2^-6 of max |ref| (bf16 h between the launches and bf16 out; the
+    torch peer's bf16 weight too). x stays bf16: nothing quantizes it (weight-only)."""
+    g = gen(11)
+    T, k = 6, 2
+    ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)])
+    w = torch.softmax(torch.randn(T, k, generator=g), -1)
+    for dt, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2.0 ** -6)):
+        q = _experts(fmt, E, H, I, dt, g)
+        x = torch.randn(T, H, generator=g).to(dt)
+        ref = MOE.reference(x.double(), *q, w.double(), ids, compute_dtype=torch.float64)
+        for be in ("triton", "torch"):
+            y = get_ops(be).moe_experts(x, *q, w, ids)
+            assert y.dtype == dt and y.shape == (T, H)
+            err = float((y.double() - ref).abs().max() / ref.abs().max())
+            assert err <= tol, (fmt, be, dt, err)
+    assert q[0].torch_impl == LF.EXPERT_IMPL and "not quantized" in q[0].torch_impl
+    assert not QFORMATS[fmt].acts.get("experts")             # weight-only: the cost's activations stay bf16
+
+
+def test_fp8_experts_torch_peer_is_the_weight_only_arithmetic_not_the_w8a8_linear():
+    """The torch backend's fp8 expert is x @ dequant(W) in x's dtype (what the fused kernel computes), not the fp8
+    linear's W8A8 (x quantized to e4m3 first): bit for bit the former, and measurably not the latter."""
+    g = gen(12)
+    q = _experts("fp8", 2, 128, 128, torch.float32, g)
+    x = torch.randn(5, 128, generator=g)
+    ids, w = torch.zeros(5, 1, dtype=torch.int64), torch.ones(5, 1)
+    got = MOE.torch_moe(x, *q, w, ids)
+    e0 = [t.expert(0) for t in q]
+    h = torch.nn.functional.silu(x @ e0[0].dequantize()) * (x @ e0[1].dequantize())
+    assert torch.equal(got, h @ e0[2].dequantize())
+    w8a8 = torch_linear(torch.nn.functional.silu(torch_linear(x, e0[0])) * torch_linear(x, e0[1]), e0[2])
+    assert float((got - w8a8).abs().max()) > 1e-4 * float(got.abs().max())
+
+
+@pytest.mark.parametrize("be", ["torch", "triton"])
+def test_every_fp8_expert_row_fails_when_a_scale_is_one_percent_off(monkeypatch, be):
+    """Expert 0's scales 1% high in what the kernels read (triton: the scales ``_weight_args`` passes; torch: every
+    expert's in its weight-only GEMM); the reference dequantizes the stored ones. Expert 0 takes most tokens."""
+    if be == "triton":
+        real = MOE._weight_args
+
+        def off(w):
+            a = list(real(w))
+            if a[5]:
+                a[2] = a[2].clone()
+                a[2][0] *= 1.01
+            return tuple(a)
+        monkeypatch.setattr(MOE, "_weight_args", off)
+    else:
+        for f in LF.FORMATS:
+            monkeypatch.setattr(QFORMATS[f], "torch_expert", lambda x, qw: x @ (LF.dequantize(qw, x.dtype) * 1.01))
+    rows = list(CF.moe_checks(be == "triton", get_ops(be), CPU, gen(8)))
+    assert len(rows) == 6 and not any(r.passed for r in rows), [str(r) for r in rows if r.passed]
+    assert all(1e-3 < r.max_rel_err < 1.0 for r in rows), [str(r) for r in rows]
+
+
+def test_fp8_expert_block_k_must_divide_the_weight_blocks_and_bad_layouts_are_refused():
+    g = gen(13)
+    q = _experts("fp8-block", 2, 128, 128, torch.float32, g)
+    x, ids, w = torch.randn(3, 128, generator=g), torch.zeros(3, 1, dtype=torch.int64), torch.ones(3, 1)
+    with pytest.raises(ValueError, match="block_k \\(256\\) must divide the fp8 weight blocks' 128 input features"):
+        MOE.moe_experts(x, *q, w, ids, block_k=256)
+    assert MOE.moe_config(3, 2, 1, 128, 128, scale_k=128, block_k=128)["block_k"] == 128
+    MOE.moe_experts(x, *q, w, ids)
+    q[2].scales = torch.ones(2, 2, 1)                        # [E, 2, 1] where down [128 -> 128] has [E, 1, 1]
+    with pytest.raises(ValueError, match="w_down.scales"):
+        MOE.moe_experts(x, *q, w, ids)
+
+
+def test_fp8_experts_cost_counts_the_stored_weights_from_the_precision_registry():
+    """stored_cost: roofline.formulas.moe_experts with each touched expert's weights as weight_bytes counts them.
+    H 64, I 96, bf16, 2 distinct experts: per channel 3 * 6,144 values + (96 + 96 + 64) * 4 B scales = 19,456 B
+    an expert (bf16: 36,864); per tensor 18,432 + 3 * 4 = 18,444; 128 x 128 blocks one block each: 18,444 too."""
+    from roofline import formulas as F
+
+    plain = F.moe_experts(1, 64, 96, 4, 2, distinct=2)
+    for fmt, per in (("fp8", 19456), ("fp8-tensor", 18444), ("fp8-block", 18444)):
+        c = MOE.stored_cost(1, 64, 96, 4, 2, fmt, "bf16", distinct=2)
+        assert c.flops == plain.flops and plain.bytes - c.bytes == 2 * (36864 - per), fmt
+    # biases in the activation dtype on top (GPT-OSS): (2 * 96 + 64) * 2 B an expert
+    b = MOE.stored_cost(1, 64, 96, 4, 2, "fp8", "bf16", distinct=2, bias=True)
+    assert b.bytes - MOE.stored_cost(1, 64, 96, 4, 2, "fp8", "bf16", distinct=2).bytes == 2 * 256 * 2
+
+
+_MOE_COMPILE = textwrap.dedent("""
+    import json, torch
+    from kernels import compile_check as C, compile_launches as CL, variants as V
+    from kernels._launch import recording
+    out = {}
+    for tgt in ("sm_80", "sm_90"):
+        t = V.TARGETS[tgt]
+        with recording(t.sms) as rec:       # the quick set's fp8 experts: batch 64, decode (skinny) and prefill (tiled)
+            for ph in ("decode", "prefill"):
+                for b in (1, CL.MOE_FP8_BATCH):
+                    CL.moe_launches(rec, dict(model="x", phase=ph, b=b, ctx=128, dtype="bf16"), ph, b, 128,
+                                    torch.bfloat16)
+        vs = V.variants(t, [ln for ln in rec.launches if "fp8" in ln.context["op"]])
+        out[tgt] = sorted({(v.kernel, v.config) for v in vs})
+        # the ones that spilled on sm_80 before FP8_TILED_BLOCK_K: the tiled gate_up, per channel and 128 x 128 blocks
+        pick = [v for v in vs if v.kernel == "_moe_gate_up_kernel" and "BLOCK_M=64" in v.config]
+        out[tgt + " rows"] = [C.evaluate(v, C.compile_task(v.task(), t.capability), t) for v in pick]
+    print(json.dumps(out))
+""")
+
+
+def test_the_compile_set_compiles_fp8_experts_on_both_targets_without_spills(tmp_path):
+    """fp8 experts in bf16 at batch 64 only (``MOE_FP8_BATCH``): GPT-OSS's shapes per channel (QUANT 5), Mixtral's
+    in 128 x 128 blocks (QUANT 6), skinny and tiled, gate_up and down: 8 variants a target, sm_80 included (the e4m3
+    bytes are decoded as integers: no fp8 hardware); the tiled gate_up takes BLOCK_K 32 and does not spill."""
+    pytest.importorskip("triton.backends.nvidia.compiler", reason="no NVIDIA backend in this triton")
+    from tests.test_quant_runs import compile_script
+
+    out = compile_script(_MOE_COMPILE, tmp_path)
+    for tgt in ("sm_80", "sm_90"):
+        assert len(out[tgt]) == 8, out[tgt]
+        for code in ("QUANT=5 GROUP=0", "QUANT=6 GROUP=128"):
+            assert {k for k, c in out[tgt] if code in c} == {"_moe_gate_up_kernel", "_moe_down_kernel"}, code
+        rows = out[tgt + " rows"]
+        assert len(rows) == 2
+        for row in rows:
+            assert "BLOCK_K=32" in row["config"] and row["status"] == "ok", row
+            assert row["spill_stores"] == 0 and row["spill_loads"] == 0, row
+
+
+def test_kv_append_fp8_is_bit_exact_with_its_reference_under_the_interpreter():
+    """An fp8 KV cache's values: the kernel rounds to e4m3 in fp32 first (``act_quant.e4m3_round``), so the store
+    casts an exact value; the interpreter's own cast drops a mantissa carry (31.7 -> 16; with the cast alone, 316 of
+    16,384 random K and V values differed from ``quantize_kv_rows``'s correctly rounded one). Scales bit for bit."""
+    from kernels import kv_append as KV
+
+    g = gen(21)
+    T, H, D, S, L = 64, 2, 64, 2, 40
+    k, v = torch.randn(T, H, D, generator=g) * 3, torch.randn(T, H, D, generator=g)
+    k[0, 0, :4] = torch.tensor([31.7, -31.7, 15.9, 448.0])          # values whose mantissa carries into the binade
+    slot, pos = torch.arange(T) % S, torch.arange(T) // S
+    got = []
+    for fn in (KV.kv_append, KV.reference):
+        kc = torch.zeros(S, H, L, D, dtype=torch.float8_e4m3fn)
+        vc, sc = torch.zeros_like(kc), (torch.zeros(S, H, L), torch.zeros(S, H, L))
+        fn(k, v, kc, vc, slot, pos, sc)
+        got.append((kc.view(torch.uint8), vc.view(torch.uint8), *sc))
+    for a, b in zip(*got):
+        assert torch.equal(a, b)
+    assert bool(got[0][0].any())

@@ -193,7 +193,7 @@ def test_runner_costs_of_every_mla_op_are_the_formulas(phase, dtype, kw):
             assert rs[name].cost == ph.op(name).cost == _want(name, phase, batch, ctx, dtype, kw), name
         for name in other:
             assert rs[name].cost == fl[name].cost == ph.op(name).cost, name
-        label = "int8 per-channel" if dtype == "int8" else "int4 g32 zero points"
+        label = "int8 (per channel)" if dtype == "int8" else "int4 (g32, zero points)"
         for name in ("q_a_proj", "q_b_proj", "kv_a_proj", "o_proj"):
             assert rs[name].config["weights"] == label
         kvb = rs["kv_b_proj"].config["weights"]
@@ -255,7 +255,7 @@ def test_sweep_records_every_mla_op_at_the_formula_cost(sweep):
                 assert q.config["weights"] == "int4 kv_b_proj dequantized at load (fp32)"
             else:
                 assert q.point.cost.bytes < f.point.cost.bytes
-                assert q.config["weights"] == "int4 g32 zero points"
+                assert q.config["weights"] == "int4 (g32, zero points)"
         assert got[phase, "attention", "int4"].point.cost == got[phase, "attention", "fp32"].point.cost
     # prefill's kv_b_proj, fp32: 131,072 FLOPs; 32 x 128 x 4 + 16 x 32 x 4 + 16 x 128 x 4 = 16,384 + 2,048 + 8,192 B
     assert got["prefill", "kv_b_proj", "fp32"].point.cost == Cost(131_072, 26_624)

@@ -211,7 +211,7 @@ def test_runner_cost_is_the_quantized_expert_formula(phase, batch, context, wd, 
         (r,) = make_runners(cfg, phase, batch, context, dtype="fp32", backend=backend, weight_dtype=wd,
                             ops=["experts"], **kw)
         assert r.cost == want == M.cost(T, 64, 64, 8, 2, "fp32", distinct=distinct, weight_dtype=wd, **kw)
-        assert r.config["weights"] == ("int8 per-channel" if wd == "int8" else "int4 g32 zero points")
+        assert r.config["weights"] == ("int8 (per channel)" if wd == "int8" else "int4 (g32, zero points)")
         y = r.fn()
         assert y.shape == (T, 64) and torch.isfinite(y).all()
     assert r.config["backend"] == "triton" and "impl" not in r.config
@@ -245,7 +245,7 @@ def test_sweep_records_the_quantized_expert_cost_of_the_formula(sweep):
             2 * (64 * 48 + 48 * 4) + (48 * 64 + 64 * 4) == 9_856
         assert f.point.cost.bytes - q.point.cost.bytes == d * (3 * 64 * 48 * 4 - 9_856)
         assert q.point.cost.flops == f.point.cost.flops
-        assert q.config["weights"] == "int8 per-channel"
+        assert q.config["weights"] == "int8 (per channel)"
         assert q.config["impl"] == "per expert: aten._weight_int8pack_mm"
     assert sweep.result_file.header.settings["weight_dtypes"] == ["fp32", "int8"]
 

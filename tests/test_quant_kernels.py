@@ -190,3 +190,132 @@ def test_bad_quantization_options_stop_before_anything_runs(args, needle, tmp_pa
     r = CliRunner().invoke(main, args + (["--out", str(tmp_path / "o")] if args[0] != "serve" else []))
     assert r.exit_code != 0 and needle in r.output, r.output
     assert not (tmp_path / "o" / "results.jsonl").exists() and not (tmp_path / "o" / "latency.jsonl").exists()
+
+
+# ---- every registered format through both backends' linear, and its tensor-parallel cuts -------------------
+
+def _format_reference(x, qw):
+    """The format's own reference: fp8's W8A8 (x quantized as the kernels do), the others x @ dequant(W)."""
+    from kernels import linear_fp8 as LF
+
+    if qw.dtype in LF.FORMATS:
+        return LF.reference(x, qw).double()
+    return x.double() @ qw.dequantize(torch.float64)
+
+
+@pytest.mark.parametrize("fmt", sorted(Q.FORMATS))
+def test_every_registered_format_runs_through_both_backends_linear(fmt):
+    """get_ops(b).linear dispatches by the registry (``triton_linear`` / ``torch_linear``). Tolerance: bf16 output
+    rounding (2^-8 relative) plus the dequantized weight's bf16 rounding on the torch path, 2^-6 of max |ref| in
+    all; a wrong scale or a wrong kernel is far over it (the weights' own quantization error is ~1e-2)."""
+    g = torch.Generator().manual_seed(1)
+    K, N = 256, 160
+    qw = Q.quantize_weight((rnd(g, K, N) * 0.05).to(torch.bfloat16), fmt)
+    x = rnd(g, 3, K, dtype=torch.bfloat16)
+    ref = _format_reference(x, qw)
+    for backend in ("triton", "torch"):
+        y = get_ops(backend).linear(x, qw)
+        assert y.shape == (3, N) and y.dtype == torch.bfloat16
+        err = float((y.double() - ref).abs().max() / ref.abs().max())
+        assert err <= 2.0 ** -6, (fmt, backend, err)
+    assert Q.FORMATS[fmt].triton_linear.__name__.startswith("linear_")
+
+
+def test_an_unregistered_weight_dtype_is_refused_in_one_line():
+    qw = Q.quantize_weight(torch.randn(64, 32), "int8")
+    qw.dtype = "int3"
+    with pytest.raises(RooflineError) as e:
+        get_ops("triton").linear(torch.randn(2, 64), qw)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("no quantized weight format 'int3': the registered ones are ")
+    assert "fp8-block" in msg and "nvfp4" in msg and "int8" in msg
+
+
+# (axis, start, stop) of a [K, N] = [256, 160] weight: whole 128-blocks / groups, and fp8-block's partial last one
+CUTS = (("out", 0, 128), ("out", 128, 160), ("in", 0, 128), ("in", 128, 256), ("out", 32, 64), ("in", 32, 64))
+
+
+@pytest.mark.parametrize("fmt", sorted(Q.FORMATS))
+def test_slices_dequantize_to_the_slices_of_the_dequantization(fmt):
+    """slice_quant (the format's ``slice``) of a QuantWeight and of QuantExperts, each axis: bit for bit the same
+    slice of the full dequantization; fp8-block refuses a cut through a 128-block (ValueError); pad_out's channels
+    dequantize to 0. nvfp4's tensor scale and FP4's activation dtype survive the cut."""
+    g = torch.Generator().manual_seed(2)
+    K, N = 256, 160
+    kw = dict(group_size=32) if fmt == "int4" else {}
+    qw = Q.quantize_weight((rnd(g, K, N) * 0.05).to(torch.bfloat16), fmt, **kw)
+    qe = Q.quantize_experts((rnd(g, 3, K, N) * 0.05).to(torch.bfloat16), fmt, **kw)
+    full, fe = qw.dequantize(torch.float64), qe.dequantize(torch.float64)
+    blocks = fmt == "fp8-block"
+    for axis, a, b in CUTS:
+        if blocks and 32 in (a, b):
+            for q in (qw, qe):
+                with pytest.raises(ValueError, match="cuts a 128-block"):
+                    Q.slice_quant(q, axis, a, b)
+            continue
+        s, se = Q.slice_quant(qw, axis, a, b), Q.slice_quant(qe, axis, a, b)
+        want = full[:, a:b] if axis == "out" else full[a:b]
+        assert torch.equal(s.dequantize(torch.float64), want), (fmt, axis, a, b)
+        assert torch.equal(se.dequantize(torch.float64), fe[..., a:b] if axis == "out" else fe[:, a:b])
+        assert s.shape == tuple(want.shape) and (s.act, s.torch_impl) == (qw.act, "")
+        assert (s.tensor_scale is None) == (qw.tensor_scale is None)
+        assert s.qweight.data_ptr() != qw.qweight.data_ptr()          # a copy: the shard outlives the full weight
+    se = Q.slice_quant(qe, "experts", 1, 3)
+    assert torch.equal(se.dequantize(torch.float64), fe[1:3]) and se.n_experts == 2
+    p = Q.pad_out(qw, 300)
+    d = p.dequantize(torch.float64)
+    assert p.shape == (K, 300) and torch.equal(d[:, :N], full) and not d[:, N:].any()
+    assert Q.pad_out(qw, N) is qw
+
+
+def test_a_padded_and_sliced_fp8_block_lm_head_runs_on_both_backends():
+    """The vocab-parallel lm_head's path (pad_out, then an "out" slice) for 128 x 128 blocks: a partial last block
+    padded (its new rows keep its scale, their values 0), then cut at whole blocks; each backend's linear runs it."""
+    g = torch.Generator().manual_seed(3)
+    qw = Q.quantize_weight(rnd(g, 128, 200) * 0.05, "fp8-block")
+    p = Q.pad_out(qw, 256)
+    assert tuple(p.scales.shape) == (2, 1)
+    part = Q.slice_quant(p, "out", 128, 256)
+    want = qw.dequantize(torch.float64)[:, 128:]
+    assert torch.equal(part.dequantize(torch.float64)[:, :72], want) and not part.dequantize()[:, 72:].any()
+    x = rnd(g, 2, 128, dtype=torch.bfloat16)
+    for backend in ("triton", "torch"):
+        y = get_ops(backend).linear(x, part)
+        assert y.shape == (2, 128) and not y[:, 72:].any()
+
+
+def test_run_configs_say_each_format_as_the_precision_registry_labels_it_with_its_own_tiles():
+    """linear_run_config / expert_weights_config read the label from roofline.precision (int4 with its group and
+    zero points); the triton config is the format's kernel's (fp8: linear_fp8_config, BLOCK_K 128; int4: BLOCK_K
+    at most the group; FP4: linear_fp4_config); the torch backend says what runs (fp8 experts: weight-only)."""
+    from kernels import linear_fp4 as LF4
+    from kernels import linear_fp8 as LF
+    from kernels.runners_linear import linear_run_config
+
+    g = torch.Generator().manual_seed(4)
+    w = rnd(g, 256, 192)
+    tri = SimpleNamespace(triton=True, dt=torch.bfloat16, dev=torch.device("cpu"))
+    tor = SimpleNamespace(triton=False, dt=torch.bfloat16, dev=torch.device("cpu"))
+    want = {"int8": "int8 (per channel)", "int4": "int4 (g32, zero points)", "fp8": "fp8 e4m3 (per channel)",
+            "fp8-tensor": "fp8 e4m3 (per tensor)", "fp8-block": "fp8 e4m3 (128x128 blocks)",
+            "mxfp4": "mxfp4 (blocks of 32, e8m0 scales)", "nvfp4": "nvfp4 (blocks of 16, e4m3 scales, fp32 tensor scale)"}
+    assert set(want) == set(Q.FORMATS)
+    for fmt, label in want.items():
+        kw = dict(group_size=32, zero_point=True) if fmt == "int4" else {}
+        qw = Q.quantize_weight(w, fmt, **kw)
+        c = linear_run_config(tri, 8, qw)
+        assert c["weights"] == label, fmt
+        tiles = {k: v for k, v in c.items() if k != "weights"}
+        if fmt in LF.FORMATS:
+            assert tiles == LF.linear_fp8_config(8, 192, 256, "cpu", block=fmt == "fp8-block") and tiles["block_k"] == 128
+        elif fmt == "int4":
+            assert tiles == L4.linear_int4_config(8, 192, 256, 32, torch.bfloat16, "cpu", zero_point=True)
+            assert tiles["block_k"] == 32 and tiles["num_stages"] <= 3
+        elif fmt in ("mxfp4", "nvfp4"):
+            assert tiles == LF4.linear_fp4_config(8, 192, 256, torch.bfloat16, "cpu")
+        Q.prepare_torch(qw)
+        assert linear_run_config(tor, 8, qw) == {"weights": label, "impl": qw.torch_impl}
+        qe = Q.quantize_experts(w[None].expand(2, -1, -1), fmt, **kw)
+        assert Q.expert_weights_config(qe, "triton") == {"weights": label}
+        impl = Q.expert_weights_config(qe, "torch")["impl"]
+        assert impl.startswith("per expert: ") and (("weight-only (W8A16" in impl) == (fmt in LF.FORMATS)), impl

@@ -77,7 +77,7 @@ def test_runners_build_int4_weights_with_the_group_asked_for():
         for r in rs.values():
             r.fn()
             assert r.cost == ph.op(r.name).cost
-        assert rs["down_proj"].config["weights"] == "int4 g32 zero points"
+        assert rs["down_proj"].config["weights"] == "int4 (g32, zero points)"
         assert rs["attention"].config["kv_cache"] == "int8, fp32 scale per token per KV head"
     assert rs["down_proj"].config["block_k"] == 32                 # triton: a K tile inside one group
 
@@ -106,7 +106,7 @@ def test_sweep_records_carry_the_weight_dtype_and_count_int8_bytes_and_scales(sw
             F.linear(b, 64, 64, weight_dtype="int8", act_dtype="fp32").bytes
         assert q["fp32", b].point.cost.bytes == 64 * 64 * 4 + b * 128 * 4
         assert q["int8", b].config["impl"] == "aten._weight_int8pack_mm"
-        assert q["int8", b].config["weights"] == "int8 per-channel"
+        assert q["int8", b].config["weights"] == "int8 (per channel)"
     header = sweep.result_file.header
     assert header.settings["weight_dtypes"] == ["fp32", "int8"] and "--weight-dtype fp32,int8" in header.command
     titles = [s.title for s in analyze(sweep.result_file).steps]

@@ -13,7 +13,7 @@ import torch
 from click.testing import CliRunner
 
 from kernels.weights import init_weights
-from kernels.quant import check_tp_groups, quantize_model_weights, quantize_weight
+from kernels.quant import check_tp_groups, check_tp_scales, quantize_model_weights, quantize_weight
 from kernels.run_precision import run_precision
 from kernels.quant_weight import QuantExperts, QuantWeight
 from kernels.tp import _slice, shard_weights
@@ -25,6 +25,7 @@ from roofline.errors import RooflineError
 from roofline.layer import model_ops, op_names
 from roofline.models import ModelConfig, load_model
 from roofline.parallel import COLLECTIVE_OPS, shard
+from roofline.precision import weight_format as precision_format
 
 TINY = load_model("tiny")                # GQA 4:2, I = 176 (no int4 group divides it: int8 only)
 TINY_MOE = load_model("tiny-moe")        # 8 experts of 48, top-2 (48: int8 only)
@@ -71,6 +72,73 @@ def test_quantized_shards_dequantize_to_slices_of_the_one_rank_quantization(cfg,
     kinds = {r for _, r in seen}
     assert {"q_cols", "kv_cols", "q_rows"} <= kinds
     assert ({"e_cols", "e_rows"} if cfg.n_experts else {"i_cols", "i_rows"}) <= kinds
+
+
+# fp8 and FP4 weights: per-channel / per-tensor fp8 and the FP4 micro-blocks (16, 32) tile Q4's shards; 128 x 128
+# blocks need every split dimension a multiple of 128 at --tp 2: twins of head_dim 128 and widths of 256
+B128 = ModelConfig("tiny-b128", 128, 256, 1, 2, 2, 256, 512, head_dim=128)
+B128_MOE = ModelConfig("tiny-b128-moe", 128, 256, 1, 2, 2, 256, 512, head_dim=128, arch="mixtral", n_experts=4,
+                       n_active=2, moe_intermediate=256)
+FP_CASES = tuple((cfg, f) for f in ("fp8", "fp8-tensor", "mxfp4", "nvfp4") for cfg in (Q4, Q4_MOE)) + \
+    ((B128, "fp8-block"), (B128_MOE, "fp8-block"))
+
+
+@pytest.mark.parametrize("cfg,fmt", FP_CASES, ids=[f"{c.name}-{f}" for c, f in FP_CASES])
+def test_fp8_and_fp4_shards_dequantize_to_slices_of_the_one_rank_quantization(cfg, fmt):
+    """shard_weights on weights quantized per format (kernels.quant.quantize_model_weights): every rank's shard of
+    every QuantWeight / QuantExperts dequantizes bit for bit to its slice of the one-rank dequantization; per-channel
+    fp8 scales stay whole on a row split, a per-tensor scale on both; nvfp4's tensor scales are kept."""
+    check_tp_scales(cfg, 2, precision_format(fmt))           # the format tiles this model's shards: nothing said
+    w = init_weights(cfg, torch.float32, "cpu", seed=0)
+    full = quantize_model_weights(cfg, w, run_precision(cfg, "fp32", fmt))
+    sh = shard(cfg, 2)
+    rules = {ws.key: ws.shard for o in model_ops(cfg) if o.per_layer for ws in o.weights}
+    seen = set()
+    for rank in (0, 1):
+        part = shard_weights(cfg, full, sh, rank)
+        for lq, lf in zip(part["layers"], full["layers"]):
+            for key, q in lq.items():
+                if not isinstance(q, (QuantWeight, QuantExperts)):
+                    continue
+                whole = lf[key]
+                assert q.dtype == fmt and q.act == whole.act, key
+                want = _slice(whole.dequantize(torch.float64), rules[key], sh, rank, cfg.head_dim)
+                assert torch.equal(q.dequantize(torch.float64), want), (key, rank)
+                if fmt == "fp8-tensor" or (fmt == "fp8" and rules[key] in ("i_rows", "q_rows", "e_rows")):
+                    assert torch.equal(q.scales, whole.scales), key
+                if fmt == "nvfp4":
+                    assert torch.equal(q.tensor_scale, whole.tensor_scale), key
+                seen.add(rules[key])
+        rows = sh.vocab_rows(rank)
+        want = full["lm_head"].dequantize(torch.float64)[:, rows.start: rows.stop]
+        assert torch.equal(part["lm_head"].dequantize(torch.float64), want)
+    assert {"q_cols", "kv_cols", "q_rows"} <= seen
+    assert ({"e_cols", "e_rows"} if cfg.n_experts else {"i_cols", "i_rows"}) <= seen
+
+
+def test_fp8_blocks_or_fp4_blocks_a_ranks_shard_would_cut_are_refused_in_one_line():
+    """check_tp_scales reads the format's scales (k input, n output features per scale) from the precision registry:
+    Q4's 32-column q_proj shard at --tp 2 cuts a 128 x 128 block; TINY's down_proj shard of 88 rows an mxfp4 block."""
+    with pytest.raises(RooflineError) as e:
+        check_tp_scales(Q4, 2, precision_format("fp8-block"))
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg == ("fp8-block's scale block of 128 does not divide tiny-q4's q_proj out-features per rank at --tp 2 "
+                   "(32 of 64): a rank's shard must hold whole blocks; give fp8 or fp8-tensor weights, or no --tp.")
+    with pytest.raises(RooflineError, match=r"^mxfp4's scale group of 32 does not divide tiny's down_proj "
+                                            r"in-features per rank at --tp 2 \(88 of 176\).*give int8 weights"):
+        check_tp_scales(TINY, 2, precision_format("mxfp4"))
+    llama = load_model("llama-2-7b")
+    check_tp_scales(llama, 2, precision_format("fp8-block"))      # 5504 = 43 x 128 intermediate rows per rank
+    with pytest.raises(RooflineError, match=r"gate_proj out-features per rank at --tp 8 \(1376 of 11008\).*"
+                                            r"give --tp 2, or fp8 or fp8-tensor weights, or no --tp\.$"):
+        check_tp_scales(llama, 8, precision_format("fp8-block"))
+    for f in ("fp8", "fp8-tensor", "int8"):                          # per channel / per tensor: always shards
+        check_tp_scales(TINY, 2, precision_format(f))
+    # and slice_quant itself refuses the cut (a ValueError: check_tp_scales says it first)
+    q = quantize_weight(torch.randn(64, 64), "fp8-block")
+    with pytest.raises(ValueError, match="cuts a 128-block"):
+        _slice(q, "q_cols", shard(Q4, 2), 1, 16)
 
 
 def test_int8_column_split_scales_are_bit_identical_to_quantizing_the_shard():
@@ -257,3 +325,36 @@ def test_profile_tiny_int8_over_two_ranks_writes_every_ranks_quantized_shard(tmp
             assert m.point.cost == ph.op(op).cost, op
     # down_proj per rank: [88, 64] int8 + 64 fp32 scales, 2 rows in, 2 rows out: 5,632 + 256 + 704 + 512 bytes
     assert by[("down_proj", 1)].point.cost.bytes == 88 * 64 + 64 * 4 + 2 * 88 * 4 + 2 * 64 * 4
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "fp8-block", "mxfp4", "nvfp4"])
+def test_fp8_and_fp4_shards_run_on_the_triton_kernels_and_add_up_to_the_one_rank_output(fmt):
+    """No ranks needed: each rank's shards through the triton backend's kernels (the interpreter), summed as the
+    all-reduce would sum them, give the one-rank quantized output: a column-parallel gate/up and row-parallel down
+    (the fused MoE's routed experts, weight-only), q_proj's columns, to fp32 rounding; o_proj's rows too, except
+    fp8 per channel's W8A8, whose ranks quantize their own halves of the activations."""
+    from kernels.backend import get_ops
+
+    cfg = B128_MOE
+    ops = get_ops("triton")
+    full = quantize_model_weights(cfg, init_weights(cfg, torch.float32, "cpu", seed=0), run_precision(cfg, "fp32", fmt))
+    sh = shard(cfg, 2)
+    parts = [shard_weights(cfg, full, sh, r)["layers"][0] for r in (0, 1)]
+    lw = full["layers"][0]
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, cfg.hidden, generator=g)
+    ids = torch.stack([torch.randperm(cfg.n_experts, generator=g)[:2] for _ in range(6)])
+    w = torch.softmax(torch.randn(6, 2, generator=g), -1)
+    keys = ("experts_gate", "experts_up", "experts_down")
+    want = ops.moe_experts(x, *(lw[k] for k in keys), w, ids)
+    got = sum(ops.moe_experts(x, *(p[k] for k in keys), w, ids) for p in parts)
+    assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
+    h = ops.linear(x, lw["wq"])                                       # q_proj: columns per rank, concatenated
+    assert torch.allclose(torch.cat([ops.linear(x, p["wq"]) for p in parts], -1), h, rtol=0, atol=1e-5)
+    o = ops.linear(h, lw["wo"])                                       # o_proj: rows per rank, summed
+    o2 = sum(ops.linear(h[:, r * 128:(r + 1) * 128], p["wo"]) for r, p in enumerate(parts))
+    err = float((o2 - o).abs().max()) / float(o.abs().max())
+    # W8A8 per channel: each rank quantizes its half row of activations per token (its own scale: an e4m3 step
+    # apart); 1 x 128 groups (fp8-block) are the same groups on one rank or two; W4A16 has no activation scale
+    # (as vLLM's ranks do): not the one-rank output, within a few per cent of it (2.8% here)
+    assert (1e-3 < err < 0.1) if fmt == "fp8" else err <= 1e-5, err
