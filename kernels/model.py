@@ -45,8 +45,8 @@ from roofline.models import ModelConfig
 from ._common import dtype_name, torch_dtype
 from .backend import get_ops
 from .checkpoint import load_weights
-from .quant import KV_DTYPES, check_tp_groups, decode_kv_b, kv_storage, prepare_model_torch, quantize_model_weights
-from .run_precision import check_run, run_precision
+from .quant import KV_DTYPES, decode_kv_b, kv_storage, prepare_model_torch, quantize_model_weights
+from .run_precision import check_run, check_tp, run_precision
 from .rope import rope_tables
 from .sinks import decode_with_sinks, prefill_with_sinks
 from .tp import TPGroup, embed, ep_experts, shard_weights, tp_parts
@@ -227,8 +227,7 @@ class LlamaModel:
         self.weight_dtype = self.precision.weight_label
         int4 = {f.group_size: f.zero_point for _, f in self.precision.run.weights if f.name == "int4"}
         if self.tp is not None:
-            for g in int4:
-                check_tp_groups(cfg, self.tp.world, g)
+            check_tp(self.precision, cfg, self.tp.world)
         self.max_len = int(max_len or cfg.max_context)
         if self.max_len < 1 or max_slots < 1:
             raise RooflineError(f"max_len ({self.max_len}) and max_slots ({max_slots}) must be at least 1.")

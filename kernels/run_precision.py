@@ -36,7 +36,7 @@ from roofline.precision.modules import PLAIN_FLAG, WEIGHT_ROLES, module_pairs
 
 from .env import device_label, fp8_supported
 from .moe import QUANT_CODES
-from .quant import KV_DTYPES, check_kv_dtype, check_model_kv   # (kernels.quant imports every format's module)
+from .quant import KV_DTYPES, check_kv_dtype, check_model_kv, check_tp_scales   # (kernels.quant imports every format's module)
 from .quant_weight import FORMATS
 
 QUANTIZED_KINDS = ("linear", "mla_up", "experts")   # the op kinds whose runners take a quantized weight
@@ -200,3 +200,10 @@ def _kv(f, act_dtype: str, notes: list):
     if run != f:
         notes.append(f"KV cache: {f.describe()} in the checkpoint, run as {run.describe()}")
     return run
+
+
+def check_tp(rp: RunPrecision, cfg: ModelConfig, tp: int) -> None:
+    """One line when a rank's shard under ``--tp tp`` would cut a scale group or block of a format the run holds
+    (``kernels.quant.check_tp_scales``, format by format)."""
+    for f in dict.fromkeys(f for _, f in rp.run.weights if f.quantized):
+        check_tp_scales(cfg, tp, f)

@@ -51,9 +51,8 @@ from . import runners_attention, runners_mla, runners_moe, runners_rows  # noqa:
 from ._common import dtype_name, torch_dtype
 from .backend import get_ops
 from .model import attention_options, transformer_layer
-from .quant import check_tp_groups
 from .runner_context import RunContext, build_context
-from .run_precision import check_run, run_precision
+from .run_precision import check_run, check_tp, run_precision
 from .runner_registry import builder
 from .tp import local_experts, tp_parts
 
@@ -89,8 +88,8 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     dev = torch.device(device)
     prec = run_precision(cfg, dtype_name(dt), weight_dtype, kv_dtype, group_size=group_size, zero_point=zero_point)
     kvdt = check_run(prec, cfg, get_ops(backend).name, dev, kv_dtype)
-    for g in {f.group_size for _, f in prec.run.weights if f.name == "int4"} if tp is not None else ():
-        check_tp_groups(cfg, tp.world, g)
+    if tp is not None:
+        check_tp(prec, cfg, tp.world)
     kw = dict(weight_dtype=prec.weight_label, act_dtype=dtype_name(dt), kv_dtype=kvdt,
               tp=tp.world if tp is not None else 1, ep=tp.ep if tp is not None else 1, precision=prec.run)
     ph = W.prefill(cfg, batch, context, **kw) if phase == "prefill" else W.decode(cfg, batch, context, **kw)

@@ -248,9 +248,10 @@ def validate_tp(spec: RunSpec, device_count: int | None = None) -> None:
     vLLM's tensor-parallel MoE, or E / N whole experts per rank under --ep) and latent attention (heads split,
     latent replicated) all run sharded, with float, int8 or int4 weights (quantized whole, then sharded:
     ``kernels.tp``) and a float or 8-bit KV cache. What cannot run: int4 groups that a rank's row-parallel shard
-    would cut (``kernels.quant.check_tp_groups``); the plan's own checks (an 8-bit latent cache, fp8 without a GPU
+    would cut, or fp8 / FP4 blocks (``kernels.run_precision.check_tp``); the plan's own checks (an 8-bit latent
+    cache, fp8 without a GPU
     that has it) run before."""
-    from kernels.quant import check_tp_groups   # kernels imports torch: deferred, a spec builds without it
+    from kernels.run_precision import check_tp as check_tp_scales   # kernels imports torch: deferred
 
     if spec.ep != 1 and spec.tp != spec.ep:
         raise RooflineError(f"--ep {spec.ep} with --tp {spec.tp}: profile runs expert parallelism on the --tp ranks "
@@ -258,8 +259,10 @@ def validate_tp(spec: RunSpec, device_count: int | None = None) -> None:
                             f"so give --tp {spec.ep} --ep {spec.ep}.")
     check_tp(spec.tp, spec.plan.device, device_count)
     shard(spec.plan.model, spec.tp, spec.ep)   # one line naming the valid --tp / --ep
-    if "int4" in spec.plan.weight_dtypes:
-        check_tp_groups(spec.plan.model, spec.tp, spec.plan.group_size)
+    for w, kv in spec.plan.variants():
+        rp = spec.plan.precision(w, kv)
+        if rp is not None and spec.tp > 1:
+            check_tp_scales(rp, spec.plan.model, spec.tp)
 
 
 def rank_threads(spec: RunSpec) -> int | None:
