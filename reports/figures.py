@@ -23,7 +23,7 @@ from .report_figure import ReportFigure
 from .roofline_plot import plot_roofline, plotted, step_markers, zero_flop_ops
 from .style import CATEGORY_COLORS, RASTER_ABOVE, category_color, new_figure, op_color, op_names, run_model
 from .sweep_plot import plot_compare, plot_fraction_sweep, plot_intensity_sweep, style_note, sweep_slices
-from .time_plot import plot_predicted_vs_measured, plot_time_breakdown, predicted, step_times
+from .time_plot import align_diagonals, plot_predicted_vs_measured, plot_time_breakdown, predicted, step_times
 
 
 # past RASTER_ABOVE points a chart's markers are raster and its hover targets bounded (reports.hover)
@@ -80,7 +80,9 @@ def time_figure(rf, phase) -> ReportFigure | None:
     plot_time_breakdown(ax, rf, phase)
     ops = [o for o in dict.fromkeys(op for k in keys for op in per[k])]
     _op_legend(fig, rf, ops)
-    cap = (f"{phase.capitalize()}: each bar is one step of the sweep; segments are each op's share of the measured "
+    note = analyze(rf).noise_note       # the table's WARNING, first (bars marked "unreliable" have no verdict)
+    cap = ((f"WARNING: {note} " if note else "")
+           + f"{phase.capitalize()}: each bar is one step of the sweep; segments are each op's share of the measured "
            "step time (median x instances per step; per-layer ops count n_layers times). The whole-layer op, "
            "when measured, is not stacked.")
     return ReportFigure(f"time_{phase}", f"Where {phase} time goes", fig, cap)
@@ -115,6 +117,7 @@ def predicted_figure(rf) -> ReportFigure:
     else:
         ops = {r.op for r in analyze(rf).ok}
         _op_legend(fig, rf, ops)
+    align_diagonals(ax)          # the legend moved the axes: the diagonals' labels follow their lines
     cap = ("Each op instance's median time against the roofline's prediction with this file's ceilings: "
            "max(FLOPs / peak, bytes / bandwidth). On the diagonal an op runs at its roof; above the dashed "
            "line it runs under a quarter of it. Points below the diagonal beat the roof (circled): check "

@@ -10,6 +10,9 @@ and stay out of the layout engine, so placing them cannot move the axes they wer
 Call it last, after everything else is on the axes, with marker boxes measured once the layout
 is final (it runs the layout engine first unless told it just ran): the positions measured are
 the ones drawn.
+
+``busy_line(analysis, steps)``: the second title line a chart of a run measured on a busy host carries (the
+table's WARNING, short): how many of its steps have their verdict withheld.
 """
 
 from __future__ import annotations
@@ -96,3 +99,12 @@ def place_labels(ax, wanted, markers, *, fontsize: float = 7.5, relayout: bool =
                 break
             a.remove()
     return placed
+
+
+def busy_line(a, steps) -> str:
+    """A second title line for a chart of ``steps`` when the run was measured on a busy host (``a.noisy``, the gate
+    the table's WARNING reads): how many of them have their verdict withheld; "" on a quiet run."""
+    if not a.noisy:
+        return ""
+    held = sum(not s.reliable for s in steps)
+    return f"\nWARNING: busy machine (host-busy): {held} of {len(steps)} steps unreliable"

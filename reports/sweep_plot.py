@@ -25,9 +25,10 @@ from roofline import units as U
 from roofline.analysis import analyze
 from roofline.workload import LAYER_OP
 from roofline.bounds import OVERHEAD_FRACTION
+from roofline.verdicts.comparison import differing_settings
 
 from . import hover
-from .style import PHASE_LINESTYLE, device_color, op_color, run_model, styled
+from .style import LABEL_ZORDER, PHASE_LINESTYLE, device_color, op_color, run_model, styled
 
 
 def _axis_name(vary: str) -> str:
@@ -119,8 +120,10 @@ def plot_intensity_sweep(ax, result_file, phase: str, vary: str, fixed: int):
         ax.plot(xs, ys, ls=ls[(backend, var)], color="black" if op == LAYER_OP else op_color(op, run_model(result_file)), lw=lw, marker=".",
                 ms=4, label=op, gid=_gid("intensity", op, backend, var))
         hover.register(ax, xs, ys, [("p", _index(result_file, r)) for _, r in pts])
-        ridge = pts[0][1].roof.ridge   # the op's own roof (roofline.analysis.roof_for)
+        roof = pts[0][1].roof          # the op's own roof (roofline.analysis.roof_for), at the drawn DRAM ridge:
+        ridge = drawn_ridge(roof)      # a cache level's roof (its ridge is not drawn) does not place the star
         if ridge:
+            ridges.setdefault(roof.dtype, ridge)     # a dtype the loop below would not draw: drawn too
             cross = next(((x, y) for x, y in zip(xs, ys) if y >= ridge), None)
             if cross is not None and ys[0] < ridge:
                 ax.plot(*cross, marker="*", ms=11, color=op_color(op, run_model(result_file)), mec="black", mew=0.5, zorder=5,
@@ -128,7 +131,9 @@ def plot_intensity_sweep(ax, result_file, phase: str, vary: str, fixed: int):
     for d, r in ridges.items():
         ax.axhline(r, color="#444444", lw=1.0, ls="-" if d == dtype else ":", gid=f"ridge:{d}")
         ax.annotate(f"ridge {U.intensity(r)} ({d})", (0.01, r), xycoords=("axes fraction", "data"),
-                    xytext=(0, 2), textcoords="offset points", fontsize=7.5, color="#444444")
+                    xytext=(0, 2), textcoords="offset points", fontsize=7.5, color="#444444",
+                    zorder=LABEL_ZORDER, gid=f"ridge-label:{d}",
+                    bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.85))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(lambda v, _: f"{v:g}")
@@ -172,6 +177,13 @@ def plot_fraction_sweep(ax, result_file, phase: str, vary: str, fixed: int):
     return ax
 
 
+def drawn_ridge(roof) -> float:
+    """The ridge the sweep draws for ``roof``'s dtype: its peak over the DRAM bandwidth (a cache level's roof,
+    ``Roof.level``, has a lower ridge that no line shows); 0 when the roof has no bandwidth."""
+    bw = roof.dram_bandwidth or roof.bandwidth
+    return roof.peak / bw if bw > 0 else 0.0
+
+
 def _int_ticks(ax, series):
     xs = sorted({x for pts in series.values() for x, _ in pts})
     if xs:
@@ -186,8 +198,54 @@ def _common_fixed(summaries_per_file, phase: str, attr: str):
     return counts.most_common(1)[0][0] if counts else None
 
 
-def run_label(result_file) -> str:
-    return f"{result_file.header.device.name} ({result_file.path.name})"
+def run_labels(result_files) -> list[str]:
+    """One legend label per file, all distinct: "device (results.jsonl)"; files that would share one are told
+    apart by their folder ("device (run-a/results.jsonl)"), then by the recorded settings their headers differ in
+    (``roofline.verdicts.comparison.differing_settings``: "threads=2"), then by their place in the list."""
+    def base(rf, folder: bool) -> str:
+        p = rf.path
+        return f"{rf.header.device.name} ({p.parent.name + '/' if folder and p.parent.name else ''}{p.name})"
+    out = [base(rf, False) for rf in result_files]
+    for rule in ("folder", "settings", "index"):
+        counts = Counter(out)
+        dup = [i for i, x in enumerate(out) if counts[x] > 1]
+        if not dup:
+            break
+        if rule == "folder":
+            for i in dup:
+                out[i] = base(result_files[i], True)
+        elif rule == "settings":
+            diff = differing_settings([result_files[i].header.settings for i in dup])
+            for i in dup:
+                st = result_files[i].header.settings
+                if diff:
+                    out[i] += " " + ", ".join(f"{k}={_setting_text(st.get(k))}" for k in diff)
+        else:
+            for n, i in enumerate(dup):
+                out[i] += f" #{n + 1}"
+    return out
+
+
+def _setting_text(v) -> str:
+    return ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+
+
+FRACTION_TOP = 1.1   # the side-by-side roof-fraction axis' top; a step above it is drawn at the edge, marked
+
+
+def _draw_clipped(ax, points, top):
+    """Points above ``top`` as an up-triangle on the axes' top edge (gid "clipped"), each with its value, and a
+    line saying so (gid "clipped-note"): a step above the axis is never silently dropped."""
+    if not points:
+        return
+    ax.scatter([x for x, _, _ in points], [top] * len(points), marker="^", s=60, c=[c for _, _, c in points],
+               edgecolors="black", linewidths=0.6, zorder=5, clip_on=False, gid="clipped")
+    for x, y, c in points:
+        ax.annotate(U.percent(y), (x, top), xytext=(0, -4), textcoords="offset points", ha="center", va="top",
+                    fontsize=7, color=c, zorder=LABEL_ZORDER, gid="clipped-value")
+    ax.text(0.99, 0.97, f"{len(points)} step(s) above {U.percent(top)}: drawn at the top edge (\u25b2) with their value",
+            transform=ax.transAxes, ha="right", va="top", fontsize=7, color="#444444", zorder=LABEL_ZORDER,
+            gid="clipped-note", bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
 
 
 @styled
@@ -196,6 +254,8 @@ def plot_compare(ax, result_files, phase: str, what: str = "time"):
     summaries = [analyze(rf).steps for rf in result_files]
     attr, vary = ("context", "batch") if phase == "decode" else ("batch", "context")
     fixed = _common_fixed(summaries, phase, attr)
+    labels = run_labels(result_files)
+    clipped = []                   # (x, y, colour) above the fraction axis' top: drawn at its edge
     for i, (rf, ss) in enumerate(zip(result_files, summaries)):
         sel = [s for s in ss if s.phase == phase and getattr(s, attr) == fixed]
         variants = sorted({variant(s.key) for s in sel})
@@ -206,8 +266,10 @@ def plot_compare(ax, result_files, phase: str, what: str = "time"):
             ys = [s.time_s if what == "time" else s.roof_fraction for _, s in pts]
             ls = styles[("", var)] if len(variants) > 1 else PHASE_LINESTYLE[phase]
             ax.plot(xs, ys, color=device_color(i), ls=ls,
-                    marker="o", ms=4, lw=1.6, label=run_label(rf) + (f" [{var.replace('-', ':')}]" if var else ""),
+                    marker="o", ms=4, lw=1.6, label=labels[i] + (f" [{var.replace('-', ':')}]" if var else ""),
                     gid=f"compare:{phase}:{what}:{i}" + (":" + var.replace(" ", ":") if var else ""))
+            if what != "time":
+                clipped += [(x, y, device_color(i)) for x, y in zip(xs, ys) if y > FRACTION_TOP]
     ax.set_xscale("log", base=2)
     if what == "time":
         ax.set_yscale("log")
@@ -218,9 +280,10 @@ def plot_compare(ax, result_files, phase: str, what: str = "time"):
     else:
         ax.axhline(1.0, color="#444444", lw=1.0)
         ax.axhline(OVERHEAD_FRACTION, color="#b0b0b0", lw=1.0, ls="--")
-        ax.set_ylim(0, 1.1)
+        ax.set_ylim(0, FRACTION_TOP)
         ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
         ax.set_ylabel("step fraction of roof")
+        _draw_clipped(ax, clipped, FRACTION_TOP)
     other = "context" if phase == "decode" else "batch"
     ax.set_xlabel(_axis_name(vary))
     ax.set_title(f"{phase}: {'step time' if what == 'time' else 'roof fraction'} vs {vary} ({other} {fixed:,})"
