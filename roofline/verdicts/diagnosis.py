@@ -157,9 +157,9 @@ def across_findings(result_files, model=None, device=None, across_models: bool =
     one ``across-models`` finding saying what differs."""
     setups = [setup_of(rf) for rf in result_files]
     if model is not None:
-        setups.append(Setup("--model", model.name))
+        setups.append(Setup("--model", model=model.name))
     if device is not None:
-        setups.append(Setup("--device", device_name(device)))
+        setups.append(Setup("--device", device=device_name(device)))
     notes = check_same_setup(setups, across_models=across_models, what="diagnosed together")
     if not notes:
         return []
