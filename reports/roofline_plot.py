@@ -45,7 +45,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 
 from roofline import units as U
-from roofline.analysis import CACHE_RESIDENT, UNRELIABLE, analyze, cache_ceilings, ceilings, level_points
+from roofline.analysis import CACHE_RESIDENT, HOST_BUSY, UNRELIABLE, analyze, cache_ceilings, ceilings, level_points
 
 from . import hover
 from .hover import marker_radius
@@ -184,6 +184,20 @@ def draw_cache_roofs(ax, levels, top, dram, x_lo, y_lo) -> list:
     return out
 
 
+def ceilings_said(header) -> str:
+    """Which measured ceilings judge the run, as its header records them (``RunHeader.ceilings``): " (cached,
+    quiet, 1 thread)", " (measured with the run, on a busy host, 2 threads)"; "" for a datasheet's."""
+    c = header.ceilings or {}
+    if not c or header.device.source != "measured":
+        return ""
+    parts = ["cached" if c.get("cached") else "measured with the run",
+             "on a busy host" if HOST_BUSY in c.get("flags", ()) else "quiet"]
+    threads = (c.get("cache_key") or {}).get("threads")
+    if threads:
+        parts.append(f"{threads} thread{'s' if threads > 1 else ''}")
+    return " (" + ", ".join(parts) + ")"
+
+
 WITHHELD = f"{UNRELIABLE}, no verdict (host-busy)"   # the table's word for a step whose verdict is withheld
 
 
@@ -314,7 +328,7 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
     for c in ctxs[:1] + ctxs[-1:] if len(ctxs) > 1 else ctxs:
         handles.append(Line2D([], [], marker="o", ls="none", color="#bbbbbb",
                               ms=math.sqrt(context_size(c, ctx_lo)), label=f"context {c:,}"))
-    handles.append(Line2D([], [], color=MEASURED_COLOR, label=f"{dev.source} ceilings"))
+    handles.append(Line2D([], [], color=MEASURED_COLOR, label=f"{dev.source} ceilings{ceilings_said(header)}"))
     if sheet:
         handles.append(Line2D([], [], color=DATASHEET_COLOR, ls=(0, (5, 3)), label="datasheet ceilings"))
     if dev.cache_levels:

@@ -110,3 +110,62 @@ def test_a_setting_that_restates_the_change_under_test_is_not_listed_twice(tmp_p
 def test_the_same_sweep_still_says_nothing_changed(tmp_path):
     c = compare(read_results(LAT), read_results(with_settings(LAT, tmp_path / "same.jsonl")))
     assert c.settings == {} and "no recorded setting" in summary(c).claim
+
+
+# ---------------------------------------------------------------- the first run on a busy box
+
+def _spec(tmp_path, *args):
+    from profiler.commands.profile import profile
+    from profiler.run_spec import spec_from_options
+    base = ["--model", "tiny", "--phases", "decode", "--batches", "1", "--contexts", "8", "--backends", "torch",
+            "--dtype", "fp32", "--device", "cpu", "--out", str(tmp_path / "o")]
+    return spec_from_options(profile.make_context("profile", [*base, *args]).params, "new")
+
+
+def test_profile_keeps_a_core_free_by_default_as_latency_does(tmp_path, monkeypatch):
+    import profiler.run as run_mod
+    from profiler.profile_run import profile_threads, threads_line
+    from profiler.run import cpu_threads_default
+    monkeypatch.setattr(run_mod.os, "cpu_count", lambda: 8)
+    spec = _spec(tmp_path)
+    assert spec.threads is None
+    assert profile_threads(spec) == cpu_threads_default("cpu", None) == 7     # latency and serve's default
+    assert profile_threads(_spec(tmp_path, "--threads", "1")) == 1
+    line = threads_line(spec, 7)
+    assert line.startswith("CPU: 7 torch thread(s), one fewer than the 8 cores") and "--threads" in line
+
+
+def test_the_ceilings_command_measures_with_profiles_threads(monkeypatch):
+    import torch
+    import profiler.commands.measure as M
+    import profiler.run as run_mod
+    monkeypatch.setattr(run_mod.os, "cpu_count", lambda: 3)
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake(device, **kw):
+        seen.append(torch.get_num_threads())
+        raise Stop
+    monkeypatch.setattr(M, "get_ceilings", fake)
+    r = CliRunner().invoke(main, ["ceilings", "--device", "cpu"])
+    assert isinstance(r.exception, Stop) and seen == [2]
+
+
+def test_the_roofline_says_which_ceilings_judged_the_run():
+    from dataclasses import replace
+    from reports.roofline_plot import ceilings_said
+    h = read_results(H100).header
+    assert h.device.source == "measured"
+    quiet = replace(h, ceilings={"cached": True, "flags": [], "cache_key": {"threads": 1}})
+    busy = replace(h, ceilings={"flags": ["host-busy"], "cache_key": {"threads": 2}})
+    assert ceilings_said(quiet) == " (cached, quiet, 1 thread)"
+    assert ceilings_said(busy) == " (measured with the run, on a busy host, 2 threads)"
+    fig_rf = read_results(H100)
+    fig_rf.header = quiet
+    from reports.roofline_plot import plot_roofline
+    from reports.style import new_figure
+    _, ax = new_figure(10, 6.4)
+    plot_roofline(ax, fig_rf)
+    assert "measured ceilings (cached, quiet, 1 thread)" in [t.get_text() for t in ax.get_legend().get_texts()]
