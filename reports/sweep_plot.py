@@ -25,7 +25,7 @@ from roofline import units as U
 from roofline.analysis import analyze
 from roofline.workload import LAYER_OP
 from roofline.bounds import OVERHEAD_FRACTION
-from roofline.verdicts.comparison import differing_settings
+from roofline.verdicts.comparison import differing_settings, setting_text
 
 from . import hover
 from .style import LABEL_ZORDER, PHASE_LINESTYLE, device_color, op_color, run_model, styled
@@ -219,15 +219,11 @@ def run_labels(result_files) -> list[str]:
             for i in dup:
                 st = result_files[i].header.settings
                 if diff:
-                    out[i] += " " + ", ".join(f"{k}={_setting_text(st.get(k))}" for k in diff)
+                    out[i] += " " + ", ".join(f"{k}={setting_text(st.get(k))}" for k in diff)
         else:
             for n, i in enumerate(dup):
                 out[i] += f" #{n + 1}"
     return out
-
-
-def _setting_text(v) -> str:
-    return ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
 
 
 FRACTION_TOP = 1.1   # the side-by-side roof-fraction axis' top; a step above it is drawn at the edge, marked
@@ -256,6 +252,7 @@ def plot_compare(ax, result_files, phase: str, what: str = "time"):
     fixed = _common_fixed(summaries, phase, attr)
     labels = run_labels(result_files)
     clipped = []                   # (x, y, colour) above the fraction axis' top: drawn at its edge
+    unreliable = 0                 # steps marked "x": timed on a busy host, no verdict
     for i, (rf, ss) in enumerate(zip(result_files, summaries)):
         sel = [s for s in ss if s.phase == phase and getattr(s, attr) == fixed]
         variants = sorted({variant(s.key) for s in sel})
@@ -270,6 +267,11 @@ def plot_compare(ax, result_files, phase: str, what: str = "time"):
                     gid=f"compare:{phase}:{what}:{i}" + (":" + var.replace(" ", ":") if var else ""))
             if what != "time":
                 clipped += [(x, y, device_color(i)) for x, y in zip(xs, ys) if y > FRACTION_TOP]
+            held = [(x, min(y, FRACTION_TOP) if what != "time" else y) for (x, st), y in zip(pts, ys) if not st.reliable]
+            if held:            # a step whose verdict the table withholds (host-busy): said on the chart too
+                ax.scatter([x for x, _ in held], [y for _, y in held], marker="x", s=36, c="black", linewidths=1.0,
+                           zorder=5.5, clip_on=False, gid=f"unreliable:{phase}:{what}:{i}")
+                unreliable += len(held)
     ax.set_xscale("log", base=2)
     if what == "time":
         ax.set_yscale("log")
@@ -293,5 +295,8 @@ def plot_compare(ax, result_files, phase: str, what: str = "time"):
         ax.set_xticks(xs)
         ax.set_xticklabels([f"{x:,}" for x in xs])
         ax.xaxis.set_minor_locator(NullLocator())
+    if unreliable:
+        ax.scatter([], [], marker="x", s=36, c="black", linewidths=1.0,
+                   label=f"unreliable (host-busy): no verdict ({unreliable})")
     ax.legend(loc="best")
     return ax

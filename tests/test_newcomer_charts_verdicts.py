@@ -114,3 +114,15 @@ def test_a_counters_report_draws_its_launches(tmp_path):
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert not [t for t in legend if t in ("batch 0", "context 0")], legend
     assert "forward" in legend
+
+
+def test_the_side_by_side_chart_marks_the_steps_whose_verdict_is_withheld(tmp_path):
+    from reports.figures import compare_figures
+    (tmp_path / "busy").mkdir()
+    quiet, noisy = read_results(H100), read_results(busy(H100, tmp_path / "busy" / "busy.jsonl"))
+    (f,) = compare_figures([quiet, noisy])
+    for ax in f.figure.axes:
+        marks = [c for c in ax.collections if (c.get_gid() or "").startswith("unreliable:")]
+        assert marks and all(c.get_gid().endswith(":1") for c in marks)        # the busy run's only
+        n = sum(len(c.get_offsets()) for c in marks)
+        assert f"unreliable (host-busy): no verdict ({n})" in [t.get_text() for t in ax.get_legend().get_texts()]
