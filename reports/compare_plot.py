@@ -11,6 +11,9 @@ the before device's are added dashed when the files ran on different devices):
 * the two largest step moves and the two largest op moves beyond the noise labelled with their
   speed-up (``reports.labels``).
 
+A comparison with a side measured on a busy host (``Comparison.judged`` false) is not judged here either, as its
+tables and findings say: every after marker grey, no speed-up labelled, "not judged" in the title and legend.
+
 Every after point and step is registered with ``reports.hover`` as ("c", k) for
 ``comparison.ops[k]`` and ("t", j) for ``comparison.steps[j]``, so the compare report explains
 each on hover from its table rows. Gids: "change:before", "change:after:<phase>", "arrows" and

@@ -60,7 +60,8 @@ def roofline_figure(rf) -> ReportFigure:
         n_all = sum(1 for s in analyze(rf).steps if s.cost.flops > 0)
         cap += (" Large black-edged markers: each phase step (its ops summed: the step's intensity and FLOPs / step "
                 "time), " + ("every step" if len(steps) == n_all else f"the {len(steps)} headline steps of {n_all}")
-                + "; the smallest and largest per phase carry their verdict.")
+                + "; the smallest and largest per phase carry their verdict (\"no verdict\" for a step timed on a "
+                "busy host).")
     if zero:
         cap += (f" {', '.join(zero)} do no FLOPs, so they cannot sit on a FLOP/s roofline: they are left off "
                 "this chart and appear in the table with their bytes/s.")

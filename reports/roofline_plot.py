@@ -15,8 +15,13 @@ FLOP/byte, y: FLOP/s):
 * each phase's step (``roofline.analysis.Step``: its ops summed) as a larger marker of the
   phase's shape with a black edge at (step intensity, step FLOPs / step time): all steps, or
   the headline ones (smallest and largest per phase) past ``MAX_STEP_MARKERS``; the headline
-  steps are labelled with their verdict;
+  steps are labelled with their verdict (``Step.reliable`` false: "unreliable, no verdict", as the table says; a
+  busy run's title says how many steps that is);
 * a point above its roof circled in red and named: a counting error or cache reuse;
+* a point with no batch (batch 0: a forward of unknown phase, a counters run's launches) in one colour, off the
+  batch and context legends;
+* the legend says which measured ceilings judged the run (``ceilings_said``: cached or measured with it, quiet
+  or busy, its threads);
 * the device's cache levels (``Device.cache_levels``: a CPU's L2 and L3, a GPU's L2) as extra
   bandwidth roofs, dash-dotted, one per level ("ceiling:cache:L3"), as in Nsight Compute's
   hierarchical roofline: a point judged against a level (``roofline.analysis``: cache-resident)

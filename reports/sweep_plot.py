@@ -4,11 +4,14 @@
   batch (at one context), decode and prefill against context (at one batch).
 * ``plot_intensity_sweep(ax, rf, phase, vary, fixed)``: each op's intensity along the slice,
   log-log, with the ridge of the run's dtype (and of fp32, for vector ops) drawn across; a
-  star marks the first sweep value at which an op reaches its ridge.
+  star marks the first sweep value at which an op reaches the ridge drawn for it (its peak over the
+  DRAM bandwidth, ``drawn_ridge``: never a cache level's, which no line shows).
 * ``plot_fraction_sweep(ax, ...)``: each op's roof fraction along the same slice, with the
   roof (100%) and the overhead threshold (25%) drawn.
 * ``plot_compare(ax, result_files, phase, what)``: phase step time or roof fraction against
-  batch (decode) or prompt tokens (prefill), one colour per run/device.
+  batch (decode) or prompt tokens (prefill), one colour per run/device, each labelled apart
+  (``run_labels``); a step above the fraction axis' top drawn at its edge with its value, said in a
+  line; a step whose verdict is withheld (host-busy) marked "x".
 
 A file holding several weight / KV-cache dtypes (``roofline profile --weight-dtype fp32,int8``) draws
 one line per op and dtype variant, told apart by line style (``variant_styles``, said in the caption

@@ -3,10 +3,12 @@
 * ``plot_time_breakdown(ax, rf, phase)``: one bar per step of the sweep
   (``roofline.analysis.Step``), each op's share of the measured step time stacked (count x
   median; the ``layer`` op is left out unless it stands in for the step), the step's total
-  written above the bar.
+  written above the bar; a step timed on a busy host is marked "unreliable" under its bar and a
+  busy run's title carries the table's warning (``reports.labels.busy_line``).
 * ``plot_predicted_vs_measured(ax, rf)``: each op instance's median time against the time
   the roofline allows with the file's ceilings (``OpResult.predicted_s``); the diagonal is
-  the roof, the line at 4x is the overhead threshold (25% of roof).
+  the roof, the line at 4x is the overhead threshold (25% of roof); their labels follow the lines
+  as laid out (``align_diagonals``: no fixed aspect, which the constrained layout cuts the y label for).
 
 ``rf`` is a ``ResultFile`` or its ``roofline.analysis.RunAnalysis``.
 """
