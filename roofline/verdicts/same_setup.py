@@ -43,7 +43,7 @@ def setup_of(rf) -> Setup:
 
 def check_same_setup(setups, *, across_models: bool = False, what: str = "judged together") -> list:
     """[] when every known model and every known device of ``setups`` agree; else RooflineError in one line, or
-    (``across_models``) the sentences that say it on top of the output."""
+    (``across_models``) the one sentence that says it on top of the output."""
     diffs = []
     for attr, noun in (("model", "models"), ("device", "devices")):
         known = [(s.where, getattr(s, attr)) for s in setups if getattr(s, attr)]
@@ -54,4 +54,4 @@ def check_same_setup(setups, *, across_models: bool = False, what: str = "judged
     if not across_models:
         raise RooflineError("; ".join(diffs) + f": these cannot be {what} as one workload. Give inputs of one model "
                             f"on one device, or pass {ACROSS_FLAG} to judge across them anyway.")
-    return [f"Across models or devices, as asked ({ACROSS_FLAG}): {d}." for d in diffs]
+    return [f"Across models or devices, as asked ({ACROSS_FLAG}): {'; '.join(diffs)}."]
