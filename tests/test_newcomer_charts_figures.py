@@ -149,3 +149,28 @@ def test_a_busy_runs_time_breakdown_carries_the_warning(tmp_path):
     assert all(t.get_text().endswith("unreliable") for t in ax.get_xticklabels())
     quiet = time_figure(read_results(H100), "decode")
     assert "WARNING" not in quiet.figure.axes[0].get_title() and not quiet.caption.startswith("WARNING")
+
+
+def _outside(fig) -> list:
+    """Texts drawn past the figure's edge: titles, axis labels, legends, annotations (tick labels aside: matplotlib
+    keeps those of ticks beyond the view, never drawn)."""
+    from matplotlib.axis import Tick
+    freeze_layout(fig)
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    ticks = {id(t) for tick in fig.findobj(Tick) for t in (tick.label1, tick.label2)}
+    out = []
+    for t in fig.findobj(lambda a: hasattr(a, "get_text") and hasattr(a, "get_window_extent")):
+        if id(t) in ticks or not t.get_visible() or not t.get_text().strip():
+            continue
+        e = t.get_window_extent(r)
+        if e.x0 < -1 or e.y0 < -1 or e.x1 > fig.bbox.x1 + 1 or e.y1 > fig.bbox.y1 + 1:
+            out.append((t.get_text(), e.bounds))
+    return out
+
+
+def test_no_run_figure_draws_text_past_its_edge(tmp_path):
+    from reports.figures import run_figures
+    for rf in (read_results(H100), read_results(busy(H100, tmp_path / "busy.jsonl"))):
+        for f in run_figures(rf):
+            assert _outside(f.figure) == [], f.key
