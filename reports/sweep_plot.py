@@ -28,9 +28,9 @@ from roofline import units as U
 from roofline.analysis import analyze
 from roofline.workload import LAYER_OP
 from roofline.bounds import OVERHEAD_FRACTION
-from roofline.verdicts.comparison import differing_settings, setting_text
 
 from . import hover
+from .labels import run_labels
 from .style import LABEL_ZORDER, PHASE_LINESTYLE, device_color, op_color, run_model, styled
 
 
@@ -199,34 +199,6 @@ def _common_fixed(summaries_per_file, phase: str, attr: str):
     """The fixed value (context for decode, batch for prefill) most files share, most points first."""
     counts = Counter(getattr(s, attr) for ss in summaries_per_file for s in ss if s.phase == phase)
     return counts.most_common(1)[0][0] if counts else None
-
-
-def run_labels(result_files) -> list[str]:
-    """One legend label per file, all distinct: "device (results.jsonl)"; files that would share one are told
-    apart by their folder ("device (run-a/results.jsonl)"), then by the recorded settings their headers differ in
-    (``roofline.verdicts.comparison.differing_settings``: "threads=2"), then by their place in the list."""
-    def base(rf, folder: bool) -> str:
-        p = rf.path
-        return f"{rf.header.device.name} ({p.parent.name + '/' if folder and p.parent.name else ''}{p.name})"
-    out = [base(rf, False) for rf in result_files]
-    for rule in ("folder", "settings", "index"):
-        counts = Counter(out)
-        dup = [i for i, x in enumerate(out) if counts[x] > 1]
-        if not dup:
-            break
-        if rule == "folder":
-            for i in dup:
-                out[i] = base(result_files[i], True)
-        elif rule == "settings":
-            diff = differing_settings([result_files[i].header.settings for i in dup])
-            for i in dup:
-                st = result_files[i].header.settings
-                if diff:
-                    out[i] += " " + ", ".join(f"{k}={setting_text(st.get(k))}" for k in diff)
-        else:
-            for n, i in enumerate(dup):
-                out[i] += f" #{n + 1}"
-    return out
 
 
 FRACTION_TOP = 1.1   # the side-by-side roof-fraction axis' top; a step above it is drawn at the edge, marked

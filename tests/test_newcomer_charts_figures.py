@@ -174,3 +174,11 @@ def test_no_run_figure_draws_text_past_its_edge(tmp_path):
     for rf in (read_results(H100), read_results(busy(H100, tmp_path / "busy.jsonl"))):
         for f in run_figures(rf):
             assert _outside(f.figure) == [], f.key
+
+
+def test_a_report_of_two_files_named_alike_names_its_sections_apart(tmp_path):
+    from reports import write_report
+    rfs = _copies(tmp_path, ["run-a", "run-b"])
+    write_report(rfs, tmp_path / "rep")
+    heads = [ln for ln in (tmp_path / "rep" / "report.md").read_text().splitlines() if ln.startswith("## NVIDIA")]
+    assert heads == ["## NVIDIA H100 SXM5 80GB (run-a/results.jsonl)", "## NVIDIA H100 SXM5 80GB (run-b/results.jsonl)"]
