@@ -35,6 +35,8 @@ def _op_legend(fig, rf, ops):
     """The op legend, in the run's model's order (``reports.style.op_names``)."""
     model = run_model(rf)
     handles = [Patch(color=op_color(o, model), label=o) for o in op_names(model) if o in ops]
+    if not handles:                  # no op a model has (a counters run's kernels): no empty legend
+        return
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="op")
 
 
@@ -122,7 +124,9 @@ def predicted_figure(rf) -> ReportFigure:
     cap = ("Each op instance's median time against the roofline's prediction with this file's ceilings: "
            "max(FLOPs / peak, bytes / bandwidth). On the diagonal an op runs at its roof; above the dashed "
            "line it runs under a quarter of it. Points below the diagonal beat the roof (circled): check "
-           "the byte count or cache reuse. Circles: decode; triangles: prefill.")
+           "the byte count or cache reuse. Circles: decode; triangles: prefill"
+           + ("; pentagons: a forward of unknown phase (a counters run's kernel launches, a trace's forward)."
+              if any(r.point.phase == "forward" for r in analyze(rf).ok) else "."))
     if len(analyze(rf).ok) > RASTER_ABOVE:
         cap += BOUNDED_NOTE
     return ReportFigure("predicted", "Measured vs predicted", fig, cap)

@@ -126,3 +126,11 @@ def test_the_side_by_side_chart_marks_the_steps_whose_verdict_is_withheld(tmp_pa
         assert marks and all(c.get_gid().endswith(":1") for c in marks)        # the busy run's only
         n = sum(len(c.get_offsets()) for c in marks)
         assert f"unreliable (host-busy): no verdict ({n})" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_a_counters_report_predicted_chart_has_its_points_and_no_empty_legend(tmp_path):
+    from reports.figures import predicted_figure
+    res = run_counters(CountersRun(str(DATA / "ncu" / "h100_raw.csv"), out=str(tmp_path / "c"), report=False))
+    f = predicted_figure(read_results(res.path))
+    pts = next(c for c in f.figure.axes[0].collections if c.get_gid() == "pred:forward")
+    assert len(pts.get_offsets()) > 0 and f.figure.legends == [] and "pentagons" in f.caption
