@@ -72,7 +72,8 @@ def roofline_figure(rf) -> ReportFigure:
                 "reuse (e.g. data served from L2), not a win.")
     if len(plotted(rf)) > RASTER_ABOVE:
         cap += BOUNDED_NOTE
-    return ReportFigure("roofline", "Roofline", fig, cap)
+    note = analyze(rf).noise_note       # the table's WARNING first: what to do for numbers to trust
+    return ReportFigure("roofline", "Roofline", fig, (f"WARNING: {note} " if note else "") + cap)
 
 
 def time_figure(rf, phase) -> ReportFigure | None:

@@ -182,3 +182,10 @@ def test_a_report_of_two_files_named_alike_names_its_sections_apart(tmp_path):
     write_report(rfs, tmp_path / "rep")
     heads = [ln for ln in (tmp_path / "rep" / "report.md").read_text().splitlines() if ln.startswith("## NVIDIA")]
     assert heads == ["## NVIDIA H100 SXM5 80GB (run-a/results.jsonl)", "## NVIDIA H100 SXM5 80GB (run-b/results.jsonl)"]
+
+
+def test_a_busy_runs_roofline_caption_says_first_what_to_do(tmp_path):
+    from reports.figures import roofline_figure
+    f = roofline_figure(read_results(busy(H100, tmp_path / "busy.jsonl")))
+    assert f.caption.startswith("WARNING: Measured on a busy machine") and "Measure again on a quiet machine" in f.caption
+    assert not roofline_figure(read_results(H100)).caption.startswith("WARNING")
