@@ -51,7 +51,7 @@ from .collectives import collective_ceilings
 from .distributed import OneRank, RankLost, run_ranks, torchrun_env
 from .export import phase_table, write_csv
 from .flopcheck import cached_flop_check
-from .run import Interrupted, check_writable, command_line, quiet, remove_derived, started
+from .run import Interrupted, check_writable, command_line, cpu_threads_default, quiet, remove_derived, started
 from .run_spec import RunSpec, check_resume, rank_threads, validate_tp
 from .timing import cpu_threads, now
 
@@ -81,7 +81,7 @@ def run_profile(spec: RunSpec, *, say=quiet, progress=None, probe=None, make_run
     (before anything is measured) and ``Interrupted`` on Ctrl-C (after the file is closed).
     """
     check_plan(spec)
-    threads = rank_threads(spec) if spec.tp > 1 else (None if spec.gpu else spec.threads)
+    threads = profile_threads(spec)
     ranks = (spec.plan, spec.quick, make_runners, spec.ep)
     env = torchrun_env() if spec.tp > 1 else None
     if env is not None and env["rank"] != 0:      # a follower under torchrun: no file, no output
@@ -93,6 +93,8 @@ def run_profile(spec: RunSpec, *, say=quiet, progress=None, probe=None, make_run
     try:
         check_resume(spec, writer.old.header if writer.old is not None else None)
         with cpu_threads(threads) as n_threads:
+            if spec.tp == 1 and not spec.gpu:
+                say(threads_line(spec, n_threads))
             writer.check(early_header(spec, n_threads))   # a resume that cannot match fails before anything runs
             probe = probe or probes.open_probe(spec.plan.device)
             if probe.note:
@@ -226,6 +228,23 @@ def open_writer(run: RunSpec, say) -> ResultWriter:
     return writer
 
 
+def profile_threads(spec: RunSpec) -> int | None:
+    """The CPU threads the run fixes: per rank under tensor parallelism (``rank_threads``), none on a GPU, else
+    --threads or, as ``latency`` and ``serve`` default, one fewer than the cores (``run.cpu_threads_default``):
+    with every core taken, one other process stretches each timed step many times over."""
+    if spec.tp > 1:
+        return rank_threads(spec)
+    return None if spec.gpu else cpu_threads_default(spec.plan.device, spec.threads)
+
+
+def threads_line(spec: RunSpec, n_threads: int) -> str:
+    """The run's first line on a CPU: the threads it times with, and why when they are the default."""
+    if spec.threads:
+        return f"CPU: {n_threads} torch thread(s), as given (--threads)"
+    return (f"CPU: {n_threads} torch thread(s), one fewer than the {os.cpu_count()} cores as latency and serve use "
+            "(a busy core stalls every OpenMP thread); --threads N sets it")
+
+
 def early_header(run: RunSpec, n_threads: int) -> RunHeader:
     """What a resume is compared against before any work: device name, model, dtype, settings."""
     return RunHeader(device=_named(C.device_name(run.plan.device)), model=run.plan.model, dtype=run.plan.dtype,
@@ -301,7 +320,9 @@ def finish_profile(run: RunSpec, result: ProfileResult, say) -> None:
                             "fits in this CPU's last-level cache, so they never touched DRAM. --flush-cache times "
                             "them cold.")
     busy = sum("host-busy" in r.m.flags for r in a.results)
+    n = int(rf.header.settings.get("threads") or 1)
     if busy:
         result.notes.append(f"{busy} of {len(a.results)} points were measured while other processes wanted the "
-                            "CPUs (flag host-busy): their times include waiting for a core. On a shared machine, "
-                            f"--threads {max(1, (os.cpu_count() or 2) - 1)} keeps OpenMP from waiting on a busy core.")
+                            "CPUs (flag host-busy): their times include waiting for a core. For numbers to trust, "
+                            "measure again when the machine is quiet"
+                            + (f", or with fewer threads (this run used {n}: --threads {n - 1})." if n > 1 else "."))

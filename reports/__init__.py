@@ -24,6 +24,7 @@ from roofline.latency import latency_runs
 from roofline.records import ResultFile, read_results
 
 from . import html, markdown
+from .labels import run_labels
 
 __all__ = ["write_report", "load", "ReportData", "RunData"]
 
@@ -135,8 +136,8 @@ def write_report(paths_or_result_files, out_dir="roofline-report") -> dict[str, 
         raise RooflineError(f"cannot create the report folder {out}: {e.strerror}.") from None
     several = len(rfs) > 1
     runs, written, jobs, owner = [], {}, [], []
-    for i, (rf, a) in enumerate(zip(rfs, analyses), start=1):
-        name = f"{rf.header.device.name} - {rf.path.name}" if several else rf.header.device.name
+    names = run_labels(rfs) if several else [rfs[0].header.device.name]   # as the side-by-side legend says
+    for i, (rf, a, name) in enumerate(zip(rfs, analyses, names), start=1):
         runs.append(RunData(i, name, rf, a, notes=_run_notes(a)))
         prefix = f"{i}-{_slug(rf.header.device.key or rf.header.device.name)}-" if several else ""
         for _, build in figure_builders(rf):

@@ -11,6 +11,9 @@ the before device's are added dashed when the files ran on different devices):
 * the two largest step moves and the two largest op moves beyond the noise labelled with their
   speed-up (``reports.labels``).
 
+A comparison with a side measured on a busy host (``Comparison.judged`` false) is not judged here either, as its
+tables and findings say: every after marker grey, no speed-up labelled, "not judged" in the title and legend.
+
 Every after point and step is registered with ``reports.hover`` as ("c", k) for
 ``comparison.ops[k]`` and ("t", j) for ``comparison.steps[j]``, so the compare report explains
 each on hover from its table rows. Gids: "change:before", "change:after:<phase>", "arrows" and
@@ -24,7 +27,7 @@ import math
 import numpy as np
 from matplotlib.lines import Line2D
 
-from roofline.verdicts.change import FASTER, SLOWER
+from roofline.verdicts.change import FASTER, NOT_JUDGED, SLOWER
 
 from . import hover
 from .labels import place_labels
@@ -68,6 +71,7 @@ def _arrows(ax, pairs, colors, lw, gid):
 def plot_change(ax, comparison, *, title: str | None = None):
     """Draw ``comparison`` (``roofline.verdicts.comparison.Comparison``) on ``ax``; returns ``ax``."""
     c = comparison
+    verdict = c.verdict_of         # "not judged" throughout when a side ran on a busy host, as the tables say
     ops = [(k, o) for k, o in enumerate(c.ops) if o.before.point.cost.flops > 0 and o.after.point.cost.flops > 0
            and o.before.instance_s > 0 and o.after.instance_s > 0]
     steps = [(j, s) for j, s in enumerate(c.steps) if s.comparable and s.before.cost.flops > 0
@@ -91,7 +95,7 @@ def plot_change(ax, comparison, *, title: str | None = None):
     moved = [ko for ko in ops if _apart(_xy(ko[1].before), _xy(ko[1].after))]   # a point that stayed: no arrow
     moved = sorted(moved, key=lambda ko: -abs(ko[1].time.saved))[:MAX_ARROWS]
     _arrows(ax, [(_xy(o.before), _xy(o.after)) for _, o in moved],
-            [verdict_color(o.time.verdict) for _, o in moved], 0.8, "arrows")
+            [verdict_color(verdict(o.time)) for _, o in moved], 0.8, "arrows")
     if ops:
         b = np.array([_xy(o.before) for _, o in ops])
         ax.scatter(b[:, 0], b[:, 1], s=OP_SIZE, facecolors="none", edgecolors="#8a8a8a", linewidths=0.8, zorder=3,
@@ -102,7 +106,7 @@ def plot_change(ax, comparison, *, title: str | None = None):
         if not sel:
             continue
         a = np.array([_xy(o.after) for _, o in sel])
-        ax.scatter(a[:, 0], a[:, 1], s=OP_SIZE, marker=marker, c=[verdict_color(o.time.verdict) for _, o in sel],
+        ax.scatter(a[:, 0], a[:, 1], s=OP_SIZE, marker=marker, c=[verdict_color(verdict(o.time)) for _, o in sel],
                    edgecolors="white", linewidths=0.4, zorder=4, gid=f"change:after:{phase}")
         boxes.append((a[:, 0], a[:, 1], OP_SIZE))
         hover.register(ax, a[:, 0], a[:, 1], [("c", k) for k, _ in sel], hover.marker_radius(OP_SIZE))
@@ -110,7 +114,7 @@ def plot_change(ax, comparison, *, title: str | None = None):
     if steps:
         sb = np.array([_step_xy(s.before) for _, s in steps])
         sa = np.array([_step_xy(s.after) for _, s in steps])
-        colors = [verdict_color(s.time.verdict) for _, s in steps]
+        colors = [verdict_color(verdict(s.time)) for _, s in steps]
         _arrows(ax, list(zip(map(tuple, sb), map(tuple, sa))), colors, 2.0, "step-arrows")
         ax.scatter(sb[:, 0], sb[:, 1], s=STEP_SIZE, marker="o", facecolors="none", edgecolors="#777777",
                    linewidths=1.6, zorder=4.4, gid="steps:before")
@@ -120,10 +124,14 @@ def plot_change(ax, comparison, *, title: str | None = None):
         hover.register(ax, sa[:, 0], sa[:, 1], [("t", j) for j, _ in steps], hover.marker_radius(STEP_SIZE),
                        priority=True)
 
-    handles = [Line2D([], [], marker="o", ls="none", mfc="none", mec="#8a8a8a", ms=6, label="before"),
-               Line2D([], [], marker="o", ls="none", color=verdict_color(FASTER), ms=6, label="after: faster"),
-               Line2D([], [], marker="o", ls="none", color=verdict_color(SLOWER), ms=6, label="after: slower"),
-               Line2D([], [], marker="o", ls="none", color=SAME_COLOR, ms=6, label="after: no change (noise)")]
+    handles = [Line2D([], [], marker="o", ls="none", mfc="none", mec="#8a8a8a", ms=6, label="before")]
+    if c.judged:
+        handles += [Line2D([], [], marker="o", ls="none", color=verdict_color(FASTER), ms=6, label="after: faster"),
+                    Line2D([], [], marker="o", ls="none", color=verdict_color(SLOWER), ms=6, label="after: slower"),
+                    Line2D([], [], marker="o", ls="none", color=SAME_COLOR, ms=6, label="after: no change (noise)")]
+    else:
+        handles.append(Line2D([], [], marker="o", ls="none", color=verdict_color(NOT_JUDGED), ms=6,
+                              label="after: not judged (host-busy)"))
     handles += [Line2D([], [], marker=PHASE_MARKER[p], ls="none", color="#555555", ms=6, label=p)
                 for p in PHASE_MARKER if any(o.after.point.phase == p for _, o in ops)]
     if steps:
@@ -132,18 +140,19 @@ def plot_change(ax, comparison, *, title: str | None = None):
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved FLOP/s")
-    ax.set_title(title or f"Before -> after: {c.after.header.model_name} on {header.device.name}")
+    ax.set_title((title or f"Before -> after: {c.after.header.model_name} on {header.device.name}")
+                 + ("" if c.judged else "\nnot judged: measured on a busy machine (host-busy)"))
     align_to_slope(ax, slope_labels)
     clear_ridge_label(ax, boxes, relayout=not slope_labels)     # the ridge label clear of the peak labels
     labels = []
     by_size = lambda t: -abs(t[0].time.saved)  # noqa: E731
-    big = sorted([(s, True) for _, s in steps if s.time.verdict in (FASTER, SLOWER)], key=by_size)[:MAX_LABELS // 2]
-    big += sorted([(o, False) for _, o in ops if o.time.verdict in (FASTER, SLOWER)], key=by_size)[:MAX_LABELS // 2]
+    big = sorted([(s, True) for _, s in steps if verdict(s.time) in (FASTER, SLOWER)], key=by_size)[:MAX_LABELS // 2]
+    big += sorted([(o, False) for _, o in ops if verdict(o.time) in (FASTER, SLOWER)], key=by_size)[:MAX_LABELS // 2]
     for x, is_step in big:
         xy = _step_xy(x.after) if is_step else _xy(x.after)
         what = f"{x.phase} step {x.after.where}" if is_step else x.title
         text = f"{what}: {_short(x.time)}"
-        labels.append((f"{'step' if is_step else 'op'}:{what}", xy, text, verdict_color(x.time.verdict)))
+        labels.append((f"{'step' if is_step else 'op'}:{what}", xy, text, verdict_color(verdict(x.time))))
     place_labels(ax, labels, boxes, relayout=False)
     return ax
 

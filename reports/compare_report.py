@@ -64,11 +64,11 @@ class Written:
     paths: dict          # "html", "markdown", "json", "png:change", "svg:change" -> Path
 
 
-def write_compare(before, after, out_dir="roofline-compare", *, allow_different: bool = False) -> Written:
+def write_compare(before, after, out_dir="roofline-compare", *, across_models: bool = False) -> Written:
     """Compare ``after`` against ``before`` and write compare.json, report.html, report.md and the figure."""
     from .render import render   # matplotlib: deferred, reading results needs none
 
-    c = compare(_load(before), _load(after), allow_different=allow_different)
+    c = compare(_load(before), _load(after), across_models=across_models)
     findings = change_findings(c)
     out = Path(out_dir)
     paths = {"html": out / "report.html", "markdown": out / "report.md", "json": out / "compare.json"}
@@ -83,7 +83,7 @@ def write_compare(before, after, out_dir="roofline-compare", *, allow_different:
     for fig, fp in figs:
         paths.update({f"{fmt}:{fig.key}": q for fmt, q in fp.items()})
     try:
-        paths["json"].write_text(json.dumps(comparison_dict(c, findings, out, allow_different), indent=1,
+        paths["json"].write_text(json.dumps(comparison_dict(c, findings, out, across_models), indent=1,
                                             allow_nan=False) + "\n", encoding="utf-8")
         paths["html"].write_text(render_html(c, findings, figs), encoding="utf-8")
         paths["markdown"].write_text(render_markdown(c, findings, figs, out), encoding="utf-8")
@@ -119,14 +119,14 @@ def render_html(c, findings, figs) -> str:
         body.append(f'<h2>{_e(fig.title)}</h2><p class="sub">{_e(HOVER_HINT)}</p>')
         body.append(figure_html(fig, fp, name_of))
     if c.ops:
-        verdicts = sorted({o.time.verdict for o in c.ops})
+        verdicts = sorted({c.verdict_of(o.time) for o in c.ops})
         phases = sorted({o.after.point.phase for o in c.ops})
         controls = filter_controls("filter: op, verdict...", phases, verdicts, "verdicts")
 
         def attrs(k):
             o = c.ops[k]
-            cls = {"slower": " class='warn'"}.get(o.time.verdict, "")
-            return f' id="c-{k}" data-phase="{_e(o.after.point.phase)}" data-label="{_e(o.time.verdict)}"{cls}'
+            cls = {"slower": " class='warn'"}.get(c.verdict_of(o.time), "")
+            return f' id="c-{k}" data-phase="{_e(o.after.point.phase)}" data-label="{_e(c.verdict_of(o.time))}"{cls}'
         table = html_table(OP_COLUMNS, op_rows(c), table_id="points", row_attrs=attrs, tip=OP_TIP,
                        text_cols=("phase", "op", "backend", "dtype", "verdict", "label"))
         body.append(f"<h2>Ops ({len(c.ops)} matched; largest time saved or lost per step first)</h2>"

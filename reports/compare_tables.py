@@ -54,12 +54,13 @@ def _saved(ch) -> tuple:
 def step_rows(c):
     for s in c.steps:
         k, ch = s.after.key, s.time
+        v = c.verdict_of(ch) if s.comparable else s.verdict      # "not judged" on a busy side, as the chart says
         diff = "; ".join(x for x in ((f"only before: {', '.join(s.only_before)}" if s.only_before else ""),
                                      (f"only after: {', '.join(s.only_after)}" if s.only_after else "")) if x)
         yield [(k.phase, k.phase), (f"{k.batch:,}", k.batch), (f"{k.context:,}", k.context),
                (_arrow(s.before.backend, k.backend), k.backend),
                (U.seconds(ch.before), ch.before), (U.seconds(ch.after), ch.after), _saved(ch), _x(ch.speedup),
-               _range(ch), (s.verdict, s.verdict), _x(s.bytes_ratio), _x(s.predicted_speedup),
+               _range(ch), (v, v), _x(s.bytes_ratio), _x(s.predicted_speedup),
                (step_outcome(s), step_outcome(s)),
                (_arrow(U.percent(s.before.roof_fraction), U.percent(s.after.roof_fraction)), s.after.roof_fraction),
                (_arrow(s.before.label, s.after.label), s.after.label), (diff, diff)]
@@ -74,7 +75,7 @@ def op_rows(c):
         yield [(p.phase, p.phase), (p.op, p.op), (f"{p.batch:,}", p.batch), (f"{p.context:,}", p.context),
                (_arrow(b.point.backend, p.backend), p.backend), (dt, dt), (count, a.count),
                (U.seconds(ch.before), ch.before), (U.seconds(ch.after), ch.after), _saved(ch), _x(ch.speedup),
-               _range(ch), (ch.verdict, ch.verdict), (U.seconds(b.instance_s), b.instance_s),
+               _range(ch), (c.verdict_of(ch), c.verdict_of(ch)), (U.seconds(b.instance_s), b.instance_s),
                (U.seconds(a.instance_s), a.instance_s),
                (_arrow(U.percent(b.roof_fraction), U.percent(a.roof_fraction)), _num(a.roof_fraction)),
                (_arrow(b.label, a.label), a.label)]
@@ -84,7 +85,7 @@ def latency_rows(c):
     for x in c.latency:
         ch = x.change
         yield [(x.config, x.config), (x.metric, x.metric), (x.pct, x.pct), (U.ms(ch.before), ch.before),
-               (U.ms(ch.after), ch.after), _x(ch.speedup), _range(ch), (ch.verdict, ch.verdict),
+               (U.ms(ch.after), ch.after), _x(ch.speedup), _range(ch), (c.verdict_of(ch), c.verdict_of(ch)),
                (f"{x.n_before} -> {x.n_after}", x.n_after)]
 
 

@@ -23,7 +23,7 @@ from .report_figure import ReportFigure
 from .roofline_plot import plot_roofline, plotted, step_markers, zero_flop_ops
 from .style import CATEGORY_COLORS, RASTER_ABOVE, category_color, new_figure, op_color, op_names, run_model
 from .sweep_plot import plot_compare, plot_fraction_sweep, plot_intensity_sweep, style_note, sweep_slices
-from .time_plot import plot_predicted_vs_measured, plot_time_breakdown, predicted, step_times
+from .time_plot import align_diagonals, plot_predicted_vs_measured, plot_time_breakdown, predicted, step_times
 
 
 # past RASTER_ABOVE points a chart's markers are raster and its hover targets bounded (reports.hover)
@@ -35,6 +35,8 @@ def _op_legend(fig, rf, ops):
     """The op legend, in the run's model's order (``reports.style.op_names``)."""
     model = run_model(rf)
     handles = [Patch(color=op_color(o, model), label=o) for o in op_names(model) if o in ops]
+    if not handles:                  # no op a model has (a counters run's kernels): no empty legend
+        return
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="op")
 
 
@@ -60,7 +62,8 @@ def roofline_figure(rf) -> ReportFigure:
         n_all = sum(1 for s in analyze(rf).steps if s.cost.flops > 0)
         cap += (" Large black-edged markers: each phase step (its ops summed: the step's intensity and FLOPs / step "
                 "time), " + ("every step" if len(steps) == n_all else f"the {len(steps)} headline steps of {n_all}")
-                + "; the smallest and largest per phase carry their verdict.")
+                + "; the smallest and largest per phase carry their verdict (\"no verdict\" for a step timed on a "
+                "busy host).")
     if zero:
         cap += (f" {', '.join(zero)} do no FLOPs, so they cannot sit on a FLOP/s roofline: they are left off "
                 "this chart and appear in the table with their bytes/s.")
@@ -69,7 +72,8 @@ def roofline_figure(rf) -> ReportFigure:
                 "reuse (e.g. data served from L2), not a win.")
     if len(plotted(rf)) > RASTER_ABOVE:
         cap += BOUNDED_NOTE
-    return ReportFigure("roofline", "Roofline", fig, cap)
+    note = analyze(rf).noise_note       # the table's WARNING first: what to do for numbers to trust
+    return ReportFigure("roofline", "Roofline", fig, (f"WARNING: {note} " if note else "") + cap)
 
 
 def time_figure(rf, phase) -> ReportFigure | None:
@@ -80,7 +84,9 @@ def time_figure(rf, phase) -> ReportFigure | None:
     plot_time_breakdown(ax, rf, phase)
     ops = [o for o in dict.fromkeys(op for k in keys for op in per[k])]
     _op_legend(fig, rf, ops)
-    cap = (f"{phase.capitalize()}: each bar is one step of the sweep; segments are each op's share of the measured "
+    note = analyze(rf).noise_note       # the table's WARNING, first (bars marked "unreliable" have no verdict)
+    cap = ((f"WARNING: {note} " if note else "")
+           + f"{phase.capitalize()}: each bar is one step of the sweep; segments are each op's share of the measured "
            "step time (median x instances per step; per-layer ops count n_layers times). The whole-layer op, "
            "when measured, is not stacked.")
     return ReportFigure(f"time_{phase}", f"Where {phase} time goes", fig, cap)
@@ -115,10 +121,13 @@ def predicted_figure(rf) -> ReportFigure:
     else:
         ops = {r.op for r in analyze(rf).ok}
         _op_legend(fig, rf, ops)
+    align_diagonals(ax)          # the legend moved the axes: the diagonals' labels follow their lines
     cap = ("Each op instance's median time against the roofline's prediction with this file's ceilings: "
            "max(FLOPs / peak, bytes / bandwidth). On the diagonal an op runs at its roof; above the dashed "
            "line it runs under a quarter of it. Points below the diagonal beat the roof (circled): check "
-           "the byte count or cache reuse. Circles: decode; triangles: prefill.")
+           "the byte count or cache reuse. Circles: decode; triangles: prefill"
+           + ("; pentagons: a forward of unknown phase (a counters run's kernel launches, a trace's forward)."
+              if any(r.point.phase == "forward" for r in analyze(rf).ok) else "."))
     if len(analyze(rf).ok) > RASTER_ABOVE:
         cap += BOUNDED_NOTE
     return ReportFigure("predicted", "Measured vs predicted", fig, cap)

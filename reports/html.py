@@ -21,6 +21,7 @@ from roofline import formulas
 from roofline import units as U
 
 from . import trace_section
+from .style import tag_css
 from .tables import POINT_COLUMNS, POINT_TIP, STEP_COLUMNS, STEP_TIP, ceiling_rows, phase_rows, point_rows
 
 CSS = """
@@ -30,7 +31,6 @@ h1{font-size:22px;margin:8px 0 2px}h2{font-size:18px;margin:28px 0 8px;border-bo
 h3{font-size:15px;margin:18px 0 6px}.sub{color:#666;margin:0 0 12px}
 .card{background:#fff;border:1px solid #e2e2e2;border-radius:6px;padding:12px 16px;margin:10px 0}
 .verdicts li{margin:4px 0}.tag{display:inline-block;padding:0 6px;border-radius:3px;font-size:12px;color:#fff;margin-right:6px}
-.memory{background:#1f77b4}.compute{background:#d62728}.overhead{background:#7f7f7f}
 table{border-collapse:collapse;font-size:12.5px;background:#fff}th,td{border:1px solid #e4e4e4;padding:3px 7px;text-align:right;white-space:nowrap}
 th{background:#f1f1f1;position:sticky;top:0;cursor:pointer;user-select:none}td.t,th.t{text-align:left}
 tr.warn td{background:#fff4f4}tr.skip td{color:#999}
@@ -267,7 +267,7 @@ def page(title: str, body) -> str:
     """The self-contained document around ``body`` (a list of HTML strings): styles, tooltip, scripts."""
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>"
+            f"<title>{_e(title)}</title><style>{CSS}{tag_css()}</style></head><body><main>"
             + "".join(body) + f'</main><div id="tip" role="tooltip" hidden></div><script>{JS}{HOVER_JS}</script>'
             "</body></html>")
 

@@ -10,13 +10,21 @@ and stay out of the layout engine, so placing them cannot move the axes they wer
 Call it last, after everything else is on the axes, with marker boxes measured once the layout
 is final (it runs the layout engine first unless told it just ran): the positions measured are
 the ones drawn.
+
+``run_labels(result_files)``: one distinct name per file of a report (its sections, its side-by-side legend).
+
+``busy_line(analysis, steps)``: the second title line a chart of a run measured on a busy host carries (the
+table's WARNING, short): how many of its steps have their verdict withheld.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
+
+from roofline.verdicts.comparison import differing_settings, setting_text
 
 PAD = 2.0   # pixels kept clear around every label
 OFFSETS = [(r * math.cos(math.radians(a)), r * math.sin(math.radians(a)))
@@ -96,3 +104,40 @@ def place_labels(ax, wanted, markers, *, fontsize: float = 7.5, relayout: bool =
                 break
             a.remove()
     return placed
+
+
+def busy_line(a, steps) -> str:
+    """A second title line for a chart of ``steps`` when the run was measured on a busy host (``a.noisy``, the gate
+    the table's WARNING reads): how many of them have their verdict withheld; "" on a quiet run."""
+    if not a.noisy:
+        return ""
+    held = sum(not s.reliable for s in steps)
+    return f"\nWARNING: busy machine (host-busy): {held} of {len(steps)} steps unreliable"
+
+
+def run_labels(result_files) -> list[str]:
+    """One legend label per file, all distinct: "device (results.jsonl)"; files that would share one are told
+    apart by their folder ("device (run-a/results.jsonl)"), then by the recorded settings their headers differ in
+    (``roofline.verdicts.comparison.differing_settings``: "threads=2"), then by their place in the list."""
+    def base(rf, folder: bool) -> str:
+        p = rf.path
+        return f"{rf.header.device.name} ({p.parent.name + '/' if folder and p.parent.name else ''}{p.name})"
+    out = [base(rf, False) for rf in result_files]
+    for rule in ("folder", "settings", "index"):
+        counts = Counter(out)
+        dup = [i for i, x in enumerate(out) if counts[x] > 1]
+        if not dup:
+            break
+        if rule == "folder":
+            for i in dup:
+                out[i] = base(result_files[i], True)
+        elif rule == "settings":
+            diff = differing_settings([result_files[i].header.settings for i in dup])
+            for i in dup:
+                st = result_files[i].header.settings
+                if diff:
+                    out[i] += " " + ", ".join(f"{k}={setting_text(st.get(k))}" for k in diff)
+        else:
+            for n, i in enumerate(dup):
+                out[i] += f" #{n + 1}"
+    return out

@@ -15,8 +15,13 @@ FLOP/byte, y: FLOP/s):
 * each phase's step (``roofline.analysis.Step``: its ops summed) as a larger marker of the
   phase's shape with a black edge at (step intensity, step FLOPs / step time): all steps, or
   the headline ones (smallest and largest per phase) past ``MAX_STEP_MARKERS``; the headline
-  steps are labelled with their verdict;
+  steps are labelled with their verdict (``Step.reliable`` false: "unreliable, no verdict", as the table says; a
+  busy run's title says how many steps that is);
 * a point above its roof circled in red and named: a counting error or cache reuse;
+* a point with no batch (batch 0: a forward of unknown phase, a counters run's launches) in one colour, off the
+  batch and context legends;
+* the legend says which measured ceilings judged the run (``ceilings_said``: cached or measured with it, quiet
+  or busy, its threads);
 * the device's cache levels (``Device.cache_levels``: a CPU's L2 and L3, a GPU's L2) as extra
   bandwidth roofs, dash-dotted, one per level ("ceiling:cache:L3"), as in Nsight Compute's
   hierarchical roofline: a point judged against a level (``roofline.analysis``: cache-resident)
@@ -45,13 +50,13 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 
 from roofline import units as U
-from roofline.analysis import CACHE_RESIDENT, analyze, cache_ceilings, ceilings, level_points
+from roofline.analysis import CACHE_RESIDENT, HOST_BUSY, UNRELIABLE, analyze, cache_ceilings, ceilings, level_points
 
 from . import hover
 from .hover import marker_radius
-from .labels import boxes_hit, label_box, marker_boxes, place_labels
-from .style import (ABOVE_ROOF_COLOR, BATCH_CMAP, CATEGORY_COLORS, DATASHEET_COLOR, MEASURED_COLOR, PHASE_MARKER,
-                    RASTER_ABOVE, batch_palette, category_color, styled)
+from .labels import boxes_hit, busy_line, label_box, marker_boxes, place_labels
+from .style import (ABOVE_ROOF_COLOR, BATCH_CMAP, CATEGORY_COLORS, DATASHEET_COLOR, LABEL_ZORDER, MEASURED_COLOR,
+                    PHASE_MARKER, RASTER_ABOVE, UNSIZED_COLOR, batch_palette, category_color, styled)
 
 
 BATCH_CMAP_OBJ = matplotlib.colormaps[BATCH_CMAP]
@@ -152,7 +157,7 @@ def draw_ceilings(ax, header, dtypes, xs, ys) -> tuple:
         ax.plot([ridge, ridge], [y_lo, peak], color=MEASURED_COLOR, lw=0.7, ls=":", zorder=1)
         ax.annotate(f"ridge {U.intensity(ridge)} FLOP/byte ({header.dtype})", (ridge, peak),
                     xytext=(-8, 6), textcoords="offset points", fontsize=8, color=MEASURED_COLOR, ha="right",
-                    gid=f"ridge-label:{header.dtype}",
+                    gid=f"ridge-label:{header.dtype}", zorder=LABEL_ZORDER,
                     bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
 
     return sheet, slope_labels
@@ -184,8 +189,28 @@ def draw_cache_roofs(ax, levels, top, dram, x_lo, y_lo) -> list:
     return out
 
 
+def ceilings_said(header) -> str:
+    """Which measured ceilings judge the run, as its header records them (``RunHeader.ceilings``): " (cached,
+    quiet, 1 thread)", " (measured with the run, on a busy host, 2 threads)"; "" for a datasheet's."""
+    c = header.ceilings or {}
+    if not c or header.device.source != "measured":
+        return ""
+    parts = ["cached" if c.get("cached") else "measured with the run",
+             "on a busy host" if HOST_BUSY in c.get("flags", ()) else "quiet"]
+    threads = (c.get("cache_key") or {}).get("threads")
+    if threads:
+        parts.append(f"{threads} thread{'s' if threads > 1 else ''}")
+    return " (" + ", ".join(parts) + ")"
+
+
+WITHHELD = f"{UNRELIABLE}, no verdict (host-busy)"   # the table's word for a step whose verdict is withheld
+
+
 def verdict_text(s) -> str:
-    """A step's verdict in a few words: 'memory-bound', 'cache-resident (L3)', 'compute-bound (L3 roof)'."""
+    """A step's verdict in a few words: 'memory-bound', 'cache-resident (L3)', 'compute-bound (L3 roof)'; the
+    withheld verdict of a step timed on a busy host (``Step.reliable``) is withheld here too."""
+    if not s.reliable:
+        return WITHHELD
     if s.label == CACHE_RESIDENT:
         return f"cache-resident ({s.roof.level_name})"
     return f"{s.label}-bound" + (f" ({s.roof.level_name} roof)" if s.roof.level_name else "")
@@ -226,12 +251,16 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
     raster = len(ms) > RASTER_ABOVE
     a = analyze(result_file)
     index = hover.result_index(a)
-    batches = sorted({r.point.batch for r in ms}) or [1]
+    # batch 0 is no batch (a forward of unknown phase: a counters run's launches): not in the colours or legend
+    sized = [b for b in {r.point.batch for r in ms} if b > 0]
+    batches = sorted(sized) or [1]
     norm = LogNorm(vmin=batches[0], vmax=max(batches[-1], batches[0] * 2))
     trace = header.kind == "trace"
-    palette = None if trace else batch_palette(batches)   # a handful of batches: one colour each, in a legend
-    color = (lambda b: palette[b]) if palette else None
-    ctx_lo = max(min((r.point.context for r in ms), default=128), 1)
+    palette = None if trace or not sized else batch_palette(batches)   # a handful: one colour each, in a legend
+
+    def color(b):
+        return UNSIZED_COLOR if b <= 0 else palette[b] if palette else BATCH_CMAP_OBJ(norm(b))
+    ctx_lo = max(min((r.point.context for r in ms if r.point.context > 0), default=128), 1)
     total = sum(r.time_s for r in ms) or 1.0
     boxes = []
     for phase, marker in PHASE_MARKER.items():
@@ -252,10 +281,8 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
                        rasterized=raster)
         else:
             size = [context_size(r.point.context, ctx_lo) for r in sel]
-            colors = dict(c=[color(r.point.batch) for r in sel]) if color else \
-                dict(c=[r.point.batch for r in sel], cmap=BATCH_CMAP, norm=norm)
             ax.scatter(x, y, marker=marker, s=size, edgecolors="white", linewidths=0.4, alpha=0.9, zorder=3,
-                       gid=f"points:{phase}", rasterized=raster, **colors)
+                       gid=f"points:{phase}", rasterized=raster, c=[color(r.point.batch) for r in sel])
         boxes.append((x, y, size))
         keep = [i for i, r in enumerate(sel) if not raster or r.above_roof]   # a bounded overlay for large files
         hover.register(ax, x[keep], y[keep], [("p", index[id(sel[i])]) for i in keep],
@@ -269,7 +296,7 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
             continue
         x = np.array([s.intensity for s in sel])
         y = np.array([s.achieved_flops for s in sel])
-        face = ["#ffffff" if trace else color(s.batch) if color else BATCH_CMAP_OBJ(norm(s.batch)) for s in sel]
+        face = ["#ffffff" if trace else color(s.batch) for s in sel]
         ax.scatter(x, y, marker=marker, s=STEP_SIZE, c=face, edgecolors=MEASURED_COLOR, linewidths=1.8, zorder=4.5,
                    gid=f"steps:{phase}")
         boxes.append((x, y, STEP_SIZE))
@@ -284,7 +311,7 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
         boxes.append(([r.m.intensity for r in above], [r.m.achieved_flops for r in above], 150))
 
     legend_out = False
-    if colorbar and ms and not trace and not palette:
+    if colorbar and sized and not trace and not palette:
         cb = ax.figure.colorbar(ScalarMappable(norm=norm, cmap=BATCH_CMAP), ax=ax, pad=0.01, aspect=30)
         cb.set_label("batch")
         cb.set_ticks(batches)
@@ -295,7 +322,7 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
     handles += [Line2D([], [], marker=PHASE_MARKER[p], ls="none", mfc="white", mec=MEASURED_COLOR, mew=1.8, ms=10,
                        label=f"{p} step (its ops summed)") for p in PHASE_MARKER if any(s.phase == p for s in shown)]
     handles += level_handles
-    ctxs = [] if trace else sorted({r.point.context for r in ms})
+    ctxs = [] if trace else sorted({r.point.context for r in ms if r.point.context > 0})
     if trace:
         for cat in [c for c in CATEGORY_COLORS if any(r.m.config.get("category") == c for r in ms)]:
             handles.append(Line2D([], [], marker="o", ls="none", color=category_color(cat), ms=6, label=cat))
@@ -306,7 +333,7 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
     for c in ctxs[:1] + ctxs[-1:] if len(ctxs) > 1 else ctxs:
         handles.append(Line2D([], [], marker="o", ls="none", color="#bbbbbb",
                               ms=math.sqrt(context_size(c, ctx_lo)), label=f"context {c:,}"))
-    handles.append(Line2D([], [], color=MEASURED_COLOR, label=f"{dev.source} ceilings"))
+    handles.append(Line2D([], [], color=MEASURED_COLOR, label=f"{dev.source} ceilings{ceilings_said(header)}"))
     if sheet:
         handles.append(Line2D([], [], color=DATASHEET_COLOR, ls=(0, (5, 3)), label="datasheet ceilings"))
     if dev.cache_levels:
@@ -321,7 +348,7 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
         ax.legend(handles=handles, loc="lower right", frameon=True, framealpha=0.9)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved FLOP/s")
-    ax.set_title(title or f"Roofline: {header.model_name} on {dev.name}")
+    ax.set_title((title or f"Roofline: {header.model_name} on {dev.name}") + busy_line(a, a.steps))
     align_to_slope(ax, slope_labels)
     clear_ridge_label(ax, boxes, relayout=not slope_labels)     # else align_to_slope laid out
     place_labels(ax, point_labels(a, shown, above), boxes, relayout=False)
@@ -357,8 +384,10 @@ def point_labels(a, shown, above) -> list:
         if id(s) in head:
             on = f" {s.backend}" if several else ""
             q = "".join(f":{n}-{v}" for n, v in (("w", s.key.weight_dtype), ("kv", s.key.kv_dtype)) if v != s.dtype)
+            where = "" if s.where == s.phase else f" {s.where}"     # a forward of unknown phase: no batch/context
             out.append((f"step:{s.phase}:{s.backend}:{s.batch}:{s.context}{q}", (s.intensity, s.achieved_flops),
-                        f"{s.phase} step {s.where}{on}: {verdict_text(s)}, {U.percent(s.roof_fraction)}",
+                        f"{s.phase} step{where}{on}: {verdict_text(s)}"
+                        + (f", {U.percent(s.roof_fraction)}" if s.reliable else ""),
                         MEASURED_COLOR))
     return out
 

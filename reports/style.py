@@ -18,6 +18,8 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from roofline.analysis import SKIPPED, UNCOSTED, UNRELIABLE
+from roofline.bounds import CACHE_RESIDENT, COMMUNICATION, COMPUTE, MEMORY, OVERHEAD
 from roofline.layer import LAYER_OP, op_order
 
 RC = {
@@ -28,7 +30,9 @@ RC = {
     "font.family": "DejaVu Sans",
 }
 
-PHASE_MARKER = {"decode": "o", "prefill": "^"}
+# a forward of unknown phase (a trace that does not tell it, a counters run's launches: no batch or context)
+PHASE_MARKER = {"decode": "o", "prefill": "^", "forward": "p"}
+UNSIZED_COLOR = "#4d4d4d"   # a point with no batch (batch 0: a forward of unknown phase) is not coloured by batch
 PHASE_LINESTYLE = {"decode": "-", "prefill": "--"}
 BATCH_CMAP = "viridis"
 DEVICE_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
@@ -39,6 +43,21 @@ MAX_BAR_LABELS = 48
 MEASURED_COLOR = "#222222"
 DATASHEET_COLOR = "#888888"
 ABOVE_ROOF_COLOR = "#d62728"
+LABEL_ZORDER = 6   # a ridge's label is drawn above every marker (points 3, steps 4.5, stars 5)
+
+# the HTML report's verdict tags (white text on these): every label a step or op can be told, and the words that
+# stand in for a verdict (roofline.analysis.UNRELIABLE, SKIPPED, ...); a label not named here gets TAG_DEFAULT
+TAG_COLORS = {MEMORY: "#1f77b4", COMPUTE: "#d62728", OVERHEAD: "#7f7f7f", CACHE_RESIDENT: "#6a51a3",
+              COMMUNICATION: "#8c564b", UNRELIABLE: "#b8860b", SKIPPED: "#9a9a9a", UNCOSTED: "#5f6f7f"}
+TAG_DEFAULT = "#555555"
+
+
+def tag_css() -> str:
+    """CSS classes for the HTML verdict tags: one background per ``TAG_COLORS`` label, ``TAG_DEFAULT`` for any
+    other, so no tag is white on white."""
+    return (f".tag{{background:{TAG_DEFAULT}}}"
+            + "".join(f".tag.{name}{{background:{color}}}" for name, color in TAG_COLORS.items()))
+
 
 _TAB20 = matplotlib.colormaps["tab20"]
 _TAB20B = matplotlib.colormaps["tab20b"]

@@ -4,11 +4,14 @@
   batch (at one context), decode and prefill against context (at one batch).
 * ``plot_intensity_sweep(ax, rf, phase, vary, fixed)``: each op's intensity along the slice,
   log-log, with the ridge of the run's dtype (and of fp32, for vector ops) drawn across; a
-  star marks the first sweep value at which an op reaches its ridge.
+  star marks the first sweep value at which an op reaches the ridge drawn for it (its peak over the
+  DRAM bandwidth, ``drawn_ridge``: never a cache level's, which no line shows).
 * ``plot_fraction_sweep(ax, ...)``: each op's roof fraction along the same slice, with the
   roof (100%) and the overhead threshold (25%) drawn.
 * ``plot_compare(ax, result_files, phase, what)``: phase step time or roof fraction against
-  batch (decode) or prompt tokens (prefill), one colour per run/device.
+  batch (decode) or prompt tokens (prefill), one colour per run/device, each labelled apart
+  (``run_labels``); a step above the fraction axis' top drawn at its edge with its value, said in a
+  line; a step whose verdict is withheld (host-busy) marked "x".
 
 A file holding several weight / KV-cache dtypes (``roofline profile --weight-dtype fp32,int8``) draws
 one line per op and dtype variant, told apart by line style (``variant_styles``, said in the caption
@@ -27,7 +30,8 @@ from roofline.workload import LAYER_OP
 from roofline.bounds import OVERHEAD_FRACTION
 
 from . import hover
-from .style import PHASE_LINESTYLE, device_color, op_color, run_model, styled
+from .labels import run_labels
+from .style import LABEL_ZORDER, PHASE_LINESTYLE, device_color, op_color, run_model, styled
 
 
 def _axis_name(vary: str) -> str:
@@ -119,8 +123,10 @@ def plot_intensity_sweep(ax, result_file, phase: str, vary: str, fixed: int):
         ax.plot(xs, ys, ls=ls[(backend, var)], color="black" if op == LAYER_OP else op_color(op, run_model(result_file)), lw=lw, marker=".",
                 ms=4, label=op, gid=_gid("intensity", op, backend, var))
         hover.register(ax, xs, ys, [("p", _index(result_file, r)) for _, r in pts])
-        ridge = pts[0][1].roof.ridge   # the op's own roof (roofline.analysis.roof_for)
+        roof = pts[0][1].roof          # the op's own roof (roofline.analysis.roof_for), at the drawn DRAM ridge:
+        ridge = drawn_ridge(roof)      # a cache level's roof (its ridge is not drawn) does not place the star
         if ridge:
+            ridges.setdefault(roof.dtype, ridge)     # a dtype the loop below would not draw: drawn too
             cross = next(((x, y) for x, y in zip(xs, ys) if y >= ridge), None)
             if cross is not None and ys[0] < ridge:
                 ax.plot(*cross, marker="*", ms=11, color=op_color(op, run_model(result_file)), mec="black", mew=0.5, zorder=5,
@@ -128,7 +134,9 @@ def plot_intensity_sweep(ax, result_file, phase: str, vary: str, fixed: int):
     for d, r in ridges.items():
         ax.axhline(r, color="#444444", lw=1.0, ls="-" if d == dtype else ":", gid=f"ridge:{d}")
         ax.annotate(f"ridge {U.intensity(r)} ({d})", (0.01, r), xycoords=("axes fraction", "data"),
-                    xytext=(0, 2), textcoords="offset points", fontsize=7.5, color="#444444")
+                    xytext=(0, 2), textcoords="offset points", fontsize=7.5, color="#444444",
+                    zorder=LABEL_ZORDER, gid=f"ridge-label:{d}",
+                    bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.85))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(lambda v, _: f"{v:g}")
@@ -172,6 +180,13 @@ def plot_fraction_sweep(ax, result_file, phase: str, vary: str, fixed: int):
     return ax
 
 
+def drawn_ridge(roof) -> float:
+    """The ridge the sweep draws for ``roof``'s dtype: its peak over the DRAM bandwidth (a cache level's roof,
+    ``Roof.level``, has a lower ridge that no line shows); 0 when the roof has no bandwidth."""
+    bw = roof.dram_bandwidth or roof.bandwidth
+    return roof.peak / bw if bw > 0 else 0.0
+
+
 def _int_ticks(ax, series):
     xs = sorted({x for pts in series.values() for x, _ in pts})
     if xs:
@@ -186,8 +201,22 @@ def _common_fixed(summaries_per_file, phase: str, attr: str):
     return counts.most_common(1)[0][0] if counts else None
 
 
-def run_label(result_file) -> str:
-    return f"{result_file.header.device.name} ({result_file.path.name})"
+FRACTION_TOP = 1.1   # the side-by-side roof-fraction axis' top; a step above it is drawn at the edge, marked
+
+
+def _draw_clipped(ax, points, top):
+    """Points above ``top`` as an up-triangle on the axes' top edge (gid "clipped"), each with its value, and a
+    line saying so (gid "clipped-note"): a step above the axis is never silently dropped."""
+    if not points:
+        return
+    ax.scatter([x for x, _, _ in points], [top] * len(points), marker="^", s=60, c=[c for _, _, c in points],
+               edgecolors="black", linewidths=0.6, zorder=5, clip_on=False, gid="clipped")
+    for x, y, c in points:
+        ax.annotate(U.percent(y), (x, top), xytext=(0, -4), textcoords="offset points", ha="center", va="top",
+                    fontsize=7, color=c, zorder=LABEL_ZORDER, gid="clipped-value")
+    ax.text(0.99, 0.97, f"{len(points)} step(s) above {U.percent(top)}: drawn at the top edge (\u25b2) with their value",
+            transform=ax.transAxes, ha="right", va="top", fontsize=7, color="#444444", zorder=LABEL_ZORDER,
+            gid="clipped-note", bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
 
 
 @styled
@@ -196,6 +225,9 @@ def plot_compare(ax, result_files, phase: str, what: str = "time"):
     summaries = [analyze(rf).steps for rf in result_files]
     attr, vary = ("context", "batch") if phase == "decode" else ("batch", "context")
     fixed = _common_fixed(summaries, phase, attr)
+    labels = run_labels(result_files)
+    clipped = []                   # (x, y, colour) above the fraction axis' top: drawn at its edge
+    unreliable = 0                 # steps marked "x": timed on a busy host, no verdict
     for i, (rf, ss) in enumerate(zip(result_files, summaries)):
         sel = [s for s in ss if s.phase == phase and getattr(s, attr) == fixed]
         variants = sorted({variant(s.key) for s in sel})
@@ -206,8 +238,15 @@ def plot_compare(ax, result_files, phase: str, what: str = "time"):
             ys = [s.time_s if what == "time" else s.roof_fraction for _, s in pts]
             ls = styles[("", var)] if len(variants) > 1 else PHASE_LINESTYLE[phase]
             ax.plot(xs, ys, color=device_color(i), ls=ls,
-                    marker="o", ms=4, lw=1.6, label=run_label(rf) + (f" [{var.replace('-', ':')}]" if var else ""),
+                    marker="o", ms=4, lw=1.6, label=labels[i] + (f" [{var.replace('-', ':')}]" if var else ""),
                     gid=f"compare:{phase}:{what}:{i}" + (":" + var.replace(" ", ":") if var else ""))
+            if what != "time":
+                clipped += [(x, y, device_color(i)) for x, y in zip(xs, ys) if y > FRACTION_TOP]
+            held = [(x, min(y, FRACTION_TOP) if what != "time" else y) for (x, st), y in zip(pts, ys) if not st.reliable]
+            if held:            # a step whose verdict the table withholds (host-busy): said on the chart too
+                ax.scatter([x for x, _ in held], [y for _, y in held], marker="x", s=36, c="black", linewidths=1.0,
+                           zorder=5.5, clip_on=False, gid=f"unreliable:{phase}:{what}:{i}")
+                unreliable += len(held)
     ax.set_xscale("log", base=2)
     if what == "time":
         ax.set_yscale("log")
@@ -218,9 +257,10 @@ def plot_compare(ax, result_files, phase: str, what: str = "time"):
     else:
         ax.axhline(1.0, color="#444444", lw=1.0)
         ax.axhline(OVERHEAD_FRACTION, color="#b0b0b0", lw=1.0, ls="--")
-        ax.set_ylim(0, 1.1)
+        ax.set_ylim(0, FRACTION_TOP)
         ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
         ax.set_ylabel("step fraction of roof")
+        _draw_clipped(ax, clipped, FRACTION_TOP)
     other = "context" if phase == "decode" else "batch"
     ax.set_xlabel(_axis_name(vary))
     ax.set_title(f"{phase}: {'step time' if what == 'time' else 'roof fraction'} vs {vary} ({other} {fixed:,})"
@@ -230,5 +270,8 @@ def plot_compare(ax, result_files, phase: str, what: str = "time"):
         ax.set_xticks(xs)
         ax.set_xticklabels([f"{x:,}" for x in xs])
         ax.xaxis.set_minor_locator(NullLocator())
+    if unreliable:
+        ax.scatter([], [], marker="x", s=36, c="black", linewidths=1.0,
+                   label=f"unreliable (host-busy): no verdict ({unreliable})")
     ax.legend(loc="best")
     return ax

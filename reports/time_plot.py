@@ -3,10 +3,12 @@
 * ``plot_time_breakdown(ax, rf, phase)``: one bar per step of the sweep
   (``roofline.analysis.Step``), each op's share of the measured step time stacked (count x
   median; the ``layer`` op is left out unless it stands in for the step), the step's total
-  written above the bar.
+  written above the bar; a step timed on a busy host is marked "unreliable" under its bar and a
+  busy run's title carries the table's warning (``reports.labels.busy_line``).
 * ``plot_predicted_vs_measured(ax, rf)``: each op instance's median time against the time
   the roofline allows with the file's ceilings (``OpResult.predicted_s``); the diagonal is
-  the roof, the line at 4x is the overhead threshold (25% of roof).
+  the roof, the line at 4x is the overhead threshold (25% of roof); their labels follow the lines
+  as laid out (``align_diagonals``: no fixed aspect, which the constrained layout cuts the y label for).
 
 ``rf`` is a ``ResultFile`` or its ``roofline.analysis.RunAnalysis``.
 """
@@ -23,6 +25,8 @@ from roofline.analysis import analyze
 from roofline.bounds import OVERHEAD_FRACTION
 
 from . import hover
+from .labels import busy_line
+from .roofline_plot import align_to_slope
 from .style import ABOVE_ROOF_COLOR, MAX_BAR_LABELS, PHASE_MARKER, RASTER_ABOVE, category_color, op_color, op_names, run_model, styled
 
 
@@ -37,7 +41,8 @@ def step_label(s, several_backends: bool) -> str:
     k = s.key
     return (f"b{k.batch}\n{k.context:,}" + (f"+{k.cached:,}" if k.cached else "")
             + (f"\n{k.backend}" if several_backends else "") + (f"\ntp{k.tp}" if k.tp > 1 else "")
-            + (f" ep{k.ep}" if k.ep > 1 else "") + "".join(f"\n{n}:{v}" for n, v in (("w", k.weight_dtype), ("kv", k.kv_dtype)) if v != k.dtype))
+            + (f" ep{k.ep}" if k.ep > 1 else "") + "".join(f"\n{n}:{v}" for n, v in (("w", k.weight_dtype), ("kv", k.kv_dtype)) if v != k.dtype)
+            + ("" if s.reliable else "\nunreliable"))   # its verdict withheld, as in the table
 
 
 @styled
@@ -70,7 +75,8 @@ def plot_time_breakdown(ax, result_file, phase: str):
     ax.set_ylabel("share of measured step time")
     ax.set_xlabel("batch, context" if phase == "decode" else "batch, prompt tokens")
     ax.set_title(f"{phase}: where the step time goes (total above "
-                 + ("each bar)" if every == 1 else f"every {every}th bar; {len(keys)} steps)"))
+                 + ("each bar)" if every == 1 else f"every {every}th bar; {len(keys)} steps)")
+                 + busy_line(analyze(result_file), keys))
     ax.grid(axis="x", visible=False)
     return ax
 
@@ -119,19 +125,26 @@ def plot_predicted_vs_measured(ax, result_file):
     ax.plot(ref, ref, color="#222222", lw=1.2, gid="pred:roof")
     ax.plot(ref, ref / OVERHEAD_FRACTION, color="#999999", lw=1.0, ls="--", gid="pred:overhead")
     ax.annotate("at the roof: measured = predicted", (lo * 30, lo * 30), rotation=45, fontsize=7.5, ha="left",
-                va="top", rotation_mode="anchor", xytext=(3, -3), textcoords="offset points")
+                va="top", rotation_mode="anchor", xytext=(3, -3), textcoords="offset points", gid="pred-label:roof")
     ax.annotate(f"{U.percent(OVERHEAD_FRACTION)} of roof: overhead above", (lo * 3, lo * 3 / OVERHEAD_FRACTION),
                 rotation=45, fontsize=7.5, color="#808080", ha="left", va="bottom", rotation_mode="anchor",
-                xytext=(-3, 3), textcoords="offset points")
+                xytext=(-3, 3), textcoords="offset points", gid="pred-label:overhead")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
-    ax.set_aspect("equal")
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(lambda v, _: U.seconds(v))
         axis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("predicted time at the roof (per instance)")
     ax.set_ylabel("measured median time (per instance)")
     ax.set_title("Measured against predicted time per op")
+    # no fixed aspect (the constrained layout cuts a fixed-aspect axes' y label off the figure): the labels are
+    # turned along their diagonals as drawn (again by the caller once it adds a legend: ``align_diagonals``)
+    align_diagonals(ax)
     return ax
+
+
+def align_diagonals(ax):
+    """Turn the predicted-vs-measured diagonals' labels (gid "pred-label:...") along their lines as laid out."""
+    align_to_slope(ax, [t for t in ax.texts if (t.get_gid() or "").startswith("pred-label:")])

@@ -141,13 +141,14 @@ def test_latency_percentiles_before_and_after_with_the_same_noise_rule():
 
 
 def test_different_devices_are_refused_unless_allowed(tmp_path):
-    with pytest.raises(RooflineError, match="--allow-different"):
+    with pytest.raises(RooflineError, match="--across-models"):
         compare(read_results(H100), read_results(A100))
-    c = compare(read_results(H100), read_results(A100), allow_different=True)
-    assert any("ran on NVIDIA H100" in n for n in c.notes)
+    c = compare(read_results(H100), read_results(A100), across_models=True)
+    assert any(n.startswith("Across models or devices, as asked (--across-models): different devices: ")
+               and "NVIDIA H100" in n for n in c.notes)
     r = CliRunner().invoke(main, ["compare", str(H100), str(A100), "--out", str(tmp_path / "c")])
     assert r.exit_code == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
-    assert "--allow-different" in r.stderr and not (tmp_path / "c" / "report.html").exists()
+    assert "--across-models" in r.stderr and not (tmp_path / "c" / "report.html").exists()
 
 
 def test_points_and_steps_in_one_file_only_are_listed(tmp_path, h100):

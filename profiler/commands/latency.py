@@ -319,10 +319,11 @@ def comparison_table(summaries) -> str:
 @dtype_option(default=None, help="the served dtype for the floors (default: the file's)")
 @click.option("--baseline", type=click.Path(dir_okay=True), default=None,
               help="a BEFORE result file: judge the one RESULTS file (AFTER) against it, as `roofline compare` does")
-@click.option("--allow-different", is_flag=True,
-              help="with --baseline or a compare.json: compare across devices, models or kinds")
+@click.option("--across-models", is_flag=True,
+              help="judge files of different models or devices together (and --model/--device other than "
+                   "the files'), or compare them with --baseline or a compare.json; refused otherwise")
 def diagnose(results, as_json, model, device_name, device_file, peak_tflops, bandwidth_gbs, ceilings, dtype,
-             baseline, allow_different):
+             baseline, across_models):
     """Read profile and latency result files; say what bounds each phase and what to try next.
 
     With --model and --device (or --ceilings), each latency run's TTFT and TPOT are set against
@@ -339,9 +340,9 @@ def diagnose(results, as_json, model, device_name, device_file, peak_tflops, ban
     if baseline is not None and (len(results) != 1 or compared):
         raise click.UsageError("--baseline judges one AFTER result file against BASELINE: give exactly one results "
                                "file (not a compare.json).")
-    changes = [(f"from {p}", read_comparison(p, allow_different=True if allow_different else None)) for p in compared]
+    changes = [(f"from {p}", read_comparison(p, across_models=True if across_models else None)) for p in compared]
     if baseline is not None:
-        changes.append(("", compare(read_results(baseline), read_results(results[0]), allow_different=allow_different)))
+        changes.append(("", compare(read_results(baseline), read_results(results[0]), across_models=across_models)))
         results = []
     change_out = [(label, c, change_findings(c, src=str(c.after.rf.path))) for label, c in changes]
     files = [read_results(p) for p in results]
@@ -354,11 +355,14 @@ def diagnose(results, as_json, model, device_name, device_file, peak_tflops, ban
     elif model is not None and latency_files and all(floor_context(rf, files, model) is None for rf in latency_files):
         raise RooflineError("--model sets the floor under the latencies, which also needs the device: give --device "
                             "(a catalogue name), --device-file, --peak-tflops/--bandwidth-gbs or --ceilings.")
-    findings = run_rules(files, model=model, device=device, dtype=dtype)
+    findings = run_rules(files, model=model, device=device, dtype=dtype, across_models=across_models)
     if as_json:
         click.echo(json.dumps([f.to_dict() for _, _, fs in change_out for f in fs]
                               + [f.to_dict() for f in findings], indent=1))
         return
+    for f in findings:
+        if f.rule == "across-models":     # said on top, before any file's findings
+            click.echo(f.text())
     for label, c, fs in change_out:
         click.echo(f"The change: {c.after.rf.path} against {c.before.rf.path}" + (f" ({label})" if label else "") + ":")
         click.echo("\n".join(f.text() for f in fs))

@@ -21,6 +21,8 @@ from .. import probes
 from ..ceilings import ceilings_table, device_name, get_ceilings
 from ..cli_args import torch_device, torch_device_name
 from ..collectives import check_cpu_ranks, collectives_table, run_collective_ceilings
+from ..run import cpu_threads_default
+from ..timing import cpu_threads
 
 
 def default_device() -> str:
@@ -104,7 +106,8 @@ def ceilings(as_json, remeasure, quick, collective, tp, device):
         return
     if not as_json and not remeasure:
         click.echo(f"ceilings of {device}: from the cache, or measured now (a few seconds)...", err=True)
-    c = get_ceilings(device, remeasure=remeasure, quick=quick)
+    with cpu_threads(cpu_threads_default(device, None)):   # the threads `profile` times with: its cache entry
+        c = get_ceilings(device, remeasure=remeasure, quick=quick)
     if as_json:
         click.echo(json.dumps({"device": c.device.to_dict(),
                                "datasheet": c.datasheet.to_dict() if c.datasheet else None,

@@ -18,6 +18,7 @@ from .. import units as U
 MIN_CHANGE = 0.03   # run-to-run drift of a GPU (clocks, temperature, placement) is a few percent even when each
 #                     run's repetitions agree: a move under 3% is not a change two runs can claim
 FASTER, SLOWER, SAME = "faster", "slower", "no change"
+NOT_JUDGED = "not judged"   # a comparison with a side timed on a busy host (``Comparison.judged``): no verdict
 UNBOUNDED = "too few samples"   # a range with no bound on one side (a p99 of 8 requests): no claim either way
 
 

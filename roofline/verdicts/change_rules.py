@@ -262,10 +262,16 @@ ORDER = ("fp8", "int8", "int4")   # the quantized runs of a file, the larger ele
 
 def summary(c: Comparison, src: str = "") -> Finding:
     b, a = c.before.rf.path, c.after.rf.path
-    what = c.change_text or "no configuration field (the same sweep: kernels, software or system changed)"
+    what = c.change_text or "no recorded setting (the same sweep: kernels, software or system changed)"
     counts = {v: sum(o.time.verdict == v for o in c.ops) for v in (FASTER, SLOWER, SAME)}
     steps = {v: sum(s.verdict == v for s in c.steps) for v in (FASTER, SLOWER, SAME)}
     claim = f"{a} against {b}: changed {what}"
+    if not c.judged:          # a side ran on a busy host: no count of faster or slower, as the tables and chart say
+        return Finding("change-summary", claim + f"; {len(c.ops)} op(s), {len(c.steps)} step(s) and "
+                       f"{len(c.latency)} latency percentile(s) matched, not judged (host-busy).",
+                       "a side was measured on a busy machine: its times moved with the load", "", src,
+                       {"changed": {k: list(v) for k, v in c.changed.items()},
+                        "settings": {k: list(v) for k, v in c.settings.items()}})
     if c.ops:
         claim += (f"; {counts[FASTER]} op(s) faster, {counts[SLOWER]} slower, {counts[SAME]} unchanged of "
                   f"{len(c.ops)} matched")
@@ -278,7 +284,8 @@ def summary(c: Comparison, src: str = "") -> Finding:
     claim += "."
     ev = ("speed-up = before / after time per step, its range from both files' p20-p80 samples; inside that range, "
           f"or under {MIN_CHANGE:.0%}, is no change")
-    return Finding("change-summary", claim, ev, "", src, {"changed": {k: list(v) for k, v in c.changed.items()}})
+    return Finding("change-summary", claim, ev, "", src, {"changed": {k: list(v) for k, v in c.changed.items()},
+                                                          "settings": {k: list(v) for k, v in c.settings.items()}})
 
 
 def _effects(c: Comparison, src: str) -> list:

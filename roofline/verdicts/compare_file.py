@@ -1,6 +1,6 @@
 """compare.json: what `roofline compare` writes, and the comparison read back from it (pure).
 
-``comparison_dict(c, findings, out, allow_different)`` is the file's content: its format, the two
+``comparison_dict(c, findings, out, across_models)`` is the file's content: its format, the two
 result files (absolute, and relative to the output folder, so a moved folder still finds them),
 the change under test, every step and flagged op with its speed-up and range, latency
 percentiles and the findings. ``read_comparison(path)`` does not trust those numbers: it reads
@@ -22,7 +22,7 @@ FORMAT = "roofline-compare"
 FORMAT_VERSION = 1
 
 
-def comparison_dict(c, findings, out: Path, allow_different: bool) -> dict:
+def comparison_dict(c, findings, out: Path, across_models: bool) -> dict:
     """What compare.json holds: the files, the change, every step and flagged op, latency, findings."""
     def where(p):
         p = Path(p).resolve()
@@ -31,11 +31,12 @@ def comparison_dict(c, findings, out: Path, allow_different: bool) -> dict:
     def change(ch):
         lo, hi = ch.interval
         return {"before_s": ch.before, "after_s": ch.after, "speedup": ch.speedup, "range": [lo, hi],
-                "saved_s": ch.saved, "verdict": ch.verdict}
+                "saved_s": ch.saved, "verdict": c.verdict_of(ch)}
     return strict({
         "format": FORMAT, "version": FORMAT_VERSION, "before": where(c.before.rf.path),
-        "after": where(c.after.rf.path), "allow_different": allow_different,
-        "changed": {k: list(v) for k, v in c.changed.items()}, "notes": list(c.notes),
+        "after": where(c.after.rf.path), "across_models": across_models,
+        "changed": {k: list(v) for k, v in c.changed.items()},
+        "settings_changed": {k: list(v) for k, v in c.settings.items()}, "notes": list(c.notes),
         "steps": [{"step": s.title, "backend": s.after.backend, **change(s.time), "comparable": s.comparable,
                    "bytes_ratio": s.bytes_ratio, "predicted_speedup": s.predicted_speedup} for s in c.steps],
         "flagged_ops": [{"op": o.title, **change(o.time)} for o in c.flagged],
@@ -47,7 +48,7 @@ def comparison_dict(c, findings, out: Path, allow_different: bool) -> dict:
     })
 
 
-def read_comparison(path, *, allow_different: bool | None = None):
+def read_comparison(path, *, across_models: bool | None = None):
     """The comparison a compare.json describes, recomputed from its two result files (one reading)."""
     p = Path(path)
     try:
@@ -65,8 +66,8 @@ def read_comparison(path, *, allow_different: bool | None = None):
             raise RooflineError(f"{p}: its {side} file {w.get('path')} is gone (not at {cands[1]} either): "
                                 "compare the two result files again, or give them to diagnose with --baseline.")
         files.append(read_results(found))
-    allow = bool(d.get("allow_different")) if allow_different is None else allow_different
-    return compare(files[0], files[1], allow_different=allow)
+    allow = bool(d.get("across_models")) if across_models is None else across_models
+    return compare(files[0], files[1], across_models=allow)
 
 
 def is_compare_file(path) -> bool:

@@ -22,10 +22,10 @@ time, a cost or a verdict; it pairs them.
   Its interval is [before low / after high, before high / after low], each side's (low, high)
   being its samples' p20-p80 (``OpResult.time_range``; a step's sums its ops'). A change is
   reported as "no change" when that interval holds 1, or when it is under ``MIN_CHANGE``.
-* Refusals: files from different devices, of different models or of different kinds (profile,
-  trace, latency) are refused with a one-line ``RooflineError`` unless ``allow_different``;
-  then ``notes`` says what differs. Points only in one file, and points skipped in one of them,
-  are listed, never compared.
+* Refusals: files from different devices or of different models (``roofline.verdicts.same_setup``, the
+  rule ``diagnose`` follows too), or of different kinds (profile, trace, latency), are refused with a
+  one-line ``RooflineError`` unless ``across_models``; then ``notes`` says what differs, first. Points
+  only in one file, and points skipped in one of them, are listed, never compared.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from ..analysis import RunAnalysis, analyze
 from ..errors import RooflineError
 from ..records import KEY_FIELDS, STEP_FIELDS
-from .change import SAME, Change, time_change
+from .change import NOT_JUDGED, SAME, Change, time_change
 from .latency_change import latency_changes
+from .same_setup import ACROSS_FLAG, check_same_setup, setup_of
 
 # points match by the point key (``roofline.records.KEY_FIELDS``) less the model and new_tokens (it follows from the
 # phase and the context); steps by the step key
@@ -120,6 +121,7 @@ class Comparison:
     steps_only_after: list = field(default_factory=list)
     latency: list = field(default_factory=list)             # roofline.verdicts.latency_change.LatencyChange
     notes: list = field(default_factory=list)
+    settings: dict = field(default_factory=dict)            # recorded setting -> (before, after): every one differing
 
     @property
     def flagged(self) -> list:
@@ -138,9 +140,58 @@ class Comparison:
                 "the change: this comparison is not judged. Measure both again on a quiet machine.")
 
     @property
+    def judged(self) -> bool:
+        """False when a side was measured on a busy host (``noise_note``): no change in it is judged."""
+        return not self.noise_note
+
+    def verdict_of(self, change: Change) -> str:
+        """What every table and chart says of one of its changes: its ``Change.verdict``, or "not judged"."""
+        return change.verdict if self.judged else NOT_JUDGED
+
+    @property
     def change_text(self) -> str:
-        """'weights bf16 -> int8' (or '' when both files ran the same configuration)."""
-        return ", ".join(f"{FIELD_NAMES.get(k, k)} {b} -> {a}" for k, (b, a) in self.changed.items())
+        """'weights bf16 -> int8', then every recorded setting that differs ('threads 2 -> 1, requests 8 -> 4'); ''
+        when both files ran the same configuration."""
+        fields_ = [f"{FIELD_NAMES.get(k, k)} {b} -> {a}" for k, (b, a) in self.changed.items()]
+        settings = [f"{k} {setting_text(b)} -> {setting_text(a)}" for k, (b, a) in self.settings.items()]
+        return ", ".join(fields_ + settings)
+
+
+# header settings that describe rather than set a run (a text on how times are taken): never a difference
+DESCRIPTIVE_SETTINGS = ("timestamps",)
+
+
+def differing_settings(settings) -> tuple:
+    """The recorded settings (``RunHeader.settings`` dicts) whose values are not the same in all of ``settings``,
+    in first-seen order; a setting one header lacks differs from one that records it."""
+    keys = list(dict.fromkeys(k for st in settings for k in st if k not in DESCRIPTIVE_SETTINGS))
+    missing = object()
+    return tuple(k for k in keys if len({repr(st.get(k, missing)) for st in settings}) > 1)
+
+
+SETTING_TEXT = 60   # characters of one setting's value in a sentence (an op list is long)
+
+
+def setting_text(v) -> str:
+    """A recorded setting's value in a sentence: '1,4,16' for a list, 'absent' for a setting not recorded."""
+    if v is None:
+        return "absent"
+    t = ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+    return t if len(t) <= SETTING_TEXT else t[:SETTING_TEXT - 3] + "..."
+
+
+def changed_settings(before, after, changed: dict) -> dict:
+    """{setting: (before, after)} for every recorded header setting (``RunHeader.settings``) that differs, less the
+    ones that only restate a key field of ``changed`` (``backends ['torch'] -> ['triton']`` beside backend)."""
+    sb, sa = before.header.settings, after.header.settings
+    out = {}
+    for k in differing_settings([sb, sa]):
+        b, a = sb.get(k), sa.get(k)
+        one = lambda v: tuple(v) if isinstance(v, (list, tuple)) else (v,)  # noqa: E731
+        if any(one(b) == (x,) and one(a) == (y,) for x, y in changed.values()):
+            continue
+        out[k] = (b, a)
+    return out
 
 
 def _is_trace(a: RunAnalysis) -> bool:
@@ -161,22 +212,19 @@ def changed_fields(before: RunAnalysis, after: RunAnalysis) -> dict:
     return out
 
 
-def check_comparable(before: RunAnalysis, after: RunAnalysis, allow_different: bool = False) -> list:
-    """Notes on what differs between the files; RooflineError unless ``allow_different`` when devices, models
-    or kinds differ."""
+def check_comparable(before: RunAnalysis, after: RunAnalysis, across_models: bool = False) -> list:
+    """Notes on what differs between the files; RooflineError unless ``across_models`` when models or devices
+    differ (``roofline.verdicts.same_setup``, the rule ``diagnose`` follows too) or kinds do."""
+    notes = check_same_setup([setup_of(before.rf), setup_of(after.rf)], across_models=across_models,
+                             what="compared as a before/after of one change")
     hb, ha = before.header, after.header
-    nb, na = before.rf.path, after.rf.path
-    diffs = []
-    if hb.device.name != ha.device.name:
-        diffs.append(f"{nb} ran on {hb.device.name} and {na} on {ha.device.name}")
-    if hb.model_name != ha.model_name:
-        diffs.append(f"{nb} profiles {hb.model_name} and {na} {ha.model_name}")
     if hb.kind != ha.kind:
-        diffs.append(f"{nb} is a {hb.kind} file and {na} a {ha.kind} file")
-    if diffs and not allow_different:
-        raise RooflineError("; ".join(diffs) + ": that is not a before/after of one change. Pass --allow-different "
-                            "if the comparison is intended.")
-    return [d[0].upper() + d[1:] + " (compared as asked: --allow-different)." for d in diffs]
+        diff = f"{before.rf.path} is a {hb.kind} file and {after.rf.path} a {ha.kind} file"
+        if not across_models:
+            raise RooflineError(f"{diff}: that is not a before/after of one change. Pass {ACROSS_FLAG} if the "
+                                "comparison is intended.")
+        notes.append(f"{diff[0].upper() + diff[1:]} (compared as asked: {ACROSS_FLAG}).")
+    return notes
 
 
 def _key(r, fields) -> tuple:
@@ -188,13 +236,14 @@ def _step_key(s, fields) -> tuple:
     return tuple(getattr(s.key, f) for f in fields)
 
 
-def compare(before, after, *, allow_different: bool = False) -> Comparison:
+def compare(before, after, *, across_models: bool = False) -> Comparison:
     """Match ``after`` against ``before`` (``ResultFile``s or their analyses); see the module docstring."""
     b, a = analyze(before), analyze(after)
-    notes = check_comparable(b, a, allow_different)
+    notes = check_comparable(b, a, across_models)
     for side, x in (("BEFORE", b), ("AFTER", a)):    # what each reader says (a cut last line), as diagnose does
         notes += [f"{side}: {n}" for n in getattr(x.rf, "notices", ()) if f"{side}: {n}" not in notes]
     changed = changed_fields(b, a)
+    settings = changed_settings(b, a, changed)
     trace = _is_trace(b) or _is_trace(a)
     pfields = tuple(f for f in (TRACE_FIELDS if trace else POINT_FIELDS) if f not in changed)
     sfields = tuple(f for f in (("phase",) if trace else STEP_FIELDS) if f not in changed)
@@ -245,4 +294,4 @@ def compare(before, after, *, allow_different: bool = False) -> Comparison:
         raise RooflineError(f"{b.rf.path} and {a.rf.path} have no point, step or latency configuration in common: "
                             "compare two runs of the same sweep (same ops, phases, batches and contexts).")
     return Comparison(b, a, changed, pfields, ops, steps, only_before, only_after, skipped, steps_only_before,
-                      steps_only_after, latency, notes)
+                      steps_only_after, latency, notes, settings)

@@ -47,8 +47,9 @@ evidence"):
 Actions fit the device kind (``roofline.verdicts.advice``): a CPU is never told to use CUDA graphs.
 
 The rules live in their own modules and register in ``roofline.verdicts.findings`` (each in a scope: what it is
-run over); this module only runs them. Per file: ``noisy-run`` first (what follows rests on a busy machine's
-numbers); for measurements, the ``phase`` rules per phase (prefill, decode) and backend, the ``backend`` rules
+run over); this module only runs them. First, ``across-models`` when the files (and the given model and device)
+are not one setup and the user asked for it anyway (``roofline.verdicts.same_setup``). Per file: ``noisy-run``
+first (what follows rests on a busy machine's numbers); for measurements, the ``phase`` rules per phase (prefill, decode) and backend, the ``backend`` rules
 per backend, then the ``run`` rules; for requests, per configuration its ``latency-floor`` findings, then the
 ``latency`` rules. Within a scope the registry's order holds (ascending ``order``, ties by name).
 ``change_findings`` runs the ``change`` rules on a before/after comparison (``roofline diagnose compare.json``).
@@ -67,18 +68,23 @@ from . import counter_rules, expert_rules, phase_rules, trace_rules  # noqa: F40
 from .change_rules import compare_noisy, summary
 from .findings import Finding, run
 from .latency_rules import ConfigRun, floor_findings
+from .same_setup import Setup, check_same_setup, device_name, setup_of
 
 PHASES = ("prefill", "decode")
 
 
-def diagnose(result_files, *, model=None, device=None, dtype: str | None = None) -> list:
+def diagnose(result_files, *, model=None, device=None, dtype: str | None = None, across_models: bool = False) -> list:
     """All findings for ``result_files`` (``records.ResultFile``), file by file.
 
     Latency runs get a floor (``latency-floor``) when a model config and a device with ceilings
     are known: ``model`` / ``device`` / ``dtype`` as given, else the file's own model and dtype
     and the ceilings of a profile file given alongside that ran on the same device.
+
+    Files of different models or devices, or a ``model`` / ``device`` other than the files', are refused in one
+    line (``roofline.verdicts.same_setup``, the rule ``compare`` follows), unless ``across_models``: then an
+    ``across-models`` finding says so first.
     """
-    out, floors = [], {}
+    out, floors = across_findings(result_files, model, device, across_models), {}
     for rf in result_files:
         src = str(getattr(rf, "path", ""))
         noisy = noise_finding(rf, src)
@@ -144,6 +150,22 @@ def latency_findings(rf, src: str = "", floor_ctx=None, floors=None) -> list:
                 floors[(src, r.config)] = ratios
         out += run("latency", ConfigRun(r, src, rf.header.settings, others, tuple(ratios)))
     return out
+
+
+def across_findings(result_files, model=None, device=None, across_models: bool = False) -> list:
+    """[] when the files and the given model and device are one setup; else RooflineError, or (``across_models``)
+    one ``across-models`` finding saying what differs."""
+    setups = [setup_of(rf) for rf in result_files]
+    if model is not None:
+        setups.append(Setup("--model", model=model.name))
+    if device is not None:
+        setups.append(Setup("--device", device=device_name(device)))
+    notes = check_same_setup(setups, across_models=across_models, what="diagnosed together")
+    if not notes:
+        return []
+    return [Finding("across-models", " ".join(notes), "; ".join(f"{s.where}: {s.model or 'model unknown'} on "
+                                                            f"{s.device or 'device unknown'}" for s in setups),
+                    "read each finding against its own file's model and device")]
 
 
 def noise_finding(rf, src: str = ""):
