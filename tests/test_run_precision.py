@@ -160,3 +160,18 @@ def test_explain_linear_takes_every_registered_format_and_pairs_the_activations(
     r = CliRunner().invoke(cli, ["explain", "linear", "--tokens", "1", "--in", "4008", "--out", "64", "--dtype",
                                  "mxfp4"])
     assert r.exit_code != 0 and "its groups of 32 do not divide --in 4,008 (K)" in r.output
+
+
+def test_the_formats_a_kernel_runs_are_the_ones_the_kernels_register():
+    """``Format.kernel`` (what the CLI offers the run commands) and ``kernels.quant_weight.FORMATS`` (what the
+    backends run) name the same weight formats, and each kernel module named exists and registers its own."""
+    import importlib
+
+    from kernels.quant_weight import FORMATS as KERNEL_FORMATS
+    from roofline.precision import lookup
+
+    assert set(run_names("weight")) == set(KERNEL_FORMATS)
+    for n in run_names("weight"):
+        mod = importlib.import_module(lookup(n, "weight").kernel)
+        assert KERNEL_FORMATS[n].triton_linear.__module__ in (mod.__name__, "kernels.linear_fp4", "kernels.linear_fp8",
+                                                              "kernels.linear_int4", "kernels.linear_int8")
