@@ -230,9 +230,9 @@ register(Format("mxfp8", "e4m3", 8, Scales(32, 1, "e8m0"), ("weight", "act"), "f
                 "mxfp8 (blocks of 32, e8m0 scales)", group_size=32))
 # fp4 e2m1: MX (32, e8m0: gpt-oss's experts) and NVFP4 (16, e4m3, and one fp32 per tensor).
 register(Format("mxfp4", "e2m1", 4, Scales(32, 1, "e8m0"), ("weight", "act"), "fp4", (10, 0),
-                "mxfp4 (blocks of 32, e8m0 scales)", group_size=32, kernel="kernels.fp4"))
+                "mxfp4 (blocks of 32, e8m0 scales)", group_size=32, kernel="kernels.linear_fp4"))
 register(Format("nvfp4", "e2m1", 4, Scales(16, 1, "e4m3", tensor="fp32"), ("weight", "act"), "fp4", (10, 0),
-                "nvfp4 (blocks of 16, e4m3 scales, fp32 tensor scale)", group_size=16, kernel="kernels.fp4"), "fp4")
+                "nvfp4 (blocks of 16, e4m3 scales, fp32 tensor scale)", group_size=16, kernel="kernels.linear_fp4"), "fp4")
 # Integers: our kernels' int8 (per channel) and int4 (groups, zero points optional), in the activation dtype; and
 # the int4 layouts checkpoints ship (GPTQ with g_idx, AWQ), with fp16 scales and packed int4 zero points.
 register(Format("int8", "int8", 8, Scales(0, 1, "act"), ("weight",), "act", None, "int8 (per channel)",
