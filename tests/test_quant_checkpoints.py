@@ -13,8 +13,7 @@ weights, and that model against transformers on the same float folder:
   checked loosely (within 15% of the largest logit) and its weights exactly (each ``QuantWeight`` dequantizes to
   the dequantized folder's tensor bit for bit);
 - bytes: every module's quantized tensors on disk, summed, equal ``Precision.weight_bytes`` over its ops (exact
-  integers; ModelOpt NVFP4's ``input_scale``, one fp32 per tensor, is not in the registry's count: excluded and
-  said).
+  integers, static activation scales included: ModelOpt NVFP4's ``input_scale``, one fp32 per tensor, too).
 
 Run: pytest tests/test_quant_checkpoints.py
 """
@@ -102,13 +101,13 @@ STORED = ("weight_scale_inv", "weight_scale", "weight_scale_2", "input_scale", "
 
 
 def disk_bytes(folder) -> dict:
-    """Bytes of the quantized tensors on disk per module class (nvfp4's input_scale left out: module docstring)."""
+    """Bytes of the quantized tensors on disk per module class, static activation scales included."""
     out = {}
     with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
         for k in f.keys():
             t = f.get_tensor(k)
             stored = k.endswith(STORED) or (k.endswith(".weight") and t.dtype != torch.float32)
-            if not stored or (k.endswith("input_scale") and t.dim() == 0):
+            if not stored:
                 continue
             m = "experts" if ".experts." in k else "attention" if "self_attn" in k else "mlp"
             out[m] = out.get(m, 0) + t.numel() * t.element_size()

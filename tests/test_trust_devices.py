@@ -78,7 +78,7 @@ def test_a_group_size_that_does_not_divide_k_is_an_error():
             "--group-size", "128", "--device", "h100")
     assert r.exit_code != 0
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "group size 128 does not divide --in 4,160" in lines[0]
+    assert len(lines) == 1 and "int4 (g128): its groups of 128 do not divide --in 4,160" in lines[0]
     assert "--group-size 32 or 64" in lines[0]          # 4,160 = 65 x 64
 
 
