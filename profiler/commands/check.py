@@ -64,6 +64,8 @@ def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, 
         raise RooflineError(f"the kernels need torch and triton: {e}. Install them with "
                             "`pip install torch triton`.") from None
     cfg = load_model(model)
+    if cfg.checkpoint:
+        _refuse_nonfinite(cfg.checkpoint)
     results = run_checks(backend=backend, dtype=dtype, quick=not full, model=cfg)
     failed = [r for r in results if not r.passed]
     if as_json:
@@ -87,6 +89,19 @@ def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, 
                 click.echo(f"  {n}")
     if failed:
         raise SystemExit(1)
+
+
+def _refuse_nonfinite(folder) -> None:
+    """A checkpoint with a NaN or Inf weight: one line naming the tensor (its logits would be NaN, every model check
+    a "max rel err inf" that says nothing of the kernels)."""
+    from kernels.safetensors_files import nonfinite, weight_files   # kernels imports torch (deferred)
+
+    bad = nonfinite(weight_files(folder))
+    if bad:
+        name, file, nans, infs = bad
+        raise RooflineError(f"checkpoint {folder}: tensor {name!r} in {file} is not finite ({nans} NaN, {infs} Inf "
+                            "values): the model checks would compare NaN logits; give a checkpoint with finite "
+                            "weights (or --model tiny for random ones).")
 
 
 def driver_notes(report: dict, driver_cuda: str | None) -> list:
