@@ -142,6 +142,26 @@ FLOAT_DTYPES = ("fp32", "bf16", "fp16")
 INT4_GROUPS = (32, 64, 128)
 
 
+def float_dtype_option(name: str, default: str, help_text: str, why: str = ""):
+    """An option that takes (and lists in its help) only fp32, bf16 and fp16; ``why`` (with ``{key}``) says, for
+    a known dtype it refuses, where that dtype goes instead."""
+
+    def cb(ctx, param, value):
+        try:
+            key = _dtype_cb(ctx, param, value)
+        except click.BadParameter:
+            key, known = value, False
+        else:
+            known = True
+        if key is not None and key not in FLOAT_DTYPES:
+            said = f" ({why.format(key=key)})" if known and why else ""
+            raise click.BadParameter(f"{name} takes {', '.join(FLOAT_DTYPES)}{said}, but {value!r} was given.")
+        return key
+    return click.option(name, default=default, callback=cb, show_default=True,
+                        help=f"{help_text} ({', '.join(FLOAT_DTYPES)})")
+
+
+
 def _quant_cb(allowed: tuple, what: str, several: bool):
     """A dtype (or, with ``several``, a comma-separated list) of ``allowed`` or a float dtype (= not quantized:
     it must be the run's activation dtype, checked where that is known)."""

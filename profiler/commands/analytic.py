@@ -16,28 +16,8 @@ from roofline.explain import ExplainSpec, explain_linear, explain_step
 from roofline.config_fields import read_json_file, show_value
 from roofline.models import PRESETS
 
-from ..cli_args import (FLOAT_DTYPES, analytic_quant_options, device_arg, device_options, dtype_option, ep_option,
-                        model_option, precision_option, resolve_device)
-
-
-def float_dtype_option(name: str, default: str, help_text: str, why: str = ""):
-    """An option that takes (and lists in its help) only fp32, bf16 and fp16; ``why`` (with ``{key}``) says, for
-    a known dtype it refuses, where that dtype goes instead."""
-    normal = device_arg("dtype")
-
-    def cb(ctx, param, value):
-        try:
-            key = normal(ctx, param, value)
-        except click.BadParameter:
-            key, known = value, False
-        else:
-            known = True
-        if key is not None and key not in FLOAT_DTYPES:
-            said = f" ({why.format(key=key)})" if known and why else ""
-            raise click.BadParameter(f"{name} takes {', '.join(FLOAT_DTYPES)}{said}, but {value!r} was given.")
-        return key
-    return click.option(name, default=default, callback=cb, show_default=True,
-                        help=f"{help_text} ({', '.join(FLOAT_DTYPES)})")
+from ..cli_args import (analytic_quant_options, device_options, dtype_option, ep_option,
+                        float_dtype_option, model_option, precision_option, resolve_device)
 
 
 @click.command()
