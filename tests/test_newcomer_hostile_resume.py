@@ -72,3 +72,19 @@ def test_resume_after_the_weights_changed_is_refused(built, tmp_path):
     one_line_error(run(d, tmp_path / "o", "--resume"), f"cannot resume {path}",
                    "the checkpoint's weights changed since it was measured (sha256")
     assert path.read_bytes() == before
+
+
+def test_resume_mismatch_names_a_changed_sha256_for_every_kind_of_run():
+    from dataclasses import replace
+
+    from roofline.writer import resume_mismatch
+
+    dev = cpu_device("test cpu", {"fp32": 1e11}, 1e10)
+    old = RunHeader(device=dev, kind="latency", dtype="fp32",
+                    settings={"threads": 1, "weights": {"weights": "checkpoint", "sha256": "a" * 64, "bytes": 10}})
+    assert resume_mismatch(old, old) == ""
+    new = replace(old, settings={**old.settings, "weights": {**old.settings["weights"], "sha256": "b" * 64}})
+    assert resume_mismatch(old, new) == ("the checkpoint's weights changed since it was measured (sha256 "
+                                         "aaaaaaaaaaaa... then, bbbbbbbbbbbb... now)")
+    random = replace(old, settings={"threads": 1, "weights": {"weights": "random (seeded)"}})
+    assert resume_mismatch(random, random) == ""
