@@ -11,8 +11,8 @@ from roofline.errors import RooflineError, did_you_mean
 from roofline.models import load_model
 
 
-@pytest.mark.parametrize("typo, first", [("llama3-8b", "llama-3-8b"), ("Llama-3-8B ", None), ("gemma2-9b", "gemma-2-9b"),
-                                         ("gpt-oss", "gpt-oss-20b"), ("qwen3", "qwen3-8b")])
+@pytest.mark.parametrize("typo, first", [("llama3-8b", "llama-3-8b"), ("Llama-3-8B ", None),
+                                         ("gemma2-9b", "gemma-2-9b"), ("gpt-oss", "gpt-oss-20b"), ("qwen3", "qwen3-8b")])
 def test_a_model_typo_gets_did_you_mean(typo, first):
     if first is None:                                 # case and spaces aside, a preset is itself
         assert load_model(typo).name == "llama-3-8b"

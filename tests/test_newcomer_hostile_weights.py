@@ -41,8 +41,8 @@ def profile(folder, out):
 
 
 def latency(folder, out):
-    return CliRunner().invoke(main, ["latency", "--model", str(folder), "--requests", "1", "--prompt-tokens", "8", "--output-tokens", "4",
-                                     "--out", str(out)])
+    return CliRunner().invoke(main, ["latency", "--model", str(folder), "--requests", "1", "--prompt-tokens", "8",
+                                     "--output-tokens", "4", "--out", str(out)])
 
 
 def shard(built, dest):
