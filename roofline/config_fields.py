@@ -125,7 +125,11 @@ SIZE_FIELDS = INT_FIELDS + ("head_dim", "rope_theta", "rms_eps", "tie_embeddings
 # MLP 53248; Gemma-3: a 262,144-token vocabulary; Llama-4-Scout: a 10M-token context), and small enough that the
 # per-layer tuples of a model, and its tables, are built in bounded memory before anything else is checked.
 MAX_SIZES = {"hidden": 1 << 17, "intermediate": 1 << 20, "n_layers": 4096, "n_heads": 1 << 14,
-             "n_kv_heads": 1 << 14, "vocab": 1 << 24, "max_context": 1 << 28, "head_dim": 1 << 14}
+             "n_kv_heads": 1 << 14, "vocab": 1 << 24, "max_context": 1 << 28, "head_dim": 1 << 14,
+             # mixtures of experts and latent attention (DeepSeek-V3: 256 experts, kv_lora_rank 512)
+             "n_experts": 1 << 16, "n_active": 1 << 16, "moe_intermediate": 1 << 20, "shared_intermediate": 1 << 20,
+             "q_lora_rank": 1 << 17, "kv_lora_rank": 1 << 17, "qk_rope_dim": 1 << 14, "qk_nope_dim": 1 << 14,
+             "v_head_dim": 1 << 14}
 
 
 def bounded(where: str, name: str, value: int, limit: int) -> int:

@@ -63,3 +63,12 @@ def test_check_refuses_a_model_that_cannot_fit_before_allocating(tmp_path, monke
     res = CliRunner().invoke(main, [*COMMANDS["check"], "--model", str(d)])
     one_line_error(res, "check --model m: the model checks hold three copies of the whole model (8.91 TB each in "
                         "fp32), more than this", "16 GB: check a smaller model (--model tiny)")
+
+
+def test_a_mixture_of_10_9_experts_is_refused_by_its_config_name(tmp_path):
+    d = folder(tmp_path, model_type="mixtral", num_local_experts=10 ** 9, num_experts_per_tok=2)
+    res = CliRunner().invoke(main, [*COMMANDS["explain"], "--model", str(d)])
+    one_line_error(res, "num_local_experts is 1,000,000,000, past the largest this tool models (65,536;")
+    small = load_model("tiny-moe")
+    with pytest.raises(RooflineError, match="moe_intermediate is 2,000,000, past the largest this tool models"):
+        ModelConfig(**{**small.to_dict(), "moe_intermediate": 2_000_000, "notes": ()})
