@@ -215,3 +215,23 @@ def test_well_formed_files_round_trip(tensors, metadata):
 def test_well_formed_indexes_round_trip(weight_map):
     assert SF.parse_index(json.loads(json.dumps({"metadata": {"total_size": 1}, "weight_map": weight_map}))) \
         == weight_map
+
+
+_entries = st.fixed_dictionaries({
+    "dtype": st.sampled_from(sorted(SF.DTYPE_BITS) + ["F7", "", "f32"]) | st.integers() | st.none(),
+    "shape": st.lists(st.integers(-2, 2 ** 70), max_size=4) | st.text(max_size=3),
+    "data_offsets": st.lists(st.integers(-2, 2 ** 70), max_size=3) | st.lists(st.integers(0, 64), min_size=2,
+                                                                                max_size=2)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_names, _entries, max_size=4), st.integers(0, 128), st.integers(-3, 3))
+def test_near_valid_headers_are_refused_only_as_roofline_errors(tensors, data, skew):
+    text = json.dumps(tensors).encode()
+    blob = (len(text) + skew).to_bytes(8, "little", signed=True) + text + b"\0" * data
+    try:
+        h = SF.parse_header(blob)
+    except RooflineError as e:
+        assert "\n" not in str(e)
+    else:                      # what it takes accounts for every byte of the file
+        assert 8 + h.length + max([e.end for e in h.tensors.values()] or [0]) == len(blob)
