@@ -23,7 +23,6 @@ exactly and cast to ``dtype``. Either way ``info["notes"]`` says so, one sentenc
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -39,48 +38,13 @@ from . import checkpoint_quant as CQ
 from .moe import QUANT_CODES as FUSED_MOE_FORMATS
 from .quant import ABSORBED_KV_B, absorbed_kv_b, quantized_ops
 from .quant_weight import FORMATS, QuantExperts
+from .safetensors_files import files_sha256, open_all, weight_files
 from .weights import layer_weights
 
 # Buffers some checkpoints carry that are recomputed, not weights (RoPE's inverse frequencies).
 _IGNORED = ("rotary_emb.inv_freq",)
 # Where the decoder's tensors sit in the files: a causal LM's "model.", or a multimodal model's text part.
 _PREFIXES = ("model.", "model.language_model.", "language_model.model.", "")
-
-
-def weight_files(folder) -> list[Path]:
-    """The *.safetensors files of a checkpoint folder (sorted), [] when it holds none."""
-    p = Path(folder)
-    return sorted(p.glob("*.safetensors")) if p.is_dir() else []
-
-
-def files_sha256(files) -> str:
-    """sha256 over the files' contents, in order (16 MiB reads)."""
-    h = hashlib.sha256()
-    for f in files:
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 24), b""):
-                h.update(block)
-    return h.hexdigest()
-
-
-def _open_all(files):
-    try:
-        from safetensors import safe_open
-    except ImportError:
-        raise RooflineError("loading *.safetensors needs the safetensors package: pip install safetensors "
-                            "(or give a folder with only config.json for random weights).") from None
-    handles, where, names = [], {}, {}
-    for f in files:
-        try:
-            h = safe_open(str(f), framework="pt")
-        except Exception as e:   # a damaged or foreign file: name it
-            raise RooflineError(f"checkpoint file {f} cannot be read as safetensors ({e}): give the model's "
-                                "own *.safetensors files.") from None
-        handles.append(h)
-        names[id(h)] = f.name
-        for k in h.keys():
-            where[k] = h
-    return names, where
 
 
 def runs_as_stored(backend, dtype: str, role: str = "linear", device=None) -> bool:
@@ -182,7 +146,7 @@ def load_weights(cfg: ModelConfig, folder, dtype: torch.dtype, device, *, layers
     if not files:
         raise RooflineError(f"checkpoint folder {folder} holds no *.safetensors files: give the folder the "
                             "model was saved to (save_pretrained writes model.safetensors).")
-    names, where = _open_all(files)
+    names, where = open_all(files)
     ql = QuantLoad(cfg, CQ.Source(where, names, str(folder)), dtype, device, backend)
     prefix = next((p for p in _PREFIXES if any(k.startswith(f"{p}layers.0.{_first_layer_name(cfg)}".removesuffix(
         ".weight")) for k in where)), None)

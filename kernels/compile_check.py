@@ -32,6 +32,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -42,6 +43,42 @@ REGS_GRANULE = 256       # registers are allocated per warp in units of 256
 SMEM_RESERVED = 1024     # shared memory the driver reserves per block (sm_80 and later)
 # The oldest driver that loads code of a given CUDA major release (minor-version compatibility).
 DRIVER_FOR_CUDA = {11: 450, 12: 525, 13: 580}
+# CPU-seconds one variant takes to compile cold, for the estimate before any has compiled (benchmarks/RESULTS.md:
+# the quick set's 1,196 variants in 27 min 51 s on 2 CPUs beside the test suite, ~2.8 s; quieter boxes do better).
+COLD_S_PER_VARIANT = 2.8
+
+
+def _about(s: float) -> str:
+    """A duration as a person reads it: 'about 40 s', 'about 12 min', 'about 1.5 h'."""
+    return (f"about {s:.0f} s" if s < 90 else f"about {s / 60:.0f} min" if s < 5400 else f"about {s / 3600:.1f} h")
+
+
+class CompileProgress:
+    """The compile loop's progress lines (``say``: stderr in the CLI): the first says how many variants compile in
+    how many processes and about how long that takes (``COLD_S_PER_VARIANT`` before any has; a run with nothing
+    cached says it compiles for minutes once and reads the cache after); then every ``every`` variants, how many are
+    done, the time so far and the time left at the rate so far. ``clock`` (seconds) is injectable for tests."""
+
+    def __init__(self, total: int, cached: int, jobs: int, say, clock=time.monotonic, every: int = 10):
+        self.total, self.cached, self.jobs, self.say, self.clock, self.every = total, cached, jobs, say, clock, every
+        self.t0 = None
+
+    def begin(self) -> None:
+        self.t0 = self.clock()
+        first = (" -- a first run compiles every variant, for minutes; later runs read the cache" if not self.cached
+                 else "")
+        self.say(f"compiling {self.total} variants ({self.cached} cached) in {self.jobs} process"
+                 f"{'es' if self.jobs != 1 else ''}: {_about(self.total * COLD_S_PER_VARIANT / self.jobs)}{first}")
+
+    def step(self, done: int) -> bool:
+        """Say where the loop is after ``done`` variants (every ``every``, and the last); True when it said it."""
+        if done % self.every and done != self.total:
+            return False
+        t = self.clock() - self.t0
+        left = t / done * (self.total - done) if done else 0.0
+        tail = f", {_about(left)} left" if done < self.total else ""
+        self.say(f"  {done}/{self.total} compiled in {_about(t).removeprefix('about ')}{tail}")
+        return True
 
 
 def cache_file() -> Path:
@@ -250,14 +287,14 @@ def run(targets=("sm_80", "sm_90"), quick=True, kernels=None, jobs=None, progres
     missing = [(k, task, t.capability) for v, t, task, k in todo if k not in cache and not v.error]
     report["cached"] = len(todo) - len(missing)
     if missing:
-        progress(f"compiling {len(missing)} variants ({report['cached']} cached)")
+        line = CompileProgress(len(missing), report["cached"], _jobs(jobs, len(missing)), progress)
+        line.begin()
         results = {}
         for i, (k, res) in enumerate(_compile_all(missing, jobs)):
             results[k] = res
             if not res.pop("transient", False):       # a crashed worker is not the kernel's fault: retried
                 cache[k] = res
-            if (i + 1) % 10 == 0 or i + 1 == len(missing):
-                progress(f"  {i + 1}/{len(missing)} compiled")
+            if line.step(i + 1):
                 _save_cache(cache)
         cache.update((k, r) for k, r in results.items() if k not in cache)   # this run's rows only
     report["rows"] = [evaluate(v, cache.get(k, {}), t) for v, t, task, k in todo]
@@ -266,9 +303,14 @@ def run(targets=("sm_80", "sm_90"), quick=True, kernels=None, jobs=None, progres
     return report
 
 
+def _jobs(jobs, n: int) -> int:
+    """The compile processes for ``n`` variants: ``jobs``, default the CPU count, at most ``n``."""
+    return max(1, min(int(jobs or os.cpu_count() or 1), n))
+
+
 def _compile_all(missing, jobs):
     """Yield (key, result); in a pool of ``jobs`` processes (default: the CPU count)."""
-    jobs = max(1, min(int(jobs or os.cpu_count() or 1), len(missing)))
+    jobs = _jobs(jobs, len(missing))
     if jobs == 1:
         for k, task, cc in missing:
             yield k, compile_task(task, cc)

@@ -152,6 +152,26 @@ FLOAT_DTYPES = ("fp32", "bf16", "fp16")
 INT4_GROUPS = (32, 64, 128)
 
 
+def float_dtype_option(name: str, default: str, help_text: str, why: str = ""):
+    """An option that takes (and lists in its help) only fp32, bf16 and fp16; ``why`` (with ``{key}``) says, for
+    a known dtype it refuses, where that dtype goes instead."""
+
+    def cb(ctx, param, value):
+        try:
+            key = _dtype_cb(ctx, param, value)
+        except click.BadParameter:
+            key, known = value, False
+        else:
+            known = True
+        if key is not None and key not in FLOAT_DTYPES:
+            said = f" ({why.format(key=key)})" if known and why else ""
+            raise click.BadParameter(f"{name} takes {', '.join(FLOAT_DTYPES)}{said}, but {value!r} was given.")
+        return key
+    return click.option(name, default=default, callback=cb, show_default=True,
+                        help=f"{help_text} ({', '.join(FLOAT_DTYPES)})")
+
+
+
 def _variants(parts: list) -> list:
     """Comma-separated parts as variants: a run of ``module=format`` parts is one variant (one precision per
     module class), any other part one of its own ("fp32,experts=nvfp4,attention=fp8": two)."""

@@ -174,9 +174,10 @@ def _follow(ctx, plan, quick, make_runners, ep=1):
 
 
 def check_inputs(run: RunSpec, say) -> None:
-    """After ``check_plan``, before a file is touched: ``check_folder``; on one rank the whole model's fit is
-    said (``capacity_note``), and what triton on a CPU measures."""
+    """After ``check_plan``, before a file is touched: ``check_folder``, ``check_checkpoint``; on one rank the whole
+    model's fit is said (``capacity_note``), and what triton on a CPU measures."""
     check_folder(run, say)
+    check_checkpoint(run.plan)
     if run.tp > 1:
         return
     note = capacity_note(run.plan)
@@ -184,6 +185,20 @@ def check_inputs(run: RunSpec, say) -> None:
         say(note)
     if "triton" in run.plan.backends and not run.gpu:
         say("note: triton on a CPU runs in the Triton interpreter: its times measure the interpreter, not a kernel.")
+
+
+def check_checkpoint(plan) -> None:
+    """A checkpoint's weights of the layers the sweep times are read once (onto the meta device: nothing is kept)
+    before the result file is touched: a tensor the files lack, a shape the config contradicts, is refused while an
+    --overwrite's old file is still whole (the sweep itself reads them only after the header is written)."""
+    if not plan.model.checkpoint:
+        return
+    from kernels._common import torch_dtype        # kernels imports torch: deferred
+    from kernels.checkpoint import load_weights
+    from kernels.runner_context import timed_layers
+
+    load_weights(plan.model, plan.model.checkpoint, torch_dtype(plan.dtype), "meta",
+                 layers=list(timed_layers(plan.model)))
 
 
 def capacity_note(plan) -> str:

@@ -121,6 +121,25 @@ def bool_field(where: str, name: str, value) -> bool:
 
 INT_FIELDS = ("hidden", "intermediate", "n_layers", "n_heads", "n_kv_heads", "vocab", "max_context")
 SIZE_FIELDS = INT_FIELDS + ("head_dim", "rope_theta", "rms_eps", "tie_embeddings")   # what check_sizes checks
+# The largest size each field may take: far past every published model (Llama-3.1-405B: 126 layers, hidden 16384,
+# MLP 53248; Gemma-3: a 262,144-token vocabulary; Llama-4-Scout: a 10M-token context), and small enough that the
+# per-layer tuples of a model, and its tables, are built in bounded memory before anything else is checked.
+MAX_SIZES = {"hidden": 1 << 17, "intermediate": 1 << 20, "n_layers": 4096, "n_heads": 1 << 14,
+             "n_kv_heads": 1 << 14, "vocab": 1 << 24, "max_context": 1 << 28, "head_dim": 1 << 14,
+             # mixtures of experts and latent attention (DeepSeek-V3: 256 experts, kv_lora_rank 512)
+             "n_experts": 1 << 16, "n_active": 1 << 16, "moe_intermediate": 1 << 20, "shared_intermediate": 1 << 20,
+             "q_lora_rank": 1 << 17, "kv_lora_rank": 1 << 17, "qk_rope_dim": 1 << 14, "qk_nope_dim": 1 << 14,
+             "v_head_dim": 1 << 14}
+
+
+def bounded(where: str, name: str, value: int, limit: int) -> int:
+    """``value`` when it is at most ``limit``, else a one-line RooflineError naming the field, the value and the
+    bound (a size no model has: allocating it would exhaust memory before anything said so)."""
+    if value > limit:
+        shown = f"{value:,}" if value < 10 ** 30 else f"an integer of {len(str(value))} digits"
+        raise RooflineError(f"{where}: {name} is {shown}, past the largest this tool models ({limit:,}; no published "
+                            "model comes near it): check the config for a typo.")
+    return value
 
 
 def check_sizes(v: dict, where: str, names: dict, hints: dict) -> dict:
@@ -128,8 +147,10 @@ def check_sizes(v: dict, where: str, names: dict, hints: dict) -> dict:
 
     ``names``/``hints`` say how the fields are spelled where they came from (the dataclass or a config.json).
     """
-    out = {f: int_field(where, names[f], v[f], 1, hints.get(f, "")) for f in INT_FIELDS}
-    hd = int_field(where, names["head_dim"], v["head_dim"], 0, hints.get("head_dim", ""))
+    out = {f: bounded(where, names[f], int_field(where, names[f], v[f], 1, hints.get(f, "")), MAX_SIZES[f])
+           for f in INT_FIELDS}
+    hd = bounded(where, names["head_dim"], int_field(where, names["head_dim"], v["head_dim"], 0,
+                                                     hints.get("head_dim", "")), MAX_SIZES["head_dim"])
     h, nh, nkv = out["hidden"], out["n_heads"], out["n_kv_heads"]
     N = names.get
     derived = hd == 0

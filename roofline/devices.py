@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .dtypes import normalize_dtype
-from .errors import RooflineError, check_positive_int
+from .errors import RooflineError, check_positive_int, did_you_mean
 from .precision.formats import native_computes
 from .interconnect import (INFINITY_FABRIC_MI300X, NCCL_TUNING, NVLINK3, NVLINK4, NVLINK5, NVLINK_BRIDGE_H100_NVL,
                            PCIE4, PCIE5, Interconnect)
@@ -449,16 +449,7 @@ def find_device(name: str) -> Device:
     idx = _index()
     if key in idx:
         return CATALOGUE[idx[key]]
-    raise RooflineError(f"Unknown device {name!r}{_did_you_mean(key, idx)}. " + _choices())
-
-
-def _did_you_mean(key: str, idx: dict) -> str:
-    """' (did you mean h100-sxm or h100-pcie?)' for the catalogue keys spelled closest to ``key``, or ''."""
-    import difflib
-
-    close = difflib.get_close_matches(key, list(idx), n=6, cutoff=0.6)
-    keys = list(dict.fromkeys(idx[c] for c in close))[:3]
-    return f" (did you mean {' or '.join(keys)}?)" if keys else ""
+    raise RooflineError(f"Unknown device {name!r}{did_you_mean(key, idx)}. " + _choices())
 
 
 def _choices() -> str:

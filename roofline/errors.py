@@ -9,6 +9,16 @@ class RooflineError(ValueError):
     """Bad input or an impossible request, with a message fit for a user."""
 
 
+def did_you_mean(key: str, spellings: dict) -> str:
+    """' (did you mean a or b?)' for the names spelled closest to ``key`` (``spellings``: each accepted spelling ->
+    the name it stands for; at most three names), or ''. The one "did you mean" of devices and models."""
+    import difflib
+
+    close = difflib.get_close_matches(key, list(spellings), n=6, cutoff=0.6)
+    names = list(dict.fromkeys(spellings[c] for c in close))[:3]
+    return f" (did you mean {' or '.join(names)}?)" if names else ""
+
+
 def check_positive_int(name: str, value, *, allow_zero: bool = False) -> int:
     """Return ``value`` as an int, or raise RooflineError naming the rule it broke."""
     if isinstance(value, bool) or not isinstance(value, (int,)) and not (

@@ -16,11 +16,13 @@ what to do. What the model does not implement (RoPE scaling) is kept as a senten
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import MISSING, asdict, dataclass, field, replace
 from pathlib import Path
 
-from .config_fields import SIZE_FIELDS, bool_field, check_sizes, float_field, int_field, read_json_file, show_value
-from .errors import RooflineError
+from .config_fields import (MAX_SIZES, SIZE_FIELDS, bool_field, bounded, check_sizes, float_field, int_field,
+                            read_json_file, show_value)
+from .errors import RooflineError, did_you_mean
 from .families import presets, read_hf_config
 from .precision import Quantization
 
@@ -214,7 +216,7 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
                             f"{show_value(m.expert_activation)} was given.")
     for name in ("n_experts", "n_active", "moe_intermediate", "shared_intermediate", "q_lora_rank", "kv_lora_rank",
                  "qk_rope_dim", "qk_nope_dim", "v_head_dim"):
-        object.__setattr__(m, name, int_field(where, name, getattr(m, name), 0))
+        object.__setattr__(m, name, bounded(where, name, int_field(where, name, getattr(m, name), 0), MAX_SIZES[name]))
     for name in ("n_group", "topk_group"):
         object.__setattr__(m, name, int_field(where, name, getattr(m, name), 1))
     object.__setattr__(m, "routed_scale", float_field(where, "routed_scale", m.routed_scale))
@@ -272,5 +274,7 @@ def load_model(name_or_path: str) -> ModelConfig:
         p = p / "config.json"
     if p.suffix == ".json" or p.exists():
         return ModelConfig(**read_hf_config(read_json_file(p, "model config"), p))
-    raise RooflineError(f"Unknown model {name_or_path!r}. Presets: {', '.join(PRESETS)}; "
+    spellings = {re.sub(r"[^a-z0-9]", "", k): k for k in PRESETS} | {k: k for k in PRESETS}
+    hint = did_you_mean(re.sub(r"[^a-z0-9]", "", key), spellings) or did_you_mean(key, spellings)
+    raise RooflineError(f"Unknown model {name_or_path!r}{hint}. Presets: {', '.join(PRESETS)}; "
                         "or give the path to a local Hugging Face config.json.")

@@ -213,8 +213,8 @@ def _flat(d: dict, prefix: str = "") -> dict:
 def resume_mismatch(old: RunHeader, new: RunHeader) -> str:
     """Why ``new`` may not append to a file started with ``old``; "" when it may.
 
-    Compared: kind, the full model config (every field), the dtype, the device name, and
-    the settings in ``MEASUREMENT_SETTINGS`` that both headers record.
+    Compared: kind, the full model config (every field), the dtype, the device name, the checkpoint's sha256
+    (``weights.sha256``) and the settings in ``MEASUREMENT_SETTINGS`` that both headers record.
     """
     if old.kind != new.kind:
         return f"it holds a {old.kind} run, this is a {new.kind} run"
@@ -230,6 +230,10 @@ def resume_mismatch(old: RunHeader, new: RunHeader) -> str:
     if old.device.name != new.device.name:
         return f"it holds device {old.device.name!r}, this run is on {new.device.name!r}"
     a, b = _flat(old.settings), _flat(new.settings)
+    was, now = a.get("weights.sha256"), b.get("weights.sha256")
+    if was and now and was != now:     # the same folder, other weights: the old points timed other tensors
+        return (f"the checkpoint's weights changed since it was measured (sha256 {was[:12]}... then, {now[:12]}... "
+                "now)")
     for k in MEASUREMENT_SETTINGS:
         keys = [x for x in a if x == k or x.startswith(k + ".")]
         for x in keys:

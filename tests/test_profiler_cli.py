@@ -47,7 +47,7 @@ TINY = ["--model", "tiny", "--batches", "1", "--contexts", "8", "--budget-ms", "
     (["--backends", "cuda"], "comma-separated list of triton, torch"),
     (["--model", "small", "--backends", "triton"], "Triton interpreter"),
     (["--model", "nope"], "Unknown model 'nope'"),
-    (["--dtype", "int8"], "must be fp32, bf16 or fp16"),
+    (["--dtype", "int8"], "--dtype takes fp32, bf16, fp16"),
 ])
 def test_bad_input_is_a_usage_error_before_anything_runs(ran, tmp_path, args, message):
     out = tmp_path / "out"

@@ -19,7 +19,7 @@ from roofline.models import PRESETS
 from roofline.precision import lookup
 from roofline.precision import names as format_names
 
-from ..cli_args import (FLOAT_DTYPES, analytic_quant_options, device_arg, device_options, ep_option,
+from ..cli_args import (FLOAT_DTYPES, analytic_quant_options, device_options, ep_option, float_dtype_option,
                         model_option, precision_option, resolve_device, weight_format_cb)
 
 
@@ -28,26 +28,6 @@ def _peak_dtype(name: str) -> str:
     (fp8, fp4) or its activation dtype's (a float; bf16 for a weight-only format)."""
     f = lookup(name, "weight")
     return f.compute if f.compute != "act" else (f.name if f.name in FLOAT_DTYPES else "bf16")
-
-
-def float_dtype_option(name: str, default: str, help_text: str, why: str = ""):
-    """An option that takes (and lists in its help) only fp32, bf16 and fp16; ``why`` (with ``{key}``) says, for
-    a known dtype it refuses, where that dtype goes instead."""
-    normal = device_arg("dtype")
-
-    def cb(ctx, param, value):
-        try:
-            key = normal(ctx, param, value)
-        except click.BadParameter:
-            key, known = value, False
-        else:
-            known = True
-        if key is not None and key not in FLOAT_DTYPES:
-            said = f" ({why.format(key=key)})" if known and why else ""
-            raise click.BadParameter(f"{name} takes {', '.join(FLOAT_DTYPES)}{said}, but {value!r} was given.")
-        return key
-    return click.option(name, default=default, callback=cb, show_default=True,
-                        help=f"{help_text} ({', '.join(FLOAT_DTYPES)})")
 
 
 @click.command()

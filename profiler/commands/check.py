@@ -64,6 +64,9 @@ def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, 
         raise RooflineError(f"the kernels need torch and triton: {e}. Install them with "
                             "`pip install torch triton`.") from None
     cfg = load_model(model)
+    _refuse_too_large(cfg, dtype)
+    if cfg.checkpoint:
+        _refuse_nonfinite(cfg.checkpoint)
     results = run_checks(backend=backend, dtype=dtype, quick=not full, model=cfg)
     failed = [r for r in results if not r.passed]
     if as_json:
@@ -87,6 +90,41 @@ def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, 
                 click.echo(f"  {n}")
     if failed:
         raise SystemExit(1)
+
+
+def _refuse_too_large(cfg, dtype: str) -> None:
+    """A model whose three copies (the model checks build the model, a second for chunked prefill and prefix reuse,
+    and the other backend's: 4 slots of 64 positions each) cannot fit this machine's memory: one line, before any
+    allocation (``roofline.capacity``)."""
+    from types import SimpleNamespace
+
+    from kernels.env import HAS_CUDA      # kernels imports torch (deferred)
+    from roofline.capacity import capacity
+    from roofline.units import nbytes
+
+    from ..sweep import device_memory_bytes
+
+    dev = "cuda" if HAS_CUDA else "cpu"
+    have = device_memory_bytes(dev)
+    one = capacity(cfg, SimpleNamespace(name=dev, memory_bytes=have), 4, 64, new_tokens=40, weight_dtype=dtype,
+                   act_dtype=dtype, kv_dtype=dtype, windowed_kv=False).total_bytes
+    if have and 3 * one > have:
+        raise RooflineError(f"check --model {cfg.name}: the model checks hold three copies of the whole model "
+                            f"({nbytes(one)} each in {dtype}), more than this {dev}'s {nbytes(have)}: check a "
+                            "smaller model (--model tiny), or a smaller checkpoint.")
+
+
+def _refuse_nonfinite(folder) -> None:
+    """A checkpoint with a NaN or Inf weight: one line naming the tensor (its logits would be NaN, every model check
+    a "max rel err inf" that says nothing of the kernels)."""
+    from kernels.safetensors_files import nonfinite, weight_files   # kernels imports torch (deferred)
+
+    bad = nonfinite(weight_files(folder))
+    if bad:
+        name, file, nans, infs = bad
+        raise RooflineError(f"checkpoint {folder}: tensor {name!r} in {file} is not finite ({nans} NaN, {infs} Inf "
+                            "values): the model checks would compare NaN logits; give a checkpoint with finite "
+                            "weights (or --model tiny for random ones).")
 
 
 def driver_notes(report: dict, driver_cuda: str | None) -> list:

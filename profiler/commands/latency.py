@@ -36,10 +36,9 @@ from roofline.latency import FORMULAS, format_slo, parse_slo, summary_lines
 from roofline.records import read_results
 from roofline.units import ms
 
-from ..cli_args import (dtype_option, mode_of, mode_options, model_option, quant_options, resolve_device,
-                        threads_option, torch_device)
+from ..cli_args import (dtype_option, float_dtype_option, mode_of, mode_options, model_option, quant_options,
+                        resolve_device, threads_option, torch_device)
 from ..endpoint_run import EndpointRun, run_endpoint
-from .analytic import float_dtype_option
 from ..latency_run import LatencyRun, run_latency
 from ..run import Interrupted, strict_json
 

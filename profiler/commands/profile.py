@@ -22,8 +22,8 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..cli_args import (budget_option, device_arg, ep_option, int_list, mode_of, mode_options, model_arg_option,
-                        names, quant_options, say_for, threads_option)
+from ..cli_args import (budget_option, device_arg, ep_option, float_dtype_option, int_list, mode_of, mode_options,
+                        model_arg_option, names, quant_options, say_for, threads_option)
 from ..counters_run import profile_counters
 from ..profile_run import run_profile
 from ..run import Interrupted, command_line
@@ -41,7 +41,8 @@ from ..sweep import sweep_ops
               help="prompt length (prefill) / cached tokens (decode) [GPU: 128..8192 by 2x; CPU: 64,256]")
 @click.option("--backends", default=None, callback=names(("triton", "torch")),
               help="triton and/or torch [GPU: triton,torch; CPU: torch (triton = the interpreter, tiny only)]")
-@click.option("--dtype", default=None, callback=device_arg("dtype"), help="fp32, bf16, fp16 [GPU: bf16; CPU: fp32]")
+@float_dtype_option("--dtype", None, "the dtype the sweep runs in [GPU: bf16; CPU: fp32]",
+                    why="{key} is costed by `roofline explain`, not run; quantization: --weight-dtype, --kv-dtype")
 @click.option("--device", default=None, callback=device_arg("torch"), help="cpu or cuda[:i] [default: cuda when visible]")
 @click.option("--out", "out_dir", default="roofline-out", show_default=True, type=click.Path(file_okay=False),
               help="output directory: results.jsonl, results.csv, the report")

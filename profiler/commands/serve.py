@@ -22,7 +22,7 @@ import click
 
 from roofline.errors import RooflineError
 
-from ..cli_args import dtype_option, model_option, quant_options, threads_option, torch_device
+from ..cli_args import float_dtype_option, model_option, quant_options, threads_option, torch_device
 from ..latency_run import check_quant
 from ..run import cpu_threads_default
 from ..server import GRACE_S, EngineThread, make_app
@@ -95,7 +95,8 @@ def bind(host: str, port: int) -> socket.socket:
 @click.command()
 @model_option(default="small")
 @click.option("--backend", type=click.Choice(["torch", "triton"]), default="torch", show_default=True)
-@dtype_option(default="fp32")
+@float_dtype_option("--dtype", "fp32", "the dtype the model runs in",
+                    why="{key} is costed by `roofline explain`, not served; quantization: --weight-dtype, --kv-dtype")
 @click.option("--device", "torch_device", default="auto", show_default=True, callback=torch_device,
               help="auto, cpu or cuda[:N]")
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on (0.0.0.0: every one)")

@@ -78,5 +78,6 @@ def read_hf_config(d: dict, p: Path) -> dict:
     fam.read(r)
     values["rope_theta"] = (fam.rope or rope_with_yarn)(r)
     name = d.get("_name_or_path") or p.parent.name or mtype or "custom"
-    ckpt = str(p.parent.resolve()) if any(p.parent.glob("*.safetensors")) else ""
+    weights = any(p.parent.glob("*.safetensors")) or any(p.parent.glob("*.safetensors.index.json"))  # or an index alone
+    ckpt = str(p.parent.resolve()) if weights else ""
     return dict(name=str(name), **values, **r.arch, checkpoint=ckpt, notes=tuple(r.notes), quantization=quant)

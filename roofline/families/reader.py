@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 
-from ..config_fields import bool_field, float_field, int_field, show_value
+from ..config_fields import MAX_SIZES, bool_field, bounded, float_field, int_field, show_value
 from ..errors import RooflineError
 
 
@@ -61,7 +61,8 @@ class HFReader:
         """The number of routed experts, under the first of ``keys`` the config gives."""
         for k in keys:
             if self.d.get(k) is not None:
-                return int_field(self.where, k, self.d[k], 1, " (routed experts)")
+                return bounded(self.where, k, int_field(self.where, k, self.d[k], 1, " (routed experts)"),
+                               MAX_SIZES["n_experts"])
         raise RooflineError(f"{self.where}: {self.mtype}: the number of experts ({' or '.join(keys)}) is missing.")
 
     def activation(self, *keys, want=("silu",)):
