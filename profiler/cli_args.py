@@ -171,7 +171,6 @@ def float_dtype_option(name: str, default: str, help_text: str, why: str = ""):
                         help=f"{help_text} ({', '.join(FLOAT_DTYPES)})")
 
 
-
 def _variants(parts: list) -> list:
     """Comma-separated parts as variants: a run of ``module=format`` parts is one variant (one precision per
     module class), any other part one of its own ("fp32,experts=nvfp4,attention=fp8": two)."""
