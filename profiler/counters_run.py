@@ -29,7 +29,7 @@ from pathlib import Path
 
 from roofline import units as U
 from roofline.analysis import analyze
-from roofline.counters import METRICS, read_counters
+from roofline.counters import METRICS, PROGRESS_ROWS, read_counters
 from roofline.verdicts.counters_join import COUNTERS, counter_measurements, join, ratio_line
 from roofline.devices import find_device
 from roofline.errors import RooflineError
@@ -41,6 +41,7 @@ from reports import write_report
 
 from . import probes
 from .run import started
+from .timing import now
 from .sweep import formula_cost, point_for
 
 REPLAY_MODE = "kernel"
@@ -127,8 +128,18 @@ def _device(run: CountersRun, cf) -> tuple:
     return sheet, sheet, how
 
 
-def run_counters(run: CountersRun, say=lambda m: None) -> CountersResult:
-    cf = read_counters(run.csv)
+def run_counters(run: CountersRun, say=lambda m: None, clock=None) -> CountersResult:
+    clock = clock or now
+    t0 = clock()
+
+    def progress(done: int, total: int) -> None:
+        spent = clock() - t0
+        left = spent / done * (total - done) if done else 0.0
+        say(f"reading {run.csv}: {done:,} of {total:,} rows in {spent:.0f} s, about {left:.0f} s left")
+
+    cf = read_counters(run.csv, progress)
+    if len(cf.launches) >= PROGRESS_ROWS:
+        say(f"read {len(cf.launches):,} launches in {clock() - t0:.0f} s; joining them and writing the results ...")
     notes = list(cf.notices)
     points = points_from(run.join) if run.join else []
     joined, jn = join(cf.launches, points)

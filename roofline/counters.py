@@ -161,8 +161,12 @@ def _rows(text: str):
     return [r for r in csv.reader(io.StringIO("\n".join(lines[start:]))) if r]
 
 
-def read_counters(path) -> CounterFile:
-    """Read one Nsight Compute CSV export (either layout); RooflineError names the file and what is wrong."""
+PROGRESS_ROWS = 100_000   # a long export says how far it got every this many rows
+
+
+def read_counters(path, progress=None) -> CounterFile:
+    """Read one Nsight Compute CSV export (either layout); RooflineError names the file and what is wrong.
+    ``progress(rows done, rows in all)`` is called every ``PROGRESS_ROWS`` rows of a long export."""
     p = Path(path)
     if not p.is_file():
         raise RooflineError(f"counters file {p} does not exist or is not a file; give the CSV `ncu --csv` wrote.")
@@ -171,7 +175,7 @@ def read_counters(path) -> CounterFile:
     except OSError as e:
         raise RooflineError(f"cannot read counters file {p}: {e.strerror or e}.") from None
     text, encoding = decode_text(raw, f"counters file {p}")
-    cf = parse_counters(text, str(p))
+    cf = parse_counters(text, str(p), progress)
     if encoding:
         cf.notices.append(f"read as {encoding} (its byte-order mark says so); ncu --csv writes UTF-8.")
     return cf
@@ -202,16 +206,16 @@ def decode_text(raw: bytes, where: str) -> tuple[str, str]:
     return raw.decode("utf-8", errors="replace"), ""
 
 
-def parse_counters(text: str, where: str = "counters") -> CounterFile:
+def parse_counters(text: str, where: str = "counters", progress=None) -> CounterFile:
     rows = _rows(text)
     if not rows:
         raise RooflineError(f"{where}: no Nsight Compute CSV header (a row starting with \"ID\"); write the file with "
                             "`ncu --csv ... > FILE.csv` or `ncu --csv --page raw ... > FILE.csv`.")
     head = [h.strip() for h in rows[0]]
     if "Metric Name" in head and "Metric Value" in head:
-        layout, values = LONG, _long(head, rows[1:], where)
+        layout, values = LONG, _long(head, rows[1:], where, progress)
     elif any("__" in h for h in head):
-        layout, values = RAW, _raw(head, rows[1:], where)
+        layout, values = RAW, _raw(head, rows[1:], where, progress)
     else:
         raise RooflineError(f"{where}: the header row has neither 'Metric Name'/'Metric Value' columns (ncu --csv) "
                             "nor metric columns (ncu --csv --page raw); export it again with one of those.")
@@ -236,7 +240,12 @@ def parse_counters(text: str, where: str = "counters") -> CounterFile:
     return cf
 
 
-def _long(head, rows, where) -> dict:
+def _every(progress, n: int, total: int) -> None:
+    if progress is not None and n % PROGRESS_ROWS == 0:
+        progress(n, total)
+
+
+def _long(head, rows, where, progress=None) -> dict:
     ix = {h: i for i, h in enumerate(head)}
     need = ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value")
     lost = [n for n in need if n not in ix]
@@ -244,6 +253,7 @@ def _long(head, rows, where) -> dict:
         raise RooflineError(f"{where}: the header lacks column(s) {', '.join(lost)}; export with `ncu --csv`.")
     out: dict = {}
     for n, r in enumerate(rows, start=2):
+        _every(progress, n - 1, len(rows))
         if len(r) < len(head):
             raise RooflineError(f"{where}, row {n}: {len(r)} cells where the header has {len(head)}; the file is "
                                 "cut or not one ncu export.")
@@ -267,7 +277,7 @@ def _put(metrics: dict, metric: str, v: float, key: tuple, where: str) -> None:
     metrics[metric] = v
 
 
-def _raw(head, rows, where) -> dict:
+def _raw(head, rows, where, progress=None) -> dict:
     ix = {h: i for i, h in enumerate(head)}
     for n in ("ID", "Kernel Name"):
         if n not in ix:
@@ -275,6 +285,7 @@ def _raw(head, rows, where) -> dict:
     units, data = (rows[0], rows[1:]) if rows and not rows[0][ix["ID"]].strip() else ([""] * len(head), rows)
     out: dict = {}
     for n, r in enumerate(data, start=3):
+        _every(progress, n - 2, len(data))
         if len(r) < len(head):
             raise RooflineError(f"{where}, row {n}: {len(r)} cells where the header has {len(head)}; the file is "
                                 "cut or not one ncu export.")

@@ -116,3 +116,21 @@ def test_roofline_figure_draws_each_launchs_l2_and_l1_points(tmp_path):
     assert gids.count("level:L2") == gids.count("level:L1") == len(on_roof) > 0
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "L2 bytes (counters)" in labels and "L1 bytes (counters)" in labels
+
+
+def test_a_long_export_says_how_far_the_reading_got(tmp_path, monkeypatch):
+    """Every PROGRESS_ROWS rows (here 2, on a 4-launch file) a line: rows done, rows in all, time spent and left,
+    driven by an injected clock; then one line before the join and the writing."""
+    import roofline.counters as C
+    from profiler import counters_run as R
+
+    monkeypatch.setattr(C, "PROGRESS_ROWS", 2)
+    monkeypatch.setattr(R, "PROGRESS_ROWS", 2)
+    ticks = iter(range(0, 100, 5))
+    said = []
+    run = R.CountersRun(NCU / "h100_raw.csv", out=tmp_path / "o", mode="overwrite", report=False)
+    R.run_counters(run, said.append, clock=lambda: float(next(ticks)))
+    reading = [s for s in said if s.startswith("reading ")]
+    f = NCU / "h100_raw.csv"
+    assert reading == [f"reading {f}: 2 of 4 rows in 5 s, about 5 s left", f"reading {f}: 4 of 4 rows in 10 s, about 0 s left"]
+    assert "read 4 launches in 15 s; joining them and writing the results ..." in said
