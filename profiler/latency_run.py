@@ -216,18 +216,23 @@ def run_precision_of(run):
 
 
 def _check_capacity(run: LatencyRun) -> None:
-    """Refuse, before building anything, a model whose weights and KV cache (max_slots sequences of the
-    longest request) cannot fit the device's memory (``roofline.capacity``), with the batch that would."""
+    check_capacity(run, run.prompt_tokens + run.output_tokens + 1, run.prompt_tokens,
+                   "Give fewer --max-slots, shorter --prompt-tokens/--output-tokens")
+
+
+def check_capacity(run, length: int, new_tokens: int, shorter: str) -> None:
+    """Refuse, before building anything, a model whose weights and KV cache (``run.max_slots`` sequences of
+    ``length`` tokens, ``new_tokens`` prefilled at once) cannot fit the device's memory (``roofline.capacity``, at
+    the run's precision), with the batch that would; ``shorter`` names the run's own flags. ``run``: a
+    ``LatencyRun`` or a ``roofline serve`` run."""
     have = sweep.device_memory_bytes(run.device)
     wd = run.weight_dtype if run.weight_dtype not in (None, "") else run.dtype
     rp = run_precision_of(run)
-    cap = capacity(run.model, SimpleNamespace(name=run.device, memory_bytes=have), run.max_slots,
-                   run.prompt_tokens + run.output_tokens + 1, new_tokens=run.prompt_tokens, weight_dtype=wd,
-                   act_dtype=run.dtype, kv_dtype=rp.kv_dtype, windowed_kv=False,   # every layer's cache, full length
-                   precision=rp.run)
+    cap = capacity(run.model, SimpleNamespace(name=run.device, memory_bytes=have), run.max_slots, length,
+                   new_tokens=new_tokens, weight_dtype=wd, act_dtype=run.dtype, kv_dtype=rp.kv_dtype,
+                   windowed_kv=False, precision=rp.run)   # our model allocates every layer's cache at full length
     if not cap.fits:
-        raise RooflineError(f"{cap.sentence} Give fewer --max-slots, shorter --prompt-tokens/--output-tokens, "
-                            "quantized weights, or a device with more memory.")
+        raise RooflineError(f"{cap.sentence} {shorter}, quantized weights, or a device with more memory.")
 
 
 def _build_model(run: LatencyRun):

@@ -72,3 +72,13 @@ def test_a_mixture_of_10_9_experts_is_refused_by_its_config_name(tmp_path):
     small = load_model("tiny-moe")
     with pytest.raises(RooflineError, match="moe_intermediate is 2,000,000, past the largest this tool models"):
         ModelConfig(**{**small.to_dict(), "moe_intermediate": 2_000_000, "notes": ()})
+
+
+def test_serve_refuses_a_model_that_cannot_fit_before_it_binds(tmp_path):
+    """Inside the size bounds but 16 TB of weights: `serve` says so in one line (as `latency` does) before it
+    builds anything or opens a port, with the flags that would help."""
+    d = folder(tmp_path, hidden_size=65536, intermediate_size=262144, num_hidden_layers=64, num_attention_heads=64,
+               num_key_value_heads=8, vocab_size=32000, max_position_embeddings=4096)
+    res = CliRunner().invoke(main, ["serve", "--model", str(d), "--port", "0"])
+    line = one_line_error(res, "of weights", "does not fit", "Give fewer --max-slots, a shorter --max-model-len")
+    assert "Traceback" not in res.output and "DefaultCPUAllocator" not in line

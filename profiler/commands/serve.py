@@ -23,7 +23,7 @@ import click
 from roofline.errors import RooflineError
 
 from ..cli_args import float_dtype_option, model_option, quant_options, threads_option, torch_device
-from ..latency_run import check_quant
+from ..latency_run import check_capacity, check_quant
 from ..run import cpu_threads_default
 from ..server import GRACE_S, EngineThread, make_app
 from ..serving import warmup
@@ -142,6 +142,7 @@ def serve(model, backend, dtype, torch_device, host, port, model_name, chunk, pr
                    max_queue=max_queue, max_len=max_len, seed=seed, threads=threads, grace=grace,
                    weight_dtype=weight_dtype, kv_dtype=kv_dtype, group_size=group_size, zero_point=zero_point)
     check_quant(run)
+    check_capacity(run, max_len, max_len, "Give fewer --max-slots, a shorter --max-model-len")
     sock = bind(host, port)
     try:
         _run(sock, run)
