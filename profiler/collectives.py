@@ -25,7 +25,7 @@ from roofline.interconnect import link_from_measurements
 
 from . import cache, probes
 from .ceilings import device_name as torch_device_name
-from .distributed import check_tp, run_ranks, torchrun_env
+from .distributed import check_cpu_ranks, check_tp, run_ranks, torchrun_env
 from .timing import measure
 
 METHOD_VERSION = 1
@@ -151,17 +151,6 @@ def _lead(ctx, device_name, quick, remeasure):
 
 def _follow(ctx, device_name, quick, remeasure):
     collective_ceilings(ctx, device_name, quick=quick, remeasure=remeasure)
-
-
-def check_cpu_ranks(tp: int, device: str) -> int:
-    """``tp`` CPU ranks checked against this machine's logical CPUs (one line), as ``--threads`` is: ranks
-    beyond the CPUs only wait on each other (64 gloo ranks on 2 CPUs ran 300 s without a word)."""
-    n = os.cpu_count() or 1
-    most = max(2, n)        # a collective needs two ranks: two share one CPU, slowly
-    if not str(device).startswith("cuda") and torchrun_env() is None and tp > most:
-        raise RooflineError(f"--tp {tp} starts {tp} CPU ranks, but this machine has {n} logical CPU(s) (more ranks "
-                            f"than CPUs only wait on each other, for minutes): give --tp {most} or fewer.")
-    return tp
 
 
 def run_collective_ceilings(device: str, tp: int, *, quick: bool = False, remeasure: bool = False,

@@ -83,6 +83,18 @@ def check_tp(tp, device: str, device_count: int | None = None) -> int:
     return tp
 
 
+def check_cpu_ranks(tp: int, device: str) -> int:
+    """``tp`` CPU ranks checked against this machine's logical CPUs (one line), as ``--threads`` is: ranks
+    beyond the CPUs only wait on each other (64 gloo ranks on 2 CPUs ran 300 s without a word); ``profile`` and ``ceilings --collective``
+    alike."""
+    n = os.cpu_count() or 1
+    most = max(2, n)        # a collective needs two ranks: two share one CPU, slowly
+    if not str(device).startswith("cuda") and torchrun_env() is None and tp > most:
+        raise RooflineError(f"--tp {tp} starts {tp} CPU ranks, but this machine has {n} logical CPU(s) (more ranks "
+                            f"than CPUs only wait on each other, for minutes): give --tp {most} or fewer.")
+    return tp
+
+
 @dataclass
 class Rank:
     """This process's place in the run: rank of world, its torch device, the two process groups."""

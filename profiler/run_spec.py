@@ -32,7 +32,7 @@ from roofline.parallel import shard
 from roofline.records import PARALLEL_FIELDS
 
 from . import probes
-from .distributed import check_tp
+from .distributed import check_cpu_ranks, check_tp
 from .run import check_output, entry_point
 from .sweep import SweepPlan, expected_ops
 
@@ -259,6 +259,7 @@ def validate_tp(spec: RunSpec, device_count: int | None = None) -> None:
                             f"so give --tp {spec.ep} --ep {spec.ep}.")
     check_tp(spec.tp, spec.plan.device, device_count)
     shard(spec.plan.model, spec.tp, spec.ep)   # one line naming the valid --tp / --ep
+    check_cpu_ranks(spec.tp, spec.plan.device)   # CPU ranks beyond the CPUs only wait on each other
     for w, kv in spec.plan.variants():
         rp = spec.plan.precision(w, kv)
         if rp is not None and spec.tp > 1:

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from profiler.cli import main
-from profiler.collectives import check_cpu_ranks
+from profiler.distributed import check_cpu_ranks
 from roofline.errors import RooflineError
 
 
@@ -26,3 +26,13 @@ def test_as_many_ranks_as_cpus_pass_and_gpus_are_not_judged_by_cpus(monkeypatch)
     assert check_cpu_ranks(8, "cuda") == 8
     with pytest.raises(RooflineError, match="this machine has 4 logical CPU"):
         check_cpu_ranks(5, "cpu")
+
+
+def test_profile_refuses_more_cpu_ranks_than_cpus_as_ceilings_does(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    res = CliRunner().invoke(main, ["profile", "--model", "tiny", "--tp", "4", "--device", "cpu", "--out",
+                                    str(tmp_path / "o")])
+    assert res.exit_code == 2 and res.output.strip() == (
+        "Error: --tp 4 starts 4 CPU ranks, but this machine has 2 logical CPU(s) (more ranks than CPUs only wait "
+        "on each other, for minutes): give --tp 2 or fewer.")
+    assert not (tmp_path / "o").exists()

@@ -20,7 +20,8 @@ from roofline.errors import RooflineError
 from .. import probes
 from ..ceilings import ceilings_table, device_name, get_ceilings
 from ..cli_args import torch_device, torch_device_name
-from ..collectives import check_cpu_ranks, collectives_table, run_collective_ceilings
+from ..collectives import collectives_table, run_collective_ceilings
+from ..distributed import check_cpu_ranks
 from ..run import cpu_threads_default
 from ..timing import cpu_threads
 
