@@ -241,7 +241,7 @@ def _replay_instance(trace, inst: dict, g, dtype: str):
 
 def _attribution(att: Counter) -> dict:
     """GPU time by how it reached an op: joined to its launching op, a graph replay mapped through a capture
-    trace, a replay charged to the CPU op around its launch (ops unknown), before the profiler window, none."""
+    trace, a replayed kernel with no capture (listed by kernel name; "replay_cpu_op" when a CPU op is around its launch), before the profiler window, none."""
     total = sum(att.values())
     out = {f"{k}_s": att[k] * 1.0 for k in ATTRIBUTION}
     replay = att["replay_mapped"] + att["replay_cpu_op"] + att["replay_no_op"]
@@ -424,7 +424,7 @@ def _share(x) -> str:
 
 
 def attribution_lines(a: dict, g: dict) -> list:
-    """'GPU time attributed to ops 100% (...)', graph replays with ops unknown, kernels before the window."""
+    """'GPU time attributed to ops 100% (...)', graph replays with no capture, kernels before the window."""
     if not a or not a.get("total_s"):
         return []
     out = [f"GPU time attributed to ops: {_share(a['op_share'])} of {U.seconds(a['total_s'])}"

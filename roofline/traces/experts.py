@@ -24,6 +24,12 @@ torch path; tests/test_trace_experts.py):
   only the rows in all (a ``_grouped_mm``'s input) are known. Said so, never guessed. (The vLLM and
   Triton names are from their sources, not from a capture here.)
 
+A CUDA-graph replay (vLLM, SGLang decode) has no CPU ops of its own: with its capture trace
+(``--capture-trace``) the replayed kernels map to the captured ops (``graphs.ReplayMap``), and the router
+GEMM and grouped MoE ops are read from those (each once per replay, in kernel order; checked on a
+vLLM gpt-oss layout: ``nn.Linear(2880, 32)`` router, ``vllm::moe_forward`` over triton_kernels'
+``_matmul_ogs``, tests/test_trace_honest_experts.py). Without the capture, no router is seen: said so.
+
 A MoE layer's pass starts at its **router GEMM** ([T, hidden] x [hidden, n_experts]: T is the tokens
 routed). Passes are numbered in order within their phase (``roofline.traces.phases``' phase of the
 router's instance): pass i is step i // L, MoE layer ``model.moe_layers[i % L]`` (L MoE layers; a
