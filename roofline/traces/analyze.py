@@ -241,7 +241,8 @@ def _replay_instance(trace, inst: dict, g, dtype: str):
 
 def _attribution(att: Counter) -> dict:
     """GPU time by how it reached an op: joined to its launching op, a graph replay mapped through a capture
-    trace, a replayed kernel with no capture (listed by kernel name; "replay_cpu_op" when a CPU op is around its launch), before the profiler window, none."""
+    trace, a replayed kernel with no capture (listed by kernel name; "replay_cpu_op" when a CPU op is around its
+    launch, else "replay_no_op"), before the profiler window, none."""
     total = sum(att.values())
     out = {f"{k}_s": att[k] * 1.0 for k in ATTRIBUTION}
     replay = att["replay_mapped"] + att["replay_cpu_op"] + att["replay_no_op"]
