@@ -118,7 +118,7 @@ def predicted_figure(rf) -> ReportFigure:
     cap = ("Each op instance's median time against the roofline's prediction with this file's ceilings: "
            "max(FLOPs / peak, bytes / bandwidth). On the diagonal an op runs at its roof; above the dashed "
            "line it runs under a quarter of it. Points below the diagonal beat the roof (circled): check "
-           "the byte count or cache reuse. Circles: decode; triangles: prefill.")
+           "the byte count or cache reuse. Circles: decode; triangles: prefill; squares: a forward of unknown phase.")
     if len(analyze(rf).ok) > RASTER_ABOVE:
         cap += BOUNDED_NOTE
     return ReportFigure("predicted", "Measured vs predicted", fig, cap)

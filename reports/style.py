@@ -28,7 +28,7 @@ RC = {
     "font.family": "DejaVu Sans",
 }
 
-PHASE_MARKER = {"decode": "o", "prefill": "^"}
+PHASE_MARKER = {"decode": "o", "prefill": "^", "forward": "s"}   # forward: a traced step of unknown phase
 PHASE_LINESTYLE = {"decode": "-", "prefill": "--"}
 BATCH_CMAP = "viridis"
 DEVICE_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
