@@ -6,7 +6,7 @@ the figures each (PNG and SVG), returning only their titles, captions, paths and
 (``reports.hover``: where each explained point sits in the SVG). The workers
 inherit the analysed result files through ``fork`` (nothing is pickled but indices); they run
 matplotlib only. Where ``fork`` is unavailable (not Linux), with one core, for fewer than
-``PARALLEL_FROM`` builders, or if the pool cannot start, the figures are drawn here, one after
+``PARALLEL_FROM`` builders (two), or if the pool cannot start, the figures are drawn here, one after
 another: the same files either way.
 """
 
@@ -21,7 +21,8 @@ from pathlib import Path
 from . import hover
 from .style import save
 
-PARALLEL_FROM = 4     # fewer builders than this: a pool costs more than it saves
+PARALLEL_FROM = 2     # one builder: nothing to share. A trace's 3 figures on 2 busy cores: run_trace 0.79-1.16 s in
+                      # two processes against 1.28-1.45 s in one (fork after matplotlib is imported: ~30 ms)
 WORKERS = 2          # at most; ROOFLINE_RENDER_PROCESSES sets it (1: draw here, e.g. when the cores are taken)
 
 _JOBS: list = []      # (stem prefix, build) set before forking; the workers index into it
