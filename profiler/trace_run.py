@@ -39,8 +39,9 @@ from .run import started
 
 GRAPH_UNKNOWN_HOW = ("each replayed kernel is listed by its kernel name, time and category (costed where a "
                      "kernel-name rule applies, else uncosted: no shapes). For op-level detail, profile the graph "
-                     "capture as well (start torch.profiler with record_shapes=True before the graphs are captured: vLLM captures at engine start-up; or record "
-                     "one eager step of the same batch) and pass that trace with --capture-trace.")
+                     "capture as well (start torch.profiler with record_shapes=True before the graphs are captured: "
+                     "vLLM captures at engine start-up; or record one eager step of the same batch) and pass that "
+                     "trace with --capture-trace.")
 
 
 @dataclass
