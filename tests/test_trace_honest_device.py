@@ -58,6 +58,12 @@ def test_gfx90a_with_104_cus_and_64_gb_is_one_mi250_gcd(tmp_path):
     assert "arch gfx90a" in trace_device(read_traces(_ranks(tmp_path / "arch", with_arch)))[1]
 
 
+def test_a_whole_catalogue_part_is_its_own_entry(tmp_path):
+    mi300x = dict(RADEON, computeMinor=4, numSms=304, totalGlobalMem=205822885888)
+    dev, how = trace_device(read_traces(_ranks(tmp_path / "ranks", mi300x)))
+    assert dev is find_device("mi300x") and "304 CUs, 206 GB" in how and "compute capability 9.4" in how
+
+
 def test_a_part_nothing_identifies_gets_every_analysis_that_needs_no_device(tmp_path):
     folder = _ranks(tmp_path / "ranks", dict(RADEON, numSms=60, totalGlobalMem=17163091968))
     assert trace_device(read_traces(folder))[0] is None

@@ -66,7 +66,7 @@ def infer_device(p: dict) -> tuple[Device | None, str]:
             continue
         base = CATALOGUE[key]
         scale = part_cus / entry_cus
-        dev = replace(base, key=f"{key}-inferred", name=name, peak_flops={k: v * scale for k, v in
+        dev = base if scale == 1 and share == 1 else replace(base, key=f"{key}-inferred", name=name, peak_flops={k: v * scale for k, v in
                                                                           base.peak_flops.items()},
                       bandwidth=base.bandwidth * share, memory_bytes=base.memory_bytes * share,
                       l2_bytes=base.l2_bytes * share, sms=part_cus, source="datasheet",
