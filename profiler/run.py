@@ -31,7 +31,6 @@ from roofline.records import RunHeader, read_results, strict
 from roofline.writer import ResultWriter
 
 from . import probes
-from .endpoint import public_url
 
 
 DERIVED = ("report.html", "report.md", "results.csv", "figures", ".report-sources.json")   # made from results.jsonl: stale when it changes
@@ -62,8 +61,11 @@ SECRET_OPTIONS = ("--api-key",)   # their values never reach a result file or a 
 def redact(args) -> list:
     """``args`` with the value of every ``SECRET_OPTIONS`` option replaced by ``***``, and every URL's password and
     credential query values (``endpoint.public_url``) by ``[redacted]``."""
-    out, hide = [], False
-    for a in (public_url(a) if "://" in str(a) else a for a in args):
+    out, hide, args = [], False, list(args)
+    if any("://" in str(a) for a in args):
+        from .endpoint import public_url     # asyncio and the HTTP client: only for a command that names a URL
+        args = [public_url(a) if "://" in str(a) else a for a in args]
+    for a in args:
         if hide:
             out.append("***")
             hide = False

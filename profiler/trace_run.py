@@ -23,7 +23,7 @@ from roofline import units as U
 from roofline.analysis import analyze
 from roofline.errors import RooflineError
 from roofline.records import RunHeader, read_results
-from roofline.traces.analyze import analyze_trace, attribution_lines, kernel_breakdown, model_expectation
+from roofline.traces.analyze import analyze_trace, attribution_lines, kernel_breakdown, model_expectation, op_rows
 from roofline.traces.comms import collective_lines, collectives
 from roofline.traces.device import trace_device
 from roofline.traces.events import read_traces
@@ -37,10 +37,11 @@ from . import ceilings as C
 from . import probes
 from .run import started
 
-GRAPH_UNKNOWN_HOW = ("each replay is charged to the CPU op around its graph launch as 'graph replay (ops unknown)' "
-                     "(uncosted). For op-level detail, profile the graph capture as well (start torch.profiler with "
-                     "record_shapes=True before the graphs are captured: vLLM captures at engine start-up; or record "
-                     "one eager step of the same batch) and pass that trace with --capture-trace.")
+GRAPH_UNKNOWN_HOW = ("each replayed kernel is listed by its kernel name, time and category (costed where a "
+                     "kernel-name rule applies, else uncosted: no shapes). For op-level detail, profile the graph "
+                     "capture as well (start torch.profiler with record_shapes=True before the graphs are captured: "
+                     "vLLM captures at engine start-up; or record one eager step of the same batch) and pass that "
+                     "trace with --capture-trace.")
 
 
 @dataclass
@@ -61,7 +62,7 @@ class TraceRun:
 
 @dataclass
 class TraceRunResult:
-    path: Path
+    path: Path | None                            # None: no device to judge against, so no results file
     summaries: list                              # one summary per rank
     steps: list                                  # roofline.analysis.Step of the written rank
     header: RunHeader
@@ -70,15 +71,27 @@ class TraceRunResult:
     expectation: dict = field(default_factory=dict)
     breakdown: list = field(default_factory=list)   # (category, s, kernels) when no shapes were recorded
     collectives: dict = field(default_factory=dict)  # roofline.traces.comms.collectives across the ranks
+    ops: list = field(default_factory=list)          # per traced op and shape (analyze.op_rows), the written rank
+    device_from: str = ""                            # how the device was found, or what to pass when it was not
+    rank: int = 0                                    # the rank written (its summary is the one shown in full)
+
+    @property
+    def judged(self) -> bool:
+        """Whether the ops were put on a roofline (a device was known or given)."""
+        return self.header is not None
 
     def to_json(self) -> dict:
-        return {"results": str(self.path), "report": str(self.report["html"]) if self.report else None,
-                "device": self.header.device.name, "dtype": self.header.dtype, "ranks": self.summaries,
+        return {"results": str(self.path) if self.path else None,
+                "report": str(self.report["html"]) if self.report else None,
+                "device": self.header.device.name if self.header else None, "device_from": self.device_from,
+                "roofline": None if self.judged else self.device_from,
+                "dtype": self.header.dtype if self.header else None, "ranks": self.summaries, "ops": self.ops,
                 "steps": [{"phase": s.phase, "batch": s.batch, "context": s.context, "label": s.label,
                            "roof_fraction": s.roof_fraction, "time_s": s.time_s, "traced_s": s.traced_s,
                            "uncosted_share": s.uncosted_share, "sentence": s.sentence} for s in self.steps],
                 "model_expectation": self.expectation, "kernel_breakdown": self.breakdown,
-                "collectives": self.collectives, "experts": self.header.settings.get("experts"),
+                "collectives": self.collectives,
+                "experts": next(x for x in self.summaries if x["rank"] == self.rank).get("experts"),
                 "notes": self.notes}
 
     def text(self) -> str:
@@ -103,9 +116,11 @@ def _device(run: TraceRun, traces, say) -> tuple:
     dev, how = (None, "--device cpu") if cpu_asked else trace_device(traces)
     if dev is not None:
         return dev, dev, {}, how
-    if any(t.is_gpu for t in traces) and not cpu_asked:
-        raise RooflineError(f"{how}: pass --device (e.g. h100, a100, mi300x) or --device-file to say which GPU it "
-                            "ran on.")
+    if any(t.is_gpu for t in traces) and not cpu_asked:     # no device: every analysis that needs none still runs
+        if not how.startswith("the trace ran on"):
+            how = (f"{how}: pass --device (e.g. h100, a100, mi300x) or --device-file to say which GPU it ran on, to "
+                   "put its ops on the roofline.")
+        return None, None, {}, how
     say("note: a CPU trace: judged against this machine's measured CPU ceilings (cached; `roofline ceilings` "
         "measures them). If the trace came from another machine, pass --ceilings or --device-file.")
     c = C.get_ceilings("cpu")
@@ -142,12 +157,12 @@ def _run(run: TraceRun, say) -> TraceRunResult:
     if rank not in ranks:
         raise RooflineError(f"--rank {rank}: the trace holds rank(s) {', '.join(map(str, ranks))}.")
     dev, sheet, details, how = _device(run, traces, say)
-    results = {t.rank: analyze_trace(t, model=run.model, markers=markers, captures=captures, device_name=dev.name)
-               for t in traces}
+    results = {t.rank: analyze_trace(t, model=run.model, markers=markers, captures=captures,
+                                     device_name=dev.name if dev else "") for t in traces}
     mine = results[rank]
     trace = next(t for t in traces if t.rank == rank)
     notes = list(mine.notes)
-    if run.peak_of_trace_dtype and mine.dtype not in dev.peak_flops:
+    if dev is not None and run.peak_of_trace_dtype and mine.dtype not in dev.peak_flops:
         dev = _retyped(dev, mine.dtype)
         notes.append(f"--peak-tflops is taken as the {mine.dtype} peak: the trace computes in {mine.dtype}.")
     breakdown = []
@@ -166,13 +181,17 @@ def _run(run: TraceRun, say) -> TraceRunResult:
     if g.get("before_window"):
         notes.append(f"{g['before_window']} kernel(s), {U.seconds(g['before_window_s'])}, were launched before the "
                      "profiler window (no launch call in the trace): counted apart, charged to no op.")
-    comms = collectives(traces, dev.link)
+    comms = collectives(traces, dev.link if dev else None)
+    if dev is None:     # kernel attribution, idle time, collectives and the ops' costs: no result file, no roofline
+        return TraceRunResult(None, [results[r].summary for r in sorted(results)], [], None, notes, None, {},
+                              breakdown, comms, op_rows(mine.measurements), how, rank)
     expectation = model_expectation(mine, run.model, dev) if run.model is not None else {}
     settings = {"trace": str(run.trace), "rank": rank, "ranks": ranks, "world_size": trace.world_size,
                 "captures": [str(c) for c in run.captures], "phase_markers": {k: list(v) for k, v in markers.items()},
                 "device_from": how, "phases": mine.summary["phases"], "gpu_time": mine.summary["time"],
                 "summary": {k: mine.summary[k] for k in ("attributed_s", "costed_s", "framework_s", "uncosted_s",
-                                                          "communication_s", "uncosted_share", "outside_phases_s",
+                                                          "communication_s", "uncosted_share", "costed_share",
+                                                          "outside_phases_s",
                                                           "by_category_s", "top_uncosted")},
                 "model_expectation": expectation, "idle": mine.summary.get("idle", {}),
                 "launches": mine.summary.get("launches", {}), "attribution": mine.summary.get("attribution", {}),
@@ -194,7 +213,7 @@ def _run(run: TraceRun, say) -> TraceRunResult:
     if run.report and mine.measurements:
         report = write_report([rf], out)
     return TraceRunResult(path, [results[r].summary for r in sorted(results)], steps, header, notes, report,
-                          expectation, breakdown, comms)
+                          expectation, breakdown, comms, op_rows(mine.measurements), how, rank)
 
 
 def _pct(x) -> str:
@@ -222,14 +241,20 @@ def summary_text(r: TraceRunResult) -> str:
             lines.append(f"{head}CPU trace: ops busy {U.seconds(g['busy_s'])} (each op's own duration) in a "
                          f"{U.seconds(g['window_s'])} window")
         tot = s["attributed_s"] or 1.0
+        lines.append(f"{head}costed (FLOPs and bytes known): {_pct(s['costed_share'])} of "
+                     f"{'GPU' if g['kind'] == 'gpu' else 'traced'} time ({U.seconds(s['costed_s'])} of "
+                     f"{U.seconds(s['attributed_s'])})")
         lines.append(f"{head}time by kind: costed {_pct(s['costed_s'] / tot)}, uncosted {_pct(s['uncosted_s'] / tot)}, "
                      f"communication {_pct(s['communication_s'] / tot)}, framework {_pct(s['framework_s'] / tot)} "
                      f"of {U.seconds(s['attributed_s'])}")
     lines.extend(collective_lines(r.collectives))
-    s = next(x for x in r.summaries if x["rank"] == r.header.settings["rank"])
+    s = next(x for x in r.summaries if x["rank"] == r.rank)
     for p, ph in s["phases"].items():
         lines.append(f"{phase_text(p, ph)}; phases by {ph['method']}")
-    lines.append(f"device: {r.header.device.name} ({r.header.settings['device_from']})")
+    if r.header:
+        lines.append(f"device: {r.header.device.name} ({r.header.settings['device_from']})")
+    else:
+        lines.append(f"roofline: not drawn: {r.device_from}")
     for st in r.steps:
         lines.append(f"[{st.label}] {st.sentence}")
     if s["top_ops"]:
@@ -246,11 +271,12 @@ def summary_text(r: TraceRunResult) -> str:
                      f"{U.seconds(e['model_roof_s'])} at the roof; traced {U.flops(e['traced_flops'])}, "
                      f"{U.nbytes(e['traced_bytes'])}, {U.seconds(e['traced_step_s'])} per step, of which "
                      f"{U.seconds(e['not_modelled_s'])} in casts, copies, fills and framework the model does not need")
-    if r.header.settings.get("experts"):
-        lines.append(r.header.settings["experts"]["sentence"])
+    if s.get("experts"):
+        lines.append(s["experts"]["sentence"])
     for c, sec, n in r.breakdown:
         lines.append(f"  {c:<16}{U.seconds(sec):>10}  {n} kernel(s)")
-    lines.append(f"results: {r.path}")
+    if r.path:
+        lines.append(f"results: {r.path}")
     if r.report:
         lines.append(f"report: {r.report['html']}")
     return "\n".join(lines)

@@ -384,12 +384,17 @@ def point_labels(a, shown, above) -> list:
         if id(s) in head:
             on = f" {s.backend}" if several else ""
             q = "".join(f":{n}-{v}" for n, v in (("w", s.key.weight_dtype), ("kv", s.key.kv_dtype)) if v != s.dtype)
-            where = "" if s.where == s.phase else f" {s.where}"     # a forward of unknown phase: no batch/context
             out.append((f"step:{s.phase}:{s.backend}:{s.batch}:{s.context}{q}", (s.intensity, s.achieved_flops),
-                        f"{s.phase} step{where}{on}: {verdict_text(s)}"
+                        f"{s.phase} step{_where(s)}{on}: {verdict_text(s)}"
                         + (f", {U.percent(s.roof_fraction)}" if s.reliable else ""),
                         MEASURED_COLOR))
     return out
+
+
+def _where(s) -> str:
+    """' b8/ctx1024' after a step's phase; nothing for a forward of unknown phase (its ``where`` is its phase)."""
+    rest = s.where[len(s.phase):] if s.where.startswith(s.phase) else " " + s.where
+    return rest.rstrip()
 
 
 # where the ridge label may sit, nearest first: (dx, dy) points from the ridge, ha, va. Above-left of the ridge is

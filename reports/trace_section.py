@@ -38,6 +38,11 @@ def trace_facts(analysis) -> list[str]:
     g, s = st.get("gpu_time") or {}, st.get("summary") or {}
     out = [f"Trace {st.get('trace', '')} (rank {st.get('rank', 0)} of {st.get('world_size', 1)}); device: "
            f"{st.get('device_from', h.device.name)}."]
+    if s.get("attributed_s"):
+        share = s.get("costed_share", s["costed_s"] / s["attributed_s"])
+        out.append(f"Costed (FLOPs and bytes known): {_pct(share)} of the "
+                   f"{'GPU' if g.get('kind') == 'gpu' else 'traced'} time ({U.seconds(s['costed_s'])} of "
+                   f"{U.seconds(s['attributed_s'])}).")
     if g.get("kind") == "gpu":
         out.append(f"GPU busy {U.seconds(g['busy_s'])} (the union of {g['kernels']} kernels and copies on "
                    f"{g['streams']} stream(s): overlapping kernels count once), idle {U.seconds(g['idle_s'])} of a "

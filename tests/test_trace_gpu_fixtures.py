@@ -14,6 +14,7 @@ from roofline.traces.events import read_trace, read_traces, gpu_time
 
 DATA = Path(__file__).parent / "data" / "traces"
 US = 1e-6
+GEMM_KERNEL = "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x3_tn"
 
 
 def by_op(result):
@@ -78,13 +79,15 @@ def test_overlapping_streams_count_once_in_busy_time():
     assert sorted(m.times_s) == pytest.approx([50 * US, 100 * US, 150 * US]) and m.point.count == 3
 
 
-def test_graph_replay_without_capture_is_one_uncosted_instance_per_launch():
+def test_graph_replay_without_capture_lists_each_kernel_by_name():
     r = analyze_trace(read_trace(DATA / "graph_replay.json"))
-    (m,) = r.measurements
-    # the launch's three kernels (60 + 10 + 60 us) are one instance; no cpu_op surrounds the cudaGraphLaunch
-    assert m.point.op == "graph replay (ops unknown) (no CPU op around the launch)"
-    assert m.flags == ("uncosted",) and list(m.times_s) == pytest.approx([130 * US])
-    assert m.config["kernels_per_instance"] == 3 and m.config["category"] == "graph replay"
+    ms = {m.point.op: m for m in r.measurements}
+    # the launch's three kernels (60 + 10 + 60 us), no capture: each kernel its own instance, by name and category
+    gemm = ms[f"{GEMM_KERNEL} (graph replay, no capture)"]
+    norm = ms["void vllm::rms_norm_kernel<c10::BFloat16, 8>(...) (graph replay, no capture)"]
+    assert list(gemm.times_s) == pytest.approx([60 * US, 60 * US]) and gemm.config["category"] == "gemm"
+    assert list(norm.times_s) == pytest.approx([10 * US]) and norm.config["category"] == "norm"
+    assert gemm.flags == norm.flags == ("uncosted",)          # no shapes, no kernel-name rule that costs them
     assert r.summary["uncosted_share"] == 1.0 and r.summary["time"]["graph_launches"] == 1
     assert r.summary["attribution"]["replay_no_op_s"] == pytest.approx(130 * US)
 

@@ -41,13 +41,13 @@ def test_rocm_capture_without_launch_kernel_names_maps_only_the_kernel_event(tmp
     assert a["replay_mapped_s"] == pytest.approx(100 * US) and a["replay_mapped_share"] == pytest.approx(0.4)
 
 
-def test_graph_replays_without_capture_go_to_the_cpu_op_around_the_launch():
+def test_graph_replays_without_capture_are_listed_by_kernel_and_attributed_to_the_cpu_op_around_the_launch():
     r = analyze_trace(read_trace(DATA / "graph_train.json"))
     ms = {m.point.op: m for m in r.measurements}
-    fwd = ms["graph replay (ops unknown) under CompiledFunction"]
-    bwd = ms["graph replay (ops unknown) under CompiledFunctionBackward"]
-    assert list(fwd.times_s) == pytest.approx([100 * US]) and list(bwd.times_s) == pytest.approx([120 * US])
-    assert fwd.flags == ("uncosted",) and bwd.config["kernels_per_instance"] == 3
+    # no capture: each replayed kernel by name (2 + 3 GEMM kernels: 60, 40, 50, 50, 20 us), uncosted
+    k = ms["ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x3_tn (graph replay, no capture)"]
+    assert sorted(k.times_s) == pytest.approx([20 * US, 40 * US, 50 * US, 50 * US, 60 * US])
+    assert k.flags == ("uncosted",) and k.config["category"] == "gemm"
     a = r.summary["attribution"]
     assert a["replay_cpu_op_s"] == pytest.approx(220 * US) and a["op_s"] == pytest.approx(100 * US)
     assert a["op_share"] == pytest.approx(100 / 380)

@@ -37,7 +37,7 @@ from ..bounds import analyze_phase
 from ..cost import ZERO, Cost
 from ..errors import RooflineError
 from ..records import Measurement, WorkloadPoint
-from .cost import FRAMEWORK, OpCost, cost_op, is_wrapper
+from .cost import FRAMEWORK, OpCost, cost_kernel, cost_op, is_wrapper
 from .events import US, gpu_time, work_items
 from .experts import expert_loads
 from .graphs import ReplayMap, graph_launches, kernel_category
@@ -54,7 +54,7 @@ class Instance:
     """One op instance: its cost (None: uncosted), time, launch point and kernels."""
 
     __slots__ = ("name", "signature", "category", "cost", "dtype", "compute_dtype", "note", "detail", "t", "thread",
-                 "graph", "seconds", "kernels", "off")
+                 "graph", "seconds", "kernels", "off", "rule")
 
     def __init__(self, name, oc: OpCost | None, category, t, thread, graph=None, off=""):
         self.name, self.category, self.t, self.thread, self.graph, self.off = name, category, t, thread, graph, off
@@ -64,6 +64,7 @@ class Instance:
         self.compute_dtype = oc.compute_dtype if oc else "fp32"
         self.note = oc.note if oc else ""
         self.detail = oc.detail if oc else NO_DETAIL     # shared with the memoised cost: read, never written
+        self.rule = oc.rule if oc else ""
         self.seconds, self.kernels = 0.0, {}
 
 
@@ -147,8 +148,9 @@ class _Coster:
         return unknown, None
 
 
-def build_instances(trace, dtype: str, captures=()) -> tuple[list, dict]:
-    """Op instances of one trace (see the module docstring) and the graph-replay mapping stats."""
+def build_instances(trace, dtype: str, captures=()) -> tuple[list, dict, dict]:
+    """Op instances of one trace (see the module docstring), the graph-replay mapping stats, and the replayed
+    kernels mapped to captured ops ({id(kernel): op})."""
     launched = {id(g.op) for g in trace.gpu if g.op is not None}
     coster = _Coster(dtype, trace.is_gpu, launched)
     coster.mark(trace.ops)
@@ -173,7 +175,7 @@ def build_instances(trace, dtype: str, captures=()) -> tuple[list, dict]:
             if op is not None:
                 att["replay_mapped"] += seconds
         if op is None and graph is not None:
-            i, how = _replay_instance(trace, inst, g)
+            i, how = _replay_instance(trace, inst, g, dtype)
             att[how] += seconds
         elif op is None:
             cat = kernel_category(g.name, g.kind)
@@ -215,34 +217,32 @@ def build_instances(trace, dtype: str, captures=()) -> tuple[list, dict]:
     stats = {"graph_kernels_mapped": replay.matched, "graph_kernels_unmapped": replay.unmatched} if replay else {}
     if trace.is_gpu:
         stats["attribution"] = _attribution(att)
-    return list(inst.values()), stats
+    return list(inst.values()), stats, mapped
 
 
-GRAPH_UNKNOWN = "graph replay (ops unknown)"
+REPLAYED = "(graph replay, no capture)"           # the signature of such a kernel's instance
 ATTRIBUTION = ("op", "replay_mapped", "replay_cpu_op", "replay_no_op", "before_window", "unattributed")
 
 
-def _replay_instance(trace, inst: dict, g):
-    """The instance a replayed kernel no capture trace mapped is charged to: the CPU op around its graph launch
-    (one instance per launch, named ``graph replay (ops unknown)`` and that op); its collectives apart."""
+def _replay_instance(trace, inst: dict, g, dtype: str):
+    """The instance of a replayed kernel no capture trace mapped: the kernel itself, by its name, category and
+    time (signature ``REPLAYED``), costed where a kernel-name rule has a cost function (``cost.cost_kernel``), else
+    uncosted; a collective as communication. How it was attributed: the CPU op around the graph launch, or none."""
     launch = g.launch
     around = trace.op_at(launch.thread, launch.ts) if launch is not None else None
-    cat = kernel_category(g.name, g.kind)
-    comm = cat == COMMUNICATION
-    key = ("replay", g.graph, comm)
-    i = inst.get(key)
-    if i is None:
-        name = "graph replay communication" if comm else GRAPH_UNKNOWN
-        i = inst[key] = Instance(name, None, cat if comm else "graph replay", launch.ts if launch else g.ts,
-                                 launch.thread if launch else (None, None), g.graph,
-                                 COMMUNICATION if comm else UNCOSTED)
-        i.signature = f"under {around.name}" if around is not None else "(no CPU op around the launch)"
+    oc = cost_kernel(g.name, g.args, dtype)
+    cat = oc.category if oc is not None else kernel_category(g.name, g.kind)
+    i = inst[("replay", id(g))] = Instance(g.name[:80], oc, cat, launch.ts if launch else g.ts,
+                                           launch.thread if launch else (None, None), g.graph,
+                                           COMMUNICATION if cat == COMMUNICATION else "" if oc else UNCOSTED)
+    i.signature = REPLAYED
     return i, "replay_cpu_op" if around is not None else "replay_no_op"
 
 
 def _attribution(att: Counter) -> dict:
     """GPU time by how it reached an op: joined to its launching op, a graph replay mapped through a capture
-    trace, a replay charged to the CPU op around its launch (ops unknown), before the profiler window, none."""
+    trace, a replayed kernel with no capture (listed by kernel name; "replay_cpu_op" when a CPU op is around its
+    launch, else "replay_no_op"), before the profiler window, none."""
     total = sum(att.values())
     out = {f"{k}_s": att[k] * 1.0 for k in ATTRIBUTION}
     replay = att["replay_mapped"] + att["replay_cpu_op"] + att["replay_no_op"]
@@ -271,7 +271,7 @@ def analyze_trace(trace, *, model=None, markers=None, captures=(), device_name: 
 
 def _analyze(trace, model, markers, captures, device_name) -> TraceResult:
     dtype = run_dtype(trace)
-    instances, replay_stats = build_instances(trace, dtype, captures)
+    instances, replay_stats, mapped = build_instances(trace, dtype, captures)
     plan = plan_phases(trace, instances, markers)
     gt = gpu_time(trace)
     timer = "trace" if trace.is_gpu else "trace-cpu"
@@ -297,6 +297,8 @@ def _analyze(trace, model, markers, captures, device_name) -> TraceResult:
         config = {"name": name, "signature": sig, "category": cat, "instances": len(items), "steps": steps,
                   "kernels_per_instance": sum(kernels.values()) / len(items),
                   "top_kernels": [k for k, _ in kernels.most_common(3)]}
+        if first.rule:
+            config["rule"] = first.rule
         if first.note:
             config["note"] = first.note
         if first.detail:
@@ -311,7 +313,7 @@ def _analyze(trace, model, markers, captures, device_name) -> TraceResult:
     if trace.is_gpu:
         summary["idle"] = idle_causes(trace, markers)
         summary["launches"] = launch_stats(trace)
-    experts = expert_loads(trace, instances, plan.phase, model)   # tokens per expert (a MoE model's trace)
+    experts = expert_loads(trace, instances, plan.phase, model, mapped)   # tokens per expert (a MoE model's trace)
     if experts is not None:
         summary["experts"] = {**experts.to_json(), "sentence": experts.sentence}
     return TraceResult(ms, summary, dtype, list(trace.notices) + plan.notes, instances)
@@ -342,12 +344,30 @@ def _summary(trace, instances, plan, gt, replay_stats) -> dict:
             "shapes_recorded": trace.has_shapes, "instances": len(instances), "attributed_s": total,
             "costed_s": by_kind["costed"], "framework_s": by_kind["framework"], "uncosted_s": uncosted,
             "communication_s": by_kind[COMMUNICATION], "uncosted_share": uncosted / total if total else 0.0,
+            "costed_share": by_kind["costed"] / total if total else 0.0,
             "by_category_s": dict(by_cat.most_common()), "outside_phases_s": outside, "phases": phases,
             "top_ops": [{"op": f"{n} {s}".strip(), "time_s": v[0], "instances": v[1], "kind": v[2],
                          "share": v[0] / total if total else 0.0} for (n, s), v in top_ops],
             "top_uncosted": [{"op": f"{i.name} {i.signature}".strip(), "time_s": i.seconds, "category": i.category}
                              for i in top if i.off == UNCOSTED][:10],
             **replay_stats}
+
+
+def op_rows(ms) -> list:
+    """Per traced op and shape (one ``Measurement``): phase, op, category, the rule that costed it, instances,
+    time, and FLOPs and bytes per instance (None when uncosted) -- what ``roofline trace --json`` lists."""
+    out = []
+    for m in ms:
+        p, c = m.point, m.config
+        off = m.flags[0] if m.flags else ""
+        costed = off != UNCOSTED
+        out.append({"phase": p.phase, "op": p.op, "category": c.get("category", ""), "kind": off or "costed",
+                    "rule": c.get("rule"), "instances": c.get("instances", len(m.times_s)),
+                    "per_step": p.count, "time_s": sum(m.times_s), "mean_s": m.instance_s,
+                    "flops": p.cost.flops if costed else None, "bytes": p.cost.bytes if costed else None,
+                    "intensity": p.cost.intensity if costed and p.cost.bytes else None,
+                    "kernels": c.get("top_kernels", [])})
+    return out
 
 
 def model_expectation(result: TraceResult, model, device) -> dict:
@@ -405,7 +425,7 @@ def _share(x) -> str:
 
 
 def attribution_lines(a: dict, g: dict) -> list:
-    """'GPU time attributed to ops 100% (...)', graph replays with ops unknown, kernels before the window."""
+    """'GPU time attributed to ops 100% (...)', graph replays with no capture, kernels before the window."""
     if not a or not a.get("total_s"):
         return []
     out = [f"GPU time attributed to ops: {_share(a['op_share'])} of {U.seconds(a['total_s'])}"
@@ -413,7 +433,7 @@ def attribution_lines(a: dict, g: dict) -> list:
               if a.get("replay_mapped_s") else "")]
     unknown = a["replay_cpu_op_s"] + a["replay_no_op_s"]
     if unknown:
-        out.append(f"graph replay (ops unknown): {U.seconds(unknown)} charged to the CPU op around each graph launch "
+        out.append(f"graph replays with no capture: {U.seconds(unknown)} of replayed kernels listed by kernel name "
                    "(--capture-trace maps them to ops)")
     if g.get("before_window"):
         out.append(f"launched before the profiler window: {g['before_window']} kernel(s), "

@@ -13,8 +13,12 @@ per-rank traces and measures it:
   in issue order on every rank). A call not seen on every rank of the folder is counted unmatched.
 * **Wait apart from transfer.** Each rank's kernel starts when that rank arrives; no byte moves
   until the last rank arrives. A rank's *wait* is the last arrival less its own start (the skew);
-  the *transfer* is the earliest end less the last arrival (TraceLens's convention), and message
-  size over transfer is the algorithm bandwidth. ``formulas.bus_bandwidth`` gives algbw and busbw
+  the *transfer* is the earliest end less the last arrival (TraceLens's convention), bounded by both
+  ends: never negative and never longer than any rank's kernel. Where the kernels do not overlap in
+  time at all (a send that returned once its data was buffered, before the receive began; clocks that
+  disagree), the transfer is the shortest kernel's duration, and each rank's wait is bounded by its
+  own kernel (what it ran less the transfer); such calls are counted (``disjoint``). Message size over
+  transfer is the algorithm bandwidth. ``formulas.bus_bandwidth`` gives algbw and busbw
   in nccl-tests' convention (all-reduce busbw = algbw x 2(n-1)/n), compared with the device's link
   from the catalogue (per direction, what busbw is comparable with). The *straggler* is the rank
   the others waited for longest in all. Times compare across files, so the ranks' clocks must be
@@ -129,6 +133,20 @@ def _match(per_rank: dict) -> tuple[list, int]:
     return calls, unmatched
 
 
+def transfer_and_waits(kernels) -> tuple[float, list, bool]:
+    """(transfer s, each kernel's wait s, disjoint?) of one call's kernels across ranks (see the module docstring):
+    the earliest end less the last arrival, bounded by both ends (0 <= transfer <= the shortest kernel); kernels
+    that do not overlap at all take the shortest one's duration. A wait is the last arrival less the kernel's
+    start, never more than its kernel ran beside the transfer."""
+    arrive = max(g.ts for g in kernels)
+    end = min(g.end for g in kernels)
+    shortest = min(g.end - g.ts for g in kernels)
+    disjoint = end <= arrive
+    transfer = shortest if disjoint else min(end - arrive, shortest)
+    waits = [max(min(arrive - g.ts, (g.end - g.ts) - transfer), 0.0) * US for g in kernels]
+    return transfer * US, waits, disjoint and len(kernels) > 1
+
+
 def collectives(traces, link=None) -> dict:
     """Per collective call matched across ``traces`` (one per rank): size, transfer, algbw/busbw, wait per rank,
     the straggler; aggregated by (kind, message size); overlap per rank. {} when no rank ran a collective."""
@@ -137,7 +155,8 @@ def collectives(traces, link=None) -> dict:
         return {}
     out = {"ranks": len(traces), "overlap": [overlap(t) for t in traces],
            "link": {"name": link.name, "bandwidth": link.bandwidth} if link is not None else None,
-           "method": "", "matched": 0, "unmatched": 0, "calls": [], "by_kind": [], "wait_s": {}, "straggler": None}
+           "method": "", "matched": 0, "unmatched": 0, "disjoint": 0, "calls": [], "by_kind": [], "wait_s": {},
+           "straggler": None}
     if len(traces) < 2:
         out["method"] = "one rank: nothing to match across ranks"
         return out
@@ -150,14 +169,13 @@ def collectives(traces, link=None) -> dict:
     caused: dict = {r: 0.0 for r in per_rank}
     agg: dict = defaultdict(list)
     for n, call in enumerate(calls):
-        arrive = max(g.ts for g, _ in call.values())
+        transfer, waits, disjoint = transfer_and_waits([g for g, _ in call.values()])
+        waits = dict(zip(call, waits))
+        out["disjoint"] += disjoint
         last = max(call, key=lambda r: (call[r][0].ts, r))
-        end = min(g.end for g, _ in call.values())
-        transfer = (end - arrive) * US
         _, m = call[last]
         msg = next((x["message_bytes"] for _, x in call.values() if x["message_bytes"]), None)
         group = m["group"] or len(call)
-        waits = {r: (arrive - g.ts) * US for r, (g, _) in call.items()}
         for r, w in waits.items():
             wait[r] += w
             if r != last:
@@ -199,7 +217,10 @@ def collective_lines(c: dict) -> list:
     link = c.get("link")
     if c.get("matched"):
         out.append(f"{c['matched']} collective call(s) matched across {c['ranks']} ranks by {c['method']}"
-                   + (f"; {c['unmatched']} kernel(s) seen on only some ranks" if c["unmatched"] else "") + ".")
+                   + (f"; {c['unmatched']} kernel(s) seen on only some ranks" if c["unmatched"] else "")
+                   + (f"; in {c['disjoint']} the ranks' kernels did not overlap in time (a buffered send, or "
+                      "clocks that disagree): transfer taken as the shortest kernel" if c.get("disjoint") else "")
+                   + ".")
     for k in c.get("by_kind", []):
         size = U.nbytes(k["message_bytes"]) if k["message_bytes"] else "unknown size"
         bw = ""

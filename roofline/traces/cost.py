@@ -47,9 +47,9 @@ from __future__ import annotations
 
 from . import rules  # noqa: F401  (registers the built-in rules)
 from .opcost import FRAMEWORK, OpArgs, OpCost
-from .registry import categories, rule_for
+from .registry import categories, kernel_rule_for, rule_for
 
-__all__ = ["FRAMEWORK", "OpCost", "WRAPPERS", "categories", "cost_op", "is_wrapper"]
+__all__ = ["FRAMEWORK", "OpCost", "WRAPPERS", "categories", "cost_kernel", "cost_op", "is_wrapper"]
 
 # Wrappers run other ops: costed through what they call, and from their own shapes only when they
 # launched a kernel themselves with nothing costed below them (``roofline.traces.analyze``). A prefix:
@@ -78,3 +78,19 @@ def cost_op(name: str, args: dict, default_dtype: str = "bf16"):
         return r.cost(a)
     except (TypeError, ValueError, IndexError, ZeroDivisionError):
         return None      # shapes the rule did not expect: uncosted rather than guessed
+
+
+def cost_kernel(name: str, args: dict, default_dtype: str = "bf16"):
+    """An ``OpCost`` for a GPU kernel no op explains (a graph replay without its capture), from the kernel-name
+    rule that matches it when that rule has a cost function (its args: the kernel event's own); else None."""
+    r = kernel_rule_for(name)
+    if r is None or r.cost is None:
+        return None
+    a = OpArgs(name, args if isinstance(args, dict) else {}, r, default_dtype)
+    if r.shapes and not a.dims:
+        return None
+    try:
+        c = r.cost(a)
+    except (TypeError, ValueError, IndexError, ZeroDivisionError):
+        return None
+    return c if isinstance(c, OpCost) else None

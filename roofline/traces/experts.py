@@ -24,6 +24,12 @@ torch path; tests/test_trace_experts.py):
   only the rows in all (a ``_grouped_mm``'s input) are known. Said so, never guessed. (The vLLM and
   Triton names are from their sources, not from a capture here.)
 
+A CUDA-graph replay (vLLM, SGLang decode) has no CPU ops of its own: with its capture trace
+(``--capture-trace``) the replayed kernels map to the captured ops (``graphs.ReplayMap``), and the router
+GEMM and grouped MoE ops are read from those (each once per replay, in kernel order; checked on a
+vLLM gpt-oss layout: ``nn.Linear(2880, 32)`` router, ``vllm::moe_forward`` over triton_kernels'
+``_matmul_ogs``, tests/test_trace_honest_experts.py). Without the capture, no router is seen: said so.
+
 A MoE layer's pass starts at its **router GEMM** ([T, hidden] x [hidden, n_experts]: T is the tokens
 routed). Passes are numbered in order within their phase (``roofline.traces.phases``' phase of the
 router's instance): pass i is step i // L, MoE layer ``model.moe_layers[i % L]`` (L MoE layers; a
@@ -41,7 +47,7 @@ from dataclasses import dataclass, field
 GEMMS = ("aten::linear", "aten::matmul", "aten::mm", "aten::addmm")
 WEIGHT_INPUT = {"aten::addmm": 2}            # which input holds the weight (else input 1)
 GROUPED_OPS = ("aten::_grouped_mm", "fused_moe", "fused_experts", "moe_forward")   # name substrings
-GROUPED_KERNELS = ("fused_moe", "_moe_gate_up_kernel", "_moe_down_kernel")
+GROUPED_KERNELS = ("fused_moe", "_moe_gate_up_kernel", "_moe_down_kernel", "matmul_ogs")   # matmul_ogs: triton_kernels
 GATHERS = ("aten::index", "aten::index_select")
 BY_INDEX, BY_ORDER, GROUPED, NOT_FOUND = "by index", "by order", "grouped", "not found"
 MAX_PASSES = 128                             # passes listed one by one in the JSON (the rest in by_layer only)
@@ -173,33 +179,70 @@ def _under_gemm(op) -> bool:
     return False
 
 
-def _events(trace, E: int, H: int):
-    """(thread, ts, kind, payload) of every router GEMM, expert select, expert projection, grouped op or
-    kernel and per-assignment gather, by thread then time."""
-    ev = []
+def _gemm_event(op, E: int, H: int):
+    """("router" | "gemm", (rows, weight shape)) of a GEMM op with a 2-D weight, else None."""
+    x, w = _dims(op, 0), _dims(op, WEIGHT_INPUT.get(op.name, 1))
+    if x and w and len(w) == 2:
+        return ("router" if x[-1] == H and w in ((E, H), (H, E)) else "gemm"), (_rows(x), w)
+    return None
+
+
+def _replayed(mapped: dict, trace, E: int, H: int) -> list:
+    """Events of graph-replayed kernels mapped to captured ops (``analyze.build_instances``): a replay has no CPU
+    ops of its own, its router GEMM and grouped MoE ops are in the capture trace. Each captured GEMM (its outermost
+    GEMM op) or grouped op counts once per replay, at its first kernel's start, on the launching thread; its phase
+    is read at the graph launch."""
+    ev, seen = [], set()
+    for g in trace.gpu:
+        op = mapped.get(id(g)) if g.graph is not None else None
+        if op is None or g.launch is None:
+            continue
+        outer = next((a for a in reversed(list(op.chain())) if a.name in GEMMS), None)
+        if outer is not None:
+            if (g.graph, id(outer)) not in seen:
+                seen.add((g.graph, id(outer)))
+                e = _gemm_event(outer, E, H)
+                if e is not None:
+                    ev.append((g.launch.thread, g.ts, e[0], e[1], g.launch.ts))
+            continue
+        grouped = next((a for a in op.chain() if any(k in a.name for k in GROUPED_OPS)), None)
+        if grouped is not None and (g.graph, id(grouped)) not in seen:
+            seen.add((g.graph, id(grouped)))
+            ev.append((g.launch.thread, g.ts, "grouped", (grouped.name, 0), g.launch.ts))
+    return ev
+
+
+def _events(trace, E: int, H: int, mapped=None):
+    """(thread, ts, kind, payload, phase ts) of every router GEMM, expert select, expert projection, grouped op or
+    kernel and per-assignment gather -- the trace's own ops and the captured ops its graph replays ran
+    (``mapped``) -- by thread then time. The phase ts is when its instance was launched."""
+    ev = _replayed(mapped, trace, E, H) if mapped else []
     for op in trace.ops:
         name = op.name
         if name in GEMMS:
             if _under_gemm(op):
                 continue
-            x, w = _dims(op, 0), _dims(op, WEIGHT_INPUT.get(name, 1))
-            if x and w and len(w) == 2:
-                kind = "router" if x[-1] == H and w in ((E, H), (H, E)) else "gemm"
-                ev.append((op.thread, op.ts, kind, (_rows(x), w)))
+            e = _gemm_event(op, E, H)
+            if e is not None:
+                ev.append((op.thread, op.ts, e[0], e[1], op.ts))
         elif name == "aten::select":
             s = _dims(op, 0)
             if s and len(s) == 3 and s[0] == E and _concrete(op, 1) in (0, None):
-                ev.append((op.thread, op.ts, "select", (_concrete(op, 2), s[1:])))
+                ev.append((op.thread, op.ts, "select", (_concrete(op, 2), s[1:]), op.ts))
         elif name in GATHERS:
             s = _dims(op, 0)
             if s and len(s) == 3 and s[0] == E:
-                ev.append((op.thread, op.ts, "grouped", (f"{name} of the [{E}, ...] expert weights", 0)))
+                ev.append((op.thread, op.ts, "grouped", (f"{name} of the [{E}, ...] expert weights", 0), op.ts))
         elif ("moe" in name or "expert" in name or "grouped_mm" in name) and any(g in name for g in GROUPED_OPS):
             x = _dims(op, 0)
-            ev.append((op.thread, op.ts, "grouped", (name, _rows(x) if name == "aten::_grouped_mm" and x else 0)))
+            ev.append((op.thread, op.ts, "grouped", (name, _rows(x) if name == "aten::_grouped_mm" and x else 0),
+                       op.ts))
     for g in trace.gpu:
         if g.launch is not None and g.op is None and any(k in g.name for k in GROUPED_KERNELS):
-            ev.append((g.launch.thread, g.launch.ts, "grouped", (g.name[:60], 0)))
+            if mapped and id(g) in mapped:      # a replayed kernel whose captured op is counted above
+                continue
+            at = g.ts if g.graph is not None else g.launch.ts     # a replay's kernels share one launch time
+            ev.append((g.launch.thread, at, "grouped", (g.name[:60], 0), g.launch.ts))
     ev.sort(key=lambda e: (str(e[0]), e[1], e[2] != "router"))
     return ev
 
@@ -212,8 +255,10 @@ def _phase_lookup(instances, phases):
     return {t: ([x[0] for x in sorted(v)], [x[1] for x in sorted(v)]) for t, v in by.items()}
 
 
-def expert_loads(trace, instances, phases, model) -> ExpertLoads | None:
-    """Per MoE layer pass: tokens per expert (see the module docstring); None for a dense model or no model."""
+def expert_loads(trace, instances, phases, model, mapped=None) -> ExpertLoads | None:
+    """Per MoE layer pass: tokens per expert (see the module docstring); None for a dense model or no model.
+    ``mapped``: {id(replayed kernel): captured op} (``analyze.build_instances``), so a graph replay's router GEMM
+    and grouped MoE ops, which only its capture trace records, are found."""
     if model is None or not getattr(model, "n_experts", 0):
         return None
     E, H, k, layers = model.n_experts, model.hidden, model.n_active, tuple(model.moe_layers)
@@ -223,12 +268,12 @@ def expert_loads(trace, instances, phases, model) -> ExpertLoads | None:
     seen: dict = defaultdict(int)       # phase -> passes so far
     notes: list = []
     cur, thread, pending, dropped = None, None, None, 0
-    for th, ts, kind, val in _events(trace, E, H):
+    for th, ts, kind, val, at in _events(trace, E, H, mapped):
         if th != thread:
             thread, cur, pending = th, None, None
         if kind == "router":
             times, phs = look.get(th, ([], []))
-            j = bisect.bisect_left(times, ts)
+            j = bisect.bisect_left(times, at)
             ph = phs[j] if j < len(phs) else (phs[-1] if phs else "outside phases")
             i = seen[ph]
             seen[ph] += 1

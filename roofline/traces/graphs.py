@@ -9,10 +9,11 @@ replays hundreds of kernels that carry no op and no shapes. Two ways to read the
   the same name, in order within the graph. Each launch is matched against every capture
   trace and the one matching most kernels (in order) wins; kernels that match nothing stay
   unmapped. Launches with the same kernel sequence (the same graph) are matched once.
-* Without one: each replay's kernels are charged to the CPU op around the graph launch
-  (``graph replay (ops unknown)``, named by that op), uncosted; ``kernel_category`` names what
-  each kernel is from its name (gemm, attention, communication, norm, ...) for the breakdown, by
-  the registry's kernel-name rules (``roofline.traces.rules.kernel_names``).
+* Without one: each replayed kernel is its own instance, listed by its kernel name, time and
+  category (``roofline.traces.analyze``): ``kernel_category`` names what each kernel is from its
+  name (gemm, attention, communication, norm, ...) by the registry's kernel-name rules
+  (``roofline.traces.rules.kernel_names``); a kernel-name rule with a cost function costs it
+  (``cost.cost_kernel``), else it is uncosted (a replayed kernel has no shapes).
 
 Kernel names are matched by their first 120 characters (template arguments can differ in
 their tails between a capture and a replay build of the same kernel).

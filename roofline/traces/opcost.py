@@ -40,6 +40,7 @@ class OpCost:
     note: str = ""          # what was assumed ("causal assumed")
     detail: dict = field(default_factory=dict)  # gemm m/k/n, attention sizes, wire bytes
     tensor_cores: bool = False                  # the rule's: computed on tensor cores
+    rule: str = ""                              # the label of the rule that costed it (module.function)
 
     @property
     def compute_dtype(self) -> str:
@@ -81,7 +82,7 @@ class OpArgs:
             raise UndeclaredCategory(f"trace rule {self.rule.label} returned category {category!r}; it declares "
                                      f"{', '.join(cats)}")
         return OpCost(self.name, category or cats[0], cost, dtype, sig, note, detail if detail is not None else {},
-                      self.rule.tensor_cores)
+                      self.rule.tensor_cores, self.rule.label)
 
     def tensor(self, i):
         """(shape tuple, dtype) of input i, or None when it is not a tensor."""

@@ -2,12 +2,13 @@
 
 Three sources, the first that applies (``plan_phases``; the plan says which was used):
 
-1. **Annotations**: ``record_function`` ranges whose name contains "prefill" or "decode"
-   (case-insensitive), or the names given with ``--phase-marker PHASE=NAME``. An instance
+1. **Annotations**: ``record_function`` ranges whose name holds the word "prefill" or "decode"
+   (any case; a whole word: no letter just before or after it, so "decode_step" and "forward decode"
+   mark decode, "decoder" and "predecode" do not), or the names given with ``--phase-marker PHASE=NAME``. An instance
    belongs to the innermost marked range around its launch on the launching process;
    instances outside every marked range belong to no phase (their time is reported, not
    judged). Each marked range is a step, unless forward calls inside it say there are more.
-2. **The forward sequence**: ranges named "...forward..." (``record_function``), top-level
+2. **The forward sequence**: ranges whose name holds the word "forward" (``record_function``), top-level
    module calls (``nn.Module: ...`` with ``with_stack``), each ``aten::embedding`` (a forward
    begins by embedding its tokens) and each CUDA-graph replay. A forward whose embedded
    tokens are [B, S] with S > 1 is a prefill, S = 1 a decode; without token ids, a forward
@@ -36,6 +37,7 @@ attention stays unread: its KV lengths are tensor values, not shapes.
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass, field
 
 from ..errors import RooflineError
@@ -75,16 +77,27 @@ def parse_markers(specs) -> dict:
     return {k: tuple(v) for k, v in out.items()}
 
 
+_WORDS: dict = {}          # marker -> its whole-word pattern
+
+
+def has_word(name: str, word: str) -> bool:
+    """Whether ``word`` is in ``name`` as a whole word (any case): no letter just before or after it
+    ("decode_step", "forward decode", "decode0" hold "decode"; "decoder", "predecode" do not)."""
+    pat = _WORDS.get(word)
+    if pat is None:
+        pat = _WORDS[word] = re.compile(r"(?<![a-z])" + re.escape(word.lower()) + r"(?![a-z])")
+    return pat.search(name.lower()) is not None
+
+
 def marked_phase(name: str, markers: dict):
-    """The phase an annotation's name marks (a marker is a substring, any case), None if none or several."""
-    low = name.lower()
-    hits = [p for p, names in markers.items() if any(n in low for n in names)]
+    """The phase an annotation's name marks (a marker is a whole word of it, any case), None if none or several."""
+    hits = [p for p, names in markers.items() if any(has_word(name, n) for n in names)]
     return hits[0] if len(hits) == 1 else None
 
 
 def _forwards(trace, instances) -> tuple[list, str]:
     """Forward-call start times (µs, sorted), their token shapes, and what marked them."""
-    spans = [a for a in trace.annotations if "forward" in a.name.lower()]
+    spans = [a for a in trace.annotations if has_word(a.name, "forward")]
     if spans:
         return sorted((a.ts, a.end, None) for a in spans), "forward annotations"
     mods = sorted(trace.modules, key=lambda m: (m.ts, -m.end))
