@@ -46,10 +46,11 @@ fp16 (ours: the recorded ``out_dtype``).
 from __future__ import annotations
 
 from . import rules  # noqa: F401  (registers the built-in rules)
-from .opcost import FRAMEWORK, OpArgs, OpCost
-from .registry import categories, rule_for
+from ..errors import RooflineError
+from .opcost import FRAMEWORK, KernelArgs, OpArgs, OpCost
+from .registry import categories, kernel_rule_for, rule_for
 
-__all__ = ["FRAMEWORK", "OpCost", "WRAPPERS", "categories", "cost_op", "is_wrapper"]
+__all__ = ["FRAMEWORK", "OpCost", "WRAPPERS", "categories", "cost_kernel", "cost_op", "is_wrapper"]
 
 # Wrappers run other ops: costed through what they call, and from their own shapes only when they
 # launched a kernel themselves with nothing costed below them (``roofline.traces.analyze``). A prefix:
@@ -78,3 +79,22 @@ def cost_op(name: str, args: dict, default_dtype: str = "bf16"):
         return r.cost(a)
     except (TypeError, ValueError, IndexError, ZeroDivisionError):
         return None      # shapes the rule did not expect: uncosted rather than guessed
+
+
+def cost_kernel(kernel: str, op=None, *, meta=None, step=None, model=None, nth: int = 0, nth_in_op: int = 0,
+                tp: int = 1, default_dtype: str = "bf16"):
+    """A GPU kernel's ``OpCost`` by the kernel rule its name matches (``registry``: ``kernels=`` with a cost), or
+    None: no such rule, or one that cannot cost it from what is known (its op's shapes, the step, ``--model``).
+
+    Tried for kernels whose op no rule costs (a custom op: ``vllm::moe_forward``, a paged-attention op), and
+    for kernels no op launched."""
+    r = kernel_rule_for(kernel)
+    if r is None or r.cost is None or r.names or r.pattern is not None:   # an op rule's kernels: category only
+        return None
+    a = KernelArgs(kernel, op.name if op is not None else "", op.args if op is not None else {}, r, default_dtype,
+                   meta=meta, step=step, model=model, nth=nth, nth_in_op=nth_in_op, tp=tp)
+    try:
+        out = r.cost(a)
+    except (TypeError, ValueError, IndexError, ZeroDivisionError, KeyError, AttributeError, RooflineError):
+        return None      # what the rule needs is not there: uncosted rather than guessed
+    return out if isinstance(out, OpCost) else None

@@ -11,7 +11,10 @@ A rule says what it matches, its category and how it costs::
 * ``names``: exact op names (``aten::mm``); ``pattern``: a regular expression searched in the op
   name as recorded (custom ops and kernels by family: ``(?i)rms_?norm``); ``kernels``: one searched
   in the lower-cased name of a GPU kernel, which gives a kernel with no op its category
-  (``kernel_category``; ``kernel_rule(category, pattern)`` registers one with no cost).
+  (``kernel_category``; ``kernel_rule(category, pattern)`` registers one with no cost). A rule with
+  ``kernels`` and a cost function but no op names or pattern (a *kernel rule*) *costs* such a kernel: it is called with a ``KernelArgs`` (the kernel's
+  name, its launching op's recorded inputs, the engine step it ran in, ``--model``: ``opcost.KernelArgs``)
+  for a kernel whose op no rule costs, or that no op launched (``cost.cost_kernel``).
 * ``category``: the category of what it costs, or a tuple when it costs into several (copy, cast):
   the first is the default. The category list (``categories()``) is the rules' own, in
   registration order, after ``NON_RULE_CATEGORIES``: there is no second list.
