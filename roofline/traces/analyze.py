@@ -232,14 +232,15 @@ def build_instances(trace, dtype: str, captures=(), steps=None, model=None) -> t
                 att["op"] += seconds
             where, oc = coster.place(op)
             key = (graph, id(where))
+            named = where.name
             if not isinstance(oc, OpCost) and g is not None and (kc := by_kernel.cost(g, op, graph)) is not None:
-                oc, key = kc, (graph, id(where), g.name)     # a kernel of an op no rule costs, by its kernel rule
+                oc, key, named = kc, (graph, id(where), g.name), kc.name   # an op no rule costs: its kernel's rule
             i = inst.get(key)
             if i is None:
                 t = where.ts if graph is None else g.launch.ts
                 thread = where.thread if graph is None else g.launch.thread
                 if isinstance(oc, OpCost):
-                    i = Instance(where.name, oc, oc.category, t, thread, graph,
+                    i = Instance(named, oc, oc.category, t, thread, graph,
                                  COMMUNICATION if oc.category == COMMUNICATION else "")
                 elif oc == FRAMEWORK and g is None:
                     i = Instance(where.name, None, "framework", t, thread, graph)
