@@ -22,7 +22,7 @@ TYPES = {"float": "fp32", "c10::bfloat16": "bf16", "bfloat16": "bf16", "c10::hal
          "c10::float8_e5m2fnuz": "fp8", "c10::qint8": "int8", "c10::quint8": "uint8"}
 SCALAR_TYPES = {5: "fp16", 6: "fp32", 7: "fp64", 15: "bf16", 4: "int64", 3: "int32", 11: "bool", 23: "fp8",
                 24: "fp8", 25: "fp8", 26: "fp8", 0: "uint8", 1: "int8", 2: "int16"}   # c10::ScalarType codes
-FLOATS = ("fp32", "bf16", "fp16", "fp8", "fp64")
+FLOATS = ("fp32", "bf16", "fp16", "fp8", "fp64", "fp4")
 FRAMEWORK = "framework"     # what a rule returns for an op that moves no data (its cost is truly zero)
 
 

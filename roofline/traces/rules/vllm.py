@@ -182,6 +182,19 @@ def _format_in_name(low: str):
     return None
 
 
+def moe_compute(low: str, fmt) -> str:
+    """The rate a fused-MoE launch runs at: the weight's low-precision rate when its activations are in the same
+    format (triton_kernels names its dtypes out x act x weight: ``bf16xbf16xmxfp4`` dequantizes into bf16;
+    ``bmm_E2m1E2m1``: fp4 x fp4; vLLM's fp8 ``fused_moe_kernel`` quantizes its activations: W8A8), else bf16."""
+    m = re.search(r"_([a-z0-9]+)x([a-z0-9]+)x([a-z0-9]+)_\d", low)
+    if m is not None:
+        act = m.group(2)
+        return "fp4" if act in ("mxfp4", "nvfp4", "e2m1") else "fp8" if act.startswith("fp8") else "bf16"
+    if "e2m1e2m1" in low:
+        return "fp4"
+    return "fp8" if fmt.compute == "fp8" and "bfloat16" not in low else "bf16"
+
+
 def moe_launch(a, gate_up: bool):
     """One launch of a fused MoE (the module docstring): ``formulas.moe_expert_launches``' gate+up or down."""
     m = a.model
@@ -224,7 +237,7 @@ def moe_launch(a, gate_up: bool):
     up, down = F.moe_expert_launches(T, H, I, E, k, gate_up_bytes=gu, down_bytes=dn, activation=activation,
                                      bias=bias, act_dtype=act)
     part = "gate+up" if gate_up else "down"
-    return a.op(up if gate_up else down, fmt.compute if fmt.compute != "act" else act,
+    return a.op(up if gate_up else down, moe_compute(a.low, fmt),
                 f"{part} T{T} E{E} top{k} H{H} I{I} {fmt.name}",
                 f"tokens per expert: uniform routing over the top-{k} (sizes from {how})",
                 {"tokens": T, "n_experts": E, "k": k, "hidden": H, "intermediate": I, "launch": part,
