@@ -70,6 +70,7 @@ class EngineTrace:
     def bare(self, kname, dur):
         """A kernel no op launched (a library calling the driver outside every op)."""
         self.corr += 1
+        self.cpu += 1                     # past the op before it
         self._event("cuda_driver", "cuLaunchKernel", self.cpu, 2, {"correlation": self.corr})
         self.cpu += 3
         self._kernel(kname, dur, self.corr)
@@ -77,6 +78,7 @@ class EngineTrace:
     def graph(self, kernels):
         """One cudaGraphLaunch replaying ``kernels`` [(name, µs), ...]."""
         self.corr += 1
+        self.cpu += 1
         self._event("cuda_runtime", "cudaGraphLaunch", self.cpu, 10, {"correlation": self.corr})
         self.cpu += 11
         for kname, dur in kernels:

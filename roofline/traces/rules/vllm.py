@@ -282,6 +282,16 @@ ATTENTION_KERNELS = (r"flash_fwd(?!.*(?:combine|mla))|flashattnfwd|flash::|fmha(
 MLA_KERNELS = r"flash_fwd_splitkv_mla|flashmla|flash_mla|mla_decode|fmhamla|fmha_mla|cutlass_mla|batchmlapaged"
 
 
+def mix_shape(mix) -> dict:
+    """The attention sizes the phase plan reads (``batch``, ``s_q``, ``s_kv``: ``rules.sdpa``'s detail) of a mix:
+    its decodes (one query over their context) when it has no chunk, else its first chunk's."""
+    if mix.chunks:
+        q, c = mix.chunks[0]
+        return {"batch": len(mix.chunks), "s_q": q, "s_kv": q + c}
+    n, c = mix.decodes[0]
+    return {"batch": mix.decode_sequences, "s_q": 1, "s_kv": c}
+
+
 def paged_attention(a):
     """One layer's attention of the engine step's mix (the module docstring), heads per rank under tp."""
     m, mix = a.model, a.mix
@@ -295,7 +305,7 @@ def paged_attention(a):
     c = mix.attention(hq, hkv, m.head_dim, window=window, kv_dtype=kv)
     sig = f"{mix.text()} h{hq}/{hkv} d{m.head_dim}" + (f" window {window}" if window else "") + f" kv {kv}"
     return a.op(c, "bf16", sig, "KV lengths from the step mix", {"layer": a.layer, "window": window,
-                                                                "tokens": mix.tokens})
+                                                                "tokens": mix.tokens, **mix_shape(mix)})
 
 
 def mla_attention(a):
@@ -308,7 +318,7 @@ def mla_attention(a):
     if c is None:
         return None
     return a.op(c, "bf16", f"{mix.text()} h{h} latent {m.kv_lora_rank}+{m.qk_rope_dim} kv {kv}",
-                "KV lengths from the step mix", {"layer": a.layer, "tokens": mix.tokens})
+                "KV lengths from the step mix", {"layer": a.layer, "tokens": mix.tokens, **mix_shape(mix)})
 
 
 @rule(kernels=r"flash_fwd.*combine|flashattnfwdcombine|attention_combine|mla_combine|_fwd_kernel_stage2|"
