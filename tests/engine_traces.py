@@ -50,11 +50,17 @@ class EngineTrace:
         self.kernel_us += dur
 
     def op(self, name, dims=(), types=(), concrete=None, kernels=()):
-        """An op and the kernels it launches, in order: ``kernels`` [(name, µs), ...]."""
+        """An op and the kernels it launches, in order: ``kernels`` [(name, µs), ...]; an item that is a dict
+        {"op": (name, dims, types, concrete, kernels)} is an op nested inside this one."""
         self.ext += 1
         ext, start = self.ext, self.cpu
         self.cpu += 1
-        for kname, dur in kernels:
+        for item in kernels:
+            if isinstance(item, dict):
+                self.op(*item["op"])
+                self.cpu += 1
+                continue
+            kname, dur = item
             self.corr += 1
             api = "cuLaunchKernel" if not kname.startswith("void") and "::" not in kname else "cudaLaunchKernel"
             self._event("cuda_runtime" if api.startswith("cuda") else "cuda_driver", api, self.cpu, 2,

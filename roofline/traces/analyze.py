@@ -158,6 +158,7 @@ class _Kernels:
         self.memo: dict = {}
         self.seen = Counter()        # (step, rule) -> launches so far: an attention kernel's layer
         self.under = Counter()       # (graph, op, rule) -> launches so far under that op (a fused MoE's two)
+        self.last = 0                # the last costed kernel's place under its op: one instance per launch
 
     def cost(self, g, op, graph):
         if g is None or g.kind != "kernel":
@@ -170,6 +171,7 @@ class _Kernels:
                              launch.thread[0] if launch is not None else None) if self.steps.steps else None
         k1, k2 = (id(step), r.label), (graph, id(op), r.label)
         nth, nth_in_op = self.seen[k1], self.under[k2]
+        self.last = nth_in_op
         self.seen[k1] += 1
         self.under[k2] += 1
         layer = nth % self.model.n_layers if self.model is not None and self.model.n_layers else nth
@@ -234,7 +236,7 @@ def build_instances(trace, dtype: str, captures=(), steps=None, model=None) -> t
             key = (graph, id(where))
             named = where.name
             if not isinstance(oc, OpCost) and g is not None and (kc := by_kernel.cost(g, op, graph)) is not None:
-                oc, key, named = kc, (graph, id(where), g.name), kc.name   # an op no rule costs: its kernel's rule
+                oc, key, named = kc, (graph, id(where), g.name, by_kernel.last), kc.name   # by its kernel's rule
             i = inst.get(key)
             if i is None:
                 t = where.ts if graph is None else g.launch.ts

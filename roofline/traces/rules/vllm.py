@@ -44,7 +44,7 @@ import re
 from ... import formulas as F
 from ...cost import Cost
 from ...dtypes import bytes_per_element
-from ...precision.formats import weight_bytes, weight_format
+from ...precision.formats import act_format, weight_bytes, weight_format
 from ..opcost import numel, signature
 from ..registry import rule
 
@@ -147,10 +147,31 @@ def per_token_group_quant(a):    # (input, output_q, output_s, [group_size, eps,
 
 
 @rule(kernels=r"_per_token_group_quant_fp8|per_token_group_quant_8bit|scaled_fp8_quant_kernel|"
-              r"per_token_quant_fp8", category="quantize")
-def quant_kernel(a):             # a Triton / CUDA quantize kernel under an op no rule costs: the op's input
-    x = next((t for t in a.tensors() if t[1] in ("bf16", "fp16", "fp32") and len(t[0]) >= 2), None)
-    return quantize(a, x, None, None, True) if x is not None else None
+              r"per_token_quant_fp8", category="quantize", priority=10)
+def quant_kernel(a):
+    """A Triton / CUDA quantize kernel under an op no rule costs: the op's input (under a fused MoE op, its first
+    launch quantizes the hidden states [T, H], its second the activations [T*k, I]); the scales per 1 x 128 group
+    (the registry's ``fp8-group`` activations) when the name says group, else per row."""
+    ts = a.tensors()
+    if a.name in MOE_OPS:
+        three = [t for t in ts if len(t[0]) == 3]
+        ids = next(t for t in ts if len(t[0]) == 2 and t[1] in ("int32", "int64"))
+        x = ts[0] if a.nth_in_op == 0 else ((ids[0][0] * ids[0][1], three[1][0][2]), ts[0][1])
+    else:
+        x = next((t for t in ts if t[1] in ("bf16", "fp16", "fp32") and len(t[0]) >= 2), None)
+    if x is None:
+        return None
+    rows, cols = numel(x[0][:-1]), x[0][-1]
+    g = act_format("fp8-group").scales.k if "group" in a.low else cols
+    return quantize(a, x, None, ((rows, -(-cols // g)), "fp32"), True)
+
+
+@rule(pattern=r"^_C_cache_ops::concat_and_cache_mla$", category="kv_write")
+def concat_and_cache_mla(a):     # (kv_c [T, rank], k_pe [T, rope], kv_cache [blocks, block, rank + rope], slots, dtype, s)
+    c, pe, cache = a.tensor(0), a.tensor(1), a.tensor(2)
+    kv = "fp8" if "fp8" in str(a.value(4)).lower() else cache[1]
+    n = numel(c[0]) + numel(pe[0])
+    return a.op(F.copy(n, src_dtype=c[1], dst_dtype=kv), c[1], signature(c[0], pe[0], dtype=f"{c[1]}->{kv}"))
 
 
 # ----------------------------------------------------------------------------------------------- communication
