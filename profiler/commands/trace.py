@@ -4,6 +4,7 @@
     roofline trace ./profiles/                          # a folder of per-rank traces
     roofline trace decode.json --capture-trace ./capture/ --model config.json --device h100
     roofline trace trace.json --ceilings roofline-out/results.jsonl   # ceilings measured on that box
+    roofline trace vllm.json --model gpt-oss-20b --mix decode=27x2048 --rules my_rules.py   # engine steps' KV lengths
     roofline trace --capture --out roofline-trace -- python my_script.py ARGS
 
 Writes OUT/results.jsonl (kind "trace": ``roofline report`` and ``roofline diagnose`` read it

@@ -24,8 +24,12 @@ The table (each entry names the formula it uses; the conventions are ``formulas`
 * LLM custom ops (``rules.custom``): RMSNorm (``aten::rms_norm``, vLLM ``_C::rms_norm`` /
   ``fused_add_rms_norm``, SGLang ``sgl_kernel::rmsnorm`` ...) -> ``rmsnorm`` / ``add_rmsnorm``; SiLU-and-mul ->
   ``swiglu``; vLLM ``_C::rotary_embedding`` -> ``rope``; ``reshape_and_cache[_flash]`` ->
-  ``kv_append``. Paged and batched varlen attention are uncosted: their KV lengths are tensor
-  values, not shapes.
+  ``kv_append``.
+* Serving engines (``rules.vllm``, ``rules.sglang``, ``rules.triton_inductor``): quantized GEMMs and quantize
+  ops at their formats' bytes (``roofline.precision.formats``); fused MoE kernels ("moe") by
+  ``formulas.moe_expert_launches``; paged attention kernels by the engine step's mix
+  (``roofline.traces.engine_steps``: KV lengths are tensor values, so they come from ``--mix``); Inductor's
+  kernels by their launch records. Kernel rules (``cost_kernel``) cost the kernels of ops no rule costs.
 * Elementwise (``ELEMENTWISE``: FLOPs per output element, 0 for exp/rsqrt/casts), reductions,
   softmax, copies and casts (``copy_``, ``cat``), gathers (``embedding``, ``index_select``),
   scatters (``index_put_``), fills -> ``elementwise``, ``reduction``, ``softmax``, ``copy``,

@@ -61,7 +61,8 @@ def inductor(a):
                 {"buffers": len(ts)}, category=cat)
 
 
-@rule(pattern=r"^triton_(?:poi|red|per|tem|for)_", category=("elementwise", "reduction", "gemm"), shapes=False)
+@rule(pattern=r"^triton_(?:poi|red|per|tem|for)_", category=("elementwise", "reduction", "gemm"), shapes=False,
+      priority=5)     # before the name patterns of rules.custom: triton_red_fused_add_rms_norm_0 is Inductor's
 def inductor_kernel(a):
     return inductor(a)
 
