@@ -86,6 +86,22 @@ def test_cutlass_scaled_mm_per_tensor_and_block_scales_pick_the_weight_format():
     assert b.cost.bytes == M_ * K_ + (K_ * N_ + 8 * 16 * 4) + M_ * N_ * 2 + M_ * 8 * 4
 
 
+def test_deepgemm_block_fp8_gemms_as_an_op_and_as_a_kernel_under_the_linear_op():
+    m, k, n = 16, 7168, 2112
+    scales = math.ceil(k / 128) * math.ceil(n / 128) * 4
+    want = (2 * m * k * n, m * k + (k * n + scales) + m * n * 2 + m * math.ceil(k / 128) * 4)
+    v = cost_op("vllm::w8a8_block_fp8_matmul_deepgemm", args([[m, k], [n, k], [m, 56], [17, 56], [], []],
+                                                             [FP8, FP8, F32, F32, "GenericList", "ScalarType"]))
+    sg = cost_op("sglang::deep_gemm_fp8_fp8_bf16_nt", args([[m, k], [m, 56], [n, k], [17, 56], [m, n]],
+                                                           [FP8, F32, FP8, F32, BF]))
+    lin = {"name": "vllm::apply_w8a8_block_fp8_linear", "args": args([[m, k], [n, k], [], [17, 56]],
+                                                                     [BF, FP8, "GenericList", F32])}
+    kern = cost_kernel("void deep_gemm::sm90_fp8_gemm_1d2d_impl<>", type("Op", (), lin)())
+    for c in (v, sg, kern):
+        assert (c.cost.flops, c.cost.bytes) == want and c.detail["weight_format"] == "fp8-block"
+    assert kern.category == "gemm" and kernel_category("void deep_gemm::sm90_m_grouped_fp8_gemm_masked<>") == "moe"
+
+
 def test_marlin_and_machete_int4_by_their_group_scales():
     x, q, s = [16, 4096], [256, 22016], [32, 11008]                 # groups of 4096 / 32 = 128 rows
     m = cost_op("_C::gptq_marlin_gemm", args([x, [], q, s], [BF, "", I32, BF]))

@@ -99,6 +99,32 @@ def cutlass_scaled_fp4_mm(a):    # (out [M,N], a [M,K/2] packed e2m1, b [N,K/2],
                 detail={"m": m, "k": k, "n": n, "batch": 1, "weight_format": "nvfp4"})
 
 
+@rule(("vllm::w8a8_block_fp8_matmul_deepgemm", "sglang::deep_gemm_fp8_fp8_bf16_nt"), category="gemm",
+      tensor_cores=True)
+def deepgemm_fp8(a):             # vLLM (A [M,K], B [N,K], As, Bs, block_size, dtype); SGLang (A, As, B, Bs, C)
+    t = a.tensor
+    x, w, xs = (t(0), t(1), t(2)) if a.name.startswith("vllm") else (t(0), t(2), t(1))
+    k, n = x[0][-1], w[0][0]
+    if w[0][1] != k:
+        return None
+    return quant_gemm(a, x, w, (None, "bf16"), xs, "fp8-block", k, n)
+
+
+@rule(kernels=r"_w8a8_block_fp8_matmul|fp8_gemm_nt|sm90_fp8_gemm_1d|sm100_fp8_gemm_1d", category="gemm",
+      tensor_cores=True, priority=9)
+def block_fp8_gemm_kernel(a):
+    """A dense 128x128-block fp8 GEMM kernel (DeepGEMM's, vLLM's Triton fallback) under an op no rule costs
+    (``vllm::apply_w8a8_block_fp8_linear(input [M,K], weight [N,K] fp8, ...)``): the activations quantized to
+    fp8 in 1 x 128 groups (the registry's ``fp8-group``), the weight in ``fp8-block``."""
+    ts = a.tensors()
+    x = next(t for t in ts if len(t[0]) >= 2 and t[1] in ("bf16", "fp16", "fp8"))
+    k = x[0][-1]
+    w = next(t for t in ts if len(t[0]) == 2 and t[1] == "fp8" and t[0][1] == k and t is not x)
+    g = act_format("fp8-group").scales.k
+    rows = numel(x[0][:-1])
+    return quant_gemm(a, (x[0], "fp8"), w, (None, "bf16"), ((rows, -(-k // g)), "fp32"), "fp8-block", k, w[0][0])
+
+
 def _int4_group_gemm(a, x, scales):
     """Marlin / Machete: x [M, K] times an int4 weight with group scales [K/g, N] (``weight_format('int4', g)``)."""
     k, groups, n = x[0][-1], scales[0][0], scales[0][1]
