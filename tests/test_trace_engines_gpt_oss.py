@@ -131,7 +131,12 @@ def test_the_experts_are_moe_not_reduction_or_attention_and_the_step_is_costed_p
     assert s["uncosted_s"] == pytest.approx(M.n_layers * 2 * 1e-6, rel=1e-9)     # _combined_routing_compute only
     share = 1 - s["uncosted_share"]
     assert share == pytest.approx(1 - 24 * 2 / kernel_us, rel=1e-9) and share >= 0.95
-    assert s["engine_steps"]["steps"][0]["mix"] == MIX
+    step, = s["engine_steps"]["steps"]
+    assert step["mix"] == MIX and step["mode"] == "decode" and step["decode_requests"] == B
+    # the 27 sequences ran as the graph captured at 32 rows: 5 rows of every linear's work wasted
+    assert step["gemm_rows"] == T and step["padding_tokens"] == T - B
+    assert step["costed_share"] == pytest.approx(share, rel=1e-9) and step["gpu_s"] == pytest.approx(kernel_us * 1e-6)
+    assert "27 tokens as the captured 32" in s["engine_steps"]["notes"][0]
     # without --model the experts, routing and attention have no sizes: uncosted, their time counted
     bare = analyze_trace(rep, captures=[cap], mix=MIX).summary
     moe_and_attention = sum(3 + 2 + 30 + 18 + (9 if M.windows[n] else 14) for n in range(M.n_layers))

@@ -357,14 +357,15 @@ def _analyze(trace, model, markers, captures, device_name, mix=None) -> TraceRes
                               rank=trace.rank))
     summary = _summary(trace, instances, plan, gt, replay_stats)
     if engine.steps:
-        summary["engine_steps"] = engine.to_json()
+        summary["engine_steps"] = engine.to_json(instances)
     if trace.is_gpu:
         summary["idle"] = idle_causes(trace, markers)
         summary["launches"] = launch_stats(trace)
     experts = expert_loads(trace, instances, plan.phase, model)   # tokens per expert (a MoE model's trace)
     if experts is not None:
         summary["experts"] = {**experts.to_json(), "sentence": experts.sentence}
-    return TraceResult(ms, summary, dtype, list(trace.notices) + plan.notes + engine.notes, instances)
+    engine_notes = summary["engine_steps"]["notes"] if engine.steps else engine.notes
+    return TraceResult(ms, summary, dtype, list(trace.notices) + plan.notes + engine_notes, instances)
 
 
 def _summary(trace, instances, plan, gt, replay_stats) -> dict:

@@ -226,8 +226,52 @@ class EngineSteps:
                 break
         return None
 
-    def to_json(self) -> dict:
-        return {"count": len(self.steps), "steps": [s.to_json() for s in self.steps[:64]], "notes": list(self.notes)}
+    def measure(self, instances) -> dict:
+        """Per step (by index): GPU seconds of the instances launched in it, the uncosted ones, and the rows its
+        GEMMs ran (the most common ``m``: under a CUDA graph the captured size, which may pad the step's tokens)."""
+        from collections import Counter
+        out: dict = {}
+        index = {id(s): n for n, s in enumerate(self.steps)}
+        for i in instances:
+            s = self.at(i.t, i.thread[0] if i.thread else None)
+            if s is None:
+                continue
+            m = out.setdefault(index[id(s)], {"gpu_s": 0.0, "uncosted_s": 0.0, "rows": Counter()})
+            m["gpu_s"] += i.seconds
+            if i.off == "uncosted":
+                m["uncosted_s"] += i.seconds
+            if i.category == "gemm" and i.detail.get("m"):
+                m["rows"][i.detail["m"]] += 1
+        return out
+
+    def to_json(self, instances=()) -> dict:
+        """The steps (the first 64), each with its GPU time, costed share and the rows its linears ran, the
+        steps grouped by shape, and what CUDA-graph padding wasted."""
+        measured = self.measure(instances)
+        steps, groups, padded = [], {}, []
+        for n, s in enumerate(self.steps):
+            d = s.to_json()
+            m = measured.get(n)
+            if m is not None:
+                rows = m["rows"].most_common(1)[0][0] if m["rows"] else None
+                d.update(gpu_s=m["gpu_s"], costed_share=1 - m["uncosted_s"] / m["gpu_s"] if m["gpu_s"] else None,
+                         gemm_rows=rows)
+                if rows and s.tokens and rows > s.tokens:
+                    d["padding_tokens"] = rows - s.tokens
+                    padded.append((rows, s.tokens))
+            if n < 64:
+                steps.append(d)
+            g = groups.setdefault((s.mode, s.prefill_tokens, s.decode_tokens, s.mix.text() if s.mix else None),
+                                  {"mode": s.mode, "prefill_tokens": s.prefill_tokens, "decode_tokens": s.decode_tokens,
+                                   "mix": s.mix.text() if s.mix else None, "steps": 0, "gpu_s": 0.0})
+            g["steps"] += 1
+            g["gpu_s"] += d.get("gpu_s", 0.0)
+        notes = list(self.notes)
+        if padded:
+            rows, toks = padded[0]
+            notes.append(f"CUDA-graph padding: {len(padded)} step(s) ran their linears on more rows than their tokens "
+                         f"(e.g. {toks} tokens as the captured {rows}): {rows - toks} of {rows} rows' GEMM work wasted.")
+        return {"count": len(self.steps), "steps": steps, "groups": list(groups.values()), "notes": notes}
 
 
 def find_steps(trace, mix: StepMix | str | None = None) -> EngineSteps:
