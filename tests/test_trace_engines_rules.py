@@ -213,3 +213,18 @@ def test_trace_rules_file_costs_a_kernel_of_the_users_and_mix_is_checked(tmp_pat
     bad = CliRunner().invoke(main, ["trace", str(tmp_path / "toy.json"), "--mix", "decode=4", "--out",
                                     str(tmp_path / "o2")])
     one_line_error(bad, "--mix: 'decode=4' is not a mix item", "prefill=1x512@1536,decode=31x2048")
+
+
+def test_kernels_no_op_launched_are_costed_from_the_step_and_the_model():
+    """What a graph replay without its capture can cost (its kernels carry no op): the experts at the step's tokens
+    (no padding known), attention from its mix; a GEMM kernel with no shapes stays uncosted."""
+    from roofline.models import PRESETS
+    from roofline.traces.engine_steps import EngineStep
+    m = PRESETS["gpt-oss-20b"]
+    step = EngineStep("vllm", "execute_context_0(0)_generation_27(27)", 0, 10, None, "decode", 0, 0, 27, 27,
+                      parse_mix("decode=27x2048"))
+    up = cost_kernel("_matmul_ogs_NNT_bf16xbf16xmxfp4_16x256x128x1_swiglu", step=step, model=m)
+    assert up.detail["tokens"] == 27 and "engine step's tokens" in up.note
+    att = cost_kernel("kernel_unified_attention_2d", step=step, model=m, nth=1)     # layer 1: full attention
+    assert att.detail == {"layer": 1, "window": 0, "tokens": 27, "batch": 27, "s_q": 1, "s_kv": 2048}
+    assert cost_kernel("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", step=step, model=m) is None
