@@ -47,7 +47,8 @@ def test_each_engines_step_annotation_says_its_counts(name, engine, said):
     assert parse_annotation(name) == (engine, said)
 
 
-@pytest.mark.parametrize("name", ["decode", "execute_model", "step[decode bs=3]", "execute_context_1(5)", "## decoder ##"])
+@pytest.mark.parametrize("name", ["decode", "execute_model", "step[decode bs=3]", "execute_context_1(5)",
+                                  "## decoder ##"])
 def test_other_names_are_not_engine_steps(name):
     assert parse_annotation(name) is None
 
@@ -55,7 +56,8 @@ def test_other_names_are_not_engine_steps(name):
 def test_a_mix_costs_each_chunk_over_its_prefix_and_each_decode_over_its_context():
     mix = parse_mix("prefill=2x256@1024,decode=3x4096,decode=1x100")
     assert mix.chunks == ((256, 1024), (256, 1024)) and mix.decodes == ((3, 4096), (1, 100))
-    assert mix.tokens == 2 * 256 + 4 and mix.text() == "prefill=1x256@1024,prefill=1x256@1024,decode=3x4096,decode=1x100"
+    assert mix.tokens == 2 * 256 + 4
+    assert mix.text() == "prefill=1x256@1024,prefill=1x256@1024,decode=3x4096,decode=1x100"
     # one layer of 32/8 heads of 128 under a 1,024-key window: each chunk 256 x 1,024 pairs (its window is full:
     # 256 * 1024), K/V of min(1280, 256 + 1023) = 1,279 keys; each decode over min(context, 1024) keys
     c = mix.attention(32, 8, 128, window=1024)
@@ -142,8 +144,9 @@ def test_moe_expert_launches_add_up_to_moe_experts():
     ("void deep_gemm::sm90_m_grouped_fp8_gemm_contiguous_1d1d_impl<>", "moe"),
     ("bmm_E2m1E2m1E2m1_Fp32_t128x8x512u2_s3_et128x8_m128x8x64_cga1x1x1_16dp256b_TN_transOut_schedS_sm100f", "moe"),
     ("void vllm::moe::topkGatingSoftmax<float, 8, 32>", "moe"), ("moe_align_block_size_kernel", "moe"),
-    ("void flashinfer::BatchPrefillWithPagedKVCacheKernel<>", "attention"), ("kernel_unified_attention_3d", "attention"),
-    ("void vllm::paged_attention_v2_kernel<>", "attention"), ("void flash::flash_fwd_splitkv_mla_kernel<>", "attention"),
+    ("void flashinfer::BatchPrefillWithPagedKVCacheKernel<>", "attention"),
+    ("kernel_unified_attention_3d", "attention"), ("void vllm::paged_attention_v2_kernel<>", "attention"),
+    ("void flash::flash_fwd_splitkv_mla_kernel<>", "attention"),
     ("_fwd_grouped_kernel_stage1", "attention"), ("_fwd_kernel", "attention"),
     ("_per_token_group_quant_fp8", "quantize"), ("triton_red_fused_add_rms_norm_0", "reduction"),
     ("triton_poi_fused_mul_silu_1", "elementwise"), ("triton_tem_fused_mm_2", "gemm"),

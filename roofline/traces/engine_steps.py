@@ -270,7 +270,8 @@ class EngineSteps:
         if padded:
             rows, toks = padded[0]
             notes.append(f"CUDA-graph padding: {len(padded)} step(s) ran their linears on more rows than their tokens "
-                         f"(e.g. {toks} tokens as the captured {rows}): {rows - toks} of {rows} rows' GEMM work wasted.")
+                         f"(e.g. {toks} tokens as the captured {rows}): {rows - toks} of {rows} rows' GEMM work "
+                         "wasted.")
         return {"count": len(self.steps), "steps": steps, "groups": list(groups.values()), "notes": notes}
 
 

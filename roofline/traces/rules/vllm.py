@@ -193,7 +193,7 @@ def quant_kernel(a):
 
 
 @rule(pattern=r"^_C_cache_ops::concat_and_cache_mla$", category="kv_write")
-def concat_and_cache_mla(a):     # (kv_c [T, rank], k_pe [T, rope], kv_cache [blocks, block, rank + rope], slots, dtype, s)
+def concat_and_cache_mla(a):     # (kv_c [T, rank], k_pe [T, rope], kv_cache [.., rank + rope], slots, dtype, scale)
     c, pe, cache = a.tensor(0), a.tensor(1), a.tensor(2)
     kv = "fp8" if "fp8" in str(a.value(4)).lower() else cache[1]
     n = numel(c[0]) + numel(pe[0])
