@@ -119,7 +119,8 @@ def test_cutlass_fp4_gemm_at_nvfp4():
     c = cost_op("_C::cutlass_scaled_fp4_mm", args([[m, n], [m, k // 2], [n, k // 2], [m, k // 16], [n, k // 16], []],
                                                   [BF, U8, U8, FP8, FP8, F32]))
     w = k * n / 2 + (k // 16) * n * 1 + 4                          # e2m1, an e4m3 scale per 16, the fp32 tensor scale
-    assert (c.cost.flops, c.cost.bytes) == (2 * m * k * n, m * k / 2 + m * (k // 16) + w + m * n * 2)
+    x = m * k / 2 + m * (k // 16) * 1 + 4                          # the activations in the same format
+    assert (c.cost.flops, c.cost.bytes) == (2 * m * k * n, x + w + m * n * 2)
     assert c.compute_dtype == "fp4"
 
 

@@ -7,8 +7,9 @@ engines' own, from their sources:
 
 * vLLM V1, ``Worker.annotate_profile`` (``vllm/v1/worker/gpu_worker.py``):
   ``execute_context_{num_ctx_requests}({num_ctx_tokens})_generation_{num_generation_requests}({num_generation_tokens})``
-  (recent versions), and ``execute_new_{num_new}_cached_{num_cached}`` (as of commit 35d5cda1: new and cached
-  request counts only, which do not tell a continuing chunk from a decode).
+  (recent versions, as quoted from that method and as recorded in published vLLM traces), and
+  ``execute_new_{num_new}_cached_{num_cached}`` (as read in commit 35d5cda1's source: new and cached request
+  counts only, which do not tell a continuing chunk from a decode).
 * SGLang, ``build_step_span_name`` (``python/sglang/srt/utils/profile_utils.py``, commit 01144484):
   ``step[EXTEND bs={batch_size} toks={extend_num_tokens}]`` and ``step[{ForwardMode.name} bs={batch_size}]``
   (DECODE, MIXED, IDLE, TARGET_VERIFY, ...).

@@ -31,7 +31,7 @@ def fp8_scaled_mm(a):            # (mat_a [M,K], mat_b [K,N], scales_a, scales_b
     if x[0][-1] != k:
         return None
     fmt = "fp8-block" if a.base == "fp8_blockwise_scaled_mm" else _fp8_weight_format(ws, k, n)
-    return quant_gemm(a, x, w, (None, "bf16"), xs, fmt, k, n, bias)
+    return quant_gemm(a, x, "bf16", xs, fmt, k, n, bias)
 
 
 @rule("sgl_kernel::apply_rope_pos_ids_cos_sin_cache", category="rope")

@@ -48,9 +48,6 @@ from ...precision.formats import act_format, weight_bytes, weight_format
 from ..opcost import numel, signature
 from ..registry import rule
 
-FP8_STORE = ("fp8", "uint8", "int8")      # what a trace records an fp8 (or packed fp4) tensor as
-
-
 # ----------------------------------------------------------------------------------------------- quantized GEMMs
 def _fp8_weight_format(scales, k: int, n: int) -> str:
     """The fp8 weight format a recorded weight-scale shape says: one scale per tensor, per channel, or blocks."""
@@ -62,19 +59,19 @@ def _fp8_weight_format(scales, k: int, n: int) -> str:
     return "fp8"
 
 
-def quant_gemm(a, x, w, out, x_scales, w_format: str, k: int, n: int, bias=None, note: str = ""):
+def quant_gemm(a, x, out_dtype: str, x_scales, w_format: str, k: int, n: int, bias=None):
     """x [M, K] (quantized or not) times a K x N weight stored in ``w_format``: ``formulas.gemm`` with the weight's
-    bytes as stored (its scales included) + the activations' recorded scales + a bias."""
+    bytes as stored (its scales included) + the activations' recorded scales + a bias. It runs at fp8 when both
+    are fp8 (W8A8), else in the output's dtype (the weight dequantized)."""
     m = numel(x[0][:-1])
     fmt = weight_format(w_format)
-    out_dtype = out[1] if out is not None else "bf16"
-    a_dtype = x[1] if x[1] not in ("uint8",) else "fp8"
-    cost = F.gemm(m, k, n, a_dtype=a_dtype, out_dtype=out_dtype, b_bytes=weight_bytes(fmt, k, n, out_dtype),
+    out_dtype = out_dtype or "bf16"
+    cost = F.gemm(m, k, n, a_dtype=x[1], out_dtype=out_dtype, b_bytes=weight_bytes(fmt, k, n, out_dtype),
                   bias=numel(bias[0]) if bias else 0, bias_dtype=bias[1] if bias else None)
     if x_scales is not None:
         cost = cost + Cost(0, numel(x_scales[0]) * bytes_per_element(x_scales[1]))
-    compute = "fp8" if fmt.compute == "fp8" and a_dtype == "fp8" else fmt.compute if fmt.compute != "act" else out_dtype
-    return a.op(cost, compute, signature(x[0], (k, n), dtype=f"{a_dtype}x{fmt.name}->{out_dtype}"), note,
+    compute = "fp8" if fmt.compute == "fp8" and x[1] == "fp8" else out_dtype
+    return a.op(cost, compute, signature(x[0], (k, n), dtype=f"{x[1]}x{fmt.name}->{out_dtype}"),
                 detail={"m": m, "k": k, "n": n, "batch": 1, "weight_format": fmt.name})
 
 
@@ -84,17 +81,19 @@ def cutlass_scaled_mm(a):        # (out [M,N], a [M,K], b [K,N], a_scales, b_sca
     k, n = w[0][0], w[0][1]
     if x[0][-1] != k:
         return None
-    return quant_gemm(a, x, w, out, xs, _fp8_weight_format(ws, k, n), k, n, bias)
+    return quant_gemm(a, x, out[1], xs, _fp8_weight_format(ws, k, n), k, n, bias)
 
 
 @rule("_C::cutlass_scaled_fp4_mm", category="gemm", tensor_cores=True)
 def cutlass_scaled_fp4_mm(a):    # (out [M,N], a [M,K/2] packed e2m1, b [N,K/2], a_sf, b_sf, alpha)
-    out, x, w, xs = a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3)
+    out, x, w = a.tensor(0), a.tensor(1), a.tensor(2)
     k, n = 2 * x[0][-1], w[0][0]
     m = numel(x[0][:-1])
     fmt = weight_format("nvfp4")
-    cost = F.gemm(m, k, n, a_dtype="bf16", out_dtype=out[1], b_bytes=weight_bytes(fmt, k, n, out[1]))
-    cost = Cost(cost.flops, cost.bytes - m * k * 2 + m * k / 2 + (numel(xs[0]) if xs else 0))   # a: e2m1 + e4m3 sf
+    g = F.gemm(m, k, n, a_dtype="uint8", out_dtype=out[1], b_bytes=weight_bytes(fmt, k, n, out[1]))
+    # the activations as the registry's NVFP4 stores them (e2m1, an e4m3 scale per 16, the tensor scale), for the
+    # one byte per element gemm counted for them
+    cost = Cost(g.flops, g.bytes - m * k + weight_bytes(act_format("nvfp4"), k, m, out[1]))
     return a.op(cost, "fp4", signature((m, k), (k, n), dtype=f"nvfp4xnvfp4->{out[1]}"),
                 detail={"m": m, "k": k, "n": n, "batch": 1, "weight_format": "nvfp4"})
 
@@ -107,7 +106,7 @@ def deepgemm_fp8(a):             # vLLM (A [M,K], B [N,K], As, Bs, block_size, d
     k, n = x[0][-1], w[0][0]
     if w[0][1] != k:
         return None
-    return quant_gemm(a, x, w, (None, "bf16"), xs, "fp8-block", k, n)
+    return quant_gemm(a, x, "bf16", xs, "fp8-block", k, n)
 
 
 @rule(kernels=r"_w8a8_block_fp8_matmul|fp8_gemm_nt|sm90_fp8_gemm_1d|sm100_fp8_gemm_1d", category="gemm",
@@ -122,7 +121,7 @@ def block_fp8_gemm_kernel(a):
     w = next(t for t in ts if len(t[0]) == 2 and t[1] == "fp8" and t[0][1] == k and t is not x)
     g = act_format("fp8-group").scales.k
     rows = numel(x[0][:-1])
-    return quant_gemm(a, (x[0], "fp8"), w, (None, "bf16"), ((rows, -(-k // g)), "fp32"), "fp8-block", k, w[0][0])
+    return quant_gemm(a, (x[0], "fp8"), "bf16", ((rows, -(-k // g)), "fp32"), "fp8-block", k, w[0][0])
 
 
 def _int4_group_gemm(a, x, scales):
