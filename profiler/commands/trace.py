@@ -46,7 +46,8 @@ from ..trace_run import TraceRun, run_trace
               help="the KV lengths of the engine's steps (vLLM / SGLang step annotations give counts only), e.g. "
               "prefill=1x512@1536,decode=31x2048: applied to each step whose counts agree")
 @click.option("--rules", "rule_files", multiple=True, type=click.Path(dir_okay=False),
-              help="a Python file of your own trace cost rules (@rule from roofline.traces.registry); repeatable")
+              help="a Python file of your own trace cost rules (@rule from roofline.traces.registry; priority= "
+              "to be tried before a built-in rule); repeatable")
 @model_option()
 @click.option("--device", "device_name", default=None, help="the GPU it ran on, when the trace does not say or says "
               "otherwise: a catalogue name (h100, a100, mi300x, ...) [default: the trace's deviceProperties]")
