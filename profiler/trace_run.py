@@ -55,6 +55,7 @@ class TraceRun:
     peak_of_trace_dtype: bool = False            # device is --peak-tflops/--bandwidth-gbs: its peak is the trace's dtype's
     ceilings: str | None = None                  # a results file whose measured ceilings classify
     rank: int | None = None                      # the rank written (default: the lowest)
+    mix: object = None                           # engine steps' KV lengths (roofline.traces.engine_steps.StepMix)
     mode: str = "new"
     report: bool = True
     command: str = ""
@@ -158,7 +159,7 @@ def _run(run: TraceRun, say) -> TraceRunResult:
         raise RooflineError(f"--rank {rank}: the trace holds rank(s) {', '.join(map(str, ranks))}.")
     dev, sheet, details, how = _device(run, traces, say)
     results = {t.rank: analyze_trace(t, model=run.model, markers=markers, captures=captures,
-                                     device_name=dev.name if dev else "") for t in traces}
+                                     device_name=dev.name if dev else "", mix=run.mix) for t in traces}
     mine = results[rank]
     trace = next(t for t in traces if t.rank == rank)
     notes = list(mine.notes)

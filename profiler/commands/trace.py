@@ -4,6 +4,7 @@
     roofline trace ./profiles/                          # a folder of per-rank traces
     roofline trace decode.json --capture-trace ./capture/ --model config.json --device h100
     roofline trace trace.json --ceilings roofline-out/results.jsonl   # ceilings measured on that box
+    roofline trace vllm.json --model gpt-oss-20b --mix decode=27x2048 --rules my_rules.py   # engine steps' KV lengths
     roofline trace --capture --out roofline-trace -- python my_script.py ARGS
 
 Writes OUT/results.jsonl (kind "trace": ``roofline report`` and ``roofline diagnose`` read it
@@ -22,6 +23,8 @@ import click
 
 from roofline.errors import RooflineError
 from roofline.records import strict
+from roofline.traces.engine_steps import parse_mix
+from roofline.traces.registry import load_rules
 
 from ..capture import script_argv, script_problem
 from ..cli_args import mode_of, model_option, resolve_device, say_for
@@ -39,6 +42,12 @@ from ..trace_run import TraceRun, run_trace
               help="a graph-capture trace (file or folder) to map CUDA-graph replays back to ops; repeatable")
 @click.option("--phase-marker", "markers", multiple=True, metavar="PHASE=NAME",
               help="record_function names that mark a phase, e.g. decode=decode_step; repeatable")
+@click.option("--mix", default=None, metavar="prefill=NxQ@C,decode=NxC",
+              help="the KV lengths of the engine's steps (vLLM / SGLang step annotations give counts only), e.g. "
+              "prefill=1x512@1536,decode=31x2048: applied to each step whose counts agree")
+@click.option("--rules", "rule_files", multiple=True, type=click.Path(dir_okay=False),
+              help="a Python file of your own trace cost rules (@rule from roofline.traces.registry; priority= "
+              "to be tried before a built-in rule); repeatable")
 @model_option()
 @click.option("--device", "device_name", default=None, help="the GPU it ran on, when the trace does not say or says "
               "otherwise: a catalogue name (h100, a100, mi300x, ...) [default: the trace's deviceProperties]")
@@ -55,7 +64,7 @@ from ..trace_run import TraceRun, run_trace
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (summary, steps, paths) on stdout")
 @click.option("--no-report", is_flag=True, help="write the results file only")
 @click.option("--quiet", is_flag=True, help="no notes on stderr")
-def trace(args, capture, skip_forwards, captures, markers, model, device_name, device_file, peak_tflops,
+def trace(args, capture, skip_forwards, captures, markers, mix, rule_files, model, device_name, device_file, peak_tflops,
           bandwidth_gbs, ceilings, rank, out_dir, overwrite, as_json, no_report, quiet):
     """Put the ops of a PyTorch profiler (Kineto) trace on the roofline.
 
@@ -65,6 +74,9 @@ def trace(args, capture, skip_forwards, captures, markers, model, device_name, d
     """
     say = say_for(quiet or as_json)
     out = Path(out_dir)
+    step_mix = parse_mix(mix) if mix else None
+    for f in rule_files:
+        say(f"rules: {len(load_rules(f))} from {f}")
     if capture:
         path = _capture(list(args), out, skip_forwards, overwrite, say)
     else:
@@ -76,7 +88,7 @@ def trace(args, capture, skip_forwards, captures, markers, model, device_name, d
         device = resolve_device(device_name, device_file, peak_tflops, bandwidth_gbs)
     given_peak = device is not None and not device_file and peak_tflops is not None   # its dtype: the trace's
     run = TraceRun(trace=str(path), out=str(out), captures=tuple(captures), markers=tuple(markers), model=model,
-                   device=device, peak_of_trace_dtype=given_peak, ceilings=ceilings, rank=rank,
+                   device=device, peak_of_trace_dtype=given_peak, ceilings=ceilings, rank=rank, mix=step_mix,
                    mode=mode_of(False, overwrite),
                    report=not no_report, command=command_line(f"roofline trace {path}"))
     result = run_trace(run, say=say)

@@ -161,6 +161,34 @@ def moe_experts(tokens: int, hidden: int, intermediate: int, n_experts: int, k: 
     return Cost(flops, nbytes)
 
 
+def moe_expert_launches(tokens: int, hidden: int, intermediate: int, n_experts: int, k: int, *,
+                        gate_up_bytes: float, down_bytes: float, distinct: float | None = None,
+                        activation: str = "silu", bias: bool = False, act_dtype: str = "bf16") -> tuple:
+    """``moe_experts`` as the two launches a fused MoE runs (vLLM's ``fused_moe_kernel`` twice, triton_kernels'
+    ``matmul_ogs`` twice): (gate+up with the activation, down with the weighting and the sum), which add up to
+    ``moe_experts`` exactly. ``gate_up_bytes`` / ``down_bytes``: one expert's gate+up [H, 2I] and down [I, H] as
+    stored (scales and biases included).
+
+    gate+up: FLOPs 2*T*k*2*H*I + the activation on T*k*I (+ the 2I bias adds per row); bytes: the distinct
+    experts' gate+up weights + x read T*H + h written T*k*I + the routing ids (int64) 8 T k.
+    down: FLOPs 2*T*k*H*I + the weight multiply T*k*H + the sum T*(k-1)*H (+ the H bias adds per row); bytes:
+    the distinct experts' down weights + h read T*k*I + the partial outputs [T*k, H] written and read + y
+    written T*H + the routing weights (fp32) 4 T k.
+    """
+    T, H, I, E = tokens, hidden, intermediate, n_experts
+    d = expected_distinct_experts(E, k, T) if distinct is None else float(distinct)
+    if not 0 <= d <= E:
+        raise ValueError(f"distinct experts must be between 0 and n_experts = {E}, got {distinct}.")
+    if activation not in MOE_ACTIVATION_FLOPS:
+        raise ValueError(f"unknown MoE activation {activation!r}: choose one of {', '.join(MOE_ACTIVATION_FLOPS)}.")
+    rows, a = T * k, _b(act_dtype)
+    up = Cost(2 * rows * 2 * H * I + MOE_ACTIVATION_FLOPS[activation] * rows * I + (rows * 2 * I if bias else 0),
+              d * gate_up_bytes + T * H * a + rows * I * a + 8 * rows)
+    down = Cost(2 * rows * H * I + rows * H + T * (k - 1) * H + (rows * H if bias else 0),
+                d * down_bytes + rows * I * a + 2 * rows * H * a + T * H * a + 4 * rows)
+    return up, down
+
+
 def moe_all_to_all_bytes(tokens: float, k: int, hidden: int, ranks: int, *, act_dtype: str = "bf16") -> float:
     """One rank's message of a MoE dispatch (or combine) all-to-all: the hidden states of its share of the step's
     routed rows, T*k*H*bytes / N (each rank owns T/N of the step's tokens and sends each one's k copies).

@@ -38,6 +38,8 @@ from ..cost import ZERO, Cost
 from ..errors import RooflineError
 from ..records import Measurement, WorkloadPoint
 from .cost import FRAMEWORK, OpCost, cost_kernel, cost_op, is_wrapper
+from .engine_steps import find_steps
+from .registry import kernel_rule_for
 from .events import US, gpu_time, work_items
 from .experts import expert_loads
 from .graphs import ReplayMap, graph_launches, kernel_category
@@ -148,9 +150,45 @@ class _Coster:
         return unknown, None
 
 
-def build_instances(trace, dtype: str, captures=()) -> tuple[list, dict, dict]:
+class _Kernels:
+    """Kernel-rule costs (``cost.cost_kernel``) for kernels whose op no rule costs, or that no op launched: each
+    with the engine step around its launch, ``--model``, and its place in the step and under its op."""
+
+    def __init__(self, steps, model, dtype: str, tp: int):
+        self.steps, self.model, self.dtype, self.tp = steps, model, dtype, tp
+        self.memo: dict = {}
+        self.seen = Counter()        # (step, rule) -> launches so far: an attention kernel's layer
+        self.under = Counter()       # (graph, op, rule) -> launches so far under that op (a fused MoE's two)
+        self.last = 0                # the last costed kernel's place under its op: one instance per launch
+
+    def cost(self, g, op, graph):
+        if g is None or g.kind != "kernel":
+            return None
+        r = kernel_rule_for(g.name)
+        if r is None or r.cost is None or r.names or r.pattern is not None:
+            return None
+        launch = g.launch
+        step = self.steps.at(launch.ts if launch is not None else g.ts,
+                             launch.thread[0] if launch is not None else None) if self.steps.steps else None
+        k1, k2 = (id(step), r.label), (graph, id(op), r.label)
+        nth, nth_in_op = self.seen[k1], self.under[k2]
+        self.last = nth_in_op
+        self.seen[k1] += 1
+        self.under[k2] += 1
+        layer = nth % self.model.n_layers if self.model is not None and self.model.n_layers else nth
+        key = (g.name, id(op.args) if op is not None else None, step.key if step is not None else None, layer,
+               nth_in_op)
+        c = self.memo.get(key, _UNSET)
+        if c is _UNSET:
+            c = self.memo[key] = cost_kernel(g.name, op, meta=g.args, step=step, model=self.model, nth=layer,
+                                             nth_in_op=nth_in_op, tp=self.tp, default_dtype=self.dtype)
+        return c
+
+
+def build_instances(trace, dtype: str, captures=(), steps=None, model=None) -> tuple[list, dict, dict]:
     """Op instances of one trace (see the module docstring), the graph-replay mapping stats, and the replayed
     kernels mapped to captured ops ({id(kernel): op})."""
+    by_kernel = _Kernels(steps if steps is not None else find_steps(trace), model, dtype, max(trace.world_size, 1))
     launched = {id(g.op) for g in trace.gpu if g.op is not None}
     coster = _Coster(dtype, trace.is_gpu, launched)
     coster.mark(trace.ops)
@@ -175,8 +213,13 @@ def build_instances(trace, dtype: str, captures=()) -> tuple[list, dict, dict]:
             if op is not None:
                 att["replay_mapped"] += seconds
         if op is None and graph is not None:
-            i, how = _replay_instance(trace, inst, g, dtype)
+            i, how = _replay_instance(trace, inst, g, by_kernel.cost(g, None, graph))
             att[how] += seconds
+        elif op is None and (kc := by_kernel.cost(g, None, graph)) is not None:
+            att["before_window" if g.early else "unattributed"] += seconds
+            i = inst[("kernel", graph, id(g))] = Instance(kc.name, kc, kc.category, g.launch.ts if g.launch else g.ts,
+                                                          g.launch.thread if g.launch else (None, None), graph,
+                                                          COMMUNICATION if kc.category == COMMUNICATION else "")
         elif op is None:
             cat = kernel_category(g.name, g.kind)
             what = "launched before the profiler window" if g.early else "unattributed"
@@ -193,12 +236,15 @@ def build_instances(trace, dtype: str, captures=()) -> tuple[list, dict, dict]:
                 att["op"] += seconds
             where, oc = coster.place(op)
             key = (graph, id(where))
+            named = where.name
+            if not isinstance(oc, OpCost) and g is not None and (kc := by_kernel.cost(g, op, graph)) is not None:
+                oc, key, named = kc, (graph, id(where), g.name, by_kernel.last), kc.name   # by its kernel's rule
             i = inst.get(key)
             if i is None:
                 t = where.ts if graph is None else g.launch.ts
                 thread = where.thread if graph is None else g.launch.thread
                 if isinstance(oc, OpCost):
-                    i = Instance(where.name, oc, oc.category, t, thread, graph,
+                    i = Instance(named, oc, oc.category, t, thread, graph,
                                  COMMUNICATION if oc.category == COMMUNICATION else "")
                 elif oc == FRAMEWORK and g is None:
                     i = Instance(where.name, None, "framework", t, thread, graph)
@@ -224,13 +270,13 @@ REPLAYED = "(graph replay, no capture)"           # the signature of such a kern
 ATTRIBUTION = ("op", "replay_mapped", "replay_cpu_op", "replay_no_op", "before_window", "unattributed")
 
 
-def _replay_instance(trace, inst: dict, g, dtype: str):
+def _replay_instance(trace, inst: dict, g, oc):
     """The instance of a replayed kernel no capture trace mapped: the kernel itself, by its name, category and
-    time (signature ``REPLAYED``), costed where a kernel-name rule has a cost function (``cost.cost_kernel``), else
-    uncosted; a collective as communication. How it was attributed: the CPU op around the graph launch, or none."""
+    time (signature ``REPLAYED``), costed by ``oc`` where a kernel rule costs it (``cost.cost_kernel``, with the
+    engine step and ``--model``), else uncosted; a collective as communication. How it was attributed: the CPU op
+    around the graph launch, or none."""
     launch = g.launch
     around = trace.op_at(launch.thread, launch.ts) if launch is not None else None
-    oc = cost_kernel(g.name, g.args, dtype)
     cat = oc.category if oc is not None else kernel_category(g.name, g.kind)
     i = inst[("replay", id(g))] = Instance(g.name[:80], oc, cat, launch.ts if launch else g.ts,
                                            launch.thread if launch else (None, None), g.graph,
@@ -258,20 +304,22 @@ def _shape_sig(op) -> str:
     return "x".join("[" + ",".join(map(str, s)) + "]" for s in shapes[:3])
 
 
-def analyze_trace(trace, *, model=None, markers=None, captures=(), device_name: str = "") -> TraceResult:
-    """Instances -> phases -> Measurements, and the time summary, for one trace (one rank)."""
+def analyze_trace(trace, *, model=None, markers=None, captures=(), device_name: str = "", mix=None) -> TraceResult:
+    """Instances -> phases -> Measurements, and the time summary, for one trace (one rank). ``mix``: the KV
+    lengths of the engine's steps (``engine_steps.parse_mix``'s syntax), where the step annotations lack them."""
     paused = gc.isenabled()
     gc.disable()          # as in read_trace: many small objects, no cyclic garbage
     try:
-        return _analyze(trace, model, markers, captures, device_name)
+        return _analyze(trace, model, markers, captures, device_name, mix)
     finally:
         if paused:
             gc.enable()
 
 
-def _analyze(trace, model, markers, captures, device_name) -> TraceResult:
+def _analyze(trace, model, markers, captures, device_name, mix=None) -> TraceResult:
     dtype = run_dtype(trace)
-    instances, replay_stats, mapped = build_instances(trace, dtype, captures)
+    engine = find_steps(trace, mix)
+    instances, replay_stats, mapped = build_instances(trace, dtype, captures, engine, model)
     plan = plan_phases(trace, instances, markers)
     gt = gpu_time(trace)
     timer = "trace" if trace.is_gpu else "trace-cpu"
@@ -310,13 +358,16 @@ def _analyze(trace, model, markers, captures, device_name) -> TraceResult:
         ms.append(Measurement(point, times, timer=timer, config=config, device=device_name, flags=flags,
                               rank=trace.rank))
     summary = _summary(trace, instances, plan, gt, replay_stats)
+    if engine.steps:
+        summary["engine_steps"] = engine.to_json(instances)
     if trace.is_gpu:
         summary["idle"] = idle_causes(trace, markers)
         summary["launches"] = launch_stats(trace)
     experts = expert_loads(trace, instances, plan.phase, model, mapped)   # tokens per expert (a MoE model's trace)
     if experts is not None:
         summary["experts"] = {**experts.to_json(), "sentence": experts.sentence}
-    return TraceResult(ms, summary, dtype, list(trace.notices) + plan.notes, instances)
+    engine_notes = summary["engine_steps"]["notes"] if engine.steps else engine.notes
+    return TraceResult(ms, summary, dtype, list(trace.notices) + plan.notes + engine_notes, instances)
 
 
 def _summary(trace, instances, plan, gt, replay_stats) -> dict:

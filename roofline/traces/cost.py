@@ -24,8 +24,12 @@ The table (each entry names the formula it uses; the conventions are ``formulas`
 * LLM custom ops (``rules.custom``): RMSNorm (``aten::rms_norm``, vLLM ``_C::rms_norm`` /
   ``fused_add_rms_norm``, SGLang ``sgl_kernel::rmsnorm`` ...) -> ``rmsnorm`` / ``add_rmsnorm``; SiLU-and-mul ->
   ``swiglu``; vLLM ``_C::rotary_embedding`` -> ``rope``; ``reshape_and_cache[_flash]`` ->
-  ``kv_append``. Paged and batched varlen attention are uncosted: their KV lengths are tensor
-  values, not shapes.
+  ``kv_append``.
+* Serving engines (``rules.vllm``, ``rules.sglang``, ``rules.triton_inductor``): quantized GEMMs and quantize
+  ops at their formats' bytes (``roofline.precision.formats``); fused MoE kernels ("moe") by
+  ``formulas.moe_expert_launches``; paged attention kernels by the engine step's mix
+  (``roofline.traces.engine_steps``: KV lengths are tensor values, so they come from ``--mix``); Inductor's
+  kernels by their launch records. Kernel rules (``cost_kernel``) cost the kernels of ops no rule costs.
 * Elementwise (``ELEMENTWISE``: FLOPs per output element, 0 for exp/rsqrt/casts), reductions,
   softmax, copies and casts (``copy_``, ``cat``), gathers (``embedding``, ``index_select``),
   scatters (``index_put_``), fills -> ``elementwise``, ``reduction``, ``softmax``, ``copy``,
@@ -46,7 +50,8 @@ fp16 (ours: the recorded ``out_dtype``).
 from __future__ import annotations
 
 from . import rules  # noqa: F401  (registers the built-in rules)
-from .opcost import FRAMEWORK, OpArgs, OpCost
+from ..errors import RooflineError
+from .opcost import FRAMEWORK, KernelArgs, OpArgs, OpCost
 from .registry import categories, kernel_rule_for, rule_for
 
 __all__ = ["FRAMEWORK", "OpCost", "WRAPPERS", "categories", "cost_kernel", "cost_op", "is_wrapper"]
@@ -80,17 +85,20 @@ def cost_op(name: str, args: dict, default_dtype: str = "bf16"):
         return None      # shapes the rule did not expect: uncosted rather than guessed
 
 
-def cost_kernel(name: str, args: dict, default_dtype: str = "bf16"):
-    """An ``OpCost`` for a GPU kernel no op explains (a graph replay without its capture), from the kernel-name
-    rule that matches it when that rule has a cost function (its args: the kernel event's own); else None."""
-    r = kernel_rule_for(name)
-    if r is None or r.cost is None:
+def cost_kernel(kernel: str, op=None, *, meta=None, step=None, model=None, nth: int = 0, nth_in_op: int = 0,
+                tp: int = 1, default_dtype: str = "bf16"):
+    """A GPU kernel's ``OpCost`` by the kernel rule its name matches (``registry``: ``kernels=`` with a cost), or
+    None: no such rule, or one that cannot cost it from what is known (its op's shapes, the step, ``--model``).
+
+    Tried for kernels whose op no rule costs (a custom op: ``vllm::moe_forward``, a paged-attention op), and
+    for kernels no op launched."""
+    r = kernel_rule_for(kernel)
+    if r is None or r.cost is None or r.names or r.pattern is not None:   # an op rule's kernels: category only
         return None
-    a = OpArgs(name, args if isinstance(args, dict) else {}, r, default_dtype)
-    if r.shapes and not a.dims:
-        return None
+    a = KernelArgs(kernel, op.name if op is not None else "", op.args if op is not None else {}, r, default_dtype,
+                   meta=meta, step=step, model=model, nth=nth, nth_in_op=nth_in_op, tp=tp)
     try:
-        c = r.cost(a)
-    except (TypeError, ValueError, IndexError, ZeroDivisionError):
-        return None
-    return c if isinstance(c, OpCost) else None
+        out = r.cost(a)
+    except (TypeError, ValueError, IndexError, ZeroDivisionError, KeyError, AttributeError, RooflineError):
+        return None      # what the rule needs is not there: uncosted rather than guessed
+    return out if isinstance(out, OpCost) else None

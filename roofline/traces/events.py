@@ -243,7 +243,8 @@ def _args(e: dict):
 
 
 COMM_KEYS = ("Collective name", "Group size", "dtype", "In msg nelems", "Out msg nelems", "Process Group Name", "Seq")
-OP_KEYS = ("Input Dims", "Input type", "Concrete Inputs") + COMM_KEYS   # what the cost rules, comms,
+LAUNCH_KEYS = ("kernel_num_gb", "kernel_flop", "flops", "flops8", "flops16", "bytes")   # a Triton launch's metadata
+OP_KEYS = ("Input Dims", "Input type", "Concrete Inputs") + COMM_KEYS + LAUNCH_KEYS   # what the cost rules, comms,
 NO_ARGS: dict = {}                                                       # phases and analyze read; never mutated
 
 

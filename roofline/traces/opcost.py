@@ -22,7 +22,7 @@ TYPES = {"float": "fp32", "c10::bfloat16": "bf16", "bfloat16": "bf16", "c10::hal
          "c10::float8_e5m2fnuz": "fp8", "c10::qint8": "int8", "c10::quint8": "uint8"}
 SCALAR_TYPES = {5: "fp16", 6: "fp32", 7: "fp64", 15: "bf16", 4: "int64", 3: "int32", 11: "bool", 23: "fp8",
                 24: "fp8", 25: "fp8", 26: "fp8", 0: "uint8", 1: "int8", 2: "int16"}   # c10::ScalarType codes
-FLOATS = ("fp32", "bf16", "fp16", "fp8", "fp64")
+FLOATS = ("fp32", "bf16", "fp16", "fp8", "fp64", "fp4")
 FRAMEWORK = "framework"     # what a rule returns for an op that moves no data (its cost is truly zero)
 
 
@@ -108,3 +108,37 @@ class OpArgs:
             return int(str(self.value(i)).strip())
         except ValueError:
             return None
+
+
+class KernelArgs(OpArgs):
+    """A GPU kernel as a kernel rule sees it (``registry``: a rule with ``kernels=`` and a cost function).
+
+    ``kernel``: its name; the inputs its launching op recorded (``OpArgs``: empty when no op launched it, or the
+    op recorded no shapes); ``meta``: the kernel event's own args (launch metadata where the launcher recorded
+    any); ``step``: the engine step it ran in (``roofline.traces.engine_steps.EngineStep``, None outside every
+    step), ``model``: ``--model``'s ``ModelConfig`` (None without); ``nth``: how many launches of this rule came
+    before it in its step (attention: its layer), ``nth_in_op``: the same under its op (a fused MoE's first or
+    second launch); ``tp``: the trace's world size (heads and widths per rank)."""
+
+    def __init__(self, kernel: str, op_name: str, args: dict, rule, default_dtype: str = "bf16", *, meta=None,
+                 step=None, model=None, nth: int = 0, nth_in_op: int = 0, tp: int = 1):
+        super().__init__(op_name, args or {}, rule, default_dtype)
+        self.kernel, self.low = kernel, kernel.lower()
+        self.meta = meta if isinstance(meta, dict) else {}
+        self.step, self.model, self.nth, self.nth_in_op, self.tp = step, model, nth, nth_in_op, max(int(tp or 1), 1)
+
+    @property
+    def mix(self):
+        return self.step.mix if self.step is not None else None
+
+    @property
+    def layer(self) -> int | None:
+        """This launch's layer (its ``nth`` over the model's layers), None without a model."""
+        return self.nth % self.model.n_layers if self.model is not None and self.model.n_layers else None
+
+    def op(self, cost, dtype: str, sig: str, note: str = "", detail: dict | None = None,
+           category: str | None = None) -> OpCost:
+        """The kernel's ``OpCost``, named by the kernel (its first 80 characters), in the rule's category."""
+        oc = super().op(cost, dtype, sig, note, detail, category)
+        return OpCost(self.kernel[:80], oc.category, oc.cost, oc.dtype, oc.signature, oc.note, oc.detail,
+                      oc.tensor_cores, oc.rule)

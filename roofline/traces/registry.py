@@ -11,7 +11,10 @@ A rule says what it matches, its category and how it costs::
 * ``names``: exact op names (``aten::mm``); ``pattern``: a regular expression searched in the op
   name as recorded (custom ops and kernels by family: ``(?i)rms_?norm``); ``kernels``: one searched
   in the lower-cased name of a GPU kernel, which gives a kernel with no op its category
-  (``kernel_category``; ``kernel_rule(category, pattern)`` registers one with no cost).
+  (``kernel_category``; ``kernel_rule(category, pattern)`` registers one with no cost). A rule with
+  ``kernels`` and a cost function but no op names or pattern (a *kernel rule*) *costs* such a kernel: it is called with a ``KernelArgs`` (the kernel's
+  name, its launching op's recorded inputs, the engine step it ran in, ``--model``: ``opcost.KernelArgs``)
+  for a kernel whose op no rule costs, or that no op launched (``cost.cost_kernel``).
 * ``category``: the category of what it costs, or a tuple when it costs into several (copy, cast):
   the first is the default. The category list (``categories()``) is the rules' own, in
   registration order, after ``NON_RULE_CATEGORIES``: there is no second list.
@@ -24,7 +27,8 @@ priority, then the first registered, wins), then the ``pattern`` rules in (prior
 order; kernel names go through the ``kernels`` patterns in the same order. The first rule that
 matches decides: its None is "uncosted", no later rule is tried. The built-in rules register on
 import of ``roofline.traces.rules`` (a fixed file order: collectives, aten, sdpa, elementwise,
-custom, kernels); ``load_rules(path)`` adds a user's file after them.
+custom, vllm, sglang, triton_inductor, kernel_names); ``load_rules(path)`` adds a user's file after them
+(``roofline trace --rules FILE``).
 
 This module imports none of its rules and none of its consumers.
 """

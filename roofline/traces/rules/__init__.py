@@ -4,8 +4,10 @@ The file order is the registration order (``roofline.traces.registry``: equal pr
 ``collectives`` (record_param_comms, c10d, NCCL: their prefixes before any other pattern),
 ``aten`` (GEMMs, copies and casts, gathers, scatters, fills, ops that move nothing), ``sdpa``
 (scaled-dot-product and flash attention), ``elementwise`` (RMSNorm, elementwise, reductions,
-softmax), ``custom`` (vLLM / SGLang custom ops by name pattern), ``kernel_names`` (what a GPU
-kernel with no op is, by its name).
+softmax), ``custom`` (vLLM / SGLang custom ops by name pattern), ``vllm`` (quantized GEMMs, quantize ops,
+custom all-reduce; fused MoE and paged attention kernels), ``sglang`` (its fp8 GEMMs, rope, Triton-backend
+attention), ``triton_inductor`` (Inductor's generated kernels by their launch records), ``kernel_names`` (what a
+GPU kernel with no op is, by its name).
 """
 
-from . import collectives, aten, sdpa, elementwise, custom, kernel_names  # noqa: F401  (order matters)
+from . import collectives, aten, sdpa, elementwise, custom, vllm, sglang, triton_inductor, kernel_names  # noqa: F401

@@ -5,7 +5,8 @@ variants, ``aten::_flash_attention_forward``, ``aten::_efficient_attention_forwa
 -> ``formulas.prefill_attention`` (S_q > 1; halved when causal) or ``formulas.decode_attention``
 (S_q = 1). Causal comes from the recorded ``is_causal``; with an explicit mask and S_q > 1 it is
 *assumed* causal (a decoder's mask), and the signature says "causal assumed". A batch of varlen
-sequences and paged attention stay uncosted: their lengths are tensor values, not shapes.
+sequences and paged attention are not costed here: their lengths are tensor values, not shapes (paged attention
+kernels are costed from the engine step's mix: ``rules.vllm``).
 """
 
 from __future__ import annotations
