@@ -140,3 +140,13 @@ def test_the_mixed_step_is_costed_to_all_of_its_gpu_time_and_without_the_mix_its
     without = analyze_trace(tr, model=M).summary          # no KV lengths: the 32 attention launches are uncosted
     assert without["uncosted_s"] == pytest.approx(32 * US["attn"] * 1e-6, rel=1e-9)
     assert without["uncosted_share"] == pytest.approx(32 * 60 / kernel_us, rel=1e-9)
+
+
+def test_the_engines_step_is_the_phase_its_ops_are_measured_in(tmp_path):
+    """The step annotation places the ops: the mixed step (a chunk beside 31 decodes) counts as prefill, said in the
+    method; no op is left in 'forward (phase unknown)'."""
+    tr, _ = build(tmp_path)
+    r = analyze_trace(tr, model=M, mix=MIX)
+    phases = {m.point.phase for m in r.measurements}
+    assert phases == {"prefill"}, phases
+    assert r.summary["phases"]["prefill"]["method"].startswith("vllm step annotations (a mixed step counts as prefill)")

@@ -132,14 +132,23 @@ def _tokens(inst) -> int | None:
     return None
 
 
-def plan_phases(trace, instances, markers=None) -> PhasePlan:
-    """Assign each instance (``.t`` launch time µs, ``.thread``, ``.category``, ``.detail``) a phase and a step."""
+# a serving engine's step (``engine_steps.EngineStep.mode``) -> the phase it counts in: a mixed step (continuous
+# batching: a prefill chunk beside decode sequences) counts as prefill, the phase its chunk's tokens dominate
+ENGINE_PHASE = {"prefill": "prefill", "decode": "decode", "mixed": "prefill"}
+
+
+def plan_phases(trace, instances, markers=None, engine=None) -> PhasePlan:
+    """Assign each instance (``.t`` launch time µs, ``.thread``, ``.category``, ``.detail``) a phase and a step:
+    by the phase annotations (``markers``), and by a serving engine's step annotations (``engine``:
+    ``engine_steps.EngineSteps``; vLLM's ``execute_context_N(..)_generation_M(..)``, SGLang's ``step[...]``)."""
     markers = markers or DEFAULT_MARKERS
     n = len(instances)
     plan = PhasePlan([None] * n)
     step_of = [None] * n
-    spans = sorted(((a.ts, a.end, p, a.thread[0]) for a in trace.annotations
-                    if (p := marked_phase(a.name, markers))), key=lambda s: (s[0], -s[1]))
+    marked = [(a.ts, a.end, p, a.thread[0]) for a in trace.annotations if (p := marked_phase(a.name, markers))]
+    stepped = [(st.ts, st.end, ENGINE_PHASE[st.mode], st.pid) for st in (engine.steps if engine is not None else ())
+               if st.mode in ENGINE_PHASE]
+    spans = sorted(marked + stepped, key=lambda s: (s[0], -s[1]))
     longest = max((s[1] - s[0] for s in spans), default=0.0)   # a search back past it can stop
     fwd, what = _forwards(trace, instances)
     starts = [f[0] for f in fwd]
@@ -166,6 +175,11 @@ def plan_phases(trace, instances, markers=None) -> PhasePlan:
         for p in ("prefill", "decode"):
             plan.method[p] = "annotations (record_function names containing " + " / ".join(
                 repr(m) for m in markers[p]) + ")"
+            if any(sp[2] == p for sp in stepped):
+                plan.method[p] = (f"{engine.steps[0].engine} step annotations"
+                                  + (" (a mixed step counts as prefill)" if p == "prefill" and any(
+                                      st.mode == "mixed" for st in engine.steps) else "")
+                                  + ("; and " + plan.method[p] if any(sp[2] == p for sp in marked) else ""))
         outside = sum(1 for ph in plan.phase if ph is None)
         if outside:
             plan.notes.append(f"{outside} op instance(s) ran outside every prefill/decode annotation: their time is "
