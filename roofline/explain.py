@@ -112,6 +112,8 @@ def explain_phase(phase, device: Device, link=None) -> dict:
             + (f" ({phase.cached_tokens:,} cached)" if phase.cached_tokens else "")
             + (f" in {len(phase.chunks)} chunks" if len(phase.chunks) > 1 else "")
             if phase.phase == "prefill" else
+            f"mixed step of {phase.batch} sequences, {phase.new_tokens:,} tokens through the linears, the longest "
+            f"{phase.context:,}" if phase.phase == "mixed" else
             f"decode step at batch {phase.batch}, context {phase.context:,}")
     tp, ep = getattr(phase, "tp", 1), getattr(phase, "ep", 1)
     where = f"{device.name}" + (f" x {tp} (expert parallel: {m.n_experts // ep} whole expert{'s' if m.n_experts // ep > 1 else ''} per rank)" if ep > 1
@@ -275,6 +277,7 @@ class ExplainSpec:
     zero_point: bool = False          # int4 weights: zero points
     expert_load: tuple = ()           # MoE: tokens per expert (a measured histogram); () = uniform routing
     link: object = None               # roofline.interconnect.Interconnect, or None: the device's
+    mix: tuple | None = None          # a mixed step: (prefill chunks (new, cached), decode groups (n, keys))
 
     def __post_init__(self):
         if self.phase not in ("prefill", "decode"):
@@ -320,7 +323,9 @@ class ExplainSpec:
         return kw
 
     def step(self) -> W.Phase:
-        """The step explained, as ``roofline.workload`` costs it."""
+        """The step explained, as ``roofline.workload`` costs it (a mix: ``workload.mixed``)."""
+        if self.mix is not None:
+            return W.mixed(self.model, *self.mix, **self._step_options())
         if self.phase == "prefill":
             return W.prefill(self.model, self.batch, self.context, cached_tokens=self.cached, chunk=self.chunk,
                              **self._step_options())
@@ -384,7 +389,8 @@ def explain_step(spec: ExplainSpec) -> StepExplained:
     ph = spec.step()
     d = explain_phase(ph, spec.device, spec.link)
     dt = ph.dtypes
-    cap = capacity(spec.model, spec.device, spec.batch, spec.context, tp=ph.tp, ep=ph.ep,
+    cap = capacity(spec.model, spec.device, ph.batch if spec.mix else spec.batch,
+                   ph.context if spec.mix else spec.context, tp=ph.tp, ep=ph.ep,
                    new_tokens=ph.new_tokens if ph.phase == "prefill" else 1, act_dtype=dt.act, kv_dtype=dt.kv,
                    precision=dt.precision,
                    weights_said=spec.said.partition(": ")[2] if spec.per_module else "")

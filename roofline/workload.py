@@ -80,7 +80,7 @@ class OpCost:
 
 @dataclass(frozen=True)
 class Phase:
-    phase: str           # "prefill" or "decode"
+    phase: str           # "prefill", "decode" or "mixed" (``mixed``: batch = sequences, new_tokens = rows)
     model: ModelConfig
     batch: int
     new_tokens: int      # per sequence
@@ -340,6 +340,47 @@ def decode(cfg: ModelConfig, batch: int, context: int, *, weight_dtype="bf16", a
                             f"{cfg.name}'s maximum context of {cfg.max_context}.")
     dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size, zero_point, expert_load, precision)
     return _assemble("decode", cfg, dt, batch, 1, context, 0, [1], context, True, tp, ep)
+
+
+def mixed(cfg: ModelConfig, chunks=(), decodes=(), *, weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16",
+          tp: int = 1, group_size: int | None = None, zero_point: bool = False, expert_load=(), ep: int = 1,
+          precision: Precision | None = None) -> Phase:
+    """One continuous-batching step (a serving engine's mixed step): ``chunks`` = (new tokens, cached tokens) per
+    prefill chunk, ``decodes`` = (sequences, keys each attends over, its new one included) per decode group. Every
+    op whose cost depends only on its rows (linears, norms, the experts, pointwise, rope, the cache writes) runs
+    once on all T = chunks' new tokens + one per decode sequence rows (its weights read once); an attention kind
+    (``OpKind.per_sequence``: attention, MLA's up-projection and attention) is costed per chunk over its prefix and
+    per decode group over its own context, summed. The embedding gathers T rows; the final norm, lm_head and
+    softcap see one row per sequence. Dtypes and ``precision`` as ``prefill``'s; ``phase`` is "mixed"."""
+    chunks = tuple((int(q), int(c)) for q, c in chunks)
+    decodes = tuple((int(n), int(k)) for n, k in decodes)
+    bad = [x for x in chunks if x[0] < 1 or x[1] < 0] + [x for x in decodes if x[0] < 1 or x[1] < 1]
+    if bad or not (chunks or decodes):
+        raise RooflineError(f"a mixed step needs prefill chunks (new >= 1 tokens after cached >= 0) and decode "
+                            f"groups (sequences >= 1 over keys >= 1), at least one of them; got {bad or 'none'}.")
+    longest = max([q + c for q, c in chunks] + [k for _, k in decodes])
+    if longest > cfg.max_context:
+        raise RooflineError(f"a mixed step's longest sequence ({longest} tokens) is past {cfg.name}'s maximum "
+                            f"context of {cfg.max_context}.")
+    dt = _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size, zero_point, expert_load, precision)
+    tp, ep = ranks(tp, ep)
+    sh = shard(cfg, tp, ep)
+    sequences = len(chunks) + sum(n for n, _ in decodes)
+    rows = sum(q for q, _ in chunks) + sum(n for n, _ in decodes)
+    groups = tuple(StepContext(dt, q, 1, q, c, False, tp) for q, c in chunks) + \
+        tuple(StepContext(dt, n, n, 1, k - 1, True, tp) for n, k in decodes)
+    whole = StepContext(dt, rows, sequences, 0, 0, not chunks, tp)
+    ops = []
+    for o in model_ops(cfg, sh):
+        k = kind(o.kind)
+        cdt = (dt.precision.compute(o, dt.act) if any(w.role in WEIGHT_ROLES for w in o.weights) else dt.act) \
+            if k.tensor else "fp32"
+        if o.per_layer:
+            ops.append(OpCost(o.name, _op_cost(o, groups if k.per_sequence else (whole,)), o.count, cdt))
+        else:
+            ops.append(OpCost(o.name, _edge_cost(o, whole), 1, cdt))
+    return Phase("mixed", cfg, sequences, rows, longest, 0, (rows,), dt, tuple(ops), tp, sh,
+                 step_collectives(cfg, sh, 1, (rows,), dt.act), ep)
 
 
 def request_steps(output_tokens: int) -> tuple[int, int]:

@@ -103,3 +103,20 @@ def test_measuring_commands_refuse_a_catalogue_name_as_torch_device(cmd):
     r = run(*cmd, "--device", "h100")
     assert r.exit_code == 2
     assert "must be cpu, cuda or cuda:N" in r.output and "Traceback" not in r.output
+
+
+def test_explain_mix_prices_a_continuous_batching_step():
+    r = run("explain", "--model", "llama-3-8b", "--device", "h100", "--mix", "prefill=1x512@1536,decode=31x2048",
+            "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    q = next(o for o in d["ops"] if o["name"] == "q_proj")
+    assert d["phase"] == "mixed" and q["flops"] == 2 * 543 * 4096 * 4096      # every linear on the 543 tokens
+    text = run("explain", "--model", "llama-3-8b", "--device", "h100", "--mix", "prefill=1x512@1536,decode=31x2048")
+    assert "mixed step of 32 sequences, 543 tokens through the linears, the longest 2,048" in text.output
+    for extra, says in ((["--batch", "4"], "--mix describes the whole step: drop --phase, --batch"),
+                        (["--context", "9"], "--mix describes the whole step"),):
+        bad = run("explain", "--model", "llama-3-8b", "--mix", "decode=4x128", *extra)
+        assert bad.exit_code != 0 and says in bad.output
+    bad = run("explain", "--model", "llama-3-8b", "--mix", "decode=4x999999")
+    assert bad.exit_code != 0 and "past llama-3-8b's maximum context" in bad.output

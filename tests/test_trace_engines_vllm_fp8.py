@@ -150,3 +150,29 @@ def test_the_engines_step_is_the_phase_its_ops_are_measured_in(tmp_path):
     phases = {m.point.phase for m in r.measurements}
     assert phases == {"prefill"}, phases
     assert r.summary["phases"]["prefill"]["method"].startswith("vllm step annotations (a mixed step counts as prefill)")
+
+
+def test_the_traced_mixed_step_equals_explain_mix_of_the_same_mix(tmp_path):
+    """`explain --mix` (``workload.mixed``) prices the same step: its attention equals the trace's attention
+    kernel (one layer, FLOPs and bytes), its GEMMs' FLOPs the trace's fused GEMMs (qkv = q + k + v, gate_up =
+    gate + up), its lm_head the 32 rows the trace's head ran; the trace's W8A8 bytes are the fp8 ones."""
+    from roofline import workload as W
+    from roofline.precision import Precision, act_format, lookup
+
+    tr, _ = build(tmp_path)
+    inst = analyze_trace(tr, model=M, mix=MIX).instances
+    traced = {ORDER[n % len(ORDER)]: i.cost for n, i in enumerate(inst[1:1 + len(ORDER)])}
+    mix = parse_mix(MIX)
+    fp8 = Precision(tuple((m, lookup("fp8", "weight")) for m in ("mlp", "attention")),
+                    tuple((m, act_format("fp8")) for m in ("mlp", "attention")))
+    ph = W.mixed(M, mix.chunks, mix.decodes, precision=fp8)
+    op = lambda n: ph.op(n).cost  # noqa: E731
+    assert (ph.phase, ph.batch, ph.new_tokens) == ("mixed", 32, T)
+    assert op("attention") == traced["attn"]                          # per chunk over its prefix + per decode group
+    assert (op("q_proj") + op("k_proj") + op("v_proj")).flops == traced["qkv"].flops
+    assert (op("gate_proj") + op("up_proj")).flops == traced["gate_up"].flops
+    assert op("down_proj").flops == traced["down"].flops and op("o_proj").flops == traced["o"].flops
+    assert op("o_proj").bytes - (T * H * 2 + T * H * 2) == H * H + H * 4   # the weight as stored: fp8 + its scales
+    assert op("lm_head").flops == inst[-1].cost.flops == 2 * 32 * H * M.vocab
+    assert W.mixed(M, mix.chunks, mix.decodes).op("attention").cost == (
+        W.prefill(M, 1, 2048, 1536).op("attention").cost + W.decode(M, 31, 2047).op("attention").cost)

@@ -17,6 +17,7 @@ from roofline.config_fields import read_json_file, show_value
 from roofline.models import PRESETS
 
 from roofline.precision import lookup
+from roofline.traces.engine_steps import parse_mix
 from roofline.precision import names as format_names
 
 from ..cli_args import (FLOAT_DTYPES, analytic_quant_options, device_options, ep_option, float_dtype_option,
@@ -101,6 +102,10 @@ def _measured_cpu(device):
               help="prefill: prompt length; decode: tokens already in the KV cache")
 @click.option("--cached", type=int, default=0, show_default=True, help="prefill: cached prefix tokens reused")
 @click.option("--chunk", type=int, default=None, help="prefill: chunk size in tokens (chunked prefill)")
+@click.option("--mix", default=None, metavar="MIX",
+              help="a continuous-batching step instead of --phase/--batch/--context: prefill=NxQ[@C] chunks and "
+                   "decode=NxC groups, e.g. prefill=1x512@1536,decode=31x2048 (one 512-token chunk after 1,536 "
+                   "cached, 31 sequences decoding over 2,048 keys)")
 @precision_option("--weight-dtype", "weight", help="weight format")
 @float_dtype_option("--act-dtype", "bf16", "activation dtype", why="{key} quantizes weights or the KV cache: "
                     "--weight-dtype, --kv-dtype")
@@ -124,7 +129,7 @@ def _measured_cpu(device):
                    "e.g. LlamaModel.expert_counts -- instead of uniform routing")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, phase, batch, context, cached,
-            chunk, weight_dtype, act_dtype, kv_dtype, tp, ep, link_gbs, link_latency_us, tokens, in_features,
+            chunk, mix, weight_dtype, act_dtype, kv_dtype, tp, ep, link_gbs, link_latency_us, tokens, in_features,
             out_features, dtype, group_size, zero_point, expert_load, as_json):
     """Analytic roofline of one linear layer or one model step (no hardware).
 
@@ -160,8 +165,11 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
         raise RooflineError("--link-latency-us needs --link-gbs (the link's GB/s per direction).")
     link = custom_link(link_gbs, link_latency_us or 0.0) if link_gbs is not None else None
     load = tuple(read_expert_load(expert_load, model)) if expert_load is not None else ()
+    if mix is not None and (_explicit("phase") or _explicit("batch") or _explicit("context") or cached or chunk):
+        raise RooflineError("--mix describes the whole step: drop --phase, --batch, --context, --cached and --chunk.")
+    step_mix = parse_mix(mix) if mix is not None else None
     spec = ExplainSpec(model=model, device=device, phase=phase, batch=batch, context=context, cached=cached,
-                       chunk=chunk, weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, tp=tp, ep=ep,
+                       chunk=chunk, mix=(step_mix.chunks, step_mix.decodes) if step_mix else None, weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, tp=tp, ep=ep,
                        group_size=group_size, zero_point=zero_point, expert_load=load, link=link)
     step = explain_step(spec)
     for n in model.notes:

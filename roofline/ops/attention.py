@@ -31,4 +31,4 @@ def _attention(op, s):
 
 ROPE = register(OpKind("rope", "attention", _rope))
 KV_APPEND = register(OpKind("kv_append", "attention", _kv_append))
-ATTENTION = register(OpKind("attention", "attention", _attention, tensor=True))
+ATTENTION = register(OpKind("attention", "attention", _attention, tensor=True, per_sequence=True))

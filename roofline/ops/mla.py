@@ -60,5 +60,6 @@ def _attention(op, s):
 
 
 LATENT_APPEND = register(OpKind("latent_append", "attention", _latent_append))
-MLA_UP = register(OpKind("mla_up", "attention", _up, weight_bytes=_up_weight_bytes, tensor=True, resident=_up_held))
-MLA_ATTENTION = register(OpKind("mla_attention", "attention", _attention, tensor=True))
+MLA_UP = register(OpKind("mla_up", "attention", _up, weight_bytes=_up_weight_bytes, tensor=True, resident=_up_held,
+                         per_sequence=True))
+MLA_ATTENTION = register(OpKind("mla_attention", "attention", _attention, tensor=True, per_sequence=True))

@@ -90,6 +90,9 @@ class OpKind:
     linear: bool = False                        # a linear layer: its bytes are mostly its weight
     experts: Callable | None = None             # routed experts: (op, step) -> (routed rows, distinct experts)
     resident: Callable = held_bytes             # (op, weight, precision, act dtype) -> bytes it holds (capacity)
+    per_sequence: bool = False                  # its cost depends on each sequence's new and cached tokens (attention),
+                                                # not only on the rows: a mixed step costs it per prefill chunk and
+                                                # per decode group (``roofline.workload.mixed``)
 
     def layer_cost(self, op, step: StepContext) -> Cost:
         """``cost``, or a one-line refusal when this kind has no per-layer cost."""
