@@ -259,8 +259,9 @@ PRESETS.update((m.name, m) for m in [
 ])
 
 
-def load_model(name_or_path: str) -> ModelConfig:
-    """A preset by name, or a local Hugging Face config.json (a file or its folder)."""
+def load_model(name_or_path: str, allow_unknown_fields: bool = False) -> ModelConfig:
+    """A preset by name, or a local Hugging Face config.json (a file or its folder); ``allow_unknown_fields``: a
+    config key its family does not know is ignored (listed in the notes), not refused."""
     key = str(name_or_path).strip().lower()
     if key in PRESETS:
         return PRESETS[key]
@@ -271,6 +272,6 @@ def load_model(name_or_path: str) -> ModelConfig:
                                 "config.json file (or of the folder that holds one).")
         p = p / "config.json"
     if p.suffix == ".json" or p.exists():
-        return ModelConfig(**read_hf_config(read_json_file(p, "model config"), p))
+        return ModelConfig(**read_hf_config(read_json_file(p, "model config"), p, allow_unknown_fields))
     raise RooflineError(f"Unknown model {name_or_path!r}. Presets: {', '.join(PRESETS)}; "
                         "or give the path to a local Hugging Face config.json.")

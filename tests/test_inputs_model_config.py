@@ -105,7 +105,8 @@ def test_an_integral_float_is_accepted_as_an_int(tmp_path):
 def test_max_position_embeddings_below_one(tmp_path):
     assert "max_position_embeddings must be a positive integer, but 0 was given" in \
         error(write(tmp_path, max_position_embeddings=0))
-    assert load_model(str(write(tmp_path, max_position_embeddings=...))).max_context == 4096  # absent: default
+    # absent: transformers' LlamaConfig default (roofline.families.llama.LLAMA_KEYS)
+    assert load_model(str(write(tmp_path, max_position_embeddings=...))).max_context == 2048
 
 
 # ---- heads ----------------------------------------------------------------------------------
