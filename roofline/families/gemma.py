@@ -104,7 +104,9 @@ register(Family("gemma2", read_gemma2, keys=GEMMA2_KEYS, presets=(
 )))
 
 register(Family("gemma3_text", read_gemma3_text, keys=GEMMA3_TEXT_KEYS, rope=gemma3_rope, wrappers={
-    "gemma3": {"what": "Gemma-3 4B and up, Gemma3ForConditionalGeneration", "tie_word_embeddings": True}}, presets=(
+    "gemma3": {"what": "Gemma-3 4B and up, Gemma3ForConditionalGeneration", "tie_word_embeddings": True,
+               "vision": ("boi_token_index", "eoi_token_index", "image_token_index", "mm_tokens_per_image")}},
+    presets=(
     preset("gemma-3-12b", 3840, 15360, 48, 16, 8, 262208, 131072, head_dim=256, rope_theta=1e6, rms_eps=1e-6,
            tie_embeddings=True, qk_norm=True, activation="gelu_tanh", norm_offset=True, sandwich_norms=True,
            embed_scale=True, query_scale=256 ** -0.5, sliding_window=1024, layer_types=_alternate(48, 6),
@@ -114,4 +116,13 @@ register(Family("gemma3_text", read_gemma3_text, keys=GEMMA3_TEXT_KEYS, rope=gem
            source="google/gemma-3-12b-pt (text): as Gemma-2 without softcaps, plus qk-norm; 5 of every 6 layers "
                   "over a 1,024 window with RoPE base 10,000, the 6th global with base 1e6 (its linear RoPE "
                   "scaling x8 is a note)"),
+    preset("gemma-3-27b", 5376, 21504, 62, 32, 16, 262208, 131072, head_dim=128, rope_theta=1e6, rms_eps=1e-6,
+           tie_embeddings=True, qk_norm=True, activation="gelu_tanh", norm_offset=True, sandwich_norms=True,
+           embed_scale=True, query_scale=168 ** -0.5, sliding_window=1024, layer_types=_alternate(62, 6),
+           rope_local_theta=10000.0,
+           notes=('rope_scaling {"factor": 8.0, "rope_type": "linear"} is not modelled: RoPE uses plain theta=1e+06; '
+                  "costs are unaffected, logits differ from the real model.",),
+           source="google/gemma-3-27b-it (the text model of its gemma3 wrapper; the vision tower is not costed): "
+                  "62 layers, 32 heads / 16 KV of 128, query_pre_attn_scalar 168, 5 of every 6 layers over a 1,024 "
+                  "window; vocab 262,208 and the rest transformers' Gemma3TextConfig defaults"),
 )))

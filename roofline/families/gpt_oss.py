@@ -23,7 +23,9 @@ GPT_OSS_TENSORS = Tensors(moe=dict(router="mlp.router.weight", router_bias="mlp.
 GPT_OSS_KEYS = LLAMA_LIKE_KEYS + Keys({
     **sizes(201088, 2880, 2880, 36, 64, 8, 131072, 1e-5, head_dim=64, theta=150000.0), "sliding_window": 128,
     "layer_types": None, "num_local_experts": None, "num_experts": None, "num_experts_per_tok": 4,
-    "swiglu_alpha": 1.702, "swiglu_limit": 7.0, "attention_bias": True,
+    "swiglu_alpha": 1.702, "swiglu_limit": 7.0, "attention_bias": True, "rope_parameters": dict(
+        rope_type="yarn", factor=32.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+        original_max_position_embeddings=4096, rope_theta=150000.0),
     "experts_per_token": None},      # OpenAI's own spelling of num_experts_per_tok (both published): must agree
     numerics={"initial_context_length": (4096, "is YaRN's original length as OpenAI's code reads it (transformers "
                                                "reads rope_scaling's)")})
@@ -37,6 +39,9 @@ def read_gpt_oss(r: HFReader) -> None:
         r.notes.append(f"quantization_config {method!r}: the experts' published weights are quantized; costs read "
                        "their format from it (--weight-dtype overrides); real weights run as stored where the "
                        "backend's kernels take mxfp4, else dequantized at load (the model's notes say which).")
+    if r.d.get("layer_types") is None and r.d.get("sliding_window") is not None:   # transformers: even layers slide
+        r.d["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention"
+                              for i in range(r.d["num_hidden_layers"])]
     w, types = r.window()
     r.arch.update(sliding_window=w, layer_types=types, qkv_bias=r.flag("attention_bias", True),
                   o_bias=r.flag("attention_bias", True), attn_sinks=True,

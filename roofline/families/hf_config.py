@@ -16,7 +16,7 @@ from pathlib import Path
 from ..config_fields import check_sizes, int_field, read_json_file, show_value
 from ..precision import MODELOPT_FILE, read_quantization
 from ..errors import RooflineError
-from .reader import SHARED, HFReader, Keys, check_keys, rope_with_yarn
+from .reader import IRRELEVANT, SHARED, HFReader, Keys, check_keys, rope_with_yarn
 from .registry import LACKING, alias, family, families, wrapper
 
 REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
@@ -30,7 +30,10 @@ HF_HINTS = {"n_kv_heads": " (absent means num_attention_heads)",
             "head_dim": " (absent means hidden_size / num_attention_heads)"}
 
 
-def _text_model(d: dict, where: str):
+WRAPPER_KEYS = ("text_config", "vision_config", "quantization_config", "tie_word_embeddings")   # and "vision"
+
+
+def _text_model(d: dict, where: str, allow_unknown: bool):
     """A multimodal wrapper's text model: (its text_config, with the wrapper's quantization_config and tying, and
     the note saying so), or (``d``, None) for a text model's own config."""
     if not isinstance(d.get("text_config"), dict) or "hidden_size" in d:
@@ -45,6 +48,13 @@ def _text_model(d: dict, where: str):
                             f"(wrappers read: {known}): give its text model's config (the text_config object "
                             "saved as its own config.json).")
     fam, spec = found
+    known = set(WRAPPER_KEYS) | set(spec["vision"]) | set(IRRELEVANT)
+    unknown = [k for k in d if k not in known]
+    if unknown and not allow_unknown:
+        raise RooflineError(f"{where}: {outer}: {unknown[0]} = {show_value(d[unknown[0]])} is not a field roofline "
+                            f"knows for the {outer} wrapper, and it may change the cost, so the model is refused: "
+                            "remove it if the model does not use it, or pass --allow-unknown-fields to go on without "
+                            "it (the model's notes then list it).")
     text = dict(d["text_config"])
     text.setdefault("model_type", fam.model_type)
     for k in ("_name_or_path", "quantization_config"):
@@ -57,6 +67,8 @@ def _text_model(d: dict, where: str):
         note += (f" Its tie_word_embeddings ({show_value(tie)}) is the wrapper's, as transformers ties it, not the "
                  f"text_config's ({show_value(text['tie_word_embeddings'])}).")
     text["tie_word_embeddings"] = tie
+    if unknown:
+        note += f" --allow-unknown-fields: the wrapper's {', '.join(unknown)} ignored."
     return text, note
 
 
@@ -84,7 +96,7 @@ def read_hf_config(d: dict, p: Path, allow_unknown_fields: bool = False) -> dict
         raise RooflineError(f"{where} must hold a JSON object (a Hugging Face config.json), "
                             f"but it holds {show_value(d)}.")
     top = d
-    d, wrapped = _text_model(d, where)
+    d, wrapped = _text_model(d, where, allow_unknown_fields)
     mtype, fam, note = _model_type(d, where)
     keys = Keys(dict(SHARED)) + fam.keys
     d = keys.filled(d, keep_absent=() if wrapped else REQUIRED)

@@ -63,7 +63,9 @@ register(Family("llama", read_llama, keys=LLAMA_KEYS, presets=(
 )))
 
 register(Family("mistral", read_mistral, keys=MISTRAL_KEYS, wrappers={
-    "mistral3": {"what": "Mistral-Small-3.x, Mistral3ForConditionalGeneration", "tie_word_embeddings": True}},
+    "mistral3": {"what": "Mistral-Small-3.x, Mistral3ForConditionalGeneration", "tie_word_embeddings": True,
+                 "vision": ("image_token_index", "multimodal_projector_bias", "projector_hidden_act",
+                            "spatial_merge_size", "vision_feature_layer")}},
     presets=(
     preset("mistral-7b", 4096, 14336, 32, 32, 8, 32000, 32768, sliding_window=4096,
            source="mistralai/Mistral-7B-v0.1: every layer attends over a 4,096-token window"),

@@ -43,4 +43,5 @@ register(Family("qwen3", read_qwen3, keys=QWEN3_KEYS, presets=(
 )))
 
 register(Family("qwen3_vl_text", read_qwen3_vl_text, keys=QWEN3_VL_TEXT_KEYS, wrappers={
-    "qwen3_vl": {"what": "Qwen3-VL, Qwen3VLForConditionalGeneration", "tie_word_embeddings": False}}))
+    "qwen3_vl": {"what": "Qwen3-VL, Qwen3VLForConditionalGeneration", "tie_word_embeddings": False,
+                 "vision": ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}}))

@@ -34,8 +34,8 @@ QWEN3_MOE_KEYS = LLAMA_LIKE_KEYS + QWEN_WINDOW_KEYS + QWEN3_ATTENTION_KEYS + _MO
 # Qwen3-VL-MoE's text model: Qwen3-MoE without the window keys, RoPE base 500,000, head_dim 128, and the top-k
 # always renormalised (its router has no norm_topk_prob)
 QWEN3_VL_MOE_KEYS = LLAMA_LIKE_KEYS + QWEN3_ATTENTION_KEYS + _MOE_KEYS + Keys({
-    **sizes(151936, 2048, 5632, 24, 16, 16, 128000, 1e-6, tie=True, head_dim=128, theta=500000.0),
-    "moe_intermediate_size": 1408, "num_experts_per_tok": 4, "sliding_window": None},
+    **sizes(151936, 2048, 5632, 24, 16, 16, 128000, 1e-6, tie=True, theta=500000.0),
+    "moe_intermediate_size": 1408, "num_experts_per_tok": 4, "sliding_window": None, "norm_topk_prob": None},
     refused={"norm_topk_prob": ("a top-k left unnormalised (Qwen3-VL-MoE always renormalises)", (None, True))})
 
 
@@ -87,4 +87,4 @@ register(Family("qwen3_moe", read_qwen3_moe, tensors=QWEN3_MOE_TENSORS, keys=QWE
 
 register(Family("qwen3_vl_moe_text", read_qwen3_vl_moe_text, tensors=QWEN3_VL_MOE_TENSORS, keys=QWEN3_VL_MOE_KEYS,
                 wrappers={"qwen3_vl_moe": {"what": "Qwen3-VL-MoE, Qwen3VLMoeForConditionalGeneration",
-                                           "tie_word_embeddings": False}}))
+                                           "tie_word_embeddings": False, "vision": ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}}))

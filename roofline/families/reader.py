@@ -78,6 +78,8 @@ class Keys:
                 continue
             if k == "rope_theta" and "rope_parameters" in d:
                 continue
+            if k == "rope_parameters" and {"rope_theta", "rope_scaling"} & set(d):
+                continue
             out[k] = v
         return out
 

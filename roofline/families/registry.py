@@ -86,7 +86,9 @@ class Family:
     presets: tuple = ()                # Preset entries, in the order they are listed
     keys: Keys = Keys()                # every config key it knows, with transformers' defaults
     aliases: dict = field(default_factory=dict)    # model_type -> why it is this family exactly (its source)
-    wrappers: dict = field(default_factory=dict)   # a multimodal model_type whose text_config defaults to this one
+    # a multimodal model_type whose text_config defaults to this family -> {"what": the wrapper, "tie_word_embeddings":
+    # its class's default, "vision": its own keys (the vision tower's and the projector's: not costed)}
+    wrappers: dict = field(default_factory=dict)
     head_dim: Callable | None = None   # (HFReader) -> int: a query/key head's width when head_dim is not it
     rope: Callable | None = None       # (HFReader) -> float: RoPE base (and arch fields) when not the shared one
     says_quantization: bool = False    # its reader words the quantization_config note itself
