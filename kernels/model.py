@@ -100,7 +100,8 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     if "q_norm" in w:                                                    # qk-norm: over each head's D features
         q = ops.rmsnorm(q.reshape(T * cfg.n_heads, D), w["q_norm"], eps).view(T, cfg.n_heads, D)
         k = ops.rmsnorm(k.reshape(T * cfg.n_kv_heads, D), w["k_norm"], eps).view(T, cfg.n_kv_heads, D)
-    ops.rope(q, k, cos, sin, pos)
+    if cos is not None:                                                  # None: a NoPE layer (no RoPE)
+        ops.rope(q, k, cos, sin, pos)
     if kv_scales is None:
         ops.kv_append(k, v, k_cache, v_cache, tok_slot, pos)
         o = attend(q, k_cache, v_cache, **akw)                           # o: [T, Hq, D]
@@ -331,6 +332,8 @@ class LlamaModel:
 
     def _layer(self, i, x, pos, tok_slot, k_cache, v_cache, attend, scales=None):
         cos, sin = self.local_rope if self.cfg.windows[i] else (self.cos, self.sin)
+        if i in self.cfg.nope_layers:
+            cos = sin = None
         ops = self._counting[i] if i in self._counting else self.ops
         return transformer_layer(ops, self.lcfg, self.w["layers"][i], x, cos, sin, pos, tok_slot,
                                  k_cache, v_cache, attend, self.tp.all_reduce if self.tp is not None else None,

@@ -170,8 +170,10 @@ def _attention_ops(cfg: ModelConfig, sh: Shard) -> list:
                          rows=Hq))
         ops.append(_norm("k_norm", "k_norm", "self_attn.k_norm.weight", D, L, every, cfg.norm_offset, "attention",
                          rows=Hkv))
-    ops.append(OpSpec("rope", "rope", "layer", "attention", L, (), {"n_heads": Hq, "n_kv_heads": Hkv,
-                                                                    "head_dim": D}, every))
+    roped = tuple(i for i in every if i not in cfg.nope_layers)        # NoPE layers rotate nothing
+    if roped:
+        ops.append(OpSpec("rope", "rope", "layer", "attention", len(roped), (), {"n_heads": Hq, "n_kv_heads": Hkv,
+                                                                              "head_dim": D}, roped))
     ops.append(OpSpec("kv_append", "kv_append", "layer", "attention", L, (), {"n_kv_heads": Hkv, "head_dim": D},
                       every))
     windows = cfg.windows

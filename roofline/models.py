@@ -60,6 +60,7 @@ class ModelConfig:
     sliding_window: int = 0        # keys a windowed layer's query sees (itself included); 0: no window
     layer_types: tuple = ()        # per layer "full" or "sliding"; () with a window: every layer slides
     rope_local_theta: float = 0.0  # RoPE base of the sliding layers (Gemma-3); 0: rope_theta
+    nope_layers: tuple = ()        # layers that apply no RoPE to q and k (NoPE: SmolLM3's every 4th)
     rope_yarn: tuple = ()          # YaRN: (factor, beta_fast, beta_slow, original max positions, attention factor,
                                    # truncate) as kernels.rope.rope_tables takes it (GPT-OSS, DeepSeek-V3)
     attn_sinks: bool = False       # a learned logit per query head in every softmax's denominator (GPT-OSS)
@@ -147,7 +148,8 @@ class ModelConfig:
         if types:   # keep the pattern: the first n_layers layers' types
             types = tuple(types[i % len(types)] for i in range(n_layers))
         dense = tuple(i for i in self.dense_layers if i < n_layers)
-        return replace(self, n_layers=n_layers, layer_types=types, dense_layers=dense,
+        nope = tuple(i for i in self.nope_layers if i < n_layers)
+        return replace(self, n_layers=n_layers, layer_types=types, dense_layers=dense, nope_layers=nope,
                        name=f"{self.name} ({n_layers} layers)")
 
     def to_dict(self) -> dict:
@@ -155,6 +157,7 @@ class ModelConfig:
         d["notes"] = list(self.notes)
         d["layer_types"] = list(self.layer_types)
         d["dense_layers"] = list(self.dense_layers)
+        d["nope_layers"] = list(self.nope_layers)
         d["rope_yarn"] = list(self.rope_yarn)
         d["quantization"] = self.quantization.to_dict() if self.quantization else None
         return d
@@ -172,7 +175,7 @@ class ModelConfig:
             raise RooflineError(f"model description {d.get('name', '')!r} is missing the key {missing[0]!r} "
                                 f"(it needs {', '.join(required)}).")
         kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        for k in ("layer_types", "dense_layers", "rope_yarn"):
+        for k in ("layer_types", "dense_layers", "nope_layers", "rope_yarn"):
             if isinstance(kw.get(k), list):
                 kw[k] = tuple(kw[k])
         return cls(**kw)
@@ -225,12 +228,13 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
         if m.n_experts % m.n_group or m.topk_group > m.n_group:
             raise RooflineError(f"{where}: n_group ({m.n_group}) must divide n_experts ({m.n_experts}) and be at "
                                 f"least topk_group ({m.topk_group}).")
-    dense = m.dense_layers
-    if not isinstance(dense, (list, tuple)) or any(isinstance(i, bool) or not isinstance(i, int)
-                                                   or not 0 <= i < m.n_layers for i in dense):
-        raise RooflineError(f"{where}: dense_layers must list layer indices 0..{m.n_layers - 1}, but "
-                            f"{show_value(dense)} was given.")
-    object.__setattr__(m, "dense_layers", tuple(sorted(set(dense))))
+    for name in ("dense_layers", "nope_layers"):
+        idx = getattr(m, name)
+        if not isinstance(idx, (list, tuple)) or any(isinstance(i, bool) or not isinstance(i, int)
+                                                     or not 0 <= i < m.n_layers for i in idx):
+            raise RooflineError(f"{where}: {name} must list layer indices 0..{m.n_layers - 1}, but "
+                                f"{show_value(idx)} was given.")
+        object.__setattr__(m, name, tuple(sorted(set(idx))))
     yarn = m.rope_yarn
     if not isinstance(yarn, (list, tuple)) or len(yarn) not in (0, 6):
         raise RooflineError(f"{where}: rope_yarn must be (factor, beta_fast, beta_slow, original positions, "

@@ -12,9 +12,7 @@ from .registry import Family, preset, register
 # Every key a Llama-style reader knows (transformers 5.24's LlamaConfig defaults, configuration_llama.py);
 # the sizes' defaults are each family's own (its config class).
 LLAMA_LIKE_KEYS = Keys(
-    {"hidden_act": "silu", "pretraining_tp": 1, "partial_rotary_factor": None, "use_bidirectional_attention": None},
-    refused={"attention_chunk_size": ("chunked local attention (Llama-4)", (None,)),
-             "no_rope_layers": ("NoPE layers (Llama-4, SmolLM3)", (None,))})
+    {"hidden_act": "silu", "pretraining_tp": 1, "partial_rotary_factor": None, "use_bidirectional_attention": None})
 
 
 def sizes(vocab, hidden, inter, layers, heads, kv_heads, max_pos, eps, tie=False, head_dim=None, theta=10000.0) -> dict:
@@ -25,7 +23,9 @@ def sizes(vocab, hidden, inter, layers, heads, kv_heads, max_pos, eps, tie=False
 
 
 LLAMA_KEYS = LLAMA_LIKE_KEYS + Keys({**sizes(32000, 4096, 11008, 32, 32, None, 2048, 1e-6),
-                                     "attention_bias": False, "mlp_bias": False})
+                                     "attention_bias": False, "mlp_bias": False}, refused={
+    "attention_chunk_size": ("chunked local attention (Llama-4)", (None,)),
+    "no_rope_layers": ("NoPE layers on a llama (Llama-4's; SmolLM3's are read under smollm3)", (None,))})
 # MistralConfig (configuration_mistral.py): 8 KV heads and a 4,096 window unless the config says otherwise
 MISTRAL_KEYS = LLAMA_LIKE_KEYS + Keys({**sizes(32000, 4096, 14336, 32, 32, 8, 131072, 1e-6), "sliding_window": 4096,
                                        "layer_types": None})
