@@ -111,6 +111,8 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     a = reduce(_linear(ops, o.reshape(T, cfg.q_dim), w, "wo", "bo"))
     if "post_attn_norm" in w:
         a = ops.rmsnorm(a, w["post_attn_norm"], eps)
+    if cfg.residual_multiplier:                                          # Granite: x + m * branch
+        a = a * cfg.residual_multiplier
     return _mlp(ops, cfg, w, ops.residual_add(x, a), reduce)
 
 
@@ -120,6 +122,8 @@ def _mlp(ops, cfg: ModelConfig, w: dict, x, reduce):
     d = reduce(moe_mlp(ops, cfg, w, h) if "router" in w else dense_mlp(ops, cfg, w, h))
     if "post_mlp_norm" in w:
         d = ops.rmsnorm(d, w["post_mlp_norm"], cfg.rms_eps)
+    if cfg.residual_multiplier:
+        d = d * cfg.residual_multiplier
     return ops.residual_add(x, d)
 
 
@@ -304,6 +308,8 @@ class LlamaModel:
         if self.tp is not None:                          # vocab-parallel: gather every rank's logits, drop padding
             out = self.tp.all_gather_last(out)[..., : self.cfg.vocab]
         out = out.float()
+        if self.cfg.logits_scaling:                      # Granite: logits / logits_scaling
+            out = out / self.cfg.logits_scaling
         if self.cfg.final_softcap:                       # Gemma-2: logits -> c * tanh(logits / c)
             c = self.cfg.final_softcap
             out = torch.tanh(out / c) * c
@@ -316,6 +322,8 @@ class LlamaModel:
             x = embed(self.ops, tokens, self.w["embed"], self.shard.vocab_rows(self.tp.rank), self.tp)
         if self.cfg.embed_scale:                         # Gemma: sqrt(hidden), rounded to the activation dtype
             x = x * torch.tensor(self.cfg.hidden ** 0.5, dtype=x.dtype)
+        elif self.cfg.embed_multiplier:                  # Granite's embedding_multiplier
+            x = x * self.cfg.embed_multiplier
         return x
 
     def _counting_ops(self, i):

@@ -61,6 +61,9 @@ class ModelConfig:
     layer_types: tuple = ()        # per layer "full" or "sliding"; () with a window: every layer slides
     rope_local_theta: float = 0.0  # RoPE base of the sliding layers (Gemma-3); 0: rope_theta
     nope_layers: tuple = ()        # layers that apply no RoPE to q and k (NoPE: SmolLM3's every 4th)
+    embed_multiplier: float = 0.0  # the embedding x this (Granite's embedding_multiplier); 0: none
+    residual_multiplier: float = 0.0  # each residual adds the branch x this (Granite); 0: plain add
+    logits_scaling: float = 0.0    # the logits / this (Granite's logits_scaling); 0: none
     rope_yarn: tuple = ()          # YaRN: (factor, beta_fast, beta_slow, original max positions, attention factor,
                                    # truncate) as kernels.rope.rope_tables takes it (GPT-OSS, DeepSeek-V3)
     attn_sinks: bool = False       # a learned logit per query head in every softmax's denominator (GPT-OSS)
@@ -194,7 +197,8 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
                  "attn_sinks", "norm_topk", "router_bias", "router_correction", "expert_bias", "shared_gate",
                  "rope_interleave"):
         bool_field(where, name, getattr(m, name))
-    for name in ("query_scale", "attn_softcap", "final_softcap", "rope_local_theta"):
+    for name in ("query_scale", "attn_softcap", "final_softcap", "rope_local_theta", "embed_multiplier",
+                 "residual_multiplier", "logits_scaling"):
         v = getattr(m, name)
         if v != 0:
             object.__setattr__(m, name, float_field(where, name, v, " (0 means none)"))

@@ -42,7 +42,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 BUILT_WITH = "5.24.0"   # the transformers version these fixtures were written and checked against
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text", "smollm3")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text", "smollm3",
+               "granite")
 GEMMA_FAMILY = ("gemma", "gemma2", "gemma3_text")   # RMSNorm multiplies by (1 + w)
 WINDOW = 8                # every sliding window here: shorter than the prompts below
 PROMPT = 5                # reference(): tokens of the cached prefill
@@ -83,6 +84,9 @@ _CONFIGS = {
     # NoPE on the middle layer (no_rope_layers 0), untied, a RoPE base that is not the default
     "smollm3": ("SmolLM3Config", dict(no_rope_layers=[1, 0, 1], tie_word_embeddings=False, rope_theta=500000.0,
                                       attention_bias=False, mlp_bias=False, use_sliding_window=False)),
+    # every multiplier away from 1 (the attention's in place of 1/sqrt(head_dim)), q/k/v/o biases
+    "granite": ("GraniteConfig", dict(embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
+                                      logits_scaling=2.5, attention_bias=True, tie_word_embeddings=False)),
     "gemma3_text": ("Gemma3TextConfig", dict(head_dim=32, hidden_activation="gelu_pytorch_tanh",
                                              query_pre_attn_scalar=24, sliding_window=WINDOW,
                                              sliding_window_pattern=2, layer_types=_ALTERNATE,
