@@ -101,7 +101,8 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
         q = ops.rmsnorm(q.reshape(T * cfg.n_heads, D), w["q_norm"], eps).view(T, cfg.n_heads, D)
         k = ops.rmsnorm(k.reshape(T * cfg.n_kv_heads, D), w["k_norm"], eps).view(T, cfg.n_kv_heads, D)
     if cos is not None:                                                  # None: a NoPE layer (no RoPE)
-        ops.rope(q, k, cos, sin, pos)
+        rd = cfg.rotary_dim                                              # partial rotary: the first rd dims
+        ops.rope(q[..., :rd], k[..., :rd], cos, sin, pos) if rd and rd < D else ops.rope(q, k, cos, sin, pos)
     if kv_scales is None:
         ops.kv_append(k, v, k_cache, v_cache, tok_slot, pos)
         o = attend(q, k_cache, v_cache, **akw)                           # o: [T, Hq, D]
@@ -257,7 +258,7 @@ class LlamaModel:
                 prepare_model_torch(self.w)
         self.group_size = next(iter(int4), 0)
         self.zero_point = bool(int4.get(self.group_size))
-        rd = cfg.qk_rope_dim if cfg.mla else cfg.head_dim                  # the dims RoPE rotates
+        rd = cfg.qk_rope_dim if cfg.mla else (cfg.rotary_dim or cfg.head_dim)   # the dims RoPE rotates
         self.cos, self.sin = rope_tables(self.max_len, rd, cfg.rope_theta, self.device, cfg.rope_yarn)
         self.local_rope = (self.cos, self.sin)          # sliding layers with their own RoPE base (Gemma-3)
         if cfg.rope_local_theta and cfg.rope_local_theta != cfg.rope_theta:

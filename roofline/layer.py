@@ -177,8 +177,8 @@ def _attention_ops(cfg: ModelConfig, sh: Shard) -> list:
                          rows=Hkv))
     roped = tuple(i for i in every if i not in cfg.nope_layers)        # NoPE layers rotate nothing
     if roped:
-        ops.append(OpSpec("rope", "rope", "layer", "attention", len(roped), (), {"n_heads": Hq, "n_kv_heads": Hkv,
-                                                                              "head_dim": D}, roped))
+        ops.append(OpSpec("rope", "rope", "layer", "attention", len(roped), (), {   # partial rotary: its dims only
+            "n_heads": Hq, "n_kv_heads": Hkv, "head_dim": cfg.rotary_dim or D}, roped))
     ops.append(OpSpec("kv_append", "kv_append", "layer", "attention", L, (), {"n_kv_heads": Hkv, "head_dim": D},
                       every))
     windows = cfg.windows

@@ -61,6 +61,7 @@ class ModelConfig:
     layer_types: tuple = ()        # per layer "full" or "sliding"; () with a window: every layer slides
     rope_local_theta: float = 0.0  # RoPE base of the sliding layers (Gemma-3); 0: rope_theta
     nope_layers: tuple = ()        # layers that apply no RoPE to q and k (NoPE: SmolLM3's every 4th)
+    rotary_dim: int = 0            # partial rotary: RoPE on each head's first rotary_dim dims (GLM-4.5's half); 0: all
     embed_multiplier: float = 0.0  # the embedding x this (Granite's embedding_multiplier); 0: none
     residual_multiplier: float = 0.0  # each residual adds the branch x this (Granite); 0: plain add
     logits_scaling: float = 0.0    # the logits / this (Granite's logits_scaling); 0: none
@@ -220,8 +221,11 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
         raise RooflineError(f"{where}: expert_activation must be silu or swiglu_oai, but "
                             f"{show_value(m.expert_activation)} was given.")
     for name in ("n_experts", "n_active", "moe_intermediate", "shared_intermediate", "q_lora_rank", "kv_lora_rank",
-                 "qk_rope_dim", "qk_nope_dim", "v_head_dim"):
+                 "qk_rope_dim", "qk_nope_dim", "v_head_dim", "rotary_dim"):
         object.__setattr__(m, name, int_field(where, name, getattr(m, name), 0))
+    if m.rotary_dim and (m.rotary_dim % 2 or m.rotary_dim > m.head_dim):
+        raise RooflineError(f"{where}: rotary_dim must be even and at most head_dim ({m.head_dim}), but "
+                            f"{m.rotary_dim} was given (0 means every head dimension).")
     for name in ("n_group", "topk_group"):
         object.__setattr__(m, name, int_field(where, name, getattr(m, name), 1))
     object.__setattr__(m, "routed_scale", float_field(where, "routed_scale", m.routed_scale))

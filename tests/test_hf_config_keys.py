@@ -74,11 +74,15 @@ SPARSE_GAPS: dict = {}       # model_type -> fields a sparse config reads otherw
 def test_a_config_of_only_the_sizes_reads_as_transformers_full_default_config(mtype, tmp_path):
     """What a config leaves out is transformers' default: the same model as the one it writes out in full."""
     d = _transformers_config(mtype).to_dict()
+    if d["hidden_size"] % d["num_attention_heads"]:     # no head_dim: give one (a multiple of 4) to both
+        d["head_dim"] = d["hidden_size"] // d["num_attention_heads"] // 4 * 4
     full = ModelConfig(**read_hf_config(json.loads(json.dumps(d)), tmp_path / "config.json"))
     sparse_d = {"model_type": mtype, **{k: d[k] for k in REQUIRED}}
     for k in ("num_experts", "num_local_experts", "n_routed_experts"):   # the experts' count is never filled in
         if k in d:
             sparse_d[k] = d[k]
+    if d["hidden_size"] % d["num_attention_heads"]:     # Glm4MoeConfig's 4096 / 96: transformers floors, we refuse
+        sparse_d["head_dim"] = d["head_dim"]
     sparse = ModelConfig(**read_hf_config(sparse_d, tmp_path / "config.json"))
     diff = {f: (getattr(full, f), getattr(sparse, f)) for f in full.__dataclass_fields__
             if f not in ("notes", "name") and getattr(full, f) != getattr(sparse, f)}
@@ -88,3 +92,25 @@ def test_a_config_of_only_the_sizes_reads_as_transformers_full_default_config(mt
 def test_irrelevant_keys_are_not_also_modelled():
     for f in families():
         assert not set(f.keys.modelled) & set(IRRELEVANT), f.model_type
+
+
+def _tiny_modules():
+    import hf_tiny
+    import hf_tiny_moe
+    return [(hf_tiny, mt) for mt in hf_tiny.MODEL_TYPES] + [(hf_tiny_moe, mt) for mt in hf_tiny_moe.MODEL_TYPES]
+
+
+@pytest.mark.parametrize("module, mtype", _tiny_modules(), ids=[mt for _, mt in _tiny_modules()])
+def test_parameter_count_equals_transformers_on_the_meta_device(module, mtype, tmp_path):
+    """Every supported type (the new ones: smollm3, granite, glm4_moe) counts transformers' parameters exactly."""
+    torch = pytest.importorskip("torch")
+    from roofline.layer import model_params
+    from roofline.models import load_model
+
+    cfg = module.tiny_config(mtype)
+    cfg.save_pretrained(tmp_path)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    theirs = sum(p.numel() for p in model.parameters()) + sum(  # DeepSeek's / GLM's correction bias: a buffer
+        b.numel() for n, b in model.named_buffers() if n.endswith("e_score_correction_bias"))
+    assert model_params(load_model(tmp_path)) == theirs

@@ -31,11 +31,12 @@ MISTRAL_KEYS = LLAMA_LIKE_KEYS + Keys({**sizes(32000, 4096, 14336, 32, 32, 8, 13
                                        "layer_types": None})
 
 
-def llama_like(r: HFReader) -> None:
+def llama_like(r: HFReader, partial_rotary: bool = False) -> None:
+    """``partial_rotary``: the family reads partial_rotary_factor itself (``rotary_dim``), else it is refused."""
     r.arch["activation"] = r.activation("hidden_act")
     if r.get("pretraining_tp", 1) not in (1,):
         r.refuse("pretraining_tp", "is not modelled (only 1: the split-weight matmul of Llama-2 pretraining)")
-    if r.get("partial_rotary_factor", 1.0) != 1.0:
+    if not partial_rotary and r.get("partial_rotary_factor", 1.0) != 1.0:
         r.refuse("partial_rotary_factor", "is not modelled (RoPE rotates every head dimension)")
     if r.flag("use_bidirectional_attention"):
         r.refuse("use_bidirectional_attention", "is not modelled (attention is causal)")
