@@ -68,9 +68,10 @@ _CONFIGS = {
     # qk-norm (always on in Qwen3), head_dim 32 independent of hidden / heads, no biases
     "qwen3": ("Qwen3Config", dict(head_dim=32, attention_bias=False, use_sliding_window=False,
                                   tie_word_embeddings=False, rope_theta=1000000.0)),
-    # fused qkv_proj and gate_up_proj (always in Phi-3), every layer over the window
+    # fused qkv_proj and gate_up_proj (always in Phi-3), every layer over the window, RoPE on half of each head
+    # (Phi-4-mini's partial rotary: 0.75 of 128)
     "phi3": ("Phi3Config", dict(sliding_window=WINDOW, tie_word_embeddings=False,
-                                original_max_position_embeddings=256, rope_scaling=None)),
+                                original_max_position_embeddings=256, rope_scaling=None, partial_rotary_factor=0.5)),
     # GeGLU (tanh), sqrt(hidden) embedding scale, (1+w) norms, head_dim 32 with hidden 64, tied by default
     "gemma": ("GemmaConfig", dict(head_dim=32, hidden_act="gelu_pytorch_tanh",
                                   hidden_activation="gelu_pytorch_tanh")),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..config_fields import float_field
 from .deepseek_v3 import DEEPSEEK_TENSORS
 from .llama import LLAMA_LIKE_KEYS, llama_like, sizes
-from .reader import HFReader, Keys
+from .reader import HFReader, Keys, rotary_dim
 from .registry import Family, register
 
 # Glm4MoeConfig (transformers 5.24); the published configs (4.x) say partial_rotary_factor at the top level
@@ -21,19 +21,6 @@ GLM4_MOE_KEYS = LLAMA_LIKE_KEYS + Keys({
     "partial_rotary_factor": None})
 
 
-def _rotary_dim(r: HFReader, head_dim: int) -> int:
-    """The dims RoPE rotates: partial_rotary_factor (top level, or in rope_parameters) x head_dim (0: all)."""
-    params = r.d.get("rope_parameters") if isinstance(r.d.get("rope_parameters"), dict) else {}
-    key = "partial_rotary_factor" if r.d.get("partial_rotary_factor") is not None else \
-        "rope_parameters.partial_rotary_factor"
-    f = r.d.get("partial_rotary_factor", params.get("partial_rotary_factor", 0.5))
-    f = float_field(r.where, key, 0.5 if f is None else f, " (the share of each head's dims RoPE rotates)")
-    rd = int(head_dim * f)
-    if f > 1 or rd % 2 or rd == 0:
-        r.refuse(key.split(".")[0], f"is not modelled (it gives {rd} rotary dims of {head_dim}: give an even share)")
-    return 0 if rd == head_dim else rd
-
-
 def read_glm4_moe(r: HFReader) -> None:
     llama_like(r, partial_rotary=True)
     n = r.d["num_hidden_layers"]
@@ -41,7 +28,7 @@ def read_glm4_moe(r: HFReader) -> None:
     inter = r.size("moe_intermediate_size")
     first = r.count("first_k_dense_replace", 1, 0)
     r.arch.update(
-        qkv_bias=r.flag("attention_bias"), qk_norm=r.flag("use_qk_norm"), rotary_dim=_rotary_dim(r, hd),
+        qkv_bias=r.flag("attention_bias"), qk_norm=r.flag("use_qk_norm"), rotary_dim=rotary_dim(r, hd, 0.5),
         n_experts=r.experts("n_routed_experts", "num_local_experts"), n_active=r.count("num_experts_per_tok", 8),
         moe_intermediate=inter, router="sigmoid_group", norm_topk=r.flag("norm_topk_prob", True),
         routed_scale=float_field(r.where, "routed_scaling_factor", r.get("routed_scaling_factor", 1.0)),

@@ -1,10 +1,11 @@
-"""Phi-3 (``model_type`` phi3): a Llama whose checkpoint fuses q/k/v into qkv_proj and gate/up into
-gate_up_proj (costed as the split projections, loaded into them slice by slice)."""
+"""Phi-3 and Phi-4-mini (``model_type`` phi3): a Llama whose checkpoint fuses q/k/v into qkv_proj and gate/up
+into gate_up_proj (costed as the split projections, loaded into them slice by slice); RoPE on each head's first
+partial_rotary_factor of dims (Phi-4-mini: 0.75)."""
 
 from __future__ import annotations
 
 from .llama import LLAMA_LIKE_KEYS, llama_like, sizes
-from .reader import HFReader, Keys
+from .reader import HFReader, Keys, rotary_dim
 from .registry import Family, Tensors, preset, register
 
 
@@ -16,10 +17,9 @@ PHI3_KEYS = LLAMA_LIKE_KEYS + Keys(
 
 
 def read_phi3(r: HFReader) -> None:
-    llama_like(r)
-    params = r.get("rope_parameters", {})
-    if isinstance(params, dict) and params.get("partial_rotary_factor", 1.0) != 1.0:
-        r.refuse("rope_parameters.partial_rotary_factor", "is not modelled (RoPE rotates every head dimension)")
+    llama_like(r, partial_rotary=True)       # Phi-4-mini rotates 3/4 of each head
+    hd = r.d.get("head_dim") or r.d["hidden_size"] // r.d["num_attention_heads"]
+    r.arch["rotary_dim"] = rotary_dim(r, hd)
     r.arch["sliding_window"], r.arch["layer_types"] = r.window()
 
 

@@ -212,6 +212,21 @@ class HFReader:
                                 "null or switched off: give the window.")
 
 
+def rotary_dim(r: HFReader, head_dim: int, default: float = 1.0) -> int:
+    """Partial rotary: partial_rotary_factor (at the top, 4.x, or in rope_parameters, 5.x; absent: ``default``) x
+    ``head_dim``, the dims RoPE rotates at the start of each head (``ModelConfig.rotary_dim``: 0 when all)."""
+    params = r.d.get("rope_parameters") if isinstance(r.d.get("rope_parameters"), dict) else {}
+    top = r.d.get("partial_rotary_factor") is not None
+    key = "partial_rotary_factor" if top else "rope_parameters.partial_rotary_factor"
+    f = r.d["partial_rotary_factor"] if top else params.get("partial_rotary_factor")
+    f = float_field(r.where, key, default if f is None else f, " (the share of each head's dims RoPE rotates)")
+    rd = int(head_dim * f)
+    if f > 1 or rd % 2 or rd == 0:
+        raise RooflineError(f"{r.where}: {r.mtype}: {key} = {f:g} gives {rd} rotary dims of head_dim {head_dim}, "
+                            "which is not modelled (an even number of dims, at most head_dim): fix the factor.")
+    return 0 if rd == head_dim else rd
+
+
 def _brief(v, limit: int = 240) -> str:
     s = json.dumps(v, default=str)
     return s if len(s) <= limit else s[: limit - 4] + " ...}"
