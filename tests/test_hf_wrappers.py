@@ -198,6 +198,12 @@ def test_a_2026_field_on_a_supported_config_is_refused(name, key, value, says, t
     assert says in msg and msg.endswith("costs and logits would be wrong, so the model is refused.")
 
 
+def test_partial_rotary_inside_rope_parameters_is_refused_where_not_read(tmp_path):
+    d = dict(_published("qwen3-8b.json"), rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                                                          "partial_rotary_factor": 0.25})
+    assert "qwen3: rope_parameters = " in error(write(tmp_path, d))
+
+
 def test_a_probe_left_off_is_accepted(tmp_path):
     d = _published("qwen3-8b.json")
     base = load_model(write(tmp_path / "a", d))

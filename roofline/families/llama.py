@@ -38,6 +38,10 @@ def llama_like(r: HFReader, partial_rotary: bool = False) -> None:
         r.refuse("pretraining_tp", "is not modelled (only 1: the split-weight matmul of Llama-2 pretraining)")
     if not partial_rotary and r.get("partial_rotary_factor", 1.0) != 1.0:
         r.refuse("partial_rotary_factor", "is not modelled (RoPE rotates every head dimension)")
+    params = r.d.get("rope_parameters")
+    if not partial_rotary and isinstance(params, dict) and params.get("partial_rotary_factor", 1.0) != 1.0:
+        r.refuse("rope_parameters", "says a partial_rotary_factor, which is not modelled here (RoPE rotates every "
+                                    "head dimension)")
     if r.flag("use_bidirectional_attention"):
         r.refuse("use_bidirectional_attention", "is not modelled (attention is causal)")
 
