@@ -89,7 +89,7 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
         akw["sinks"] = w["sinks"]
     # x: [T, H]   pos, tok_slot: [T]   k_cache, v_cache: [slots, Hkv, L, D]
     T, D, eps = x.shape[0], cfg.head_dim, cfg.rms_eps
-    h = ops.rmsnorm(x, w["attn_norm"], eps)
+    h = ops.rmsnorm(x, w["attn_norm"], eps) if "attn_norm" in w else x    # OLMo-2: no norm before attention
     if cfg.mla:
         a = reduce(_linear(ops, mla_attention(ops, cfg, w, h, cos, sin, pos, tok_slot, k_cache, v_cache, attend),
                            w, "wo", "bo"))
@@ -97,7 +97,10 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     q = _linear(ops, h, w, "wq", "bq").view(T, cfg.n_heads, D)           # q: [T, Hq, D]
     k = _linear(ops, h, w, "wk", "bk").view(T, cfg.n_kv_heads, D)        # k: [T, Hkv, D]
     v = _linear(ops, h, w, "wv", "bv").view(T, cfg.n_kv_heads, D)        # v: [T, Hkv, D]
-    if "q_norm" in w:                                                    # qk-norm: over each head's D features
+    if "q_norm" in w and cfg.qk_norm_whole:                              # OLMo-2: over the whole projection
+        q = ops.rmsnorm(q.reshape(T, cfg.q_dim), w["q_norm"], eps).view(T, cfg.n_heads, D)
+        k = ops.rmsnorm(k.reshape(T, cfg.kv_dim), w["k_norm"], eps).view(T, cfg.n_kv_heads, D)
+    elif "q_norm" in w:                                                  # qk-norm: over each head's D features
         q = ops.rmsnorm(q.reshape(T * cfg.n_heads, D), w["q_norm"], eps).view(T, cfg.n_heads, D)
         k = ops.rmsnorm(k.reshape(T * cfg.n_kv_heads, D), w["k_norm"], eps).view(T, cfg.n_kv_heads, D)
     if cos is not None:                                                  # None: a NoPE layer (no RoPE)
@@ -119,7 +122,7 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
 
 def _mlp(ops, cfg: ModelConfig, w: dict, x, reduce):
     """The MLP half of a layer after the attention residual: a dense gated MLP, or routed experts (+ shared)."""
-    h = ops.rmsnorm(x, w["mlp_norm"], cfg.rms_eps)
+    h = ops.rmsnorm(x, w["mlp_norm"], cfg.rms_eps) if "mlp_norm" in w else x
     d = reduce(moe_mlp(ops, cfg, w, h) if "router" in w else dense_mlp(ops, cfg, w, h))
     if "post_mlp_norm" in w:
         d = ops.rmsnorm(d, w["post_mlp_norm"], cfg.rms_eps)

@@ -32,7 +32,7 @@ def norm(ctx, spec):
     nw = ctx.w[key] if key in ctx.w else ctx.lw[key]
     if spec.part == "post":
         src = ctx.last
-    elif spec.dims["rows"] > 1:                           # qk-norm: each head's D features
+    elif spec.dims["rows"] > 1:                           # qk-norm: each head's D features (OLMo-2's: one row)
         src = (ctx.q if spec.name == "q_norm" else ctx.k).view(-1, ctx.cfg.head_dim)
     else:
         src = ctx.rows_of(spec.dims["width"])

@@ -112,15 +112,17 @@ def _model_ops(cfg: ModelConfig, sh: Shard) -> tuple:
     if cfg.embed_scale or cfg.embed_multiplier:    # Gemma's sqrt(hidden), Granite's embedding_multiplier
         ops.append(OpSpec("embed_scale", "scale", "pre", "embed", 1, (), {
             "width": H, "factor": cfg.embed_multiplier if cfg.embed_multiplier else H ** 0.5}))
-    ops.append(_norm("attn_norm", "attn_norm", "input_layernorm.weight", H, L, every, cfg.norm_offset))
+    if cfg.pre_norms:                  # OLMo-2 has none: its norms come after attention and the MLP
+        ops.append(_norm("attn_norm", "attn_norm", "input_layernorm.weight", H, L, every, cfg.norm_offset))
     ops += _mla_ops(cfg, sh) if cfg.mla else _attention_ops(cfg, sh)
     if cfg.sandwich_norms:
         ops.append(_norm("post_attn_norm", "post_attn_norm", "post_attention_layernorm.weight", H, L, every,
                          cfg.norm_offset))
     res = {"width": H, **({"scale": cfg.residual_multiplier} if cfg.residual_multiplier else {})}   # x + m * branch
     ops.append(OpSpec("attn_residual", "residual", "layer", "residual", L, (), res, every))
-    ops.append(_norm("mlp_norm", "mlp_norm", "pre_feedforward_layernorm.weight" if cfg.sandwich_norms
-                     else "post_attention_layernorm.weight", H, L, every, cfg.norm_offset))
+    if cfg.pre_norms:
+        ops.append(_norm("mlp_norm", "mlp_norm", "pre_feedforward_layernorm.weight" if cfg.sandwich_norms
+                         else "post_attention_layernorm.weight", H, L, every, cfg.norm_offset))
     moe = cfg.moe_layers
     dense = tuple(i for i in every if i not in moe)
     if dense:
@@ -170,7 +172,10 @@ def _attention_ops(cfg: ModelConfig, sh: Shard) -> list:
                                                  ("v_proj", "wv", kvd, "kv_cols", "bv"))):
         ops.append(proj(name, H, n, key, sh_w, f"self_attn.{name}.weight", (qkv, i, sizes) if fused else (),
                         cfg.qkv_bias, b, sh_w))
-    if cfg.qk_norm:
+    if cfg.qk_norm and cfg.qk_norm_whole:     # OLMo-2: over the whole projection (one row per token)
+        ops.append(_norm("q_norm", "q_norm", "self_attn.q_norm.weight", qd, L, every, cfg.norm_offset, "attention"))
+        ops.append(_norm("k_norm", "k_norm", "self_attn.k_norm.weight", kvd, L, every, cfg.norm_offset, "attention"))
+    elif cfg.qk_norm:
         ops.append(_norm("q_norm", "q_norm", "self_attn.q_norm.weight", D, L, every, cfg.norm_offset, "attention",
                          rows=Hq))
         ops.append(_norm("k_norm", "k_norm", "self_attn.k_norm.weight", D, L, every, cfg.norm_offset, "attention",

@@ -61,6 +61,8 @@ class ModelConfig:
     layer_types: tuple = ()        # per layer "full" or "sliding"; () with a window: every layer slides
     rope_local_theta: float = 0.0  # RoPE base of the sliding layers (Gemma-3); 0: rope_theta
     nope_layers: tuple = ()        # layers that apply no RoPE to q and k (NoPE: SmolLM3's every 4th)
+    pre_norms: bool = True         # a norm before attention and before the MLP; False: only after them (OLMo-2)
+    qk_norm_whole: bool = False    # qk-norm over the whole q / k projection, not each head's (OLMo-2)
     rotary_dim: int = 0            # partial rotary: RoPE on each head's first rotary_dim dims (GLM-4.5's half); 0: all
     embed_multiplier: float = 0.0  # the embedding x this (Granite's embedding_multiplier); 0: none
     residual_multiplier: float = 0.0  # each residual adds the branch x this (Granite); 0: plain add
@@ -196,7 +198,7 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
                             f"{show_value(m.activation)} was given.")
     for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "norm_offset", "sandwich_norms", "embed_scale",
                  "attn_sinks", "norm_topk", "router_bias", "router_correction", "expert_bias", "shared_gate",
-                 "rope_interleave"):
+                 "rope_interleave", "pre_norms", "qk_norm_whole"):
         bool_field(where, name, getattr(m, name))
     for name in ("query_scale", "attn_softcap", "final_softcap", "rope_local_theta", "embed_multiplier",
                  "residual_multiplier", "logits_scaling"):

@@ -248,3 +248,15 @@ def test_every_pinned_published_config_loads_strictly():
     assert len(paths) >= 20
     for p in paths:
         assert load_model(p).hidden > 0, p
+
+
+def test_olmo2_whole_projection_qk_norm_is_not_split_under_tp(tmp_path):
+    from roofline.parallel import shard
+
+    d = dict(model_type="olmo2", hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=256)
+    m = load_model(write(tmp_path, d))
+    assert (m.pre_norms, m.sandwich_norms, m.qk_norm, m.qk_norm_whole) == (False, True, True, True)
+    assert shard(m, 1).tp == 1
+    with pytest.raises(RooflineError, match=r"--tp 2 cannot split .*qk-norm is over the whole q / k projection"):
+        shard(m, 2)
