@@ -89,7 +89,7 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
         akw["sinks"] = w["sinks"]
     # x: [T, H]   pos, tok_slot: [T]   k_cache, v_cache: [slots, Hkv, L, D]
     T, D, eps = x.shape[0], cfg.head_dim, cfg.rms_eps
-    h = ops.rmsnorm(x, w["attn_norm"], eps)
+    h = ops.rmsnorm(x, w["attn_norm"], eps) if "attn_norm" in w else x    # OLMo-2: no norm before attention
     if cfg.mla:
         a = reduce(_linear(ops, mla_attention(ops, cfg, w, h, cos, sin, pos, tok_slot, k_cache, v_cache, attend),
                            w, "wo", "bo"))
@@ -97,10 +97,15 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     q = _linear(ops, h, w, "wq", "bq").view(T, cfg.n_heads, D)           # q: [T, Hq, D]
     k = _linear(ops, h, w, "wk", "bk").view(T, cfg.n_kv_heads, D)        # k: [T, Hkv, D]
     v = _linear(ops, h, w, "wv", "bv").view(T, cfg.n_kv_heads, D)        # v: [T, Hkv, D]
-    if "q_norm" in w:                                                    # qk-norm: over each head's D features
+    if "q_norm" in w and cfg.qk_norm_whole:                              # OLMo-2: over the whole projection
+        q = ops.rmsnorm(q.reshape(T, cfg.q_dim), w["q_norm"], eps).view(T, cfg.n_heads, D)
+        k = ops.rmsnorm(k.reshape(T, cfg.kv_dim), w["k_norm"], eps).view(T, cfg.n_kv_heads, D)
+    elif "q_norm" in w:                                                  # qk-norm: over each head's D features
         q = ops.rmsnorm(q.reshape(T * cfg.n_heads, D), w["q_norm"], eps).view(T, cfg.n_heads, D)
         k = ops.rmsnorm(k.reshape(T * cfg.n_kv_heads, D), w["k_norm"], eps).view(T, cfg.n_kv_heads, D)
-    ops.rope(q, k, cos, sin, pos)
+    if cos is not None:                                                  # None: a NoPE layer (no RoPE)
+        rd = cfg.rotary_dim                                              # partial rotary: the first rd dims
+        ops.rope(q[..., :rd], k[..., :rd], cos, sin, pos) if rd and rd < D else ops.rope(q, k, cos, sin, pos)
     if kv_scales is None:
         ops.kv_append(k, v, k_cache, v_cache, tok_slot, pos)
         o = attend(q, k_cache, v_cache, **akw)                           # o: [T, Hq, D]
@@ -110,15 +115,19 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     a = reduce(_linear(ops, o.reshape(T, cfg.q_dim), w, "wo", "bo"))
     if "post_attn_norm" in w:
         a = ops.rmsnorm(a, w["post_attn_norm"], eps)
+    if cfg.residual_multiplier:                                          # Granite: x + m * branch
+        a = a * cfg.residual_multiplier
     return _mlp(ops, cfg, w, ops.residual_add(x, a), reduce)
 
 
 def _mlp(ops, cfg: ModelConfig, w: dict, x, reduce):
     """The MLP half of a layer after the attention residual: a dense gated MLP, or routed experts (+ shared)."""
-    h = ops.rmsnorm(x, w["mlp_norm"], cfg.rms_eps)
+    h = ops.rmsnorm(x, w["mlp_norm"], cfg.rms_eps) if "mlp_norm" in w else x
     d = reduce(moe_mlp(ops, cfg, w, h) if "router" in w else dense_mlp(ops, cfg, w, h))
     if "post_mlp_norm" in w:
         d = ops.rmsnorm(d, w["post_mlp_norm"], cfg.rms_eps)
+    if cfg.residual_multiplier:
+        d = d * cfg.residual_multiplier
     return ops.residual_add(x, d)
 
 
@@ -252,7 +261,7 @@ class LlamaModel:
                 prepare_model_torch(self.w)
         self.group_size = next(iter(int4), 0)
         self.zero_point = bool(int4.get(self.group_size))
-        rd = cfg.qk_rope_dim if cfg.mla else cfg.head_dim                  # the dims RoPE rotates
+        rd = cfg.qk_rope_dim if cfg.mla else (cfg.rotary_dim or cfg.head_dim)   # the dims RoPE rotates
         self.cos, self.sin = rope_tables(self.max_len, rd, cfg.rope_theta, self.device, cfg.rope_yarn)
         self.local_rope = (self.cos, self.sin)          # sliding layers with their own RoPE base (Gemma-3)
         if cfg.rope_local_theta and cfg.rope_local_theta != cfg.rope_theta:
@@ -303,6 +312,8 @@ class LlamaModel:
         if self.tp is not None:                          # vocab-parallel: gather every rank's logits, drop padding
             out = self.tp.all_gather_last(out)[..., : self.cfg.vocab]
         out = out.float()
+        if self.cfg.logits_scaling:                      # Granite: logits / logits_scaling
+            out = out / self.cfg.logits_scaling
         if self.cfg.final_softcap:                       # Gemma-2: logits -> c * tanh(logits / c)
             c = self.cfg.final_softcap
             out = torch.tanh(out / c) * c
@@ -315,6 +326,8 @@ class LlamaModel:
             x = embed(self.ops, tokens, self.w["embed"], self.shard.vocab_rows(self.tp.rank), self.tp)
         if self.cfg.embed_scale:                         # Gemma: sqrt(hidden), rounded to the activation dtype
             x = x * torch.tensor(self.cfg.hidden ** 0.5, dtype=x.dtype)
+        elif self.cfg.embed_multiplier:                  # Granite's embedding_multiplier
+            x = x * self.cfg.embed_multiplier
         return x
 
     def _counting_ops(self, i):
@@ -331,6 +344,8 @@ class LlamaModel:
 
     def _layer(self, i, x, pos, tok_slot, k_cache, v_cache, attend, scales=None):
         cos, sin = self.local_rope if self.cfg.windows[i] else (self.cos, self.sin)
+        if i in self.cfg.nope_layers:
+            cos = sin = None
         ops = self._counting[i] if i in self._counting else self.ops
         return transformer_layer(ops, self.lcfg, self.w["layers"][i], x, cos, sin, pos, tok_slot,
                                  k_cache, v_cache, attend, self.tp.all_reduce if self.tp is not None else None,

@@ -22,7 +22,7 @@ def embedding(ctx, spec):
 @runner("scale")
 def scale(ctx, spec):
     s_ = torch.tensor(spec.dims["factor"], dtype=ctx.dt, device=ctx.dev)
-    x = ctx.x
+    x = ctx.logits if spec.part == "post" else ctx.x            # the logits' scale, or the embedding's
     return (lambda: x * s_), {}
 
 
@@ -32,7 +32,7 @@ def norm(ctx, spec):
     nw = ctx.w[key] if key in ctx.w else ctx.lw[key]
     if spec.part == "post":
         src = ctx.last
-    elif spec.dims["rows"] > 1:                           # qk-norm: each head's D features
+    elif spec.dims["rows"] > 1:                           # qk-norm: each head's D features (OLMo-2's: one row)
         src = (ctx.q if spec.name == "q_norm" else ctx.k).view(-1, ctx.cfg.head_dim)
     else:
         src = ctx.rows_of(spec.dims["width"])
@@ -42,6 +42,9 @@ def norm(ctx, spec):
 @runner("residual")
 def residual(ctx, spec):
     K, x, r = ctx.K, ctx.x, ctx.r
+    if spec.dims.get("scale"):                            # x + m * r (Granite)
+        m = spec.dims["scale"]
+        return (lambda: K.residual_add(x, r * m)), {}
     return (lambda: K.residual_add(x, r)), {}
 
 

@@ -46,8 +46,8 @@ def _dtype_cb(ctx, param, value):
 def _model_cb(ctx, param, value):
     if value is None:
         return None
-    try:
-        return load_model(value)            # its notes (e.g. unmodelled RoPE scaling) are the command's to say
+    try:                                    # its notes (e.g. unmodelled RoPE scaling) are the command's to say
+        return load_model(value, allow_unknown_fields=ctx.meta.get("allow_unknown_fields", False))
     except RooflineError as e:
         raise click.BadParameter(str(e)) from None
 
@@ -276,10 +276,22 @@ def ep_option(f):
                         "layer; the same ranks as --tp (give --ep N alone or with --tp N)")(f)
 
 
+def _allow_unknown_cb(ctx, param, value):
+    ctx.meta["allow_unknown_fields"] = bool(value)     # read by --model's callback (this one runs first: eager)
+
+
 def model_option(default=None, required=False):
-    return click.option("--model", "model", default=default, required=required, callback=_model_cb,
-                        show_default=True, help="a preset (llama-3-8b, ...; see `roofline devices`) "
-                        "or a local Hugging Face config.json")
+    """--model, and --allow-unknown-fields (a config key its family does not know is ignored, listed in the model's
+    notes, instead of refused)."""
+    def deco(f):
+        f = click.option("--model", "model", default=default, required=required, callback=_model_cb,
+                         show_default=True, help="a preset (llama-3-8b, ...; see `roofline devices`) "
+                         "or a local Hugging Face config.json")(f)
+        return click.option("--allow-unknown-fields", is_flag=True, is_eager=True, expose_value=False,
+                            callback=_allow_unknown_cb,
+                            help="go on past config.json keys roofline does not know (ignored: listed in the "
+                                 "model's notes, the result file and the report)")(f)
+    return deco
 
 
 def model_arg_option(help_text: str):

@@ -109,16 +109,20 @@ def _model_ops(cfg: ModelConfig, sh: Shard) -> tuple:
     ops = [OpSpec("embedding", "embedding", "pre", "embed", 1,
                   (WeightSpec("embed", (sh.vocab, H), "embedding", "model.embed_tokens.weight", "vocab"),),
                   {"vocab": sh.vocab, "hidden": H}, module="embedding")]
-    if cfg.embed_scale:
-        ops.append(OpSpec("embed_scale", "scale", "pre", "embed", 1, (), {"width": H, "factor": H ** 0.5}))
-    ops.append(_norm("attn_norm", "attn_norm", "input_layernorm.weight", H, L, every, cfg.norm_offset))
+    if cfg.embed_scale or cfg.embed_multiplier:    # Gemma's sqrt(hidden), Granite's embedding_multiplier
+        ops.append(OpSpec("embed_scale", "scale", "pre", "embed", 1, (), {
+            "width": H, "factor": cfg.embed_multiplier if cfg.embed_multiplier else H ** 0.5}))
+    if cfg.pre_norms:                  # OLMo-2 has none: its norms come after attention and the MLP
+        ops.append(_norm("attn_norm", "attn_norm", "input_layernorm.weight", H, L, every, cfg.norm_offset))
     ops += _mla_ops(cfg, sh) if cfg.mla else _attention_ops(cfg, sh)
     if cfg.sandwich_norms:
         ops.append(_norm("post_attn_norm", "post_attn_norm", "post_attention_layernorm.weight", H, L, every,
                          cfg.norm_offset))
-    ops.append(OpSpec("attn_residual", "residual", "layer", "residual", L, (), {"width": H}, every))
-    ops.append(_norm("mlp_norm", "mlp_norm", "pre_feedforward_layernorm.weight" if cfg.sandwich_norms
-                     else "post_attention_layernorm.weight", H, L, every, cfg.norm_offset))
+    res = {"width": H, **({"scale": cfg.residual_multiplier} if cfg.residual_multiplier else {})}   # x + m * branch
+    ops.append(OpSpec("attn_residual", "residual", "layer", "residual", L, (), res, every))
+    if cfg.pre_norms:
+        ops.append(_norm("mlp_norm", "mlp_norm", "pre_feedforward_layernorm.weight" if cfg.sandwich_norms
+                         else "post_attention_layernorm.weight", H, L, every, cfg.norm_offset))
     moe = cfg.moe_layers
     dense = tuple(i for i in every if i not in moe)
     if dense:
@@ -128,12 +132,15 @@ def _model_ops(cfg: ModelConfig, sh: Shard) -> tuple:
     if cfg.sandwich_norms:
         ops.append(_norm("post_mlp_norm", "post_mlp_norm", "post_feedforward_layernorm.weight", H, L, every,
                          cfg.norm_offset))
-    ops.append(OpSpec("mlp_residual", "residual", "layer", "residual", L, (), {"width": H}, every))
+    ops.append(OpSpec("mlp_residual", "residual", "layer", "residual", L, (), res, every))
     ops.append(_norm("final_norm", "final_norm", "model.norm.weight", H, 1, (), cfg.norm_offset, part="post"))
     head_w = () if cfg.tie_embeddings else (WeightSpec("lm_head", (H, sh.vocab), "linear", "lm_head.weight", "vocab"),)
     ops.append(OpSpec("lm_head", "linear", "post", "head", 1, head_w,
                       {"in_features": H, "out_features": sh.vocab, "bias": False, "tied": cfg.tie_embeddings},
                       module="lm_head"))
+    if cfg.logits_scaling:
+        ops.append(OpSpec("logits_scale", "scale", "post", "head", 1, (), {"width": sh.vocab,
+                                                                          "factor": 1 / cfg.logits_scaling}))
     if cfg.final_softcap:
         ops.append(OpSpec("final_softcap", "softcap", "post", "head", 1, (), {"width": sh.vocab,
                                                                              "cap": cfg.final_softcap}))
@@ -165,13 +172,18 @@ def _attention_ops(cfg: ModelConfig, sh: Shard) -> list:
                                                  ("v_proj", "wv", kvd, "kv_cols", "bv"))):
         ops.append(proj(name, H, n, key, sh_w, f"self_attn.{name}.weight", (qkv, i, sizes) if fused else (),
                         cfg.qkv_bias, b, sh_w))
-    if cfg.qk_norm:
+    if cfg.qk_norm and cfg.qk_norm_whole:     # OLMo-2: over the whole projection (one row per token)
+        ops.append(_norm("q_norm", "q_norm", "self_attn.q_norm.weight", qd, L, every, cfg.norm_offset, "attention"))
+        ops.append(_norm("k_norm", "k_norm", "self_attn.k_norm.weight", kvd, L, every, cfg.norm_offset, "attention"))
+    elif cfg.qk_norm:
         ops.append(_norm("q_norm", "q_norm", "self_attn.q_norm.weight", D, L, every, cfg.norm_offset, "attention",
                          rows=Hq))
         ops.append(_norm("k_norm", "k_norm", "self_attn.k_norm.weight", D, L, every, cfg.norm_offset, "attention",
                          rows=Hkv))
-    ops.append(OpSpec("rope", "rope", "layer", "attention", L, (), {"n_heads": Hq, "n_kv_heads": Hkv,
-                                                                    "head_dim": D}, every))
+    roped = tuple(i for i in every if i not in cfg.nope_layers)        # NoPE layers rotate nothing
+    if roped:
+        ops.append(OpSpec("rope", "rope", "layer", "attention", len(roped), (), {   # partial rotary: its dims only
+            "n_heads": Hq, "n_kv_heads": Hkv, "head_dim": cfg.rotary_dim or D}, roped))
     ops.append(OpSpec("kv_append", "kv_append", "layer", "attention", L, (), {"n_kv_heads": Hkv, "head_dim": D},
                       every))
     windows = cfg.windows

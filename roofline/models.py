@@ -62,6 +62,13 @@ class ModelConfig:
     sliding_window: int = 0        # keys a windowed layer's query sees (itself included); 0: no window
     layer_types: tuple = ()        # per layer "full" or "sliding"; () with a window: every layer slides
     rope_local_theta: float = 0.0  # RoPE base of the sliding layers (Gemma-3); 0: rope_theta
+    nope_layers: tuple = ()        # layers that apply no RoPE to q and k (NoPE: SmolLM3's every 4th)
+    pre_norms: bool = True         # a norm before attention and before the MLP; False: only after them (OLMo-2)
+    qk_norm_whole: bool = False    # qk-norm over the whole q / k projection, not each head's (OLMo-2)
+    rotary_dim: int = 0            # partial rotary: RoPE on each head's first rotary_dim dims (GLM-4.5's half); 0: all
+    embed_multiplier: float = 0.0  # the embedding x this (Granite's embedding_multiplier); 0: none
+    residual_multiplier: float = 0.0  # each residual adds the branch x this (Granite); 0: plain add
+    logits_scaling: float = 0.0    # the logits / this (Granite's logits_scaling); 0: none
     rope_yarn: tuple = ()          # YaRN: (factor, beta_fast, beta_slow, original max positions, attention factor,
                                    # truncate) as kernels.rope.rope_tables takes it (GPT-OSS, DeepSeek-V3)
     attn_sinks: bool = False       # a learned logit per query head in every softmax's denominator (GPT-OSS)
@@ -149,7 +156,8 @@ class ModelConfig:
         if types:   # keep the pattern: the first n_layers layers' types
             types = tuple(types[i % len(types)] for i in range(n_layers))
         dense = tuple(i for i in self.dense_layers if i < n_layers)
-        return replace(self, n_layers=n_layers, layer_types=types, dense_layers=dense,
+        nope = tuple(i for i in self.nope_layers if i < n_layers)
+        return replace(self, n_layers=n_layers, layer_types=types, dense_layers=dense, nope_layers=nope,
                        name=f"{self.name} ({n_layers} layers)")
 
     def to_dict(self) -> dict:
@@ -157,6 +165,7 @@ class ModelConfig:
         d["notes"] = list(self.notes)
         d["layer_types"] = list(self.layer_types)
         d["dense_layers"] = list(self.dense_layers)
+        d["nope_layers"] = list(self.nope_layers)
         d["rope_yarn"] = list(self.rope_yarn)
         d["quantization"] = self.quantization.to_dict() if self.quantization else None
         return d
@@ -174,7 +183,7 @@ class ModelConfig:
             raise RooflineError(f"model description {d.get('name', '')!r} is missing the key {missing[0]!r} "
                                 f"(it needs {', '.join(required)}).")
         kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        for k in ("layer_types", "dense_layers", "rope_yarn"):
+        for k in ("layer_types", "dense_layers", "nope_layers", "rope_yarn"):
             if isinstance(kw.get(k), list):
                 kw[k] = tuple(kw[k])
         return cls(**kw)
@@ -191,9 +200,10 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
                             f"{show_value(m.activation)} was given.")
     for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "norm_offset", "sandwich_norms", "embed_scale",
                  "attn_sinks", "norm_topk", "router_bias", "router_correction", "expert_bias", "shared_gate",
-                 "rope_interleave"):
+                 "rope_interleave", "pre_norms", "qk_norm_whole"):
         bool_field(where, name, getattr(m, name))
-    for name in ("query_scale", "attn_softcap", "final_softcap", "rope_local_theta"):
+    for name in ("query_scale", "attn_softcap", "final_softcap", "rope_local_theta", "embed_multiplier",
+                 "residual_multiplier", "logits_scaling"):
         v = getattr(m, name)
         if v != 0:
             object.__setattr__(m, name, float_field(where, name, v, " (0 means none)"))
@@ -215,8 +225,12 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
         raise RooflineError(f"{where}: expert_activation must be silu or swiglu_oai, but "
                             f"{show_value(m.expert_activation)} was given.")
     for name in ("n_experts", "n_active", "moe_intermediate", "shared_intermediate", "q_lora_rank", "kv_lora_rank",
-                 "qk_rope_dim", "qk_nope_dim", "v_head_dim"):
-        object.__setattr__(m, name, bounded(where, name, int_field(where, name, getattr(m, name), 0), MAX_SIZES[name]))
+                 "qk_rope_dim", "qk_nope_dim", "v_head_dim", "rotary_dim"):
+        v = int_field(where, name, getattr(m, name), 0)
+        object.__setattr__(m, name, bounded(where, name, v, MAX_SIZES[name]) if name in MAX_SIZES else v)
+    if m.rotary_dim and (m.rotary_dim % 2 or m.rotary_dim > m.head_dim):
+        raise RooflineError(f"{where}: rotary_dim must be even and at most head_dim ({m.head_dim}), but "
+                            f"{m.rotary_dim} was given (0 means every head dimension).")
     for name in ("n_group", "topk_group"):
         object.__setattr__(m, name, int_field(where, name, getattr(m, name), 1))
     object.__setattr__(m, "routed_scale", float_field(where, "routed_scale", m.routed_scale))
@@ -227,12 +241,13 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
         if m.n_experts % m.n_group or m.topk_group > m.n_group:
             raise RooflineError(f"{where}: n_group ({m.n_group}) must divide n_experts ({m.n_experts}) and be at "
                                 f"least topk_group ({m.topk_group}).")
-    dense = m.dense_layers
-    if not isinstance(dense, (list, tuple)) or any(isinstance(i, bool) or not isinstance(i, int)
-                                                   or not 0 <= i < m.n_layers for i in dense):
-        raise RooflineError(f"{where}: dense_layers must list layer indices 0..{m.n_layers - 1}, but "
-                            f"{show_value(dense)} was given.")
-    object.__setattr__(m, "dense_layers", tuple(sorted(set(dense))))
+    for name in ("dense_layers", "nope_layers"):
+        idx = getattr(m, name)
+        if not isinstance(idx, (list, tuple)) or any(isinstance(i, bool) or not isinstance(i, int)
+                                                     or not 0 <= i < m.n_layers for i in idx):
+            raise RooflineError(f"{where}: {name} must list layer indices 0..{m.n_layers - 1}, but "
+                                f"{show_value(idx)} was given.")
+        object.__setattr__(m, name, tuple(sorted(set(idx))))
     yarn = m.rope_yarn
     if not isinstance(yarn, (list, tuple)) or len(yarn) not in (0, 6):
         raise RooflineError(f"{where}: rope_yarn must be (factor, beta_fast, beta_slow, original positions, "
@@ -261,8 +276,9 @@ PRESETS.update((m.name, m) for m in [
 ])
 
 
-def load_model(name_or_path: str) -> ModelConfig:
-    """A preset by name, or a local Hugging Face config.json (a file or its folder)."""
+def load_model(name_or_path: str, allow_unknown_fields: bool = False) -> ModelConfig:
+    """A preset by name, or a local Hugging Face config.json (a file or its folder); ``allow_unknown_fields``: a
+    config key its family does not know is ignored (listed in the notes), not refused."""
     key = str(name_or_path).strip().lower()
     if key in PRESETS:
         return PRESETS[key]
@@ -273,7 +289,7 @@ def load_model(name_or_path: str) -> ModelConfig:
                                 "config.json file (or of the folder that holds one).")
         p = p / "config.json"
     if p.suffix == ".json" or p.exists():
-        return ModelConfig(**read_hf_config(read_json_file(p, "model config"), p))
+        return ModelConfig(**read_hf_config(read_json_file(p, "model config"), p, allow_unknown_fields))
     spellings = {re.sub(r"[^a-z0-9]", "", k): k for k in PRESETS} | {k: k for k in PRESETS}
     hint = did_you_mean(re.sub(r"[^a-z0-9]", "", key), spellings) or did_you_mean(key, spellings)
     raise RooflineError(f"Unknown model {name_or_path!r}{hint}. Presets: {', '.join(PRESETS)}; "

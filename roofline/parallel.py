@@ -142,6 +142,9 @@ def _broken_rule(cfg, tp: int, ep_sliced: bool = False) -> str:
                 "of every expert; --ep holds whole experts instead)")
     if cfg.shared_intermediate % tp:
         return f"its shared-expert width {cfg.shared_intermediate} does not divide into {tp} ranks"
+    if getattr(cfg, "qk_norm_whole", False) and tp > 1:
+        return ("its qk-norm is over the whole q / k projection (OLMo-2), which a rank holding some of the heads "
+                "does not compute alone (not modelled under tensor parallelism)")
     return ""
 
 

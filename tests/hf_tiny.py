@@ -42,7 +42,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 BUILT_WITH = "5.24.0"   # the transformers version these fixtures were written and checked against
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text", "smollm3",
+               "granite", "olmo2")
 GEMMA_FAMILY = ("gemma", "gemma2", "gemma3_text")   # RMSNorm multiplies by (1 + w)
 WINDOW = 8                # every sliding window here: shorter than the prompts below
 PROMPT = 5                # reference(): tokens of the cached prefill
@@ -67,9 +68,10 @@ _CONFIGS = {
     # qk-norm (always on in Qwen3), head_dim 32 independent of hidden / heads, no biases
     "qwen3": ("Qwen3Config", dict(head_dim=32, attention_bias=False, use_sliding_window=False,
                                   tie_word_embeddings=False, rope_theta=1000000.0)),
-    # fused qkv_proj and gate_up_proj (always in Phi-3), every layer over the window
+    # fused qkv_proj and gate_up_proj (always in Phi-3), every layer over the window, RoPE on half of each head
+    # (Phi-4-mini's partial rotary: 0.75 of 128)
     "phi3": ("Phi3Config", dict(sliding_window=WINDOW, tie_word_embeddings=False,
-                                original_max_position_embeddings=256, rope_scaling=None)),
+                                original_max_position_embeddings=256, rope_scaling=None, partial_rotary_factor=0.5)),
     # GeGLU (tanh), sqrt(hidden) embedding scale, (1+w) norms, head_dim 32 with hidden 64, tied by default
     "gemma": ("GemmaConfig", dict(head_dim=32, hidden_act="gelu_pytorch_tanh",
                                   hidden_activation="gelu_pytorch_tanh")),
@@ -80,6 +82,14 @@ _CONFIGS = {
                                     attn_logit_softcapping=2.0, final_logit_softcapping=1.5,
                                     sliding_window=WINDOW, layer_types=_ALTERNATE)),
     # + qk-norm, a RoPE base per layer type (1e6 full, 1e4 sliding), no softcaps, layers 0 and 2 slide
+    # NoPE on the middle layer (no_rope_layers 0), untied, a RoPE base that is not the default
+    "smollm3": ("SmolLM3Config", dict(no_rope_layers=[1, 0, 1], tie_word_embeddings=False, rope_theta=500000.0,
+                                      attention_bias=False, mlp_bias=False, use_sliding_window=False)),
+    # every multiplier away from 1 (the attention's in place of 1/sqrt(head_dim)), q/k/v/o biases
+    "granite": ("GraniteConfig", dict(embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
+                                      logits_scaling=2.5, attention_bias=True, tie_word_embeddings=False)),
+    # norms only after attention and the MLP, qk-norm over the whole projections, head_dim 32 with hidden 64
+    "olmo2": ("Olmo2Config", dict(head_dim=32, tie_word_embeddings=False, rope_theta=500000.0)),
     "gemma3_text": ("Gemma3TextConfig", dict(head_dim=32, hidden_activation="gelu_pytorch_tanh",
                                              query_pre_attn_scalar=24, sliding_window=WINDOW,
                                              sliding_window_pattern=2, layer_types=_ALTERNATE,

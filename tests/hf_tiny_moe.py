@@ -56,7 +56,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 BUILT_WITH = "5.24.0"
-MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss")
+MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "glm4_moe")
 WINDOW = H.WINDOW          # gpt_oss's sliding layers
 ROPE_INTERLEAVE = True     # DeepseekV3Config's default in 5.24 (the tiny config leaves it unset): see test
 LAYERS = 3
@@ -83,6 +83,12 @@ _CONFIGS = {
                                              first_k_dense_replace=1, q_lora_rank=48, kv_lora_rank=32,
                                              qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=24,
                                              rope_scaling=None, rope_theta=10000.0, attention_bias=False)),
+    # partial rotary (half of head_dim 32), q/k/v biases, qk-norm, the first layer dense, DeepSeek's routing
+    "glm4_moe": ("Glm4MoeConfig", dict(intermediate_size=96, moe_intermediate_size=32, n_routed_experts=8,
+                                       num_experts_per_tok=3, n_group=4, topk_group=2, n_shared_experts=1,
+                                       routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
+                                       head_dim=32, partial_rotary_factor=0.5, attention_bias=True,
+                                       use_qk_norm=True, rope_theta=10000.0)),
     "gpt_oss": ("GptOssConfig", dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16,
                                      sliding_window=WINDOW, attention_bias=True, swiglu_limit=7.0,
                                      layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
@@ -90,7 +96,7 @@ _CONFIGS = {
 
 # Which layers run experts (the others a dense MLP): what a reader of these configs must find.
 MOE_LAYERS = {"mixtral": (0, 1, 2), "qwen2_moe": (0, 2), "qwen3_moe": (0, 1, 2), "deepseek_v3": (1, 2),
-              "gpt_oss": (0, 1, 2)}
+              "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2)}
 
 LINEAR_STD, EMBED_STD, BIAS_STD = H.LINEAR_STD, H.EMBED_STD, H.BIAS_STD
 ROUTER_STD = 0.5     # router logits ~N(0, 4): decisive choices, top-k margins far above fp32 rounding
@@ -250,7 +256,7 @@ def _margin(scores: torch.Tensor, chosen: torch.Tensor) -> float:
 def _selection_margin(model_type: str, router, logits: torch.Tensor, chosen: torch.Tensor) -> float:
     """The margin of the router's choice in the space transformers ranks in."""
     logits = logits.double()
-    if model_type == "deepseek_v3":
+    if model_type in ("deepseek_v3", "glm4_moe"):      # the same grouped sigmoid routing
         n_group, topk_group = router.num_group, router.topk_group
         s = logits.sigmoid() + router.e_score_correction_bias.double()
         per = s.shape[1] // n_group

@@ -103,8 +103,8 @@ def test_window_caps_attention_and_kv():
           layer_types=["sliding_attention"] * 4), "sliding_window is null"),
     (dict(model_type="mistral", layer_types=["full_attention", "chunked_attention", "full_attention",
                                              "full_attention"], sliding_window=8), "layer_types"),
-    (dict(model_type="phi3", rope_parameters={"rope_theta": 1e4, "partial_rotary_factor": 0.5}),
-     "partial_rotary_factor"),
+    (dict(model_type="phi3", rope_parameters={"rope_theta": 1e4, "partial_rotary_factor": 1.5}),   # 0.5: modelled
+     "phi3: rope_parameters.partial_rotary_factor = 1.5 gives 24 rotary dims of head_dim 16, which is not modelled"),
 ])
 def test_unmodelled_is_refused_in_one_line(tmp_path, d, msg):
     with pytest.raises(RooflineError) as e:

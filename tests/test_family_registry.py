@@ -9,12 +9,13 @@ import pytest
 
 from roofline.errors import RooflineError
 from roofline.families import Family, Tensors, family, families, presets, read_hf_config, register, registry
-from roofline.families.llama import llama_like
+from roofline.families.llama import LLAMA_LIKE_KEYS, llama_like
+from roofline.families.reader import Keys
 from roofline.layer import model_ops, model_params
 from roofline.models import PRESETS, ModelConfig, load_model
 
-BUILT_IN = ("llama, mistral, qwen2, qwen3, phi3, gemma, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, "
-            "deepseek_v3, gpt_oss")
+BUILT_IN = ("llama, mistral, qwen2, qwen3, qwen3_vl_text, phi3, gemma, gemma2, gemma3_text, mixtral, qwen2_moe, "
+            "qwen3_moe, qwen3_vl_moe_text, deepseek_v3, gpt_oss, smollm3, granite, glm4_moe, olmo2")
 
 H, I, L, NH, NKV, V = 64, 96, 3, 4, 2, 256
 TOY = dict(model_type="toy_llama", hidden_size=H, intermediate_size=I, num_hidden_layers=L, num_attention_heads=NH,
@@ -31,8 +32,9 @@ def read_toy(r) -> None:
 def toy(monkeypatch):
     """Register the toy families for one test (the registry is put back afterwards)."""
     monkeypatch.setattr(registry, "_FAMILIES", dict(registry._FAMILIES))
-    register(Family("toy_llama", read_toy))
-    register(Family("toy_fused", read_toy, tensors=Tensors(fused_qkv=True)))
+    keys = LLAMA_LIKE_KEYS + Keys({"toy_qkv_bias": False})      # every key it knows (any other is refused)
+    register(Family("toy_llama", read_toy, keys=keys))
+    register(Family("toy_fused", read_toy, tensors=Tensors(fused_qkv=True), keys=keys))
 
 
 def write(tmp_path, **d):

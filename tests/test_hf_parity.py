@@ -122,8 +122,10 @@ def test_a_checkpoint_that_does_not_match_its_config_is_refused(built, tmp_path)
     d = json.loads((bad / "config.json").read_text())
     d["model_type"] = "llama"            # the same sizes read as a Llama: the q/k/v biases are read by no op
     (bad / "config.json").write_text(json.dumps(d))
+    with pytest.raises(RooflineError, match="llama: layer_types = .* is not a field roofline knows for llama"):
+        load_model(bad)                  # Qwen2's window keys are no Llama's: refused before any weight is read
     with pytest.raises(RooflineError, match="holds tensors no op of a llama model reads: model.layers.0.self_attn"):
-        LlamaModel(load_model(bad), dtype="fp32", backend="torch", max_slots=1, max_len=8)
+        LlamaModel(load_model(bad, allow_unknown_fields=True), dtype="fp32", backend="torch", max_slots=1, max_len=8)
     d["model_type"], d["hidden_size"] = "qwen2", 32
     (bad / "config.json").write_text(json.dumps(d))
     with pytest.raises(RooflineError, match="has shape .* where the config says"):

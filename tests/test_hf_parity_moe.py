@@ -61,7 +61,7 @@ def test_chunked_prefill_and_prefix_reuse(model_type):
     close(m.prefill_with_prefix(seq, 1, 0, n - 6), ref.prefill[n - 1])
 
 
-@pytest.mark.parametrize("model_type", ["deepseek_v3", "gpt_oss"])
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "gpt_oss", "glm4_moe"])
 def test_triton_kernels_on_real_weights(model_type):
     """The fused MoE grouped GEMM and (DeepSeek) the absorbed MLA decode kernel, interpreted here."""
     folder, ref = built(model_type)

@@ -139,6 +139,12 @@ FEATURES = [  # (model_type, feature, config edit that removes it, whether only 
     ("gemma2", "final softcap", _set(final_logit_softcapping=None), False),
     ("gemma2", "query_pre_attn_scalar", _set(query_pre_attn_scalar=32), False),
     ("gemma3_text", "rope_local_base_freq", _same_rope_base, False),
+    ("smollm3", "no_rope_layers", _set(no_rope_layers=[1, 1, 1]), False),
+    ("phi3", "partial_rotary_factor", lambda d: d["rope_parameters"].update(partial_rotary_factor=1.0), False),
+    ("granite", "embedding_multiplier", _set(embedding_multiplier=1.0), False),
+    ("granite", "residual_multiplier", _set(residual_multiplier=1.0), False),
+    ("granite", "attention_multiplier", _set(attention_multiplier=1.0), False),
+    ("granite", "logits_scaling", _set(logits_scaling=1.0), False),
 ]
 
 

@@ -14,7 +14,8 @@ transformers = pytest.importorskip("transformers")
 from safetensors import safe_open  # noqa: E402
 
 # (experts, top-k) written out, not read back from the fixture
-ROUTED = {"mixtral": (8, 2), "qwen2_moe": (8, 4), "qwen3_moe": (8, 2), "deepseek_v3": (8, 3), "gpt_oss": (4, 2)}
+ROUTED = {"mixtral": (8, 2), "qwen2_moe": (8, 4), "qwen3_moe": (8, 2), "deepseek_v3": (8, 3), "gpt_oss": (4, 2),
+          "glm4_moe": (8, 3)}
 
 
 def _config(model_type) -> dict:
@@ -83,7 +84,7 @@ def test_routing_spreads_tokens_over_experts_far_from_ties(model_type):
     if model_type == "qwen2_moe":            # norm_topk_prob false: a share of 1, ~4% short on average
         assert 0.5 < sums.min() and sums.max() < 1 - 1e-4 and sums.mean() < 0.98
     else:                                                               # renormalised; DeepSeek x 2.5
-        np.testing.assert_allclose(sums, 2.5 if model_type == "deepseek_v3" else 1.0, rtol=1e-5)
+        np.testing.assert_allclose(sums, 2.5 if model_type in ("deepseek_v3", "glm4_moe") else 1.0, rtol=1e-5)
 
 
 def test_deepseek_correction_bias_changes_some_choices_but_not_the_weights():

@@ -105,7 +105,8 @@ def test_an_integral_float_is_accepted_as_an_int(tmp_path):
 def test_max_position_embeddings_below_one(tmp_path):
     assert "max_position_embeddings must be a positive integer, but 0 was given" in \
         error(write(tmp_path, max_position_embeddings=0))
-    assert load_model(str(write(tmp_path, max_position_embeddings=...))).max_context == 4096  # absent: default
+    # absent: transformers' LlamaConfig default (roofline.families.llama.LLAMA_KEYS)
+    assert load_model(str(write(tmp_path, max_position_embeddings=...))).max_context == 2048
 
 
 # ---- heads ----------------------------------------------------------------------------------
@@ -255,7 +256,7 @@ def test_presets_unchanged():
     assert (t.hidden, t.intermediate, t.n_layers, t.n_heads, t.n_kv_heads, t.vocab, t.max_context, t.head_dim) == \
         (64, 176, 2, 4, 2, 256, 512, 16)
     assert PRESETS["llama-3-8b"].rope_theta == 500000.0 and PRESETS["qwen2.5-7b"].rms_eps == 1e-6
-    noted = {"gemma-3-12b"}   # its linear RoPE scaling (global layers) is a note; YaRN is modelled
+    noted = {"gemma-3-12b", "gemma-3-27b"}   # their linear RoPE scaling (global layers) is a note; YaRN is modelled
     for p in PRESETS.values():
         assert (p.notes == ()) == (p.name not in noted) and ModelConfig.from_dict(p.to_dict()) == p
 

@@ -7,13 +7,27 @@ from __future__ import annotations
 import math
 
 from ..config_fields import float_field
-from .llama import llama_like
-from .reader import HFReader
+from .llama import LLAMA_LIKE_KEYS, llama_like, sizes
+from .reader import HFReader, Keys
 from .registry import Family, Tensors, preset, register
 
 DEEPSEEK_TENSORS = Tensors(moe=dict(router="mlp.gate.weight", correction="mlp.gate.e_score_correction_bias",
                                     gate="mlp.experts.{e}.gate_proj.weight", up="mlp.experts.{e}.up_proj.weight",
                                     down="mlp.experts.{e}.down_proj.weight", shared="mlp.shared_experts."))
+
+
+# DeepseekV3Config (transformers 5.24), and the keys DeepSeek's own configuration_deepseek.py adds (training-only:
+# aux_loss_alpha, seq_aux, ep_size); DeepSeek-V3.2's indexer (relabelled deepseek_v3) is refused.
+DEEPSEEK_KEYS = LLAMA_LIKE_KEYS + Keys({
+    **sizes(129280, 7168, 18432, 61, 128, 128, 4096, 1e-6), "moe_intermediate_size": 2048, "n_shared_experts": 1,
+    "n_routed_experts": 256, "num_local_experts": None, "routed_scaling_factor": 2.5, "kv_lora_rank": 512,
+    "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "n_group": 8,
+    "topk_group": 4, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "norm_topk_prob": True,
+    "rope_interleave": True, "attention_bias": False, "num_nextn_predict_layers": None, "moe_layer_freq": 1,
+    "topk_method": "noaux_tc", "scoring_func": "sigmoid"},
+    refused={k: ("DeepSeek-V3.2's sparse-attention indexer (DSA)", (None,))
+             for k in ("index_topk", "index_n_heads", "index_head_dim")},
+    irrelevant=("qk_head_dim", "aux_loss_alpha", "seq_aux", "ep_size"))
 
 
 def _yarn_mscale(r: HFReader) -> float:
@@ -63,7 +77,14 @@ def read_deepseek_v3(r: HFReader) -> None:
                        "layer is not part of a step (not costed, not loaded).")
 
 
-register(Family("deepseek_v3", read_deepseek_v3, tensors=DEEPSEEK_TENSORS, head_dim=latent_head_dim, presets=(
+register(Family("deepseek_v3", read_deepseek_v3, tensors=DEEPSEEK_TENSORS, head_dim=latent_head_dim, keys=DEEPSEEK_KEYS,
+                aliases={"kimi_k2": "Kimi-K2 and K2-Thinking declare DeepseekV3ForCausalLM, and Kimi's deployment "
+                                    "guide has vLLM and SGLang read them as deepseek_v3: the same architecture"},
+                wrappers={"kimi_k25": {"what": "Kimi-K2.5, KimiK25ForConditionalGeneration",
+                                       "tie_word_embeddings": False, "vision": (
+                                           "image_token_id", "video_token_id", "vision_start_token_id",
+                                           "vision_end_token_id", "projection_hidden_size",
+                                           "projection_layer_norm_eps")}}, presets=(
     preset("deepseek-v3", 7168, 18432, 61, 128, 128, 129280, 163840, head_dim=192, rms_eps=1e-6, n_experts=256,
            n_active=8, moe_intermediate=2048, router="sigmoid_group", norm_topk=True, routed_scale=2.5, n_group=8,
            topk_group=4, router_correction=True, shared_intermediate=2048, dense_layers=(0, 1, 2), q_lora_rank=1536,
@@ -76,4 +97,15 @@ register(Family("deepseek_v3", read_deepseek_v3, tensors=DEEPSEEK_TENSORS, head_
                   "experts of 2,048, top-8 by sigmoid scores in 4 of 8 groups, x2.5, one shared expert; the first 3 "
                   "layers dense (18,432). YaRN RoPE (x40; the softmax scale carries its mscale^2). Cost model only "
                   "here: it fits no single GPU (671B)"),
+    preset("kimi-k2", 7168, 18432, 61, 64, 64, 163840, 131072, head_dim=192, rope_theta=50000.0, rms_eps=1e-6,
+           n_experts=384, n_active=8, moe_intermediate=2048, router="sigmoid_group", norm_topk=True,
+           routed_scale=2.827, n_group=1, topk_group=1, router_correction=True, shared_intermediate=2048,
+           dense_layers=(0,), q_lora_rank=1536, kv_lora_rank=512, qk_rope_dim=64, qk_nope_dim=128, v_head_dim=128,
+           rope_interleave=True, query_scale=192 ** -0.5 * (0.1 * math.log(32) + 1) ** 2,
+           rope_yarn=(32.0, 1.0, 1.0, 4096, 1.0, True),
+           quantization={"source": "quantization_config", "config": {
+               "activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}},
+           source="moonshotai/Kimi-K2-Instruct (model_type kimi_k2: DeepSeek-V3's architecture; FP8 128x128 blocks): "
+                  "64 heads of MLA, 384 routed experts of 2,048, top-8 in 1 group, x2.827, one shared expert, the "
+                  "first layer dense; YaRN x32 (beta 1 / 1) over 4,096, RoPE base 50,000; vocab 163,840 (1.03T)"),
 )))

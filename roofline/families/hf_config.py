@@ -3,7 +3,10 @@
 What every config shares is read here (the sizes, checked by ``roofline.config_fields.check_sizes``; RoPE;
 the notes on a missing model_type and on quantized weights); what is particular to a ``model_type`` is
 its registered ``Family`` (``roofline.families.registry``): an unknown type is refused with the supported
-list, and so are the mixtures of experts and hybrids not modelled (``registry.UNMODELLED``).
+list, and so are the mixtures of experts and hybrids not modelled (``registry.UNMODELLED``). An exact alias
+(``kimi_k2``) reads as its family, with a note; a multimodal wrapper (``gemma3``, ``qwen3_vl``, ``mistral3``)
+is read as its ``text_config`` (transformers' defaults for what it leaves out) with the wrapper's quantization.
+Every key is checked against the family's ``Keys`` (``reader.check_keys``) before it is read.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from pathlib import Path
 from ..config_fields import check_sizes, int_field, read_json_file, show_value
 from ..precision import MODELOPT_FILE, read_quantization
 from ..errors import RooflineError
-from .reader import HFReader, rope_with_yarn
-from .registry import family
+from .reader import IRRELEVANT, SHARED, HFReader, Keys, check_keys, rope_with_yarn
+from .registry import LACKING, alias, family, families, wrapper
 
 REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 
@@ -27,34 +30,84 @@ HF_HINTS = {"n_kv_heads": " (absent means num_attention_heads)",
             "head_dim": " (absent means hidden_size / num_attention_heads)"}
 
 
+WRAPPER_KEYS = ("text_config", "vision_config", "quantization_config", "tie_word_embeddings")   # and "vision"
+
+
+def _text_model(d: dict, where: str, allow_unknown: bool):
+    """A multimodal wrapper's text model: (its text_config, with the wrapper's quantization_config and tying, and
+    the note saying so), or (``d``, None) for a text model's own config."""
+    if not isinstance(d.get("text_config"), dict) or "hidden_size" in d:
+        return d, None
+    outer = d.get("model_type")
+    found = wrapper(outer)
+    if found is None:
+        if isinstance(outer, str) and outer in LACKING:
+            family(outer, where)                          # refused, naming the feature it lacks
+        known = ", ".join(w for f in families() for w in f.wrappers)
+        raise RooflineError(f"{where} is a multimodal config ({show_value(outer)}) whose text model is not read "
+                            f"(wrappers read: {known}): give its text model's config (the text_config object "
+                            "saved as its own config.json).")
+    fam, spec = found
+    known = set(WRAPPER_KEYS) | set(spec["vision"]) | set(IRRELEVANT)
+    unknown = [k for k in d if k not in known]
+    if unknown and not allow_unknown:
+        raise RooflineError(f"{where}: {outer}: {unknown[0]} = {show_value(d[unknown[0]])} is not a field roofline "
+                            f"knows for the {outer} wrapper, and it may change the cost, so the model is refused: "
+                            "remove it if the model does not use it, or pass --allow-unknown-fields to go on without "
+                            "it (the model's notes then list it).")
+    text = dict(d["text_config"])
+    text.setdefault("model_type", fam.model_type)
+    for k in ("_name_or_path", "quantization_config"):
+        if d.get(k) is not None:
+            text[k] = d[k]
+    note = (f"{outer} ({spec['what']}): its text_config is read, with transformers' defaults for what it leaves "
+            "out; the vision tower is not costed: text prefill and decode are.")
+    tie = d.get("tie_word_embeddings", text.get("tie_word_embeddings", spec["tie_word_embeddings"]))
+    if "tie_word_embeddings" in text and text["tie_word_embeddings"] != tie:
+        note += (f" Its tie_word_embeddings ({show_value(tie)}) is the wrapper's, as transformers ties it, not the "
+                 f"text_config's ({show_value(text['tie_word_embeddings'])}).")
+    text["tie_word_embeddings"] = tie
+    if unknown:
+        note += f" --allow-unknown-fields: the wrapper's {', '.join(unknown)} ignored."
+    return text, note
+
+
 def _model_type(d: dict, where: str):
-    """The config's model_type and its family (a bare config without one reads as a Llama, with a note)."""
-    if isinstance(d.get("text_config"), dict) and "hidden_size" not in d:
-        raise RooflineError(f"{where} is a multimodal config ({d.get('model_type')!r}): give its text model's "
-                            "config (the text_config object saved as its own config.json).")
+    """The config's model_type and its family (a bare config without one reads as a Llama, with a note; an alias
+    as its family, with a note)."""
     mtype = d.get("model_type")
     note = None
     if mtype is None:
         mtype = "llama"   # a bare Llama-style config (older tools write none): read as a Llama, and say so
         note = "config.json has no model_type: read as a Llama (model_type 'llama')."
-    return mtype, family(mtype, where), note
+    fam = family(mtype, where)
+    same = alias(mtype)
+    if same is not None:
+        note = f"model_type {mtype!r} reads as {fam.model_type} ({same[1]})."
+        mtype = fam.model_type
+    return mtype, fam, note
 
 
-def read_hf_config(d: dict, p: Path) -> dict:
-    """The ``ModelConfig`` fields (keyword arguments) of a parsed Hugging Face config.json ``d`` read from ``p``."""
+def read_hf_config(d: dict, p: Path, allow_unknown_fields: bool = False) -> dict:
+    """The ``ModelConfig`` fields (keyword arguments) of a parsed Hugging Face config.json ``d`` read from ``p``;
+    ``allow_unknown_fields``: a key its family does not know goes on ignored (said in the notes), not refused."""
     where = f"model config {p}"
     if not isinstance(d, dict):
         raise RooflineError(f"{where} must hold a JSON object (a Hugging Face config.json), "
                             f"but it holds {show_value(d)}.")
+    top = d
+    d, wrapped = _text_model(d, where, allow_unknown_fields)
     mtype, fam, note = _model_type(d, where)
+    keys = Keys(dict(SHARED)) + fam.keys
+    d = keys.filled(d, keep_absent=() if wrapped else REQUIRED)
     missing = [k for k in REQUIRED if k not in d]
     if missing:
         raise RooflineError(f"{where} is missing the key {missing[0]!r} "
                             "(a config.json needs hidden_size, intermediate_size, "
                             "num_hidden_layers, num_attention_heads and vocab_size).")
     r = HFReader(d, where, mtype)
-    if note:
-        r.notes.append(note)
+    r.notes += [n for n in (wrapped, note) if n]
+    r.notes += check_keys(d, keys, where, mtype, allow_unknown_fields)
     modelopt = p.parent / MODELOPT_FILE
     quant = read_quantization(d, read_json_file(modelopt, "ModelOpt config") if modelopt.is_file() else None)
     if quant is not None and not fam.says_quantization:
@@ -62,7 +115,7 @@ def read_hf_config(d: dict, p: Path) -> dict:
                        "module's format from it (--weight-dtype overrides); real weights run as stored where the "
                        "backend's kernels take the format, else dequantized at load (the model's notes say which).")
     head_dim = d.get("head_dim")
-    defaults = {"tie_word_embeddings": False, "rms_norm_eps": 1e-5, **fam.defaults}
+    defaults = {"tie_word_embeddings": False, "rms_norm_eps": 1e-5}   # a family whose Keys leave them out
     raw = {
         "hidden": d["hidden_size"], "intermediate": d["intermediate_size"], "n_layers": d["num_hidden_layers"],
         "n_heads": d["num_attention_heads"], "n_kv_heads": r.get("num_key_value_heads", d["num_attention_heads"]),
@@ -77,7 +130,7 @@ def read_hf_config(d: dict, p: Path) -> dict:
     int_field(where, "num_hidden_layers", d["num_hidden_layers"])
     fam.read(r)
     values["rope_theta"] = (fam.rope or rope_with_yarn)(r)
-    name = d.get("_name_or_path") or p.parent.name or mtype or "custom"
+    name = top.get("_name_or_path") or p.parent.name or mtype or "custom"
     weights = any(p.parent.glob("*.safetensors")) or any(p.parent.glob("*.safetensors.index.json"))  # or an index alone
     ckpt = str(p.parent.resolve()) if weights else ""
     return dict(name=str(name), **values, **r.arch, checkpoint=ckpt, notes=tuple(r.notes), quantization=quant)

@@ -4,10 +4,10 @@ gated shared expert, Qwen3-MoE has Qwen3's qk-norm attention."""
 
 from __future__ import annotations
 
-from .llama import llama_like
-from .qwen2 import qwen_window
-from .qwen3 import qwen3_attention
-from .reader import HFReader
+from .llama import LLAMA_LIKE_KEYS, llama_like, sizes
+from .qwen2 import QWEN_WINDOW_KEYS, qwen_window
+from .qwen3 import QWEN3_ATTENTION_KEYS, qwen3_attention
+from .reader import HFReader, Keys
 from .registry import Family, Tensors, preset, register
 
 _ROUTED = dict(router="mlp.gate.weight", gate="mlp.experts.{e}.gate_proj.weight", up="mlp.experts.{e}.up_proj.weight",
@@ -15,6 +15,28 @@ _ROUTED = dict(router="mlp.gate.weight", gate="mlp.experts.{e}.gate_proj.weight"
 QWEN3_MOE_TENSORS = Tensors(moe=_ROUTED)
 QWEN2_MOE_TENSORS = Tensors(moe=dict(_ROUTED, shared="mlp.shared_expert.",
                                      shared_gate="mlp.shared_expert_gate.weight"))
+# Qwen3-VL-MoE's text model keeps every expert in two 3-D tensors (gate and up as halves of one): costed as the
+# per-expert ones; its real weights are not loaded (no loader reads the halves).
+QWEN3_VL_MOE_TENSORS = Tensors(moe=dict(router="mlp.gate.weight", gate="mlp.experts.gate_up_proj",
+                                        up="mlp.experts.gate_up_proj", down="mlp.experts.down_proj"))
+
+# The keys of Qwen2MoeConfig / Qwen3MoeConfig / Qwen3VLMoeTextConfig (transformers 5.24). The number of experts is
+# spelled num_experts or num_local_experts: neither is filled in (a config without one is refused).
+_MOE_KEYS = Keys({"decoder_sparse_step": 1, "mlp_only_layers": None, "num_experts": None, "num_local_experts": None,
+                  "norm_topk_prob": False})
+QWEN2_MOE_KEYS = LLAMA_LIKE_KEYS + QWEN_WINDOW_KEYS + _MOE_KEYS + Keys({
+    **sizes(151936, 2048, 5632, 24, 16, 16, 32768, 1e-6), "moe_intermediate_size": 1408,
+    "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4, "qkv_bias": True})
+QWEN3_MOE_KEYS = LLAMA_LIKE_KEYS + QWEN_WINDOW_KEYS + QWEN3_ATTENTION_KEYS + _MOE_KEYS + Keys({
+    **sizes(151936, 2048, 6144, 24, 32, 4, 32768, 1e-6), "moe_intermediate_size": 768, "num_experts_per_tok": 8},
+    refused={"shared_expert_intermediate_size": ("a shared expert (Qwen3-MoE has none: Hy3 relabelled is not "
+                                                 "Qwen3-MoE)", (None, 0))})
+# Qwen3-VL-MoE's text model: Qwen3-MoE without the window keys, RoPE base 500,000, head_dim 128, and the top-k
+# always renormalised (its router has no norm_topk_prob)
+QWEN3_VL_MOE_KEYS = LLAMA_LIKE_KEYS + QWEN3_ATTENTION_KEYS + _MOE_KEYS + Keys({
+    **sizes(151936, 2048, 5632, 24, 16, 16, 128000, 1e-6, tie=True, theta=500000.0),
+    "moe_intermediate_size": 1408, "num_experts_per_tok": 4, "sliding_window": None, "norm_topk_prob": None},
+    refused={"norm_topk_prob": ("a top-k left unnormalised (Qwen3-VL-MoE always renormalises)", (None, True))})
 
 
 def _sparse_every(r: HFReader) -> tuple:
@@ -49,11 +71,20 @@ def read_qwen3_moe(r: HFReader) -> None:
     _routed(r)
 
 
-register(Family("qwen2_moe", read_qwen2_moe, tensors=QWEN2_MOE_TENSORS))
+def read_qwen3_vl_moe_text(r: HFReader) -> None:
+    read_qwen3_moe(r)
+    r.arch["norm_topk"] = True
 
-register(Family("qwen3_moe", read_qwen3_moe, tensors=QWEN3_MOE_TENSORS, presets=(
+
+register(Family("qwen2_moe", read_qwen2_moe, tensors=QWEN2_MOE_TENSORS, keys=QWEN2_MOE_KEYS))
+
+register(Family("qwen3_moe", read_qwen3_moe, tensors=QWEN3_MOE_TENSORS, keys=QWEN3_MOE_KEYS, presets=(
     preset("qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 151936, 40960, head_dim=128, rope_theta=1e6, rms_eps=1e-6,
            qk_norm=True, n_experts=128, n_active=8, moe_intermediate=768,
            source="Qwen/Qwen3-30B-A3B: 128 experts of 768, top-8, renormalised; qk-norm, head_dim 128 (30.5B, "
                   "3.3B active)"),
 )))
+
+register(Family("qwen3_vl_moe_text", read_qwen3_vl_moe_text, tensors=QWEN3_VL_MOE_TENSORS, keys=QWEN3_VL_MOE_KEYS,
+                wrappers={"qwen3_vl_moe": {"what": "Qwen3-VL-MoE, Qwen3VLMoeForConditionalGeneration",
+                                           "tie_word_embeddings": False, "vision": ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}}))

@@ -5,15 +5,111 @@ line what is not modelled) and the RoPE readings (``rope_theta``: the base, scal
 Refuse, never guess: a field that changes cost or numerics is read into ``ModelConfig`` or refused in one
 line naming it ("gemma2: attn_logit_softcapping ..."); a field that changes only numerics, not cost (RoPE
 scaling), is a note said once.
+
+Strict fields (``Keys``, ``check_keys``): every family lists every config key it knows, beside its reader, as
+modelled (with transformers' default, filled in where the config leaves the key out), numerics-only (a note
+when set otherwise than transformers' default), refused (a feature that is not modelled, unless left off) or
+irrelevant to cost (ids, versions, dtypes, token ids, training-only settings: ``IRRELEVANT`` for every
+family). Any other key is refused in one line naming it; ``allow_unknown`` goes on with a note listing them.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 
 from ..config_fields import MAX_SIZES, bool_field, bounded, float_field, int_field, show_value
 from ..errors import RooflineError
+
+
+# Keys of every config that do not change a step's cost: PretrainedConfig's own (ids, versions, dtypes, output
+# switches), token ids, generation settings older transformers wrote into every config, and training-only
+# settings (dropout, initialisation, router losses, caches switched on for generation).
+IRRELEVANT = (
+    "_name_or_path", "architectures", "auto_map", "chunk_size_feed_forward", "dtype", "torch_dtype", "id2label",
+    "label2id", "is_encoder_decoder", "model_type", "output_attentions", "output_hidden_states", "problem_type",
+    "return_dict", "transformers_version", "use_cache", "initializer_range", "pad_token_id", "bos_token_id",
+    "eos_token_id", "sep_token_id", "decoder_start_token_id", "tokenizer_class", "attention_dropout",
+    "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "use_bfloat16", "torchscript",
+    "tie_encoder_decoder", "is_decoder", "add_cross_attention", "cross_attention_hidden_size", "pruned_heads",
+    "finetuning_task", "task_specific_params", "prefix", "max_length", "min_length", "do_sample", "early_stopping",
+    "num_beams", "num_beam_groups", "diversity_penalty", "temperature", "top_k", "top_p", "typical_p",
+    "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+    "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
+    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+    "tf_legacy_loss", "_attn_implementation_autoset", "use_return_dict", "cache_implementation",
+)
+
+# What hf_config.read_hf_config itself reads from every config (the sizes, RoPE, tying, the norms' epsilon and
+# the quantization), with transformers' defaults where they are common to the families (a family overrides them).
+SHARED = {"hidden_size": None, "intermediate_size": None, "num_hidden_layers": None, "num_attention_heads": None,
+          "num_key_value_heads": None, "vocab_size": None, "max_position_embeddings": None, "head_dim": None,
+          "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_theta": 10000.0, "rope_scaling": None,
+          "rope_parameters": None, "quantization_config": None}
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The config keys one family knows (transformers' defaults from its config class: the family file names
+    the version). ``modelled``: key -> default (None: none, or derived from other keys), filled in where the
+    config leaves the key out; ``numerics``: key -> (default, what it changes), said as a note when set otherwise;
+    ``refused``: key -> (the feature it turns on, the values that leave it off); ``irrelevant``: keys that change
+    no cost, beyond ``IRRELEVANT``. Combined with ``+`` (the right side's entries win)."""
+
+    modelled: dict = field(default_factory=dict)
+    numerics: dict = field(default_factory=dict)
+    refused: dict = field(default_factory=dict)
+    irrelevant: tuple = ()
+
+    def __add__(self, other: "Keys") -> "Keys":
+        return Keys({**self.modelled, **other.modelled}, {**self.numerics, **other.numerics},
+                    {**self.refused, **other.refused}, tuple(dict.fromkeys(self.irrelevant + other.irrelevant)))
+
+    def known(self) -> set:
+        return set(self.modelled) | set(self.numerics) | set(self.refused) | set(self.irrelevant) | set(IRRELEVANT)
+
+    def filled(self, d: dict, keep_absent=()) -> dict:
+        """``d`` with transformers' default for every modelled key it leaves out (but ``keep_absent``); the RoPE
+        base only where neither rope_theta nor rope_parameters is given."""
+        out = dict(d)
+        for k, v in self.modelled.items():
+            if k in out or v is None or k in keep_absent:
+                continue
+            if k == "rope_theta" and "rope_parameters" in d:
+                continue
+            if k == "rope_parameters" and {"rope_theta", "rope_scaling"} & set(d):
+                continue
+            out[k] = v
+        return out
+
+
+def check_keys(d: dict, keys: Keys, where: str, mtype: str, allow_unknown: bool = False) -> list:
+    """Refuse (one line) a known feature that is not modelled, then any key ``keys`` does not know (unless
+    ``allow_unknown``); the notes: numerics-only keys set otherwise than transformers' default, keys let through."""
+    for k, (feature, off) in keys.refused.items():
+        if k in d and d[k] not in off:
+            raise RooflineError(f"{where}: {mtype}: {k} = {show_value(d[k])} turns on {feature}, which is not "
+                                f"modelled (only {' or '.join(json.dumps(v) for v in off)} is); costs and logits "
+                                "would be wrong, so the model is refused.")
+    known = keys.known()
+    unknown = [k for k in d if k not in known]
+    if unknown and not allow_unknown:
+        more = f" (and {len(unknown) - 1} more: {', '.join(unknown[1:4])}{' ...' if len(unknown) > 4 else ''})" \
+            if len(unknown) > 1 else ""
+        raise RooflineError(f"{where}: {mtype}: {unknown[0]} = {show_value(d[unknown[0]])}{more} is not a field "
+                            f"roofline knows for {mtype}, and it may change the cost, so the model is refused: "
+                            "remove it if the model does not use it, or pass --allow-unknown-fields to go on "
+                            "without it (the model's notes then list it).")
+    notes = []
+    for k, (default, what) in keys.numerics.items():
+        if d.get(k, default) != default:
+            notes.append(f"{k} = {show_value(d[k])} {what}; costs are unaffected, logits differ from the real model.")
+    if unknown:
+        notes.append(f"--allow-unknown-fields: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not "
+                     f"known for {mtype} and ignored; costs and logits assume {'it changes' if len(unknown) == 1 else 'they change'} "
+                     "nothing.")
+    return notes
 
 
 class HFReader:
@@ -115,6 +211,21 @@ class HFReader:
         if types and "sliding" in types:
             raise RooflineError(f"{self.where}: layer_types has sliding_attention layers but sliding_window is "
                                 "null or switched off: give the window.")
+
+
+def rotary_dim(r: HFReader, head_dim: int, default: float = 1.0) -> int:
+    """Partial rotary: partial_rotary_factor (at the top, 4.x, or in rope_parameters, 5.x; absent: ``default``) x
+    ``head_dim``, the dims RoPE rotates at the start of each head (``ModelConfig.rotary_dim``: 0 when all)."""
+    params = r.d.get("rope_parameters") if isinstance(r.d.get("rope_parameters"), dict) else {}
+    top = r.d.get("partial_rotary_factor") is not None
+    key = "partial_rotary_factor" if top else "rope_parameters.partial_rotary_factor"
+    f = r.d["partial_rotary_factor"] if top else params.get("partial_rotary_factor")
+    f = float_field(r.where, key, default if f is None else f, " (the share of each head's dims RoPE rotates)")
+    rd = int(head_dim * f)
+    if f > 1 or rd % 2 or rd == 0:
+        raise RooflineError(f"{r.where}: {r.mtype}: {key} = {f:g} gives {rd} rotary dims of head_dim {head_dim}, "
+                            "which is not modelled (an even number of dims, at most head_dim): fix the factor.")
+    return 0 if rd == head_dim else rd
 
 
 def _brief(v, limit: int = 240) -> str:

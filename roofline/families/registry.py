@@ -2,7 +2,9 @@
 
 A family says everything that is particular to one ``model_type``: its config.json reader (``read``: fill
 the architecture fields of ``roofline.models.ModelConfig`` from the config, refuse what is not modelled),
-the transformers defaults of its config keys where they are not Llama's (``defaults``), its own head width
+every config key it knows with transformers' default (``keys``: ``reader.Keys``; any other key is refused),
+the other model_types that are it exactly (``aliases``: Kimi-K2's ``kimi_k2`` is ``deepseek_v3``), the
+multimodal wrappers whose ``text_config`` it reads (``wrappers``: ``gemma3`` around ``gemma3_text``), its own head width
 or RoPE reading where the shared one does not fit (``head_dim``, ``rope``), where its checkpoint keeps the
 tensors that differ from the Llama layout (``tensors``: read by ``roofline.layer``), and its presets with
 their sources (``presets``).
@@ -20,9 +22,25 @@ from typing import Callable
 
 from ..config_fields import show_value
 from ..errors import RooflineError
+from .reader import Keys
 
 # Mixtures of experts and hybrids that are not modelled: refused as such (not as unknown types).
-UNMODELLED = ("deepseek_v2", "dbrx", "jamba", "olmoe", "phimoe", "granitemoe", "qwen3_next", "llama4")
+UNMODELLED = ("deepseek_v2", "dbrx", "jamba", "olmoe", "phimoe", "granitemoe", "qwen3_next")
+
+# Served families (late 2026) refused for a named feature: the feature they lack here (their text model's type
+# and, for a multimodal wrapper, the wrapper's own).
+LACKING = {
+    "llama4": "chunked local attention (attention_chunk_size), NoPE layers (no_rope_layers) and MoE layers "
+              "interleaved with dense ones of another width (intermediate_size_mlp)",
+    "qwen3_5": "gated DeltaNet linear-attention layers and gated attention (Qwen3.5)",
+    "qwen3_5_moe": "gated DeltaNet linear-attention layers and gated attention (Qwen3.5)",
+    "gemma4": "per-layer input embeddings, KV shared across layers and proportional partial RoPE (Gemma-4)",
+    "gemma3n": "per-layer input embeddings, KV shared across layers and AltUp (Gemma-3n)",
+    "minimax_m2": "its MoE reader (partial rotary, sigmoid routing with a correction bias)",
+    "hy_v3": "its reader (Hy3's MoE)",
+    "ernie4_5_moe": "its MoE reader",
+}
+LACKING.update({f"{k}_text": v for k, v in tuple(LACKING.items())})
 
 
 @dataclass(frozen=True)
@@ -65,7 +83,11 @@ class Family:
     read: Callable                     # (roofline.families.reader.HFReader) -> None: fill r.arch, refuse
     tensors: Tensors = LLAMA_TENSORS
     presets: tuple = ()                # Preset entries, in the order they are listed
-    defaults: dict = field(default_factory=dict)   # config.json defaults (transformers') unlike Llama's
+    keys: Keys = Keys()                # every config key it knows, with transformers' defaults
+    aliases: dict = field(default_factory=dict)    # model_type -> why it is this family exactly (its source)
+    # a multimodal model_type whose text_config defaults to this family -> {"what": the wrapper, "tie_word_embeddings":
+    # its class's default, "vision": its own keys (the vision tower's and the projector's: not costed)}
+    wrappers: dict = field(default_factory=dict)
     head_dim: Callable | None = None   # (HFReader) -> int: a query/key head's width when head_dim is not it
     rope: Callable | None = None       # (HFReader) -> float: RoPE base (and arch fields) when not the shared one
     says_quantization: bool = False    # its reader words the quantization_config note itself
@@ -77,16 +99,38 @@ class Family:
 _FAMILIES: dict[str, Family] = {}
 
 
+def _names(f: Family) -> tuple:
+    return (f.model_type, *f.aliases, *f.wrappers)
+
+
 def register(fam: Family) -> Family:
-    """Add ``fam`` under its model_type (once); its presets' names must be new."""
-    if fam.model_type in _FAMILIES:
-        raise ValueError(f"model_type {fam.model_type!r} is registered twice")
+    """Add ``fam`` under its model_type (once); its presets' names, aliases and wrappers must be new."""
+    taken_types = {n for f in _FAMILIES.values() for n in _names(f)}
+    for n in _names(fam):
+        if n in taken_types or _names(fam).count(n) > 1:
+            raise ValueError(f"model_type {n!r} is registered twice")
     taken = {p.name for f in _FAMILIES.values() for p in f.presets}
     for p in fam.presets:
         if p.name in taken:
             raise ValueError(f"preset {p.name!r} of {fam.model_type!r} is already a preset")
     _FAMILIES[fam.model_type] = fam
     return fam
+
+
+def alias(model_type) -> tuple:
+    """(the family ``model_type`` is an exact alias of, why), or None when it is no alias."""
+    for f in _FAMILIES.values():
+        if isinstance(model_type, str) and model_type in f.aliases:
+            return f, f.aliases[model_type]
+    return None
+
+
+def wrapper(model_type) -> tuple:
+    """(the text family a multimodal ``model_type``'s text_config defaults to, what the wrapper is), or None."""
+    for f in _FAMILIES.values():
+        if isinstance(model_type, str) and model_type in f.wrappers:
+            return f, f.wrappers[model_type]
+    return None
 
 
 def families() -> tuple:
@@ -103,7 +147,12 @@ def family(model_type, where: str = "model config") -> Family:
     hashable = isinstance(model_type, (str, int, float, bool, type(None)))
     if hashable and model_type in _FAMILIES:
         return _FAMILIES[model_type]
+    if alias(model_type) is not None:
+        return alias(model_type)[0]
     supported = ", ".join(_FAMILIES)
+    if hashable and model_type in LACKING:
+        raise RooflineError(f"{where}: model_type {model_type!r} needs {LACKING[model_type]}, which is not modelled "
+                            f"yet: supported are {supported}.")
     if model_type in UNMODELLED:
         raise RooflineError(f"{where}: model_type {model_type!r} is a mixture of experts (or a hybrid), which is "
                             f"not modelled yet: supported are {supported}.")

@@ -8,6 +8,9 @@ from .registry import OpKind, register
 
 
 def _residual(op, s):
+    if op.dims.get("scale"):     # x + m * r (Granite's residual_multiplier): a multiply more per element
+        a, e = s.dtypes.act, s.rows * op.dims["width"]
+        return F.elementwise(e, ((e, a), (e, a)), out_dtype=a, flops_per_element=2)
     return F.residual_add(s.rows, op.dims["width"], act_dtype=s.dtypes.act)
 
 
@@ -16,9 +19,9 @@ def _activation(op, s):
     return (F.swiglu if d["fn"] == "silu" else F.geglu)(s.rows, d["width"], act_dtype=s.dtypes.act)
 
 
-def _scale(op, s):
+def _scale(op, s):          # the embedding's (every new token) or the logits' (one row per sequence)
     a = s.dtypes.act
-    e = s.rows * op.dims["width"]
+    e = (s.batch if op.part == "post" else s.rows) * op.dims["width"]
     return F.elementwise(e, ((e, a),), out_dtype=a)
 
 
