@@ -43,7 +43,7 @@ from . import rmsnorm as N
 from ._common import dtype_name
 from .quant_weight import QuantExperts, QuantWeight
 from .runner_registry import launches, needs_capability
-from .variants import FP8_CAPABILITY   # the registry's first capability with fp8 tensor cores (8.9: 89)
+from .env import FP8_SM as FP8_CAPABILITY   # the registry's first capability with fp8 tensor cores (89)
 
 
 # DeepSeek-V3's latent attention (issue 21): 128 heads, kv_lora_rank 512, qk_rope_head_dim 64, the 16-bit dtypes

@@ -22,6 +22,7 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 FP8_CAPABILITY = native_computes()["fp8"]   # the registry's: (8, 9), Ada and Hopper, the first with fp8 e4m3
+FP8_SM = 10 * FP8_CAPABILITY[0] + FP8_CAPABILITY[1]   # the same as a compile target's capability number: 89
 
 
 def fp8_supported(device) -> bool:

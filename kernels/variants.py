@@ -60,7 +60,7 @@ from roofline.layer import model_ops
 from roofline.models import PRESETS, load_model
 
 from ._launch import kernel_name, recording
-from .env import FP8_CAPABILITY as FP8_NATIVE
+from .env import FP8_SM as FP8_CAPABILITY   # a target's capability number from which fp8 runs (89)
 from .runner_registry import LAUNCHES, NEEDS, MetaCombo
 
 MODELS = ("llama-2-7b", "llama-3-8b")
@@ -77,7 +77,6 @@ QUANT_OPS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "do
 QUANT_PASSES = ((("bf16", "fp16"), dict(weight_dtype="int8", kv_dtype="int8")),
                 (("bf16", "fp16"), dict(weight_dtype="int4", kv_dtype="fp8")),
                 (("bf16",), dict(weight_dtype="int4", group_size=64, zero_point=True)))
-FP8_CAPABILITY = 10 * FP8_NATIVE[0] + FP8_NATIVE[1]   # kernels.env's (the registry's (8, 9)) as Target.capability: 89
 
 
 @dataclass(frozen=True)
