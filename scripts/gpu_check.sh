@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for an A100/H100/H200 box, in at most 6 minutes: the compile check first (every kernel
+# GPU check for an A100/H100/H200 box, in at most 8 minutes: the compile check first (every kernel
 # variant for sm_80 and sm_90: compile errors, shared memory, registers, spills, grids), then
 # environment, `roofline check` in bf16 (both backends), the GPU-marked timing tests, measured
 # ceilings, a short sweep with its report, and the kernel benchmark against cuBLAS / SDPA. It prints
@@ -8,8 +8,10 @@
 #   decode attention >= 85% of measured copy bandwidth at batch x context >= 32 x 4096;
 #   prefill attention >= 0.8x SDPA (flash);
 #   int8 / int4 weight-only decode linears >= 80% of measured HBM bandwidth counting their int bytes.
-# A short quantized sweep (bf16, int8 and int4 weights; bf16 and int8 KV cache) and its diagnosis
-# measure what quantization does to decode (`roofline check` above also covers the fp8 KV cache).
+# A short quantized sweep (bf16, int8, int4, fp8 per channel and in 128x128 blocks, nvfp4 weights; bf16 and fp8
+# KV cache) and its diagnosis measure what quantization does to decode (`roofline check` above runs the fp8 and
+# FP4 kernels' rows: W8A8 GEMMs, fp8 experts, act quant, FP4 linears and experts, the fp8 KV cache); gpt-oss-20b
+# runs at its release's precision (MXFP4 experts).
 #
 #   scripts/gpu_check.sh                  # results in gpu-check-out/
 #   OUT=/tmp/gc BUDGET_S=300 scripts/gpu_check.sh
@@ -23,7 +25,7 @@ OUT=${OUT:-gpu-check-out}
 mkdir -p "$OUT"
 export ROOFLINE_CACHE_DIR=${ROOFLINE_CACHE_DIR:-$OUT/cache}
 RUN=${ROOFLINE:-roofline}
-BUDGET_S=${BUDGET_S:-360}          # the whole script (6 minutes); each step is cut to what is left, in order
+BUDGET_S=${BUDGET_S:-480}          # the whole script (8 minutes); each step is cut to what is left, in order
 SUMMARY=()
 FAILED=0
 T_START=$SECONDS
@@ -64,8 +66,12 @@ step profile  80  $RUN profile --quick --out "$OUT" --csv --quiet
 step bench    70  python benchmarks/kernel_speed.py --quick
 step tests    50  python -m pytest -q -m gpu tests/test_profiler_timing.py tests/test_kernels_gpu.py -k "bf16 or cuda or runners"
 step check-pt 30  $RUN check --backend torch --dtype bf16
-step quant    60  $RUN profile --quick --phases decode --weight-dtype bf16,int8,int4 --kv-dtype bf16,int8 \
-    --out "$OUT/quant" --quiet --no-report
+step quant    90  $RUN profile --quick --phases decode --weight-dtype bf16,int8,int4,fp8,fp8-block,nvfp4 \
+    --kv-dtype bf16,fp8 --out "$OUT/quant" --quiet --no-report
+# a model released quantized, at its own precision (the preset carries gpt-oss's MXFP4 experts): the fused MoE's
+# FP4 path and the bf16 attention, random weights of the real sizes
+step mxfp4    60  $RUN profile --model gpt-oss-20b --phases decode --batches 1,16 --contexts 1024 --backends triton \
+    --out "$OUT/mxfp4" --quiet --no-report
 step qdiag    15  $RUN diagnose "$OUT/quant/results.jsonl"
 # tensor parallelism needs a GPU per rank: NCCL over 2 GPUs when the box has them
 if python -c "import torch, sys; sys.exit(0 if torch.cuda.device_count() >= 2 else 1)"; then
