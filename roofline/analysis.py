@@ -37,7 +37,7 @@ export, every figure and table of the report, and ``roofline diagnose`` consume 
   traced time its label is **communication** (the interconnect sets the step), said with the
   collectives' bus bandwidth against the device's link.
 
-* Cache levels: a device with ``cache_levels`` judges an op whose working set (``working_set_bytes``: the
+* Cache levels: a device with ``cache_levels`` judges an op whose working set (``roofline.working_set``: the
   weight of a linear op, else its bytes) fits a level and that moved more bytes/s than the DRAM roof against
   that level's roof (``roof_for``), labelled **cache-resident** (``Roof.level`` names the level). A step is
   judged alike: its working set is its largest op's (each op was timed alone, repeated), the sum of its ops'
@@ -61,35 +61,15 @@ from .bounds import CACHE_RESIDENT, COMM_DOMINANT, COMPUTE, MEMORY, OVERHEAD, Ro
 from .ceiling_sources import Ceiling, cache_ceilings, ceiling_source, ceilings  # noqa: F401 (re-exported)
 from .cost import ZERO, Cost
 from .devices import Device
-from .dtypes import bytes_per_element
-from .formulas import linear_weight_elements_from_flops
-from .precision.modules import element_bytes
 from .records import ABOVE_ROOF, PARALLEL_FIELDS, STEP_FIELDS, Measurement, WorkloadPoint
 from .layer import model_ops
-from .ops import kind
-from .workload import LAYER_OP, LLAMA_LAYER_OPS, LLAMA_OPS, op_count
+from .workload import LAYER_OP, LLAMA_OPS, op_count
+from .working_set import step_working_set, weight_share, working_set_bytes
 
 
 def expected_ops(model) -> tuple:
     """The op names a full step of ``model`` measures (roofline.layer), a Llama's when the model is unknown."""
     return tuple(o.name for o in model_ops(model)) if model is not None else tuple(LLAMA_OPS)
-
-
-def _op_kind(op: str, model) -> tuple:
-    """(kind, per-layer) of the op named ``op`` in ``model``'s step, a Llama's when the model is unknown (a result
-    file written before the layer became data); ("", False) for a name the step does not have (``layer``)."""
-    if model is None:
-        return LLAMA_OPS.get(op, ""), op in LLAMA_LAYER_OPS
-    for o in model_ops(model):
-        if o.name == op:
-            return o.kind, o.per_layer
-    return "", False
-
-
-def _is_linear(op: str, model) -> bool:
-    """A linear layer, by its kind's ``linear`` flag (``roofline.ops``)."""
-    k = _op_kind(op, model)[0]
-    return bool(k) and kind(k).linear
 
 
 SKIPPED = "skipped"
@@ -173,35 +153,6 @@ class OpResult:
         return (self.time_s * m.p20_s / m.median_s, self.time_s * m.p80_s / m.median_s)
 
 
-def _weight_bytes_per_layer(model, label: str, act: str) -> float:
-    """Linear weight bytes of one layer (on average over the layers) under a point's weight label (each op's
-    element bytes: ``precision.modules.element_bytes``), from the model's op list."""
-    per = [o for o in model_ops(model) if kind(o.kind).linear and o.per_layer]
-    return sum(o.dims["in_features"] * o.dims["out_features"] * o.count * element_bytes(label, o, act)
-               for o in per) / model.n_layers
-
-
-def _weight_share(m: Measurement, model) -> float:
-    """Share of a measurement's bytes that are linear-layer weights (1 for a linear op)."""
-    if _is_linear(m.point.op, model):
-        return 1.0
-    b = m.point.cost.bytes
-    if m.point.op != LAYER_OP or model is None or not b:
-        return 0.0
-    return _weight_bytes_per_layer(model, m.point.weight_dtype, m.point.dtype) / m.point.tp / b
-
-
-def working_set_bytes(p, model=None) -> float:
-    """Bytes a point's repeated calls keep touching: a linear op's weight (the activations stream through), else
-    its whole ``Cost.bytes``. ``model``: the run's ModelConfig (None: a Llama's ops, an older result file)."""
-    k, per_layer = _op_kind(p.op, model)
-    if k and kind(k).linear:
-        rows = p.batch * p.new_tokens if per_layer else p.batch   # the head reads the last token only
-        spec = next((o for o in model_ops(model) if o.name == p.op), None) if model is not None else None
-        return linear_weight_elements_from_flops(p.cost.flops, rows) * element_bytes(p.weight_dtype, spec, p.dtype)
-    return p.cost.bytes
-
-
 def measured_roof(m: Measurement, device: Device, run_dtype: str, base: Roof | None = None, model=None) -> Roof:
     """``roof_for`` with the point's working set (``working_set_bytes`` in ``model``'s step) and the bytes/s it
     moved: a cache level's roof when one served it, else ``base`` (the DRAM roof, when the caller has it)."""
@@ -224,7 +175,7 @@ def judge(m: Measurement, roof: Roof, n_layers: int, model=None) -> OpResult:
         frac = roof.fraction(p.cost, m.instance_s)
         label = measured_label(p.cost.intensity, frac, roof.ridge, roof.level_name)
     count = p.count if p.count else op_count(p.op, model if model is not None else n_layers)
-    return OpResult(m, count, roof, frac, b, label, roof.predicted_s(p.cost), _weight_share(m, model))
+    return OpResult(m, count, roof, frac, b, label, roof.predicted_s(p.cost), weight_share(m, model))
 
 
 def level_points(r: OpResult, device: Device) -> list:
@@ -468,7 +419,7 @@ def _build_step(key: StepKey, results, roof: Roof, device_name: str, header) -> 
         shares[r.label] = shares.get(r.label, 0.0) + r.time_s
         if r.label == MEMORY and r.weight_share >= 0.5:
             weight_mem += r.time_s
-    ws = _step_working_set(ops, header)
+    ws = step_working_set(ops, header)
     if header.device.cache_levels and t > 0:   # the cache rule, as for each op (roof_for)
         roof = roof_for(header.device, key.dtype, header.dtype, working_set_bytes=ws,
                         achieved_bytes_per_s=cost.bytes / t)
@@ -497,13 +448,6 @@ def _build_step(key: StepKey, results, roof: Roof, device_name: str, header) -> 
     if s.communication_s and s.comm_share >= COMM_DOMINANT:
         s = replace(s, label=COMMUNICATION)
     return replace(s, sentence=_sentence(s))
-
-
-def _step_working_set(ops, header) -> float:
-    """Bytes a step keeps touching: its largest op's working set when each op was timed alone and repeated (a
-    profile), the sum over its ops' instances when they ran one after another (a trace)."""
-    sets = [working_set_bytes(r.point, header.model) * (r.count if header.kind == "trace" else 1) for r in ops]
-    return (sum(sets) if header.kind == "trace" else max(sets)) if sets else 0.0
 
 
 def _cache_text(s: Step) -> str:

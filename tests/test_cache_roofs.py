@@ -25,7 +25,8 @@ import pytest
 from profiler import ceilings as C
 from reports.roofline_plot import plot_roofline
 from reports.style import new_figure
-from roofline.analysis import analyze, working_set_bytes
+from roofline.analysis import analyze
+from roofline.working_set import working_set_bytes
 from roofline.bounds import CACHE_RESIDENT, roof_for
 from roofline.cost import Cost
 from roofline.devices import CacheLevel, Device, cpu_device
