@@ -182,6 +182,9 @@ def _module_format(m: str, f, kinds: set, act_dtype: str, notes: list):
 
 
 def _say_acts(m: str, asked, run, act_dtype: str, notes: list) -> None:
+    if asked is None and run is not None:         # weight-only asked (a flag), W8A8 run: our fp8 GEMM's way
+        notes.append(f"{m}: our kernel for its weights quantizes the activations too: run as {run.describe()}")
+        return
     if asked is None or (run is not None and run.name == asked.name):
         return
     notes.append(f"{m}: the checkpoint's activations are {asked.describe()}; our kernels run them "

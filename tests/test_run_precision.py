@@ -56,7 +56,9 @@ def test_flags_over_the_checkpoint_and_formats_no_kernel_runs():
     rp = run_precision(cfg, "fp32", "experts=nvfp4,attention=fp8")
     assert rp.flagged and rp.weight_label == "experts=nvfp4,attention=fp8"
     assert dict(rp.run.acts)["attention"].name == "fp8"                          # fp8's GEMM quantizes x per token
-    assert run_precision(cfg, "fp32", "int8").weight_label == "int8"
+    assert run_precision(cfg, "fp32", "int8").weight_label == "int8" and not run_precision(cfg, "fp32", "int8").notes
+    assert "attention: our kernel for its weights quantizes the activations too: run as fp8 e4m3 (per-token " \
+        "dynamic scales)" in run_precision(cfg, "fp32", "fp8").notes       # a weight flag, a W8A8 kernel: said
     assert run_precision(cfg, "fp32", "fp32").weight_label == "fp32"
     with pytest.raises(RooflineError, match=r"^experts: no kernel of ours runs mxfp8 .*--weight-dtype experts="):
         run_precision(cfg, "fp32", "experts=mxfp8")
