@@ -186,12 +186,12 @@ def _variants(parts: list) -> list:
 def _quant_cb(role: str, what: str, several: bool):
     """A precision flag of the run commands (with ``several``, a comma-separated list of variants): a format a
     kernel of ours runs (``roofline.precision.run_names``), for weights also ``module=format`` pairs, or a float
-    dtype (= not quantized: the run's activation dtype, checked where that is known)."""
-    allowed = format_run_names(role)
-
+    dtype (= not quantized: the run's activation dtype, checked where that is known). The formats are read when
+    the option is parsed: one registered after import (a user's, a test's) is taken."""
     def cb(ctx, param, value):
         if value is None:
             return None
+        allowed = format_run_names(role)
         parts = [p.strip() for p in str(value).split(",") if p.strip()]
         variants = _variants(parts) if role == "weight" else parts
         pairs = " or module=format pairs (experts=nvfp4,attention=fp8)" if role == "weight" else ""

@@ -35,7 +35,7 @@ from .errors import RooflineError, check_positive_int
 from .models import ModelConfig
 from .ops import Dtypes, StepContext, kind
 from .parallel import PER_LAYER_COLLECTIVES, Shard, ranks, shard, step_collectives
-from .precision import Precision, kv_format, plain
+from .precision import Precision, kv_format, lookup, plain
 from .precision.modules import WEIGHT_ROLES
 
 from .layer import LAYER_OP, model_ops, op_names, op_spec  # noqa: F401 (op_names, op_spec: the API)
@@ -226,7 +226,7 @@ def _check_dtypes(weight_dtype, act_dtype, kv_dtype, group_size=None, zero_point
         raise RooflineError(f"the int4 group size must be one of {', '.join(map(str, INT4_GROUPS))}, "
                             f"but {group_size!r} was given.")
     if precision is None:        # a format name, or a point key's module=format pairs (``plain`` refuses the rest)
-        weight = str(weight_dtype).strip() if "=" in str(weight_dtype) else normalize_dtype(weight_dtype)
+        weight = str(weight_dtype).strip() if "=" in str(weight_dtype) else lookup(weight_dtype, "weight").name
         precision = plain(weight, group_size=g, zero_point=zero_point)
     else:
         weight = str(weight_dtype)
