@@ -57,7 +57,7 @@ def _model_arg_cb(ctx, param, value):
     if value is None:
         return None
     try:
-        load_model(value)
+        load_model(value, allow_unknown_fields=ctx.meta.get("allow_unknown_fields", False))
     except RooflineError as e:
         raise click.BadParameter(str(e)) from None
     return value
@@ -278,6 +278,18 @@ def ep_option(f):
 
 def _allow_unknown_cb(ctx, param, value):
     ctx.meta["allow_unknown_fields"] = bool(value)     # read by --model's callback (this one runs first: eager)
+    return bool(value)
+
+
+ALLOW_UNKNOWN_HELP = ("go on past config.json keys roofline does not know (ignored: listed in the model's notes, the "
+                      "result file and the report)")
+
+
+def allow_unknown_option(f):
+    """--allow-unknown-fields as a value of its own (``profile``: its spec records it for the resume command), read
+    by ``--model``'s check too (eager: it runs first)."""
+    return click.option("--allow-unknown-fields", "allow_unknown_fields", is_flag=True, is_eager=True,
+                        callback=_allow_unknown_cb, help=ALLOW_UNKNOWN_HELP)(f)
 
 
 def model_option(default=None, required=False):
@@ -288,9 +300,7 @@ def model_option(default=None, required=False):
                          show_default=True, help="a preset (llama-3-8b, ...; see `roofline devices`) "
                          "or a local Hugging Face config.json")(f)
         return click.option("--allow-unknown-fields", is_flag=True, is_eager=True, expose_value=False,
-                            callback=_allow_unknown_cb,
-                            help="go on past config.json keys roofline does not know (ignored: listed in the "
-                                 "model's notes, the result file and the report)")(f)
+                            callback=_allow_unknown_cb, help=ALLOW_UNKNOWN_HELP)(f)
     return deco
 
 

@@ -55,7 +55,7 @@ BUDGET_MS = {"gpu": 50.0, "cpu": 40.0, "quick-gpu": 20.0, "quick-cpu": 25.0}
 
 def default_plan(*, model=None, phases=("prefill", "decode"), batches=None, contexts=None, backends=None, dtype=None,
                  device=None, quick=False, budget_ms=None, flush_cache=False, weight_dtypes=None, kv_dtypes=None,
-                 group_size=None, zero_point=False):
+                 group_size=None, zero_point=False, allow_unknown_fields=False):
     """(SweepPlan, model name as given): this machine's defaults (a GPU's or a CPU's) for what is not given.
 
     ``weight_dtypes`` / ``kv_dtypes``: a flag or a tuple of them (None: the model's own precision, a quantized
@@ -68,7 +68,7 @@ def default_plan(*, model=None, phases=("prefill", "decode"), batches=None, cont
     gpu = device.startswith("cuda")
     d = (GPU_QUICK if quick else GPU_DEFAULTS) if gpu else (CPU_QUICK if quick else CPU_DEFAULTS)
     model = model or d["model"]
-    cfg = load_model(model) if isinstance(model, str) else model
+    cfg = load_model(model, allow_unknown_fields=bool(allow_unknown_fields)) if isinstance(model, str) else model
     dtype = dtype or d["dtype"]
     if dtype not in ("fp32", "bf16", "fp16"):
         raise RooflineError(f"--dtype must be fp32, bf16 or fp16 for a sweep, but {dtype!r} was given.")
@@ -118,6 +118,7 @@ class RunSpec:
     device: object = None         # a roofline Device to classify against instead of measured ceilings
     tp: int = 1                   # tensor-parallel ranks: per-rank shards and the step's collectives
     ep: int = 1                   # expert-parallel ranks (1, or = tp: E / ep whole experts per rank, all-to-alls)
+    allow_unknown_fields: bool = False   # config.json keys the family does not know were let through (model notes)
 
     def __post_init__(self):
         check_output(self)
@@ -149,6 +150,8 @@ class RunSpec:
     def to_header(self, threads: int) -> dict:
         """The result header's settings: the plan's, the threads the run had, quick, the parallelism (when > 1)."""
         extra = {k: getattr(self, k) for k in PARALLEL_FIELDS if getattr(self, k) != 1}
+        if self.allow_unknown_fields:
+            extra["allow_unknown_fields"] = True
         if self.model_arg != self.plan.model.name:
             extra["model_arg"] = self.model_arg
         return {**self.plan.settings(), "threads": threads, "quick": self.quick,
@@ -171,6 +174,7 @@ class RunSpec:
                          zero_point=bool(s.get("zero_point", False)))
         threads = None if plan.device.startswith("cuda") else s.get("threads")
         return cls(plan, threads=threads, quick=bool(s.get("quick")), model_arg=s.get("model_arg", m.name),
+                   allow_unknown_fields=bool(s.get("allow_unknown_fields")),
                    **{k: header_int(s, k) for k in PARALLEL_FIELDS}, **run)
 
 
@@ -201,6 +205,7 @@ CLI_OPTIONS = (
     ("--group-size", lambda s: _int4(s, s.plan.group_size) if s.plan.group_size != 128 else None),
     ("--zero-point", lambda s: bool(_int4(s, s.plan.zero_point))),
     ("--quick", lambda s: s.quick),
+    ("--allow-unknown-fields", lambda s: s.allow_unknown_fields),
     *((f"--{k}", lambda s, k=k: getattr(s, k) if getattr(s, k) != 1 else None) for k in PARALLEL_FIELDS),
 )
 
@@ -209,7 +214,8 @@ CLI_OPTIONS = (
 PLAN_OPTIONS = {"model": "model_arg", "phases": "phases", "batches": "batches", "contexts": "contexts",
                 "backends": "backends", "dtype": "dtype", "device": "device", "quick": "quick",
                 "budget_ms": "budget_ms", "flush_cache": "flush_cache", "weight_dtypes": "weight_dtype",
-                "kv_dtypes": "kv_dtype", "group_size": "group_size", "zero_point": "zero_point"}
+                "kv_dtypes": "kv_dtype", "group_size": "group_size", "zero_point": "zero_point",
+                "allow_unknown_fields": "allow_unknown_fields"}
 
 
 def spec_from_options(opts: dict, mode: str) -> RunSpec:
@@ -219,7 +225,8 @@ def spec_from_options(opts: dict, mode: str) -> RunSpec:
     plan, model_arg = default_plan(**{k: opts.get(o) for k, o in PLAN_OPTIONS.items() if opts.get(o) is not None})
     return RunSpec(plan, out=opts.get("out_dir", "roofline-out"), mode=mode, threads=opts.get("threads"),
                    quick=bool(opts.get("quick")), csv=bool(opts.get("csv_out")), report=not opts.get("no_report"),
-                   model_arg=model_arg, **{k: 1 if opts.get(k) is None else opts[k] for k in PARALLEL_FIELDS})
+                   model_arg=model_arg, allow_unknown_fields=bool(opts.get("allow_unknown_fields")),
+                   **{k: 1 if opts.get(k) is None else opts[k] for k in PARALLEL_FIELDS})
 
 
 def header_int(settings: dict, key: str) -> int:

@@ -50,7 +50,10 @@ TARGETS = ("sm_80", "sm_90")
 @click.option("--model", default="tiny", show_default=True,
               help="the model checks' model: a preset or a Hugging Face folder (config.json, with *.safetensors its "
                    "real weights); under the Triton interpreter keep it tiny")
-def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, jobs, quality, model):
+@click.option("--allow-unknown-fields", "allow_unknown_fields", is_flag=True,
+              help="go on past config.json keys roofline does not know (ignored: listed in the model's notes)")
+def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, jobs, quality, model,
+          allow_unknown_fields):
     """Validate every kernel and the model (prefill+decode, chunked, prefix reuse, backends, quantized)."""
     if compile_:
         _compile_check(quick, target, kernel_names, jobs, as_json)
@@ -63,7 +66,7 @@ def check(backend, dtype, full, as_json, compile_, quick, target, kernel_names, 
     except ImportError as e:  # pragma: no cover
         raise RooflineError(f"the kernels need torch and triton: {e}. Install them with "
                             "`pip install torch triton`.") from None
-    cfg = load_model(model)
+    cfg = load_model(model, allow_unknown_fields=allow_unknown_fields)
     _refuse_too_large(cfg, dtype)
     if cfg.checkpoint:
         _refuse_nonfinite(cfg.checkpoint)

@@ -22,8 +22,8 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..cli_args import (budget_option, device_arg, ep_option, float_dtype_option, int_list, mode_of, mode_options,
-                        model_arg_option, names, quant_options, say_for, threads_option)
+from ..cli_args import (allow_unknown_option, budget_option, device_arg, ep_option, float_dtype_option, int_list,
+                        mode_of, mode_options, model_arg_option, names, quant_options, say_for, threads_option)
 from ..counters_run import profile_counters
 from ..profile_run import run_profile
 from ..run import Interrupted, command_line
@@ -48,6 +48,7 @@ from ..sweep import sweep_ops
               help="output directory: results.jsonl, results.csv, the report")
 @mode_options("OUT/results.jsonl")
 @click.option("--quick", is_flag=True, help="a small sweep (under a minute on a 2-core CPU)")
+@allow_unknown_option
 @click.option("--quiet", is_flag=True, help="no progress bar or notes on stderr")
 @click.option("--csv", "csv_out", is_flag=True, help="also write OUT/results.csv")
 @budget_option("timed repetitions per op, in ms of run time [GPU 50, CPU 40; --quick 20/25]")
