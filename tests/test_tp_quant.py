@@ -45,13 +45,13 @@ def _qkw(wd, g, zp) -> dict:
 
 # ---- the shards are exact rows of the one-rank quantization (no ranks needed) ------------------------------
 
-@pytest.mark.parametrize("cfg,wd,g,zp", CASES, ids=[f"{c.name}-{w}" for c, w, _, _ in CASES])
-def test_quantized_shards_dequantize_to_slices_of_the_one_rank_quantization(cfg, wd, g, zp):
-    w = init_weights(cfg, torch.float32, "cpu", seed=0)
-    full = quantize_model_weights(cfg, w, run_precision(cfg, "fp32", wd, group_size=g, zero_point=zp))
+def _shards(cfg, full):
+    """Each rank's quantized weights against the one-rank quantization ``full``: (rank, key, its shard rule, the
+    shard, the one-rank weight), every shard checked to dequantize bit for bit to its slice of the one-rank
+    dequantization, the lm_head's vocab columns likewise; returns the shard rules seen."""
     sh = shard(cfg, 2)
     rules = {ws.key: ws.shard for o in model_ops(cfg) if o.per_layer for ws in o.weights}
-    seen = set()
+    out = []
     for rank in (0, 1):
         part = shard_weights(cfg, full, sh, rank)
         for lq, lf in zip(part["layers"], full["layers"]):
@@ -62,16 +62,28 @@ def test_quantized_shards_dequantize_to_slices_of_the_one_rank_quantization(cfg,
                 want = _slice(whole.dequantize(torch.float64), rules[key], sh, rank, cfg.head_dim)
                 assert torch.equal(q.dequantize(torch.float64), want), (key, rank)   # bit for bit
                 assert tuple(q.shape) == tuple(want.shape), key
-                if wd == "int8" and rules[key] in ("i_rows", "q_rows", "e_rows"):   # row split: scales whole
-                    assert torch.equal(q.scales, whole.scales), key
-                seen.add((key, rules[key]))
-        # lm_head: vocab columns of the one-rank quantized lm_head
-        rows = sh.vocab_rows(rank)
+                out.append((rank, key, rules[key], q, whole))
+        rows = sh.vocab_rows(rank)        # lm_head: vocab columns of the one-rank quantized lm_head
         want = full["lm_head"].dequantize(torch.float64)[:, rows.start: rows.stop]
         assert torch.equal(part["lm_head"].dequantize(torch.float64), want)
-    kinds = {r for _, r in seen}
-    assert {"q_cols", "kv_cols", "q_rows"} <= kinds
-    assert ({"e_cols", "e_rows"} if cfg.n_experts else {"i_cols", "i_rows"}) <= kinds
+    return out
+
+
+def _rules_cover(cfg, seen: set) -> None:
+    assert {"q_cols", "kv_cols", "q_rows"} <= seen
+    assert ({"e_cols", "e_rows"} if cfg.n_experts else {"i_cols", "i_rows"}) <= seen
+
+
+@pytest.mark.parametrize("cfg,wd,g,zp", CASES, ids=[f"{c.name}-{w}" for c, w, _, _ in CASES])
+def test_quantized_shards_dequantize_to_slices_of_the_one_rank_quantization(cfg, wd, g, zp):
+    w = init_weights(cfg, torch.float32, "cpu", seed=0)
+    full = quantize_model_weights(cfg, w, run_precision(cfg, "fp32", wd, group_size=g, zero_point=zp))
+    seen = set()
+    for _, key, rule, q, whole in _shards(cfg, full):
+        if wd == "int8" and rule in ("i_rows", "q_rows", "e_rows"):   # row split: scales whole
+            assert torch.equal(q.scales, whole.scales), key
+        seen.add(rule)
+    _rules_cover(cfg, seen)
 
 
 # fp8 and FP4 weights: per-channel / per-tensor fp8 and the FP4 micro-blocks (16, 32) tile Q4's shards; 128 x 128
@@ -91,29 +103,15 @@ def test_fp8_and_fp4_shards_dequantize_to_slices_of_the_one_rank_quantization(cf
     check_tp_scales(cfg, 2, precision_format(fmt))           # the format tiles this model's shards: nothing said
     w = init_weights(cfg, torch.float32, "cpu", seed=0)
     full = quantize_model_weights(cfg, w, run_precision(cfg, "fp32", fmt))
-    sh = shard(cfg, 2)
-    rules = {ws.key: ws.shard for o in model_ops(cfg) if o.per_layer for ws in o.weights}
     seen = set()
-    for rank in (0, 1):
-        part = shard_weights(cfg, full, sh, rank)
-        for lq, lf in zip(part["layers"], full["layers"]):
-            for key, q in lq.items():
-                if not isinstance(q, (QuantWeight, QuantExperts)):
-                    continue
-                whole = lf[key]
-                assert q.dtype == fmt and q.act == whole.act, key
-                want = _slice(whole.dequantize(torch.float64), rules[key], sh, rank, cfg.head_dim)
-                assert torch.equal(q.dequantize(torch.float64), want), (key, rank)
-                if fmt == "fp8-tensor" or (fmt == "fp8" and rules[key] in ("i_rows", "q_rows", "e_rows")):
-                    assert torch.equal(q.scales, whole.scales), key
-                if fmt == "nvfp4":
-                    assert torch.equal(q.tensor_scale, whole.tensor_scale), key
-                seen.add(rules[key])
-        rows = sh.vocab_rows(rank)
-        want = full["lm_head"].dequantize(torch.float64)[:, rows.start: rows.stop]
-        assert torch.equal(part["lm_head"].dequantize(torch.float64), want)
-    assert {"q_cols", "kv_cols", "q_rows"} <= seen
-    assert ({"e_cols", "e_rows"} if cfg.n_experts else {"i_cols", "i_rows"}) <= seen
+    for _, key, rule, q, whole in _shards(cfg, full):
+        assert q.dtype == fmt and q.act == whole.act, key
+        if fmt == "fp8-tensor" or (fmt == "fp8" and rule in ("i_rows", "q_rows", "e_rows")):
+            assert torch.equal(q.scales, whole.scales), key
+        if fmt == "nvfp4":
+            assert torch.equal(q.tensor_scale, whole.tensor_scale), key
+        seen.add(rule)
+    _rules_cover(cfg, seen)
 
 
 def test_fp8_blocks_or_fp4_blocks_a_ranks_shard_would_cut_are_refused_in_one_line():
