@@ -38,7 +38,6 @@ from .env import device_label, fp8_supported
 from .quant_weight import (FORMATS, QuantExperts, QuantWeight, check_group, op_missing, slice_experts,
                            weight_format)
 
-WEIGHT_DTYPES = ("int8", "int4")              # weight-only quantization the kernels run
 KV_DTYPES = ("int8", "fp8")                   # 8-bit KV caches
 KV_QMAX = {"int8": 127.0, "fp8": 448.0}       # the largest magnitude each stores (fp8 e4m3: 448)
 KV_TORCH = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}
