@@ -15,6 +15,10 @@ hidden 64, vocab 256, experts of intermediate 32, exercising every feature of th
   saved in the safetensors), ``routed_scaling_factor`` 2.5, one shared expert (intermediate 32);
   ``rope_scaling`` null (default RoPE, theta 1e4); ``rope_interleave`` as the config defaults
   (``ROPE_INTERLEAVE``: True in transformers 5.24, the rotary pairs interleaved).
+- minimax_m2: 8 experts, top-3, in every layer; sigmoid scores with a non-zero ``e_score_correction_bias`` (a
+  buffer of the MoE block, not of the router: transformers passes it in), renormalised, no scaling, no shared
+  expert; qk-norm over the whole q and k projections; RoPE on the first ``rotary_dim`` 16 of head_dim 32; the
+  published configs' own keys (qk_norm_type per_layer, scoring_func sigmoid, attn_type_list, one MTP module).
 - gpt_oss: 4 experts, top-2 (softmax over the top-2 logits); biases on q/k/v/o, the router and both expert
   projections; per-head attention sinks; the clamped SwiGLU (the published limit 7.0 and alpha 1.702,
   gate/up interleaved; gate_up weights N(0, CLAMP_STD) so a share of the pre-activations pass the limit); layers 0 and 2 slide over ``WINDOW`` (8) keys, layer 1
@@ -35,7 +39,7 @@ for a prefill of ``tokens``, with the selection margins.
 The safetensors are in the hub's layout, as save_pretrained converts back: per-expert 2-D weights
 (Mixtral ``block_sparse_moe.experts.N.w1/w2/w3`` and ``block_sparse_moe.gate``; Qwen / DeepSeek
 ``mlp.experts.N.gate_proj/up_proj/down_proj``, ``mlp.gate``, ``mlp.shared_expert(s)``, ``mlp.shared_expert_gate``,
-``mlp.gate.e_score_correction_bias``), except gpt_oss's fused 3-D ``mlp.experts.gate_up_proj`` [E, hidden, 2I]
+``mlp.gate.e_score_correction_bias``; MiniMax-M2 Mixtral's names and ``block_sparse_moe.e_score_correction_bias``), except gpt_oss's fused 3-D ``mlp.experts.gate_up_proj`` [E, hidden, 2I]
 (gate and up interleaved along the last axis), ``down_proj`` [E, I, hidden] and their ``_bias``, ``mlp.router``.
 
 Written against transformers 5.24 (``BUILT_WITH``); ``require`` skips on versions without these classes.
@@ -56,7 +60,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 BUILT_WITH = "5.24.0"
-MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "glm4_moe")
+MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "glm4_moe", "minimax_m2")
 WINDOW = H.WINDOW          # gpt_oss's sliding layers
 ROPE_INTERLEAVE = True     # DeepseekV3Config's default in 5.24 (the tiny config leaves it unset): see test
 LAYERS = 3
@@ -89,6 +93,13 @@ _CONFIGS = {
                                        routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
                                        head_dim=32, partial_rotary_factor=0.5, attention_bias=True,
                                        use_qk_norm=True, rope_theta=10000.0)),
+    # whole-projection qk-norm, rotary_dim 16 of head_dim 32, sigmoid routing with a correction bias (one group),
+    # and the published configs' own keys (MiniMax's configuration_minimax_m2.py), which transformers ignores
+    "minimax_m2": ("MiniMaxM2Config", dict(intermediate_size=32, num_local_experts=8, num_experts_per_tok=3,
+                                           head_dim=32, rotary_dim=16, rope_theta=10000.0, use_qk_norm=True,
+                                           qk_norm_type="per_layer", scoring_func="sigmoid", use_routing_bias=True,
+                                           shared_intermediate_size=0, attn_type_list=[1] * LAYERS, use_mtp=True,
+                                           num_mtp_modules=1, mtp_transformer_layers=1)),
     "gpt_oss": ("GptOssConfig", dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16,
                                      sliding_window=WINDOW, attention_bias=True, swiglu_limit=7.0,
                                      layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
@@ -96,7 +107,7 @@ _CONFIGS = {
 
 # Which layers run experts (the others a dense MLP): what a reader of these configs must find.
 MOE_LAYERS = {"mixtral": (0, 1, 2), "qwen2_moe": (0, 2), "qwen3_moe": (0, 1, 2), "deepseek_v3": (1, 2),
-              "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2)}
+              "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2), "minimax_m2": (0, 1, 2)}
 
 LINEAR_STD, EMBED_STD, BIAS_STD = H.LINEAR_STD, H.EMBED_STD, H.BIAS_STD
 ROUTER_STD = 0.5     # router logits ~N(0, 4): decisive choices, top-k margins far above fp32 rounding
@@ -145,6 +156,8 @@ share (``_spread_routers``)."""
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for fqn, m in model.named_modules():
+            if "e_score_correction_bias" in m._buffers and not _is_router(m):   # MiniMax-M2: on the MoE block
+                m.e_score_correction_bias.copy_(torch.randn(m.e_score_correction_bias.shape, generator=g) * E_BIAS_STD)
             if _is_router(m):
                 m.weight.copy_(torch.randn(m.weight.shape, generator=g) * ROUTER_STD)
                 bias = getattr(m, "e_score_correction_bias", None)
@@ -253,9 +266,11 @@ def _margin(scores: torch.Tensor, chosen: torch.Tensor) -> float:
     return float((lo - hi).min())
 
 
-def _selection_margin(model_type: str, router, logits: torch.Tensor, chosen: torch.Tensor) -> float:
-    """The margin of the router's choice in the space transformers ranks in."""
+def _selection_margin(model_type: str, router, logits: torch.Tensor, chosen: torch.Tensor, inputs=()) -> float:
+    """The margin of the router's choice in the space transformers ranks in (``inputs``: the router's)."""
     logits = logits.double()
+    if model_type == "minimax_m2":                    # sigmoid + the block's correction bias (its 2nd input)
+        return _margin(logits.sigmoid() + inputs[1].double(), chosen)
     if model_type in ("deepseek_v3", "glm4_moe"):      # the same grouped sigmoid routing
         n_group, topk_group = router.num_group, router.topk_group
         s = logits.sigmoid() + router.e_score_correction_bias.double()
@@ -283,17 +298,17 @@ def routing(folder, token_ids, model_type: str | None = None) -> list:
             if _is_router(m):
                 layer = int(fqn.split("layers.")[1].split(".")[0])
                 hooks.append(m.register_forward_hook(
-                    lambda mod, inp, out, layer=layer: seen.append((layer, mod, out))))
+                    lambda mod, inp, out, layer=layer: seen.append((layer, mod, inp, out))))
         try:
             model(input_ids=torch.tensor([[int(t) for t in token_ids]]), use_cache=False)
         finally:
             for h in hooks:
                 h.remove()
         out = []
-        for layer, mod, (logits, weights, idx) in seen:
+        for layer, mod, inp, (logits, weights, idx) in seen:
             counts = torch.bincount(idx.flatten(), minlength=mod.num_experts).numpy()
             out.append(LayerRouting(layer, logits.float().numpy().copy(), idx.numpy().copy(), weights.float().numpy().copy(), counts,
-                                    _selection_margin(model_type, mod, logits, idx)))
+                                    _selection_margin(model_type, mod, logits, idx, inp)))
     return sorted(out, key=lambda r: r.layer)
 
 

@@ -2,10 +2,11 @@
 
 Tiny checkpoints built by transformers (tests/hf_tiny_moe.py: Mixtral, Qwen2-MoE with its gated shared
 expert and a dense layer, Qwen3-MoE, DeepSeek-V3 with MLA, group-limited sigmoid routing, a shared
-expert and a dense first layer, GPT-OSS with sinks, YaRN, clamped SwiGLU, biases and a window of 8) run
+expert and a dense first layer, GPT-OSS with sinks, YaRN, clamped SwiGLU, biases and a window of 8, MiniMax-M2
+with whole-projection qk-norm, partial rotary and one-group sigmoid routing with a correction bias) run
 through our model on their real weights: prefill, decode past the window, chunked prefill and prefix
 reuse, every logit row within 1e-4 of transformers' largest logit; the Triton kernels (fused MoE,
-MLA decode) on two of them.
+MLA decode) on four of them.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def test_chunked_prefill_and_prefix_reuse(model_type):
     close(m.prefill_with_prefix(seq, 1, 0, n - 6), ref.prefill[n - 1])
 
 
-@pytest.mark.parametrize("model_type", ["deepseek_v3", "gpt_oss", "glm4_moe"])
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "gpt_oss", "glm4_moe", "minimax_m2"])
 def test_triton_kernels_on_real_weights(model_type):
     """The fused MoE grouped GEMM and (DeepSeek) the absorbed MLA decode kernel, interpreted here."""
     folder, ref = built(model_type)
@@ -78,6 +79,12 @@ def test_the_readers_find_each_family():
     assert {"q_a_proj", "kv_b_proj", "router", "experts", "shared_gate_proj", "gate_proj"} <= set(op_names(ds))
     oss = load_model(H.checkpoint("gpt_oss"))
     assert oss.attn_sinks and oss.expert_activation == "swiglu_oai" and oss.rope_yarn and oss.notes == ()
+    mm = load_model(H.checkpoint("minimax_m2"))
+    assert (mm.router, mm.n_group, mm.topk_group, mm.routed_scale, mm.norm_topk, mm.router_correction) == \
+        ("sigmoid_group", 1, 1, 1.0, True, True)
+    assert mm.qk_norm and mm.qk_norm_whole and mm.rotary_dim == 16 and mm.head_dim == 32
+    assert mm.moe_layers == H.MOE_LAYERS["minimax_m2"] and mm.shared_intermediate == 0
+    assert any("num_mtp_modules = 1" in n for n in mm.notes)
     q2 = load_model(H.checkpoint("qwen2_moe"))
     assert q2.moe_layers == H.MOE_LAYERS["qwen2_moe"] and q2.shared_gate and not q2.norm_topk
 

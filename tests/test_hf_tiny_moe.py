@@ -15,7 +15,7 @@ from safetensors import safe_open  # noqa: E402
 
 # (experts, top-k) written out, not read back from the fixture
 ROUTED = {"mixtral": (8, 2), "qwen2_moe": (8, 4), "qwen3_moe": (8, 2), "deepseek_v3": (8, 3), "gpt_oss": (4, 2),
-          "glm4_moe": (8, 3)}
+          "glm4_moe": (8, 3), "minimax_m2": (8, 3)}
 
 
 def _config(model_type) -> dict:
@@ -99,6 +99,23 @@ def test_deepseek_correction_bias_changes_some_choices_but_not_the_weights():
         w = s.gather(1, torch.tensor(r.experts))                        # the weights: plain sigmoid scores
         np.testing.assert_allclose(r.weights, (w / w.sum(1, keepdim=True) * 2.5).numpy(), rtol=1e-5)
     assert changed >= 2                                                 # the bias matters for the fixture
+
+
+def test_minimax_correction_bias_changes_some_choices_but_not_the_weights_and_its_qk_norm_is_whole():
+    folder = M.checkpoint("minimax_m2")
+    layers = M.routing(folder, M.reference("minimax_m2").sequence)
+    changed = 0
+    for r in layers:
+        s = torch.sigmoid(torch.tensor(r.logits, dtype=torch.float64))
+        plain = s.topk(3, dim=-1).indices                               # one group: the top-3 of all 8
+        changed += sum(set(a) != set(b) for a, b in zip(plain.tolist(), r.experts.tolist()))
+        w = s.gather(1, torch.tensor(r.experts))                        # weighed by the un-biased scores
+        np.testing.assert_allclose(r.weights, (w / w.sum(1, keepdim=True)).numpy(), rtol=1e-5)
+    assert changed >= 2
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:       # one norm over 4 heads x 32, 2 x 32
+        assert f.get_tensor("model.layers.0.self_attn.q_norm.weight").shape == (128,)
+        assert f.get_tensor("model.layers.0.self_attn.k_norm.weight").shape == (64,)
+        assert f.get_tensor("model.layers.2.block_sparse_moe.e_score_correction_bias").abs().min() > 0
 
 
 def test_gpt_oss_swiglu_clamp_bites():

@@ -36,7 +36,6 @@ LACKING = {
     "qwen3_5_moe": "gated DeltaNet linear-attention layers and gated attention (Qwen3.5)",
     "gemma4": "per-layer input embeddings, KV shared across layers and proportional partial RoPE (Gemma-4)",
     "gemma3n": "per-layer input embeddings, KV shared across layers and AltUp (Gemma-3n)",
-    "minimax_m2": "its MoE reader (partial rotary, sigmoid routing with a correction bias)",
     "hy_v3": "its reader (Hy3's MoE)",
     "ernie4_5_moe": "its MoE reader",
 }
