@@ -23,7 +23,7 @@ transformers = pytest.importorskip("transformers")
 # Types that must match: published configs (meta) and tiny checkpoints (real routing) apart, since at hidden 64
 # the elementwise FLOPs an op may count beside its GEMMs (activation, routing weights, softmax / top-k) are
 # a few percent of it, and at published sizes a fraction of a percent.
-EXPECTED_TO_MATCH: set = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss"}
+EXPECTED_TO_MATCH: set = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "minimax_m2"}
 TINY_EXPECTED_TO_MATCH: set = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "minimax_m2"}
 TOL = 0.02
 SHORT, LONG, TINY_SEQ = 64, 512, 32       # LONG: past gpt-oss-20b's 128-token window

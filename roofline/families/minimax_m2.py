@@ -16,7 +16,7 @@ from __future__ import annotations
 from ..errors import RooflineError
 from .llama import LLAMA_LIKE_KEYS, llama_like, sizes
 from .reader import HFReader, Keys, rotary_dim
-from .registry import Family, Tensors, register
+from .registry import Family, Tensors, preset, register
 
 MINIMAX_M2_TENSORS = Tensors(moe=dict(router="block_sparse_moe.gate.weight",
                                       correction="block_sparse_moe.e_score_correction_bias",
@@ -77,4 +77,22 @@ def read_minimax_m2(r: HFReader) -> None:
                        "step (not costed, not loaded).")
 
 
-register(Family("minimax_m2", read_minimax_m2, tensors=MINIMAX_M2_TENSORS, keys=MINIMAX_M2_KEYS))
+# The published checkpoint's quantization_config: FP8 e4m3 in 128x128 blocks, dynamic activations; the router,
+# its correction bias and lm_head stay as stored (bf16 / fp32).
+_FP8 = {"source": "quantization_config", "config": {
+    "activation_scheme": "dynamic", "fmt": "float8_e4m3fn", "quant_method": "fp8", "weight_block_size": [128, 128],
+    "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"]}}
+
+register(Family("minimax_m2", read_minimax_m2, tensors=MINIMAX_M2_TENSORS, keys=MINIMAX_M2_KEYS, presets=(
+    preset("minimax-m2.5", 3072, 1536, 62, 48, 8, 200064, 196608, head_dim=128, rope_theta=5000000.0,
+           rms_eps=1e-6, qk_norm=True, qk_norm_whole=True, rotary_dim=64, n_experts=256, n_active=8,
+           moe_intermediate=1536, router="sigmoid_group", norm_topk=True, n_group=1, topk_group=1,
+           router_correction=True, quantization=_FP8,
+           source="MiniMaxAI/MiniMax-M2.5's config.json (read in two public copies that agree: an Ascend "
+                  "msmodelslim W8A8C16 guide quoting it without its quantization_config, and a Rust loader's "
+                  "pinned exact-M2.5 fixture with it; the hub file itself not read): 62 layers, 48 heads / 8 KV "
+                  "of 128 (q 6,144 wide on hidden 3,072), qk-norm over the whole projections, rotary_dim 64, "
+                  "256 experts of 1,536, top-8, sigmoid + correction bias, no shared expert; FP8 e4m3 128x128 "
+                  "blocks (228.7B parameters, transformers' count on the meta device); its 3 MTP modules are "
+                  "not part of a step (not costed)"),
+)))

@@ -90,8 +90,8 @@ def _fields(q: dict, source: str, allowed: tuple) -> None:
 # ------------------------------------------------------------------------------------------------ the methods
 def _fp8(q: dict, source: str) -> Quantization:
     _fields(q, source, ("quant_method", "fmt", "activation_scheme", "weight_block_size", "modules_to_not_convert"))
-    if q.get("fmt", "e4m3") != "e4m3":
-        _refuse(source, f"fmt {q['fmt']!r}", "is not modelled (e4m3 only)")
+    if q.get("fmt", "e4m3") not in ("e4m3", "float8_e4m3fn"):      # MiniMax-M2 writes torch's name of e4m3
+        _refuse(source, f"fmt {q['fmt']!r}", "is not modelled (e4m3 only: e4m3 or float8_e4m3fn)")
     block = q.get("weight_block_size", [128, 128])
     if list(block or []) != [128, 128]:
         _refuse(source, f"weight_block_size {block!r}", "is not modelled (128 x 128 blocks only)")
