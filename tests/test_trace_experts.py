@@ -62,7 +62,7 @@ def _experts(path, cfg) -> dict:
     return analyze_trace(read_trace(path), model=cfg).summary["experts"]
 
 
-@pytest.mark.parametrize("model_type", ["mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss"])
+@pytest.mark.parametrize("model_type", ["mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "minimax_m2"])
 def test_the_expert_loop_gives_each_experts_tokens_by_index(model_type, tmp_path):
     path, cfg, seen = _hf_trace(model_type, "eager", tmp_path / "t.json")
     ex = _experts(path, cfg)
