@@ -150,6 +150,9 @@ def check_run(rp: RunPrecision, cfg: ModelConfig, backend: str, device, kv_flag=
     """The run's KV dtype ("int8" / "fp8" / the activation dtype's name) once ``device`` and ``backend`` can run
     ``rp``: an fp8 cache on a device without fp8, or routed experts in a format the fused MoE kernel lacks on the
     triton backend, refused in one line saying what to give."""
+    if cfg.linear_layers:       # roofline.layer's DeltaNet ops have formulas, no kernels (issue 32)
+        raise RooflineError(f"{cfg.name}: Gated DeltaNet layers are costed but not run yet: roofline explain and the "
+                            "cost commands take this model; profile, latency, serve and check do not.")
     kvdt = rp.kv_dtype
     if kvdt == "fp8" and kv_flag in (None, "") and not fp8_supported(device):
         raise RooflineError(f"{cfg.name}: the checkpoint's KV cache is {rp.chosen.kv.describe()}, and "
