@@ -17,8 +17,9 @@ variants, the analysis's op counts and the reports' colours and legend order.
 
 Kinds: embedding, scale (an elementwise multiply), norm (RMSNorm over ``width`` features, ``rows``
 rows per token), linear (``in_features`` -> ``out_features``, ``bias``), rope, kv_append, attention
-(``window`` keys, 0 for full; ``softcap``), residual, activation (``fn`` silu or gelu_tanh), softcap; Gated DeltaNet's
-conv1d, delta_gates, gated_delta, gated_norm, and sigmoid_gate (the gated attention's output: ``roofline.ops.deltanet``).
+(``window`` keys, 0 for full; ``softcap``), residual, activation (``fn`` silu or gelu_tanh), softcap; Gated
+DeltaNet's conv1d, delta_gates, gated_delta, gated_norm, and sigmoid_gate (the gated attention's output:
+``roofline.ops.deltanet``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from .errors import RooflineError
 from .families import edit_ops, tensors
 from .formulas import DELTA_CHUNK
 from .models import PRESETS, ModelConfig
@@ -345,6 +347,14 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
                               (WeightSpec("ws_gate_vec", (H, 1), "linear", names["shared_gate"], "replicated"),),
                               {"in_features": H, "width": H}, layers, "router"))
     return ops
+
+
+def check_runnable(cfg: ModelConfig) -> None:
+    """A one-line RooflineError for a model whose ops have formulas but no kernels yet (Gated DeltaNet: issue
+    32): what builds or times a model (``kernels``, ``profile``) calls it before anything runs."""
+    if cfg.linear_layers:
+        raise RooflineError(f"{cfg.name}: Gated DeltaNet layers are costed but not run yet: roofline explain and the "
+                            "cost commands take this model; profile, latency, serve and check do not.")
 
 
 @lru_cache(maxsize=64)

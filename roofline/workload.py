@@ -154,7 +154,8 @@ class Phase:
         if not m.linear_layers or not cached:
             return 0.0
         return self.batch * len(m.linear_layers) * F.deltanet_state_bytes(
-            m.linear_k_heads, m.linear_v_heads, m.linear_k_dim, m.linear_v_dim, m.linear_conv, act_dtype=self.dtypes.act)
+            m.linear_k_heads, m.linear_v_heads, m.linear_k_dim, m.linear_v_dim, m.linear_conv,
+            act_dtype=self.dtypes.act)
 
     @property
     def weight_bytes(self) -> float:

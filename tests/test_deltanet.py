@@ -75,7 +75,7 @@ def test_attention_ops_run_on_the_full_layers_and_deltanet_ops_on_the_others():
 
 def test_parameters_by_hand():
     attn = 64 * 128 + 2 * 64 * 32 + 64 * 64 + 2 * 16                  # q (x2), k, v, o, q/k norms
-    delta = 64 * 128 + 64 * 8 + 80 * 4 + 2 * 4 + 12 + 48 * 64          # in_proj_qkvz, _ba, conv, A_log, dt_bias, norm, out
+    delta = 64 * 128 + 64 * 8 + 80 * 4 + 2 * 4 + 12 + 48 * 64   # in_proj_qkvz, _ba, conv, A_log + dt_bias, norm, out
     mlp = 3 * 64 * 96 + 2 * 64                                          # SwiGLU and the two norms
     assert model_params(HYB) == attn + 3 * delta + 4 * mlp + 2 * 256 * 64 + 64
 
@@ -211,10 +211,17 @@ def test_explain_prints_the_split_per_kind(tmp_path):
             in text)
 
 
+REFUSAL = ("toy-hybrid: Gated DeltaNet layers are costed but not run yet: roofline explain and the cost commands "
+           "take this model; profile, latency, serve and check do not.")
+
+
 def test_the_run_paths_refuse_in_one_line():
+    from kernels.model import LlamaModel
     from kernels.runners import make_runners
 
-    with pytest.raises(RooflineError) as e:
+    with pytest.raises(RooflineError) as e:        # profile's runners (and roofline check's)
         make_runners(HYB, "decode", 1, 8, dtype="fp32", backend="torch")
-    assert str(e.value) == ("toy-hybrid: Gated DeltaNet layers are costed but not run yet: roofline explain and the "
-                            "cost commands take this model; profile, latency, serve and check do not.")
+    assert str(e.value) == REFUSAL
+    with pytest.raises(RooflineError) as e:        # latency's and serve's model
+        LlamaModel(HYB, dtype="fp32", backend="torch")
+    assert str(e.value) == REFUSAL

@@ -43,7 +43,8 @@ from .attention import (  # noqa: F401
     causal_pairs, decode_attention, kv_append, kv_cache_bytes, prefill_attention, rope, window_pairs)
 from .deltanet import (  # noqa: F401
     DELTA_CHUNK, STATE_DTYPE, causal_conv1d, conv_state_bytes, delta_chunks, delta_gates, delta_prefill_flops,
-    delta_solve_flops, deltanet_state_bytes, gated_delta_decode, gated_delta_prefill, gated_rmsnorm, recurrent_state_bytes, sigmoid_gate)
+    delta_solve_flops, deltanet_state_bytes, gated_delta_decode, gated_delta_prefill, gated_rmsnorm,
+    recurrent_state_bytes, sigmoid_gate)
 from .mla import mla_absorb_flops, mla_cache_bytes, mla_decode_attention, mla_prefill_attention  # noqa: F401
 from .moe import (  # noqa: F401
     MOE_ACTIVATION_FLOPS, MOE_ROUTING, expected_distinct_experts, moe_all_to_all_bytes, moe_expert_launches,

@@ -8,5 +8,5 @@ kind; consumers (``roofline.workload``, ``roofline.analysis``) loop over ``KINDS
 name.
 """
 
-from . import attention, deltanet, embeddings, matmul, mla, moe, norms, pointwise  # noqa: F401 (each registers its kinds)
+from . import attention, deltanet, embeddings, matmul, mla, moe, norms, pointwise  # noqa: F401 (each registers)
 from .registry import KINDS, Dtypes, OpKind, StepContext, kind, no_weights, register  # noqa: F401
