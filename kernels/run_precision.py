@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from roofline.errors import RooflineError
-from roofline.layer import model_ops, module_classes, precision_of
+from roofline.layer import check_runnable, model_ops, module_classes, precision_of
 from roofline.models import ModelConfig
 from roofline.precision import Precision, kv_format, run_names, weight_format
 from roofline.precision.modules import PLAIN_FLAG, WEIGHT_ROLES, module_pairs
@@ -150,6 +150,7 @@ def check_run(rp: RunPrecision, cfg: ModelConfig, backend: str, device, kv_flag=
     """The run's KV dtype ("int8" / "fp8" / the activation dtype's name) once ``device`` and ``backend`` can run
     ``rp``: an fp8 cache on a device without fp8, or routed experts in a format the fused MoE kernel lacks on the
     triton backend, refused in one line saying what to give."""
+    check_runnable(cfg)         # ops with formulas and no kernels yet (Gated DeltaNet)
     kvdt = rp.kv_dtype
     if kvdt == "fp8" and kv_flag in (None, "") and not fp8_supported(device):
         raise RooflineError(f"{cfg.name}: the checkpoint's KV cache is {rp.chosen.kv.describe()}, and "

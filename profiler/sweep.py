@@ -57,7 +57,7 @@ from roofline.cost import ZERO
 from roofline.errors import RooflineError
 from roofline.models import ModelConfig
 from roofline.records import Measurement, WorkloadPoint
-from roofline.layer import LAYER_OP, op_names
+from roofline.layer import LAYER_OP, check_runnable, op_names
 from roofline.parallel import COLLECTIVE_OPS, EP_COLLECTIVES, shard, step_collectives
 
 from . import probes
@@ -152,6 +152,7 @@ class SweepPlan:
     def validate(self) -> None:
         """RooflineError naming the rule, before anything runs."""
         m = self.model
+        check_runnable(m)
         self._check_quant()
         for ph in self.phases:
             if ph not in PHASES:

@@ -10,10 +10,12 @@ from ``roofline.layer``'s op list:
 * weights: every WeightSpec as its op's kind holds it (``OpKind.resident``): linears and experts in their
   module's format (``roofline.precision``: the checkpoint's, or a flag's; scales included), the embedding,
   norms and biases in the activation dtype; a tied lm_head is the embedding (once);
-* KV cache: ``batch`` sequences of ``context`` tokens, each layer's capped at its window
+* KV cache: ``batch`` sequences of ``context`` tokens, each attention layer's capped at its window
   (``formulas.kv_cache_bytes``: a ring buffer holds at most the window), as a server with a sliding-window
   cache allocates it. ``windowed_kv=False`` counts every layer at the full context: what our own model
-  (``kernels.model``, which has no ring buffer) allocates, so ``latency`` and ``serve`` check that;
+  (``kernels.model``, which has no ring buffer) allocates, so ``latency`` and ``serve`` check that; Gated
+  DeltaNet layers (Qwen3-Next, Qwen3.5) hold no KV but a state per sequence, constant in the context
+  (``state_bytes``: counted with the KV cache);
 * activations: the largest live set of one layer's step, NB: an estimate: the residual stream, the
   attention input and output and the MLP's gate, up and activation for every new token
   (T x (3 H + q + 2 kv + 3 I) elements), plus the fp32 logits of one row per sequence.
@@ -141,9 +143,20 @@ def kv_bytes(cfg: ModelConfig, batch: int, context: int, tp: int = 1, *, kv_dtyp
     if cfg.mla:   # the latent cache, replicated on every rank (each rank's heads read all of it)
         return batch * F.mla_cache_bytes(context, cfg.n_layers, cfg.kv_lora_rank, cfg.qk_rope_dim, kv_dtype=kv_dtype)
     sh = shard(cfg, tp)
-    return batch * sum(F.kv_cache_bytes(context, 1, sh.n_kv_heads, cfg.head_dim, kv_dtype=kv_dtype,
-                                        kv_scales=kv_scales, window=(w or None) if windowed else None)
-                       for w in cfg.windows)
+    windows = cfg.windows
+    return batch * (sum(F.kv_cache_bytes(context, 1, sh.n_kv_heads, cfg.head_dim, kv_dtype=kv_dtype,
+                                         kv_scales=kv_scales, window=(windows[i] or None) if windowed else None)
+                        for i in cfg.attention_layers) + state_bytes(cfg))
+
+
+def state_bytes(cfg: ModelConfig, *, act_dtype="bf16") -> float:
+    """One sequence's Gated DeltaNet state across its linear-attention layers, whatever the context: the
+    recurrent state [v_heads, k_dim, v_dim] in fp32 and the conv state (kernel - 1 inputs of its channels, in
+    ``act_dtype``) per layer (``formulas.deltanet``); 0 for a model without such layers."""
+    if not cfg.linear_layers:
+        return 0.0
+    return len(cfg.linear_layers) * F.deltanet_state_bytes(cfg.linear_k_heads, cfg.linear_v_heads, cfg.linear_k_dim,
+                                                           cfg.linear_v_dim, cfg.linear_conv, act_dtype=act_dtype)
 
 
 def activation_bytes(cfg: ModelConfig, batch: int, new_tokens: int, tp: int = 1, *, act_dtype="bf16") -> float:

@@ -369,10 +369,32 @@ class StepExplained:
                          f"weights read: {U.nbytes(ph.weight_bytes)}" + (" (per rank)" if tp > 1 else "")
                          + ("; scales counted (roofline.precision.weight_bytes, formulas.kv_scale_bytes)."
                             if _any_scales(ph) else "."))
+        if d.get("layer_kinds"):
+            lines.append(layer_kinds_text(d["layer_kinds"]))
         lines.append(d["verdict"])
         if d.get("experts"):
             lines.append(expert_curve_text(d["experts"]))
         return "\n".join(lines)
+
+
+def layer_kinds(ph) -> dict:
+    """A hybrid's (Gated DeltaNet beside attention) split of what the step reads from its caches, per kind of
+    layer: the attention layers' KV (growing with the context) and the DeltaNet layers' state (constant); {}
+    for a model whose every layer attends."""
+    m = ph.model
+    if not m.linear_layers:
+        return {}
+    cached = ph.context if ph.phase == "decode" else ph.cached_tokens
+    return {"context": cached, "attention_layers": len(m.attention_layers), "kv_read_bytes": ph.kv_cache_read_bytes,
+            "linear_layers": len(m.linear_layers), "state_read_bytes": ph.state_read_bytes}
+
+
+def layer_kinds_text(k: dict) -> str:
+    """``layer_kinds`` in one line: "at context 131,072: 12 attention layers read 3.2 GB of KV, 36 DeltaNet
+    layers read 75 MB of state"."""
+    return (f"at context {k['context']:,}: {k['attention_layers']} attention layers read {U.nbytes(k['kv_read_bytes'])}"
+            f" of KV, {k['linear_layers']} DeltaNet layers read {U.nbytes(k['state_read_bytes'])} of state "
+            "(fp32 recurrent state + conv state, constant in the context).")
 
 
 def _any_scales(ph) -> bool:
@@ -395,6 +417,7 @@ def explain_step(spec: ExplainSpec) -> StepExplained:
                    precision=dt.precision,
                    weights_said=spec.said.partition(": ")[2] if spec.per_module else "")
     d["capacity"] = cap.to_dict()
+    d["layer_kinds"] = layer_kinds(ph)
     d["precision"] = {**dt.precision.to_dict(dt.act), "line": spec.said,
                       "weight_bytes_by_module": weight_bytes_by_module(spec.model, dt.precision, dt.act, ph.tp, ph.ep)}
     curve = expert_curve(spec.decode_at, spec.model) if spec.model.n_experts else {}

@@ -17,7 +17,9 @@ variants, the analysis's op counts and the reports' colours and legend order.
 
 Kinds: embedding, scale (an elementwise multiply), norm (RMSNorm over ``width`` features, ``rows``
 rows per token), linear (``in_features`` -> ``out_features``, ``bias``), rope, kv_append, attention
-(``window`` keys, 0 for full; ``softcap``), residual, activation (``fn`` silu or gelu_tanh), softcap.
+(``window`` keys, 0 for full; ``softcap``), residual, activation (``fn`` silu or gelu_tanh), softcap; Gated
+DeltaNet's conv1d, delta_gates, gated_delta, gated_norm, and sigmoid_gate (the gated attention's output:
+``roofline.ops.deltanet``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from .errors import RooflineError
 from .families import edit_ops, tensors
+from .formulas import DELTA_CHUNK
 from .models import PRESETS, ModelConfig
 from .ops import kind
 from .parallel import Shard, shard
@@ -115,6 +119,8 @@ def _model_ops(cfg: ModelConfig, sh: Shard) -> tuple:
     if cfg.pre_norms:                  # OLMo-2 has none: its norms come after attention and the MLP
         ops.append(_norm("attn_norm", "attn_norm", "input_layernorm.weight", H, L, every, cfg.norm_offset))
     ops += _mla_ops(cfg, sh) if cfg.mla else _attention_ops(cfg, sh)
+    if cfg.linear_layers:               # Gated DeltaNet on the others (Qwen3-Next, Qwen3.5)
+        ops += _deltanet_ops(cfg, sh)
     if cfg.sandwich_norms:
         ops.append(_norm("post_attn_norm", "post_attn_norm", "post_attention_layernorm.weight", H, L, every,
                          cfg.norm_offset))
@@ -154,11 +160,14 @@ def _dense_width(cfg: ModelConfig, sh: Shard) -> int:
 
 
 def _attention_ops(cfg: ModelConfig, sh: Shard) -> list:
-    L, H, D = cfg.n_layers, cfg.hidden, cfg.head_dim
+    """The attention of every layer that has one (all but Gated DeltaNet's: ``ModelConfig.attention_layers``)."""
+    every = cfg.attention_layers
+    L, H, D = len(every), cfg.hidden, cfg.head_dim
     Hq, Hkv, qd, kvd = sh.n_heads, sh.n_kv_heads, sh.q_dim, sh.kv_dim
-    every = tuple(range(L))
     fused = tensors(cfg.arch).fused_qkv
     ops = []
+    if not every:
+        return ops
 
     def proj(name, k, n, key, shard_w, hf, part=(), bias=False, bkey=None, bshard=None):
         return _linear(name, "attention", k, n, key, hf if not part else part[0], shard_w, L, every, bias, bkey,
@@ -167,7 +176,8 @@ def _attention_ops(cfg: ModelConfig, sh: Shard) -> list:
 
     qkv = "self_attn.qkv_proj.weight"
     sizes = (cfg.q_dim, cfg.kv_dim, cfg.kv_dim)
-    for i, (name, key, n, sh_w, b) in enumerate((("q_proj", "wq", qd, "q_cols", "bq"), ("k_proj", "wk", kvd, "kv_cols",
+    qn = 2 * qd if cfg.attn_gate else qd      # gated attention: each head's q then its gate (Qwen3-Next)
+    for i, (name, key, n, sh_w, b) in enumerate((("q_proj", "wq", qn, "q_cols", "bq"), ("k_proj", "wk", kvd, "kv_cols",
                                                                                      "bk"),
                                                  ("v_proj", "wv", kvd, "kv_cols", "bv"))):
         ops.append(proj(name, H, n, key, sh_w, f"self_attn.{name}.weight", (qkv, i, sizes) if fused else (),
@@ -199,8 +209,39 @@ def _attention_ops(cfg: ModelConfig, sh: Shard) -> list:
                            "softcap": cfg.attn_softcap, "scale": cfg.scale, "sinks": cfg.attn_sinks,
                            "rope_theta": (cfg.rope_local_theta or cfg.rope_theta) if want else cfg.rope_theta},
                           idx, "attention"))
+    if cfg.attn_gate:
+        ops.append(OpSpec("attn_output_gate", "sigmoid_gate", "layer", "attention", L, (), {"width": qd}, every))
     ops.append(proj("o_proj", qd, H, "wo", "q_rows", "self_attn.o_proj.weight", bias=cfg.o_bias, bkey="bo",
                     bshard="rank0"))
+    return ops
+
+
+def _deltanet_ops(cfg: ModelConfig, sh: Shard) -> list:
+    """Gated DeltaNet (``ModelConfig.linear_layers``): the input projections of q, k, v, the output gate z and the
+    gates b, a (fused as the family's checkpoint keeps them: ``Tensors.deltanet``), the causal conv1d over q, k, v,
+    beta and the decay g (A_log, dt_bias), the gated delta rule (chunked prefill, recurrent decode), the gated
+    RMSNorm of each value head's output by z, and out_proj. ``roofline.formulas.deltanet`` costs them."""
+    every = cfg.linear_layers
+    L, H = len(every), cfg.hidden
+    Hk, Hv, dk, dv = cfg.linear_k_heads, cfg.linear_v_heads, cfg.linear_k_dim, cfg.linear_v_dim
+    width = {"q": Hk * dk, "k": Hk * dk, "v": Hv * dv, "z": Hv * dv, "b": Hv, "a": Hv}
+    pre = "linear_attn."
+    ops = [_linear(name, "attention", H, sum(width[c] for c in outs), "w_" + name, f"{pre}{name}.weight",
+                   "replicated", L, every, module="attention") for name, outs in tensors(cfg.arch).deltanet]
+    channels = 2 * Hk * dk + Hv * dv
+    ops.append(OpSpec("conv1d", "conv1d", "layer", "attention", L,
+                      (WeightSpec("w_conv", (channels, cfg.linear_conv), "vector", f"{pre}conv1d.weight"),),
+                      {"channels": channels, "kernel": cfg.linear_conv}, every))
+    ops.append(OpSpec("delta_gates", "delta_gates", "layer", "attention", L,
+                      (WeightSpec("a_log", (Hv,), "vector", f"{pre}A_log"),
+                       WeightSpec("dt_bias", (Hv,), "vector", f"{pre}dt_bias")), {"v_heads": Hv}, every))
+    ops.append(OpSpec("gated_delta", "gated_delta", "layer", "attention", L, (),
+                      {"k_heads": Hk, "v_heads": Hv, "k_dim": dk, "v_dim": dv, "chunk": DELTA_CHUNK}, every))
+    ops.append(OpSpec("gated_norm", "gated_norm", "layer", "norm", L,
+                      (WeightSpec("w_gnorm", (dv,), "norm", f"{pre}norm.weight"),), {"width": dv, "rows": Hv},
+                      every, "norm"))
+    ops.append(_linear("out_proj", "attention", Hv * dv, H, "w_out", f"{pre}out_proj.weight", "replicated", L, every,
+                       module="attention"))
     return ops
 
 
@@ -306,6 +347,14 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
                               (WeightSpec("ws_gate_vec", (H, 1), "linear", names["shared_gate"], "replicated"),),
                               {"in_features": H, "width": H}, layers, "router"))
     return ops
+
+
+def check_runnable(cfg: ModelConfig) -> None:
+    """A one-line RooflineError for a model whose ops have formulas but no kernels yet (Gated DeltaNet: issue
+    32): what builds or times a model (``kernels``, ``profile``) calls it before anything runs."""
+    if cfg.linear_layers:
+        raise RooflineError(f"{cfg.name}: Gated DeltaNet layers are costed but not run yet: roofline explain and the "
+                            "cost commands take this model; profile, latency, serve and check do not.")
 
 
 @lru_cache(maxsize=64)

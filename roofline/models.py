@@ -88,6 +88,13 @@ class ModelConfig:
     shared_intermediate: int = 0   # width of the shared expert(s) every token runs (Qwen2-MoE, DeepSeek)
     shared_gate: bool = False      # the shared expert's output x sigmoid(a [H, 1] gate) (Qwen2-MoE)
     dense_layers: tuple = ()       # layers of an MoE model that keep a dense MLP (DeepSeek's first 3)
+    # ---- Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): the layers layer_types names "linear"
+    linear_k_heads: int = 0        # linear_num_key_heads: q and k heads of a DeltaNet layer
+    linear_v_heads: int = 0        # linear_num_value_heads: v heads (each q/k head serves v / k of them)
+    linear_k_dim: int = 0          # linear_key_head_dim
+    linear_v_dim: int = 0          # linear_value_head_dim
+    linear_conv: int = 0           # linear_conv_kernel_dim: the causal depthwise conv1d's kernel over q, k, v
+    attn_gate: bool = False        # q_proj's output doubled: attention output x sigmoid(gate) (attn_output_gate)
     # ---- multi-head latent attention (DeepSeek): kv_lora_rank > 0
     q_lora_rank: int = 0           # 0: q = x W_q directly
     kv_lora_rank: int = 0
@@ -126,6 +133,16 @@ class ModelConfig:
         if not self.layer_types:
             return (self.sliding_window,) * self.n_layers
         return tuple(self.sliding_window if t == "sliding" else 0 for t in self.layer_types)
+
+    @property
+    def attention_layers(self) -> tuple:
+        """The layer indices that attend over a KV cache (every layer but the linear-attention ones)."""
+        return tuple(i for i in range(self.n_layers) if not self.layer_types or self.layer_types[i] != "linear")
+
+    @property
+    def linear_layers(self) -> tuple:
+        """The layer indices of Gated DeltaNet linear attention (layer_types "linear"; none for most models)."""
+        return tuple(i for i, t in enumerate(self.layer_types) if t == "linear")
 
     @property
     def moe_layers(self) -> tuple:
@@ -200,7 +217,7 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
                             f"{show_value(m.activation)} was given.")
     for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "norm_offset", "sandwich_norms", "embed_scale",
                  "attn_sinks", "norm_topk", "router_bias", "router_correction", "expert_bias", "shared_gate",
-                 "rope_interleave", "pre_norms", "qk_norm_whole"):
+                 "rope_interleave", "pre_norms", "qk_norm_whole", "attn_gate"):
         bool_field(where, name, getattr(m, name))
     for name in ("query_scale", "attn_softcap", "final_softcap", "rope_local_theta", "embed_multiplier",
                  "residual_multiplier", "logits_scaling"):
@@ -210,15 +227,16 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
     object.__setattr__(m, "sliding_window", int_field(where, "sliding_window", m.sliding_window, 0,
                                                        " (0 means no window)"))
     types = m.layer_types
-    if not isinstance(types, (list, tuple)) or any(t not in ("full", "sliding") for t in types):
-        raise RooflineError(f"{where}: layer_types must be a list of \"full\" or \"sliding\" per layer, but "
-                            f"{show_value(types)} was given.")
+    if not isinstance(types, (list, tuple)) or any(t not in ("full", "sliding", "linear") for t in types):
+        raise RooflineError(f"{where}: layer_types must be a list of \"full\", \"sliding\" or \"linear\" per layer, "
+                            f"but {show_value(types)} was given.")
     if types and len(types) != m.n_layers:
         raise RooflineError(f"{where}: layer_types has {len(types)} entries for {m.n_layers} layers: give one per "
                             "layer.")
     if "sliding" in types and not m.sliding_window:
         raise RooflineError(f"{where}: layer_types has sliding layers but sliding_window is 0: give the window.")
     object.__setattr__(m, "layer_types", tuple(types))
+    _check_linear(m, where)
     if m.router not in ROUTERS:
         raise RooflineError(f"{where}: router must be one of {', '.join(ROUTERS)}, but {show_value(m.router)} was given.")
     if m.expert_activation not in ("silu", "swiglu_oai"):
@@ -256,6 +274,28 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
     if m.kv_lora_rank and not (m.qk_rope_dim and m.qk_nope_dim and m.v_head_dim):
         raise RooflineError(f"{where}: latent attention (kv_lora_rank {m.kv_lora_rank}) needs qk_rope_dim, "
                             "qk_nope_dim and v_head_dim.")
+
+
+LINEAR_FIELDS = ("linear_k_heads", "linear_v_heads", "linear_k_dim", "linear_v_dim", "linear_conv")
+
+
+def _check_linear(m: "ModelConfig", where: str) -> None:
+    """Gated DeltaNet's sizes: all given (each >= 1, the k heads dividing the v heads) when layer_types has a
+    "linear" layer, else all 0."""
+    for name in LINEAR_FIELDS:
+        object.__setattr__(m, name, int_field(where, name, getattr(m, name), 0))
+    given = [getattr(m, n) for n in LINEAR_FIELDS]
+    if m.linear_layers:
+        if not all(given) or m.linear_v_heads % m.linear_k_heads:
+            raise RooflineError(f"{where}: linear-attention layers need {', '.join(LINEAR_FIELDS)} >= 1 with "
+                                f"linear_k_heads dividing linear_v_heads, but {dict(zip(LINEAR_FIELDS, given))} "
+                                "was given.")
+        if m.mla:
+            raise RooflineError(f"{where}: linear-attention layers beside latent attention are not modelled: give "
+                                "one or the other.")
+    elif any(given):
+        raise RooflineError(f"{where}: {', '.join(LINEAR_FIELDS)} size Gated DeltaNet layers, but layer_types names "
+                            "no \"linear\" layer: give layer_types or leave them 0.")
 
 
 # Every family's presets (roofline.families: published config.json numbers, each with its source), then the

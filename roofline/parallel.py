@@ -145,6 +145,8 @@ def _broken_rule(cfg, tp: int, ep_sliced: bool = False) -> str:
     if getattr(cfg, "qk_norm_whole", False) and tp > 1:
         return ("its qk-norm is over the whole q / k projection (OLMo-2), which a rank holding some of the heads "
                 "does not compute alone (not modelled under tensor parallelism)")
+    if getattr(cfg, "linear_layers", ()) and tp > 1:
+        return "its Gated DeltaNet layers are not modelled under tensor parallelism yet (only --tp 1)"
     return ""
 
 

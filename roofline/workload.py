@@ -139,9 +139,23 @@ class Phase:
         if m.mla:        # the latent cache: one c_kv and one rope key per token, shared by every head
             return self.batch * F.mla_cache_bytes(cached, m.n_layers, m.kv_lora_rank, m.qk_rope_dim,
                                                   kv_dtype=self.dtypes.kv)
+        windows = m.windows          # Gated DeltaNet layers read no KV: ``state_read_bytes``
         return self.batch * sum(F.kv_cache_bytes(cached, 1, sh.n_kv_heads, m.head_dim, kv_dtype=self.dtypes.kv,
-                                                 kv_scales=self.dtypes.kv_scales, window=w or None)
-                                for w in m.windows)
+                                                 kv_scales=self.dtypes.kv_scales, window=windows[i] or None)
+                                for i in m.attention_layers)
+
+    @property
+    def state_read_bytes(self) -> float:
+        """Bytes of Gated DeltaNet state the step reads (the recurrent state in fp32 and the conv state, once per
+        sequence and linear-attention layer, when the sequences have one: decode or cached tokens), whatever the
+        context; 0 for a model without such layers."""
+        m = self.model
+        cached = self.context if self.phase == "decode" else self.cached_tokens
+        if not m.linear_layers or not cached:
+            return 0.0
+        return self.batch * len(m.linear_layers) * F.deltanet_state_bytes(
+            m.linear_k_heads, m.linear_v_heads, m.linear_k_dim, m.linear_v_dim, m.linear_conv,
+            act_dtype=self.dtypes.act)
 
     @property
     def weight_bytes(self) -> float:

@@ -151,7 +151,7 @@ def test_a_wrapper_is_its_text_config_with_the_sizes_it_leaves_out(tmp_path):
 
 @pytest.mark.parametrize("outer, says", [
     ("llama4", "needs chunked local attention (attention_chunk_size), NoPE layers"),
-    ("qwen3_5_moe", "needs gated DeltaNet linear-attention layers"),
+    ("gemma3n", "needs per-layer input embeddings, KV shared across layers and AltUp"),
     ("gemma4", "needs per-layer input embeddings, KV shared across layers"),
     ("llava", "is a multimodal config (\"llava\" (a string)) whose text model is not read (wrappers read: "),
 ])

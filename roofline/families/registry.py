@@ -25,15 +25,13 @@ from ..errors import RooflineError
 from .reader import Keys
 
 # Mixtures of experts and hybrids that are not modelled: refused as such (not as unknown types).
-UNMODELLED = ("deepseek_v2", "dbrx", "jamba", "olmoe", "phimoe", "granitemoe", "qwen3_next")
+UNMODELLED = ("deepseek_v2", "dbrx", "jamba", "olmoe", "phimoe", "granitemoe")
 
 # Served families (late 2026) refused for a named feature: the feature they lack here (their text model's type
 # and, for a multimodal wrapper, the wrapper's own).
 LACKING = {
     "llama4": "chunked local attention (attention_chunk_size), NoPE layers (no_rope_layers) and MoE layers "
               "interleaved with dense ones of another width (intermediate_size_mlp)",
-    "qwen3_5": "gated DeltaNet linear-attention layers and gated attention (Qwen3.5)",
-    "qwen3_5_moe": "gated DeltaNet linear-attention layers and gated attention (Qwen3.5)",
     "gemma4": "per-layer input embeddings, KV shared across layers and proportional partial RoPE (Gemma-4)",
     "gemma3n": "per-layer input embeddings, KV shared across layers and AltUp (Gemma-3n)",
     "hy_v3": "its reader (Hy3's MoE)",
@@ -54,6 +52,9 @@ class Tensors:
     # prefix), shared_gate. A name without "{e}" is one 3-D [E, in, out] tensor of every expert.
     moe: dict = field(default_factory=dict)
     interleaved_gate_up: bool = False  # the experts' gate = [..., 0::2], up = [..., 1::2] of one tensor (GPT-OSS)
+    # Gated DeltaNet's input projections (linear_attn.<name>.weight): (name, the outputs it holds, in order, of
+    # q, k, v, z, b, a); Qwen3-Next fuses them in two, Qwen3.5 keeps four
+    deltanet: tuple = (("in_proj_qkvz", "qkvz"), ("in_proj_ba", "ba"))
 
 
 LLAMA_TENSORS = Tensors()
