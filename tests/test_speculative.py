@@ -293,3 +293,72 @@ def test_explain_spec_with_a_draft_model_and_with_mtp(tmp_path):
     # two tokens per sequence touch about twice the experts of one: at batch 1 the verify step reads far more
     # expert weights than a decode step, so the round costs more than the 1.8 tokens it yields
     assert d["tokens_per_step"] == pytest.approx(1.8) and d["stops_paying_batch"] is not None
+
+
+# ---------------------------------------------------------------- diagnose: would speculation pay on the measured decode
+
+
+def _decode_file(tmp_path, dev, batches, context=256):
+    """Whole decode steps of `tiny` (its layer op) measured at 80% of their roof on ``dev``."""
+    from roofline.bounds import roof_for
+    from roofline.records import Measurement, RunHeader, WorkloadPoint, read_results
+    from roofline.writer import ResultWriter
+
+    tiny = PRESETS["tiny"]
+    path = tmp_path / f"{dev.key}.jsonl"
+    with ResultWriter(path, RunHeader(device=dev, model=tiny.to_dict(), kind="profile", settings={})) as w:
+        for b in batches:
+            c = W.decode(tiny, b, context).op("layer").cost
+            t = roof_for(dev, "bf16", "bf16").predicted_s(c) / 0.8
+            p = WorkloadPoint(model="tiny", op="layer", phase="decode", batch=b, new_tokens=1, context=context,
+                              cost=c, compute_dtype="bf16")
+            w.write(Measurement(point=p, times_s=(t, t, t), device=dev.name))
+    return read_results(path)
+
+
+def test_diagnose_says_where_speculation_would_pay_and_where_it_would_not(tmp_path):
+    from roofline.devices import Device
+    from roofline.verdicts.diagnosis import diagnose
+    from roofline.verdicts.spec_rules import SPEC_ACCEPTANCE, break_even
+
+    # break-even acceptance: E(a, 3) = 1 + a + a^2 + a^3 = the round's cost in decode steps
+    assert break_even(1.0) == 0.0 and break_even(4.0) is None
+    assert break_even(2.952) == pytest.approx(0.8, abs=1e-8) and break_even(1.75, k=2) == pytest.approx(0.5, abs=1e-8)
+    # a ridge of 100 FLOP/B: tiny's decode (intensity <= 4) is memory-bound with headroom at every batch
+    toy = Device(key="toy", name="toy", kind="gpu", peak_flops={"bf16": 100e12, "fp32": 10e12}, bandwidth=1e12)
+    found = {f.rule: f for f in diagnose([_decode_file(tmp_path, toy, (1, 8, 64))])}
+    assert "speculation-does-not-pay" not in found
+    f = found["speculation-pays"]
+    assert f.claim.startswith("Speculative decoding would pay on decode at b1/ctx256, b8/ctx256, b64/ctx256")
+    tiny = PRESETS["tiny"]
+    for step in f.data["steps"]:
+        b = int(step["where"][1:].split("/")[0])
+        ratio = (S.seconds(S.verify_step(tiny, b, 256, 3), toy)
+                 + max(4 * b * 256 * 10 / 10e12, b * 256 * 7 * 4 / 1e12)) / S.seconds(W.decode(tiny, b, 256), toy)
+        assert step["round_decode_steps"] == pytest.approx(ratio, rel=1e-12)
+        assert F.expected_tokens(step["break_even_acceptance"], 3) == pytest.approx(ratio, rel=1e-7)
+        assert step["break_even_acceptance"] <= SPEC_ACCEPTANCE
+    assert "82.0x headroom" in f.evidence and "--spec 3 --acceptance A --draft MODEL" in f.action
+    # a ridge of 4: from batch 64 the verify step's 4 x 64 rows cost compute a decode step does not
+    low = Device(key="low", name="low", kind="gpu", peak_flops={"bf16": 4e12, "fp32": 4e12}, bandwidth=1e12)
+    found = {f.rule: f for f in diagnose([_decode_file(tmp_path, low, (1, 64, 256))])}
+    assert found["speculation-pays"].claim.startswith("Speculative decoding would pay on decode at b1/ctx256:")
+    no = found["speculation-does-not-pay"]
+    assert no.claim.startswith("Speculative decoding would not pay on decode at b64/ctx256, b256/ctx256")
+    assert [s["break_even_acceptance"] > SPEC_ACCEPTANCE for s in no.data["steps"]] == [True, True]
+    assert "b256/ctx256: compute-bound" in no.evidence
+
+
+def test_diagnose_is_silent_on_speculation_without_a_whole_decode_step(tmp_path):
+    from roofline.devices import Device
+    from roofline.records import Measurement, RunHeader, WorkloadPoint, read_results
+    from roofline.verdicts.diagnosis import diagnose
+    from roofline.writer import ResultWriter
+
+    toy = Device(key="toy", name="toy", kind="gpu", peak_flops={"bf16": 100e12, "fp32": 10e12}, bandwidth=1e12)
+    path = tmp_path / "one_op.jsonl"     # only q_proj measured: not the user's decode step
+    with ResultWriter(path, RunHeader(device=toy, model=PRESETS["tiny"].to_dict(), kind="profile")) as w:
+        p = WorkloadPoint(model="tiny", op="q_proj", phase="decode", batch=1, new_tokens=1, context=256,
+                          cost=Cost(2e6, 2e6), compute_dtype="bf16")
+        w.write(Measurement(point=p, times_s=(2.5e-6,) * 3, device="toy"))
+    assert not [f for f in diagnose([read_results(path)]) if f.rule.startswith("speculation")]
