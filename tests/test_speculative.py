@@ -362,3 +362,8 @@ def test_diagnose_is_silent_on_speculation_without_a_whole_decode_step(tmp_path)
                           cost=Cost(2e6, 2e6), compute_dtype="bf16")
         w.write(Measurement(point=p, times_s=(2.5e-6,) * 3, device="toy"))
     assert not [f for f in diagnose([read_results(path)]) if f.rule.startswith("speculation")]
+
+
+def test_explain_linear_refuses_the_speculation_options():
+    r = run("explain", "linear", "--tokens", "4", "--in", "64", "--out", "64", "--spec", "3", "--acceptance", "0.8")
+    assert r.exit_code != 0 and "--spec, --acceptance, --draft and --mtp price a model's decode" in r.output
