@@ -452,7 +452,8 @@ def spec_curve(spec: ExplainSpec, sp: S.Speculation, batches=SPEC_BATCHES) -> di
             "draft_model": sp.draft_model.name if sp.draft_model else None, "draft_said": sp.said,
             "vocab": m.vocab, "act_dtype": ph.dtypes.act, "weights": spec.weight_label, "ridge": ridge,
             "rows": [r.to_dict() for r in rows], "verify_ridge_batch": by_sum, "verify_compute_time_batch": by_mix,
-            "stops_paying_batch": stops, "search_limit": SPEC_SEARCH, "max_batch": cap.max_batch}
+            "stops_paying_batch": stops, "search_limit": SPEC_SEARCH, "max_batch": cap.max_batch,
+            "notes": list(S.verify_notes(m))}
 
 
 def spec_curve_text(d: dict) -> str:
@@ -498,4 +499,5 @@ def spec_curve_text(d: dict) -> str:
                  "a draft model's not counted)." if d["max_batch"] else
                  f"Memory: not even batch 1 of the verify step fits on one {d['device']} (or its memory size is "
                  "unknown).")
+    lines += [f"note: {n}" for n in d.get("notes", ())]
     return "\n".join(lines)

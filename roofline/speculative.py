@@ -80,6 +80,20 @@ def verify_step(model: ModelConfig, batch: int, context: int, k: int, **options)
     return W.mixed(model, chunks=((k + 1, context),) * batch, logits=(k + 1) * batch, **options)
 
 
+def verify_notes(model: ModelConfig) -> tuple:
+    """What the verify step's cost assumes for ``model`` beyond the module docstring, in sentences."""
+    out = []
+    if model.mla:
+        out.append("latent attention's verify step is costed as a prefill chunk (the cached latents up-projected "
+                   "per sequence, formulas.mla_prefill_attention), not as an absorbed multi-query decode (FlashMLA): "
+                   "an upper bound on its attention")
+    if model.n_experts:
+        out.append("a verify step routes (K + 1) x batch tokens, so it touches more distinct experts than a decode "
+                   "step of the batch (uniform routing unless --expert-load): below the batch from which every "
+                   "expert is loaded, its expert bytes grow with K")
+    return tuple(out)
+
+
 def mtp_layer(model: ModelConfig) -> ModelConfig:
     """The multi-token-prediction module's decoder layer as a one-layer model: the same attention and, in a
     mixture of experts, the same MoE block as the main layers (DeepSeek-V3's and GLM-4.5's MTP layer is a routed

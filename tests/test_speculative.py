@@ -206,7 +206,7 @@ def test_explain_spec_llama_3_8b_on_h100_the_figures_by_hand():
     d = json.loads(run("explain", "--model", "llama-3-8b", "--device", "h100", "--spec", "3", "--acceptance", "0.8",
                        "--json").output)
     assert [x["batch"] for x in d["rows"]] == [1, 2, 4, 8, 16, 32, 64, 128, 256]
-    assert (d["verify_ridge_batch"], d["stops_paying_batch"], d["max_batch"]) == (567, None, 471)
+    assert (d["verify_ridge_batch"], d["stops_paying_batch"], d["max_batch"], d["notes"]) == (567, None, 471, [])
     assert d["tokens_per_step"] == pytest.approx(2.952, abs=1e-12)
     for x in d["rows"]:
         assert x["speedup"] == pytest.approx(_hand_speedup(x["batch"], 1024), rel=1e-9)
@@ -293,6 +293,8 @@ def test_explain_spec_with_a_draft_model_and_with_mtp(tmp_path):
     # two tokens per sequence touch about twice the experts of one: at batch 1 the verify step reads far more
     # expert weights than a decode step, so the round costs more than the 1.8 tokens it yields
     assert d["tokens_per_step"] == pytest.approx(1.8) and d["stops_paying_batch"] is not None
+    assert [n.split(" ")[:3] for n in d["notes"]] == [["latent", "attention's", "verify"], ["a", "verify", "step"]]
+    assert "costed as a prefill chunk" in d["notes"][0] and "upper bound" in d["notes"][0]
 
 
 # ---------------------------------------------------------------- diagnose: would speculation pay on the measured decode

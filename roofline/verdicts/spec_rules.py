@@ -94,7 +94,7 @@ def speculation_findings(a, backend: str, several: bool = False, src: str = "") 
             f"with headroom, so {k + 1} tokens per sequence cost little more than one.",
             "; ".join(said(*x) for x in pays) + f" (at acceptance {SPEC_ACCEPTANCE:g}, {e:.2f} tokens per round: "
             + ", ".join(f"{e / r:.2f}x" for _, r, _ in pays) + " the tokens/s; the draft's own steps not counted)",
-            f"try speculative decoding at these batches: a small draft model of the same tokenizer, an EAGLE head or "
+            "try speculative decoding at these batches: a small draft model of the same tokenizer, an EAGLE head or "
             f"the model's MTP layers, k = {k}; measure its acceptance on your own prompts, and price the draft with "
             f"`roofline explain --model {model.name} --spec {k} --acceptance A --draft MODEL` (or --mtp)", src,
             {"k": k, "steps": [{"where": s.where, "round_decode_steps": r, "break_even_acceptance": x}
