@@ -1,16 +1,18 @@
 """Analytic explanations, no hardware: the back-of-the-envelope arithmetic for one linear layer, a phase's
 per-op table with its verdict, and a whole ``roofline explain`` of a model step (``ExplainSpec``,
 built once from the options, into ``explain_step``: the table, the capacity, the expert curve).
-Returns data and plain text; the CLI prints."""
+``spec_curve``: plain decode against speculative decoding across batch (``roofline explain --spec``,
+``roofline.speculative``). Returns data and plain text; the CLI prints."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import formulas as F
+from . import speculative as S
 from . import units as U
 from . import workload as W
-from .bounds import COMMUNICATION, COMPUTE, analyze_phase
+from .bounds import COMMUNICATION, COMPUTE, analyze_phase, crossing
 from .capacity import Capacity, capacity, weight_bytes_by_module
 from .devices import Device
 from .dtypes import bytes_per_element, normalize_dtype
@@ -424,3 +426,101 @@ def explain_step(spec: ExplainSpec) -> StepExplained:
     if curve:
         d["experts"] = curve
     return StepExplained(spec, ph, cap, d)
+
+
+# ---------------------------------------------------------------- `roofline explain --spec`: speculative decoding
+
+SPEC_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)   # the curve's batches unless --batch lists others
+SPEC_SEARCH = 1 << 16    # the ridge and break-even batches are searched up to 65,536 sequences
+
+
+def spec_curve(spec: ExplainSpec, sp: S.Speculation, batches=SPEC_BATCHES) -> dict:
+    """Plain decode against speculation ``sp`` across ``batches`` at ``spec``'s context and precision
+    (``roofline.speculative.speculation_round`` per batch: tokens/s per user and per device, the speedup), the
+    batch from which the verify step is compute-bound (its summed intensity at the ridge: ``explain``'s verdict;
+    and the batch from which most of its predicted time is in compute-bound ops), the batch from which
+    speculation stops paying (speedup < 1), both searched up to ``SPEC_SEARCH`` by doubling and bisection (the
+    verify step's intensity grows with batch and the speedup falls with it), and the largest batch whose verify
+    step fits in memory. One device only: --tp / --ep are refused."""
+    if spec.tp > 1 or spec.ep > 1 or spec.mix is not None or spec.phase != "decode":
+        raise RooflineError("--spec prices decode rounds on one device: drop --tp, --ep, --mix, --phase prefill, "
+                            "--cached and --chunk (tensor parallelism with speculation is not modelled yet).")
+    batches = [check_positive_int("batch", b) for b in batches]
+    m, dev, ctx = spec.model, spec.device, spec.context
+    opts = spec._step_options()
+    draft_opts = None
+    if sp.draft == "model":
+        ds = ExplainSpec(model=sp.draft_model, device=dev, context=ctx, act_dtype=spec.act_dtype)
+        draft_opts = ds._step_options()
+    elif sp.draft == "mtp":
+        draft_opts = replace(spec, model=S.mtp_layer(m))._step_options()
+
+    def at(b):
+        return S.speculation_round(sp, m, dev, b, ctx, opts, draft_opts, spec.link)
+
+    def verify(b):
+        return S.verify_step(m, b, ctx, sp.k, **opts)
+
+    rows = [at(b) for b in batches]
+    ridge = dev.ridge(opts["act_dtype"])
+    by_sum = crossing(lambda b: verify(b).total.intensity, ridge, limit=SPEC_SEARCH)
+    by_mix = crossing(lambda b: float(analyze_phase(verify(b), dev, spec.link).compute_time_share >= 0.5), 1.0,
+                      limit=SPEC_SEARCH)
+    stops = crossing(lambda b: float(at(b).speedup < 1), 1.0, limit=SPEC_SEARCH)
+    ph = verify(1)
+    cap = capacity(m, dev, 1, ctx + sp.k + 1, new_tokens=sp.k + 1, act_dtype=ph.dtypes.act, kv_dtype=ph.dtypes.kv,
+                   precision=ph.dtypes.precision)
+    return {"model": m.name, "device": dev.name, "device_source": dev.source, "context": ctx, "k": sp.k,
+            "acceptance": sp.acceptance, "tokens_per_step": sp.tokens_per_step, "draft": sp.draft,
+            "draft_model": sp.draft_model.name if sp.draft_model else None, "draft_said": sp.said,
+            "vocab": m.vocab, "act_dtype": ph.dtypes.act, "weights": spec.weight_label, "ridge": ridge,
+            "rows": [r.to_dict() for r in rows], "verify_ridge_batch": by_sum, "verify_compute_time_batch": by_mix,
+            "stops_paying_batch": stops, "search_limit": SPEC_SEARCH, "max_batch": cap.max_batch,
+            "notes": list(S.verify_notes(m))}
+
+
+def spec_curve_text(d: dict) -> str:
+    """What ``roofline explain --spec`` prints: the settings, the curve, the ridge and break-even batches."""
+    k, n = d["k"], d["search_limit"]
+    lines = [f"Speculative decoding: {d['model']} on {d['device']} ({d['device_source']} ceilings), weights "
+             f"{d['weights']}, activations {d['act_dtype']}, context {d['context']:,}; k = {k} drafts per verify "
+             f"step, each accepted with probability {d['acceptance']:g} (independently): (1 - a^{k + 1}) / (1 - a) "
+             f"= {d['tokens_per_step']:.4g} tokens per verify step; draft: {d['draft_said']}.",
+             f"A round: the draft's steps, one verify step ({k + 1} query tokens per sequence over its context: "
+             f"linears on {k + 1} x batch rows, attention causal among the {k + 1}, logits at each), rejection "
+             f"sampling over the {d['vocab']:,}-token vocabulary; each step at its roof (max(FLOPs / peak, bytes / "
+             "bandwidth) per op, summed).",
+             f"{'batch':>6} {'decode':>10} {'round':>10} {'(draft':>9} {'verify':>10} {'reject)':>9} "
+             f"{'tok/s/user':>17} {'tok/s/device':>21} {'speedup':>8} {'verify FLOP/B':>14}",
+             f"{'':>6} {'step':>10} {'':>10} {'':>9} {'':>10} {'':>9} {'plain -> spec':>17} {'plain -> spec':>21}"]
+    for r in d["rows"]:
+        lines.append(
+            f"{r['batch']:>6} {U.seconds(r['decode_s']):>10} {U.seconds(r['round_s']):>10} "
+            f"{U.seconds(r['draft_s']) if d['draft'] != 'none' else '-':>9} {U.seconds(r['verify_s']):>10} "
+            f"{U.seconds(r['reject_s']):>9} "
+            f"{r['plain_tokens_per_s_user']:>7,.0f} -> {r['spec_tokens_per_s_user']:>6,.0f} "
+            f"{r['plain_tokens_per_s_device']:>9,.0f} -> {r['spec_tokens_per_s_device']:>8,.0f} "
+            f"{r['speedup']:>7.2f}x {U.intensity(r['verify_intensity']):>8} {r['verify_bound']}"
+            + (" (does not fit)" if d["max_batch"] and r["batch"] > d["max_batch"] else ""))
+    ridge = U.intensity(d["ridge"])
+    s, t = d["verify_ridge_batch"], d["verify_compute_time_batch"]
+    lines.append((f"The verify step turns compute-bound at batch {s:,}: its summed intensity reaches the ridge of "
+                  f"{ridge} FLOP/byte there" if s else
+                  f"The verify step's summed intensity stays under the ridge of {ridge} FLOP/byte up to batch {n:,}")
+                 + (f"; most of its predicted time is in compute-bound ops (its linears on {k + 1} x batch rows) from "
+                    f"batch {t:,}." if t else f"; most of its time stays in memory-bound ops up to batch {n:,}."))
+    stop, fit = d["stops_paying_batch"], d["max_batch"]
+    beyond = f", beyond the {fit:,} that fit in memory" if fit and stop and stop > fit else ""
+    lines.append(f"Speculation never pays here: a round costs more than {d['tokens_per_step']:.4g} decode steps "
+                 "even at batch 1." if stop == 1 else
+                 f"Speculation stops paying at batch {stop:,}{beyond}: from there a round costs more than "
+                 f"{d['tokens_per_step']:.4g} decode steps (speedup < 1)." if stop else
+                 f"Speculation pays at every batch up to {n:,}" + (f" (of which {fit:,} fit in memory)" if fit else "")
+                 + f": a round stays under {d['tokens_per_step']:.4g} decode steps (each sequence's KV cache is "
+                 f"read once for its {k + 1} queries).")
+    lines.append(f"Memory: a verify step fits up to batch {d['max_batch']:,} at this context (target weights and KV; "
+                 "a draft model's not counted)." if d["max_batch"] else
+                 f"Memory: not even batch 1 of the verify step fits on one {d['device']} (or its memory size is "
+                 "unknown).")
+    lines += [f"note: {n}" for n in d.get("notes", ())]
+    return "\n".join(lines)

@@ -102,6 +102,9 @@ class ModelConfig:
     qk_nope_dim: int = 0
     v_head_dim: int = 0
     rope_interleave: bool = False  # the rope dims are stored interleaved (DeepSeek): loaded de-interleaved
+    # ---- multi-token prediction (DeepSeek-V3, GLM-4.5: num_nextn_predict_layers): not part of a step; a
+    # speculative draft (roofline.speculative: one decoder layer + its projections, with its own weights and KV)
+    mtp_layers: int = 0
     # How the checkpoint stores its weights (roofline.precision.checkpoint: its quantization_config or ModelOpt's
     # hf_quant_config.json, read by the family reader); None: unquantized. roofline.layer.precision_of resolves it.
     quantization: Quantization | None = None
@@ -243,7 +246,7 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
         raise RooflineError(f"{where}: expert_activation must be silu or swiglu_oai, but "
                             f"{show_value(m.expert_activation)} was given.")
     for name in ("n_experts", "n_active", "moe_intermediate", "shared_intermediate", "q_lora_rank", "kv_lora_rank",
-                 "qk_rope_dim", "qk_nope_dim", "v_head_dim", "rotary_dim"):
+                 "qk_rope_dim", "qk_nope_dim", "v_head_dim", "rotary_dim", "mtp_layers"):
         v = int_field(where, name, getattr(m, name), 0)
         object.__setattr__(m, name, bounded(where, name, v, MAX_SIZES[name]) if name in MAX_SIZES else v)
     if m.rotary_dim and (m.rotary_dim % 2 or m.rotary_dim > m.head_dim):

@@ -358,14 +358,15 @@ def decode(cfg: ModelConfig, batch: int, context: int, *, weight_dtype="bf16", a
 
 def mixed(cfg: ModelConfig, chunks=(), decodes=(), *, weight_dtype="bf16", act_dtype="bf16", kv_dtype="bf16",
           tp: int = 1, group_size: int | None = None, zero_point: bool = False, expert_load=(), ep: int = 1,
-          precision: Precision | None = None) -> Phase:
+          precision: Precision | None = None, logits: int | None = None) -> Phase:
     """One continuous-batching step (a serving engine's mixed step): ``chunks`` = (new tokens, cached tokens) per
     prefill chunk, ``decodes`` = (sequences, keys each attends over, its new one included) per decode group. Every
     op whose cost depends only on its rows (linears, norms, the experts, pointwise, rope, the cache writes) runs
     once on all T = chunks' new tokens + one per decode sequence rows (its weights read once); an attention kind
     (``OpKind.per_sequence``: attention, MLA's up-projection and attention) is costed per chunk over its prefix and
     per decode group over its own context, summed. The embedding gathers T rows; the final norm, lm_head and
-    softcap see one row per sequence. Dtypes and ``precision`` as ``prefill``'s; ``phase`` is "mixed"."""
+    softcap see one row per sequence, or ``logits`` rows (a speculative verify step needs every position's: k + 1
+    per sequence, ``roofline.speculative``). Dtypes and ``precision`` as ``prefill``'s; ``phase`` is "mixed"."""
     chunks = tuple((int(q), int(c)) for q, c in chunks)
     decodes = tuple((int(n), int(k)) for n, k in decodes)
     bad = [x for x in chunks if x[0] < 1 or x[1] < 0] + [x for x in decodes if x[0] < 1 or x[1] < 1]
@@ -384,6 +385,7 @@ def mixed(cfg: ModelConfig, chunks=(), decodes=(), *, weight_dtype="bf16", act_d
     groups = tuple(StepContext(dt, q, 1, q, c, False, tp) for q, c in chunks) + \
         tuple(StepContext(dt, n, n, 1, k - 1, True, tp) for n, k in decodes)
     whole = StepContext(dt, rows, sequences, 0, 0, not chunks, tp)
+    edge = whole if logits is None else replace(whole, batch=check_positive_int("logits rows", logits))
     ops = []
     for o in model_ops(cfg, sh):
         k = kind(o.kind)
@@ -392,7 +394,7 @@ def mixed(cfg: ModelConfig, chunks=(), decodes=(), *, weight_dtype="bf16", act_d
         if o.per_layer:
             ops.append(OpCost(o.name, _op_cost(o, groups if k.per_sequence else (whole,)), o.count, cdt))
         else:
-            ops.append(OpCost(o.name, _edge_cost(o, whole), 1, cdt))
+            ops.append(OpCost(o.name, _edge_cost(o, edge), 1, cdt))
     return Phase("mixed", cfg, sequences, rows, longest, 0, (rows,), dt, tuple(ops), tp, sh,
                  step_collectives(cfg, sh, 1, (rows,), dt.act), ep)
 

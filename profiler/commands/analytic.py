@@ -12,9 +12,10 @@ from click.core import ParameterSource
 from roofline.devices import CATALOGUE, COMPUTE_DTYPES, custom_link
 from roofline.errors import RooflineError
 from roofline.precision.formats import native_computes
-from roofline.explain import ExplainSpec, explain_linear, explain_step
+from roofline.explain import SPEC_BATCHES, ExplainSpec, explain_linear, explain_step, spec_curve, spec_curve_text
 from roofline.config_fields import read_json_file, show_value
-from roofline.models import PRESETS
+from roofline.models import PRESETS, load_model
+from roofline.speculative import Speculation, mtp_layer
 
 from roofline.precision import lookup
 from roofline.traces.engine_steps import parse_mix
@@ -92,12 +93,36 @@ def _measured_cpu(device):
     return c.device
 
 
+def _batch_cb(ctx, param, value):
+    """--batch: one integer, or (for --spec) a comma-separated list; each checked where it is used."""
+    parts = [p.strip() for p in str(value).split(",") if p.strip()]
+    try:
+        out = [int(p) for p in parts]
+    except ValueError:
+        out = []
+    if not out:
+        raise click.BadParameter(f"give a whole number of sequences, e.g. 8 (or with --spec a list, 1,8,64), but "
+                                 f"{value!r} was given.")
+    return out
+
+
+def _draft_cb(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        return load_model(value, allow_unknown_fields=ctx.meta.get("allow_unknown_fields", False))
+    except RooflineError as e:
+        raise click.BadParameter(str(e)) from None
+
+
 @click.command()
 @click.argument("what", required=False, type=click.Choice(["linear", "phase"]), default="phase")
 @model_option(default="llama-3-8b")
 @device_options
 @click.option("--phase", type=click.Choice(["prefill", "decode"]), default="decode", show_default=True)
-@click.option("--batch", type=int, default=1, show_default=True, help="sequences in the step")
+@click.option("--batch", default="1", show_default=True, callback=_batch_cb,
+              help="sequences in the step (with --spec: a comma-separated list, the curve's batches "
+                   "[default: 1,2,4,...,256])")
 @click.option("--context", type=int, default=1024, show_default=True,
               help="prefill: prompt length; decode: tokens already in the KV cache")
 @click.option("--cached", type=int, default=0, show_default=True, help="prefill: cached prefix tokens reused")
@@ -127,10 +152,18 @@ def _measured_cpu(device):
 @click.option("--expert-load", "expert_load", default=None, metavar="FILE",
               help="MoE: a JSON list of tokens per expert (or a list per layer, summed) -- a measured histogram, "
                    "e.g. LlamaModel.expert_counts -- instead of uniform routing")
+@click.option("--spec", "spec_k", type=int, default=None, metavar="K",
+              help="speculative decoding: K draft tokens per verify step; prints plain decode against speculation "
+                   "across batch (with --acceptance)")
+@click.option("--acceptance", type=float, default=None, help="--spec: the probability each draft token is accepted")
+@click.option("--draft", "draft", default=None, callback=_draft_cb, metavar="MODEL",
+              help="--spec: the draft model (a preset or config.json), costed as K decode steps")
+@click.option("--mtp", is_flag=True, help="--spec: the model's multi-token-prediction layer drafts (num_nextn_predict_"
+                                          "layers: DeepSeek-V3, GLM-4.5)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, phase, batch, context, cached,
             chunk, mix, weight_dtype, act_dtype, kv_dtype, tp, ep, link_gbs, link_latency_us, tokens, in_features,
-            out_features, dtype, group_size, zero_point, expert_load, as_json):
+            out_features, dtype, group_size, zero_point, expert_load, spec_k, acceptance, draft, mtp, as_json):
     """Analytic roofline of one linear layer or one model step (no hardware).
 
     \b
@@ -141,6 +174,7 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
     roofline explain --model llama-3-8b --weight-dtype int4 --group-size 64 --kv-dtype fp8
     roofline explain --model path/to/gpt-oss-120b --device h100   # each module at the checkpoint's precision
     roofline explain --model qwen3-30b-a3b --weight-dtype experts=nvfp4,attention=fp8
+    roofline explain --model llama-3-8b --device h100 --spec 3 --acceptance 0.8 [--draft MODEL | --mtp]
 
     With no --weight-dtype / --kv-dtype a quantized checkpoint (its quantization_config, or ModelOpt's
     hf_quant_config.json beside config.json) is costed module by module as it is stored; a flag overrides it.
@@ -150,6 +184,10 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
                             "(or --dtype int4 for `explain linear`).")
     device = _measured_cpu(resolve_device(device_name, device_file, peak_tflops, bandwidth_gbs,
                                           dtype=_peak_dtype(dtype) if what == "linear" else act_dtype))
+    speculating = spec_k is not None or acceptance is not None or draft is not None or mtp
+    if what == "linear" and speculating:
+        raise RooflineError("--spec, --acceptance, --draft and --mtp price a model's decode: drop `linear` (and give "
+                            "--model).")
     if what == "linear":
         missing = [n for n, v in (("--tokens", tokens), ("--in", in_features), ("--out", out_features)) if v is None]
         if missing:
@@ -161,6 +199,9 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
                            group_size=group_size, zero_point=zero_point)
         click.echo(json.dumps({k: v for k, v in d.items() if k != "text"}) if as_json else d["text"])
         return
+    if len(batch) > 1 and not speculating:
+        raise RooflineError(f"--batch takes one number for a step ({','.join(map(str, batch))} was given); a list "
+                            "goes with --spec K --acceptance A (the speculation curve).")
     if link_latency_us is not None and link_gbs is None:
         raise RooflineError("--link-latency-us needs --link-gbs (the link's GB/s per direction).")
     link = custom_link(link_gbs, link_latency_us or 0.0) if link_gbs is not None else None
@@ -168,13 +209,33 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
     if mix is not None and (_explicit("phase") or _explicit("batch") or _explicit("context") or cached or chunk):
         raise RooflineError("--mix describes the whole step: drop --phase, --batch, --context, --cached and --chunk.")
     step_mix = parse_mix(mix) if mix is not None else None
-    spec = ExplainSpec(model=model, device=device, phase=phase, batch=batch, context=context, cached=cached,
+    spec = ExplainSpec(model=model, device=device, phase=phase, batch=batch[0], context=context, cached=cached,
                        chunk=chunk, mix=(step_mix.chunks, step_mix.decodes) if step_mix else None, weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, tp=tp, ep=ep,
                        group_size=group_size, zero_point=zero_point, expert_load=load, link=link)
+    if speculating:
+        for n in model.notes:
+            click.echo(f"note: {n}", err=True)
+        d = spec_curve(spec, speculation(spec_k, acceptance, draft, mtp, model),
+                       batch if _explicit("batch") else SPEC_BATCHES)
+        click.echo(json.dumps(d) if as_json else spec_curve_text(d))
+        return
     step = explain_step(spec)
     for n in model.notes:
         click.echo(f"note: {n}", err=True)
     click.echo(json.dumps(step.data) if as_json else step.text())
+
+
+def speculation(k, acceptance, draft, mtp: bool, model) -> Speculation:
+    """--spec / --acceptance / --draft / --mtp as a ``Speculation``; a missing or contradictory option is one line."""
+    if k is None or acceptance is None:
+        raise RooflineError("speculative decoding needs --spec K (draft tokens per verify step, at least 1) and "
+                            "--acceptance A (from 0 up to 1), e.g. --spec 3 --acceptance 0.8.")
+    if draft is not None and mtp:
+        raise RooflineError("--draft and --mtp both name the draft: give --draft MODEL (a draft model), --mtp (the "
+                            "model's multi-token-prediction layer), or neither (a draft not costed).")
+    if mtp:
+        mtp_layer(model)            # refuses a model without MTP layers, in one line
+    return Speculation(k, acceptance, "model" if draft is not None else "mtp" if mtp else "none", draft)
 
 
 MAX_EXPERT_TOKENS = 1e15    # tokens one expert received: more than any trace holds, and its sum stays exact enough

@@ -23,7 +23,7 @@ DEEPSEEK_KEYS = LLAMA_LIKE_KEYS + Keys({
     "n_routed_experts": 256, "num_local_experts": None, "routed_scaling_factor": 2.5, "kv_lora_rank": 512,
     "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "n_group": 8,
     "topk_group": 4, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "norm_topk_prob": True,
-    "rope_interleave": True, "attention_bias": False, "num_nextn_predict_layers": None, "moe_layer_freq": 1,
+    "rope_interleave": True, "attention_bias": False, "num_nextn_predict_layers": 1, "moe_layer_freq": 1,
     "topk_method": "noaux_tc", "scoring_func": "sigmoid"},
     refused={k: ("DeepSeek-V3.2's sparse-attention indexer (DSA)", (None,))
              for k in ("index_topk", "index_n_heads", "index_head_dim")},
@@ -72,9 +72,10 @@ def read_deepseek_v3(r: HFReader) -> None:
         q_lora_rank=r.count("q_lora_rank", 0, 0), kv_lora_rank=r.size("kv_lora_rank"),
         qk_rope_dim=rope, qk_nope_dim=nope, v_head_dim=r.size("v_head_dim"),
         query_scale=(nope + rope) ** -0.5 * _yarn_mscale(r) ** 2, rope_interleave=r.flag("rope_interleave", True))
-    if r.get("num_nextn_predict_layers", 0):
-        r.notes.append(f"num_nextn_predict_layers = {r.d['num_nextn_predict_layers']}: the multi-token-prediction "
-                       "layer is not part of a step (not costed, not loaded).")
+    r.arch["mtp_layers"] = r.count("num_nextn_predict_layers", 0, 0)
+    if r.arch["mtp_layers"]:
+        r.notes.append(f"num_nextn_predict_layers = {r.arch['mtp_layers']}: the multi-token-prediction layer is not "
+                       "part of a step (not loaded; costed only as a draft: explain --spec K --mtp).")
 
 
 register(Family("deepseek_v3", read_deepseek_v3, tensors=DEEPSEEK_TENSORS, head_dim=latent_head_dim, keys=DEEPSEEK_KEYS,
@@ -88,15 +89,15 @@ register(Family("deepseek_v3", read_deepseek_v3, tensors=DEEPSEEK_TENSORS, head_
     preset("deepseek-v3", 7168, 18432, 61, 128, 128, 129280, 163840, head_dim=192, rms_eps=1e-6, n_experts=256,
            n_active=8, moe_intermediate=2048, router="sigmoid_group", norm_topk=True, routed_scale=2.5, n_group=8,
            topk_group=4, router_correction=True, shared_intermediate=2048, dense_layers=(0, 1, 2), q_lora_rank=1536,
-           kv_lora_rank=512, qk_rope_dim=64, qk_nope_dim=128, v_head_dim=128, rope_interleave=True,
+           kv_lora_rank=512, qk_rope_dim=64, qk_nope_dim=128, v_head_dim=128, rope_interleave=True, mtp_layers=1,
            query_scale=192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2, rope_yarn=(40.0, 32.0, 1.0, 4096, 1.0, True),
            quantization={"source": "quantization_config", "config": {
                "activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}},
            source="deepseek-ai/DeepSeek-V3 (its only release: FP8, 128x128 weight blocks, 1x128 dynamic activation "
                   "groups; lm_head, router and embeddings bf16): MLA (q rank 1,536, kv rank 512, rope 64, nope 128, v 128); 256 routed "
                   "experts of 2,048, top-8 by sigmoid scores in 4 of 8 groups, x2.5, one shared expert; the first 3 "
-                  "layers dense (18,432). YaRN RoPE (x40; the softmax scale carries its mscale^2). Cost model only "
-                  "here: it fits no single GPU (671B)"),
+                  "layers dense (18,432); one multi-token-prediction layer (num_nextn_predict_layers 1). YaRN RoPE "
+                  "(x40; the softmax scale carries its mscale^2). Cost model only here: it fits no single GPU (671B)"),
     preset("kimi-k2", 7168, 18432, 61, 64, 64, 163840, 131072, head_dim=192, rope_theta=50000.0, rms_eps=1e-6,
            n_experts=384, n_active=8, moe_intermediate=2048, router="sigmoid_group", norm_topk=True,
            routed_scale=2.827, n_group=1, topk_group=1, router_correction=True, shared_intermediate=2048,

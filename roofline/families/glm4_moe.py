@@ -17,7 +17,7 @@ GLM4_MOE_KEYS = LLAMA_LIKE_KEYS + Keys({
     **sizes(151552, 4096, 10944, 46, 96, 8, 131072, 1e-5), "attention_bias": False, "use_qk_norm": False,
     "moe_intermediate_size": 1408, "num_experts_per_tok": 8, "n_shared_experts": 1, "n_routed_experts": None,
     "num_local_experts": None, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1,
-    "first_k_dense_replace": 1, "norm_topk_prob": True, "num_nextn_predict_layers": None,
+    "first_k_dense_replace": 1, "norm_topk_prob": True, "num_nextn_predict_layers": 1,
     "partial_rotary_factor": None})
 
 
@@ -34,9 +34,10 @@ def read_glm4_moe(r: HFReader) -> None:
         routed_scale=float_field(r.where, "routed_scaling_factor", r.get("routed_scaling_factor", 1.0)),
         n_group=r.count("n_group", 1), topk_group=r.count("topk_group", 1), router_correction=True,
         shared_intermediate=inter * r.count("n_shared_experts", 1, 0), dense_layers=tuple(range(min(first, n))))
-    if r.get("num_nextn_predict_layers", 0):
-        r.notes.append(f"num_nextn_predict_layers = {r.d['num_nextn_predict_layers']}: the multi-token-prediction "
-                       "layer is not part of a step (not costed, not loaded).")
+    r.arch["mtp_layers"] = r.count("num_nextn_predict_layers", 0, 0)
+    if r.arch["mtp_layers"]:
+        r.notes.append(f"num_nextn_predict_layers = {r.arch['mtp_layers']}: the multi-token-prediction layer is not "
+                       "part of a step (not loaded; costed only as a draft: explain --spec K --mtp).")
 
 
 register(Family("glm4_moe", read_glm4_moe, tensors=DEEPSEEK_TENSORS, keys=GLM4_MOE_KEYS))

@@ -2,9 +2,10 @@
 
 One module per kind of work: ``matmul`` (GEMM, linear, lm_head), ``attention`` (rope, the KV cache, prefill
 and decode attention), ``mla`` (latent attention), ``deltanet`` (Gated DeltaNet linear attention, the gated
-attention output), ``moe`` (routing, the experts, expert parallelism),
-``norms``, ``pointwise`` (activations, residual, the generic trace ops), ``embeddings``, ``collectives``
-and ``quant`` (the bytes of scales). This package exports them all: ``from roofline import formulas as F``.
+attention output), ``moe`` (routing, the experts, expert parallelism), ``norms``, ``pointwise`` (activations,
+residual, the generic trace ops), ``embeddings``, ``collectives``, ``quant`` (the bytes of scales) and
+``speculative`` (a verify step's expected tokens, rejection sampling). This package exports them all:
+``from roofline import formulas as F``.
 
 Kernels call these from their ``cost()``; the workload model sums them per phase.
 Conventions (also printed in reports):
@@ -51,3 +52,5 @@ from .moe import (  # noqa: F401
     moe_expert_weight_bytes, moe_experts, moe_experts_ep, moe_rank_load, router, routing)
 from .collectives import (  # noqa: F401
     COLLECTIVE_WIRE, bus_bandwidth, collective_bytes, collective_steps, collective_time)
+from .speculative import (  # noqa: F401
+    expected_tokens, expected_tokens_from_positions, expected_tokens_from_rates, rejection_sampling)

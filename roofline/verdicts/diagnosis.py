@@ -40,6 +40,11 @@ evidence"):
                          On a trace (``roofline trace --model``): the tokens per expert its expert GEMMs recorded,
                          summed per phase and MoE layer, one expert at least ``IMBALANCE_MIN`` x the mean of the
                          experts hit, that mean at least ``expert_rules.TRACE_MIN_MEAN`` tokens.
+* ``speculation-pays`` / ``speculation-does-not-pay``: on whole measured decode steps (one device), a verify step
+                         of ``spec_rules.SPEC_K`` drafts priced against the decode step at the roof: memory-bound
+                         steps whose break-even acceptance is at most ``spec_rules.SPEC_ACCEPTANCE`` would gain from
+                         speculative decoding; compute-bound ones, or those needing more, would not (the draft's own
+                         cost not counted: ``explain --spec --draft`` prices it).
 * ``weight-quantization-measured`` / ``kv-quantization-measured``, with ``*-effect`` and ``dequant-bound``:
                          a file holding a float and a quantized run of the same workload quotes the
                          measured effect against the roofline's prediction (``roofline.verdicts.change_rules``).
@@ -64,7 +69,7 @@ from ..analysis import analyze
 from ..errors import RooflineError
 from ..latency import latency_runs
 from ..units import ms
-from . import counter_rules, expert_rules, phase_rules, trace_rules  # noqa: F401 (they register their findings)
+from . import counter_rules, expert_rules, phase_rules, spec_rules, trace_rules  # noqa: F401 (they register)
 from .change_rules import compare_noisy, summary
 from .findings import Finding, run
 from .latency_rules import ConfigRun, floor_findings
