@@ -155,3 +155,34 @@ def test_olmo3_refuses_what_transformers_and_vllm_read_apart(tmp_path):
         tmp_path)
     assert (m.rope_theta, m.rope_local_theta, m.rope_yarn) == (10000.0, 500000.0, ())
     assert len(m.notes) == 1 and m.notes[0].startswith('rope_parameters.full_attention {"rope_type": "linear"')
+
+
+_EXAONE4 = dict(model_type="exaone4", hidden_size=64, intermediate_size=96, num_hidden_layers=6,
+                num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+
+
+@pytest.mark.parametrize("extra, types, window, nope", [
+    ({}, ("sliding", "sliding", "sliding", "full", "sliding", "sliding"), 4096, (3,)),   # pattern 4 by default
+    ({"sliding_window": 8, "sliding_window_pattern": 2}, ("sliding", "full") * 3, 8, (1, 3, 5)),
+    ({"sliding_window_pattern": 1}, (), 0, tuple(range(6))),       # a window but no local layer: all NoPE
+    ({"sliding_window": None}, (), 0, ()),                          # no window: all global, every one rotates
+    ({"sliding_window": None, "layer_types": ["full_attention"] * 6}, (), 0, ()),
+    ({"sliding_window_pattern": "LLLG", "layer_types": ["sliding_attention"] * 6}, (), 4096, ()),
+])
+def test_exaone4_local_and_global_layers_as_transformers_builds_them(extra, types, window, nope, tmp_path):
+    d = {**_EXAONE4, **extra}
+    m = _read(d, tmp_path)
+    assert (m.layer_types, m.sliding_window, m.nope_layers) == (types, window, nope)
+    assert (m.qk_norm, m.qk_norm_whole, m.pre_norms, m.sandwich_norms) == (True, False, False, True)
+    if extra.get("sliding_window", 0) is not None:                 # transformers 5.24 cannot build the others
+        theirs = transformers.Exaone4Config(**{k: v for k, v in d.items() if k != "model_type"})
+        built = tuple(t.split("_")[0] for t in theirs.layer_types)
+        assert built == (types or ("sliding" if window else "full",) * 6)
+
+
+def test_exaone4_pattern_string_without_layer_types_is_refused(tmp_path):
+    from roofline.errors import RooflineError
+
+    with pytest.raises(RooflineError, match=r'exaone4: sliding_window_pattern = "LLLG" \(a string\) is not read '
+                                            r"without layer_types .*: give layer_types"):
+        _read({**_EXAONE4, "sliding_window_pattern": "LLLG"}, tmp_path)

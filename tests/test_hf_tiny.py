@@ -148,6 +148,8 @@ FEATURES = [  # (model_type, feature, config edit that removes it, whether only 
     ("olmo3", "sliding window", _wide_window, True),
     ("olmo3", "the full layers' YaRN", lambda d: d["rope_parameters"].update(
         full_attention={"rope_type": "default", "rope_theta": 500000.0}), False),
+    ("exaone4", "sliding window", _wide_window, True),
+    ("exaone4", "the global layers' NoPE", lambda d: (_no_window(d), _all_full(d)), False),   # all rotate
 ]
 
 
