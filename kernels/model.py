@@ -263,8 +263,8 @@ class LlamaModel:
         self.zero_point = bool(int4.get(self.group_size))
         rd = cfg.qk_rope_dim if cfg.mla else (cfg.rotary_dim or cfg.head_dim)   # the dims RoPE rotates
         self.cos, self.sin = rope_tables(self.max_len, rd, cfg.rope_theta, self.device, cfg.rope_yarn)
-        self.local_rope = (self.cos, self.sin)          # sliding layers with their own RoPE base (Gemma-3)
-        if cfg.rope_local_theta and cfg.rope_local_theta != cfg.rope_theta:
+        self.local_rope = (self.cos, self.sin)          # sliding layers with their own plain RoPE (Gemma-3, OLMo-3)
+        if cfg.rope_local_theta and (cfg.rope_local_theta != cfg.rope_theta or cfg.rope_yarn):
             self.local_rope = rope_tables(self.max_len, rd, cfg.rope_local_theta, self.device)
         self.k_scale = self.v_scale = None
         self.lengths = torch.zeros(self.max_slots, dtype=torch.long)             # host-side, per slot

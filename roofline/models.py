@@ -61,7 +61,7 @@ class ModelConfig:
     final_softcap: float = 0.0     # logits -> c * tanh(logits / c) (Gemma-2); 0: none
     sliding_window: int = 0        # keys a windowed layer's query sees (itself included); 0: no window
     layer_types: tuple = ()        # per layer "full" or "sliding"; () with a window: every layer slides
-    rope_local_theta: float = 0.0  # RoPE base of the sliding layers (Gemma-3); 0: rope_theta
+    rope_local_theta: float = 0.0  # plain RoPE base of the sliding layers (Gemma-3; OLMo-3: no YaRN); 0: the full's
     nope_layers: tuple = ()        # layers that apply no RoPE to q and k (NoPE: SmolLM3's every 4th)
     pre_norms: bool = True         # a norm before attention and before the MLP; False: only after them (OLMo-2)
     qk_norm_whole: bool = False    # qk-norm over the whole q / k projection, not each head's (OLMo-2)

@@ -43,7 +43,7 @@ transformers = pytest.importorskip("transformers")
 
 BUILT_WITH = "5.24.0"   # the transformers version these fixtures were written and checked against
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text", "smollm3",
-               "granite", "olmo2")
+               "granite", "olmo2", "seed_oss", "olmo3", "exaone4")
 GEMMA_FAMILY = ("gemma", "gemma2", "gemma3_text")   # RMSNorm multiplies by (1 + w)
 WINDOW = 8                # every sliding window here: shorter than the prompts below
 PROMPT = 5                # reference(): tokens of the cached prefill
@@ -90,6 +90,18 @@ _CONFIGS = {
                                       logits_scaling=2.5, attention_bias=True, tie_word_embeddings=False)),
     # norms only after attention and the MLP, qk-norm over the whole projections, head_dim 32 with hidden 64
     "olmo2": ("Olmo2Config", dict(head_dim=32, tie_word_embeddings=False, rope_theta=500000.0)),
+    # OLMo-2's layer, layers 0 and 2 over the window; one RoPE base, YaRN on the full layer's RoPE only (as the
+    # published configs)
+    "olmo3": ("Olmo3Config", dict(head_dim=32, tie_word_embeddings=False, sliding_window=WINDOW,
+                                  layer_types=_ALTERNATE, rope_theta=500000.0,
+                                  rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                "original_max_position_embeddings": 64})),
+    # OLMo-2's norms with per-head qk-norm; layers 0 and 2 local (over the window, RoPE), layer 1 global (NoPE)
+    "exaone4": ("Exaone4Config", dict(head_dim=32, tie_word_embeddings=False, sliding_window=WINDOW,
+                                      sliding_window_pattern=2, layer_types=_ALTERNATE, rope_theta=1000000.0)),
+    # q/k/v biases without an o_proj bias (attention_bias, attention_out_bias), MLP biases, head_dim 32
+    "seed_oss": ("SeedOssConfig", dict(head_dim=32, attention_bias=True, attention_out_bias=False, mlp_bias=True,
+                                       tie_word_embeddings=False, rope_theta=10000000.0)),
     "gemma3_text": ("Gemma3TextConfig", dict(head_dim=32, hidden_activation="gelu_pytorch_tanh",
                                              query_pre_attn_scalar=24, sliding_window=WINDOW,
                                              sliding_window_pattern=2, layer_types=_ALTERNATE,

@@ -114,3 +114,75 @@ def test_parameter_count_equals_transformers_on_the_meta_device(module, mtype, t
     theirs = sum(p.numel() for p in model.parameters()) + sum(  # DeepSeek's / GLM's correction bias: a buffer
         b.numel() for n, b in model.named_buffers() if n.endswith("e_score_correction_bias"))
     assert model_params(load_model(tmp_path)) == theirs
+
+
+_OLMO3 = dict(model_type="olmo3", hidden_size=64, intermediate_size=96, num_hidden_layers=8, num_attention_heads=4,
+              num_key_value_heads=2, vocab_size=256, max_position_embeddings=65536)
+_OLMO3_YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 8192, "beta_fast": 32,
+               "beta_slow": 1, "attention_factor": 1.2079441541679836}
+
+
+def _read(d, tmp_path):
+    return ModelConfig(**read_hf_config(json.loads(json.dumps(d)), tmp_path / "config.json"))
+
+
+def test_olmo3_as_4x_writes_it_reads_as_transformers_5_does(tmp_path):
+    """A 4.57 config (rope_theta + rope_scaling at the top, as the published ones): the scaling is the full
+    layers' alone, every 4th layer full without layer_types, and the same model as 5.24's own spelling."""
+    d = {**_OLMO3, "rope_theta": 500000.0, "rope_scaling": dict(_OLMO3_YARN), "sliding_window": 4096}
+    m = _read(d, tmp_path)
+    assert m.layer_types == ("sliding", "sliding", "sliding", "full") * 2 and m.sliding_window == 4096
+    assert (m.rope_theta, m.rope_local_theta) == (500000.0, 500000.0)
+    assert m.rope_yarn == (8.0, 32.0, 1.0, 8192, 1.2079441541679836, True) and m.notes == ()
+    theirs = transformers.Olmo3Config(**{k: v for k, v in d.items() if k != "model_type"}).to_dict()
+    assert theirs["rope_parameters"]["sliding_attention"] == {"rope_type": "default", "rope_theta": 500000.0}
+    assert _read(theirs, tmp_path) == m
+
+
+def test_olmo3_refuses_what_transformers_and_vllm_read_apart(tmp_path):
+    from roofline.errors import RooflineError
+
+    with pytest.raises(RooflineError, match=r"olmo3: rope_theta = 10000.0 with no base for the sliding layers is "
+                                            r"not modelled: transformers 5.24 rotates them at 500000"):
+        _read({**_OLMO3, "rope_theta": 10000.0}, tmp_path)
+    with pytest.raises(RooflineError, match=r"rope_parameters = .* is not keyed by layer type"):
+        _read({**_OLMO3, "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}}, tmp_path)
+    with pytest.raises(RooflineError, match=r"gives the sliding layers YaRN"):
+        _read({**_OLMO3, "rope_parameters": {"full_attention": {"rope_theta": 5e5},
+                                             "sliding_attention": {"rope_theta": 5e5, **_OLMO3_YARN}}}, tmp_path)
+    m = _read({**_OLMO3, "rope_theta": 10000.0, "rope_parameters": {  # both bases given: read as they are
+        "full_attention": {"rope_type": "linear", "factor": 2.0}, "sliding_attention": {"rope_theta": 5e5}}},
+        tmp_path)
+    assert (m.rope_theta, m.rope_local_theta, m.rope_yarn) == (10000.0, 500000.0, ())
+    assert len(m.notes) == 1 and m.notes[0].startswith('rope_parameters.full_attention {"rope_type": "linear"')
+
+
+_EXAONE4 = dict(model_type="exaone4", hidden_size=64, intermediate_size=96, num_hidden_layers=6,
+                num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+
+
+@pytest.mark.parametrize("extra, types, window, nope", [
+    ({}, ("sliding", "sliding", "sliding", "full", "sliding", "sliding"), 4096, (3,)),   # pattern 4 by default
+    ({"sliding_window": 8, "sliding_window_pattern": 2}, ("sliding", "full") * 3, 8, (1, 3, 5)),
+    ({"sliding_window_pattern": 1}, (), 0, tuple(range(6))),       # a window but no local layer: all NoPE
+    ({"sliding_window": None}, (), 0, ()),                          # no window: all global, every one rotates
+    ({"sliding_window": None, "layer_types": ["full_attention"] * 6}, (), 0, ()),
+    ({"sliding_window_pattern": "LLLG", "layer_types": ["sliding_attention"] * 6}, (), 4096, ()),
+])
+def test_exaone4_local_and_global_layers_as_transformers_builds_them(extra, types, window, nope, tmp_path):
+    d = {**_EXAONE4, **extra}
+    m = _read(d, tmp_path)
+    assert (m.layer_types, m.sliding_window, m.nope_layers) == (types, window, nope)
+    assert (m.qk_norm, m.qk_norm_whole, m.pre_norms, m.sandwich_norms) == (True, False, False, True)
+    if extra.get("sliding_window", 0) is not None:                 # transformers 5.24 cannot build the others
+        theirs = transformers.Exaone4Config(**{k: v for k, v in d.items() if k != "model_type"})
+        built = tuple(t.split("_")[0] for t in theirs.layer_types)
+        assert built == (types or ("sliding" if window else "full",) * 6)
+
+
+def test_exaone4_pattern_string_without_layer_types_is_refused(tmp_path):
+    from roofline.errors import RooflineError
+
+    with pytest.raises(RooflineError, match=r'exaone4: sliding_window_pattern = "LLLG" \(a string\) is not read '
+                                            r"without layer_types .*: give layer_types"):
+        _read({**_EXAONE4, "sliding_window_pattern": "LLLG"}, tmp_path)

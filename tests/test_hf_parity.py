@@ -73,7 +73,7 @@ def test_chunked_prefill_and_prefix_reuse(built, model_type):
     close(m.prefill_with_prefix(seq, 1, 0, 12), ref.prefill[N - 1])
 
 
-@pytest.mark.parametrize("model_type", ["qwen2", "phi3", "gemma2", "gemma3_text"])
+@pytest.mark.parametrize("model_type", ["qwen2", "phi3", "gemma2", "gemma3_text", "seed_oss", "olmo3", "exaone4"])
 def test_triton_kernels_match_transformers(built, model_type):
     """Our Triton kernels (interpreted here) on the real weights: a windowed, biased, softcapped decode."""
     folder, ref = built(model_type)

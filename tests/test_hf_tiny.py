@@ -145,6 +145,11 @@ FEATURES = [  # (model_type, feature, config edit that removes it, whether only 
     ("granite", "residual_multiplier", _set(residual_multiplier=1.0), False),
     ("granite", "attention_multiplier", _set(attention_multiplier=1.0), False),
     ("granite", "logits_scaling", _set(logits_scaling=1.0), False),
+    ("olmo3", "sliding window", _wide_window, True),
+    ("olmo3", "the full layers' YaRN", lambda d: d["rope_parameters"].update(
+        full_attention={"rope_type": "default", "rope_theta": 500000.0}), False),
+    ("exaone4", "sliding window", _wide_window, True),
+    ("exaone4", "the global layers' NoPE", lambda d: (_no_window(d), _all_full(d)), False),   # all rotate
 ]
 
 
