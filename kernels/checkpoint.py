@@ -32,6 +32,7 @@ import torch
 from roofline.errors import RooflineError
 from roofline.layer import model_ops, precision_of
 from roofline.models import ModelConfig
+from roofline.precision.checkpoint import TEXT_PREFIXES
 from roofline.precision.modules import WEIGHT_ROLES
 
 from . import checkpoint_quant as CQ
@@ -44,7 +45,7 @@ from .weights import layer_weights
 # Buffers some checkpoints carry that are recomputed, not weights (RoPE's inverse frequencies).
 _IGNORED = ("rotary_emb.inv_freq",)
 # Where the decoder's tensors sit in the files: a causal LM's "model.", or a multimodal model's text part.
-_PREFIXES = ("model.", "model.language_model.", "language_model.model.", "")
+_PREFIXES = (*TEXT_PREFIXES, "")
 
 
 def runs_as_stored(backend, dtype: str, role: str = "linear", device=None) -> bool:

@@ -260,3 +260,64 @@ def test_olmo2_whole_projection_qk_norm_is_not_split_under_tp(tmp_path):
     assert shard(m, 1).tp == 1
     with pytest.raises(RooflineError, match=r"--tp 2 cannot split .*qk-norm is over the whole q / k projection"):
         shard(m, 2)
+
+
+# ---- a wrapper's ignore list, written against its own module names ------------------------------------------
+
+FP8_BLOCK = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+FP8_CHANNEL = {"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"group_0": {
+    "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True},
+    "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}}}}
+
+
+def _quantized_wrapper(tmp_path, outer: str, quant: dict, name: str):
+    transformers = pytest.importorskip("transformers")
+    cls, text, _ = WRAPPERS[outer]
+    d = dict(getattr(transformers, cls)(text_config=text).to_dict(), quantization_config=quant)
+    return load_model(write(tmp_path / name, d))
+
+
+def _formats(m) -> dict:
+    """Each weight-reading op's stored format name (None: unquantized, the activation dtype) and its K x N bytes."""
+    from roofline.layer import model_ops
+
+    p = precision_of(m)
+    return {o.name: (p.weight(o).name if p.quantized(o) else None, p.weight_bytes(o, 64, 96, "bf16"))
+            for o in model_ops(m) if any(w.role == "linear" for w in o.weights)}
+
+
+# Qwen3-VL (transformers 5's names: model.language_model.*, model.visual.*), Qwen's own FP8 layout
+QWEN3_VL_IGNORE = ["lm_head", "model.visual.blocks.0.attn.qkv", "model.visual.blocks.0.mlp.linear_fc1",
+                   "model.visual.merger.linear_fc1", "model.visual.deepstack_merger_list.0.linear_fc2",
+                   *[f"model.language_model.layers.{i}.mlp.down_proj" for i in range(4)]]
+# Gemma-3 (transformers 4.x's names: language_model.model.*, vision_tower.*, multi_modal_projector.*), llm-compressor
+GEMMA3_IGNORE = ["language_model.lm_head", "re:vision_tower.*", "re:multi_modal_projector.*",
+                 "vision_tower.vision_model.encoder.layers.0.self_attn.q_proj",
+                 *[f"language_model.model.layers.{i}.self_attn.o_proj" for i in range(4)],
+                 r"re:language_model\.model\.layers\.\d+\.mlp\.up_proj"]
+
+
+@pytest.mark.parametrize("outer, quant, ignore, key, kept", [
+    ("qwen3_vl", FP8_BLOCK, QWEN3_VL_IGNORE, "modules_to_not_convert", {"down_proj", "lm_head"}),
+    ("gemma3", FP8_CHANNEL, GEMMA3_IGNORE, "ignore", {"o_proj", "up_proj"}),
+], ids=["qwen3_vl", "gemma3"])
+def test_a_wrappers_ignore_list_names_its_text_models_modules(outer, quant, ignore, key, kept, tmp_path):
+    m = _quantized_wrapper(tmp_path, outer, dict(quant, **{key: ignore}), "listed")
+    got = _formats(m)
+    assert {n for n, (f, _) in got.items() if f is None} == kept          # run and priced unquantized
+    assert all(b == 64 * 96 * 2 for n, (_, b) in got.items() if n in kept)   # bf16 bytes, no scales
+    assert {got[n][0] for n in got if n not in kept} == {"fp8-block" if outer == "qwen3_vl" else "fp8"}
+    assert all(b < 64 * 96 * 2 for n, (_, b) in got.items() if n not in kept)
+    # the vision tower's entries alone change nothing on the text model
+    vision = [p for p in ignore if "vis" in p or "multi_modal" in p]
+    only_vision = _formats(_quantized_wrapper(tmp_path, outer, dict(quant, **{key: vision}), "vision"))
+    bare = _formats(_quantized_wrapper(tmp_path, outer, dict(quant, **{key: []}), "bare"))
+    assert only_vision == bare
+    assert {n for n, (f, _) in bare.items() if f is None} == ({"lm_head"} if outer == "qwen3_vl" else set())
+
+
+def test_one_layers_entry_of_a_wrappers_ignore_list_is_a_layer_of_ours(tmp_path):
+    ignore = ["model.language_model.layers.1.mlp.down_proj"]
+    with pytest.raises(RooflineError, match=r"op 'down_proj' would be stored as fp8-block \(model\.layers\.0\.mlp"
+                                            r"\.down_proj\) and unquantized \(model\.layers\.1\.mlp\.down_proj\)"):
+        precision_of(_quantized_wrapper(tmp_path, "qwen3_vl", dict(FP8_BLOCK, modules_to_not_convert=ignore), "one"))
