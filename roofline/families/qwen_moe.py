@@ -15,10 +15,12 @@ _ROUTED = dict(router="mlp.gate.weight", gate="mlp.experts.{e}.gate_proj.weight"
 QWEN3_MOE_TENSORS = Tensors(moe=_ROUTED)
 QWEN2_MOE_TENSORS = Tensors(moe=dict(_ROUTED, shared="mlp.shared_expert.",
                                      shared_gate="mlp.shared_expert_gate.weight"))
-# Qwen3-VL-MoE's text model keeps every expert in two 3-D tensors (gate and up as halves of one): costed as the
-# per-expert ones; its real weights are not loaded (no loader reads the halves).
+# Qwen3-VL-MoE's text model keeps every layer's experts in two 3-D tensors: gate_up_proj [E, H, 2I] (gate the first
+# half of the outputs, up the second) and down_proj [E, I, H] as published; transformers 5.24 holds (and its
+# save_pretrained writes) them [E, 2I, H] / [E, H, I], and its loader transposes a tensor not of that shape.
 QWEN3_VL_MOE_TENSORS = Tensors(moe=dict(router="mlp.gate.weight", gate="mlp.experts.gate_up_proj",
-                                        up="mlp.experts.gate_up_proj", down="mlp.experts.down_proj"))
+                                        up="mlp.experts.gate_up_proj", down="mlp.experts.down_proj"),
+                               halved_gate_up=True, experts_out_in=True)
 
 # The keys of Qwen2MoeConfig / Qwen3MoeConfig / Qwen3VLMoeTextConfig (transformers 5.24). The number of experts is
 # spelled num_experts or num_local_experts: neither is filled in (a config without one is refused).

@@ -55,6 +55,10 @@ class Tensors:
     # prefix), shared_gate. A name without "{e}" is one 3-D [E, in, out] tensor of every expert.
     moe: dict = field(default_factory=dict)
     interleaved_gate_up: bool = False  # the experts' gate = [..., 0::2], up = [..., 1::2] of one tensor (GPT-OSS)
+    halved_gate_up: bool = False       # the experts' gate = [..., :I], up = [..., I:] of one tensor (Qwen3-VL-MoE)
+    # its 3-D experts may also be stored [E, out, in] (transformers 5's own layout, what its save_pretrained writes):
+    # read as transformers reads them, that shape first (Qwen3-VL-MoE)
+    experts_out_in: bool = False
 
 
 LLAMA_TENSORS = Tensors()
