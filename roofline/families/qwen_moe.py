@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .llama import LLAMA_LIKE_KEYS, llama_like, sizes
 from .qwen2 import QWEN_WINDOW_KEYS, qwen_window
-from .qwen3 import QWEN3_ATTENTION_KEYS, qwen3_attention
+from .qwen3 import QWEN3_ATTENTION_KEYS, QWEN3_VL_TEXT_KEYS, qwen3_attention
 from .reader import HFReader, Keys
 from .registry import Family, Tensors, preset, register
 
@@ -38,7 +38,8 @@ QWEN3_MOE_KEYS = LLAMA_LIKE_KEYS + QWEN_WINDOW_KEYS + QWEN3_ATTENTION_KEYS + _MO
 QWEN3_VL_MOE_KEYS = LLAMA_LIKE_KEYS + QWEN3_ATTENTION_KEYS + _MOE_KEYS + Keys({
     **sizes(151936, 2048, 5632, 24, 16, 16, 128000, 1e-6, tie=True, theta=500000.0),
     "moe_intermediate_size": 1408, "num_experts_per_tok": 4, "sliding_window": None, "norm_topk_prob": None},
-    refused={"norm_topk_prob": ("a top-k left unnormalised (Qwen3-VL-MoE always renormalises)", (None, True))})
+    refused={"norm_topk_prob": ("a top-k left unnormalised (Qwen3-VL-MoE always renormalises)", (None, True))},
+    rope=QWEN3_VL_TEXT_KEYS.rope)
 
 
 def _sparse_every(r: HFReader) -> tuple:
