@@ -81,7 +81,7 @@ def test_gemma3_wrapper_reads_its_text_config_with_transformers_defaults():
         "gemma3_text", 34, 2560, 10240, 8, 4, 256, 262208)
     assert (m.sliding_window, m.rope_theta, m.rope_local_theta, m.tie_embeddings) == (1024, 1e6, 1e4, True)
     assert m.query_scale == 256 ** -0.5 and m.layer_types[5] == "full" and m.layer_types[4] == "sliding"
-    assert m.name == "multimodal"      # no _name_or_path: the folder's name
+    assert m.name == "gemma-3-4b-it"   # no _name_or_path: the file's own name (a config.json: its folder's)
     assert any("the vision tower is not costed: text prefill and decode are" in n for n in m.notes)
     assert same_model(PRESETS["gemma-3-27b"], load_model(DATA / "multimodal" / "gemma-3-27b-it.json")) == []
 
@@ -321,3 +321,12 @@ def test_one_layers_entry_of_a_wrappers_ignore_list_is_a_layer_of_ours(tmp_path)
     with pytest.raises(RooflineError, match=r"op 'down_proj' would be stored as fp8-block \(model\.layers\.0\.mlp"
                                             r"\.down_proj\) and unquantized \(model\.layers\.1\.mlp\.down_proj\)"):
         precision_of(_quantized_wrapper(tmp_path, "qwen3_vl", dict(FP8_BLOCK, modules_to_not_convert=ignore), "one"))
+
+
+def test_a_config_without_name_or_path_is_named_by_its_file_or_its_folder(tmp_path):
+    d = {k: v for k, v in _published("qwen3-8b.json").items() if k != "_name_or_path"}
+    assert load_model(write(tmp_path / "models", d, "qwen3-8b-local.json")).name == "qwen3-8b-local"
+    assert load_model(write(tmp_path / "Qwen3-8B", d)).name == "Qwen3-8B"             # its config.json: the folder
+    assert load_model(tmp_path / "Qwen3-8B").name == "Qwen3-8B"                       # the folder itself
+    assert load_model(write(tmp_path / "named", dict(d, _name_or_path="Qwen/Qwen3-8B"), "x.json")).name == \
+        "Qwen/Qwen3-8B"
