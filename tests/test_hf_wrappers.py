@@ -330,3 +330,42 @@ def test_a_config_without_name_or_path_is_named_by_its_file_or_its_folder(tmp_pa
     assert load_model(tmp_path / "Qwen3-8B").name == "Qwen3-8B"                       # the folder itself
     assert load_model(write(tmp_path / "named", dict(d, _name_or_path="Qwen/Qwen3-8B"), "x.json")).name == \
         "Qwen/Qwen3-8B"
+
+
+QWEN3_VL_235B = DATA / "multimodal" / "qwen3-vl-235b-a22b-instruct.json"
+QWEN3_VL_235B_CHECKPOINT = 235_670_022_896   # the published checkpoint's tensors, summed (the report beside it)
+
+
+QWEN3_VL_30B = DATA / "multimodal" / "qwen3-vl-30b-a3b-instruct.json"
+QWEN3_VL_30B_CHECKPOINT = 31_070_754_032
+
+
+def _published_wrapper(path: Path):
+    """transformers' Qwen3-VL-MoE wrapper built on the meta device from a pinned config: (all its parameters, its
+    text model's: language model and lm_head)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    d = {k: v for k, v in json.loads(path.read_text()).items()
+         if k not in ("architectures", "transformers_version", "model_type")}
+    with torch.device("meta"):
+        wrapper = transformers.AutoModelForImageTextToText.from_config(transformers.Qwen3VLMoeConfig(**d))
+    text = sum(p.numel() for n, p in wrapper.named_parameters()
+               if n.startswith("model.language_model.") or n.startswith("lm_head."))
+    return sum(p.numel() for p in wrapper.parameters()), text
+
+
+def test_the_qwen3_vl_235b_preset_is_its_config_and_transformers_count():
+    m = load_model(QWEN3_VL_235B)
+    assert same_model(PRESETS["qwen3-vl-235b-a22b"], m) == []
+    total, text = _published_wrapper(QWEN3_VL_235B)
+    assert total == QWEN3_VL_235B_CHECKPOINT   # the config is the checkpoint's: its parameter count, to the one
+    assert model_params(PRESETS["qwen3-vl-235b-a22b"]) == model_params(m) == text == 235_093_634_560
+
+
+def test_the_raw_qwen3_vl_30b_config_reads_strictly_with_transformers_count():
+    """The raw file (4.57's rope_scaling with mrope keys beside rope_theta) reads without --allow-unknown-fields."""
+    m = load_model(QWEN3_VL_30B)
+    assert (m.arch, m.n_layers, m.hidden, m.n_experts, m.n_active, m.moe_intermediate, m.rope_theta) == (
+        "qwen3_vl_moe_text", 48, 2048, 128, 8, 768, 5e6)
+    total, text = _published_wrapper(QWEN3_VL_30B)
+    assert total == QWEN3_VL_30B_CHECKPOINT and model_params(m) == text

@@ -90,4 +90,14 @@ register(Family("qwen3_moe", read_qwen3_moe, tensors=QWEN3_MOE_TENSORS, keys=QWE
 
 register(Family("qwen3_vl_moe_text", read_qwen3_vl_moe_text, tensors=QWEN3_VL_MOE_TENSORS, keys=QWEN3_VL_MOE_KEYS,
                 wrappers={"qwen3_vl_moe": {"what": "Qwen3-VL-MoE, Qwen3VLMoeForConditionalGeneration",
-                                           "tie_word_embeddings": False, "vision": ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}}))
+                                           "tie_word_embeddings": False, "vision": ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}},
+                presets=(
+    preset("qwen3-vl-235b-a22b", 4096, 12288, 94, 64, 4, 151936, 262144, head_dim=128, rope_theta=5e6, rms_eps=1e-6,
+           qk_norm=True, n_experts=128, n_active=8, moe_intermediate=1536,
+           source="Qwen/Qwen3-VL-235B-A22B-Instruct's config.json as transformers 5.7 loads it (a public model "
+                  "report of the checkpoint: tests/data/hf_configs/multimodal/qwen3-vl-235b-a22b-instruct.json), "
+                  "the text model of its qwen3_vl_moe wrapper (the vision tower is not costed): 94 layers of 128 "
+                  "experts of 1,536, top-8 renormalised, 64 heads / 4 KV of 128, qk-norm, RoPE base 5e6 (its "
+                  "interleaved mrope rotates text positions as plain RoPE), untied; 235.09B text parameters of the "
+                  "checkpoint's 235.67B"),
+)))
