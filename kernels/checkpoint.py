@@ -32,6 +32,7 @@ import torch
 from roofline.errors import RooflineError
 from roofline.layer import model_ops, precision_of
 from roofline.models import ModelConfig
+from roofline.precision.checkpoint import TEXT_PREFIXES
 from roofline.precision.modules import WEIGHT_ROLES
 
 from . import checkpoint_quant as CQ
@@ -44,7 +45,7 @@ from .weights import layer_weights
 # Buffers some checkpoints carry that are recomputed, not weights (RoPE's inverse frequencies).
 _IGNORED = ("rotary_emb.inv_freq",)
 # Where the decoder's tensors sit in the files: a causal LM's "model.", or a multimodal model's text part.
-_PREFIXES = ("model.", "model.language_model.", "language_model.model.", "")
+_PREFIXES = (*TEXT_PREFIXES, "")
 
 
 def runs_as_stored(backend, dtype: str, role: str = "linear", device=None) -> bool:
@@ -199,8 +200,15 @@ def load_weights(cfg: ModelConfig, folder, dtype: torch.dtype, device, *, layers
 
 def _convert(ws, name: str, t: torch.Tensor, dtype, device) -> torch.Tensor:
     """A float tensor in the file's layout -> ours: a fused tensor's part, DeepSeek's rope order, [in, out]."""
+    if ws.out_in and t.dim() == 3:   # [E, out, in] (transformers 5's layout), read first as transformers does
+        out = sum(ws.part[1]) if ws.part and ws.part[0] != "interleave" else ws.shape[2]
+        if tuple(t.shape[1:]) == (out, ws.shape[1]):
+            t = t.transpose(1, 2)
     if ws.part and ws.part[0] == "interleave":   # GPT-OSS's gate_up: gate = [..., 0::2], up = [..., 1::2]
         t = t[..., ws.part[1]::2]
+    elif ws.part and ws.role == "experts":       # Qwen3-VL-MoE's gate_up [E, H, 2I]: gate = [..., :I], up = [..., I:]
+        i, sizes = ws.part
+        t = t[..., sum(sizes[:i]): sum(sizes[: i + 1])]
     elif ws.part:                    # one slice of a fused tensor along its outputs (HF rows)
         i, sizes = ws.part
         t = t[sum(sizes[:i]): sum(sizes[: i + 1])]

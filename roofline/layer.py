@@ -63,6 +63,7 @@ class WeightSpec:
     part: tuple = ()
     offset: bool = False
     rope: tuple = ()             # (head width, rope offset, rope dims): de-interleave the rope rows (DeepSeek)
+    out_in: bool = False         # a 3-D [E, in, out] tensor the file may hold [E, out, in] (read that shape first)
 
 
 @dataclass(frozen=True)
@@ -319,10 +320,13 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
                    "n_group": cfg.n_group, "topk_group": cfg.topk_group, "scale": cfg.routed_scale}, layers,
                   "router")]
     inter = layout.interleaved_gate_up     # gate = [..., 0::2], up = [..., 1::2] of gate_up_proj
+    halves = (cfg.moe_intermediate,) * 2 if layout.halved_gate_up else ()   # gate = [..., :I], up = [..., I:]
+    o_i = layout.experts_out_in
     e_ws = [WeightSpec("experts_gate", (E_rank, H, I), "experts", names["gate"], cols,
-                       ("interleave", 0) if inter else ()),
-            WeightSpec("experts_up", (E_rank, H, I), "experts", names["up"], cols, ("interleave", 1) if inter else ()),
-            WeightSpec("experts_down", (E_rank, I, H), "experts", names["down"], rows_)]
+                       ("interleave", 0) if inter else (0, halves) if halves else (), out_in=o_i),
+            WeightSpec("experts_up", (E_rank, H, I), "experts", names["up"], cols,
+                       ("interleave", 1) if inter else (1, halves) if halves else (), out_in=o_i),
+            WeightSpec("experts_down", (E_rank, I, H), "experts", names["down"], rows_, out_in=o_i)]
     if cfg.expert_bias:
         e_ws += [WeightSpec("experts_gate_bias", (E_rank, I), "expert_bias", names["gate_bias"], cols,
                             ("interleave", 0)),

@@ -42,11 +42,20 @@ The safetensors are in the hub's layout, as save_pretrained converts back: per-e
 ``mlp.gate.e_score_correction_bias``; MiniMax-M2 Mixtral's names and ``block_sparse_moe.e_score_correction_bias``), except gpt_oss's fused 3-D ``mlp.experts.gate_up_proj`` [E, hidden, 2I]
 (gate and up interleaved along the last axis), ``down_proj`` [E, I, hidden] and their ``_bias``, ``mlp.router``.
 
+A multimodal wrapper whose text model is an MoE (``WRAPPED``) is built whole (its vision tower one tiny block, which
+our model does not read) from ``Qwen3VLMoeConfig(text_config=..., vision_config=...)`` and run on text alone:
+- qwen3_vl_moe: 8 experts, top-2, always renormalised; qk-norm, head_dim 32; mrope sections (8, 4, 4) interleaved
+  (text positions: plain RoPE). save_pretrained writes its experts as transformers 5.24 holds them, one 3-D tensor
+  per layer: ``mlp.experts.gate_up_proj`` [E, 2I, hidden] (gate the first I rows) and ``down_proj`` [E, hidden, I]
+  (the published checkpoints hold them transposed, [E, hidden, 2I] and [E, I, hidden]), under
+  ``model.language_model.``, with ``lm_head`` and ``model.visual.*`` beside.
+
 Written against transformers 5.24 (``BUILT_WITH``); ``require`` skips on versions without these classes.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +70,7 @@ transformers = pytest.importorskip("transformers")
 
 BUILT_WITH = "5.24.0"
 MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "glm4_moe", "minimax_m2")
+WRAPPED = ("qwen3_vl_moe",)   # multimodal wrappers of an MoE text model (built whole, run on text)
 WINDOW = H.WINDOW          # gpt_oss's sliding layers
 ROPE_INTERLEAVE = True     # DeepseekV3Config's default in 5.24 (the tiny config leaves it unset): see test
 LAYERS = 3
@@ -103,11 +113,20 @@ _CONFIGS = {
     "gpt_oss": ("GptOssConfig", dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16,
                                      sliding_window=WINDOW, attention_bias=True, swiglu_limit=7.0,
                                      layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
+    # the text_config; experts of 48 so that neither 3-D tensor is square (hidden 64 vs 2I 96, I 48)
+    "qwen3_vl_moe": ("Qwen3VLMoeConfig", dict(intermediate_size=96, moe_intermediate_size=48, num_experts=8,
+                                              num_experts_per_tok=2, head_dim=32, decoder_sparse_step=1,
+                                              mlp_only_layers=[], rope_parameters={
+                                                  "rope_type": "default", "rope_theta": 1000000.0,
+                                                  "mrope_section": [8, 4, 4], "mrope_interleaved": True})),
 }
+# the wrappers' vision towers: one block, as small as Qwen3VLMoeVisionConfig takes
+_VISION = {"qwen3_vl_moe": dict(depth=1, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64,
+                                num_position_embeddings=16, deepstack_visual_indexes=[0], patch_size=4)}
 
 # Which layers run experts (the others a dense MLP): what a reader of these configs must find.
 MOE_LAYERS = {"mixtral": (0, 1, 2), "qwen2_moe": (0, 2), "qwen3_moe": (0, 1, 2), "deepseek_v3": (1, 2),
-              "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2), "minimax_m2": (0, 1, 2)}
+              "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2), "minimax_m2": (0, 1, 2), "qwen3_vl_moe": (0, 1, 2)}
 
 LINEAR_STD, EMBED_STD, BIAS_STD = H.LINEAR_STD, H.EMBED_STD, H.BIAS_STD
 ROUTER_STD = 0.5     # router logits ~N(0, 4): decisive choices, top-k margins far above fp32 rounding
@@ -133,14 +152,24 @@ def tiny_config(model_type: str):
     """A float32 transformers config of ``model_type`` (see the module docstring)."""
     require(model_type)
     cls_name, extra = _CONFIGS[model_type]
-    cfg = getattr(transformers, cls_name)(**{**_COMMON, **extra})
+    if model_type in WRAPPED:
+        cfg = getattr(transformers, cls_name)(text_config={**_COMMON, **extra}, vision_config=_VISION[model_type],
+                                              tie_word_embeddings=False)
+    else:
+        cfg = getattr(transformers, cls_name)(**{**_COMMON, **extra})
     setattr(cfg, H._DTYPE(), torch.float32)
     return cfg
 
 
+def _auto(model_type: str):
+    """transformers' auto class of ``model_type``: a causal LM, or a wrapper's image-text-to-text model."""
+    return transformers.AutoModelForImageTextToText if model_type in WRAPPED else transformers.AutoModelForCausalLM
+
+
 def _load(folder):
     kw = {H._DTYPE(): torch.float32, "attn_implementation": "eager", "experts_implementation": "eager"}
-    return transformers.AutoModelForCausalLM.from_pretrained(Path(folder), **kw).eval()
+    model_type = json.loads((Path(folder) / "config.json").read_text())["model_type"]
+    return _auto(model_type).from_pretrained(Path(folder), **kw).eval()
 
 
 def _is_router(module) -> bool:
@@ -205,8 +234,8 @@ def build_checkpoint(model_type: str, folder, seed: int = 0) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with one_thread(), torch.no_grad():
         torch.manual_seed(seed)
-        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
-                                                              experts_implementation="eager").float().eval()
+        model = _auto(model_type).from_config(cfg, attn_implementation="eager",
+                                              experts_implementation="eager").float().eval()
         _randomize(model, model_type, seed)
         model.save_pretrained(folder, safe_serialization=True)
     if not (folder / "model.safetensors").exists():

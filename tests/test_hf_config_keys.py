@@ -186,3 +186,120 @@ def test_exaone4_pattern_string_without_layer_types_is_refused(tmp_path):
     with pytest.raises(RooflineError, match=r'exaone4: sliding_window_pattern = "LLLG" \(a string\) is not read '
                                             r"without layer_types .*: give layer_types"):
         _read({**_EXAONE4, "sliding_window_pattern": "LLLG"}, tmp_path)
+# ---- keys inside rope_parameters, per RoPE type --------------------------------------------------------------
+
+def _transformers_rope_keys(kind: str) -> set:
+    """The keys transformers' own validation of a ``kind`` RoPE takes (required and optional), caught where it
+    checks them (``RotaryEmbeddingConfigMixin._check_received_keys``) on a Llama config."""
+    from transformers import modeling_rope_utils as R
+
+    seen = {}
+
+    class Caught(Exception):
+        pass
+
+    def catch(rope_type, received_keys, required_keys, optional_keys=None, ignore_keys=None):
+        seen["keys"] = set(required_keys) | set(optional_keys or ())
+        raise Caught
+
+    config = transformers.LlamaConfig()            # built first: its own (default) RoPE is validated on the way
+    mixin = R.RotaryEmbeddingConfigMixin
+    original = mixin.__dict__["_check_received_keys"]
+    mixin._check_received_keys = staticmethod(catch)
+    try:
+        with pytest.raises(Caught):
+            getattr(config, f"_validate_{kind}_rope_parameters")({"rope_type": kind})
+    finally:
+        mixin._check_received_keys = original
+    return seen["keys"]
+
+
+def test_each_rope_types_keys_are_transformers():
+    from roofline.families.reader import ROPE_COMMON, ROPE_KEYS
+
+    for kind, (modelled, numerics) in ROPE_KEYS.items():
+        ours = set(ROPE_COMMON) - {"type"} | set(modelled) | set(numerics)
+        # partial_rotary_factor: every type takes it in transformers; here the family's (rotary_dim) where it
+        # knows the key
+        assert ours == _transformers_rope_keys(kind) - {"partial_rotary_factor"}, kind
+
+
+LLAMA = dict(model_type="llama", hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=256, max_position_embeddings=8192)
+
+
+def _load(tmp_path, d, **kw):
+    from roofline.models import load_model
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(d))
+    return load_model(p, **kw)
+
+
+def _refused(tmp_path, d) -> str:
+    from roofline.errors import RooflineError
+
+    with pytest.raises(RooflineError) as e:
+        _load(tmp_path, d)
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+YARN = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 2048,
+        "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
+
+
+@pytest.mark.parametrize("key", ["rope_parameters", "rope_scaling"])
+def test_a_rope_types_own_keys_are_modelled_or_numerics_only(key, tmp_path):
+    m = _load(tmp_path, dict(LLAMA, **{key: LLAMA3}, **({"rope_theta": 500000.0} if key == "rope_scaling" else {})))
+    assert m.rope_theta == 500000.0 and not m.rope_yarn
+    assert any(n.startswith(f'{key} {{"rope_type": "llama3"') and "costs are unaffected" in n for n in m.notes)
+    y = _load(tmp_path, dict(LLAMA, **{key: YARN}, **({"rope_theta": 1e6} if key == "rope_scaling" else {})))
+    assert y.rope_yarn[:4] == (4.0, 32.0, 1.0, 2048) and y.rope_yarn[5] is False and y.notes == ()   # modelled
+
+
+@pytest.mark.parametrize("spec, says", [
+    (dict(LLAMA3, beta_fast=32.0), 'llama: rope_parameters.beta_fast = 32.0 is not a key roofline knows in a "llama3" '
+                                   "RoPE for llama (known: rope_type, type, rope_theta, factor, low_freq_factor"),
+    (dict(YARN, short_factor=[1.0]), 'rope_parameters.short_factor = [1.0] (a list) is not a key roofline knows in a '
+                                     '"yarn" RoPE for llama'),
+    ({"rope_type": "default", "rope_theta": 1e4, "mrope_section": [8, 4, 4]},
+     'rope_parameters.mrope_section = [8, 4, 4] (a list) is not a key roofline knows in a "default" RoPE for llama'),
+    ({"rope_type": "proportional", "rope_theta": 1e4}, 'rope_parameters.rope_type = "proportional" (a string) is not '
+                                                       "a RoPE type roofline knows (known: default, yarn, linear, "
+                                                       "dynamic, longrope, llama3)"),
+    ({"type": "su", "short_factor": [1.0], "long_factor": [1.0]}, 'rope_parameters.type = "su" (a string) is not a '
+                                                                  "RoPE type roofline knows"),
+], ids=["llama3+beta_fast", "yarn+short_factor", "mrope-on-llama", "proportional", "su"])
+def test_an_unknown_key_inside_rope_parameters_is_refused_naming_it(spec, says, tmp_path):
+    msg = _refused(tmp_path, dict(LLAMA, rope_parameters=spec))
+    assert says in msg and msg.endswith("pass --allow-unknown-fields to go on without it (the model's notes then "
+                                        "list it).")
+    m = _load(tmp_path, dict(LLAMA, rope_parameters=spec), allow_unknown_fields=True)
+    name = says.split(" = ")[0].split(": ")[-1]
+    assert any(n.startswith(f"--allow-unknown-fields: {name} is not known for llama and ignored") for n in m.notes)
+
+
+def test_a_per_layer_type_rope_parameters_is_checked_layer_type_by_layer_type(tmp_path):
+    gemma = dict(LLAMA, model_type="gemma3_text", head_dim=16, sliding_window=16, rope_parameters={
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+    m = _load(tmp_path, gemma)
+    assert (m.rope_theta, m.rope_local_theta) == (1e6, 1e4)
+    gemma["rope_parameters"]["sliding_attention"]["low_freq_factor"] = 1.0
+    assert ('gemma3_text: rope_parameters.sliding_attention.low_freq_factor = 1.0 is not a key roofline knows in a '
+            '"default" RoPE') in _refused(tmp_path, gemma)
+
+
+def test_mrope_sections_are_qwen3_vls_and_partial_rotary_a_family_that_reads_it(tmp_path):
+    mrope = {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [4, 2, 2], "mrope_interleaved": True}
+    qwen3_vl = dict(LLAMA, model_type="qwen3_vl_text", head_dim=16, rope_parameters=mrope)
+    assert _load(tmp_path, qwen3_vl).rope_theta == 5e5                  # text positions: plain RoPE, exactly
+    assert "qwen3: rope_parameters.mrope_section = [4, 2, 2]" in _refused(tmp_path, dict(qwen3_vl, model_type="qwen3"))
+    partial = {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}
+    phi3 = _load(tmp_path, dict(LLAMA, model_type="phi3", rope_parameters=partial))
+    assert phi3.rotary_dim == 8                                          # half of head_dim 16: read
+    assert ('gemma2: rope_parameters.partial_rotary_factor = 0.5 is not a key roofline knows in a "default" RoPE for '
+            "gemma2") in _refused(tmp_path, dict(LLAMA, model_type="gemma2", head_dim=16, rope_parameters=partial))

@@ -38,7 +38,7 @@ def model(folder, n, backend="torch"):
     return LlamaModel(load_model(folder), dtype="fp32", backend=backend, max_slots=3, max_len=n + 2)
 
 
-@pytest.mark.parametrize("model_type", H.MODEL_TYPES)
+@pytest.mark.parametrize("model_type", H.MODEL_TYPES + H.WRAPPED)
 def test_prefill_then_decode(model_type):
     folder, ref = built(model_type)
     seq = torch.tensor(ref.sequence)
@@ -50,7 +50,7 @@ def test_prefill_then_decode(model_type):
     close(m.forward_full(seq[None]), ref.prefill)
 
 
-@pytest.mark.parametrize("model_type", H.MODEL_TYPES)
+@pytest.mark.parametrize("model_type", H.MODEL_TYPES + H.WRAPPED)
 def test_chunked_prefill_and_prefix_reuse(model_type):
     folder, ref = built(model_type)
     seq = torch.tensor(ref.sequence)
@@ -102,3 +102,26 @@ def test_the_model_counts_each_layers_expert_load():
     load = counts[cfg.moe_layers[0]].tolist()
     ph = W.decode(cfg, 4, 8, expert_load=load)
     assert 0 < ph.experts_touched <= cfg.n_experts
+
+
+def test_qwen3_vl_moe_reads_its_experts_as_published_too(tmp_path):
+    """The published Qwen3-VL-MoE checkpoints hold gate_up_proj [E, H, 2I] and down_proj [E, I, H]; transformers
+    5.24's save_pretrained writes [E, 2I, H] / [E, H, I] (tests/hf_tiny_moe.py). Both read as transformers reads
+    them: the same logits; the Triton backend's fused experts on the published layout too."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder, ref = built("qwen3_vl_moe")
+    published = tmp_path / "published"
+    shutil.copytree(folder, published)
+    tensors = load_file(folder / "model.safetensors")
+    moved = {k: v.transpose(1, 2).contiguous() for k, v in tensors.items() if k.endswith(("experts.gate_up_proj",
+                                                                                         "experts.down_proj"))}
+    assert {tuple(v.shape) for v in moved.values()} == {(8, 64, 96), (8, 48, 64)} and len(moved) == 2 * H.LAYERS
+    save_file({**tensors, **moved}, published / "model.safetensors", metadata={"format": "pt"})
+    seq = torch.tensor(ref.sequence)
+    for backend in ("torch", "triton"):
+        m = model(published, len(seq), backend)
+        close(m.prefill(seq[:10], 0), ref.decode[9])
+        close(m.decode_step(seq[10:11], [0])[0], ref.decode[10])

@@ -81,7 +81,7 @@ def test_gemma3_wrapper_reads_its_text_config_with_transformers_defaults():
         "gemma3_text", 34, 2560, 10240, 8, 4, 256, 262208)
     assert (m.sliding_window, m.rope_theta, m.rope_local_theta, m.tie_embeddings) == (1024, 1e6, 1e4, True)
     assert m.query_scale == 256 ** -0.5 and m.layer_types[5] == "full" and m.layer_types[4] == "sliding"
-    assert m.name == "multimodal"      # no _name_or_path: the folder's name
+    assert m.name == "gemma-3-4b-it"   # no _name_or_path: the file's own name (a config.json: its folder's)
     assert any("the vision tower is not costed: text prefill and decode are" in n for n in m.notes)
     assert same_model(PRESETS["gemma-3-27b"], load_model(DATA / "multimodal" / "gemma-3-27b-it.json")) == []
 
@@ -260,3 +260,112 @@ def test_olmo2_whole_projection_qk_norm_is_not_split_under_tp(tmp_path):
     assert shard(m, 1).tp == 1
     with pytest.raises(RooflineError, match=r"--tp 2 cannot split .*qk-norm is over the whole q / k projection"):
         shard(m, 2)
+
+
+# ---- a wrapper's ignore list, written against its own module names ------------------------------------------
+
+FP8_BLOCK = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+FP8_CHANNEL = {"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"group_0": {
+    "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True},
+    "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}}}}
+
+
+def _quantized_wrapper(tmp_path, outer: str, quant: dict, name: str):
+    transformers = pytest.importorskip("transformers")
+    cls, text, _ = WRAPPERS[outer]
+    d = dict(getattr(transformers, cls)(text_config=text).to_dict(), quantization_config=quant)
+    return load_model(write(tmp_path / name, d))
+
+
+def _formats(m) -> dict:
+    """Each weight-reading op's stored format name (None: unquantized, the activation dtype) and its K x N bytes."""
+    from roofline.layer import model_ops
+
+    p = precision_of(m)
+    return {o.name: (p.weight(o).name if p.quantized(o) else None, p.weight_bytes(o, 64, 96, "bf16"))
+            for o in model_ops(m) if any(w.role == "linear" for w in o.weights)}
+
+
+# Qwen3-VL (transformers 5's names: model.language_model.*, model.visual.*), Qwen's own FP8 layout
+QWEN3_VL_IGNORE = ["lm_head", "model.visual.blocks.0.attn.qkv", "model.visual.blocks.0.mlp.linear_fc1",
+                   "model.visual.merger.linear_fc1", "model.visual.deepstack_merger_list.0.linear_fc2",
+                   *[f"model.language_model.layers.{i}.mlp.down_proj" for i in range(4)]]
+# Gemma-3 (transformers 4.x's names: language_model.model.*, vision_tower.*, multi_modal_projector.*), llm-compressor
+GEMMA3_IGNORE = ["language_model.lm_head", "re:vision_tower.*", "re:multi_modal_projector.*",
+                 "vision_tower.vision_model.encoder.layers.0.self_attn.q_proj",
+                 *[f"language_model.model.layers.{i}.self_attn.o_proj" for i in range(4)],
+                 r"re:language_model\.model\.layers\.\d+\.mlp\.up_proj"]
+
+
+@pytest.mark.parametrize("outer, quant, ignore, key, kept", [
+    ("qwen3_vl", FP8_BLOCK, QWEN3_VL_IGNORE, "modules_to_not_convert", {"down_proj", "lm_head"}),
+    ("gemma3", FP8_CHANNEL, GEMMA3_IGNORE, "ignore", {"o_proj", "up_proj"}),
+], ids=["qwen3_vl", "gemma3"])
+def test_a_wrappers_ignore_list_names_its_text_models_modules(outer, quant, ignore, key, kept, tmp_path):
+    m = _quantized_wrapper(tmp_path, outer, dict(quant, **{key: ignore}), "listed")
+    got = _formats(m)
+    assert {n for n, (f, _) in got.items() if f is None} == kept          # run and priced unquantized
+    assert all(b == 64 * 96 * 2 for n, (_, b) in got.items() if n in kept)   # bf16 bytes, no scales
+    assert {got[n][0] for n in got if n not in kept} == {"fp8-block" if outer == "qwen3_vl" else "fp8"}
+    assert all(b < 64 * 96 * 2 for n, (_, b) in got.items() if n not in kept)
+    # the vision tower's entries alone change nothing on the text model
+    vision = [p for p in ignore if "vis" in p or "multi_modal" in p]
+    only_vision = _formats(_quantized_wrapper(tmp_path, outer, dict(quant, **{key: vision}), "vision"))
+    bare = _formats(_quantized_wrapper(tmp_path, outer, dict(quant, **{key: []}), "bare"))
+    assert only_vision == bare
+    assert {n for n, (f, _) in bare.items() if f is None} == ({"lm_head"} if outer == "qwen3_vl" else set())
+
+
+def test_one_layers_entry_of_a_wrappers_ignore_list_is_a_layer_of_ours(tmp_path):
+    ignore = ["model.language_model.layers.1.mlp.down_proj"]
+    with pytest.raises(RooflineError, match=r"op 'down_proj' would be stored as fp8-block \(model\.layers\.0\.mlp"
+                                            r"\.down_proj\) and unquantized \(model\.layers\.1\.mlp\.down_proj\)"):
+        precision_of(_quantized_wrapper(tmp_path, "qwen3_vl", dict(FP8_BLOCK, modules_to_not_convert=ignore), "one"))
+
+
+def test_a_config_without_name_or_path_is_named_by_its_file_or_its_folder(tmp_path):
+    d = {k: v for k, v in _published("qwen3-8b.json").items() if k != "_name_or_path"}
+    assert load_model(write(tmp_path / "models", d, "qwen3-8b-local.json")).name == "qwen3-8b-local"
+    assert load_model(write(tmp_path / "Qwen3-8B", d)).name == "Qwen3-8B"             # its config.json: the folder
+    assert load_model(tmp_path / "Qwen3-8B").name == "Qwen3-8B"                       # the folder itself
+    assert load_model(write(tmp_path / "named", dict(d, _name_or_path="Qwen/Qwen3-8B"), "x.json")).name == \
+        "Qwen/Qwen3-8B"
+
+
+QWEN3_VL_235B = DATA / "multimodal" / "qwen3-vl-235b-a22b-instruct.json"
+QWEN3_VL_235B_CHECKPOINT = 235_670_022_896   # the published checkpoint's tensors, summed (the report beside it)
+
+
+QWEN3_VL_30B = DATA / "multimodal" / "qwen3-vl-30b-a3b-instruct.json"
+QWEN3_VL_30B_CHECKPOINT = 31_070_754_032
+
+
+def _published_wrapper(path: Path):
+    """transformers' Qwen3-VL-MoE wrapper built on the meta device from a pinned config: (all its parameters, its
+    text model's: language model and lm_head)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    d = {k: v for k, v in json.loads(path.read_text()).items()
+         if k not in ("architectures", "transformers_version", "model_type")}
+    with torch.device("meta"):
+        wrapper = transformers.AutoModelForImageTextToText.from_config(transformers.Qwen3VLMoeConfig(**d))
+    text = sum(p.numel() for n, p in wrapper.named_parameters()
+               if n.startswith("model.language_model.") or n.startswith("lm_head."))
+    return sum(p.numel() for p in wrapper.parameters()), text
+
+
+def test_the_qwen3_vl_235b_preset_is_its_config_and_transformers_count():
+    m = load_model(QWEN3_VL_235B)
+    assert same_model(PRESETS["qwen3-vl-235b-a22b"], m) == []
+    total, text = _published_wrapper(QWEN3_VL_235B)
+    assert total == QWEN3_VL_235B_CHECKPOINT   # the config is the checkpoint's: its parameter count, to the one
+    assert model_params(PRESETS["qwen3-vl-235b-a22b"]) == model_params(m) == text == 235_093_634_560
+
+
+def test_the_raw_qwen3_vl_30b_config_reads_strictly_with_transformers_count():
+    """The raw file (4.57's rope_scaling with mrope keys beside rope_theta) reads without --allow-unknown-fields."""
+    m = load_model(QWEN3_VL_30B)
+    assert (m.arch, m.n_layers, m.hidden, m.n_experts, m.n_active, m.moe_intermediate, m.rope_theta) == (
+        "qwen3_vl_moe_text", 48, 2048, 128, 8, 768, 5e6)
+    total, text = _published_wrapper(QWEN3_VL_30B)
+    assert total == QWEN3_VL_30B_CHECKPOINT and model_params(m) == text

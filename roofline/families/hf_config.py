@@ -131,7 +131,8 @@ def read_hf_config(d: dict, p: Path, allow_unknown_fields: bool = False) -> dict
     int_field(where, "num_hidden_layers", d["num_hidden_layers"])
     fam.read(r)
     values["rope_theta"] = (fam.rope or rope_with_yarn)(r)
-    name = top.get("_name_or_path") or p.parent.name or mtype or "custom"
+    # named by _name_or_path, else by its folder (a config.json) or its own name (gemma-3-4b-it.json)
+    name = top.get("_name_or_path") or (p.parent.name if p.name == "config.json" else p.stem) or mtype or "custom"
     weights = any(p.parent.glob("*.safetensors")) or any(p.parent.glob("*.safetensors.index.json"))  # or an index alone
     ckpt = str(p.parent.resolve()) if weights else ""
     return dict(name=str(name), **values, **r.arch, checkpoint=ckpt, notes=tuple(r.notes), quantization=quant)

@@ -23,7 +23,8 @@ QWEN3_KEYS = LLAMA_LIKE_KEYS + QWEN_WINDOW_KEYS + QWEN3_ATTENTION_KEYS + Keys(
 # Qwen3VLTextConfig (Qwen3-VL's text model): Qwen3 without its window keys, RoPE base 500,000. Its mrope
 # (rope_parameters.mrope_section) rotates text positions exactly as plain RoPE: a text-only step is Qwen3's.
 QWEN3_VL_TEXT_KEYS = LLAMA_LIKE_KEYS + QWEN3_ATTENTION_KEYS + Keys(
-    sizes(151936, 4096, 22016, 32, 32, 32, 128000, 1e-6, head_dim=128, theta=500000.0))
+    sizes(151936, 4096, 22016, 32, 32, 32, 128000, 1e-6, head_dim=128, theta=500000.0),
+    rope=("mrope_section", "mrope_interleaved"))
 
 
 def read_qwen3_vl_text(r: HFReader) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .llama import LLAMA_LIKE_KEYS, llama_like, sizes
 from .qwen2 import QWEN_WINDOW_KEYS, qwen_window
-from .qwen3 import QWEN3_ATTENTION_KEYS, qwen3_attention
+from .qwen3 import QWEN3_ATTENTION_KEYS, QWEN3_VL_TEXT_KEYS, qwen3_attention
 from .reader import HFReader, Keys
 from .registry import Family, Tensors, preset, register
 
@@ -15,10 +15,12 @@ _ROUTED = dict(router="mlp.gate.weight", gate="mlp.experts.{e}.gate_proj.weight"
 QWEN3_MOE_TENSORS = Tensors(moe=_ROUTED)
 QWEN2_MOE_TENSORS = Tensors(moe=dict(_ROUTED, shared="mlp.shared_expert.",
                                      shared_gate="mlp.shared_expert_gate.weight"))
-# Qwen3-VL-MoE's text model keeps every expert in two 3-D tensors (gate and up as halves of one): costed as the
-# per-expert ones; its real weights are not loaded (no loader reads the halves).
+# Qwen3-VL-MoE's text model keeps every layer's experts in two 3-D tensors: gate_up_proj [E, H, 2I] (gate the first
+# half of the outputs, up the second) and down_proj [E, I, H] as published; transformers 5.24 holds (and its
+# save_pretrained writes) them [E, 2I, H] / [E, H, I], and its loader transposes a tensor not of that shape.
 QWEN3_VL_MOE_TENSORS = Tensors(moe=dict(router="mlp.gate.weight", gate="mlp.experts.gate_up_proj",
-                                        up="mlp.experts.gate_up_proj", down="mlp.experts.down_proj"))
+                                        up="mlp.experts.gate_up_proj", down="mlp.experts.down_proj"),
+                               halved_gate_up=True, experts_out_in=True)
 
 # The keys of Qwen2MoeConfig / Qwen3MoeConfig / Qwen3VLMoeTextConfig (transformers 5.24). The number of experts is
 # spelled num_experts or num_local_experts: neither is filled in (a config without one is refused).
@@ -36,7 +38,8 @@ QWEN3_MOE_KEYS = LLAMA_LIKE_KEYS + QWEN_WINDOW_KEYS + QWEN3_ATTENTION_KEYS + _MO
 QWEN3_VL_MOE_KEYS = LLAMA_LIKE_KEYS + QWEN3_ATTENTION_KEYS + _MOE_KEYS + Keys({
     **sizes(151936, 2048, 5632, 24, 16, 16, 128000, 1e-6, tie=True, theta=500000.0),
     "moe_intermediate_size": 1408, "num_experts_per_tok": 4, "sliding_window": None, "norm_topk_prob": None},
-    refused={"norm_topk_prob": ("a top-k left unnormalised (Qwen3-VL-MoE always renormalises)", (None, True))})
+    refused={"norm_topk_prob": ("a top-k left unnormalised (Qwen3-VL-MoE always renormalises)", (None, True))},
+    rope=QWEN3_VL_TEXT_KEYS.rope)
 
 
 def _sparse_every(r: HFReader) -> tuple:
@@ -87,4 +90,14 @@ register(Family("qwen3_moe", read_qwen3_moe, tensors=QWEN3_MOE_TENSORS, keys=QWE
 
 register(Family("qwen3_vl_moe_text", read_qwen3_vl_moe_text, tensors=QWEN3_VL_MOE_TENSORS, keys=QWEN3_VL_MOE_KEYS,
                 wrappers={"qwen3_vl_moe": {"what": "Qwen3-VL-MoE, Qwen3VLMoeForConditionalGeneration",
-                                           "tie_word_embeddings": False, "vision": ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}}))
+                                           "tie_word_embeddings": False, "vision": ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}},
+                presets=(
+    preset("qwen3-vl-235b-a22b", 4096, 12288, 94, 64, 4, 151936, 262144, head_dim=128, rope_theta=5e6, rms_eps=1e-6,
+           qk_norm=True, n_experts=128, n_active=8, moe_intermediate=1536,
+           source="Qwen/Qwen3-VL-235B-A22B-Instruct's config.json as transformers 5.7 loads it (a public model "
+                  "report of the checkpoint: tests/data/hf_configs/multimodal/qwen3-vl-235b-a22b-instruct.json), "
+                  "the text model of its qwen3_vl_moe wrapper (the vision tower is not costed): 94 layers of 128 "
+                  "experts of 1,536, top-8 renormalised, 64 heads / 4 KV of 128, qk-norm, RoPE base 5e6 (its "
+                  "interleaved mrope rotates text positions as plain RoPE), untied; 235.09B text parameters of the "
+                  "checkpoint's 235.67B"),
+)))

@@ -11,6 +11,7 @@ modelled (with transformers' default, filled in where the config leaves the key 
 when set otherwise than transformers' default), refused (a feature that is not modelled, unless left off) or
 irrelevant to cost (ids, versions, dtypes, token ids, training-only settings: ``IRRELEVANT`` for every
 family). Any other key is refused in one line naming it; ``allow_unknown`` goes on with a note listing them.
+The keys inside ``rope_parameters`` / ``rope_scaling`` are classified per RoPE type the same way (``ROPE_KEYS``).
 """
 
 from __future__ import annotations
@@ -49,22 +50,44 @@ SHARED = {"hidden_size": None, "intermediate_size": None, "num_hidden_layers": N
           "rope_parameters": None, "quantization_config": None}
 
 
+# The keys inside rope_parameters / rope_scaling (transformers 5.24's modeling_rope_utils: each RoPE type's required
+# and optional keys) per RoPE type: (modelled, numerics-only). Modelled: the base (rope_theta) and YaRN's parameters
+# (``yarn``); numerics-only: a rescaling of the rotation angles that changes no cost (said once as a note, by
+# ``rope_theta``). partial_rotary_factor is the family's to read (``rotary_dim``) or refuse, where it knows the key
+# at the top level (transformers 5 moves it in here); "type" is the 4.x spelling of rope_type. A family's own
+# (``Keys.rope``: Qwen3-VL's mrope_section) adds to them. Any other key, or RoPE type, is refused, naming it.
+ROPE_COMMON = ("rope_type", "type", "rope_theta")
+ROPE_KEYS = {
+    "default": ((), ()),
+    "yarn": (("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
+              "mscale_all_dim", "truncate"), ()),
+    "linear": ((), ("factor",)),
+    "dynamic": ((), ("factor",)),
+    "longrope": ((), ("short_factor", "long_factor", "original_max_position_embeddings", "attention_factor",
+                      "factor")),
+    "llama3": ((), ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")),
+}
+
+
 @dataclass(frozen=True)
 class Keys:
     """The config keys one family knows (transformers' defaults from its config class: the family file names
     the version). ``modelled``: key -> default (None: none, or derived from other keys), filled in where the
     config leaves the key out; ``numerics``: key -> (default, what it changes), said as a note when set otherwise;
     ``refused``: key -> (the feature it turns on, the values that leave it off); ``irrelevant``: keys that change
-    no cost, beyond ``IRRELEVANT``. Combined with ``+`` (the right side's entries win)."""
+    no cost, beyond ``IRRELEVANT``; ``rope``: keys inside rope_parameters its model reads beyond its RoPE type's
+    (``ROPE_KEYS``). Combined with ``+`` (the right side's entries win)."""
 
     modelled: dict = field(default_factory=dict)
     numerics: dict = field(default_factory=dict)
     refused: dict = field(default_factory=dict)
     irrelevant: tuple = ()
+    rope: tuple = ()
 
     def __add__(self, other: "Keys") -> "Keys":
         return Keys({**self.modelled, **other.modelled}, {**self.numerics, **other.numerics},
-                    {**self.refused, **other.refused}, tuple(dict.fromkeys(self.irrelevant + other.irrelevant)))
+                    {**self.refused, **other.refused}, tuple(dict.fromkeys(self.irrelevant + other.irrelevant)),
+                    tuple(dict.fromkeys(self.rope + other.rope)))
 
     def known(self) -> set:
         return set(self.modelled) | set(self.numerics) | set(self.refused) | set(self.irrelevant) | set(IRRELEVANT)
@@ -101,6 +124,15 @@ def check_keys(d: dict, keys: Keys, where: str, mtype: str, allow_unknown: bool 
                             f"roofline knows for {mtype}, and it may change the cost, so the model is refused: "
                             "remove it if the model does not use it, or pass --allow-unknown-fields to go on "
                             "without it (the model's notes then list it).")
+    nested = rope_unknown(d, keys)
+    if nested and not allow_unknown:
+        name, value, kind, allowed = nested[0]
+        what = (f"a RoPE type roofline knows (known: {', '.join(ROPE_KEYS)})" if allowed is None else
+                f"a key roofline knows in a {kind} RoPE for {mtype} (known: {', '.join(allowed)})")
+        raise RooflineError(f"{where}: {mtype}: {name} = {show_value(value)} is not {what}, and it may change the "
+                            "cost, so the model is refused: remove it if the model does not use it, or pass "
+                            "--allow-unknown-fields to go on without it (the model's notes then list it).")
+    unknown += [name for name, *_ in nested]
     notes = []
     for k, (default, what) in keys.numerics.items():
         if d.get(k, default) != default:
@@ -110,6 +142,34 @@ def check_keys(d: dict, keys: Keys, where: str, mtype: str, allow_unknown: bool 
                      f"known for {mtype} and ignored; costs and logits assume {'it changes' if len(unknown) == 1 else 'they change'} "
                      "nothing.")
     return notes
+
+
+def _rope_objects(d: dict):
+    """(where, object) of every RoPE object in ``d``: rope_parameters and rope_scaling, or each layer type's in a
+    rope_parameters keyed by layer type (Gemma-3 in transformers 5)."""
+    for key in ("rope_parameters", "rope_scaling"):
+        spec = d.get(key)
+        if not isinstance(spec, dict):
+            continue
+        if spec and all(isinstance(v, dict) for v in spec.values()):
+            yield from ((f"{key}.{t}", v) for t, v in spec.items())
+        else:
+            yield key, spec
+
+
+def rope_unknown(d: dict, keys: Keys) -> list:
+    """(name, value, RoPE type, the keys known for it; None: the type itself is unknown) of every key inside the RoPE
+    objects of ``d`` that ``ROPE_KEYS`` (and the family's ``keys.rope``) do not know for its RoPE type."""
+    out = []
+    extra = keys.rope + (("partial_rotary_factor",) if "partial_rotary_factor" in keys.known() else ())
+    for where, spec in _rope_objects(d):
+        kind = spec.get("rope_type", spec.get("type", "default"))
+        if not isinstance(kind, str) or kind not in ROPE_KEYS:
+            out.append((f"{where}.{'rope_type' if 'rope_type' in spec else 'type'}", kind, kind, None))
+            continue
+        allowed = ROPE_COMMON + ROPE_KEYS[kind][0] + ROPE_KEYS[kind][1] + extra
+        out += [(f"{where}.{k}", v, json.dumps(kind), allowed) for k, v in spec.items() if k not in allowed]
+    return out
 
 
 class HFReader:

@@ -55,6 +55,10 @@ class Tensors:
     # Gated DeltaNet's input projections (linear_attn.<name>.weight): (name, the outputs it holds, in order, of
     # q, k, v, z, b, a); Qwen3-Next fuses them in two, Qwen3.5 keeps four
     deltanet: tuple = (("in_proj_qkvz", "qkvz"), ("in_proj_ba", "ba"))
+    halved_gate_up: bool = False       # the experts' gate = [..., :I], up = [..., I:] of one tensor (Qwen3-VL-MoE)
+    # its 3-D experts may also be stored [E, out, in] (transformers 5's own layout, what its save_pretrained writes):
+    # read as transformers reads them, that shape first (Qwen3-VL-MoE)
+    experts_out_in: bool = False
 
 
 LLAMA_TENSORS = Tensors()

@@ -24,7 +24,10 @@ Names are matched as the checkpoint's loaders match them: a "re:" pattern with `
 full name (``model.layers.3.self_attn.q_proj``); any other pattern as the name itself, a glob (``fnmatch``), a
 prefix of modules (``model.layers.*.self_attn``) or a trailing component (``lm_head``); "Linear" every linear
 projection (the per-expert ones of families that keep experts as Linears; an MoE gate is not counted one: the
-published checkpoints keep their gates in bf16).
+published checkpoints keep their gates in bf16). A module answers to its text model's name and to the names of
+the text part of a multimodal wrapper (``TEXT_PREFIXES``: transformers 5's ``model.language_model.layers.3...``,
+4.x's ``language_model.model.layers.3...``, and ``language_model.lm_head``), so a wrapper's targets and ignore list
+written against those apply; its vision tower's entries name no module of ours and change nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ from .formats import act_format, kv_format, lookup, weight_format
 from .modules import MODULES, WEIGHT_ROLES, Precision, module_pairs
 
 EXPERTS_ONLY = "@experts"   # a target meaning the routed-experts class (mxfp4 converts the experts only)
+# Where a checkpoint keeps the decoder: a causal LM's "model.", or a multimodal wrapper's text model (transformers 5,
+# then 4.x); a name outside "model." (lm_head) is "language_model." + it in the 4.x wrappers.
+TEXT_PREFIXES = ("model.", "model.language_model.", "language_model.model.")
 
 
 @dataclass(frozen=True)
@@ -285,6 +291,14 @@ def _module_name(w, layer) -> str:
     return n if layer is None else f"model.layers.{layer}.{n}"
 
 
+def _wrapped_names(name: str) -> tuple:
+    """A module's text-model name and its names as the text part of a multimodal wrapper (``TEXT_PREFIXES``)."""
+    if name.startswith(TEXT_PREFIXES[0]):
+        rest = name.removeprefix(TEXT_PREFIXES[0])
+        return tuple(p + rest for p in TEXT_PREFIXES)
+    return (name, "language_model." + name)
+
+
 def _is_linear(w, module: str) -> bool:
     """Whether the loaders see this tensor as an nn.Linear: a projection (not a router gate nor the embedding),
     or one expert's projection where the family keeps experts as Linears (its name has the expert index)."""
@@ -297,10 +311,10 @@ def _stored(q: Quantization, w, layer, module: str) -> tuple:
     """(weight format, act format) of one tensor: the first rule that targets it, unless it is ignored."""
     name = _module_name(w, layer)
     linear = _is_linear(w, module)
-    if any(_matches(p, name, False, module) for p in q.ignore):
+    if any(_matches(p, n, False, module) for p in q.ignore for n in _wrapped_names(name)):
         return (None, None)
     for r in q.rules:
-        if any(_matches(p, name, linear, module) for p in r.targets):
+        if any(_matches(p, n, linear, module) for p in r.targets for n in _wrapped_names(name)):
             return (r.weight, r.act)
     return (None, None)
 
