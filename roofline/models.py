@@ -94,7 +94,7 @@ class ModelConfig:
     qk_rope_dim: int = 0
     qk_nope_dim: int = 0
     v_head_dim: int = 0
-    rope_interleave: bool = False  # the rope dims are stored interleaved (DeepSeek): loaded de-interleaved
+    rope_interleave: bool = False  # rope dims stored interleaved (DeepSeek; ERNIE's q/k): loaded de-interleaved
     # How the checkpoint stores its weights (roofline.precision.checkpoint: its quantization_config or ModelOpt's
     # hf_quant_config.json, read by the family reader); None: unquantized. roofline.layer.precision_of resolves it.
     quantization: Quantization | None = None
@@ -228,6 +228,10 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
                  "qk_rope_dim", "qk_nope_dim", "v_head_dim", "rotary_dim"):
         v = int_field(where, name, getattr(m, name), 0)
         object.__setattr__(m, name, bounded(where, name, v, MAX_SIZES[name]) if name in MAX_SIZES else v)
+    if m.rope_interleave and not m.kv_lora_rank and (m.rotary_dim or m.qk_norm):
+        raise RooflineError(f"{where}: rope_interleave (the rotary pairs interleaved in q/k_proj) is modelled on "
+                            "every head dimension without qk-norm: set rotary_dim 0 and qk_norm false, or "
+                            "rope_interleave false.")
     if m.rotary_dim and (m.rotary_dim % 2 or m.rotary_dim > m.head_dim):
         raise RooflineError(f"{where}: rotary_dim must be even and at most head_dim ({m.head_dim}), but "
                             f"{m.rotary_dim} was given (0 means every head dimension).")

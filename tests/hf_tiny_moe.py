@@ -19,6 +19,10 @@ hidden 64, vocab 256, experts of intermediate 32, exercising every feature of th
   projections; per-head attention sinks; the clamped SwiGLU (the published limit 7.0 and alpha 1.702,
   gate/up interleaved; gate_up weights N(0, CLAMP_STD) so a share of the pre-activations pass the limit); layers 0 and 2 slide over ``WINDOW`` (8) keys, layer 1
   full; RoPE as the config defaults (YaRN, factor 32 over 4096, theta 150000); no quantization_config.
+- ernie4_5_moe: 8 experts, top-3, chosen by softmax + a non-zero ``moe_statics.e_score_correction_bias``
+  ([1, E], N(0, SOFTMAX_E_BIAS_STD)), weighed by the renormalised softmax; experts on layers 0-1
+  (``moe_layer_start_index`` 0, ``moe_layer_end_index`` 1), layer 2 a dense MLP of 96; two shared experts (one
+  MLP of 64); RoPE on interleaved pairs (base 500,000); tied embeddings.
 
 ``build_checkpoint`` saves it (config.json + model.safetensors) with seeded weights: hf_tiny's scales, plus
 router weights N(0, ROUTER_STD) so the routing is decisive (different tokens pick different experts, the
@@ -56,7 +60,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 BUILT_WITH = "5.24.0"
-MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "glm4_moe")
+MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "glm4_moe", "ernie4_5_moe")
 WINDOW = H.WINDOW          # gpt_oss's sliding layers
 ROPE_INTERLEAVE = True     # DeepseekV3Config's default in 5.24 (the tiny config leaves it unset): see test
 LAYERS = 3
@@ -89,6 +93,12 @@ _CONFIGS = {
                                        routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
                                        head_dim=32, partial_rotary_factor=0.5, attention_bias=True,
                                        use_qk_norm=True, rope_theta=10000.0)),
+    # experts on layers 0-1 (start 0, end 1: layer 2 dense), softmax + correction bias, two shared experts (64),
+    # interleaved RoPE pairs, tied embeddings (the class's default), RoPE base 500,000 (its default)
+    "ernie4_5_moe": ("Ernie4_5_MoeConfig", dict(intermediate_size=96, moe_intermediate_size=32, moe_num_experts=8,
+                                                moe_k=3, moe_num_shared_experts=2, moe_layer_start_index=0,
+                                                moe_layer_end_index=1, moe_layer_interval=1, use_bias=False,
+                                                tie_word_embeddings=True)),
     "gpt_oss": ("GptOssConfig", dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16,
                                      sliding_window=WINDOW, attention_bias=True, swiglu_limit=7.0,
                                      layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
@@ -96,12 +106,14 @@ _CONFIGS = {
 
 # Which layers run experts (the others a dense MLP): what a reader of these configs must find.
 MOE_LAYERS = {"mixtral": (0, 1, 2), "qwen2_moe": (0, 2), "qwen3_moe": (0, 1, 2), "deepseek_v3": (1, 2),
-              "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2)}
+              "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2), "ernie4_5_moe": (0, 1)}
 
 LINEAR_STD, EMBED_STD, BIAS_STD = H.LINEAR_STD, H.EMBED_STD, H.BIAS_STD
 ROUTER_STD = 0.5     # router logits ~N(0, 4): decisive choices, top-k margins far above fp32 rounding
 SINK_STD = 1.0       # gpt_oss sinks: O(1) logits, comparable with the attention scores
 E_BIAS_STD = 0.2     # DeepSeek's e_score_correction_bias against sigmoid scores in (0, 1): changes some choices
+SOFTMAX_E_BIAS_STD = 0.05   # ERNIE's against softmax scores, most near 0: 0.2 would choose alone (seen: one expert
+                            # taking every token)
 CLAMP_STD = 0.6      # gpt_oss gate_up weights: pre-activations ~N(0, 5), so the published limit 7 clamps some
 CLAMP_DOWN_STD = 0.02  # gpt_oss down weights: the clamped SwiGLU's outputs (up to ~60) back to O(1)
 
@@ -150,6 +162,11 @@ share (``_spread_routers``)."""
                 bias = getattr(m, "e_score_correction_bias", None)
                 if bias is not None:
                     bias.copy_(torch.randn(bias.shape, generator=g) * E_BIAS_STD)
+        for fqn, m in model.named_modules():     # a correction bias held beside the router (ERNIE's moe_statics)
+            bias = getattr(m, "e_score_correction_bias", None)
+            if not _is_router(m) and isinstance(bias, torch.Tensor):
+                std = SOFTMAX_E_BIAS_STD if model_type == "ernie4_5_moe" else E_BIAS_STD
+                bias.copy_(torch.randn(bias.shape, generator=g) * std)
         for name, p in model.named_parameters():
             if name.endswith("_proj_bias"):           # gpt_oss experts: [E, out], 2-D but a bias
                 p.copy_(torch.randn(p.shape, generator=g) * BIAS_STD)
@@ -256,6 +273,9 @@ def _margin(scores: torch.Tensor, chosen: torch.Tensor) -> float:
 def _selection_margin(model_type: str, router, logits: torch.Tensor, chosen: torch.Tensor) -> float:
     """The margin of the router's choice in the space transformers ranks in."""
     logits = logits.double()
+    if model_type == "ernie4_5_moe":                  # softmax + the correction bias (moe_statics)
+        bias = router.moe_statics.e_score_correction_bias.double().reshape(-1)
+        return _margin(logits.softmax(dim=-1) + bias, chosen)
     if model_type in ("deepseek_v3", "glm4_moe"):      # the same grouped sigmoid routing
         n_group, topk_group = router.num_group, router.topk_group
         s = logits.sigmoid() + router.e_score_correction_bias.double()

@@ -78,7 +78,7 @@ def test_a_config_of_only_the_sizes_reads_as_transformers_full_default_config(mt
         d["head_dim"] = d["hidden_size"] // d["num_attention_heads"] // 4 * 4
     full = ModelConfig(**read_hf_config(json.loads(json.dumps(d)), tmp_path / "config.json"))
     sparse_d = {"model_type": mtype, **{k: d[k] for k in REQUIRED}}
-    for k in ("num_experts", "num_local_experts", "n_routed_experts"):   # the experts' count is never filled in
+    for k in ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"):   # never filled in
         if k in d:
             sparse_d[k] = d[k]
     if d["hidden_size"] % d["num_attention_heads"]:     # Glm4MoeConfig's 4096 / 96: transformers floors, we refuse

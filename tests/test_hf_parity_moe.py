@@ -61,7 +61,7 @@ def test_chunked_prefill_and_prefix_reuse(model_type):
     close(m.prefill_with_prefix(seq, 1, 0, n - 6), ref.prefill[n - 1])
 
 
-@pytest.mark.parametrize("model_type", ["deepseek_v3", "gpt_oss", "glm4_moe"])
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "gpt_oss", "glm4_moe", "ernie4_5_moe"])
 def test_triton_kernels_on_real_weights(model_type):
     """The fused MoE grouped GEMM and (DeepSeek) the absorbed MLA decode kernel, interpreted here."""
     folder, ref = built(model_type)
@@ -80,6 +80,25 @@ def test_the_readers_find_each_family():
     assert oss.attn_sinks and oss.expert_activation == "swiglu_oai" and oss.rope_yarn and oss.notes == ()
     q2 = load_model(H.checkpoint("qwen2_moe"))
     assert q2.moe_layers == H.MOE_LAYERS["qwen2_moe"] and q2.shared_gate and not q2.norm_topk
+    er = load_model(H.checkpoint("ernie4_5_moe"))
+    assert er.moe_layers == H.MOE_LAYERS["ernie4_5_moe"] and er.dense_layers == (2,) and er.shared_intermediate == 64
+    assert (er.router, er.router_correction, er.norm_topk, er.rope_interleave, er.tie_embeddings) == \
+        ("softmax_topk", True, True, True, True) and er.rope_theta == 500000.0 and er.notes == ()
+
+
+def test_ernie_needs_its_interleaved_rope_and_its_correction_bias():
+    """Each of ERNIE's two settings moves the logits far past the tolerance when left out."""
+    from dataclasses import replace
+    folder, ref = built("ernie4_5_moe")
+    seq = torch.tensor(ref.sequence)
+    cfg = load_model(folder)
+    for interleave, bias in ((False, True), (True, False)):
+        m = LlamaModel(replace(cfg, rope_interleave=interleave), dtype="fp32", backend="torch", max_slots=3,
+                       max_len=len(seq) + 2)
+        for i in cfg.moe_layers if not bias else ():
+            m.w["layers"][i]["router_correction"].zero_()
+        ours = np.asarray(m.forward_full(seq[None]).detach(), dtype=np.float64).reshape(ref.prefill.shape)
+        assert np.abs(ours - ref.prefill).max() / np.abs(ref.prefill).max() > 1e-2
 
 
 def test_the_model_counts_each_layers_expert_load():

@@ -15,7 +15,7 @@ from safetensors import safe_open  # noqa: E402
 
 # (experts, top-k) written out, not read back from the fixture
 ROUTED = {"mixtral": (8, 2), "qwen2_moe": (8, 4), "qwen3_moe": (8, 2), "deepseek_v3": (8, 3), "gpt_oss": (4, 2),
-          "glm4_moe": (8, 3)}
+          "glm4_moe": (8, 3), "ernie4_5_moe": (8, 3)}
 
 
 def _config(model_type) -> dict:
@@ -99,6 +99,21 @@ def test_deepseek_correction_bias_changes_some_choices_but_not_the_weights():
         w = s.gather(1, torch.tensor(r.experts))                        # the weights: plain sigmoid scores
         np.testing.assert_allclose(r.weights, (w / w.sum(1, keepdim=True) * 2.5).numpy(), rtol=1e-5)
     assert changed >= 2                                                 # the bias matters for the fixture
+
+
+def test_ernie_correction_bias_changes_some_choices_but_not_the_weights():
+    """ERNIE chooses by softmax + moe_statics.e_score_correction_bias and weighs by the softmax alone."""
+    folder = M.checkpoint("ernie4_5_moe")
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        assert f.get_tensor("model.layers.0.mlp.moe_statics.e_score_correction_bias").shape == (1, 8)
+    changed = 0
+    for r in M.routing(folder, M.reference("ernie4_5_moe").sequence):
+        p = torch.softmax(torch.tensor(r.logits, dtype=torch.float64), dim=-1)
+        plain = p.topk(3, dim=-1).indices
+        changed += sum(set(a) != set(b) for a, b in zip(plain.tolist(), r.experts.tolist()))
+        w = p.gather(1, torch.tensor(r.experts))
+        np.testing.assert_allclose(r.weights, (w / w.sum(1, keepdim=True)).numpy(), rtol=1e-5)
+    assert changed >= 2
 
 
 def test_gpt_oss_swiglu_clamp_bites():

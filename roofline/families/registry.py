@@ -38,7 +38,6 @@ LACKING = {
     "gemma3n": "per-layer input embeddings, KV shared across layers and AltUp (Gemma-3n)",
     "minimax_m2": "its MoE reader (partial rotary, sigmoid routing with a correction bias)",
     "hy_v3": "its reader (Hy3's MoE)",
-    "ernie4_5_moe": "its MoE reader",
 }
 LACKING.update({f"{k}_text": v for k, v in tuple(LACKING.items())})
 
