@@ -23,6 +23,9 @@ hidden 64, vocab 256, experts of intermediate 32, exercising every feature of th
   ([1, E], N(0, SOFTMAX_E_BIAS_STD)), weighed by the renormalised softmax; experts on layers 0-1
   (``moe_layer_start_index`` 0, ``moe_layer_end_index`` 1), layer 2 a dense MLP of 96; two shared experts (one
   MLP of 64); RoPE on interleaved pairs (base 500,000); tied embeddings.
+- hy_v3: 8 experts, top-3, sigmoid scores + a non-zero ``mlp.expert_bias`` (the MoE block's
+  e_score_correction_bias buffer, N(0, E_BIAS_STD)) to choose, renormalised x 2.826; one shared expert
+  (``mlp.shared_mlp``, 32); qk-norm; q/k/v/o biases; ``mlp_layer_types`` makes layer 1 dense (96); head_dim 16.
 
 ``build_checkpoint`` saves it (config.json + model.safetensors) with seeded weights: hf_tiny's scales, plus
 router weights N(0, ROUTER_STD) so the routing is decisive (different tokens pick different experts, the
@@ -39,7 +42,8 @@ for a prefill of ``tokens``, with the selection margins.
 The safetensors are in the hub's layout, as save_pretrained converts back: per-expert 2-D weights
 (Mixtral ``block_sparse_moe.experts.N.w1/w2/w3`` and ``block_sparse_moe.gate``; Qwen / DeepSeek
 ``mlp.experts.N.gate_proj/up_proj/down_proj``, ``mlp.gate``, ``mlp.shared_expert(s)``, ``mlp.shared_expert_gate``,
-``mlp.gate.e_score_correction_bias``), except gpt_oss's fused 3-D ``mlp.experts.gate_up_proj`` [E, hidden, 2I]
+``mlp.gate.e_score_correction_bias``; ERNIE's ``mlp.moe_statics.e_score_correction_bias`` [1, E]; Hy3's
+``mlp.router.gate``, ``mlp.expert_bias``, ``mlp.shared_mlp``), except gpt_oss's fused 3-D ``mlp.experts.gate_up_proj`` [E, hidden, 2I]
 (gate and up interleaved along the last axis), ``down_proj`` [E, I, hidden] and their ``_bias``, ``mlp.router``.
 
 Written against transformers 5.24 (``BUILT_WITH``); ``require`` skips on versions without these classes.
@@ -60,7 +64,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 BUILT_WITH = "5.24.0"
-MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "glm4_moe", "ernie4_5_moe")
+MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "glm4_moe", "ernie4_5_moe", "hy_v3")
 WINDOW = H.WINDOW          # gpt_oss's sliding layers
 ROPE_INTERLEAVE = True     # DeepseekV3Config's default in 5.24 (the tiny config leaves it unset): see test
 LAYERS = 3
@@ -99,6 +103,11 @@ _CONFIGS = {
                                                 moe_k=3, moe_num_shared_experts=2, moe_layer_start_index=0,
                                                 moe_layer_end_index=1, moe_layer_interval=1, use_bias=False,
                                                 tie_word_embeddings=True)),
+    # qk-norm, q/k/v/o biases, layer 1 dense (mlp_layer_types), sigmoid routing with a correction bias x 2.826,
+    # one shared expert, head_dim 16, RoPE base 11,158,840 (its default)
+    "hy_v3": ("HYV3Config", dict(intermediate_size=96, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=3,
+                                 num_shared_experts=1, router_scaling_factor=2.826, head_dim=16, attention_bias=True,
+                                 mlp_layer_types=["sparse", "dense", "sparse"])),
     "gpt_oss": ("GptOssConfig", dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16,
                                      sliding_window=WINDOW, attention_bias=True, swiglu_limit=7.0,
                                      layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
@@ -106,7 +115,8 @@ _CONFIGS = {
 
 # Which layers run experts (the others a dense MLP): what a reader of these configs must find.
 MOE_LAYERS = {"mixtral": (0, 1, 2), "qwen2_moe": (0, 2), "qwen3_moe": (0, 1, 2), "deepseek_v3": (1, 2),
-              "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2), "ernie4_5_moe": (0, 1)}
+              "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2), "ernie4_5_moe": (0, 1),
+              "hy_v3": (0, 2)}
 
 LINEAR_STD, EMBED_STD, BIAS_STD = H.LINEAR_STD, H.EMBED_STD, H.BIAS_STD
 ROUTER_STD = 0.5     # router logits ~N(0, 4): decisive choices, top-k margins far above fp32 rounding
@@ -270,9 +280,12 @@ def _margin(scores: torch.Tensor, chosen: torch.Tensor) -> float:
     return float((lo - hi).min())
 
 
-def _selection_margin(model_type: str, router, logits: torch.Tensor, chosen: torch.Tensor) -> float:
-    """The margin of the router's choice in the space transformers ranks in."""
+def _selection_margin(model_type: str, router, logits: torch.Tensor, chosen: torch.Tensor, bias=None) -> float:
+    """The margin of the router's choice in the space transformers ranks in (``bias``: a correction bias the
+    router was handed, Hy3's)."""
     logits = logits.double()
+    if model_type == "hy_v3":                         # sigmoid + the MoE block's correction bias, no groups
+        return _margin(logits.sigmoid() + bias.double(), chosen)
     if model_type == "ernie4_5_moe":                  # softmax + the correction bias (moe_statics)
         bias = router.moe_statics.e_score_correction_bias.double().reshape(-1)
         return _margin(logits.softmax(dim=-1) + bias, chosen)
@@ -303,17 +316,17 @@ def routing(folder, token_ids, model_type: str | None = None) -> list:
             if _is_router(m):
                 layer = int(fqn.split("layers.")[1].split(".")[0])
                 hooks.append(m.register_forward_hook(
-                    lambda mod, inp, out, layer=layer: seen.append((layer, mod, out))))
+                    lambda mod, inp, out, layer=layer: seen.append((layer, mod, inp, out))))
         try:
             model(input_ids=torch.tensor([[int(t) for t in token_ids]]), use_cache=False)
         finally:
             for h in hooks:
                 h.remove()
         out = []
-        for layer, mod, (logits, weights, idx) in seen:
+        for layer, mod, inp, (logits, weights, idx) in seen:
             counts = torch.bincount(idx.flatten(), minlength=mod.num_experts).numpy()
             out.append(LayerRouting(layer, logits.float().numpy().copy(), idx.numpy().copy(), weights.float().numpy().copy(), counts,
-                                    _selection_margin(model_type, mod, logits, idx)))
+                                    _selection_margin(model_type, mod, logits, idx, inp[1] if len(inp) > 1 else None)))
     return sorted(out, key=lambda r: r.layer)
 
 

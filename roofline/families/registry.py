@@ -37,7 +37,6 @@ LACKING = {
     "gemma4": "per-layer input embeddings, KV shared across layers and proportional partial RoPE (Gemma-4)",
     "gemma3n": "per-layer input embeddings, KV shared across layers and AltUp (Gemma-3n)",
     "minimax_m2": "its MoE reader (partial rotary, sigmoid routing with a correction bias)",
-    "hy_v3": "its reader (Hy3's MoE)",
 }
 LACKING.update({f"{k}_text": v for k, v in tuple(LACKING.items())})
 
