@@ -203,12 +203,14 @@ def _moe_checks(ops, dev, rnd, nan, tri, quick):
     with uneven loads (expert 0 favoured), an expert with no tokens, T=1 and T=37, both activations, biases.
     Yields (name, out, ref, detail) like ``_kernel_checks``."""
     for kind, kw in (("softmax_topk", {}), ("topk_softmax", {}),
-                     ("sigmoid_group", dict(n_group=4, topk_group=2, scale=2.5, bias=rnd(16).float() * 0.2))):
+                     ("sigmoid_group", dict(n_group=4, topk_group=2, scale=2.5, bias=rnd(16).float() * 0.2)),
+                     ("softmax_topk", dict(bias=rnd(16).float() * 0.05))):          # ERNIE's correction bias
         logits = rnd(37, 16)
         w, ids = ops.route(logits, 4, kind=kind, **kw)
         w_ref, ids_ref = RT.reference(logits, 4, kind=kind, **kw)
         out, ref = _by_expert(w, ids), _by_expert(w_ref, ids_ref)
-        yield f"route {kind} T=37 E=16 k=4", out if torch.equal(ids.sort(-1).values, ids_ref.sort(-1).values) \
+        label = f"route {kind}{' + bias' if 'bias' in kw and kind == 'softmax_topk' else ''} T=37 E=16 k=4"
+        yield label, out if torch.equal(ids.sort(-1).values, ids_ref.sort(-1).values) \
             else torch.full_like(out, float("nan")), ref, "weights per chosen expert vs fp64"
     cases = [(37, 6, 2, 40, 24, "silu", False, dict(block_m=16, block_n=16, block_k=16)),
              (37, 6, 2, 40, 24, "swiglu_oai", True, dict(block_m=16, block_n=16, block_k=16)),

@@ -212,11 +212,14 @@ def _convert(ws, name: str, t: torch.Tensor, dtype, device) -> torch.Tensor:
     elif ws.part:                    # one slice of a fused tensor along its outputs (HF rows)
         i, sizes = ws.part
         t = t[sum(sizes[:i]): sum(sizes[: i + 1])]
-    if ws.rope:                      # DeepSeek stores rope dims interleaved: reorder them to halves
+    if ws.rope:                      # DeepSeek / ERNIE store rope dims interleaved: reorder them to halves
         width, off, dim = ws.rope
-        t = t.view(-1, width, t.shape[-1])
+        shape = t.shape
+        t = t.reshape(-1, width, shape[-1] if t.dim() > 1 else 1)   # a bias: one column
         order = torch.cat([torch.arange(0, dim, 2), torch.arange(1, dim, 2)]) + off
-        t = torch.cat([t[:, :off], t[:, order], t[:, off + dim:]], dim=1).reshape(-1, t.shape[-1])
+        t = torch.cat([t[:, :off], t[:, order], t[:, off + dim:]], dim=1).reshape(shape)
+    if ws.role == "vector" and t.dim() == 2 and t.shape[0] == 1:
+        t = t[0]                     # ERNIE keeps its correction bias as [1, E]
     if ws.role == "linear":
         t = t.t()
     if tuple(t.shape) != tuple(ws.shape):

@@ -138,9 +138,9 @@ def dense_mlp(ops, cfg: ModelConfig, w: dict, h):
 
 
 def route(ops, cfg: ModelConfig, w: dict, h):
-    """(weights [T, k] fp32, expert ids [T, k]) as the family routes: DeepSeek's logits in fp32 (its gate is
-    fp32), the others' in the activation dtype (transformers' own)."""
-    if cfg.router == "sigmoid_group":
+    """(weights [T, k] fp32, expert ids [T, k]) as the family routes: DeepSeek's and ERNIE's logits in fp32 (the
+    routers with a correction bias keep an fp32 gate), the others' in the activation dtype (transformers' own)."""
+    if cfg.router == "sigmoid_group" or cfg.router_correction:
         logits = h.float() @ w["router"].float()
     else:
         logits = _linear(ops, h, w, "router", "router_bias")

@@ -5,8 +5,9 @@
 Three kinds (``roofline.formulas.MOE_ROUTING``), each the same torch calls in the same order as the
 model's router in transformers (so ties break the same way: ``torch.topk`` on the same values):
 
-* "softmax_topk" (Mixtral, Qwen2-MoE, Qwen3-MoE): probs = softmax(fp32 logits) over E, top-k of the
-  probs, renormalised to sum 1 when ``renorm`` (Qwen's norm_topk_prob; Mixtral always renormalises).
+* "softmax_topk" (Mixtral, Qwen2-MoE, Qwen3-MoE, ERNIE-4.5): probs = softmax(fp32 logits) over E, top-k of the
+  probs (of probs + ``bias``, ERNIE's e_score_correction_bias, which chooses but does not weigh: the weights are
+  the chosen probs), renormalised to sum 1 when ``renorm`` (Qwen's norm_topk_prob; Mixtral, ERNIE always).
   NB: Qwen then casts the weights to the logits' dtype; ours stay fp32 (cast them if a parity test needs it).
 * "topk_softmax" (GPT-OSS): top-k of the logits themselves (in their own dtype, as GPT-OSS does), then a
   softmax over the k chosen.
@@ -40,6 +41,12 @@ def _check(logits, k, kind, n_group, topk_group, bias) -> tuple[int, int]:
     T, E = logits.shape
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= E:
         raise RooflineError(f"k (experts per token) must be a whole number from 1 to the {E} experts, got {k!r}.")
+    if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (E,)):
+        raise RooflineError(f"the score correction bias must be a tensor [{E}] (one per expert), got "
+                            f"{list(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__}.")
+    if kind == "topk_softmax" and bias is not None:
+        raise RooflineError("topk_softmax routing takes no score correction bias: give it to softmax_topk or "
+                            "sigmoid_group.")
     if kind == "sigmoid_group":
         if n_group < 1 or E % n_group:
             raise RooflineError(f"n_group must divide the {E} experts, got {n_group}: use the model's n_group.")
@@ -49,9 +56,6 @@ def _check(logits, k, kind, n_group, topk_group, bias) -> tuple[int, int]:
         if not 1 <= topk_group <= n_group or k > topk_group * (E // n_group):
             raise RooflineError(f"topk_group must be 1..{n_group} groups holding at least k = {k} experts, got "
                                 f"{topk_group}: use the model's topk_group.")
-        if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (E,)):
-            raise RooflineError(f"the score correction bias must be a tensor [{E}] (one per expert), got "
-                                f"{list(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__}.")
     return T, E
 
 
@@ -62,7 +66,11 @@ def route(logits: torch.Tensor, k: int, *, kind: str, renorm: bool = True, n_gro
     T, E = _check(logits, k, kind, n_group, topk_group, bias)
     if kind == "softmax_topk":
         probs = torch.softmax(logits.float(), dim=-1)
-        w, ids = torch.topk(probs, k, dim=-1)
+        if bias is None:
+            w, ids = torch.topk(probs, k, dim=-1)
+        else:                                     # ERNIE: chosen by probs + bias, weighed by the probs
+            ids = torch.topk(probs + bias.float(), k, dim=-1)[1]
+            w = probs.gather(1, ids)
         if renorm:
             w = w / w.sum(dim=-1, keepdim=True)
         return w, ids
@@ -100,7 +108,7 @@ def reference(logits: torch.Tensor, k: int, *, kind: str, renorm: bool = True, n
             m = max(row)
             ex = [torch.tensor(v - m, dtype=torch.float64).exp().item() for v in row]
             p = [v / sum(ex) for v in ex]
-            top = sorted(range(E), key=lambda e: (-p[e], e))[:k]
+            top = sorted(range(E), key=lambda e: (-(p[e] + bz[e]), e))[:k]
             w = [p[e] for e in top]
             w = [v / sum(w) for v in w] if renorm else w
         elif kind == "topk_softmax":

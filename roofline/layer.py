@@ -62,7 +62,7 @@ class WeightSpec:
     shard: str = "replicated"
     part: tuple = ()
     offset: bool = False
-    rope: tuple = ()             # (head width, rope offset, rope dims): de-interleave the rope rows (DeepSeek)
+    rope: tuple = ()             # (head width, rope offset, rope dims): de-interleave the rope rows (DeepSeek, ERNIE)
     out_in: bool = False         # a 3-D [E, in, out] tensor the file may hold [E, out, in] (read that shape first)
 
 
@@ -88,10 +88,10 @@ class OpSpec:
 
 
 def _linear(name, group, k, n, key, hf, shard_w, count, layers, bias=False, bias_key=None, bias_hf=None,
-            bias_shard=None, part=(), module="mlp"):
-    ws = [WeightSpec(key, (k, n), "linear", hf, shard_w, part)]
+            bias_shard=None, part=(), module="mlp", rope=()):
+    ws = [WeightSpec(key, (k, n), "linear", hf, shard_w, part, rope=rope)]
     if bias:
-        ws.append(WeightSpec(bias_key, (n,), "bias", bias_hf, bias_shard, part))
+        ws.append(WeightSpec(bias_key, (n,), "bias", bias_hf, bias_shard, part, rope=rope))
     return OpSpec(name, "linear", "layer", group, count, tuple(ws),
                   {"in_features": k, "out_features": n, "bias": bias}, layers, module)
 
@@ -171,9 +171,10 @@ def _attention_ops(cfg: ModelConfig, sh: Shard) -> list:
         return ops
 
     def proj(name, k, n, key, shard_w, hf, part=(), bias=False, bkey=None, bshard=None):
+        rope = (D, 0, D) if cfg.rope_interleave and name in ("q_proj", "k_proj") else ()   # ERNIE's pairs
         return _linear(name, "attention", k, n, key, hf if not part else part[0], shard_w, L, every, bias, bkey,
                        (hf.replace(".weight", ".bias") if not part else part[0].replace(".weight", ".bias")),
-                       bshard, part[1:] if part else (), "attention")
+                       bshard, part[1:] if part else (), "attention", rope)
 
     qkv = "self_attn.qkv_proj.weight"
     sizes = (cfg.q_dim, cfg.kv_dim, cfg.kv_dim)

@@ -101,7 +101,7 @@ class ModelConfig:
     qk_rope_dim: int = 0
     qk_nope_dim: int = 0
     v_head_dim: int = 0
-    rope_interleave: bool = False  # the rope dims are stored interleaved (DeepSeek): loaded de-interleaved
+    rope_interleave: bool = False  # rope dims stored interleaved (DeepSeek; ERNIE's q/k): loaded de-interleaved
     # ---- multi-token prediction (DeepSeek-V3, GLM-4.5: num_nextn_predict_layers): not part of a step; a
     # speculative draft (roofline.speculative: one decoder layer + its projections, with its own weights and KV)
     mtp_layers: int = 0
@@ -249,6 +249,10 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
                  "qk_rope_dim", "qk_nope_dim", "v_head_dim", "rotary_dim", "mtp_layers"):
         v = int_field(where, name, getattr(m, name), 0)
         object.__setattr__(m, name, bounded(where, name, v, MAX_SIZES[name]) if name in MAX_SIZES else v)
+    if m.rope_interleave and not m.kv_lora_rank and (m.rotary_dim or m.qk_norm):
+        raise RooflineError(f"{where}: rope_interleave (the rotary pairs interleaved in q/k_proj) is modelled on "
+                            "every head dimension without qk-norm: set rotary_dim 0 and qk_norm false, or "
+                            "rope_interleave false.")
     if m.rotary_dim and (m.rotary_dim % 2 or m.rotary_dim > m.head_dim):
         raise RooflineError(f"{where}: rotary_dim must be even and at most head_dim ({m.head_dim}), but "
                             f"{m.rotary_dim} was given (0 means every head dimension).")

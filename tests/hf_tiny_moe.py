@@ -23,6 +23,13 @@ hidden 64, vocab 256, experts of intermediate 32, exercising every feature of th
   projections; per-head attention sinks; the clamped SwiGLU (the published limit 7.0 and alpha 1.702,
   gate/up interleaved; gate_up weights N(0, CLAMP_STD) so a share of the pre-activations pass the limit); layers 0 and 2 slide over ``WINDOW`` (8) keys, layer 1
   full; RoPE as the config defaults (YaRN, factor 32 over 4096, theta 150000); no quantization_config.
+- ernie4_5_moe: 8 experts, top-3, chosen by softmax + a non-zero ``moe_statics.e_score_correction_bias``
+  ([1, E], N(0, SOFTMAX_E_BIAS_STD)), weighed by the renormalised softmax; experts on layers 0-1
+  (``moe_layer_start_index`` 0, ``moe_layer_end_index`` 1), layer 2 a dense MLP of 96; two shared experts (one
+  MLP of 64); RoPE on interleaved pairs (base 500,000); tied embeddings.
+- hy_v3: 8 experts, top-3, sigmoid scores + a non-zero ``mlp.expert_bias`` (the MoE block's
+  e_score_correction_bias buffer, N(0, E_BIAS_STD)) to choose, renormalised x 2.826; one shared expert
+  (``mlp.shared_mlp``, 32); qk-norm; q/k/v/o biases; ``mlp_layer_types`` makes layer 1 dense (96); head_dim 16.
 
 ``build_checkpoint`` saves it (config.json + model.safetensors) with seeded weights: hf_tiny's scales, plus
 router weights N(0, ROUTER_STD) so the routing is decisive (different tokens pick different experts, the
@@ -39,7 +46,9 @@ for a prefill of ``tokens``, with the selection margins.
 The safetensors are in the hub's layout, as save_pretrained converts back: per-expert 2-D weights
 (Mixtral ``block_sparse_moe.experts.N.w1/w2/w3`` and ``block_sparse_moe.gate``; Qwen / DeepSeek
 ``mlp.experts.N.gate_proj/up_proj/down_proj``, ``mlp.gate``, ``mlp.shared_expert(s)``, ``mlp.shared_expert_gate``,
-``mlp.gate.e_score_correction_bias``; MiniMax-M2 Mixtral's names and ``block_sparse_moe.e_score_correction_bias``), except gpt_oss's fused 3-D ``mlp.experts.gate_up_proj`` [E, hidden, 2I]
+``mlp.gate.e_score_correction_bias``; MiniMax-M2 Mixtral's names and ``block_sparse_moe.e_score_correction_bias``;
+ERNIE's ``mlp.moe_statics.e_score_correction_bias`` [1, E]; Hy3's
+``mlp.router.gate``, ``mlp.expert_bias``, ``mlp.shared_mlp``), except gpt_oss's fused 3-D ``mlp.experts.gate_up_proj`` [E, hidden, 2I]
 (gate and up interleaved along the last axis), ``down_proj`` [E, I, hidden] and their ``_bias``, ``mlp.router``.
 
 A multimodal wrapper whose text model is an MoE (``WRAPPED``) is built whole (its vision tower one tiny block, which
@@ -69,7 +78,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 BUILT_WITH = "5.24.0"
-MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "glm4_moe", "minimax_m2")
+MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "glm4_moe", "minimax_m2", "ernie4_5_moe",
+               "hy_v3")
 WRAPPED = ("qwen3_vl_moe",)   # multimodal wrappers of an MoE text model (built whole, run on text)
 WINDOW = H.WINDOW          # gpt_oss's sliding layers
 ROPE_INTERLEAVE = True     # DeepseekV3Config's default in 5.24 (the tiny config leaves it unset): see test
@@ -110,6 +120,17 @@ _CONFIGS = {
                                            qk_norm_type="per_layer", scoring_func="sigmoid", use_routing_bias=True,
                                            shared_intermediate_size=0, attn_type_list=[1] * LAYERS, use_mtp=True,
                                            num_mtp_modules=1, mtp_transformer_layers=1)),
+    # experts on layers 0-1 (start 0, end 1: layer 2 dense), softmax + correction bias, two shared experts (64),
+    # interleaved RoPE pairs, tied embeddings (the class's default), RoPE base 500,000 (its default)
+    "ernie4_5_moe": ("Ernie4_5_MoeConfig", dict(intermediate_size=96, moe_intermediate_size=32, moe_num_experts=8,
+                                                moe_k=3, moe_num_shared_experts=2, moe_layer_start_index=0,
+                                                moe_layer_end_index=1, moe_layer_interval=1, use_bias=False,
+                                                tie_word_embeddings=True)),
+    # qk-norm, q/k/v/o biases, layer 1 dense (mlp_layer_types), sigmoid routing with a correction bias x 2.826,
+    # one shared expert, head_dim 16, RoPE base 11,158,840 (its default)
+    "hy_v3": ("HYV3Config", dict(intermediate_size=96, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=3,
+                                 num_shared_experts=1, router_scaling_factor=2.826, head_dim=16, attention_bias=True,
+                                 mlp_layer_types=["sparse", "dense", "sparse"])),
     "gpt_oss": ("GptOssConfig", dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16,
                                      sliding_window=WINDOW, attention_bias=True, swiglu_limit=7.0,
                                      layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
@@ -126,12 +147,15 @@ _VISION = {"qwen3_vl_moe": dict(depth=1, hidden_size=32, intermediate_size=48, n
 
 # Which layers run experts (the others a dense MLP): what a reader of these configs must find.
 MOE_LAYERS = {"mixtral": (0, 1, 2), "qwen2_moe": (0, 2), "qwen3_moe": (0, 1, 2), "deepseek_v3": (1, 2),
-              "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2), "minimax_m2": (0, 1, 2), "qwen3_vl_moe": (0, 1, 2)}
+              "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2), "minimax_m2": (0, 1, 2), "qwen3_vl_moe": (0, 1, 2),
+              "ernie4_5_moe": (0, 1), "hy_v3": (0, 2)}
 
 LINEAR_STD, EMBED_STD, BIAS_STD = H.LINEAR_STD, H.EMBED_STD, H.BIAS_STD
 ROUTER_STD = 0.5     # router logits ~N(0, 4): decisive choices, top-k margins far above fp32 rounding
 SINK_STD = 1.0       # gpt_oss sinks: O(1) logits, comparable with the attention scores
 E_BIAS_STD = 0.2     # DeepSeek's e_score_correction_bias against sigmoid scores in (0, 1): changes some choices
+SOFTMAX_E_BIAS_STD = 0.05   # ERNIE's against softmax scores, most near 0: 0.2 would choose alone (seen: one expert
+                            # taking every token)
 CLAMP_STD = 0.6      # gpt_oss gate_up weights: pre-activations ~N(0, 5), so the published limit 7 clamps some
 CLAMP_DOWN_STD = 0.02  # gpt_oss down weights: the clamped SwiGLU's outputs (up to ~60) back to O(1)
 
@@ -192,6 +216,11 @@ share (``_spread_routers``)."""
                 bias = getattr(m, "e_score_correction_bias", None)
                 if bias is not None:
                     bias.copy_(torch.randn(bias.shape, generator=g) * E_BIAS_STD)
+        for fqn, m in model.named_modules():     # a correction bias held beside the router (ERNIE's moe_statics)
+            bias = getattr(m, "e_score_correction_bias", None)
+            if not _is_router(m) and isinstance(bias, torch.Tensor):
+                std = SOFTMAX_E_BIAS_STD if model_type == "ernie4_5_moe" else E_BIAS_STD
+                bias.copy_(torch.randn(bias.shape, generator=g) * std)
         for name, p in model.named_parameters():
             if name.endswith("_proj_bias"):           # gpt_oss experts: [E, out], 2-D but a bias
                 p.copy_(torch.randn(p.shape, generator=g) * BIAS_STD)
@@ -296,10 +325,14 @@ def _margin(scores: torch.Tensor, chosen: torch.Tensor) -> float:
 
 
 def _selection_margin(model_type: str, router, logits: torch.Tensor, chosen: torch.Tensor, inputs=()) -> float:
-    """The margin of the router's choice in the space transformers ranks in (``inputs``: the router's)."""
+    """The margin of the router's choice in the space transformers ranks in (``inputs``: the router's; a
+    correction bias handed to it is the 2nd, MiniMax's and Hy3's)."""
     logits = logits.double()
-    if model_type == "minimax_m2":                    # sigmoid + the block's correction bias (its 2nd input)
+    if model_type in ("minimax_m2", "hy_v3"):        # sigmoid + the block's correction bias (its 2nd input)
         return _margin(logits.sigmoid() + inputs[1].double(), chosen)
+    if model_type == "ernie4_5_moe":                  # softmax + the correction bias (moe_statics)
+        bias = router.moe_statics.e_score_correction_bias.double().reshape(-1)
+        return _margin(logits.softmax(dim=-1) + bias, chosen)
     if model_type in ("deepseek_v3", "glm4_moe"):      # the same grouped sigmoid routing
         n_group, topk_group = router.num_group, router.topk_group
         s = logits.sigmoid() + router.e_score_correction_bias.double()

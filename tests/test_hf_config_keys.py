@@ -78,7 +78,7 @@ def test_a_config_of_only_the_sizes_reads_as_transformers_full_default_config(mt
         d["head_dim"] = d["hidden_size"] // d["num_attention_heads"] // 4 * 4
     full = ModelConfig(**read_hf_config(json.loads(json.dumps(d)), tmp_path / "config.json"))
     sparse_d = {"model_type": mtype, **{k: d[k] for k in REQUIRED if k in d}}   # Qwen3.5-MoE has no intermediate_size
-    for k in ("num_experts", "num_local_experts", "n_routed_experts"):   # the experts' count is never filled in
+    for k in ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"):   # never filled in
         if k in d:
             sparse_d[k] = d[k]
     if d["hidden_size"] % d["num_attention_heads"]:     # Glm4MoeConfig's 4096 / 96: transformers floors, we refuse
@@ -303,3 +303,50 @@ def test_mrope_sections_are_qwen3_vls_and_partial_rotary_a_family_that_reads_it(
     assert phi3.rotary_dim == 8                                          # half of head_dim 16: read
     assert ('gemma2: rope_parameters.partial_rotary_factor = 0.5 is not a key roofline knows in a "default" RoPE for '
             "gemma2") in _refused(tmp_path, dict(LLAMA, model_type="gemma2", head_dim=16, rope_parameters=partial))
+
+
+@pytest.mark.parametrize("allow_unknown", [False, True])
+def test_a_hy3_config_relabelled_qwen3_moe_is_refused(allow_unknown, tmp_path):
+    """Hy3's shared expert and scaled routing are not Qwen3-MoE's: refused by name, --allow-unknown-fields or not."""
+    import hf_tiny_moe
+    from roofline.errors import RooflineError
+    from roofline.models import load_model
+
+    hf_tiny_moe.tiny_config("hy_v3").save_pretrained(tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    assert load_model(tmp_path).arch == "hy_v3"
+    (tmp_path / "config.json").write_text(json.dumps(dict(d, model_type="qwen3_moe")))
+    with pytest.raises(RooflineError, match="qwen3_moe: num_shared_experts = 1 turns on shared experts"):
+        load_model(tmp_path, allow_unknown_fields=allow_unknown)
+    (tmp_path / "config.json").write_text(json.dumps(dict(d, model_type="qwen3_moe", num_shared_experts=0)))
+    with pytest.raises(RooflineError, match="router_scaling_factor = 2.826 turns on scaled routing weights"):
+        load_model(tmp_path, allow_unknown_fields=allow_unknown)
+
+
+REFUSALS = [
+    ("ernie4_5_moe", {"use_bias": True}, "use_bias = true (a boolean) turns on biases on every projection"),
+    ("ernie4_5_moe", {"moe_layer_start_index": 5}, "moe_layer_start_index = 5 leaves none of the 3 layers"),
+    ("hy_v3", {"mlp_bias": True}, "mlp_bias = true (a boolean) turns on biases on the MLPs"),
+    ("hy_v3", {"qk_norm": False}, "qk_norm = false (a boolean) turns on attention without qk-norm"),
+    ("hy_v3", {"moe_router_use_sigmoid": False}, "turns on softmax routing"),
+    ("hy_v3", {"route_norm": False}, "route_norm = false (a boolean) turns on a top-k left unnormalised"),
+    ("hy_v3", {"num_shared_experts": 0}, "num_shared_experts = 0 is not modelled"),
+    ("hy_v3", {"first_k_dense_replace": 2}, "first_k_dense_replace = 2 disagrees with the dense layers [1]"),
+    ("hy_v3", {"expert_hidden_dim": 64}, "expert_hidden_dim = 64 disagrees with moe_intermediate_size 32"),
+    ("hy_v3", {"mlp_layer_types": ["dense", "dense"]}, "mlp_layer_types has 2 entries for num_hidden_layers 3"),
+]
+
+
+@pytest.mark.parametrize("mtype, change, says", REFUSALS, ids=[f"{m}:{next(iter(c))}" for m, c, _ in REFUSALS])
+def test_what_ernie_and_hy3_cannot_model_is_refused_by_name(mtype, change, says, tmp_path):
+    import hf_tiny_moe
+    from roofline.errors import RooflineError
+    from roofline.models import load_model
+
+    hf_tiny_moe.tiny_config(mtype).save_pretrained(tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    load_model(tmp_path)                                        # the tiny config reads
+    (tmp_path / "config.json").write_text(json.dumps(dict(d, **change)))
+    with pytest.raises(RooflineError) as e:
+        load_model(tmp_path)
+    assert says in str(e.value)

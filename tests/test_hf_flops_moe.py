@@ -24,7 +24,8 @@ transformers = pytest.importorskip("transformers")
 # the elementwise FLOPs an op may count beside its GEMMs (activation, routing weights, softmax / top-k) are
 # a few percent of it, and at published sizes a fraction of a percent.
 EXPECTED_TO_MATCH: set = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "minimax_m2"}
-TINY_EXPECTED_TO_MATCH: set = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "minimax_m2"}
+TINY_EXPECTED_TO_MATCH: set = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "minimax_m2", "ernie4_5_moe",
+                               "hy_v3"}
 TOL = 0.02
 SHORT, LONG, TINY_SEQ = 64, 512, 32       # LONG: past gpt-oss-20b's 128-token window
 H, V, L = 64, 256, M.LAYERS               # the tiny configs' hidden, vocab and layers
@@ -80,7 +81,8 @@ def bare_configs(tmp_path_factory):
 
 # (experts E, top-k, expert intermediate I) of each tiny config: written out, not read back from it
 TINY_MOE = {"mixtral": (8, 2, 32), "qwen2_moe": (8, 4, 32), "qwen3_moe": (8, 2, 32), "deepseek_v3": (8, 3, 32),
-            "gpt_oss": (4, 2, 32), "glm4_moe": (8, 3, 32), "minimax_m2": (8, 3, 32)}
+            "gpt_oss": (4, 2, 32), "glm4_moe": (8, 3, 32), "minimax_m2": (8, 3, 32), "ernie4_5_moe": (8, 3, 32),
+            "hy_v3": (8, 3, 32)}
 
 
 @pytest.mark.parametrize("model_type", M.MODEL_TYPES)

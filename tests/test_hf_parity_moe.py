@@ -62,7 +62,7 @@ def test_chunked_prefill_and_prefix_reuse(model_type):
     close(m.prefill_with_prefix(seq, 1, 0, n - 6), ref.prefill[n - 1])
 
 
-@pytest.mark.parametrize("model_type", ["deepseek_v3", "gpt_oss", "glm4_moe", "minimax_m2"])
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "gpt_oss", "glm4_moe", "minimax_m2", "ernie4_5_moe", "hy_v3"])
 def test_triton_kernels_on_real_weights(model_type):
     """The fused MoE grouped GEMM and (DeepSeek) the absorbed MLA decode kernel, interpreted here."""
     folder, ref = built(model_type)
@@ -87,6 +87,29 @@ def test_the_readers_find_each_family():
     assert any("num_mtp_modules = 1" in n for n in mm.notes)
     q2 = load_model(H.checkpoint("qwen2_moe"))
     assert q2.moe_layers == H.MOE_LAYERS["qwen2_moe"] and q2.shared_gate and not q2.norm_topk
+    er = load_model(H.checkpoint("ernie4_5_moe"))
+    assert er.moe_layers == H.MOE_LAYERS["ernie4_5_moe"] and er.dense_layers == (2,) and er.shared_intermediate == 64
+    assert (er.router, er.router_correction, er.norm_topk, er.rope_interleave, er.tie_embeddings) == \
+        ("softmax_topk", True, True, True, True) and er.rope_theta == 500000.0 and er.notes == ()
+    hy = load_model(H.checkpoint("hy_v3"))
+    assert hy.moe_layers == H.MOE_LAYERS["hy_v3"] and hy.dense_layers == (1,) and hy.shared_intermediate == 32
+    assert (hy.router, hy.n_group, hy.router_correction, hy.routed_scale, hy.qk_norm, hy.qkv_bias, hy.o_bias) == \
+        ("sigmoid_group", 1, True, 2.826, True, True, True) and hy.rope_theta == 11158840.0 and hy.notes == ()
+
+
+def test_ernie_needs_its_interleaved_rope_and_its_correction_bias():
+    """Each of ERNIE's two settings moves the logits far past the tolerance when left out."""
+    from dataclasses import replace
+    folder, ref = built("ernie4_5_moe")
+    seq = torch.tensor(ref.sequence)
+    cfg = load_model(folder)
+    for interleave, bias in ((False, True), (True, False)):
+        m = LlamaModel(replace(cfg, rope_interleave=interleave), dtype="fp32", backend="torch", max_slots=3,
+                       max_len=len(seq) + 2)
+        for i in cfg.moe_layers if not bias else ():
+            m.w["layers"][i]["router_correction"].zero_()
+        ours = np.asarray(m.forward_full(seq[None]).detach(), dtype=np.float64).reshape(ref.prefill.shape)
+        assert np.abs(ours - ref.prefill).max() / np.abs(ref.prefill).max() > 1e-2
 
 
 def test_the_model_counts_each_layers_expert_load():

@@ -15,7 +15,7 @@ from safetensors import safe_open  # noqa: E402
 
 # (experts, top-k) written out, not read back from the fixture
 ROUTED = {"mixtral": (8, 2), "qwen2_moe": (8, 4), "qwen3_moe": (8, 2), "deepseek_v3": (8, 3), "gpt_oss": (4, 2),
-          "glm4_moe": (8, 3), "minimax_m2": (8, 3)}
+          "glm4_moe": (8, 3), "minimax_m2": (8, 3), "ernie4_5_moe": (8, 3), "hy_v3": (8, 3)}
 
 
 def _config(model_type) -> dict:
@@ -83,8 +83,9 @@ def test_routing_spreads_tokens_over_experts_far_from_ties(model_type):
     sums = np.concatenate([r.weights.sum(axis=1) for r in layers])
     if model_type == "qwen2_moe":            # norm_topk_prob false: a share of 1, ~4% short on average
         assert 0.5 < sums.min() and sums.max() < 1 - 1e-4 and sums.mean() < 0.98
-    else:                                                               # renormalised; DeepSeek x 2.5
-        np.testing.assert_allclose(sums, 2.5 if model_type in ("deepseek_v3", "glm4_moe") else 1.0, rtol=1e-5)
+    else:                                                               # renormalised; DeepSeek x 2.5, Hy3 x 2.826
+        scale = {"deepseek_v3": 2.5, "glm4_moe": 2.5, "hy_v3": 2.826}.get(model_type, 1.0)
+        np.testing.assert_allclose(sums, scale, rtol=1e-5)
 
 
 def test_deepseek_correction_bias_changes_some_choices_but_not_the_weights():
@@ -116,6 +117,36 @@ def test_minimax_correction_bias_changes_some_choices_but_not_the_weights_and_it
         assert f.get_tensor("model.layers.0.self_attn.q_norm.weight").shape == (128,)
         assert f.get_tensor("model.layers.0.self_attn.k_norm.weight").shape == (64,)
         assert f.get_tensor("model.layers.2.block_sparse_moe.e_score_correction_bias").abs().min() > 0
+
+
+def test_ernie_correction_bias_changes_some_choices_but_not_the_weights():
+    """ERNIE chooses by softmax + moe_statics.e_score_correction_bias and weighs by the softmax alone."""
+    folder = M.checkpoint("ernie4_5_moe")
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        assert f.get_tensor("model.layers.0.mlp.moe_statics.e_score_correction_bias").shape == (1, 8)
+    changed = 0
+    for r in M.routing(folder, M.reference("ernie4_5_moe").sequence):
+        p = torch.softmax(torch.tensor(r.logits, dtype=torch.float64), dim=-1)
+        plain = p.topk(3, dim=-1).indices
+        changed += sum(set(a) != set(b) for a, b in zip(plain.tolist(), r.experts.tolist()))
+        w = p.gather(1, torch.tensor(r.experts))
+        np.testing.assert_allclose(r.weights, (w / w.sum(1, keepdim=True)).numpy(), rtol=1e-5)
+    assert changed >= 2
+
+
+def test_hy_v3_correction_bias_changes_some_choices_but_not_the_weights():
+    """Hy3 chooses by sigmoid + the MoE block's bias (saved as mlp.expert_bias) and weighs by the sigmoid alone."""
+    folder = M.checkpoint("hy_v3")
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        bias = f.get_tensor("model.layers.0.mlp.expert_bias")
+    assert bias.shape == (8,) and float(bias.abs().min()) > 0
+    changed = 0
+    for r in M.routing(folder, M.reference("hy_v3").sequence):
+        s = torch.sigmoid(torch.tensor(r.logits, dtype=torch.float64))
+        changed += sum(set(a) != set(b) for a, b in zip(s.topk(3, dim=-1).indices.tolist(), r.experts.tolist()))
+        w = s.gather(1, torch.tensor(r.experts))
+        np.testing.assert_allclose(r.weights, (w / w.sum(1, keepdim=True) * 2.826).numpy(), rtol=1e-5)
+    assert changed >= 2
 
 
 def test_gpt_oss_swiglu_clamp_bites():

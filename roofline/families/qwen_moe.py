@@ -32,7 +32,10 @@ QWEN2_MOE_KEYS = LLAMA_LIKE_KEYS + QWEN_WINDOW_KEYS + _MOE_KEYS + Keys({
 QWEN3_MOE_KEYS = LLAMA_LIKE_KEYS + QWEN_WINDOW_KEYS + QWEN3_ATTENTION_KEYS + _MOE_KEYS + Keys({
     **sizes(151936, 2048, 6144, 24, 32, 4, 32768, 1e-6), "moe_intermediate_size": 768, "num_experts_per_tok": 8},
     refused={"shared_expert_intermediate_size": ("a shared expert (Qwen3-MoE has none: Hy3 relabelled is not "
-                                                 "Qwen3-MoE)", (None, 0))})
+                                                 "Qwen3-MoE)", (None, 0)),
+             # Hy3's own keys (HYV3Config): a Hy3 config relabelled qwen3_moe is refused, --allow-unknown-fields or not
+             "num_shared_experts": ("shared experts (Hy3's: read a Hy3 config as hy_v3)", (None, 0)),
+             "router_scaling_factor": ("scaled routing weights (Hy3's: read a Hy3 config as hy_v3)", (None, 1, 1.0))})
 # Qwen3-VL-MoE's text model: Qwen3-MoE without the window keys, RoPE base 500,000, head_dim 128, and the top-k
 # always renormalised (its router has no norm_topk_prob)
 QWEN3_VL_MOE_KEYS = LLAMA_LIKE_KEYS + QWEN3_ATTENTION_KEYS + _MOE_KEYS + Keys({

@@ -34,8 +34,6 @@ LACKING = {
               "interleaved with dense ones of another width (intermediate_size_mlp)",
     "gemma4": "per-layer input embeddings, KV shared across layers and proportional partial RoPE (Gemma-4)",
     "gemma3n": "per-layer input embeddings, KV shared across layers and AltUp (Gemma-3n)",
-    "hy_v3": "its reader (Hy3's MoE)",
-    "ernie4_5_moe": "its MoE reader",
 }
 LACKING.update({f"{k}_text": v for k, v in tuple(LACKING.items())})
 

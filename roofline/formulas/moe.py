@@ -69,7 +69,8 @@ def routing(tokens: int, n_experts: int, k: int, *, kind: str = "softmax_topk", 
 
     FLOPs per token (compares count as FLOPs, like softmax's max; exps are not counted):
     * "softmax_topk" (Mixtral, Qwen-MoE): softmax 4E (``softmax``) + top-k E (one compare per score)
-      + the renormalisation 2k - 1 (k - 1 adds, k divides) with ``renorm``;
+      + the renormalisation 2k - 1 (k - 1 adds, k divides) with ``renorm`` + E with ``score_bias`` (ERNIE's
+      correction bias added for the choice);
     * "topk_softmax" (GPT-OSS): top-k E + softmax over the k chosen 4k;
     * "sigmoid_group" (DeepSeek-V3): sigmoid 3E (negate, +1, divide) + E with ``score_bias`` (the correction
       bias added for the choice) + with ``n_group`` > 1 the group scores (E compares for each group's top-2,
@@ -81,7 +82,7 @@ def routing(tokens: int, n_experts: int, k: int, *, kind: str = "softmax_topk", 
     _check_moe_kind(kind)
     T, E, k = tokens, n_experts, k
     if kind == "softmax_topk":
-        per = 4 * E + E + ((2 * k - 1) if renorm else 0)
+        per = 4 * E + E + ((2 * k - 1) if renorm else 0) + (E if score_bias else 0)
     elif kind == "topk_softmax":
         per = E + 4 * k
     else:
