@@ -201,6 +201,9 @@ def _convert(ws, name: str, t: torch.Tensor, dtype, device) -> torch.Tensor:
     """A float tensor in the file's layout -> ours: a fused tensor's part, DeepSeek's rope order, [in, out]."""
     if ws.part and ws.part[0] == "interleave":   # GPT-OSS's gate_up: gate = [..., 0::2], up = [..., 1::2]
         t = t[..., ws.part[1]::2]
+    elif ws.part and ws.part[0] == "halves":     # Llama-4's gate_up: gate = [..., :I], up = [..., I:]
+        half = t.shape[-1] // 2
+        t = t[..., ws.part[1] * half: (ws.part[1] + 1) * half]
     elif ws.part:                    # one slice of a fused tensor along its outputs (HF rows)
         i, sizes = ws.part
         t = t[sum(sizes[:i]): sum(sizes[: i + 1])]

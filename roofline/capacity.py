@@ -11,7 +11,8 @@ from ``roofline.layer``'s op list:
   module's format (``roofline.precision``: the checkpoint's, or a flag's; scales included), the embedding,
   norms and biases in the activation dtype; a tied lm_head is the embedding (once);
 * KV cache: ``batch`` sequences of ``context`` tokens, each layer's capped at its window
-  (``formulas.kv_cache_bytes``: a ring buffer holds at most the window), as a server with a sliding-window
+  (``formulas.kv_cache_bytes``: a ring buffer holds at most the window) or, chunked (Llama-4), at its chunk
+  (the current chunk's keys, at their peak min(context, chunk)), as a server with a sliding-window
   cache allocates it. ``windowed_kv=False`` counts every layer at the full context: what our own model
   (``kernels.model``, which has no ring buffer) allocates, so ``latency`` and ``serve`` check that;
 * activations: the largest live set of one layer's step, NB: an estimate: the residual stream, the
@@ -142,8 +143,9 @@ def kv_bytes(cfg: ModelConfig, batch: int, context: int, tp: int = 1, *, kv_dtyp
         return batch * F.mla_cache_bytes(context, cfg.n_layers, cfg.kv_lora_rank, cfg.qk_rope_dim, kv_dtype=kv_dtype)
     sh = shard(cfg, tp)
     return batch * sum(F.kv_cache_bytes(context, 1, sh.n_kv_heads, cfg.head_dim, kv_dtype=kv_dtype,
-                                        kv_scales=kv_scales, window=(w or None) if windowed else None)
-                       for w in cfg.windows)
+                                        kv_scales=kv_scales, window=(w or None) if windowed else None,
+                                        chunk=(c or None) if windowed else None)   # chunked: its peak, min(S, C)
+                       for w, c in zip(cfg.windows, cfg.chunks))
 
 
 def activation_bytes(cfg: ModelConfig, batch: int, new_tokens: int, tp: int = 1, *, act_dtype="bf16") -> float:
@@ -188,7 +190,7 @@ def capacity(cfg: ModelConfig, device, batch: int, context: int, *, tp: int = 1,
                 min_tp, min_tp_batch = n, b
                 break
     return Capacity(cfg.name, getattr(device, "name", str(device)), mem, tp, batch, context, wb, kb, ab,
-                    max_batch, min_tp, min_tp_batch, ep, not windowed_kv and any(cfg.windows), weights_said)
+                    max_batch, min_tp, min_tp_batch, ep, not windowed_kv and any(cfg.windows + cfg.chunks), weights_said)
 
 
 def _max_batch(cfg, mem, context, tp, new_tokens, dt, ep=1) -> int:

@@ -22,7 +22,7 @@ rows per token), linear (``in_features`` -> ``out_features``, ``bias``), rope, k
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from .families import edit_ops, tensors
@@ -161,9 +161,12 @@ def _attention_ops(cfg: ModelConfig, sh: Shard) -> list:
     ops = []
 
     def proj(name, k, n, key, shard_w, hf, part=(), bias=False, bkey=None, bshard=None):
-        return _linear(name, "attention", k, n, key, hf if not part else part[0], shard_w, L, every, bias, bkey,
-                       (hf.replace(".weight", ".bias") if not part else part[0].replace(".weight", ".bias")),
-                       bshard, part[1:] if part else (), "attention")
+        op = _linear(name, "attention", k, n, key, hf if not part else part[0], shard_w, L, every, bias, bkey,
+                     (hf.replace(".weight", ".bias") if not part else part[0].replace(".weight", ".bias")),
+                     bshard, part[1:] if part else (), "attention")
+        if cfg.rope_interleave and key in ("wq", "wk"):   # Llama-4: rotary pairs interleaved: loaded as halves
+            op = replace(op, weights=(replace(op.weights[0], rope=(D, 0, D)),) + op.weights[1:])
+        return op
 
     qkv = "self_attn.qkv_proj.weight"
     sizes = (cfg.q_dim, cfg.kv_dim, cfg.kv_dim)
@@ -184,21 +187,31 @@ def _attention_ops(cfg: ModelConfig, sh: Shard) -> list:
     if roped:
         ops.append(OpSpec("rope", "rope", "layer", "attention", len(roped), (), {   # partial rotary: its dims only
             "n_heads": Hq, "n_kv_heads": Hkv, "head_dim": cfg.rotary_dim or D}, roped))
+    if cfg.qk_l2_norm and roped:      # Llama-4: x / rms(x) over each head's q and k after RoPE, no weight
+        ops.append(OpSpec("q_norm", "norm", "layer", "attention", len(roped), (), {"width": D, "rows": Hq}, roped,
+                          "norm"))
+        ops.append(OpSpec("k_norm", "norm", "layer", "attention", len(roped), (), {"width": D, "rows": Hkv}, roped,
+                          "norm"))
+    if cfg.attn_temperature and cfg.nope_layers:   # Llama-4: NoPE layers' queries x a factor of their position
+        floor, scale = cfg.attn_temperature
+        ops.append(OpSpec("attn_temperature", "scale", "layer", "attention", len(cfg.nope_layers), (), {
+            "width": qd, "factor": 1.0, "floor_scale": floor, "attn_scale": scale}, cfg.nope_layers))   # per position
     ops.append(OpSpec("kv_append", "kv_append", "layer", "attention", L, (), {"n_kv_heads": Hkv, "head_dim": D},
                       every))
-    windows = cfg.windows
+    windows, chunks = cfg.windows, cfg.chunks
     sinks = (WeightSpec("sinks", (Hq,), "vector", "self_attn.sinks", "q_heads"),) if cfg.attn_sinks else ()
-    for name, want in (("attention", False), ("attention_sliding", True)):
-        idx = tuple(i for i in every if bool(windows[i]) == want)
+    kinds = tuple("sliding" if windows[i] else "chunked" if chunks[i] else "full" for i in every)
+    for name, want in (("attention", "full"), ("attention_sliding", "sliding"), ("attention_chunked", "chunked")):
+        idx = tuple(i for i in every if kinds[i] == want)
         if not idx:
             continue
-        if want and len(idx) == L:   # every layer slides (Mistral, Phi-3): one attention op, with its window
+        if len(idx) == L:   # every layer slides (Mistral, Phi-3) or is chunked: one attention op, with its window
             name = "attention"
         ops.append(OpSpec(name, "attention", "layer", "attention", len(idx), sinks,
                           {"n_heads": Hq, "n_kv_heads": Hkv, "head_dim": D, "window": windows[idx[0]],
-                           "softcap": cfg.attn_softcap, "scale": cfg.scale, "sinks": cfg.attn_sinks,
-                           "rope_theta": (cfg.rope_local_theta or cfg.rope_theta) if want else cfg.rope_theta},
-                          idx, "attention"))
+                           "chunk": chunks[idx[0]], "softcap": cfg.attn_softcap, "scale": cfg.scale,
+                           "sinks": cfg.attn_sinks, "rope_theta": (cfg.rope_local_theta or cfg.rope_theta)
+                           if want == "sliding" else cfg.rope_theta}, idx, "attention"))
     ops.append(proj("o_proj", qd, H, "wo", "q_rows", "self_attn.o_proj.weight", bias=cfg.o_bias, bkey="bo",
                     bshard="rank0"))
     return ops
@@ -243,18 +256,19 @@ def _mla_ops(cfg: ModelConfig, sh: Shard) -> list:
 def _dense_mlp_ops(cfg: ModelConfig, sh: Shard, layers: tuple, I: int) -> list:
     H, n = cfg.hidden, len(layers)
     fused = tensors(cfg.arch).fused_gate_up
+    pre = tensors(cfg.arch).mlp                  # mlp. (Llama-4: feed_forward.)
     gu = "mlp.gate_up_proj.weight"
     ops = []
     for name, key, k, m, sh_w, b in (("gate_proj", "w_gate", H, I, "i_cols", "b_gate"), ("up_proj", "w_up", H, I,
                                                                                        "i_cols", "b_up")):
         part = (gu, 0 if name == "gate_proj" else 1, (cfg.intermediate,) * 2) if fused else ()
-        hf = part[0] if part else f"mlp.{name}.weight"
+        hf = part[0] if part else f"{pre}{name}.weight"
         ops.append(_linear(name, "mlp", k, m, key, hf, sh_w, n, layers, cfg.mlp_bias, b,
                            hf.replace(".weight", ".bias"), sh_w, part[1:] if part else ()))
     act = "swiglu" if cfg.activation == "silu" else "geglu"
     ops.append(OpSpec(act, "activation", "layer", "mlp", n, (), {"width": I, "fn": cfg.activation}, layers))
-    ops.append(_linear("down_proj", "mlp", I, H, "w_down", "mlp.down_proj.weight", "i_rows", n, layers,
-                       cfg.mlp_bias, "b_down", "mlp.down_proj.bias", "rank0"))
+    ops.append(_linear("down_proj", "mlp", I, H, "w_down", f"{pre}down_proj.weight", "i_rows", n, layers,
+                       cfg.mlp_bias, "b_down", f"{pre}down_proj.bias", "rank0"))
     return ops
 
 
@@ -275,12 +289,13 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
         r_ws.append(WeightSpec("router_correction", (E,), "vector", names["correction"], "replicated"))
     ops = [OpSpec("router", "router", "layer", "mlp", n, tuple(r_ws),
                   {"n_experts": E, "k": k, "kind": cfg.router, "in_features": H, "renorm": cfg.norm_topk,
+                   "routed_input": cfg.routed_input,
                    "n_group": cfg.n_group, "topk_group": cfg.topk_group, "scale": cfg.routed_scale}, layers,
                   "router")]
     inter = layout.interleaved_gate_up     # gate = [..., 0::2], up = [..., 1::2] of gate_up_proj
-    e_ws = [WeightSpec("experts_gate", (E_rank, H, I), "experts", names["gate"], cols,
-                       ("interleave", 0) if inter else ()),
-            WeightSpec("experts_up", (E_rank, H, I), "experts", names["up"], cols, ("interleave", 1) if inter else ()),
+    fused = "interleave" if inter else "halves" if layout.halved_gate_up else ""   # Llama-4: [..., :I], [..., I:]
+    e_ws = [WeightSpec("experts_gate", (E_rank, H, I), "experts", names["gate"], cols, (fused, 0) if fused else ()),
+            WeightSpec("experts_up", (E_rank, H, I), "experts", names["up"], cols, (fused, 1) if fused else ()),
             WeightSpec("experts_down", (E_rank, I, H), "experts", names["down"], rows_)]
     if cfg.expert_bias:
         e_ws += [WeightSpec("experts_gate_bias", (E_rank, I), "expert_bias", names["gate_bias"], cols,

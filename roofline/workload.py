@@ -133,15 +133,16 @@ class Phase:
     @property
     def kv_cache_read_bytes(self) -> float:
         """Bytes of KV cache already present that the step reads, across all layers (one rank's, under tp): a
-        windowed layer reads at most its window."""
+        windowed layer reads at most its window, a chunked one the keys of its current chunk."""
         cached = self.context if self.phase == "decode" else self.cached_tokens
         m, sh = self.model, self._sizes
         if m.mla:        # the latent cache: one c_kv and one rope key per token, shared by every head
             return self.batch * F.mla_cache_bytes(cached, m.n_layers, m.kv_lora_rank, m.qk_rope_dim,
                                                   kv_dtype=self.dtypes.kv)
-        return self.batch * sum(F.kv_cache_bytes(cached, 1, sh.n_kv_heads, m.head_dim, kv_dtype=self.dtypes.kv,
-                                                 kv_scales=self.dtypes.kv_scales, window=w or None)
-                                for w in m.windows)
+        return self.batch * sum(F.kv_cache_bytes(F.chunk_keys(cached, c) if c else cached, 1, sh.n_kv_heads,
+                                                 m.head_dim, kv_dtype=self.dtypes.kv, kv_scales=self.dtypes.kv_scales,
+                                                 window=w or None)    # a chunked layer reads its current chunk
+                                for w, c in zip(m.windows, m.chunks))
 
     @property
     def weight_bytes(self) -> float:

@@ -89,6 +89,14 @@ _CONFIGS = {
                                        routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
                                        head_dim=32, partial_rotary_factor=0.5, attention_bias=True,
                                        use_qk_norm=True, rope_theta=10000.0)),
+    # Llama-4 (tests/test_hf_llama4.py; not in MODEL_TYPES: its experts run every token, see there): layers 0-1
+    # RoPE over chunks of CHUNK with the weightless qk-norm, layer 2 NoPE over everything with the query
+    # temperature (floor_scale 4: it moves from position 3 on); layer 0 a dense MLP of 96, layers 1-2 routed
+    # experts (4 of 32, top-2 sigmoid weights on the inputs) + a shared expert of 32
+    "llama4_text": ("Llama4TextConfig", dict(intermediate_size=32, intermediate_size_mlp=96, head_dim=16,
+                                             num_local_experts=4, num_experts_per_tok=2, moe_layers=[1, 2],
+                                             no_rope_layers=[1, 1, 0], attention_chunk_size=6, floor_scale=4,
+                                             attn_scale=0.5, use_qk_norm=True, rope_theta=10000.0)),
     "gpt_oss": ("GptOssConfig", dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16,
                                      sliding_window=WINDOW, attention_bias=True, swiglu_limit=7.0,
                                      layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
@@ -96,7 +104,7 @@ _CONFIGS = {
 
 # Which layers run experts (the others a dense MLP): what a reader of these configs must find.
 MOE_LAYERS = {"mixtral": (0, 1, 2), "qwen2_moe": (0, 2), "qwen3_moe": (0, 1, 2), "deepseek_v3": (1, 2),
-              "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2)}
+              "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2), "llama4_text": (1, 2)}
 
 LINEAR_STD, EMBED_STD, BIAS_STD = H.LINEAR_STD, H.EMBED_STD, H.BIAS_STD
 ROUTER_STD = 0.5     # router logits ~N(0, 4): decisive choices, top-k margins far above fp32 rounding

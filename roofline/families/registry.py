@@ -30,8 +30,6 @@ UNMODELLED = ("deepseek_v2", "dbrx", "jamba", "olmoe", "phimoe", "granitemoe", "
 # Served families (late 2026) refused for a named feature: the feature they lack here (their text model's type
 # and, for a multimodal wrapper, the wrapper's own).
 LACKING = {
-    "llama4": "chunked local attention (attention_chunk_size), NoPE layers (no_rope_layers) and MoE layers "
-              "interleaved with dense ones of another width (intermediate_size_mlp)",
     "qwen3_5": "gated DeltaNet linear-attention layers and gated attention (Qwen3.5)",
     "qwen3_5_moe": "gated DeltaNet linear-attention layers and gated attention (Qwen3.5)",
     "gemma4": "per-layer input embeddings, KV shared across layers and proportional partial RoPE (Gemma-4)",
@@ -55,6 +53,8 @@ class Tensors:
     # prefix), shared_gate. A name without "{e}" is one 3-D [E, in, out] tensor of every expert.
     moe: dict = field(default_factory=dict)
     interleaved_gate_up: bool = False  # the experts' gate = [..., 0::2], up = [..., 1::2] of one tensor (GPT-OSS)
+    halved_gate_up: bool = False       # the experts' gate = [..., :I], up = [..., I:] of one tensor (Llama-4)
+    mlp: str = "mlp."                  # a dense layer's MLP prefix: mlp.gate_proj.weight, ... (Llama-4: feed_forward.)
 
 
 LLAMA_TENSORS = Tensors()

@@ -39,7 +39,8 @@ from .norms import add_rmsnorm, rmsnorm  # noqa: F401
 from .pointwise import copy, elementwise, fill, geglu, reduction, residual_add, softmax, swiglu  # noqa: F401
 from .embeddings import embedding  # noqa: F401
 from .attention import (  # noqa: F401
-    causal_pairs, decode_attention, kv_append, kv_cache_bytes, prefill_attention, rope, window_pairs)
+    causal_pairs, chunk_keys, chunk_pairs, decode_attention, kv_append, kv_cache_bytes, prefill_attention, rope,
+    window_pairs)
 from .mla import mla_absorb_flops, mla_cache_bytes, mla_decode_attention, mla_prefill_attention  # noqa: F401
 from .moe import (  # noqa: F401
     MOE_ACTIVATION_FLOPS, MOE_ROUTING, expected_distinct_experts, moe_all_to_all_bytes, moe_expert_launches,
