@@ -118,8 +118,6 @@ def read_llama4_text(r: HFReader) -> None:
     rotates = _rotates(r, n)
     moe = _moe_layers(r, n)
     chunk, types = _chunked(r, rotates)
-    if r.d.get("sliding_window") is not None:
-        r.refuse("sliding_window", "is not a Llama-4 setting (its local attention is chunked: attention_chunk_size)")
     bias = r.flag("attention_bias")
     inter = r.size("intermediate_size")
     r.arch.update(qkv_bias=bias, o_bias=bias, nope_layers=tuple(i for i, rope in enumerate(rotates) if not rope),
