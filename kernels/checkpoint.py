@@ -188,8 +188,10 @@ def load_weights(cfg: ModelConfig, folder, dtype: torch.dtype, device, *, layers
     if cfg.tie_embeddings:
         w["lm_head"] = w["embed"].t()
         used.add("lm_head.weight")       # some tied checkpoints still write it
-    else:
-        w["lm_head"] = convert(edge["lm_head"], "lm_head.weight")
+    else:        # a causal LM's lm_head.weight, or one nested in a wrapper (Llama-4's language_model.lm_head.weight)
+        nested = prefix.removesuffix("model.") + "lm_head.weight"
+        w["lm_head"] = convert(edge["lm_head"], nested if nested in where and "lm_head.weight" not in where
+                               else "lm_head.weight")
     _refuse_extra(cfg, folder, where, used, prefix, set(range(cfg.n_layers) if layers is None else layers))
     info = describe(folder)
     if ql.notes:

@@ -306,3 +306,32 @@ def test_model_config_rules():
         ModelConfig("x", 64, 96, 2, 4, 2, 256, 512, attn_temperature=(0, 0.1))
     back = ModelConfig.from_dict(json.loads(json.dumps(TINY.to_dict())))
     assert back == TINY and math.isclose(back.scale, 0.25)
+
+
+def test_the_wrappers_checkpoint_runs_its_text_model(tmp_path):
+    """A tiny Llama4ForConditionalGeneration as save_pretrained writes it (the text model under language_model.,
+    its lm_head language_model.lm_head.weight, a vision tower we do not cost): text logits equal transformers'."""
+    import hf_tiny
+
+    text = dict(hidden_size=64, intermediate_size=32, intermediate_size_mlp=96, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, vocab_size=256, head_dim=16, num_local_experts=4,
+                interleave_moe_layer_step=2, no_rope_layer_interval=2, attention_chunk_size=4, floor_scale=2,
+                max_position_embeddings=64, rope_theta=10000.0)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14, vision_output_dim=32, projector_input_dim=32, projector_output_dim=32)
+    cfg = transformers.Llama4Config(text_config=text, vision_config=vision)
+    ids = hf_tiny.tokens(11)
+    with hf_tiny.one_thread(), torch.no_grad():
+        torch.manual_seed(0)
+        model = transformers.AutoModelForImageTextToText.from_config(cfg, attn_implementation="eager").float().eval()
+        hf_tiny._randomize(model, MT, 0)          # hf_tiny_moe's spreads the routers through the forward: text-only
+        g = torch.Generator().manual_seed(1)     # fails in the wrapper (below); decisive routers instead
+        for name, p in model.named_parameters():
+            if name.endswith("router.weight"):
+                p.copy_(torch.randn(p.shape, generator=g) * H.ROUTER_STD)
+        model.save_pretrained(tmp_path)
+        # the wrapper's own forward fails on text alone in 5.24 (its output lacks image_outputs): its language model
+        theirs = model.language_model(input_ids=torch.tensor([ids])).logits[0].double().numpy()
+    ours = LlamaModel(load_model(tmp_path), dtype="fp32", backend="torch", max_len=16)
+    assert ours.weights_info["weights"] == "checkpoint"
+    close(ours.forward_full(torch.tensor([ids])), theirs)
