@@ -247,8 +247,8 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
             isinstance(temp[0], bool) or not isinstance(temp[0], int) or temp[0] < 1)):
         raise RooflineError(f"{where}: attn_temperature must be (floor_scale, attn_scale), floor_scale a whole "
                             f"number of at least 1, or empty, but {show_value(temp)} was given.")
-    if temp:
-        object.__setattr__(m, "attn_temperature", (temp[0], float_field(where, "attn_temperature[1]", temp[1])))
+    object.__setattr__(m, "attn_temperature", (temp[0], float_field(where, "attn_temperature[1]", temp[1]))
+                       if temp else ())
     object.__setattr__(m, "layer_types", tuple(types))
     if m.router not in ROUTERS:
         raise RooflineError(f"{where}: router must be one of {', '.join(ROUTERS)}, but {show_value(m.router)} was given.")
