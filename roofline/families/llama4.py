@@ -12,7 +12,7 @@ the MLP under feed_forward. and the experts as two 3-D tensors (gate and up as h
 
 from __future__ import annotations
 
-from ..config_fields import bool_field, float_field, int_field
+from ..config_fields import float_field, int_field
 from ..errors import RooflineError
 from .llama import LLAMA_LIKE_KEYS, llama_like, sizes
 from .reader import HFReader, Keys
@@ -20,7 +20,8 @@ from .registry import Family, Tensors, register
 
 LLAMA4_TENSORS = Tensors(mlp="feed_forward.", halved_gate_up=True, moe=dict(
     router="feed_forward.router.weight", gate="feed_forward.experts.gate_up_proj",
-    up="feed_forward.experts.gate_up_proj", down="feed_forward.experts.down_proj", shared="feed_forward.shared_expert."))
+    up="feed_forward.experts.gate_up_proj", down="feed_forward.experts.down_proj",
+    shared="feed_forward.shared_expert."))
 
 # Llama4TextConfig (transformers 5.24, configuration_llama4.py); RoPE base 500,000 (its default_theta)
 LLAMA4_TEXT_KEYS = LLAMA_LIKE_KEYS + Keys({
@@ -34,7 +35,7 @@ LLAMA4_TEXT_KEYS = LLAMA_LIKE_KEYS + Keys({
 LLAMA4_VISION = ("boi_token_index", "eoi_token_index", "image_token_index")
 
 
-def _layer_list(r: HFReader, key: str, n: int, allowed, what: str) -> list | None:
+def _layer_list(r: HFReader, key: str, allowed, what: str) -> list | None:
     v = r.d.get(key)
     if v is None or v == []:             # transformers: empty or absent means derived (no_rope_layers: ``or``)
         return None
@@ -46,7 +47,7 @@ def _layer_list(r: HFReader, key: str, n: int, allowed, what: str) -> list | Non
 def _rotates(r: HFReader, n: int) -> list:
     """Per layer, whether it applies RoPE: no_rope_layers (1 RoPE, 0 NoPE; at least one per layer, as
     transformers indexes it), else every no_rope_layer_interval-th layer is NoPE."""
-    flags = _layer_list(r, "no_rope_layers", n, (0, 1), "1 (RoPE) or 0 (NoPE) per layer")
+    flags = _layer_list(r, "no_rope_layers", (0, 1), "1 (RoPE) or 0 (NoPE) per layer")
     if flags is None:
         every = r.count("no_rope_layer_interval", 4)
         return [(i + 1) % every != 0 for i in range(n)]
@@ -96,12 +97,8 @@ def _chunked(r: HFReader, rotates: list) -> tuple:
 def _temperature(r: HFReader, rotates: list) -> tuple:
     """(floor_scale, attn_scale) when attn_temperature_tuning is on (transformers tests its truth: published
     configs say 4) and there are NoPE layers, else ()."""
-    on = r.d.get("attn_temperature_tuning", True)
-    if isinstance(on, bool) or on is None:
-        on = bool_field(r.where, "attn_temperature_tuning", bool(on))
-    elif isinstance(on, (int, float)):
-        on = bool(on)
-    else:
+    on = r.get("attn_temperature_tuning", True)
+    if not isinstance(on, (bool, int, float)):
         r.refuse("attn_temperature_tuning", "is not modelled (true or false)")
     if not on or all(rotates):
         return ()
@@ -132,6 +129,7 @@ def read_llama4_text(r: HFReader) -> None:
             r.arch["intermediate"] = r.size("intermediate_size_mlp")
     else:
         r.arch["intermediate"] = r.size("intermediate_size_mlp")
+
 
 register(Family("llama4_text", read_llama4_text, tensors=LLAMA4_TENSORS, keys=LLAMA4_TEXT_KEYS, wrappers={
     "llama4": {"what": "Llama-4 Scout / Maverick, Llama4ForConditionalGeneration", "tie_word_embeddings": False,
