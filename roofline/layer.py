@@ -4,8 +4,8 @@
 (``roofline.parallel.shard``): the parts before the layers (embedding, its scale), the per-layer ops and
 the parts after (final norm, lm_head, the logits' softcap). Each ``OpSpec`` says its name, its kind
 (what formula costs it and what kernel runs it), its colour group in the reports, how many instances a
-step runs (layers with different attention windows are separate ops: ``attention`` and
-``attention_sliding``), its sizes, and the weights it reads (``WeightSpec``: our key, shape and layout,
+step runs (layers with different attention windows are separate ops: ``attention``,
+``attention_sliding`` and ``attention_chunked``), its sizes, and the weights it reads (``WeightSpec``: our key, shape and layout,
 the Hugging Face tensor it loads from, how it shards under --tp). The tensor names are Llama's unless the
 config's family says otherwise (``roofline.families`` ``Tensors``: fused projections, MoE names,
 interleaved experts); nothing here names a ``model_type``.
@@ -17,7 +17,7 @@ variants, the analysis's op counts and the reports' colours and legend order.
 
 Kinds: embedding, scale (an elementwise multiply), norm (RMSNorm over ``width`` features, ``rows``
 rows per token), linear (``in_features`` -> ``out_features``, ``bias``), rope, kv_append, attention
-(``window`` keys, 0 for full; ``softcap``), residual, activation (``fn`` silu or gelu_tanh), softcap.
+(``window`` keys, 0 for full; ``chunk`` positions, 0 for none; ``softcap``), residual, activation (``fn`` silu or gelu_tanh), softcap.
 """
 
 from __future__ import annotations
