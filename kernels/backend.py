@@ -59,15 +59,15 @@ def _torch_rope(q, k, cos, sin, pos):
 
 
 def _torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None, sm_scale=None, window=None, softcap=None,
-                  scales=None):
+                  scales=None, chunk=None):
     return DA.torch_decode(q, k_cache, v_cache, lengths, slots, max_len=max_len, sm_scale=sm_scale, window=window,
-                           softcap=softcap, scales=scales)
+                           softcap=softcap, scales=scales, chunk=chunk)
 
 
 def _torch_prefill(q, k_cache, v_cache, slots, cached=0, *, causal=True, sm_scale=None, window=None, softcap=None,
-                   scales=None):
+                   scales=None, chunk=None):
     return PA.sdpa(q, k_cache, v_cache, slots, cached, causal=causal, sm_scale=sm_scale, window=window,
-                   softcap=softcap, scales=scales)
+                   softcap=softcap, scales=scales, chunk=chunk)
 
 
 _OPS = {

@@ -166,7 +166,7 @@ def _mla_checks(ops, dev, rnd, nan, tri, quick):
 def _architecture_checks(ops, dev, rnd, nan, tri):
     """What other dense architectures add (issue 20): a linear's bias (Qwen2), GeGLU (Gemma), sliding-window
     attention (Mistral, Gemma-2/3) with and without a cached prefix and decode lengths on both sides of the
-    window, and Gemma-2's logit softcapping. Yields (name, out, ref, detail) like ``_kernel_checks``."""
+    window, Gemma-2's logit softcapping and Llama-4's chunked attention. Yields (name, out, ref, detail) like ``_kernel_checks``."""
     dbl = lambda *ts: [t.double() for t in ts]  # noqa: E731
     cfgs = lambda c: ", ".join(f"{k}={v}" for k, v in c.items()) if tri else ""  # noqa: E731
     for M, Nn, K, cfg in [(37, 70, 90, dict(block_m=16, block_n=32, block_k=16)), (3, 200, 300,
@@ -195,6 +195,18 @@ def _architecture_checks(ops, dev, rnd, nan, tri):
         o = ops.decode_attention(q, kc, vc, ln, slots, **kw, **(dict(cfg, out=nan(B, 4, 16)) if tri else {}))
         what = f" window={W}" + (f" softcap={cap}" if cap else "")
         yield f"decode_attn lens={lens}{what}", o, DA.reference(*dbl(q, kc, vc), ln, slots, **kw), cfgs(cfg)
+    # Llama-4's chunked local attention: prefill from a chunk's middle across chunk starts, decode on both sides
+    for B, n, p, C in [(2, 37, 0, 8), (1, 30, 13, 6)]:
+        kc, vc, q = rnd(3, 2, 80, 16), rnd(3, 2, 80, 16), rnd(B, n, 4, 16)
+        slots = torch.tensor([2, 0][:B], device=dev)
+        o = ops.prefill_attention(q, kc, vc, slots, p, chunk=C, **(dict(acfg, out=nan(B, n, 4, 16)) if tri else {}))
+        yield f"prefill_attn B={B} n={n} p={p} chunk={C}", o, PA.reference(*dbl(q, kc, vc), slots, p, chunk=C), \
+            cfgs(acfg)
+    lens, cfg = [3, 40, 17, 33], dict(block_n=16, splits=3)
+    kc, vc, q = rnd(4, 2, 64, 16), rnd(4, 2, 64, 16), rnd(4, 4, 16)
+    slots, ln = torch.tensor([3, 0, 1, 2], device=dev), torch.tensor(lens, device=dev)
+    o = ops.decode_attention(q, kc, vc, ln, slots, chunk=16, **(dict(cfg, out=nan(4, 4, 16)) if tri else {}))
+    yield f"decode_attn lens={lens} chunk=16", o, DA.reference(*dbl(q, kc, vc), ln, slots, chunk=16), cfgs(cfg)
 
 
 def _moe_checks(ops, dev, rnd, nan, tri, quick):
@@ -202,7 +214,7 @@ def _moe_checks(ops, dev, rnd, nan, tri, quick):
     compared per expert; a different expert set is inf), and the fused expert GEMM against the fp64 expert loop
     with uneven loads (expert 0 favoured), an expert with no tokens, T=1 and T=37, both activations, biases.
     Yields (name, out, ref, detail) like ``_kernel_checks``."""
-    for kind, kw in (("softmax_topk", {}), ("topk_softmax", {}),
+    for kind, kw in (("softmax_topk", {}), ("topk_softmax", {}), ("sigmoid_topk", {}),
                      ("sigmoid_group", dict(n_group=4, topk_group=2, scale=2.5, bias=rnd(16).float() * 0.2)),
                      ("softmax_topk", dict(bias=rnd(16).float() * 0.05))):          # ERNIE's correction bias
         logits = rnd(37, 16)

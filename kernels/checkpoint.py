@@ -189,8 +189,10 @@ def load_weights(cfg: ModelConfig, folder, dtype: torch.dtype, device, *, layers
     if cfg.tie_embeddings:
         w["lm_head"] = w["embed"].t()
         used.add("lm_head.weight")       # some tied checkpoints still write it
-    else:
-        w["lm_head"] = convert(edge["lm_head"], "lm_head.weight")
+    else:        # a causal LM's lm_head.weight, or one nested in a wrapper (Llama-4's language_model.lm_head.weight)
+        nested = prefix.removesuffix("model.") + "lm_head.weight"
+        w["lm_head"] = convert(edge["lm_head"], nested if nested in where and "lm_head.weight" not in where
+                               else "lm_head.weight")
     _refuse_extra(cfg, folder, where, used, prefix, set(range(cfg.n_layers) if layers is None else layers))
     info = describe(folder)
     if ql.notes:
@@ -206,7 +208,7 @@ def _convert(ws, name: str, t: torch.Tensor, dtype, device) -> torch.Tensor:
             t = t.transpose(1, 2)
     if ws.part and ws.part[0] == "interleave":   # GPT-OSS's gate_up: gate = [..., 0::2], up = [..., 1::2]
         t = t[..., ws.part[1]::2]
-    elif ws.part and ws.role == "experts":       # Qwen3-VL-MoE's gate_up [E, H, 2I]: gate = [..., :I], up = [..., I:]
+    elif ws.part and ws.role == "experts":       # Qwen3-VL-MoE's, Llama-4's gate_up [E, H, 2I]: gate = [..., :I], up = [..., I:]
         i, sizes = ws.part
         t = t[..., sum(sizes[:i]): sum(sizes[: i + 1])]
     elif ws.part:                    # one slice of a fused tensor along its outputs (HF rows)

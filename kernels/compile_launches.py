@@ -4,8 +4,9 @@ entry once per Llama-2-7B / Llama-3-8B combo).
 
 - norm: the fused residual + RMSNorm (``add_rmsnorm``), which the runners do not time alone;
 - attention: non-causal prefill, a chunk after 17 cached tokens (neither 1 nor a multiple of 16: another
-  specialisation), sliding windows and softcapping (``ATTENTION_FEATURES``: Mistral, Gemma-2), GPT-OSS's sinks
-  with and without a window (``SINK_WINDOWS``: the SINKS variants beside their no-sink twins);
+  specialisation), sliding windows and softcapping (``ATTENTION_FEATURES``: Mistral, Gemma-2), Llama-4's chunked
+  attention (``CHUNK``), GPT-OSS's sinks with and without a window (``SINK_WINDOWS``: the SINKS variants beside
+  their no-sink twins);
 - linear: a q_proj-shaped linear with a bias (BIAS on; int8 and int4 weights too in the 16-bit dtypes; mxfp4 and
   nvfp4 in bf16: ``kernels.linear_fp4``, ``FP4_DTYPES``);
 - activation: GeGLU (Gemma);
@@ -141,6 +142,7 @@ WINDOW, SOFTCAP = 4096, 50.0   # Mistral-7B's and Gemma-2's sliding window; Gemm
 # (window, softcap) beside the plain launch: Mistral (window), Gemma-2 local (both) and global (softcap) layers
 ATTENTION_FEATURES = ((WINDOW, None), (WINDOW, SOFTCAP), (None, SOFTCAP))
 SINK_WINDOWS = (None, WINDOW)  # GPT-OSS's full and sliding-window layers, with sinks
+CHUNK = 8192                   # Llama-4's attention_chunk_size: the CHUNK variants of both attention kernels
 
 
 def architecture_launches(rec, where, cfg, phase, batch, context, dt, target) -> None:
@@ -153,10 +155,13 @@ def architecture_launches(rec, where, cfg, phase, batch, context, dt, target) ->
 
 
 def attention_feature_launches(rec, where, cfg, phase, batch, context, dt) -> None:
-    """Attention with a sliding window and / or softcapping (``ATTENTION_FEATURES``) on ``cfg``'s heads."""
+    """Attention with a sliding window and / or softcapping (``ATTENTION_FEATURES``), and chunked (``CHUNK``), on
+    ``cfg``'s heads."""
     for window, softcap in ATTENTION_FEATURES:
         rec.context = dict(where, op=f"attention window={window} softcap={softcap}")
         attend_meta(cfg, phase, batch, context, dt, window=window, softcap=softcap)
+    rec.context = dict(where, op=f"attention chunk={CHUNK}")
+    attend_meta(cfg, phase, batch, context, dt, chunk=CHUNK)
 
 
 def bias_launches(rec, where, cfg, T, dt) -> None:
@@ -201,7 +206,7 @@ def sink_launches(rec, where, cfg, phase, batch, context, dt) -> None:
 
 def attend_meta(cfg, phase, batch, context, dt, **kw) -> None:
     """One prefill (``context`` new tokens) or decode (``context`` cached + 1) attention launch on ``cfg``'s heads,
-    on meta tensors, with the attention keywords ``kw`` (window, softcap, sinks)."""
+    on meta tensors, with the attention keywords ``kw`` (window, softcap, sinks, chunk)."""
     meta = torch.device("meta")
     Hq, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     slots = torch.arange(batch, device=meta)

@@ -19,6 +19,8 @@ fp32 (IEEE FMA dots) uses 32-key tiles and 8 warps: 64-key tiles with 4 warps sp
 Sliding window (``window`` W): the query at position len-1 sees keys max(0, len-W) .. len-1; the split
 count is sized for min(max_len, W) keys and each sequence's splits start at its own window's first key
 (no tile before it is read). Softcapping (``softcap`` c): s = c * tanh(s / c) before the softmax.
+Chunked local attention (``chunk`` C, Llama-4): the query at position len-1 sees keys ((len-1) // C) * C ..
+len-1; as a window, the splits are sized for min(max_len, C) keys and start at each sequence's chunk start.
 
 8-bit KV cache (int8 or fp8 caches with ``scales=(k_scale, v_scale)``, fp32 [n_slots, Hkv, L], written
 by ``kernels.kv_append``): as in prefill attention, tiles are read as 8-bit values and converted in
@@ -48,7 +50,7 @@ from ._common import (FLOAT_DTYPES, INTERPRET, cdiv, check_tensor, check_window,
                       slot_rows, take, tanh)
 from ._launch import launch
 from .kv_append import CACHE_DTYPES, dequantized
-from .prefill_attention import cache_scales, check_sinks, scale_strides
+from .prefill_attention import cache_scales, check_chunk, check_sinks, scale_strides
 
 
 @triton.jit
@@ -58,14 +60,16 @@ def _decode_split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, len_ptr, slot_ptr,
                          stride_mb, stride_mh, stride_ms, stride_lb, stride_lh,
                          BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                          UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, KV_QUANT: tl.constexpr,
-                         WINDOW: tl.constexpr, SOFTCAP: tl.constexpr):
+                         WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, CHUNK: tl.constexpr = False):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)
     seq_len = tl.load(len_ptr + b).to(tl.int32)
     slot = tl.load(slot_ptr + b).to(tl.int64)
     lo = sp * SPLIT_SIZE
-    if WINDOW:                                             # the splits cover only the window's keys
+    if CHUNK:                                              # the splits cover only the chunk's keys
+        lo += tl.maximum(seq_len - 1, 0) // win * win
+    elif WINDOW:                                           # the splits cover only the window's keys
         lo += tl.maximum(seq_len - win, 0)
     hi = tl.minimum(lo + SPLIT_SIZE, seq_len)
     offs_g = tl.arange(0, BLOCK_G)
@@ -177,7 +181,7 @@ def decode_config(batch: int, n_kv_heads: int, max_len: int, device="cpu", *, dt
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lengths: torch.Tensor,
                      slots: torch.Tensor, *, max_len: int | None = None, sm_scale: float | None = None,
                      window: int | None = None, softcap: float | None = None, out=None, scales=None, sinks=None,
-                     **config) -> torch.Tensor:
+                     chunk: int | None = None, **config) -> torch.Tensor:
     """o [B, Hq, D]: each query over its sequence's ``lengths[b]`` cached keys.
 
     ``max_len`` (the largest of ``lengths``, known to the caller) avoids a device sync. An 8-bit cache
@@ -185,7 +189,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     position lengths[b]-1) sees keys max(0, len-W) .. len-1, and the splits cover only those (min(max_len, W)
     keys split, each sequence's from its own first key). ``softcap`` c: scores c * tanh(s / c). ``sinks`` [Hq]
     (GPT-OSS; fp32, or q's dtype, upcast on load): each head's logit joins the softmax's denominator, once, in
-    the merge (``kernels.sinks``); None compiles the merge without it.
+    the merge (``kernels.sinks``); None compiles the merge without it. ``chunk`` C (not with a window): the query
+    sees its own chunk's keys, ((len-1) // C) * C .. len-1 (Llama-4).
     """
     # q: [B, Hq, D]   k_cache, v_cache: [S, Hkv, L, D]   lengths, slots: [B]   o: [B, Hq, D]
     check_tensor("q", q, (None, None, None), dtypes=FLOAT_DTYPES)
@@ -207,12 +212,14 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if max_len > L:
         raise ValueError(f"lengths up to {max_len} exceed the cache length {L}.")
     window, softcap = check_window(window, softcap)
+    chunk = check_chunk(chunk, window)
     check_sinks(sinks, HQ, q.device)
     out = torch.empty_like(q) if out is None else out
     check_tensor("out", out, (B, HQ, D), dtype=q.dtype)
     if B == 0 or max_len == 0:
         return out.zero_() if B else out                                 # no keys at all: zeros
     span = max_len if window is None else min(max_len, window)          # keys one query sees, at most
+    span = span if chunk is None else min(max_len, chunk)
     c = decode_config(B, HKV, span, q.device, dtype=q.dtype, kv_quant=bool(kind), **config)
     G = HQ // HKV
     BD = max(16, next_pow2(D))
@@ -226,12 +233,13 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     prec = "ieee" if (q.dtype == torch.float32 or INTERPRET) else "tf32"
     ks, vs = scales if kind else (k_cache, v_cache)
     launch(_decode_split_kernel, (B, HKV, c["splits"]),
-           q, k_cache, v_cache, ks, vs, lengths, slots, mid_o, mid_lse, G, D, c["split_size"], scale, window or 0,
+           q, k_cache, v_cache, ks, vs, lengths, slots, mid_o, mid_lse, G, D, c["split_size"], scale,
+           window or chunk or 0,
            cap_scale,
            q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
            *scale_strides(ks), mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
            BLOCK_G=max(16, next_pow2(G)), BLOCK_N=c["block_n"], BLOCK_D=BD, UPCAST=INTERPRET, DOT_PREC=prec,
-           KV_QUANT=bool(kind), WINDOW=window is not None, SOFTCAP=softcap is not None,
+           KV_QUANT=bool(kind), WINDOW=window is not None, SOFTCAP=softcap is not None, CHUNK=chunk is not None,
            num_warps=c["num_warps"], num_stages=c["num_stages"])
     launch(_decode_merge_kernel, (B, HQ), mid_o, mid_lse, mid_lse if sinks is None else sinks, out, HQ, D,
            c["splits"], mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
@@ -239,10 +247,11 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     return out
 
 
-def reference(q, k_cache, v_cache, lengths, slots, *, sm_scale=None, window=None, softcap=None, scales=None):
+def reference(q, k_cache, v_cache, lengths, slots, *, sm_scale=None, window=None, softcap=None, scales=None,
+              chunk=None):
     """Plain torch, one sequence at a time (ragged lengths; length 0 gives zeros), math in fp32 (fp64 for fp64);
     an 8-bit cache is dequantized (values x scales) first. ``window`` W: keys max(0, len-W) .. len-1;
-    ``softcap`` c: scores c * tanh(s / c)."""
+    ``chunk`` C: keys ((len-1) // C) * C .. len-1; ``softcap`` c: scores c * tanh(s / c)."""
     B, HQ, D = q.shape
     HKV = k_cache.shape[1]
     ct = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -253,6 +262,7 @@ def reference(q, k_cache, v_cache, lengths, slots, *, sm_scale=None, window=None
     for b in range(B):
         n, sl = int(lengths[b]), int(slots[b])
         k0 = max(0, n - window) if window is not None else 0
+        k0 = max(0, n - 1) // chunk * chunk if chunk is not None else k0
         k = dequantized(k_cache[sl, :, k0:n], None if ks is None else ks[sl, :, k0:n], ct)
         v = dequantized(v_cache[sl, :, k0:n], None if vs is None else vs[sl, :, k0:n], ct)
         k = k.repeat_interleave(HQ // HKV, dim=0)                                      # [Hq, n - k0, D]
@@ -264,7 +274,7 @@ def reference(q, k_cache, v_cache, lengths, slots, *, sm_scale=None, window=None
 
 
 def torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None, sm_scale=None, window=None, softcap=None,
-                 scales=None):
+                 scales=None, chunk=None):
     """The batched torch peer: grouped-query matmuls over the cache rows, masked to each length.
 
     No K/V copy: the cache rows are a view when ``slots`` are 0..B-1 (``slot_rows``), and the
@@ -273,22 +283,28 @@ def torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None, sm_scale=
     takes no per-sequence mask, and the math kernel it falls back to repeats K/V. An 8-bit cache
     is a dequantize reference (``prefill_attention.DEQUANT_NOTE``): its rows are dequantized first.
     A ``window`` W shorter than ``max_len`` gathers each sequence's last W rows (positions len-W ..
-    len-1, a copy) instead of reading all max_len; ``softcap`` caps the fp32 scores.
+    len-1, a copy) instead of reading all max_len; ``softcap`` caps the fp32 scores. A ``chunk`` C gathers
+    each sequence's chunk (positions from ((len-1) // C) * C, C rows, those past len masked) the same way.
     """
     B, HQ, D = q.shape
     HKV = k_cache.shape[1]
     S = max_len if max_len is not None else int(lengths.max())
     _, scales = cache_scales(k_cache, scales)
     window, softcap = check_window(window, softcap)
-    if window is not None and S > window:
-        pos = lengths[:, None] - window + torch.arange(window, device=q.device)[None, :]   # [B, W] absolute
-        idx = (slots[:, None], slice(None), pos.clamp(min=0))
-        k, v = take(k_cache, idx).transpose(1, 2), take(v_cache, idx).transpose(1, 2)      # [B, Hkv, W, D]
+    chunk = check_chunk(chunk, window)
+    span = window if window is not None else chunk
+    if span is not None and S > span:
+        if chunk is not None:   # [B, C] absolute: the chunk's rows, those not written yet masked
+            pos = ((lengths - 1).clamp(min=0) // chunk * chunk)[:, None] + torch.arange(chunk, device=q.device)[None, :]
+        else:                   # [B, W] absolute: the window's rows
+            pos = lengths[:, None] - window + torch.arange(window, device=q.device)[None, :]
+        keep = (pos >= 0) & (pos < lengths[:, None])
+        idx = (slots[:, None], slice(None), pos.clamp(min=0, max=k_cache.shape[2] - 1))
+        k, v = take(k_cache, idx).transpose(1, 2), take(v_cache, idx).transpose(1, 2)      # [B, Hkv, span, D]
         if scales is not None:
             k = dequantized(k, scales[0][idx].transpose(1, 2), q.dtype)
             v = dequantized(v, scales[1][idx].transpose(1, 2), q.dtype)
-        keep = pos >= 0
-        S = window
+        S = span
     else:
         k = slot_rows(k_cache, slots, S)                                             # [B, Hkv, S, D]
         v = slot_rows(v_cache, slots, S)
@@ -299,6 +315,8 @@ def torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None, sm_scale=
         keep = j < lengths[:, None]                                                  # [B, S]
         if window is not None:
             keep &= j >= lengths[:, None] - window
+        if chunk is not None:
+            keep &= j >= ((lengths - 1).clamp(min=0) // chunk * chunk)[:, None]
     qg = q.view(B, HKV, HQ // HKV, D)                                                # [B, Hkv, G, D]
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
     s = (qg @ k.transpose(-1, -2)).float() * scale                                   # [B, Hkv, G, S]
@@ -309,8 +327,8 @@ def torch_decode(q, k_cache, v_cache, lengths, slots, *, max_len=None, sm_scale=
 
 
 def cost(batch: int, kv_len: int, n_heads: int, n_kv_heads: int, head_dim: int, dtype="bf16", kv_dtype=None, *,
-         window: int | None = None):
+         window: int | None = None, chunk: int | None = None):
     """formulas.decode_attention (softcapping costs no FLOPs: a tanh, like the exp)."""
     d = dtype if isinstance(dtype, str) else dtype_name(dtype)
     return F.decode_attention(batch, kv_len, n_heads, n_kv_heads, head_dim, window=window, act_dtype=d,
-                              kv_dtype=kv_dtype or d)
+                              kv_dtype=kv_dtype or d, chunk=chunk)

@@ -59,11 +59,13 @@ def _linear(ops, x, w: dict, key: str, bias_key: str):
 
 
 def attention_options(cfg: ModelConfig, layer: int) -> dict:
-    """The keywords layer ``layer``'s attention kernels take beyond the defaults: its window, the softcap and
-    a score scale other than 1/sqrt(head_dim)."""
+    """The keywords layer ``layer``'s attention kernels take beyond the defaults: its window or chunk, the softcap
+    and a score scale other than 1/sqrt(head_dim)."""
     kw = {}
     if cfg.windows[layer]:
         kw["window"] = cfg.windows[layer]
+    if cfg.chunks[layer]:                                   # Llama-4's chunked local attention
+        kw["chunk"] = cfg.chunks[layer]
     if cfg.attn_softcap:
         kw["softcap"] = cfg.attn_softcap
     if cfg.query_scale:
@@ -106,6 +108,14 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     if cos is not None:                                                  # None: a NoPE layer (no RoPE)
         rd = cfg.rotary_dim                                              # partial rotary: the first rd dims
         ops.rope(q[..., :rd], k[..., :rd], cos, sin, pos) if rd and rd < D else ops.rope(q, k, cos, sin, pos)
+        if cfg.qk_l2_norm:                                               # Llama-4: x / rms(x) per head, no weight
+            one = torch.ones(D, dtype=q.dtype, device=q.device)
+            q = ops.rmsnorm(q.reshape(T * cfg.n_heads, D), one, eps).view(T, cfg.n_heads, D)
+            k = ops.rmsnorm(k.reshape(T * cfg.n_kv_heads, D), one, eps).view(T, cfg.n_kv_heads, D)
+    elif cfg.attn_temperature:                                           # Llama-4's NoPE layers: q x a factor of pos
+        floor, scale = cfg.attn_temperature
+        t = torch.log1p(torch.floor((pos.float() + 1.0) / floor)) * scale + 1.0
+        q = (q * t[:, None, None]).to(q.dtype)
     if kv_scales is None:
         ops.kv_append(k, v, k_cache, v_cache, tok_slot, pos)
         o = attend(q, k_cache, v_cache, **akw)                           # o: [T, Hq, D]
@@ -149,10 +159,20 @@ def route(ops, cfg: ModelConfig, w: dict, h):
 
 
 def moe_mlp(ops, cfg: ModelConfig, w: dict, h):
-    """Routed experts (one grouped GEMM, ``ops.moe_experts``) plus the shared expert(s) every token runs."""
+    """Routed experts (one grouped GEMM, ``ops.moe_experts``) plus the shared expert(s) every token runs.
+    ``routed_input`` (Llama-4): each of a token's k rows is its input times its routing weight (in the activation
+    dtype), run through its expert with weight 1, and the k outputs summed."""
     weights, ids = route(ops, cfg, w, h)
-    y = ops.moe_experts(h, w["experts_gate"], w["experts_up"], w["experts_down"], weights, ids, activation=cfg.expert_activation, b_gate=w.get("experts_gate_bias"),
+    T, k = ids.shape
+    if cfg.routed_input:
+        h_in = (h[:, None, :] * weights.to(h.dtype)[..., None]).reshape(T * k, -1)
+        weights, ids = torch.ones(T * k, 1, dtype=torch.float32, device=h.device), ids.reshape(T * k, 1)
+    else:
+        h_in = h
+    y = ops.moe_experts(h_in, w["experts_gate"], w["experts_up"], w["experts_down"], weights, ids, activation=cfg.expert_activation, b_gate=w.get("experts_gate_bias"),
                         b_up=w.get("experts_up_bias"), b_down=w.get("experts_down_bias"))
+    if cfg.routed_input and k > 1:
+        y = y.view(T, k, -1).sum(dim=1)
     if "ws_gate" in w:
         s = ops.swiglu(ops.linear(h, w["ws_gate"]), ops.linear(h, w["ws_up"]))
         s = ops.linear(s, w["ws_down"])

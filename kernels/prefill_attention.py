@@ -27,6 +27,10 @@ diagonal band (two loops, not three: a third spilled on sm_80). Rows start from 
 (-1e30), so a row that sees no key of its first tile gets p = 0, not NaN. Softcapping (``softcap`` c,
 Gemma-2): s = c * tanh(s / c) on the scaled scores (``_common.tanh``), before the mask and the softmax.
 
+Chunked local attention (``chunk`` C, Llama-4): query i sees keys (i // C) * C <= j <= i. It runs as the window
+does (the ``WINDOW`` loops, ``CHUNK`` on): a query tile starts at its first query's chunk start, the keys from
+its last query's chunk start on run unmasked below the diagonal, the rest masked to each query's chunk.
+
 8-bit KV cache (int8 or fp8 caches with ``scales=(k_scale, v_scale)``, fp32 [n_slots, Hkv, L], written
 by ``kernels.kv_append``): K and V tiles are loaded as 8-bit values (1 byte per element from DRAM)
 and converted to q's dtype in registers (exact), and their per-token scales are applied where they
@@ -63,7 +67,7 @@ from .quant import kv_dtype_of
 def _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, lo, hi, kv_hi, gap_at, gap, qpos0,
                stride_kn, stride_sn, D, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, UPCAST: tl.constexpr,
                DOT_PREC: tl.constexpr, KV_QUANT: tl.constexpr, qk_scale, WINDOW: tl.constexpr, win,
-               SOFTCAP: tl.constexpr, cap_scale):
+               SOFTCAP: tl.constexpr, cap_scale, CHUNK: tl.constexpr = False):
     """Key tiles lo, lo + BLOCK_N, ... < hi (keys < kv_hi). WINDOW: masked to the window too, and tiles from
     ``gap_at`` on are shifted up by ``gap`` keys (the window's lower edge and the diagonal band in one loop)."""
     dmask = offs_d < D
@@ -87,7 +91,10 @@ def _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_
         if MASKED:
             keep = ((qpos0 + offs_m)[:, None] >= offs_n[None, :]) & kv_mask[None, :]
             if WINDOW:
-                keep = keep & ((qpos0 + offs_m)[:, None] - win < offs_n[None, :])
+                if CHUNK:                                 # keys of the query's own chunk (win: the chunk)
+                    keep = keep & (((qpos0 + offs_m) // win * win)[:, None] <= offs_n[None, :])
+                else:
+                    keep = keep & ((qpos0 + offs_m)[:, None] - win < offs_n[None, :])
             s = tl.where(keep, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         p = tl.math.exp2(s - m_new[:, None])
@@ -116,7 +123,7 @@ def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, sink_ptr, o_ptr, s
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                          CAUSAL: tl.constexpr, HEAVY_FIRST: tl.constexpr, UPCAST: tl.constexpr,
                          DOT_PREC: tl.constexpr, KV_QUANT: tl.constexpr, WINDOW: tl.constexpr,
-                         SOFTCAP: tl.constexpr, SINKS: tl.constexpr):
+                         SOFTCAP: tl.constexpr, SINKS: tl.constexpr, CHUNK: tl.constexpr = False):
     pid = tl.program_id(0)
     pid_bh = pid % BH                                       # (batch, head) fastest
     pid_m = pid // BH
@@ -156,8 +163,12 @@ def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, sink_ptr, o_ptr, s
         hi = tl.minimum(q_first + BLOCK_M, P + N_NEW)
         diag_lo = (q_first // BLOCK_N) * BLOCK_N
         if WINDOW:
-            lo = (tl.maximum(q_first - win + 1, 0) // BLOCK_N) * BLOCK_N
-            full_lo = tl.cdiv(tl.maximum(hi - win, 0), BLOCK_N) * BLOCK_N     # seen by the tile's last query
+            if CHUNK:       # from the first query's chunk start; every query sees from the last one's chunk start
+                lo = (q_first // win * win // BLOCK_N) * BLOCK_N
+                full_lo = tl.cdiv((hi - 1) // win * win, BLOCK_N) * BLOCK_N
+            else:
+                lo = (tl.maximum(q_first - win + 1, 0) // BLOCK_N) * BLOCK_N
+                full_lo = tl.cdiv(tl.maximum(hi - win, 0), BLOCK_N) * BLOCK_N     # seen by the tile's last query
             mid = tl.maximum(lo, tl.minimum(full_lo, diag_lo))
             diag_lo = tl.maximum(mid, diag_lo)
             acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, mid,
@@ -165,7 +176,7 @@ def _prefill_attn_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, sink_ptr, o_ptr, s
                                        KV_QUANT, qk_scale, False, win, SOFTCAP, cap_scale)
             acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, lo,
                                        mid + hi - diag_lo, hi, mid, diag_lo - mid, P, stride_kn, stride_sn, D, BLOCK_N, True,
-                                       UPCAST, DOT_PREC, KV_QUANT, qk_scale, True, win, SOFTCAP, cap_scale)
+                                       UPCAST, DOT_PREC, KV_QUANT, qk_scale, True, win, SOFTCAP, cap_scale, CHUNK)
         else:
             acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, k_base, v_base, ks_base, vs_base, offs_m, offs_d, 0,
                                        diag_lo, diag_lo, 0, 0, P, stride_kn, stride_sn, D, BLOCK_N, False, UPCAST, DOT_PREC,
@@ -210,7 +221,7 @@ def attention_config(n_new: int, head_dim: int, dtype=torch.bfloat16, *, block_m
 
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
                       cached: int = 0, *, causal: bool = True, sm_scale: float | None = None, window: int | None = None,
-                      softcap: float | None = None, out=None, scales=None, sinks=None,
+                      softcap: float | None = None, out=None, scales=None, sinks=None, chunk: int | None = None,
                       **config) -> torch.Tensor:
     """o [B, n, Hq, D] for new queries at positions cached..cached+n-1 over cache rows ``slots``; an 8-bit
     cache (int8 / fp8) comes with ``scales=(k_scale, v_scale)`` [S, Hkv, L] fp32.
@@ -218,7 +229,8 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     ``window`` W (causal only): query i sees keys i-W < j <= i (transformers' sliding window); key tiles
     below every query's window are skipped. ``softcap`` c (Gemma-2): scores s = c * tanh(s / c) before the
     softmax (s already times ``sm_scale``). ``sinks`` [Hq] (GPT-OSS; fp32, or q's dtype, upcast on load): each
-    head's logit joins every softmax denominator (``kernels.sinks``); None compiles the kernel without it."""
+    head's logit joins every softmax denominator (``kernels.sinks``); None compiles the kernel without it.
+    ``chunk`` C (causal only, not with a window): query i sees keys (i // C) * C <= j <= i (Llama-4)."""
     # q: [B, n, Hq, D]   k_cache, v_cache: [S, Hkv, L, D] (any strides but D contiguous)   slots: [B]
     check_tensor("q", q, (None, None, None, None), dtypes=FLOAT_DTYPES)
     B, n, HQ, D = q.shape
@@ -236,6 +248,7 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     if cached < 0 or cached + n > L:
         raise ValueError(f"positions {cached}..{cached + n - 1} do not fit the cache length {L}.")
     window, softcap = check_window(window, softcap)
+    chunk = check_chunk(chunk, window, causal)
     if window is not None and not causal:
         raise ValueError("a sliding window needs causal attention: pass causal=True, or window=None.")
     check_sinks(sinks, HQ, q.device)
@@ -254,12 +267,12 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     ks, vs = scales if kind else (k_cache, v_cache)
     sk = q if sinks is None else sinks                                          # unused without sinks
     launch(_prefill_attn_kernel, grid, q, k_cache, v_cache, ks, vs, sk, out, slots, n, int(cached), HQ, B * HQ,
-           HQ // HKV, D, scale, window or 0, cap_scale, q.stride(0), q.stride(1), q.stride(2), out.stride(0),
+           HQ // HKV, D, scale, window or chunk or 0, cap_scale, q.stride(0), q.stride(1), q.stride(2), out.stride(0),
            out.stride(1), out.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), *scale_strides(ks),
            BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], BLOCK_D=max(16, next_pow2(D)),
            CAUSAL=causal, HEAVY_FIRST=causal, UPCAST=INTERPRET, DOT_PREC=prec, KV_QUANT=bool(kind),
-           WINDOW=window is not None, SOFTCAP=softcap is not None, SINKS=sinks is not None,
-           num_warps=c["num_warps"], num_stages=c["num_stages"])
+           WINDOW=window is not None or chunk is not None, SOFTCAP=softcap is not None, SINKS=sinks is not None,
+           CHUNK=chunk is not None, num_warps=c["num_warps"], num_stages=c["num_stages"])
     return out
 
 
@@ -290,10 +303,24 @@ def check_sinks(sinks, n_heads: int, device) -> None:
         check_tensor("sinks", sinks, (n_heads,), dtypes=FLOAT_DTYPES, device=device)
 
 
-def visible(rows: torch.Tensor, S: int, window=None) -> torch.Tensor:
-    """[len(rows), S] bool: query at position rows[i] sees key j iff j <= rows[i] and rows[i] - window < j."""
+def check_chunk(chunk, window, causal: bool = True):
+    """``chunk`` as an int >= 1 or None; refused beside a window or without causal attention."""
+    if chunk is None:
+        return None
+    if isinstance(chunk, bool) or not hasattr(chunk, "__index__") or int(chunk) < 1:
+        raise ValueError(f"chunk must be a whole number of positions of at least 1 (or None), got {chunk!r}.")
+    if window is not None or not causal:
+        raise ValueError("chunked attention is causal and has no window: pass causal=True and window=None.")
+    return int(chunk)
+
+
+def visible(rows: torch.Tensor, S: int, window=None, chunk=None) -> torch.Tensor:
+    """[len(rows), S] bool: query at position rows[i] sees key j iff j <= rows[i] and rows[i] - window < j
+    (``window``), or (rows[i] // chunk) * chunk <= j (``chunk``: its own chunk)."""
     j = torch.arange(S, device=rows.device)[None, :]
     keep = j <= rows[:, None]
+    if chunk is not None:
+        keep = keep & (j >= (rows // chunk * chunk)[:, None])
     return keep & (j > rows[:, None] - window) if window is not None else keep
 
 
@@ -303,9 +330,9 @@ def capped(s: torch.Tensor, softcap=None) -> torch.Tensor:
 
 
 def reference(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True, sm_scale=None, window=None,
-              softcap=None, scales=None):
+              softcap=None, scales=None, chunk=None):
     """Plain torch: softmax(cap(q k^T * scale) + mask) v, math in q's dtype (fp32 when q is lower); an 8-bit
-    cache is dequantized (values x scales) first. ``window``/``softcap``: as ``prefill_attention``."""
+    cache is dequantized (values x scales) first. ``window``/``softcap``/``chunk``: as ``prefill_attention``."""
     B, n, HQ, D = q.shape
     HKV = k_cache.shape[1]
     ct = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -319,12 +346,12 @@ def reference(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = Tru
     qq = q.to(ct).transpose(1, 2)                                                 # [B, Hq, n, D]
     s = capped(qq @ k.transpose(-1, -2) * (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)), softcap)
     if causal:
-        s = s.masked_fill(~visible(cached + torch.arange(n, device=q.device), S, window), float("-inf"))
+        s = s.masked_fill(~visible(cached + torch.arange(n, device=q.device), S, window, chunk), float("-inf"))
     return (s.softmax(-1) @ v).transpose(1, 2).to(q.dtype)                       # [B, n, Hq, D]
 
 
 def sdpa(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True, sm_scale=None, window=None,
-         softcap=None, scales=None):
+         softcap=None, scales=None, chunk=None):
     """The fast torch peer: F.scaled_dot_product_attention in the inputs' dtype (flash on a GPU).
 
     K/V are the cache rows themselves (a view when slots are 0..B-1) and GQA is SDPA's own
@@ -333,7 +360,8 @@ def sdpa(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True, sm
     with per-token scales, so the rows read are dequantized to q's dtype first. A ``window`` reads
     only the keys some query sees (from cached - W + 1) under a boolean mask (SDPA's memory-efficient
     or math kernel: flash takes no mask). ``softcap``: SDPA has no hook for it, so the scores are
-    computed by matmuls, capped, masked and softmaxed in fp32 (``_capped_sdpa``).
+    computed by matmuls, capped, masked and softmaxed in fp32 (``_capped_sdpa``). A ``chunk`` reads from the
+    first query's chunk start, under the boolean mask of each query's chunk.
     """
     B, n, HQ, D = q.shape
     HKV = k_cache.shape[1]
@@ -342,15 +370,18 @@ def sdpa(q, k_cache, v_cache, slots, cached: int = 0, *, causal: bool = True, sm
     window, softcap = check_window(window, softcap)
     if window is not None and not causal:
         raise ValueError("a sliding window needs causal attention: pass causal=True, or window=None.")
+    chunk = check_chunk(chunk, window, causal)
     k0 = max(0, cached - window + 1) if window is not None else 0   # keys below every window: unread
+    if chunk is not None:
+        k0 = cached // chunk * chunk                                 # keys before the first query's chunk: unread
     k, v = slot_rows(k_cache, slots, S)[:, :, k0:], slot_rows(v_cache, slots, S)[:, :, k0:]  # [B, Hkv, S-k0, D]
     if scales is not None:
         k = dequantized(k, slot_rows(scales[0], slots, S)[:, :, k0:], q.dtype)
         v = dequantized(v, slot_rows(scales[1], slots, S)[:, :, k0:], q.dtype)
     qq = q.transpose(1, 2)
     mask = None
-    if causal and (cached or window is not None):
-        mask = visible(cached + torch.arange(n, device=q.device), S, window)[:, k0:]
+    if causal and (cached or window is not None or chunk is not None):
+        mask = visible(cached + torch.arange(n, device=q.device), S, window, chunk)[:, k0:]
     if softcap is not None:
         return _capped_sdpa(qq, k, v, mask if causal else None, causal and mask is None, sm_scale, softcap)
     kw = dict(attn_mask=mask) if mask is not None else dict(is_causal=causal)
@@ -386,8 +417,8 @@ DEQUANT_NOTE = ("dequantize reference: the 8-bit K/V rows are dequantized to the
 
 
 def cost(batch: int, new_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, *, cached: int = 0,
-         causal: bool = True, window: int | None = None, dtype="bf16", kv_dtype=None):
+         causal: bool = True, window: int | None = None, dtype="bf16", kv_dtype=None, chunk: int | None = None):
     """formulas.prefill_attention (softcapping costs no FLOPs: a tanh, like the exp)."""
     d = dtype if isinstance(dtype, str) else dtype_name(dtype)
     return F.prefill_attention(batch, new_tokens, n_heads, n_kv_heads, head_dim, cached_tokens=cached,
-                               causal=causal, window=window, act_dtype=d, kv_dtype=kv_dtype or d)
+                               causal=causal, window=window, act_dtype=d, kv_dtype=kv_dtype or d, chunk=chunk)

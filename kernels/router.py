@@ -2,7 +2,7 @@
 
     weights, ids = route(logits, k, kind="softmax_topk")      # logits [T, E] -> [T, k] fp32, [T, k] int64
 
-Three kinds (``roofline.formulas.MOE_ROUTING``), each the same torch calls in the same order as the
+Four kinds (``roofline.formulas.MOE_ROUTING``), each the same torch calls in the same order as the
 model's router in transformers (so ties break the same way: ``torch.topk`` on the same values):
 
 * "softmax_topk" (Mixtral, Qwen2-MoE, Qwen3-MoE, ERNIE-4.5): probs = softmax(fp32 logits) over E, top-k of the
@@ -16,6 +16,8 @@ model's router in transformers (so ties break the same way: ``torch.topk`` on th
   of its two best biased scores, the ``topk_group`` best groups are kept, and the top-k is taken within them
   (``sorted=False``, as transformers). weights = the UN-biased scores of the chosen, divided by their sum
   (+ 1e-20) when ``renorm``, times ``scale`` (routed_scaling_factor).
+* "sigmoid_topk" (Llama-4): top-k of the logits (in their own dtype), weights = sigmoid(fp32 chosen logits),
+  not renormalised (the model applies them to the experts' inputs: ``ModelConfig.routed_input``).
 
 The router's gate GEMM (x @ W[H, E]) is an ordinary ``ops.linear``; this is the step after it. Torch only: a
 [T, E] selection is tiny next to the expert GEMMs (``cost``: ``roofline.formulas.routing``).
@@ -77,6 +79,9 @@ def route(logits: torch.Tensor, k: int, *, kind: str, renorm: bool = True, n_gro
     if kind == "topk_softmax":
         top, ids = torch.topk(logits, k, dim=-1)
         return torch.softmax(top.float(), dim=-1), ids
+    if kind == "sigmoid_topk":
+        top, ids = torch.topk(logits, k, dim=-1)
+        return top.float().sigmoid(), ids
     scores = logits.float().sigmoid()
     choice = scores if bias is None else scores + bias.float()
     if n_group > 1:
@@ -116,6 +121,9 @@ def reference(logits: torch.Tensor, k: int, *, kind: str, renorm: bool = True, n
             m = max(row[e] for e in top)
             ex = [torch.tensor(row[e] - m, dtype=torch.float64).exp().item() for e in top]
             w = [v / sum(ex) for v in ex]
+        elif kind == "sigmoid_topk":
+            top = sorted(range(E), key=lambda e: (-row[e], e))[:k]
+            w = [1.0 / (1.0 + torch.tensor(-row[e], dtype=torch.float64).exp().item()) for e in top]
         else:
             s = [1.0 / (1.0 + torch.tensor(-v, dtype=torch.float64).exp().item()) for v in row]
             c = [s[e] + bz[e] for e in range(E)]

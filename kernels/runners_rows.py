@@ -22,14 +22,19 @@ def embedding(ctx, spec):
 @runner("scale")
 def scale(ctx, spec):
     s_ = torch.tensor(spec.dims["factor"], dtype=ctx.dt, device=ctx.dev)
-    x = ctx.logits if spec.part == "post" else ctx.x            # the logits' scale, or the embedding's
+    # the logits' scale, Llama-4's query temperature (a factor per position: timed as one), or the embedding's
+    x = ctx.logits if spec.part == "post" else ctx.q if spec.group == "attention" else ctx.x
     return (lambda: x * s_), {}
 
 
 @runner("norm")
 def norm(ctx, spec):
-    K, eps, key = ctx.K, ctx.cfg.rms_eps, spec.weights[0].key
-    nw = ctx.w[key] if key in ctx.w else ctx.lw[key]
+    K, eps = ctx.K, ctx.cfg.rms_eps
+    if spec.weights:
+        key = spec.weights[0].key
+        nw = ctx.w[key] if key in ctx.w else ctx.lw[key]
+    else:                                                 # Llama-4's weightless qk-norm: x / rms(x)
+        nw = torch.ones(spec.dims["width"], dtype=ctx.dt, device=ctx.dev)
     if spec.part == "post":
         src = ctx.last
     elif spec.dims["rows"] > 1:                           # qk-norm: each head's D features (OLMo-2's: one row)

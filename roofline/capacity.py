@@ -11,7 +11,8 @@ from ``roofline.layer``'s op list:
   module's format (``roofline.precision``: the checkpoint's, or a flag's; scales included), the embedding,
   norms and biases in the activation dtype; a tied lm_head is the embedding (once);
 * KV cache: ``batch`` sequences of ``context`` tokens, each attention layer's capped at its window
-  (``formulas.kv_cache_bytes``: a ring buffer holds at most the window), as a server with a sliding-window
+  (``formulas.kv_cache_bytes``: a ring buffer holds at most the window) or, chunked (Llama-4), at its chunk
+  (the current chunk's keys, at their peak min(context, chunk)), as a server with a sliding-window
   cache allocates it. ``windowed_kv=False`` counts every layer at the full context: what our own model
   (``kernels.model``, which has no ring buffer) allocates, so ``latency`` and ``serve`` check that; Gated
   DeltaNet layers (Qwen3-Next, Qwen3.5) hold no KV but a state per sequence, constant in the context
@@ -143,9 +144,10 @@ def kv_bytes(cfg: ModelConfig, batch: int, context: int, tp: int = 1, *, kv_dtyp
     if cfg.mla:   # the latent cache, replicated on every rank (each rank's heads read all of it)
         return batch * F.mla_cache_bytes(context, cfg.n_layers, cfg.kv_lora_rank, cfg.qk_rope_dim, kv_dtype=kv_dtype)
     sh = shard(cfg, tp)
-    windows = cfg.windows
+    windows, chunks = cfg.windows, cfg.chunks
     return batch * (sum(F.kv_cache_bytes(context, 1, sh.n_kv_heads, cfg.head_dim, kv_dtype=kv_dtype,
-                                         kv_scales=kv_scales, window=(windows[i] or None) if windowed else None)
+                                         kv_scales=kv_scales, window=(windows[i] or None) if windowed else None,
+                                         chunk=(chunks[i] or None) if windowed else None)   # chunked: min(S, C)
                         for i in cfg.attention_layers) + state_bytes(cfg))
 
 
@@ -201,7 +203,7 @@ def capacity(cfg: ModelConfig, device, batch: int, context: int, *, tp: int = 1,
                 min_tp, min_tp_batch = n, b
                 break
     return Capacity(cfg.name, getattr(device, "name", str(device)), mem, tp, batch, context, wb, kb, ab,
-                    max_batch, min_tp, min_tp_batch, ep, not windowed_kv and any(cfg.windows), weights_said)
+                    max_batch, min_tp, min_tp_batch, ep, not windowed_kv and any(cfg.windows + cfg.chunks), weights_said)
 
 
 def _max_batch(cfg, mem, context, tp, new_tokens, dt, ep=1) -> int:

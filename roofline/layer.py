@@ -4,8 +4,8 @@
 (``roofline.parallel.shard``): the parts before the layers (embedding, its scale), the per-layer ops and
 the parts after (final norm, lm_head, the logits' softcap). Each ``OpSpec`` says its name, its kind
 (what formula costs it and what kernel runs it), its colour group in the reports, how many instances a
-step runs (layers with different attention windows are separate ops: ``attention`` and
-``attention_sliding``), its sizes, and the weights it reads (``WeightSpec``: our key, shape and layout,
+step runs (layers with different attention windows are separate ops: ``attention``,
+``attention_sliding`` and ``attention_chunked``), its sizes, and the weights it reads (``WeightSpec``: our key, shape and layout,
 the Hugging Face tensor it loads from, how it shards under --tp). The tensor names are Llama's unless the
 config's family says otherwise (``roofline.families`` ``Tensors``: fused projections, MoE names,
 interleaved experts); nothing here names a ``model_type``.
@@ -17,14 +17,14 @@ variants, the analysis's op counts and the reports' colours and legend order.
 
 Kinds: embedding, scale (an elementwise multiply), norm (RMSNorm over ``width`` features, ``rows``
 rows per token), linear (``in_features`` -> ``out_features``, ``bias``), rope, kv_append, attention
-(``window`` keys, 0 for full; ``softcap``), residual, activation (``fn`` silu or gelu_tanh), softcap; Gated
-DeltaNet's conv1d, delta_gates, gated_delta, gated_norm, and sigmoid_gate (the gated attention's output:
-``roofline.ops.deltanet``).
+(``window`` keys, 0 for full; ``chunk`` positions, 0 for none; ``softcap``), residual, activation (``fn`` silu or
+gelu_tanh), softcap; Gated DeltaNet's conv1d, delta_gates, gated_delta, gated_norm, and sigmoid_gate (the gated
+attention's output: ``roofline.ops.deltanet``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from .errors import RooflineError
@@ -196,21 +196,31 @@ def _attention_ops(cfg: ModelConfig, sh: Shard) -> list:
     if roped:
         ops.append(OpSpec("rope", "rope", "layer", "attention", len(roped), (), {   # partial rotary: its dims only
             "n_heads": Hq, "n_kv_heads": Hkv, "head_dim": cfg.rotary_dim or D}, roped))
+    if cfg.qk_l2_norm and roped:      # Llama-4: x / rms(x) over each head's q and k after RoPE, no weight
+        ops.append(OpSpec("q_norm", "norm", "layer", "attention", len(roped), (), {"width": D, "rows": Hq}, roped,
+                          "norm"))
+        ops.append(OpSpec("k_norm", "norm", "layer", "attention", len(roped), (), {"width": D, "rows": Hkv}, roped,
+                          "norm"))
+    if cfg.attn_temperature and cfg.nope_layers:   # Llama-4: NoPE layers' queries x a factor of their position
+        floor, scale = cfg.attn_temperature
+        ops.append(OpSpec("attn_temperature", "scale", "layer", "attention", len(cfg.nope_layers), (), {
+            "width": qd, "factor": 1.0, "floor_scale": floor, "attn_scale": scale}, cfg.nope_layers))   # per position
     ops.append(OpSpec("kv_append", "kv_append", "layer", "attention", L, (), {"n_kv_heads": Hkv, "head_dim": D},
                       every))
-    windows = cfg.windows
+    windows, chunks = cfg.windows, cfg.chunks
     sinks = (WeightSpec("sinks", (Hq,), "vector", "self_attn.sinks", "q_heads"),) if cfg.attn_sinks else ()
-    for name, want in (("attention", False), ("attention_sliding", True)):
-        idx = tuple(i for i in every if bool(windows[i]) == want)
+    kinds = tuple("sliding" if windows[i] else "chunked" if chunks[i] else "full" for i in every)
+    for name, want in (("attention", "full"), ("attention_sliding", "sliding"), ("attention_chunked", "chunked")):
+        idx = tuple(i for i in every if kinds[i] == want)
         if not idx:
             continue
-        if want and len(idx) == L:   # every layer slides (Mistral, Phi-3): one attention op, with its window
+        if len(idx) == L:   # every layer slides (Mistral, Phi-3) or is chunked: one attention op, with its window
             name = "attention"
         ops.append(OpSpec(name, "attention", "layer", "attention", len(idx), sinks,
                           {"n_heads": Hq, "n_kv_heads": Hkv, "head_dim": D, "window": windows[idx[0]],
-                           "softcap": cfg.attn_softcap, "scale": cfg.scale, "sinks": cfg.attn_sinks,
-                           "rope_theta": (cfg.rope_local_theta or cfg.rope_theta) if want else cfg.rope_theta},
-                          idx, "attention"))
+                           "chunk": chunks[idx[0]], "softcap": cfg.attn_softcap, "scale": cfg.scale,
+                           "sinks": cfg.attn_sinks, "rope_theta": (cfg.rope_local_theta or cfg.rope_theta)
+                           if want == "sliding" else cfg.rope_theta}, idx, "attention"))
     if cfg.attn_gate:
         ops.append(OpSpec("attn_output_gate", "sigmoid_gate", "layer", "attention", L, (), {"width": qd}, every))
     ops.append(proj("o_proj", qd, H, "wo", "q_rows", "self_attn.o_proj.weight", bias=cfg.o_bias, bkey="bo",
@@ -286,18 +296,19 @@ def _mla_ops(cfg: ModelConfig, sh: Shard) -> list:
 def _dense_mlp_ops(cfg: ModelConfig, sh: Shard, layers: tuple, I: int) -> list:
     H, n = cfg.hidden, len(layers)
     fused = tensors(cfg.arch).fused_gate_up
+    pre = tensors(cfg.arch).mlp                  # mlp. (Llama-4: feed_forward.)
     gu = "mlp.gate_up_proj.weight"
     ops = []
     for name, key, k, m, sh_w, b in (("gate_proj", "w_gate", H, I, "i_cols", "b_gate"), ("up_proj", "w_up", H, I,
                                                                                        "i_cols", "b_up")):
         part = (gu, 0 if name == "gate_proj" else 1, (cfg.intermediate,) * 2) if fused else ()
-        hf = part[0] if part else f"mlp.{name}.weight"
+        hf = part[0] if part else f"{pre}{name}.weight"
         ops.append(_linear(name, "mlp", k, m, key, hf, sh_w, n, layers, cfg.mlp_bias, b,
                            hf.replace(".weight", ".bias"), sh_w, part[1:] if part else ()))
     act = "swiglu" if cfg.activation == "silu" else "geglu"
     ops.append(OpSpec(act, "activation", "layer", "mlp", n, (), {"width": I, "fn": cfg.activation}, layers))
-    ops.append(_linear("down_proj", "mlp", I, H, "w_down", "mlp.down_proj.weight", "i_rows", n, layers,
-                       cfg.mlp_bias, "b_down", "mlp.down_proj.bias", "rank0"))
+    ops.append(_linear("down_proj", "mlp", I, H, "w_down", f"{pre}down_proj.weight", "i_rows", n, layers,
+                       cfg.mlp_bias, "b_down", f"{pre}down_proj.bias", "rank0"))
     return ops
 
 
@@ -318,6 +329,7 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
         r_ws.append(WeightSpec("router_correction", (E,), "vector", names["correction"], "replicated"))
     ops = [OpSpec("router", "router", "layer", "mlp", n, tuple(r_ws),
                   {"n_experts": E, "k": k, "kind": cfg.router, "in_features": H, "renorm": cfg.norm_topk,
+                   "routed_input": cfg.routed_input,
                    "n_group": cfg.n_group, "topk_group": cfg.topk_group, "scale": cfg.routed_scale}, layers,
                   "router")]
     inter = layout.interleaved_gate_up     # gate = [..., 0::2], up = [..., 1::2] of gate_up_proj

@@ -60,11 +60,16 @@ class ModelConfig:
     attn_softcap: float = 0.0      # scores -> c * tanh(scores / c) (Gemma-2); 0: none
     final_softcap: float = 0.0     # logits -> c * tanh(logits / c) (Gemma-2); 0: none
     sliding_window: int = 0        # keys a windowed layer's query sees (itself included); 0: no window
-    layer_types: tuple = ()        # per layer "full" or "sliding"; () with a window: every layer slides
+    layer_types: tuple = ()        # per layer "full", "sliding", "chunked" or "linear"; () with a window: every layer slides
+    attention_chunk: int = 0       # chunked local attention: a "chunked" layer's query sees only its own chunk's keys
+                                   # (positions cut into chunks of this many, causal within; Llama-4); 0: none
     rope_local_theta: float = 0.0  # plain RoPE base of the sliding layers (Gemma-3; OLMo-3: no YaRN); 0: the full's
     nope_layers: tuple = ()        # layers that apply no RoPE to q and k (NoPE: SmolLM3's every 4th)
     pre_norms: bool = True         # a norm before attention and before the MLP; False: only after them (OLMo-2)
     qk_norm_whole: bool = False    # qk-norm over the whole q / k projection, not each head's (OLMo-2)
+    qk_l2_norm: bool = False       # a weightless RMS norm over each head's q and k after RoPE, RoPE layers only (Llama-4)
+    attn_temperature: tuple = ()   # (floor_scale, attn_scale): NoPE layers' queries x 1 + attn_scale * log1p(floor((pos
+                                   # + 1) / floor_scale)) (Llama-4's attn_temperature_tuning); (): none
     rotary_dim: int = 0            # partial rotary: RoPE on each head's first rotary_dim dims (GLM-4.5's half); 0: all
     embed_multiplier: float = 0.0  # the embedding x this (Granite's embedding_multiplier); 0: none
     residual_multiplier: float = 0.0  # each residual adds the branch x this (Granite); 0: plain add
@@ -76,7 +81,9 @@ class ModelConfig:
     n_experts: int = 0             # routed experts per MoE layer
     n_active: int = 0              # experts each token is routed to (top-k)
     moe_intermediate: int = 0      # one routed expert's intermediate width
-    router: str = "softmax_topk"   # softmax_topk (Mixtral, Qwen), topk_softmax (GPT-OSS), sigmoid_group (DeepSeek)
+    router: str = "softmax_topk"   # softmax_topk (Mixtral, Qwen), topk_softmax (GPT-OSS), sigmoid_group (DeepSeek),
+                                   # sigmoid_topk (Llama-4: top-k of the logits, their sigmoids)
+    routed_input: bool = False     # the routing weight scales each expert's input, not its output (Llama-4)
     norm_topk: bool = True         # renormalise the k routing weights to sum to 1
     routed_scale: float = 1.0      # routing weights x this (DeepSeek's routed_scaling_factor)
     n_group: int = 1               # DeepSeek: expert groups, of which topk_group are kept per token
@@ -148,6 +155,15 @@ class ModelConfig:
         return tuple(i for i, t in enumerate(self.layer_types) if t == "linear")
 
     @property
+    def chunks(self) -> tuple:
+        """Each layer's attention chunk in positions (0: not chunked), from attention_chunk and layer_types."""
+        if not self.attention_chunk:
+            return (0,) * self.n_layers
+        if not self.layer_types:
+            return (self.attention_chunk,) * self.n_layers
+        return tuple(self.attention_chunk if t == "chunked" else 0 for t in self.layer_types)
+
+    @property
     def moe_layers(self) -> tuple:
         """The layer indices whose MLP is a mixture of experts (none for a dense model)."""
         if not self.n_experts:
@@ -187,6 +203,7 @@ class ModelConfig:
         d["dense_layers"] = list(self.dense_layers)
         d["nope_layers"] = list(self.nope_layers)
         d["rope_yarn"] = list(self.rope_yarn)
+        d["attn_temperature"] = list(self.attn_temperature)
         d["quantization"] = self.quantization.to_dict() if self.quantization else None
         return d
 
@@ -203,14 +220,14 @@ class ModelConfig:
             raise RooflineError(f"model description {d.get('name', '')!r} is missing the key {missing[0]!r} "
                                 f"(it needs {', '.join(required)}).")
         kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        for k in ("layer_types", "dense_layers", "nope_layers", "rope_yarn"):
+        for k in ("layer_types", "dense_layers", "nope_layers", "rope_yarn", "attn_temperature"):
             if isinstance(kw.get(k), list):
                 kw[k] = tuple(kw[k])
         return cls(**kw)
 
 
 ACTIVATIONS = ("silu", "gelu_tanh")
-ROUTERS = ("softmax_topk", "topk_softmax", "sigmoid_group")
+ROUTERS = ("softmax_topk", "topk_softmax", "sigmoid_group", "sigmoid_topk")
 
 
 def _check_arch(m: "ModelConfig", where: str) -> None:
@@ -220,7 +237,7 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
                             f"{show_value(m.activation)} was given.")
     for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "norm_offset", "sandwich_norms", "embed_scale",
                  "attn_sinks", "norm_topk", "router_bias", "router_correction", "expert_bias", "shared_gate",
-                 "rope_interleave", "pre_norms", "qk_norm_whole", "attn_gate"):
+                 "rope_interleave", "pre_norms", "qk_norm_whole", "attn_gate", "qk_l2_norm", "routed_input"):
         bool_field(where, name, getattr(m, name))
     for name in ("query_scale", "attn_softcap", "final_softcap", "rope_local_theta", "embed_multiplier",
                  "residual_multiplier", "logits_scaling"):
@@ -229,15 +246,29 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
             object.__setattr__(m, name, float_field(where, name, v, " (0 means none)"))
     object.__setattr__(m, "sliding_window", int_field(where, "sliding_window", m.sliding_window, 0,
                                                        " (0 means no window)"))
+    object.__setattr__(m, "attention_chunk", int_field(where, "attention_chunk", m.attention_chunk, 0,
+                                                        " (0 means no chunked attention)"))
     types = m.layer_types
-    if not isinstance(types, (list, tuple)) or any(t not in ("full", "sliding", "linear") for t in types):
-        raise RooflineError(f"{where}: layer_types must be a list of \"full\", \"sliding\" or \"linear\" per layer, "
-                            f"but {show_value(types)} was given.")
+    if not isinstance(types, (list, tuple)) or any(t not in ("full", "sliding", "chunked", "linear") for t in types):
+        raise RooflineError(f"{where}: layer_types must be a list of \"full\", \"sliding\", \"chunked\" or \"linear\" "
+                            f"per layer, but {show_value(types)} was given.")
     if types and len(types) != m.n_layers:
         raise RooflineError(f"{where}: layer_types has {len(types)} entries for {m.n_layers} layers: give one per "
                             "layer.")
     if "sliding" in types and not m.sliding_window:
         raise RooflineError(f"{where}: layer_types has sliding layers but sliding_window is 0: give the window.")
+    if "chunked" in types and not m.attention_chunk:
+        raise RooflineError(f"{where}: layer_types has chunked layers but attention_chunk is 0: give the chunk.")
+    if m.attention_chunk and m.sliding_window:
+        raise RooflineError(f"{where}: attention_chunk and sliding_window are both set: a model has one or the "
+                            "other (give 0 for the one it lacks).")
+    temp = m.attn_temperature
+    if not isinstance(temp, (list, tuple)) or len(temp) not in (0, 2) or (temp and (
+            isinstance(temp[0], bool) or not isinstance(temp[0], int) or temp[0] < 1)):
+        raise RooflineError(f"{where}: attn_temperature must be (floor_scale, attn_scale), floor_scale a whole "
+                            f"number of at least 1, or empty, but {show_value(temp)} was given.")
+    object.__setattr__(m, "attn_temperature", (temp[0], float_field(where, "attn_temperature[1]", temp[1]))
+                       if temp else ())
     object.__setattr__(m, "layer_types", tuple(types))
     _check_linear(m, where)
     if m.router not in ROUTERS:

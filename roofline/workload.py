@@ -133,16 +133,17 @@ class Phase:
     @property
     def kv_cache_read_bytes(self) -> float:
         """Bytes of KV cache already present that the step reads, across all layers (one rank's, under tp): a
-        windowed layer reads at most its window."""
+        windowed layer reads at most its window, a chunked one the keys of its current chunk."""
         cached = self.context if self.phase == "decode" else self.cached_tokens
         m, sh = self.model, self._sizes
         if m.mla:        # the latent cache: one c_kv and one rope key per token, shared by every head
             return self.batch * F.mla_cache_bytes(cached, m.n_layers, m.kv_lora_rank, m.qk_rope_dim,
                                                   kv_dtype=self.dtypes.kv)
-        windows = m.windows          # Gated DeltaNet layers read no KV: ``state_read_bytes``
-        return self.batch * sum(F.kv_cache_bytes(cached, 1, sh.n_kv_heads, m.head_dim, kv_dtype=self.dtypes.kv,
+        windows, chunks = m.windows, m.chunks    # Gated DeltaNet layers read no KV: ``state_read_bytes``
+        return self.batch * sum(F.kv_cache_bytes(F.chunk_keys(cached, chunks[i]) if chunks[i] else cached, 1,
+                                                 sh.n_kv_heads, m.head_dim, kv_dtype=self.dtypes.kv,
                                                  kv_scales=self.dtypes.kv_scales, window=windows[i] or None)
-                                for i in m.attention_layers)
+                                for i in m.attention_layers)   # a chunked layer reads its current chunk
 
     @property
     def state_read_bytes(self) -> float:

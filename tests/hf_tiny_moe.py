@@ -131,6 +131,14 @@ _CONFIGS = {
     "hy_v3": ("HYV3Config", dict(intermediate_size=96, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=3,
                                  num_shared_experts=1, router_scaling_factor=2.826, head_dim=16, attention_bias=True,
                                  mlp_layer_types=["sparse", "dense", "sparse"])),
+    # Llama-4 (tests/test_hf_llama4.py; not in MODEL_TYPES: its experts run every token, see there): layers 0-1
+    # RoPE over chunks of CHUNK with the weightless qk-norm, layer 2 NoPE over everything with the query
+    # temperature (floor_scale 4: it moves from position 3 on); layer 0 a dense MLP of 96, layers 1-2 routed
+    # experts (4 of 32, top-2 sigmoid weights on the inputs) + a shared expert of 32
+    "llama4_text": ("Llama4TextConfig", dict(intermediate_size=32, intermediate_size_mlp=96, head_dim=16,
+                                             num_local_experts=4, num_experts_per_tok=2, moe_layers=[1, 2],
+                                             no_rope_layers=[1, 1, 0], attention_chunk_size=6, floor_scale=4,
+                                             attn_scale=0.5, use_qk_norm=True, rope_theta=10000.0)),
     "gpt_oss": ("GptOssConfig", dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16,
                                      sliding_window=WINDOW, attention_bias=True, swiglu_limit=7.0,
                                      layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
@@ -148,7 +156,7 @@ _VISION = {"qwen3_vl_moe": dict(depth=1, hidden_size=32, intermediate_size=48, n
 # Which layers run experts (the others a dense MLP): what a reader of these configs must find.
 MOE_LAYERS = {"mixtral": (0, 1, 2), "qwen2_moe": (0, 2), "qwen3_moe": (0, 1, 2), "deepseek_v3": (1, 2),
               "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2), "minimax_m2": (0, 1, 2), "qwen3_vl_moe": (0, 1, 2),
-              "ernie4_5_moe": (0, 1), "hy_v3": (0, 2)}
+              "ernie4_5_moe": (0, 1), "hy_v3": (0, 2), "llama4_text": (1, 2)}
 
 LINEAR_STD, EMBED_STD, BIAS_STD = H.LINEAR_STD, H.EMBED_STD, H.BIAS_STD
 ROUTER_STD = 0.5     # router logits ~N(0, 4): decisive choices, top-k margins far above fp32 rounding

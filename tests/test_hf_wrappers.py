@@ -1,7 +1,7 @@
 """Aliases, multimodal wrappers and the 2026 probes (issue 31).
 
 - ``kimi_k2`` reads as ``deepseek_v3`` exactly (Kimi's deployment notes tell users to change model_type).
-- A multimodal wrapper (gemma3, mistral3, qwen3_vl, qwen3_vl_moe) is read as its text_config, with transformers'
+- A multimodal wrapper (gemma3, mistral3, qwen3_vl, qwen3_vl_moe, llama4) is read as its text_config, with transformers'
   defaults for what it leaves out and the wrapper's quantization; its parameter count is transformers' text model's
   (the wrapper built on the meta device: its language model and lm_head). The others are refused naming the feature.
 - A real 2026 field added to a supported config (gated attention, a Qwen3-MoE shared expert, DeepSeek-V3.2's
@@ -109,8 +109,8 @@ def _meta_text_params(cfg) -> int:
     transformers = pytest.importorskip("transformers")
     with torch.device("meta"):
         model = transformers.AutoModelForImageTextToText.from_config(cfg)
-    return sum(p.numel() for n, p in model.named_parameters()
-               if n.startswith("model.language_model.") or n.startswith("lm_head."))
+    return sum(p.numel() for n, p in model.named_parameters()     # Llama-4 nests a causal LM: language_model.
+               if n.startswith(("model.language_model.", "lm_head.", "language_model.")))
 
 
 SMALL = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
@@ -122,6 +122,9 @@ WRAPPERS = {
                                                              "mrope_interleaved": True}), "qwen3_vl_text"),
     "qwen3_vl_moe": ("Qwen3VLMoeConfig", dict(SMALL, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=48),
                      "qwen3_vl_moe_text"),
+    # Maverick's layout: every other layer routed (and a dense one of intermediate_size_mlp), NoPE every 4th
+    "llama4": ("Llama4Config", dict(SMALL, num_local_experts=8, intermediate_size_mlp=80, interleave_moe_layer_step=2,
+                                    attention_chunk_size=16), "llama4_text"),
 }
 
 
@@ -139,6 +142,12 @@ def test_a_wrapper_has_transformers_text_parameter_count(outer, diff, tmp_path):
     assert model_params(m) == _meta_text_params(cfg)
     if outer == "qwen3_vl_moe":
         assert (m.n_experts, m.n_active, m.norm_topk) == (8, 2, True)   # its router always renormalises
+    if outer == "llama4":       # transformers' defaults: top-1, NoPE every 4th layer, the RoPE layers chunked
+        assert (m.n_experts, m.n_active, m.moe_layers, m.dense_layers, m.intermediate, m.moe_intermediate) == (
+            8, 1, (1, 3), (0, 2), 80, 96)
+        assert (m.nope_layers, m.attention_chunk, m.chunks) == ((3,), 16, (16, 16, 16, 0))
+        assert (m.qk_l2_norm, m.attn_temperature, m.router, m.routed_input) == (True, (8192, 0.1), "sigmoid_topk",
+                                                                                 True)
 
 
 def test_a_wrapper_is_its_text_config_with_the_sizes_it_leaves_out(tmp_path):
@@ -150,7 +159,6 @@ def test_a_wrapper_is_its_text_config_with_the_sizes_it_leaves_out(tmp_path):
 
 
 @pytest.mark.parametrize("outer, says", [
-    ("llama4", "needs chunked local attention (attention_chunk_size), NoPE layers"),
     ("gemma3n", "needs per-layer input embeddings, KV shared across layers and AltUp"),
     ("gemma4", "needs per-layer input embeddings, KV shared across layers"),
     ("llava", "is a multimodal config (\"llava\" (a string)) whose text model is not read (wrappers read: "),

@@ -272,8 +272,14 @@ def test_variants_launch_window_softcap_bias_and_geglu():
     with recording(132) as rec:
         for phase in ("prefill", "decode"):
             CL.architecture_launches(rec, {}, cfg, phase, 2, 128, torch.bfloat16, V.TARGETS["sm_90"])
+    win_arg = {"_prefill_attn_kernel": 15, "_decode_split_kernel": 13}     # Llama-4's chunk, in the window's place
+    chunked = {(kernel_name(ln.kernel), ln.args[win_arg[kernel_name(ln.kernel)]]) for ln in rec.launches
+               if ln.constexprs.get("CHUNK")}
+    assert chunked == {("_prefill_attn_kernel", CL.CHUNK), ("_decode_split_kernel", CL.CHUNK)}
     for ln in rec.launches:
         c = ln.constexprs
+        if c.get("CHUNK"):
+            continue
         flags.setdefault(kernel_name(ln.kernel), set()).add(
             tuple(c.get(k) for k in ("WINDOW", "SOFTCAP", "BIAS") if k in c))
     assert flags["_prefill_attn_kernel"] == flags["_decode_split_kernel"] == {(True, False), (True, True),
@@ -281,5 +287,6 @@ def test_variants_launch_window_softcap_bias_and_geglu():
     assert flags["_linear_kernel"] == flags["_linear_int8_kernel"] == flags["_linear_int4_kernel"] == {(True,)}
     assert "_geglu_kernel" in flags
     # the window reaches the decode kernel as a runtime int and the splits cover min(129, 4096) keys
-    dec = [ln for ln in rec.launches if kernel_name(ln.kernel) == "_decode_split_kernel"]
+    dec = [ln for ln in rec.launches if kernel_name(ln.kernel) == "_decode_split_kernel"
+           and not ln.constexprs.get("CHUNK")]
     assert {ln.args[13] for ln in dec} == {4096, 0}

@@ -130,6 +130,7 @@ def read_hf_config(d: dict, p: Path, allow_unknown_fields: bool = False) -> dict
     values = check_sizes(raw, where, HF_NAMES, HF_HINTS)  # sizes first, so their errors come first
     int_field(where, "num_hidden_layers", d["num_hidden_layers"])
     fam.read(r)
+    values.update((k, r.arch.pop(k)) for k in tuple(r.arch) if k in values)   # a size the family reads (Llama-4's)
     values["rope_theta"] = (fam.rope or rope_with_yarn)(r)
     # named by _name_or_path, else by its folder (a config.json) or its own name (gemma-3-4b-it.json)
     name = top.get("_name_or_path") or (p.parent.name if p.name == "config.json" else p.stem) or mtype or "custom"

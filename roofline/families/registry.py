@@ -30,8 +30,6 @@ UNMODELLED = ("deepseek_v2", "dbrx", "jamba", "olmoe", "phimoe", "granitemoe")
 # Served families (late 2026) refused for a named feature: the feature they lack here (their text model's type
 # and, for a multimodal wrapper, the wrapper's own).
 LACKING = {
-    "llama4": "chunked local attention (attention_chunk_size), NoPE layers (no_rope_layers) and MoE layers "
-              "interleaved with dense ones of another width (intermediate_size_mlp)",
     "gemma4": "per-layer input embeddings, KV shared across layers and proportional partial RoPE (Gemma-4)",
     "gemma3n": "per-layer input embeddings, KV shared across layers and AltUp (Gemma-3n)",
 }
@@ -53,10 +51,11 @@ class Tensors:
     # Gated DeltaNet's input projections (linear_attn.<name>.weight): (name, the outputs it holds, in order, of
     # q, k, v, z, b, a); Qwen3-Next fuses them in two, Qwen3.5 keeps four
     deltanet: tuple = (("in_proj_qkvz", "qkvz"), ("in_proj_ba", "ba"))
-    halved_gate_up: bool = False       # the experts' gate = [..., :I], up = [..., I:] of one tensor (Qwen3-VL-MoE)
+    halved_gate_up: bool = False       # the experts' gate = [..., :I], up = [..., I:] of one tensor (Qwen3-VL-MoE, Llama-4)
     # its 3-D experts may also be stored [E, out, in] (transformers 5's own layout, what its save_pretrained writes):
     # read as transformers reads them, that shape first (Qwen3-VL-MoE)
     experts_out_in: bool = False
+    mlp: str = "mlp."                  # a dense layer's MLP prefix: mlp.gate_proj.weight, ... (Llama-4: feed_forward.)
 
 
 LLAMA_TENSORS = Tensors()

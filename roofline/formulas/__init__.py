@@ -41,7 +41,8 @@ from .norms import add_rmsnorm, rmsnorm  # noqa: F401
 from .pointwise import copy, elementwise, fill, geglu, reduction, residual_add, softmax, swiglu  # noqa: F401
 from .embeddings import embedding  # noqa: F401
 from .attention import (  # noqa: F401
-    causal_pairs, decode_attention, kv_append, kv_cache_bytes, prefill_attention, rope, window_pairs)
+    causal_pairs, chunk_keys, chunk_pairs, decode_attention, kv_append, kv_cache_bytes, prefill_attention, rope,
+    window_pairs)
 from .deltanet import (  # noqa: F401
     DELTA_CHUNK, STATE_DTYPE, causal_conv1d, conv_state_bytes, delta_chunks, delta_gates, delta_prefill_flops,
     delta_solve_flops, deltanet_state_bytes, gated_delta_decode, gated_delta_prefill, gated_rmsnorm,

@@ -1,5 +1,9 @@
 """Attention with a KV cache: rotary embedding, the cache append, prefill and decode attention (causal, sliding
-window, GQA), the (query, key) pair counts behind them and the bytes a cache occupies."""
+window, chunked local attention, GQA), the (query, key) pair counts behind them and the bytes a cache occupies.
+
+Chunked local attention (``chunk`` C, Llama-4's attention_chunk_size): positions are cut into chunks
+[0, C), [C, 2C), ...; a query sees the keys of its own chunk up to itself (j // C == i // C, j <= i). Unlike a
+window, what a query sees restarts at each chunk start: the query at position i sees i % C + 1 keys."""
 
 from __future__ import annotations
 
@@ -65,20 +69,47 @@ def window_pairs(new_tokens: int, cached_tokens: int = 0, window: int | None = N
     return fill * p + fill * fill / 2 + (n - fill) * w
 
 
-def _window(window) -> int:
+def chunk_pairs(new_tokens: int, cached_tokens: int = 0, chunk: int | None = None) -> float:
+    """(query, key) pairs of chunked local attention (``chunk`` C) by the halving convention of ``causal_pairs``.
+
+    The new queries p..p+n-1 split at the chunk starts into runs within one chunk; a run of m queries whose
+    chunk started s positions before it (s = p % C for the first run, 0 for the others) counts m*s + m^2/2
+    (``causal_pairs(m, s)``). ``chunk`` None: plain causal. Prefill of S from empty: (S // C) * C^2/2 + r^2/2
+    (r = S % C)."""
+    n, p = new_tokens, cached_tokens
+    if chunk is None:
+        return causal_pairs(n, p)
+    c = _window(chunk, "chunk")
+    pairs, pos, end = 0.0, p, p + n
+    while pos < end:
+        start = pos - pos % c                          # this run's chunk start
+        m = min(end, start + c) - pos
+        pairs += causal_pairs(m, pos - start)
+        pos += m
+    return pairs
+
+
+def chunk_keys(tokens: int, chunk: int) -> int:
+    """Keys of the current chunk before position ``tokens`` (what a chunked layer's query there reads from the
+    cache, besides itself): tokens % C."""
+    return tokens % _window(chunk, "chunk")
+
+
+def _window(window, name: str = "window") -> int:
     """``window`` as an int of at least 1, or a ValueError naming the rule."""
     try:
         w = operator.index(window)
     except TypeError:
         w = 0
     if isinstance(window, bool) or w < 1:
-        raise ValueError(f"window must be a whole number of keys of at least 1 (or None: no window), got {window!r}.")
+        raise ValueError(f"{name} must be a whole number of keys of at least 1 (or None: no {name}), got {window!r}.")
     return w
 
 
 def prefill_attention(batch: int, new_tokens: int, n_heads: int, n_kv_heads: int, head_dim: int, *,
                       cached_tokens: int = 0, causal: bool = True, window: int | None = None,
-                      act_dtype: str = "bf16", kv_dtype: str = "bf16", kv_scales: bool = True) -> Cost:
+                      act_dtype: str = "bf16", kv_dtype: str = "bf16", kv_scales: bool = True,
+                      chunk: int | None = None) -> Cost:
     """softmax(q k^T / sqrt(D)) v for ``new_tokens`` queries over the prefix and themselves.
 
     FLOPs = 4 * B * Hq * D * pairs (2 for q.k, 2 for p.v per pair); pairs =
@@ -88,16 +119,24 @@ def prefill_attention(batch: int, new_tokens: int, n_heads: int, n_kv_heads: int
     Bytes = q read and o written (activations, Hq heads) + K and V of all
     S_kv = prefix + new tokens read once per KV head from the cache (KV dtype): under
     GQA a KV tile is shared by the Hq/Hkv query heads of its group. Under a window only the
-    keys some query can see are read: S_kv = min(p + n, n + W - 1). An 8-bit cache adds its
+    keys some query can see are read: S_kv = min(p + n, n + W - 1). Under chunked attention (``chunk`` C)
+    the pairs are ``chunk_pairs`` and the keys read those from the first query's chunk start on:
+    S_kv = p % C + n. An 8-bit cache adds its
     scales (``kv_scale_bytes`` of the S_kv tokens), read with it. Logit softcapping
     (s = c * tanh(s / c)) adds NB: no FLOPs (a tanh, like the exp, is not counted).
     """
     s_kv = cached_tokens + new_tokens
+    if window is not None and chunk is not None:
+        raise ValueError("a layer has a sliding window or chunked attention, not both: pass one of them.")
+    if (window is not None or chunk is not None) and not causal:
+        raise ValueError("a sliding window or chunked attention needs causal attention: pass causal=True.")
     if window is not None:
-        if not causal:
-            raise ValueError("a sliding window needs causal attention: pass causal=True, or window=None.")
         s_kv = min(s_kv, new_tokens + _window(window) - 1)
-    pairs = window_pairs(new_tokens, cached_tokens, window) if causal else new_tokens * s_kv
+    if chunk is not None:
+        s_kv = chunk_keys(cached_tokens, chunk) + new_tokens
+        pairs = chunk_pairs(new_tokens, cached_tokens, chunk)
+    else:
+        pairs = window_pairs(new_tokens, cached_tokens, window) if causal else new_tokens * s_kv
     flops = 4 * batch * n_heads * head_dim * pairs
     q_o = 2 * batch * new_tokens * n_heads * head_dim * _b(act_dtype)
     kv = 2 * batch * s_kv * n_kv_heads * head_dim * _b(kv_dtype)
@@ -107,7 +146,7 @@ def prefill_attention(batch: int, new_tokens: int, n_heads: int, n_kv_heads: int
 
 def decode_attention(batch: int, kv_len: int, n_heads: int, n_kv_heads: int, head_dim: int, *,
                      window: int | None = None, act_dtype: str = "bf16", kv_dtype: str = "bf16",
-                     kv_scales: bool = True) -> Cost:
+                     kv_scales: bool = True, chunk: int | None = None) -> Cost:
     """One new query per sequence over ``kv_len`` cached keys (the new token's included).
 
     FLOPs = 4 * B * Hq * S_kv * D, no causal halving (one query sees every key).
@@ -115,10 +154,13 @@ def decode_attention(batch: int, kv_len: int, n_heads: int, n_kv_heads: int, hea
     and o written (activations). Intensity ~ Hq/Hkv FLOP per KV element: it does not grow
     with context, and batching does not share KV reads between sequences. An 8-bit cache adds
     its scales (``kv_scale_bytes`` of the B * S_kv tokens). Under a sliding ``window`` the query
-    sees S_kv = min(kv_len, W) keys (FLOPs and bytes both). Softcapping adds NB: no FLOPs (a tanh).
+    sees S_kv = min(kv_len, W) keys (FLOPs and bytes both); under chunked attention (``chunk`` C) the keys of
+    its own chunk, S_kv = (kv_len - 1) % C + 1. Softcapping adds NB: no FLOPs (a tanh).
     """
     if window is not None:
         kv_len = min(kv_len, _window(window))
+    if chunk is not None and kv_len > 0:
+        kv_len = chunk_keys(kv_len - 1, chunk) + 1
     flops = 4 * batch * n_heads * kv_len * head_dim
     kv = 2 * batch * kv_len * n_kv_heads * head_dim * _b(kv_dtype)
     kv += kv_scale_bytes(batch * kv_len, n_kv_heads, kv_dtype=kv_dtype, kv_scales=kv_scales)
@@ -127,13 +169,17 @@ def decode_attention(batch: int, kv_len: int, n_heads: int, n_kv_heads: int, hea
 
 
 def kv_cache_bytes(tokens: int, n_layers: int, n_kv_heads: int, head_dim: int, *, kv_dtype: str = "bf16",
-                   kv_scales: bool = True, window: int | None = None) -> float:
+                   kv_scales: bool = True, window: int | None = None, chunk: int | None = None) -> float:
     """Bytes that ``tokens`` cached tokens of one sequence occupy across ``n_layers`` layers: 2 (K, V) * L *
     Hkv * D * bytes, plus an 8-bit cache's scales (L x ``kv_scale_bytes``). Sliding-window layers
-    (``window``) hold at most W tokens (a ring buffer): tokens = min(tokens, W). A model that mixes window
-    and full layers calls this once per kind."""
+    (``window``) hold at most W tokens (a ring buffer): tokens = min(tokens, W). Chunked layers (``chunk`` C)
+    need only the current chunk's keys (a server frees the past chunks), but a sequence that reaches
+    ``tokens`` passed through every earlier chunk's end, so what it must be given is the peak, min(tokens, C)
+    (the keys a step reads are ``chunk_keys``). A model that mixes kinds of layers calls this once per kind."""
     if window is not None:
         tokens = min(tokens, _window(window))
+    if chunk is not None:
+        tokens = min(tokens, _window(chunk, "chunk"))
     return (2 * tokens * n_layers * n_kv_heads * head_dim * _b(kv_dtype)
             + n_layers * kv_scale_bytes(tokens, n_kv_heads, kv_dtype=kv_dtype, kv_scales=kv_scales))
 

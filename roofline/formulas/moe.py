@@ -17,7 +17,7 @@ from .matmul import gemm
 from .quant import quantized_weight_bytes
 
 
-MOE_ROUTING = ("softmax_topk", "topk_softmax", "sigmoid_group")
+MOE_ROUTING = ("softmax_topk", "topk_softmax", "sigmoid_group", "sigmoid_topk")
 # FLOPs per element of the expert activation (exps not counted): silu(g) * u as ``swiglu`` (5); GPT-OSS's
 # clamped SwiGLU: clamp g (1), clamp u (2), alpha*g (1), sigmoid (negate, +1, divide: 3), g*sig (1), u+1 (1),
 # the product (1) = 10.
@@ -75,7 +75,8 @@ def routing(tokens: int, n_experts: int, k: int, *, kind: str = "softmax_topk", 
     * "sigmoid_group" (DeepSeek-V3): sigmoid 3E (negate, +1, divide) + E with ``score_bias`` (the correction
       bias added for the choice) + with ``n_group`` > 1 the group scores (E compares for each group's top-2,
       n_group adds, n_group compares to keep the best groups) + top-k E + renormalisation 2k (k - 1 adds,
-      the +1e-20, k divides) with ``renorm`` + k multiplies (routed_scaling_factor).
+      the +1e-20, k divides) with ``renorm`` + k multiplies (routed_scaling_factor);
+    * "sigmoid_topk" (Llama-4): top-k of the logits E + the sigmoid of the k chosen 3k (no renormalisation).
     Bytes = logits read T*E (``logits_dtype``) + the fp32 weights and int64 ids written (12 T k) + the fp32
     score bias (E) read.
     """
@@ -85,6 +86,8 @@ def routing(tokens: int, n_experts: int, k: int, *, kind: str = "softmax_topk", 
         per = 4 * E + E + ((2 * k - 1) if renorm else 0) + (E if score_bias else 0)
     elif kind == "topk_softmax":
         per = E + 4 * k
+    elif kind == "sigmoid_topk":
+        per = E + 3 * k
     else:
         groups = (E + 2 * n_group) if n_group > 1 else 0
         per = 3 * E + (E if score_bias else 0) + groups + E + (2 * k if renorm else 0) + k

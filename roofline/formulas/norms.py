@@ -6,14 +6,16 @@ from ..cost import Cost
 from ..dtypes import bytes_per_element as _b
 
 
-def rmsnorm(tokens: int, hidden: int, *, act_dtype: str = "bf16", weight_dtype: str = "bf16") -> Cost:
+def rmsnorm(tokens: int, hidden: int, *, act_dtype: str = "bf16", weight_dtype: str = "bf16",
+            weight: bool = True) -> Cost:
     """y = x / sqrt(mean(x^2) + eps) * w.
 
     FLOPs = 4 per element (square, sum, scale, weight); the rsqrt is not counted.
-    Bytes = read x, write y (activations) + the weight vector once.
+    Bytes = read x, write y (activations) + the weight vector once. ``weight`` False: no w (Llama-4's
+    weightless qk-norm): 3 per element, no weight bytes.
     """
-    flops = 4 * tokens * hidden
-    nbytes = 2 * tokens * hidden * _b(act_dtype) + hidden * _b(weight_dtype)
+    flops = (4 if weight else 3) * tokens * hidden
+    nbytes = 2 * tokens * hidden * _b(act_dtype) + (hidden * _b(weight_dtype) if weight else 0)
     return Cost(flops, nbytes)
 
 

@@ -1,6 +1,7 @@
 """The attention kinds of a KV cache: rope (q and k rotated in place), kv_append (the chunk's K and V written
 to the cache) and attention (prefill: the chunk's queries over the cached prefix and themselves; decode: one
-query over the context + 1 keys; ``window`` keys under a sliding window, 0 for full)."""
+query over the context + 1 keys; ``window`` keys under a sliding window, 0 for full; ``chunk`` positions per chunk
+under chunked local attention, 0 for none)."""
 
 from __future__ import annotations
 
@@ -21,12 +22,12 @@ def _kv_append(op, s):
 
 def _attention(op, s):
     d, dt = op.dims, s.dtypes
-    w = d["window"] or None
+    w, c = d["window"] or None, d.get("chunk") or None
     if s.decode:
         return F.decode_attention(s.batch, s.cached + 1, d["n_heads"], d["n_kv_heads"], d["head_dim"], window=w,
-                                  act_dtype=dt.act, kv_dtype=dt.kv, kv_scales=dt.kv_scales)
+                                  act_dtype=dt.act, kv_dtype=dt.kv, kv_scales=dt.kv_scales, chunk=c)
     return F.prefill_attention(s.batch, s.chunk, d["n_heads"], d["n_kv_heads"], d["head_dim"], cached_tokens=s.cached,
-                               window=w, act_dtype=dt.act, kv_dtype=dt.kv, kv_scales=dt.kv_scales)
+                               window=w, act_dtype=dt.act, kv_dtype=dt.kv, kv_scales=dt.kv_scales, chunk=c)
 
 
 ROPE = register(OpKind("rope", "attention", _rope))

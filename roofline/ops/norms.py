@@ -7,9 +7,9 @@ from .. import formulas as F
 from .registry import OpKind, register
 
 
-def _cost(op, s):
+def _cost(op, s):   # no weight: Llama-4's qk-norm (x / rms(x))
     a = s.dtypes.act
-    return F.rmsnorm(s.rows * op.dims["rows"], op.dims["width"], act_dtype=a, weight_dtype=a)
+    return F.rmsnorm(s.rows * op.dims["rows"], op.dims["width"], act_dtype=a, weight_dtype=a, weight=bool(op.weights))
 
 
 def _edge_cost(op, s):

@@ -19,7 +19,7 @@ def _activation(op, s):
     return (F.swiglu if d["fn"] == "silu" else F.geglu)(s.rows, d["width"], act_dtype=s.dtypes.act)
 
 
-def _scale(op, s):          # the embedding's (every new token) or the logits' (one row per sequence)
+def _scale(op, s):   # the embedding's or a layer's queries' (every new token), or the logits' (one row per sequence)
     a = s.dtypes.act
     e = (s.batch if op.part == "post" else s.rows) * op.dims["width"]
     return F.elementwise(e, ((e, a),), out_dtype=a)
@@ -33,5 +33,5 @@ def _softcap(op, s):    # c * tanh(x / c): a divide and a multiply; tanh, like e
 
 RESIDUAL = register(OpKind("residual", "residual", _residual))
 ACTIVATION = register(OpKind("activation", "mlp", _activation))
-SCALE = register(OpKind("scale", "embed", edge_cost=_scale))
+SCALE = register(OpKind("scale", "embed", _scale, edge_cost=_scale))   # per layer: Llama-4's query temperature
 SOFTCAP = register(OpKind("softcap", "head", edge_cost=_softcap))
