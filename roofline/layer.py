@@ -209,7 +209,7 @@ def _attention_ops(cfg: ModelConfig, sh: Shard) -> list:
                       every))
     windows, chunks = cfg.windows, cfg.chunks
     sinks = (WeightSpec("sinks", (Hq,), "vector", "self_attn.sinks", "q_heads"),) if cfg.attn_sinks else ()
-    kinds = tuple("sliding" if windows[i] else "chunked" if chunks[i] else "full" for i in every)
+    kinds = {i: "sliding" if windows[i] else "chunked" if chunks[i] else "full" for i in every}   # attention layers
     for name, want in (("attention", "full"), ("attention_sliding", "sliding"), ("attention_chunked", "chunked")):
         idx = tuple(i for i in every if kinds[i] == want)
         if not idx:
