@@ -133,7 +133,8 @@ class Phase:
     @property
     def kv_cache_read_bytes(self) -> float:
         """Bytes of KV cache already present that the step reads, across all layers (one rank's, under tp): a
-        windowed layer reads at most its window."""
+        windowed layer reads at most its window, a DeepSeek Sparse Attention decode step its top-k
+        (``selected_tokens``; the indexer's own keys: ``index_read_bytes``)."""
         cached = self.context if self.phase == "decode" else self.cached_tokens
         m, sh = self.model, self._sizes
         if m.mla:        # the latent cache: one c_kv and one rope key per token, shared by every head
@@ -148,8 +149,8 @@ class Phase:
     def selected_tokens(self) -> int:
         """Cached tokens per sequence whose KV the step reads in each attention layer: a decode step under DeepSeek
         Sparse Attention reads min(context, index_topk) of them, the latents its indexer selected (counted as
-        cached rows, though the new token's own may be among the top-k); a prefill chunk expands its whole cached prefix (``formulas.mla``);
-        otherwise the whole context."""
+        cached rows, though the new token's own may be among the top-k); a prefill chunk expands its whole cached
+        prefix (``formulas.mla``); otherwise the whole context."""
         cached = self.context if self.phase == "decode" else self.cached_tokens
         return min(cached, self.model.index_topk) if self.model.index_topk and self.phase == "decode" else cached
 

@@ -168,7 +168,8 @@ def test_what_is_not_modelled_is_refused_in_one_line(tmp_path):
         _read(tmp_path, {**d, "rope_interleave": False})
     # a V3.2 config relabelled deepseek_v3: DeepSeek-V3's reader still refuses the indexer
     v3 = {k: v for k, v in d.items() if k not in ("layer_types", "mlp_layer_types", "mlp_bias")}
-    with pytest.raises(RooflineError, match="index_topk = 2048 turns on DeepSeek-V3.2's sparse-attention indexer"):
+    with pytest.raises(RooflineError, match="index_topk = 2048 turns on DeepSeek-V3.2's sparse-attention indexer "
+                                            "\\(DSA: model_type deepseek_v32 reads it\\)"):
         _read(tmp_path, {**v3, "model_type": "deepseek_v3"})
 
 
