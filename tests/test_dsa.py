@@ -128,6 +128,16 @@ def test_the_indexer_keys_are_counted_with_the_kv_cache_and_the_decode_read_is_c
     assert (pre.kv_cache_read_bytes, pre.index_read_bytes) == (2 * 48 * latent, 2 * 48 * keys)
 
 
+def test_a_mixed_step_costs_the_indexer_per_chunk_and_per_decode_group(tmp_path):
+    m = _load(_tiny("deepseek_v32"), tmp_path)
+    mixed = W.mixed(m, chunks=((24, 8),), decodes=((3, 101),))
+    pre, dec = W.prefill(m, 1, 32, cached_tokens=8), W.decode(m, 3, 100)
+    for name in ("index_scores", "index_topk", "attention"):
+        assert mixed.op(name).cost == pre.op(name).cost + dec.op(name).cost, name
+    assert mixed.op("index_scores").cost.flops == (F.selected_pairs(24, 8) + 3 * 101) * 2 * 4 * 17
+    assert mixed.op("attention").cost.flops == (F.selected_pairs(24, 8, 16) + 3 * 16) * 2 * 4 * 40
+
+
 # ---- the readers
 
 def test_the_published_defaults_read_as_sparse_attention(tmp_path):
