@@ -164,6 +164,9 @@ def test_glm_5s_indexer_schedule_is_transformers(tmp_path):
     assert m.index_layers == tuple(i for i, t in enumerate(theirs.indexer_types) if t == "full") == (0, 1, 2, 6, 10)
     m = _read(tmp_path, {**base, "index_topk_pattern": "FSSF" * 3})
     assert m.index_shared == (1, 2, 5, 6, 9, 10)
+    note = _read(tmp_path, {**base, "indexer_rope_interleave": False}).notes
+    assert any(n.startswith("indexer_rope_interleave = false (a boolean) rotates the indexer's RoPE dims "
+                            "half-split instead of interleaved") for n in note), note
     with pytest.raises(RooflineError, match="indexer_types = .* starts with a shared layer"):
         _read(tmp_path, {**base, "indexer_types": ["shared"] + ["full"] * 11})
 

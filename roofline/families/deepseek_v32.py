@@ -30,7 +30,10 @@ _DSA_KEYS = Keys({k: v for k, v in DEEPSEEK_KEYS.modelled.items()}, dict(DEEPSEE
     # transformers' MLP of these two has no bias, whatever mlp_bias says
     irrelevant=("mlp_bias",))
 # DeepseekV32Config (transformers 5.24)
-DEEPSEEK_V32_KEYS = _DSA_KEYS + Keys({**sizes(129280, 7168, 18432, 61, 128, 128, 163840, 1e-6), "index_n_heads": 64})
+DEEPSEEK_V32_KEYS = _DSA_KEYS + Keys(
+    {**sizes(129280, 7168, 18432, 61, 128, 128, 163840, 1e-6), "index_n_heads": 64},
+    numerics={"indexer_rope_interleave": (False, "rotates the indexer's RoPE dims interleaved instead of half-split "
+                                                 "(transformers' DeepSeek-V3.2 always half-splits)")})
 # GlmMoeDsaConfig (transformers 5.24), and what GLM-5's published configs add: the indexer's schedule (its
 # __post_init__ reads index_topk_pattern, index_topk_freq and index_skip_topk_offset from them), its interleaved
 # RoPE, MTP's reuse of the selection (not part of a step)
