@@ -16,7 +16,8 @@ from ``roofline.layer``'s op list:
   cache allocates it. ``windowed_kv=False`` counts every layer at the full context: what our own model
   (``kernels.model``, which has no ring buffer) allocates, so ``latency`` and ``serve`` check that; Gated
   DeltaNet layers (Qwen3-Next, Qwen3.5) hold no KV but a state per sequence, constant in the context
-  (``state_bytes``: counted with the KV cache);
+  (``state_bytes``: counted with the KV cache); DeepSeek Sparse Attention's indexer keeps its own key cache per
+  token beside the latent one (``index_bytes``: counted with the KV cache);
 * activations: the largest live set of one layer's step, NB: an estimate: the residual stream, the
   attention input and output and the MLP's gate, up and activation for every new token
   (T x (3 H + q + 2 kv + 3 I) elements), plus the fp32 logits of one row per sequence.
@@ -141,14 +142,22 @@ def kv_bytes(cfg: ModelConfig, batch: int, context: int, tp: int = 1, *, kv_dtyp
              windowed: bool = True, kv_scales: bool = True) -> float:
     """One rank's KV cache for ``batch`` x ``context`` (``kv_scales``: a scale per token and KV head, as our
     8-bit caches keep; False for a checkpoint's per-tensor scales)."""
-    if cfg.mla:   # the latent cache, replicated on every rank (each rank's heads read all of it)
-        return batch * F.mla_cache_bytes(context, cfg.n_layers, cfg.kv_lora_rank, cfg.qk_rope_dim, kv_dtype=kv_dtype)
+    if cfg.mla:   # the latent cache, replicated on every rank (each rank's heads read all of it), + DSA's keys
+        return batch * (F.mla_cache_bytes(context, cfg.n_layers, cfg.kv_lora_rank, cfg.qk_rope_dim, kv_dtype=kv_dtype)
+                        + index_bytes(cfg, context))
     sh = shard(cfg, tp)
     windows, chunks = cfg.windows, cfg.chunks
     return batch * (sum(F.kv_cache_bytes(context, 1, sh.n_kv_heads, cfg.head_dim, kv_dtype=kv_dtype,
                                          kv_scales=kv_scales, window=(windows[i] or None) if windowed else None,
                                          chunk=(chunks[i] or None) if windowed else None)   # chunked: min(S, C)
                         for i in cfg.attention_layers) + state_bytes(cfg))
+
+
+def index_bytes(cfg: ModelConfig, context: int) -> float:
+    """One sequence's DeepSeek Sparse Attention key cache at ``context`` tokens: every indexer layer's fp8 key
+    and its fp32 scales per token (``formulas.dsa.index_key_bytes``: 132 bytes for a 128-wide key, as vLLM and
+    SGLang store it, whatever the latent cache's dtype), replicated on every rank; 0 without an indexer."""
+    return F.index_cache_bytes(context, len(cfg.index_layers), cfg.index_head_dim) if cfg.index_topk else 0.0
 
 
 def state_bytes(cfg: ModelConfig, *, act_dtype="bf16") -> float:

@@ -381,19 +381,30 @@ class StepExplained:
 
 def layer_kinds(ph) -> dict:
     """A hybrid's (Gated DeltaNet beside attention) split of what the step reads from its caches, per kind of
-    layer: the attention layers' KV (growing with the context) and the DeltaNet layers' state (constant); {}
-    for a model whose every layer attends."""
+    layer: the attention layers' KV (growing with the context) and the DeltaNet layers' state (constant); under
+    DeepSeek Sparse Attention, the latent KV of the selected tokens beside the indexer's keys of the whole
+    context; {} for a model whose every layer attends densely."""
     m = ph.model
+    cached = ph.context if ph.phase == "decode" else ph.cached_tokens
+    if m.index_topk:
+        return {"context": cached, "mla_layers": m.n_layers, "kv_read_bytes": ph.kv_cache_read_bytes,
+                "selected_tokens": ph.selected_tokens, "index_layers": len(m.index_layers),
+                "index_read_bytes": ph.index_read_bytes, "index_key_bytes": F.index_key_bytes(m.index_head_dim)}
     if not m.linear_layers:
         return {}
-    cached = ph.context if ph.phase == "decode" else ph.cached_tokens
     return {"context": cached, "attention_layers": len(m.attention_layers), "kv_read_bytes": ph.kv_cache_read_bytes,
             "linear_layers": len(m.linear_layers), "state_read_bytes": ph.state_read_bytes}
 
 
 def layer_kinds_text(k: dict) -> str:
     """``layer_kinds`` in one line: "at context 131,072: 12 attention layers read 3.2 GB of KV, 36 DeltaNet
-    layers read 75 MB of state"."""
+    layers read 75 MB of state"; under DeepSeek Sparse Attention, "61 MLA layers read 144 MB of KV for 2,048
+    selected tokens; the indexer (61 layers) reads 1.06 GB of keys over 131,072"."""
+    if "index_layers" in k:
+        return (f"at context {k['context']:,}: {k['mla_layers']} MLA layers read {U.nbytes(k['kv_read_bytes'])} of KV "
+                f"for {k['selected_tokens']:,} selected tokens; the indexer ({k['index_layers']} layers) reads "
+                f"{U.nbytes(k['index_read_bytes'])} of keys over {k['context']:,} (fp8 + an fp32 scale per 128: "
+                f"{k['index_key_bytes']:,} bytes per token and layer).")
     return (f"at context {k['context']:,}: {k['attention_layers']} attention layers read {U.nbytes(k['kv_read_bytes'])}"
             f" of KV, {k['linear_layers']} DeltaNet layers read {U.nbytes(k['state_read_bytes'])} of state "
             "(fp32 recurrent state + conv state, constant in the context).")

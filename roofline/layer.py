@@ -19,7 +19,8 @@ Kinds: embedding, scale (an elementwise multiply), norm (RMSNorm over ``width`` 
 rows per token), linear (``in_features`` -> ``out_features``, ``bias``), rope, kv_append, attention
 (``window`` keys, 0 for full; ``chunk`` positions, 0 for none; ``softcap``), residual, activation (``fn`` silu or
 gelu_tanh), softcap; Gated DeltaNet's conv1d, delta_gates, gated_delta, gated_norm, and sigmoid_gate (the gated
-attention's output: ``roofline.ops.deltanet``).
+attention's output: ``roofline.ops.deltanet``); DeepSeek Sparse Attention's layernorm, index_append, index_scores and
+index_topk (``roofline.ops.dsa``).
 """
 
 from __future__ import annotations
@@ -287,10 +288,41 @@ def _mla_ops(cfg: ModelConfig, sh: Shard) -> list:
     ops.append(OpSpec("kv_b_proj", "mla_up", "layer", "attention", L,
                       (WeightSpec("wkv_b", (R, Hq * (N + V)), "linear", "self_attn.kv_b_proj.weight", "mla_kv_cols"),),
                       {"n_heads": Hq, "rank": R, "nope": N, "v": V}, every, "mla"))
+    if cfg.index_topk:
+        ops += _indexer_ops(cfg)
+    sparse = {"topk": cfg.index_topk} if cfg.index_topk else {}
     ops.append(OpSpec("attention", "mla_attention", "layer", "attention", L, (),
-                      {"n_heads": Hq, "rank": R, "rope": P, "nope": N, "v": V, "scale": cfg.scale}, every))
+                      {"n_heads": Hq, "rank": R, "rope": P, "nope": N, "v": V, "scale": cfg.scale, **sparse}, every))
     ops.append(lin("o_proj", Hq * V, H, "wo", "self_attn.o_proj.weight", "mla_o_rows"))
     return ops
+
+
+def _indexer_ops(cfg: ModelConfig) -> list:
+    """DeepSeek Sparse Attention's lightning indexer (``ModelConfig.index_layers``: GLM-5's shared layers reuse
+    the previous indexer's selection and run none): wq_b from the q latent, wk and its LayerNorm (the one key of
+    a token), RoPE on the first qk_rope_dim of each, the key written to its fp8 cache, weights_proj (a weight per
+    head), every query's scores over every key up to its own, and the top-k selection MLA attends to
+    (``roofline.formulas.dsa``). Replicated: every rank runs the whole indexer."""
+    every = cfg.index_layers
+    L, H, Hi, Di = len(every), cfg.hidden, cfg.index_n_heads, cfg.index_head_dim
+    pre = "self_attn.indexer."
+
+    def lin(name, k, n, key, hf):
+        return _linear(name, "attention", k, n, key, f"{pre}{hf}.weight", "replicated", L, every, module="mla")
+
+    return [
+        lin("index_wq_b", cfg.q_lora_rank, Hi * Di, "wi_q", "wq_b"),
+        lin("index_wk", H, Di, "wi_k", "wk"),
+        OpSpec("index_k_norm", "layernorm", "layer", "attention", L,
+               (WeightSpec("wi_knorm", (Di,), "norm", f"{pre}k_norm.weight"),
+                WeightSpec("bi_knorm", (Di,), "bias", f"{pre}k_norm.bias")), {"width": Di, "rows": 1}, every, "norm"),
+        OpSpec("index_rope", "rope", "layer", "attention", L, (),
+               {"n_heads": Hi, "n_kv_heads": 1, "head_dim": cfg.qk_rope_dim}, every),
+        OpSpec("index_append", "index_append", "layer", "attention", L, (), {"head_dim": Di}, every),
+        lin("index_weights", H, Hi, "wi_w", "weights_proj"),
+        OpSpec("index_scores", "index_scores", "layer", "attention", L, (), {"n_heads": Hi, "head_dim": Di}, every),
+        OpSpec("index_topk", "index_topk", "layer", "attention", L, (), {"topk": cfg.index_topk}, every),
+    ]
 
 
 def _dense_mlp_ops(cfg: ModelConfig, sh: Shard, layers: tuple, I: int) -> list:
@@ -367,11 +399,15 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
 
 
 def check_runnable(cfg: ModelConfig) -> None:
-    """A one-line RooflineError for a model whose ops have formulas but no kernels yet (Gated DeltaNet: issue
-    32): what builds or times a model (``kernels``, ``profile``) calls it before anything runs."""
+    """A one-line RooflineError for a model whose ops have formulas but no kernels yet (Gated DeltaNet, DeepSeek
+    Sparse Attention: issue 32): what builds or times a model (``kernels``, ``profile``) calls it before anything
+    runs."""
     if cfg.linear_layers:
         raise RooflineError(f"{cfg.name}: Gated DeltaNet layers are costed but not run yet: roofline explain and the "
                             "cost commands take this model; profile, latency, serve and check do not.")
+    if cfg.index_topk:
+        raise RooflineError(f"{cfg.name}: DeepSeek Sparse Attention is costed but not run yet: roofline explain and "
+                            "the cost commands take this model; profile, latency, serve and check do not.")
 
 
 @lru_cache(maxsize=64)

@@ -112,6 +112,11 @@ class ModelConfig:
     # ---- multi-token prediction (DeepSeek-V3, GLM-4.5: num_nextn_predict_layers): not part of a step; a
     # speculative draft (roofline.speculative: one decoder layer + its projections, with its own weights and KV)
     mtp_layers: int = 0
+    # ---- DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): MLA over the index_topk tokens an indexer selects
+    index_topk: int = 0            # 0: dense MLA
+    index_n_heads: int = 0         # the indexer's query heads
+    index_head_dim: int = 0        # its query/key width (RoPE on its first qk_rope_dim)
+    index_shared: tuple = ()       # layers with no indexer of their own: the previous one's selection (GLM-5)
     # How the checkpoint stores its weights (roofline.precision.checkpoint: its quantization_config or ModelOpt's
     # hf_quant_config.json, read by the family reader); None: unquantized. roofline.layer.precision_of resolves it.
     quantization: Quantization | None = None
@@ -162,6 +167,11 @@ class ModelConfig:
         if not self.layer_types:
             return (self.attention_chunk,) * self.n_layers
         return tuple(self.attention_chunk if t == "chunked" else 0 for t in self.layer_types)
+
+    @property
+    def index_layers(self) -> tuple:
+        """The layer indices that run a DSA indexer of their own (none for a dense-attention model)."""
+        return tuple(i for i in range(self.n_layers) if i not in self.index_shared) if self.index_topk else ()
 
     @property
     def moe_layers(self) -> tuple:
@@ -312,6 +322,31 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
     if m.kv_lora_rank and not (m.qk_rope_dim and m.qk_nope_dim and m.v_head_dim):
         raise RooflineError(f"{where}: latent attention (kv_lora_rank {m.kv_lora_rank}) needs qk_rope_dim, "
                             "qk_nope_dim and v_head_dim.")
+    _check_index(m, where)
+
+
+INDEX_FIELDS = ("index_topk", "index_n_heads", "index_head_dim")
+
+
+def _check_index(m: "ModelConfig", where: str) -> None:
+    """DeepSeek Sparse Attention's sizes: all >= 1 over latent attention with a q latent (the indexer's query
+    reads it), the rope dims within the indexer's head, layer 0 with an indexer of its own; else all 0."""
+    for name in INDEX_FIELDS:
+        object.__setattr__(m, name, int_field(where, name, getattr(m, name), 0))
+    given = [getattr(m, n) for n in INDEX_FIELDS]
+    shared = m.index_shared
+    if not isinstance(shared, (list, tuple)) or any(isinstance(i, bool) or not isinstance(i, int)
+                                                    or not 0 < i < m.n_layers for i in shared):
+        raise RooflineError(f"{where}: index_shared must list layer indices 1..{m.n_layers - 1} (layer 0 runs its "
+                            f"own indexer), but {show_value(shared)} was given.")
+    object.__setattr__(m, "index_shared", tuple(sorted(set(shared))))
+    if not any(given) and not shared:
+        return
+    if not all(given) or not (m.mla and m.q_lora_rank) or m.index_head_dim < m.qk_rope_dim:
+        raise RooflineError(f"{where}: DeepSeek Sparse Attention needs {', '.join(INDEX_FIELDS)} >= 1 over latent "
+                            "attention with q_lora_rank (the indexer's query reads the q latent) and index_head_dim "
+                            f">= qk_rope_dim, but {dict(zip(INDEX_FIELDS, given))} was given with kv_lora_rank "
+                            f"{m.kv_lora_rank}, q_lora_rank {m.q_lora_rank}: give them all or leave them 0.")
 
 
 LINEAR_FIELDS = ("linear_k_heads", "linear_v_heads", "linear_k_dim", "linear_v_dim", "linear_conv")

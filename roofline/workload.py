@@ -133,17 +133,38 @@ class Phase:
     @property
     def kv_cache_read_bytes(self) -> float:
         """Bytes of KV cache already present that the step reads, across all layers (one rank's, under tp): a
-        windowed layer reads at most its window, a chunked one the keys of its current chunk."""
+        windowed layer reads at most its window, a chunked one the keys of its current chunk, a DeepSeek Sparse
+        Attention decode step its top-k (``selected_tokens``; the indexer's own keys: ``index_read_bytes``)."""
         cached = self.context if self.phase == "decode" else self.cached_tokens
         m, sh = self.model, self._sizes
         if m.mla:        # the latent cache: one c_kv and one rope key per token, shared by every head
-            return self.batch * F.mla_cache_bytes(cached, m.n_layers, m.kv_lora_rank, m.qk_rope_dim,
+            return self.batch * F.mla_cache_bytes(self.selected_tokens, m.n_layers, m.kv_lora_rank, m.qk_rope_dim,
                                                   kv_dtype=self.dtypes.kv)
         windows, chunks = m.windows, m.chunks    # Gated DeltaNet layers read no KV: ``state_read_bytes``
         return self.batch * sum(F.kv_cache_bytes(F.chunk_keys(cached, chunks[i]) if chunks[i] else cached, 1,
                                                  sh.n_kv_heads, m.head_dim, kv_dtype=self.dtypes.kv,
                                                  kv_scales=self.dtypes.kv_scales, window=windows[i] or None)
                                 for i in m.attention_layers)   # a chunked layer reads its current chunk
+
+    @property
+    def selected_tokens(self) -> int:
+        """Cached tokens per sequence whose KV the step reads in each attention layer: a decode step under DeepSeek
+        Sparse Attention reads min(context, index_topk) of them, the latents its indexer selected (counted as
+        cached rows, though the new token's own may be among the top-k); a prefill chunk expands its whole cached
+        prefix (``formulas.mla``); otherwise the whole context."""
+        cached = self.context if self.phase == "decode" else self.cached_tokens
+        return min(cached, self.model.index_topk) if self.model.index_topk and self.phase == "decode" else cached
+
+    @property
+    def index_read_bytes(self) -> float:
+        """Bytes of the DeepSeek Sparse Attention indexer's key cache the step reads: every cached key of every
+        indexer layer, once per sequence (fp8 + scales: ``formulas.dsa.index_key_bytes``), whatever the top-k;
+        0 without an indexer."""
+        m = self.model
+        cached = self.context if self.phase == "decode" else self.cached_tokens
+        if not m.index_topk:
+            return 0.0
+        return self.batch * F.index_cache_bytes(cached, len(m.index_layers), m.index_head_dim)
 
     @property
     def state_read_bytes(self) -> float:

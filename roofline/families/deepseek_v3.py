@@ -17,7 +17,8 @@ DEEPSEEK_TENSORS = Tensors(moe=dict(router="mlp.gate.weight", correction="mlp.ga
 
 
 # DeepseekV3Config (transformers 5.24), and the keys DeepSeek's own configuration_deepseek.py adds (training-only:
-# aux_loss_alpha, seq_aux, ep_size); DeepSeek-V3.2's indexer (relabelled deepseek_v3) is refused.
+# aux_loss_alpha, seq_aux, ep_size); DeepSeek-V3.2's indexer (relabelled deepseek_v3) is refused: families.deepseek_v32
+# reads it.
 DEEPSEEK_KEYS = LLAMA_LIKE_KEYS + Keys({
     **sizes(129280, 7168, 18432, 61, 128, 128, 4096, 1e-6), "moe_intermediate_size": 2048, "n_shared_experts": 1,
     "n_routed_experts": 256, "num_local_experts": None, "routed_scaling_factor": 2.5, "kv_lora_rank": 512,
@@ -25,7 +26,7 @@ DEEPSEEK_KEYS = LLAMA_LIKE_KEYS + Keys({
     "topk_group": 4, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "norm_topk_prob": True,
     "rope_interleave": True, "attention_bias": False, "num_nextn_predict_layers": 1, "moe_layer_freq": 1,
     "topk_method": "noaux_tc", "scoring_func": "sigmoid"},
-    refused={k: ("DeepSeek-V3.2's sparse-attention indexer (DSA)", (None,))
+    refused={k: ("DeepSeek-V3.2's sparse-attention indexer (DSA: model_type deepseek_v32 reads it)", (None,))
              for k in ("index_topk", "index_n_heads", "index_head_dim")},
     irrelevant=("qk_head_dim", "aux_loss_alpha", "seq_aux", "ep_size"))
 

@@ -1,7 +1,8 @@
 """Cost formulas, one small function per op: the single source of truth.
 
 One module per kind of work: ``matmul`` (GEMM, linear, lm_head), ``attention`` (rope, the KV cache, prefill
-and decode attention), ``mla`` (latent attention), ``deltanet`` (Gated DeltaNet linear attention, the gated
+and decode attention), ``mla`` (latent attention), ``dsa`` (DeepSeek Sparse Attention's indexer and
+top-k), ``deltanet`` (Gated DeltaNet linear attention, the gated
 attention output), ``moe`` (routing, the experts, expert parallelism), ``norms``, ``pointwise`` (activations,
 residual, the generic trace ops), ``embeddings``, ``collectives``, ``quant`` (the bytes of scales) and
 ``speculative`` (a verify step's expected tokens, rejection sampling). This package exports them all:
@@ -37,7 +38,7 @@ from .quant import (  # noqa: F401
     INT4_GROUP, KV_SCALE_BYTES, QUANTIZED_KV, QUANTIZED_WEIGHTS, kv_scale_bytes, quantized_weight_bytes,
     weight_scale_bytes)
 from .matmul import gemm, linear, linear_weight_elements_from_flops, lm_head, weight_only_intensity  # noqa: F401
-from .norms import add_rmsnorm, rmsnorm  # noqa: F401
+from .norms import add_rmsnorm, layernorm, rmsnorm  # noqa: F401
 from .pointwise import copy, elementwise, fill, geglu, reduction, residual_add, softmax, swiglu  # noqa: F401
 from .embeddings import embedding  # noqa: F401
 from .attention import (  # noqa: F401
@@ -47,6 +48,9 @@ from .deltanet import (  # noqa: F401
     DELTA_CHUNK, STATE_DTYPE, causal_conv1d, conv_state_bytes, delta_chunks, delta_gates, delta_prefill_flops,
     delta_solve_flops, deltanet_state_bytes, gated_delta_decode, gated_delta_prefill, gated_rmsnorm,
     recurrent_state_bytes, sigmoid_gate)
+from .dsa import (  # noqa: F401
+    INDEX_KEY_DTYPE, INDEX_SCALE_BLOCK, index_append, index_cache_bytes, index_key_bytes, index_scores, index_topk,
+    selected_pairs)
 from .mla import mla_absorb_flops, mla_cache_bytes, mla_decode_attention, mla_prefill_attention  # noqa: F401
 from .moe import (  # noqa: F401
     MOE_ACTIVATION_FLOPS, MOE_ROUTING, expected_distinct_experts, moe_all_to_all_bytes, moe_expert_launches,

@@ -30,3 +30,12 @@ def add_rmsnorm(tokens: int, hidden: int, *, act_dtype: str = "bf16", weight_dty
     nbytes = 4 * tokens * hidden * _b(act_dtype) + hidden * _b(weight_dtype)
     return Cost(flops, nbytes)
 
+
+
+def layernorm(tokens: int, hidden: int, *, act_dtype: str = "bf16", weight_dtype: str = "bf16") -> Cost:
+    """y = (x - mean(x)) / sqrt(var(x) + eps) * w + b (nn.LayerNorm; the DSA indexer's k_norm).
+
+    FLOPs = 7 per element (the mean's sum, the subtraction, the square, the variance's sum, the scale, the
+    weight and the bias); the rsqrt is not counted. Bytes = read x, write y + the weight and bias once.
+    """
+    return Cost(7 * tokens * hidden, 2 * tokens * hidden * _b(act_dtype) + 2 * hidden * _b(weight_dtype))

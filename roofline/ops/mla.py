@@ -1,5 +1,6 @@
 """Multi-head latent attention's kinds (DeepSeek): latent_append (the chunk's c_kv and rope key written to
-the cache), mla_up (kv_b_proj) and mla_attention.
+the cache), mla_up (kv_b_proj) and mla_attention (over the indexer's top-k selection when ``topk``: DeepSeek Sparse
+Attention, ``roofline.ops.dsa``).
 
 Decode runs absorbed: W_UK / W_UV folded into the query and the output, read in the activation dtype (a
 quantized kv_b_proj is dequantized once at load: ``kernels.quant.absorbed_kv_b``). Prefill runs naive: every
@@ -54,9 +55,9 @@ def _attention(op, s):
     d, dt = op.dims, s.dtypes
     if s.decode:
         return F.mla_decode_attention(s.batch, s.cached + 1, d["n_heads"], d["rank"], d["rope"], act_dtype=dt.act,
-                                      kv_dtype=dt.kv)
+                                      kv_dtype=dt.kv, topk=d.get("topk", 0))
     return F.mla_prefill_attention(s.batch, s.chunk, d["n_heads"], d["nope"], d["rope"], d["v"], cached_tokens=s.cached,
-                                   kv_lora_rank=d["rank"], act_dtype=dt.act, kv_dtype=dt.kv)
+                                   kv_lora_rank=d["rank"], act_dtype=dt.act, kv_dtype=dt.kv, topk=d.get("topk", 0))
 
 
 LATENT_APPEND = register(OpKind("latent_append", "attention", _latent_append))
