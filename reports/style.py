@@ -176,7 +176,10 @@ def freeze_layout(fig: Figure) -> None:
     if engine is not None:
         with matplotlib.rc_context(RC):
             engine.execute(fig)
-        fig.set_layout_engine("none")
+        # no engine at all, not matplotlib's "none" placeholder: with any engine, each savefig first runs a whole
+        # draw (rendering disabled) for it; nothing is left to lay out
+        with matplotlib.rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
+            fig.set_layout_engine(None)
 
 
 def svg_bytes(fig: Figure) -> bytes:
