@@ -155,7 +155,8 @@ from profiler.timing import now
 t0 = now()
 p = subprocess.run({cmd!r}, cwd={root!r}, capture_output=True, text=True, env={env!r})
 wall = now() - t0
-print(json.dumps({{"wall_s": wall, "peak_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({{"wall_s": wall, "peak_rss": ru.ru_maxrss * 1024, "cpu_s": ru.ru_utime + ru.ru_stime,
                   "rc": p.returncode, "stdout": p.stdout[-200000:], "stderr": p.stderr[-2000:]}}))
 """
 
@@ -380,30 +381,32 @@ def fixture_table(peers_python: str) -> None:
     for n, why in skipped.items():
         if why:
             print(f"{n}: not installed ({why})")
-    head = f"{'trace':<42}" + "".join(f"{n + ' s':>13}{n + ' cov':>15}" for n in ("roofline", "TraceLens")) + \
-        f"{'HTA s':>9}"
+    print("wall and CPU seconds (user + system) of each tool's whole process; cov: share of GPU time with FLOPs "
+          "and bytes")
+    head = f"{'trace':<42}" + "".join(f"{n + ' wall/CPU s':>22}{n + ' cov':>15}" for n in ("roofline", "TraceLens")) \
+        + f"{'HTA wall/CPU s':>17}"
     print(head)
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
         for name, path, model, mix, cap in fixtures(d):
             cells = []
             r = ours_coverage(path, d / "out", model, mix, cap)
-            cells += [f"{r['wall_s']:13.2f}", f"{r['coverage']:15.1%}"] if "error" not in r else \
-                [f"{'failed':>13}", f"{'-':>15}"]
+            cells += [f"{r['wall_s']:16.2f}/{r['cpu_s']:5.2f}", f"{r['coverage']:15.1%}"] if "error" not in r else \
+                [f"{'failed':>22}", f"{'-':>15}"]
             if skipped["TraceLens"] is None:
                 t = peer(peers_python, TRACELENS_COVERAGE.format(root=str(ROOT), path=str(path), cats=set(GPU_CATS)))
-                cells += [f"{t['wall_s']:13.2f}", f"{t['coverage']:15.1%}"] if "error" not in t else \
-                    [f"{'failed':>13}", f"{'-':>15}"]
+                cells += [f"{t['wall_s']:16.2f}/{t['cpu_s']:5.2f}", f"{t['coverage']:15.1%}"] if "error" not in t \
+                    else [f"{'failed':>22}", f"{'-':>15}"]
                 if "error" in t:
                     print(f"  TraceLens failed on {path.name}: {t['error']}")
             else:
-                cells += [f"{'not installed':>15}", f"{'-':>13}"]
+                cells += [f"{'not installed':>22}", f"{'-':>15}"]
             if skipped["HTA"] is None:
                 h = peer(peers_python, HTA_TIME.format(root=str(ROOT), dir=str(hta_dir(path, d / f"hta_{path.stem}"))),
                          {**os.environ, "HTA_DISABLE_NS_ROUNDING": "1"})
-                cells.append(f"{h['wall_s']:9.2f}" if "error" not in h else f"{'failed':>9}")
+                cells.append(f"{h['wall_s']:11.2f}/{h['cpu_s']:5.2f}" if "error" not in h else f"{'failed':>17}")
             else:
-                cells.append(f"{'n/i':>9}")
+                cells.append(f"{'not installed':>17}")
             print(f"{name:<42}" + "".join(cells))
 
 
