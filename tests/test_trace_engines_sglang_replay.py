@@ -147,3 +147,26 @@ def test_without_the_steps_tokens_or_the_model_nothing_is_sized(tmp_path):
     tr, _, _ = build(tmp_path)
     r = analyze_trace(tr)
     assert all(i.cost is None for i in _replayed(r)) and not any("by position" in n for n in r.notes)
+
+
+QKNORM = "void flashinfer::norm::QKRMSNormKernel<8u, __nv_bfloat16>"      # fused_inplace_qknorm: one kernel, q and k
+STORE = "void store_kvcache_kernel<__nv_bfloat16>"                         # one kernel writes k and v
+
+
+def test_the_fused_qk_norm_and_a_one_kernel_kv_store_are_sized_as_one_kernel_each(tmp_path):
+    ks = []
+    for k in replay_kernels():
+        if k[3] == "k_norm" or (k[3] == "kv" and k[2] == 8):
+            continue                                  # k's norm and v's copy are in the kernel before them
+        ks.append((QKNORM, 3, 7, "qk_norm") if k[3] == "q_norm" else (STORE, 3, 7, "kv_store") if k[3] == "kv"
+                  else k)
+    tr, kernel_us, _ = build(tmp_path, ks)
+    r = analyze_trace(tr, model=M, mix=MIX)
+    hand = {**HAND, "qk_norm": (163_840, 164_352),   # q's 131,072 + k's 32,768 FLOPs; 131,328 + 33,024 bytes
+            "kv_store": (0, 65_536)}                  # k and v [8,8,128] read (32,768) and written into the cache
+    inst = _replayed(r)
+    assert len(inst) == len(ks) == 1 + 36 * 11 + 2
+    for i, (_, _, _, what) in zip(inst, ks):
+        assert (i.cost.flops, i.cost.bytes) == pytest.approx(hand[what], rel=1e-12), what
+    assert {i.category for i in inst if i.name.startswith("void store_kv")} == {"kv_write"}
+    assert r.summary["uncosted_s"] == 0

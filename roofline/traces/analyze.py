@@ -215,10 +215,11 @@ def build_instances(trace, dtype: str, captures=(), steps=None, model=None) -> t
     mapped: dict = {}
     seqs: dict = {}
     for corr, kernels in graph_launches(trace).items():
-        by_kernel.add_replay(kernels, seqs)
-        if replay is not None:
-            for g, op in zip(kernels, replay.map_launch(kernels)):
-                mapped[id(g)] = op
+        ops = replay.map_launch(kernels) if replay is not None else ()
+        for g, op in zip(kernels, ops):
+            mapped[id(g)] = op
+        if not any(op is not None for op in ops):     # no capture maps it: the rules that read the whole replay
+            by_kernel.add_replay(kernels, seqs)
     inst: dict = {}
     names: dict = {}
     att = Counter()          # seconds of GPU activity by how it was attributed
