@@ -38,7 +38,9 @@ from . import probes
 from .run import started
 
 GRAPH_UNKNOWN_HOW = ("each replayed kernel is listed by its kernel name, time and category (costed where a "
-                     "kernel-name rule applies, else uncosted: no shapes). For op-level detail, profile the graph "
+                     "kernel-name rule applies: with --model and an engine step that says its tokens, a replay that "
+                     "follows the model's layer is sized kernel by kernel from each one's place in it; else "
+                     "uncosted: no shapes). For op-level detail, profile the graph "
                      "capture as well (start torch.profiler with record_shapes=True before the graphs are captured: "
                      "vLLM captures at engine start-up; or record one eager step of the same batch) and pass that "
                      "trace with --capture-trace.")

@@ -104,6 +104,7 @@ def test_every_replayed_kernel_is_sized_by_its_place_in_the_layer_and_the_step_i
     s = r.summary
     assert s["attributed_s"] == pytest.approx(kernel_us * 1e-6, rel=1e-9)
     assert s["uncosted_s"] == 0 and 1 - s["uncosted_share"] >= 0.95
+    assert s["phases"]["decode"]["steps"] == 1             # the eager input copies and the replay: one engine step
     # the five GEMM shapes of one GEMV kernel are five rows of the results, each with its own cost
     rows = {m.point.op: m for m in r.measurements if m.config["category"] == "gemm"}
     assert len(rows) == 5 and sorted(m.config["instances"] for m in rows.values()) == [1, 36, 36, 36, 36]
