@@ -3,8 +3,8 @@
 A replayed kernel carries no op and no shapes (SGLang and vLLM decode as graph replays). A decode step's kernels
 repeat per layer, so where the whole replay follows ``--model``'s op list (``roofline.layer.model_ops``) as an
 engine runs it, each kernel's place says which op it is, and the step annotation says its rows
-(``step[DECODE bs=8]``: 8 tokens). The op list as the engines fuse it (SGLang's ``models/qwen3.py`` /
-``qwen2.py`` and ``layers/layernorm.py``, commit 01b5f572; vLLM's are the same fusions):
+(``step[DECODE bs=8]``: 8 tokens). The op list as SGLang fuses it (``models/qwen3.py`` at commit 01b5f572,
+``models/utils.py``'s ``apply_qk_norm`` at a0e6a9ad; an engine that fuses the same way matches too):
 
 * the embedding gather (one kernel of the copy family: ``indexSelect*``);
 * per layer: the input norm (plain RMSNorm in layer 0, the residual add fused into it after: the name says
