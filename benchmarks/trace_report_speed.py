@@ -86,7 +86,8 @@ def main():
         med[name] = [statistics.median(t[k] for t in ts) for k in (0, 1)]
         print(f"{name:<7} CPU median {med[name][0]:.2f} s (runs " + " ".join(f"{t[0]:.2f}" for t in ts)
               + f"); wall median {med[name][1]:.2f} s (runs " + " ".join(f"{t[1]:.2f}" for t in ts) + ")")
-    print(f"after / before: CPU {med['after'][0] / med['before'][0]:.2f}x, wall {med['after'][1] / med['before'][1]:.2f}x")
+    cpu, wall = (med["after"][k] / med["before"][k] for k in (0, 1))
+    print(f"after / before: CPU {cpu:.2f}x, wall {wall:.2f}x")
 
 
 if __name__ == "__main__":
