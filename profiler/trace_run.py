@@ -31,7 +31,6 @@ from roofline.traces.idle import idle_sentence
 from roofline.traces.phases import parse_markers, phase_text
 from roofline.writer import ResultWriter
 
-from reports import write_report
 
 from . import ceilings as C
 from . import probes
@@ -214,6 +213,7 @@ def _run(run: TraceRun, say) -> TraceRunResult:
     steps = analyze(rf).steps if mine.measurements else []
     report = None
     if run.report and mine.measurements:
+        from reports import write_report     # matplotlib (~0.5 s): only when a report is drawn
         report = write_report([rf], out)
     return TraceRunResult(path, [results[r].summary for r in sorted(results)], steps, header, notes, report,
                           expectation, breakdown, comms, op_rows(mine.measurements), how, rank)
