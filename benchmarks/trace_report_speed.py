@@ -2,6 +2,7 @@
 
     python benchmarks/trace_report_speed.py                  # against BEFORE (the commit before the report cuts)
     python benchmarks/trace_report_speed.py --before HEAD~3 --reps 7
+    python benchmarks/trace_report_speed.py --no-report        # the command without its report, the same way
 
 The trace is the SGLang Qwen3-8B decode step the tests write (tests/test_trace_engines_sglang.py: 469 kernels,
 335 kB). The earlier commit's tree is ``git archive``d into a temporary folder; then the same command (the default
@@ -44,9 +45,9 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_once(tree: Path, trace: Path, out: Path) -> tuple:
+def run_once(tree: Path, trace: Path, out: Path, extra=()) -> tuple:
     cmd = [sys.executable, "-m", "profiler.cli", "trace", str(trace), "--model", "qwen3-8b", "--mix", "decode=8x4096",
-           "--out", str(out), "--overwrite", "--quiet"]
+           "--out", str(out), "--overwrite", "--quiet", *extra]
     env = {**os.environ, "PYTHONPATH": str(tree), "ROOFLINE_RENDER_PROCESSES": "1"}
     c0, t0 = _cpu(), now()
     p = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
@@ -60,6 +61,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--before", default=BEFORE, help=f"the commit to compare with (default {BEFORE})")
     ap.add_argument("--reps", type=int, default=5, help="runs of each tree (default 5)")
+    ap.add_argument("--no-report", action="store_true", help="time the command with --no-report")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
@@ -72,15 +74,17 @@ def main():
                      "this repository.")
         subprocess.run(["tar", "-x", "-C", str(old)], input=arch.stdout, check=True)
         trace = fixture(d)
-        print(f"trace: {trace.name}, {trace.stat().st_size / 1e3:.0f} kB; before = {a.before}, after = this tree; "
+        print(f"trace: {trace.name}, {trace.stat().st_size / 1e3:.0f} kB{', --no-report' if a.no_report else ''}; "
+              f"before = {a.before}, after = this tree; "
               f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         times = {"before": [], "after": []}
-        run_once(ROOT, trace, d / "warm")            # both trees' first run pays for cold caches: not counted
-        run_once(old, trace, d / "warm")
+        extra = ("--no-report",) if a.no_report else ()
+        run_once(ROOT, trace, d / "warm", extra)     # both trees' first run pays for cold caches: not counted
+        run_once(old, trace, d / "warm", extra)
         for i in range(a.reps):
             for name, tree in (("before", old), ("after", ROOT)) if i % 2 == 0 else (("after", ROOT),
                                                                                     ("before", old)):
-                times[name].append(run_once(tree, trace, d / f"out_{name}"))
+                times[name].append(run_once(tree, trace, d / f"out_{name}", extra))
     med = {}
     for name, ts in times.items():
         med[name] = [statistics.median(t[k] for t in ts) for k in (0, 1)]
