@@ -4,6 +4,7 @@
     python benchmarks/trace_peers.py --mb 20
     python benchmarks/trace_peers.py --trace FILE.json    # your own trace (one rank)
     python benchmarks/trace_peers.py --peers-python /tmp/peers-venv/bin/python
+    python benchmarks/trace_peers.py --fixtures --peers-python /tmp/tlvenv/bin/python   # coverage beside speed
 
 The trace is ``trace_speed.py``'s (a captured tiny-Llama prefill + decode repeated, a launch and a kernel per
 innermost op), with what Kineto also writes and the peers need: an ``ac2g`` flow pair per launch (TraceLens
@@ -18,6 +19,18 @@ one after another, each in a fresh process on the same file, it times (wall seco
   default HTA rounds each event inward to whole microseconds (start up, end down), which gives a kernel
   under 1 us a duration of 0 or -1 and fails its own ``assert idle_time <= kernel_time`` on this trace
   (and skips a per-row Python ``apply``, so HTA is, if anything, favoured).
+
+``--fixtures``: instead, the serving-engine traces the tests write from the engines' sources (tests/engine_traces.py:
+vLLM FP8 Llama mixed step, vLLM gpt-oss MXFP4 decode replay + its capture, SGLang Qwen3 decode eager and replayed
+without its capture, DeepSeek MLA decode), each with Kineto's ac2g flows added, and per tool its wall time and its
+*coverage*: the share of GPU kernel time that has FLOPs and bytes. Ours is the default command, report included
+(``roofline trace FILE --model M --mix MIX [--capture-trace CAP]``), its coverage ``1 - uncosted_share`` from
+``--json`` (communication counted as costed). TraceLens's is its full report
+(``generate_perf_report_pytorch(path, output_csvs_dir=...)``, timed), then, untimed, its perf models on every op
+it models (``op_to_perf_model_class_map``) through ``build_df_perf_metrics``: a kernel is covered when an op
+above it has a finite ``GFLOPS`` and ``Data Moved (MB)`` (each kernel once, however many modelled ops are
+around it), NCCL kernels counted as covered (its collective analysis gives their bytes). HTA has no FLOPs model:
+its time only. A tool that is not installed is printed as "not installed".
 
 Each peer's wall time counts its interpreter start and imports, as ours does; its own work (from its first
 call to its last) is printed beside it. Then ours / peer, and the figures both count (GPU kernel time sum,
@@ -90,6 +103,50 @@ print(json.dumps({{"work_s": work, "kernel_sum_us": float(k["dur"].sum()), "kern
                                           idle_df.groupby("idle_category")["idle_time"].sum().items()}}}}))
 """
 
+# TraceLens on a fixture: its full report (timed), then its perf models' coverage (untimed; see the docstring)
+TRACELENS_COVERAGE = """
+import json, math, sys, tempfile, warnings, logging, contextlib, io
+sys.path.insert(0, {root!r})
+warnings.filterwarnings("ignore")
+logging.disable(logging.WARNING)
+from profiler.timing import now
+t0 = now()
+from TraceLens.Reporting.generate_perf_report_pytorch import generate_perf_report_pytorch
+with contextlib.redirect_stdout(io.StringIO()), tempfile.TemporaryDirectory() as d:
+    generate_perf_report_pytorch({path!r}, output_csvs_dir=d)
+work = now() - t0
+from TraceLens import TreePerfAnalyzer
+with contextlib.redirect_stdout(io.StringIO()):
+    pa = TreePerfAnalyzer.from_file({path!r})
+    names = set(pa.op_to_perf_model_class_map)
+    events = [e for e in pa.tree.events if e.get("name") in names]
+    df = pa.build_df_perf_metrics(events, include_kernel_details=True) if events else None
+covered = set()
+if df is not None and len(df):
+    for _, row in df.iterrows():
+        fl, mb = row.get("GFLOPS"), row.get("Data Moved (MB)")
+        if isinstance(fl, float) and isinstance(mb, float) and math.isfinite(fl) and math.isfinite(mb):
+            covered.update(k["gpu_op_uid"] for k in (row.get("kernel_details") or []))
+gpu = [e for e in pa.tree.events if e.get("cat") in {cats!r}]
+total = sum(e["dur"] for e in gpu)
+cov = sum(e["dur"] for e in gpu if e.get("UID") in covered or "nccl" in e["name"].lower())
+print(json.dumps({{"work_s": work, "coverage": cov / total if total else 0.0, "kernels": len(gpu),
+                  "modelled_ops": 0 if df is None else len(df)}}))
+"""
+
+HTA_TIME = """
+import json, logging, sys
+sys.path.insert(0, {root!r})
+logging.disable(logging.WARNING)
+from profiler.timing import now
+t0 = now()
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir={dir!r})
+a.get_temporal_breakdown(visualize=False)
+a.get_idle_time_breakdown(visualize=False)
+print(json.dumps({{"work_s": now() - t0}}))
+"""
+
 # The wrapper: a fresh process whose only child is the command, so RUSAGE_CHILDREN's peak is that command's.
 WRAP = """
 import resource, subprocess, sys, json
@@ -98,7 +155,8 @@ from profiler.timing import now
 t0 = now()
 p = subprocess.run({cmd!r}, cwd={root!r}, capture_output=True, text=True, env={env!r})
 wall = now() - t0
-print(json.dumps({{"wall_s": wall, "peak_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({{"wall_s": wall, "peak_rss": ru.ru_maxrss * 1024, "cpu_s": ru.ru_utime + ru.ru_stime,
                   "rc": p.returncode, "stdout": p.stdout[-200000:], "stderr": p.stderr[-2000:]}}))
 """
 
@@ -269,13 +327,102 @@ def agreement(rows: dict) -> list:
     return lines
 
 
+def add_flows(path: Path) -> None:
+    """Add Kineto's ac2g flow pair for each launch -> kernel of a fixture trace (TraceLens links only through them);
+    a graph launch gets one pair per kernel it replays."""
+    d = json.loads(path.read_text())
+    launches = {e["args"]["correlation"]: e for e in d["traceEvents"]
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    flows = [f for e in d["traceEvents"] if e.get("cat") == "kernel"
+             and e["args"].get("correlation") in launches for f in flow_pair(launches[e["args"]["correlation"]], e)]
+    d["traceEvents"] += flows
+    d.setdefault("distributedInfo", {"backend": "nccl", "rank": 0, "world_size": 1})
+    path.write_text(json.dumps(d))
+
+
+def fixtures(d: Path) -> list:
+    """[(name, trace, --model, --mix, capture trace or None)]: the engine fixtures the tests write."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import test_trace_engines_deepseek_mla as mla
+    import test_trace_engines_gpt_oss as oss
+    import test_trace_engines_sglang as sgl
+    import test_trace_engines_sglang_replay as sgr
+    import test_trace_engines_vllm_fp8 as fp8
+
+    out = []
+    for name, mod, stem in (("vLLM FP8 Llama-3-8B mixed step", fp8, "vllm_fp8_mixed"),
+                            ("vLLM gpt-oss-20b decode replay + capture", oss, "gpt_oss_replay"),
+                            ("SGLang Qwen3-8B decode, eager", sgl, "sglang_qwen3_decode"),
+                            ("SGLang Qwen3-8B decode, replay only", sgr, "sglang_qwen3_replay"),
+                            ("DeepSeek-V3 MLA decode (1 rank of 8)", mla, "deepseek_mla_decode")):
+        mod.build(d)
+        cap = d / "gpt_oss_cap.json" if mod is oss else None
+        for p in (d / f"{stem}.json", cap):
+            if p is not None:
+                add_flows(p)
+        out.append((name, d / f"{stem}.json", mod.M.name, mod.MIX, cap))
+    return out
+
+
+def ours_coverage(path: Path, out: Path, model: str, mix: str, cap) -> dict:
+    cmd = [sys.executable, "-m", "profiler.cli", "trace", str(path), "--model", model, "--mix", mix, "--json",
+           "--out", str(out), "--overwrite", "--quiet"] + (["--capture-trace", str(cap)] if cap else [])
+    r = run_wrapped(cmd, {**os.environ, "PYTHONPATH": str(ROOT)})
+    if r["rc"]:
+        return {**r, "error": r["stderr"].strip()[-300:]}
+    rank = json.loads(r["stdout"])["ranks"][0]
+    return {**r, "coverage": 1 - rank["uncosted_share"]}
+
+
+def fixture_table(peers_python: str) -> None:
+    skipped = {n: peer_missing(peers_python, n) for n in ("TraceLens", "HTA")}
+    print(f"fixtures: tests/engine_traces.py's engine traces; machine load {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} CPUs; peers under {peers_python}")
+    for n, why in skipped.items():
+        if why:
+            print(f"{n}: not installed ({why})")
+    print("wall and CPU seconds (user + system) of each tool's whole process; cov: share of GPU time with FLOPs "
+          "and bytes")
+    head = f"{'trace':<42}" + "".join(f"{n + ' wall/CPU s':>22}{n + ' cov':>15}" for n in ("roofline", "TraceLens")) \
+        + f"{'HTA wall/CPU s':>17}"
+    print(head)
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        for name, path, model, mix, cap in fixtures(d):
+            cells = []
+            r = ours_coverage(path, d / "out", model, mix, cap)
+            cells += [f"{r['wall_s']:16.2f}/{r['cpu_s']:5.2f}", f"{r['coverage']:15.1%}"] if "error" not in r else \
+                [f"{'failed':>22}", f"{'-':>15}"]
+            if skipped["TraceLens"] is None:
+                t = peer(peers_python, TRACELENS_COVERAGE.format(root=str(ROOT), path=str(path), cats=set(GPU_CATS)))
+                cells += [f"{t['wall_s']:16.2f}/{t['cpu_s']:5.2f}", f"{t['coverage']:15.1%}"] if "error" not in t \
+                    else [f"{'failed':>22}", f"{'-':>15}"]
+                if "error" in t:
+                    print(f"  TraceLens failed on {path.name}: {t['error']}")
+            else:
+                cells += [f"{'not installed':>22}", f"{'-':>15}"]
+            if skipped["HTA"] is None:
+                h = peer(peers_python, HTA_TIME.format(root=str(ROOT), dir=str(hta_dir(path, d / f"hta_{path.stem}"))),
+                         {**os.environ, "HTA_DISABLE_NS_ROUNDING": "1"})
+                cells.append(f"{h['wall_s']:11.2f}/{h['cpu_s']:5.2f}" if "error" not in h else f"{'failed':>17}")
+            else:
+                cells.append(f"{'not installed':>17}")
+            print(f"{name:<42}" + "".join(cells))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fixtures", action="store_true",
+                    help="the engine fixture traces: each tool's time and coverage (share of GPU time with FLOPs "
+                         "and bytes)")
     ap.add_argument("--mb", type=float, default=100.0, help="generated trace size in MB (default 100)")
     ap.add_argument("--trace", type=Path, help="time this trace (.json, one rank) instead of a generated one")
     ap.add_argument("--peers-python", default=PEERS_PYTHON,
                     help=f"the interpreter with TraceLens and HTA installed (default {PEERS_PYTHON})")
     a = ap.parse_args()
+    if a.fixtures:
+        fixture_table(a.peers_python)
+        return
     if a.trace is not None and not a.trace.is_file():
         sys.exit(f"--trace {a.trace}: no such file; pass an existing one-rank Kineto trace (.json), "
                  "or leave --trace out to generate one.")

@@ -31,14 +31,15 @@ from roofline.traces.idle import idle_sentence
 from roofline.traces.phases import parse_markers, phase_text
 from roofline.writer import ResultWriter
 
-from reports import write_report
 
 from . import ceilings as C
 from . import probes
 from .run import started
 
 GRAPH_UNKNOWN_HOW = ("each replayed kernel is listed by its kernel name, time and category (costed where a "
-                     "kernel-name rule applies, else uncosted: no shapes). For op-level detail, profile the graph "
+                     "kernel-name rule applies: with --model and an engine step that says its tokens, a replay that "
+                     "follows the model's layer is sized kernel by kernel from each one's place in it; else "
+                     "uncosted: no shapes). For op-level detail, profile the graph "
                      "capture as well (start torch.profiler with record_shapes=True before the graphs are captured: "
                      "vLLM captures at engine start-up; or record one eager step of the same batch) and pass that "
                      "trace with --capture-trace.")
@@ -212,6 +213,7 @@ def _run(run: TraceRun, say) -> TraceRunResult:
     steps = analyze(rf).steps if mine.measurements else []
     report = None
     if run.report and mine.measurements:
+        from reports import write_report     # matplotlib (~0.5 s): only when a report is drawn
         report = write_report([rf], out)
     return TraceRunResult(path, [results[r].summary for r in sorted(results)], steps, header, notes, report,
                           expectation, breakdown, comms, op_rows(mine.measurements), how, rank)

@@ -113,7 +113,7 @@ def sweep_figure(rf) -> ReportFigure | None:
 
 def predicted_figure(rf) -> ReportFigure:
     fig, ax = new_figure(7.6, 6.2)
-    plot_predicted_vs_measured(ax, rf)
+    plot_predicted_vs_measured(ax, rf, align=False)     # aligned once the legend is in (below)
     if rf.header.kind == "trace":      # a trace's points are coloured by op category (its op names are not the model's)
         cats = {r.m.config.get("category", "") for r in predicted(analyze(rf))}
         fig.legend(handles=[Patch(color=category_color(c), label=c) for c in CATEGORY_COLORS if c in cats],

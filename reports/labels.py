@@ -26,6 +26,8 @@ import numpy as np
 
 from roofline.verdicts.comparison import differing_settings, setting_text
 
+from .style import freeze_layout
+
 PAD = 2.0   # pixels kept clear around every label
 OFFSETS = [(r * math.cos(math.radians(a)), r * math.sin(math.radians(a)))
            for r in (12, 24, 40, 60) for a in (45, 135, -45, -135, 90, -90, 0, 180)]   # points, nearest first
@@ -77,9 +79,8 @@ def place_labels(ax, wanted, markers, *, fontsize: float = 7.5, relayout: bool =
     if not wanted:
         return []
     fig = ax.figure
-    engine = fig.get_layout_engine()
-    if engine is not None and relayout:
-        engine.execute(fig)
+    if relayout:
+        freeze_layout(fig)        # the labels are measured on this layout: solved once, kept for the save
     renderer = fig.canvas.get_renderer()
     area = ax.get_window_extent(renderer)
     taken = [np.asarray(b) for b in _text_boxes(ax, renderer)]

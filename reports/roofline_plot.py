@@ -47,7 +47,6 @@ import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.cm import ScalarMappable
 from matplotlib.lines import Line2D
-from matplotlib.ticker import NullFormatter
 
 from roofline import units as U
 from roofline.analysis import CACHE_RESIDENT, HOST_BUSY, UNRELIABLE, analyze, cache_ceilings, ceilings, level_points
@@ -56,7 +55,8 @@ from . import hover
 from .hover import marker_radius
 from .labels import boxes_hit, busy_line, label_box, marker_boxes, place_labels
 from .style import (ABOVE_ROOF_COLOR, BATCH_CMAP, CATEGORY_COLORS, DATASHEET_COLOR, LABEL_ZORDER, MEASURED_COLOR,
-                    PHASE_MARKER, RASTER_ABOVE, UNSIZED_COLOR, batch_palette, category_color, styled)
+                    PHASE_MARKER, RASTER_ABOVE, UNSIZED_COLOR, batch_palette, category_color, freeze_layout, log_log,
+                    styled)
 
 
 BATCH_CMAP_OBJ = matplotlib.colormaps[BATCH_CMAP]
@@ -101,14 +101,11 @@ def draw_ceilings(ax, header, dtypes, xs, ys) -> tuple:
     x_hi = 10 ** math.ceil(math.log10(max(xs.max(), max(elbows)) * 3))
     y_hi = 10 ** math.ceil(math.log10(max(peaks + [ys.max()]) * 2))
     y_lo = 10 ** math.floor(math.log10(max(min(ys.min(), x_lo * min(bws or [1.0])), 1.0)))
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    log_log(ax)
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(y_lo, y_hi)
     ax.xaxis.set_major_formatter(lambda v, _: f"{v:g}")
     ax.yaxis.set_major_formatter(lambda v, _: U.si(v, "FLOP/s"))
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_minor_formatter(NullFormatter())
 
     # a datasheet ceiling the run also classifies with is drawn once, solid, labelled "datasheet"
     sheet = [c for c in sheet if not any(u.kind == c.kind and u.dtype == c.dtype and
@@ -412,9 +409,8 @@ def clear_ridge_label(ax, markers=(), *, relayout: bool = True):
     if label is not None:
         label.set_in_layout(False)       # placing it cannot move the axes it was measured on
     fig = ax.figure
-    engine = fig.get_layout_engine()
-    if engine is not None and relayout:
-        engine.execute(fig)
+    if relayout:
+        freeze_layout(fig)               # what is placed from here on is measured on this layout: solved once
     if label is None:
         return None
     renderer = fig.canvas.get_renderer()
@@ -446,13 +442,17 @@ def clear_ridge_label(ax, markers=(), *, relayout: bool = True):
     return label
 
 
-def align_to_slope(ax, texts):
-    """Rotate bandwidth labels to lie along their (slope 1, log-log) roof on screen."""
+def align_to_slope(ax, texts, *, final: bool = True):
+    """Rotate bandwidth labels to lie along their (slope 1, log-log) roof on screen, on the figure's layout solved
+    here: kept (``style.freeze_layout``, no second solve when it is saved) unless ``final`` is False (the caller
+    adds what moves the axes, then aligns again)."""
     if not texts:
         return
     fig = ax.figure
     engine = fig.get_layout_engine()
-    if engine is not None:
+    if final:
+        freeze_layout(fig)
+    elif engine is not None:
         engine.execute(fig)
     (x0, y0), (x1, y1) = ax.transData.transform([(1.0, 1.0), (10.0, 10.0)])
     angle = math.degrees(math.atan2(y1 - y0, x1 - x0))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import numpy as np
 from matplotlib.collections import PolyCollection
-from matplotlib.ticker import NullFormatter
 
 from roofline import units as U
 from roofline.analysis import analyze
@@ -27,7 +26,8 @@ from roofline.bounds import OVERHEAD_FRACTION
 from . import hover
 from .labels import busy_line
 from .roofline_plot import align_to_slope
-from .style import ABOVE_ROOF_COLOR, MAX_BAR_LABELS, PHASE_MARKER, RASTER_ABOVE, category_color, op_color, op_names, run_model, styled
+from .style import (ABOVE_ROOF_COLOR, MAX_BAR_LABELS, PHASE_MARKER, RASTER_ABOVE, category_color, log_log, op_color,
+                    op_names, run_model, styled)
 
 
 def step_times(result_file, phase: str) -> tuple[list, dict]:
@@ -90,8 +90,10 @@ def predicted(a) -> list:
 
 
 @styled
-def plot_predicted_vs_measured(ax, result_file):
-    """Measured (median; a trace's mean) vs roofline-predicted time per op instance; returns ``ax``.
+def plot_predicted_vs_measured(ax, result_file, *, align: bool = True):
+    """Measured (median; a trace's mean) vs roofline-predicted time per op instance; returns ``ax``. ``align``
+    False: the caller adds what moves the axes (a legend) and aligns the diagonals' labels itself
+    (``align_diagonals``), so the layout is solved once.
 
     Ops kept off the roofline (uncosted, collectives) and ops that move nothing (a view: 0 s at
     the roof) have no prediction to compare with and are left out."""
@@ -129,22 +131,22 @@ def plot_predicted_vs_measured(ax, result_file):
     ax.annotate(f"{U.percent(OVERHEAD_FRACTION)} of roof: overhead above", (lo * 3, lo * 3 / OVERHEAD_FRACTION),
                 rotation=45, fontsize=7.5, color="#808080", ha="left", va="bottom", rotation_mode="anchor",
                 xytext=(-3, 3), textcoords="offset points", gid="pred-label:overhead")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    log_log(ax)
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(lambda v, _: U.seconds(v))
-        axis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("predicted time at the roof (per instance)")
     ax.set_ylabel("measured median time (per instance)")
     ax.set_title("Measured against predicted time per op")
     # no fixed aspect (the constrained layout cuts a fixed-aspect axes' y label off the figure): the labels are
     # turned along their diagonals as drawn (again by the caller once it adds a legend: ``align_diagonals``)
-    align_diagonals(ax)
+    if align:
+        align_diagonals(ax, final=False)
     return ax
 
 
-def align_diagonals(ax):
-    """Turn the predicted-vs-measured diagonals' labels (gid "pred-label:...") along their lines as laid out."""
-    align_to_slope(ax, [t for t in ax.texts if (t.get_gid() or "").startswith("pred-label:")])
+def align_diagonals(ax, *, final: bool = True):
+    """Turn the predicted-vs-measured diagonals' labels (gid "pred-label:...") along their lines as laid out (the
+    layout kept unless ``final`` is False: ``roofline_plot.align_to_slope``)."""
+    align_to_slope(ax, [t for t in ax.texts if (t.get_gid() or "").startswith("pred-label:")], final=final)

@@ -40,12 +40,12 @@ class EngineTrace:
         self.ext += 1
         self._event("user_annotation", name, start, self.cpu - start, {"External id": self.ext})
 
-    def _kernel(self, name, dur, corr, ext=None):
+    def _kernel(self, name, dur, corr, ext=None, stream=7):
         self.gpu_t = max(self.gpu_t, self.cpu + 5)
-        args = {"device": 0, "stream": 7, "correlation": corr, "grid": [1, 1, 1], "block": [128, 1, 1]}
+        args = {"device": 0, "stream": stream, "correlation": corr, "grid": [1, 1, 1], "block": [128, 1, 1]}
         if ext is not None:
             args["External id"] = ext
-        self._event("kernel", name, self.gpu_t, dur, args, pid=0, tid=7)
+        self._event("kernel", name, self.gpu_t, dur, args, pid=0, tid=stream)
         self.gpu_t += dur
         self.kernel_us += dur
 
@@ -82,13 +82,14 @@ class EngineTrace:
         self._kernel(kname, dur, self.corr)
 
     def graph(self, kernels):
-        """One cudaGraphLaunch replaying ``kernels`` [(name, µs), ...]."""
+        """One cudaGraphLaunch replaying ``kernels`` [(name, µs) or (name, µs, stream), ...] (stream 7 unless
+        given), one after another on the GPU clock."""
         self.corr += 1
         self.cpu += 1
         self._event("cuda_runtime", "cudaGraphLaunch", self.cpu, 10, {"correlation": self.corr})
         self.cpu += 11
-        for kname, dur in kernels:
-            self._kernel(kname, dur, self.corr)
+        for kname, dur, *stream in kernels:
+            self._kernel(kname, dur, self.corr, stream=stream[0] if stream else 7)
 
     def dump(self, path: Path) -> Path:
         d = dict(self.head, traceEvents=self.events)

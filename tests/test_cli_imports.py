@@ -15,7 +15,7 @@ import json, sys
 from click.testing import CliRunner
 from profiler.cli import main
 codes = [CliRunner().invoke(main, args).exit_code for args in json.loads(sys.argv[1])]
-print(json.dumps({"codes": codes, "torch": "torch" in sys.modules}))
+print(json.dumps({"codes": codes, "torch": "torch" in sys.modules, "matplotlib": "matplotlib" in sys.modules}))
 """
 
 
@@ -33,3 +33,14 @@ def test_explain_and_devices_do_not_import_torch():
                  ("explain", "linear", "--tokens", "16", "--in", "64", "--out", "64"), ("devices",), ("devices", "--json"))
     assert got["codes"] == [0, 0, 0, 0, 0]
     assert got["torch"] is False
+
+
+def test_a_trace_without_its_report_does_not_import_matplotlib(tmp_path):
+    sys.path.insert(0, str(ROOT / "tests"))
+    from engine_traces import BF, EngineTrace
+
+    t = EngineTrace()
+    t.op("aten::mm", [[8, 64], [64, 64]], [BF, BF], kernels=[("void gemv2T_kernel_val<bf16>", 5)])
+    path = t.dump(tmp_path / "mm.json")
+    got = _after(("trace", str(path), "--no-report", "--out", str(tmp_path / "out"), "--quiet"))
+    assert got["codes"] == [0] and got["matplotlib"] is False and got["torch"] is False

@@ -41,7 +41,7 @@ def _replays(path):
 
 
 def _by_name(r):
-    return {m.point.op.split(" (graph replay")[0]: m for m in r.measurements}
+    return {m.config["name"]: m for m in r.measurements}
 
 
 def test_each_replayed_kernel_is_listed_by_name_time_and_category(tmp_path):

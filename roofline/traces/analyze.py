@@ -38,6 +38,7 @@ from ..cost import ZERO, Cost
 from ..errors import RooflineError
 from ..records import Measurement, WorkloadPoint
 from .cost import FRAMEWORK, OpCost, cost_kernel, cost_op, is_wrapper
+from .opcost import ReplayKernels
 from .engine_steps import find_steps
 from .registry import kernel_rule_for
 from .events import US, gpu_time, work_items
@@ -160,6 +161,17 @@ class _Kernels:
         self.seen = Counter()        # (step, rule) -> launches so far: an attention kernel's layer
         self.under = Counter()       # (graph, op, rule) -> launches so far under that op (a fused MoE's two)
         self.last = 0                # the last costed kernel's place under its op: one instance per launch
+        self.replays: dict = {}      # id(kernel) -> (ReplayKernels, index) for graph-replayed kernels
+        self.notes: list = []        # the rules' sentences about the trace (KernelArgs.say)
+
+    def add_replay(self, kernels, seqs: dict) -> None:
+        """Remember one graph launch's kernels (in start order) for the rules that read the whole replay."""
+        key = tuple((g.name, g.stream) for g in kernels)
+        seq = seqs.get(key)
+        if seq is None:
+            seq = seqs[key] = ReplayKernels(tuple(n for n, _ in key), tuple(s for _, s in key))
+        for n, g in enumerate(kernels):
+            self.replays[id(g)] = (seq, n)
 
     def cost(self, g, op, graph):
         if g is None or g.kind != "kernel":
@@ -176,12 +188,14 @@ class _Kernels:
         self.seen[k1] += 1
         self.under[k2] += 1
         layer = nth % self.model.n_layers if self.model is not None and self.model.n_layers else nth
+        seq, pos = self.replays.get(id(g), (None, None)) if graph is not None else (None, None)
         key = (g.name, id(op.args) if op is not None else None, step.key if step is not None else None, layer,
-               nth_in_op)
+               nth_in_op, id(seq), pos)
         c = self.memo.get(key, _UNSET)
         if c is _UNSET:
             c = self.memo[key] = cost_kernel(g.name, op, meta=g.args, step=step, model=self.model, nth=layer,
-                                             nth_in_op=nth_in_op, tp=self.tp, default_dtype=self.dtype)
+                                             nth_in_op=nth_in_op, tp=self.tp, default_dtype=self.dtype, replay=seq,
+                                             position=pos, notes=self.notes)
         return c
 
 
@@ -199,10 +213,13 @@ def build_instances(trace, dtype: str, captures=(), steps=None, model=None) -> t
             coster.launched |= {id(g.op) for g in c.gpu if g.op is not None}
             coster.mark(c.ops)
     mapped: dict = {}
+    seqs: dict = {}
     for corr, kernels in graph_launches(trace).items():
-        if replay is not None:
-            for g, op in zip(kernels, replay.map_launch(kernels)):
-                mapped[id(g)] = op
+        ops = replay.map_launch(kernels) if replay is not None else ()
+        for g, op in zip(kernels, ops):
+            mapped[id(g)] = op
+        if not any(op is not None for op in ops):     # no capture maps it: the rules that read the whole replay
+            by_kernel.add_replay(kernels, seqs)
     inst: dict = {}
     names: dict = {}
     att = Counter()          # seconds of GPU activity by how it was attributed
@@ -263,6 +280,8 @@ def build_instances(trace, dtype: str, captures=(), steps=None, model=None) -> t
     stats = {"graph_kernels_mapped": replay.matched, "graph_kernels_unmapped": replay.unmatched} if replay else {}
     if trace.is_gpu:
         stats["attribution"] = _attribution(att)
+    if by_kernel.notes:
+        stats["rule_notes"] = list(by_kernel.notes)
     return list(inst.values()), stats, mapped
 
 
@@ -272,16 +291,16 @@ ATTRIBUTION = ("op", "replay_mapped", "replay_cpu_op", "replay_no_op", "before_w
 
 def _replay_instance(trace, inst: dict, g, oc):
     """The instance of a replayed kernel no capture trace mapped: the kernel itself, by its name, category and
-    time (signature ``REPLAYED``), costed by ``oc`` where a kernel rule costs it (``cost.cost_kernel``, with the
-    engine step and ``--model``), else uncosted; a collective as communication. How it was attributed: the CPU op
-    around the graph launch, or none."""
+    time (signature ``REPLAYED``, after the rule's own when costed), costed by ``oc`` where a kernel rule costs it
+    (``cost.cost_kernel``, with the engine step, ``--model`` and the kernel's place in the replay), else uncosted;
+    a collective as communication. How it was attributed: the CPU op around the graph launch, or none."""
     launch = g.launch
     around = trace.op_at(launch.thread, launch.ts) if launch is not None else None
     cat = oc.category if oc is not None else kernel_category(g.name, g.kind)
     i = inst[("replay", id(g))] = Instance(g.name[:80], oc, cat, launch.ts if launch else g.ts,
                                            launch.thread if launch else (None, None), g.graph,
                                            COMMUNICATION if cat == COMMUNICATION else "" if oc else UNCOSTED)
-    i.signature = REPLAYED
+    i.signature = f"{oc.signature} {REPLAYED}" if oc is not None and oc.signature else REPLAYED
     return i, "replay_cpu_op" if around is not None else "replay_no_op"
 
 
@@ -367,7 +386,8 @@ def _analyze(trace, model, markers, captures, device_name, mix=None) -> TraceRes
     if experts is not None:
         summary["experts"] = {**experts.to_json(), "sentence": experts.sentence}
     engine_notes = summary["engine_steps"]["notes"] if engine.steps else engine.notes
-    return TraceResult(ms, summary, dtype, list(trace.notices) + plan.notes + engine_notes, instances)
+    return TraceResult(ms, summary, dtype, list(trace.notices) + plan.notes + engine_notes
+                       + replay_stats.get("rule_notes", []), instances)
 
 
 def _summary(trace, instances, plan, gt, replay_stats) -> dict:

@@ -86,17 +86,19 @@ def cost_op(name: str, args: dict, default_dtype: str = "bf16"):
 
 
 def cost_kernel(kernel: str, op=None, *, meta=None, step=None, model=None, nth: int = 0, nth_in_op: int = 0,
-                tp: int = 1, default_dtype: str = "bf16"):
+                tp: int = 1, default_dtype: str = "bf16", replay=None, position=None, notes=None):
     """A GPU kernel's ``OpCost`` by the kernel rule its name matches (``registry``: ``kernels=`` with a cost), or
     None: no such rule, or one that cannot cost it from what is known (its op's shapes, the step, ``--model``).
 
     Tried for kernels whose op no rule costs (a custom op: ``vllm::moe_forward``, a paged-attention op), and
-    for kernels no op launched."""
+    for kernels no op launched. ``replay``/``position``: the graph replay (``opcost.ReplayKernels``) a kernel ran in
+    and its index there; ``notes``: a list that collects the rules' sentences about the trace."""
     r = kernel_rule_for(kernel)
     if r is None or r.cost is None or r.names or r.pattern is not None:   # an op rule's kernels: category only
         return None
     a = KernelArgs(kernel, op.name if op is not None else "", op.args if op is not None else {}, r, default_dtype,
-                   meta=meta, step=step, model=model, nth=nth, nth_in_op=nth_in_op, tp=tp)
+                   meta=meta, step=step, model=model, nth=nth, nth_in_op=nth_in_op, tp=tp, replay=replay,
+                   position=position, notes=notes)
     try:
         out = r.cost(a)
     except (TypeError, ValueError, IndexError, ZeroDivisionError, KeyError, AttributeError, RooflineError):

@@ -110,6 +110,15 @@ class OpArgs:
             return None
 
 
+@dataclass(frozen=True, eq=False)
+class ReplayKernels:
+    """The kernels of one CUDA-graph replay as a kernel rule sees them (no ops, no shapes): their names and streams
+    in start order. One object per distinct sequence, shared by every replay of that graph."""
+
+    names: tuple
+    streams: tuple
+
+
 class KernelArgs(OpArgs):
     """A GPU kernel as a kernel rule sees it (``registry``: a rule with ``kernels=`` and a cost function).
 
@@ -118,14 +127,23 @@ class KernelArgs(OpArgs):
     any); ``step``: the engine step it ran in (``roofline.traces.engine_steps.EngineStep``, None outside every
     step), ``model``: ``--model``'s ``ModelConfig`` (None without); ``nth``: how many launches of this rule came
     before it in its step (attention: its layer), ``nth_in_op``: the same under its op (a fused MoE's first or
-    second launch); ``tp``: the trace's world size (heads and widths per rank)."""
+    second launch); ``tp``: the trace's world size (heads and widths per rank); ``replay``: the graph replay it
+    ran in (``ReplayKernels``, None outside one) and ``position`` its index there; ``say(text)``: a sentence about
+    the trace for its notes (why a rule could not cost what it matched)."""
 
     def __init__(self, kernel: str, op_name: str, args: dict, rule, default_dtype: str = "bf16", *, meta=None,
-                 step=None, model=None, nth: int = 0, nth_in_op: int = 0, tp: int = 1):
+                 step=None, model=None, nth: int = 0, nth_in_op: int = 0, tp: int = 1, replay=None, position=None,
+                 notes=None):
         super().__init__(op_name, args or {}, rule, default_dtype)
         self.kernel, self.low = kernel, kernel.lower()
         self.meta = meta if isinstance(meta, dict) else {}
         self.step, self.model, self.nth, self.nth_in_op, self.tp = step, model, nth, nth_in_op, max(int(tp or 1), 1)
+        self.replay, self.position = replay, position
+        self._notes = notes if notes is not None else []
+
+    def say(self, text: str) -> None:
+        if text not in self._notes:
+            self._notes.append(text)
 
     @property
     def mix(self):

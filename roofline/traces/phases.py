@@ -145,10 +145,11 @@ def plan_phases(trace, instances, markers=None, engine=None) -> PhasePlan:
     n = len(instances)
     plan = PhasePlan([None] * n)
     step_of = [None] * n
-    marked = [(a.ts, a.end, p, a.thread[0]) for a in trace.annotations if (p := marked_phase(a.name, markers))]
-    stepped = [(st.ts, st.end, ENGINE_PHASE[st.mode], st.pid) for st in (engine.steps if engine is not None else ())
-               if st.mode in ENGINE_PHASE]
-    spans = sorted(marked + stepped, key=lambda s: (s[0], -s[1]))
+    marked = [(a.ts, a.end, p, a.thread[0], False) for a in trace.annotations
+              if (p := marked_phase(a.name, markers))]
+    stepped = [(st.ts, st.end, ENGINE_PHASE[st.mode], st.pid, True) for st in (engine.steps if engine is not None
+                                                                                else ()) if st.mode in ENGINE_PHASE]
+    spans = sorted(marked + stepped, key=lambda s: (s[0], -s[1], s[4]))   # an engine step over an equal span
     longest = max((s[1] - s[0] for s in spans), default=0.0)   # a search back past it can stop
     fwd, what = _forwards(trace, instances)
     starts = [f[0] for f in fwd]
@@ -171,7 +172,9 @@ def plan_phases(trace, instances, markers=None, engine=None) -> PhasePlan:
                     break
             if best is not None:
                 plan.phase[i] = best[2]
-                step_of[i] = (best[0], fwd_of[i])
+                # an engine's step is one step whatever runs in it (eager input copies, then a graph replay);
+                # a phase annotation's span may hold several forwards
+                step_of[i] = (best[0], None if best[4] else fwd_of[i])
         for p in ("prefill", "decode"):
             plan.method[p] = "annotations (record_function names containing " + " / ".join(
                 repr(m) for m in markers[p]) + ")"

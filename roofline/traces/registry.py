@@ -27,8 +27,8 @@ priority, then the first registered, wins), then the ``pattern`` rules in (prior
 order; kernel names go through the ``kernels`` patterns in the same order. The first rule that
 matches decides: its None is "uncosted", no later rule is tried. The built-in rules register on
 import of ``roofline.traces.rules`` (a fixed file order: collectives, aten, sdpa, elementwise,
-custom, vllm, sglang, triton_inductor, kernel_names); ``load_rules(path)`` adds a user's file after them
-(``roofline trace --rules FILE``).
+custom, vllm, sglang, triton_inductor, kernel_names, layer_position); ``load_rules(path)`` adds a user's file
+after them (``roofline trace --rules FILE``).
 
 This module imports none of its rules and none of its consumers.
 """

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..registry import kernel_rule
 
-for _category, _pattern in (
+KERNEL_NAMES = dict((
         ("communication", r"nccl|rccl|cross_device_reduce|all_reduce|allreduce|all_gather|reduce_scatter"),
         ("attention", r"flash|fmha|attention|attn|mha_|flashinfer|xformers|paged_|unified_attention"),
         ("gemm", r"gemm|cutlass|cublas|xmma|sm\d\d_|cijk_|wvsplitk|hipblaslt|splitkreduce|gemv|nvjet|ampere_|"
@@ -24,5 +24,7 @@ for _category, _pattern in (
         ("softmax", r"softmax"),
         ("reduction", r"reduce_kernel|triton_red|triton_per|reduction|argmax|topk|sort"),
         ("copy", r"copy|catarray|cat_|gather|scatter|index|transpose|permute"),
-        ("elementwise", r"elementwise|triton_poi|fill|vectorized|unrolled|pointwise")):
+        ("elementwise", r"elementwise|triton_poi|fill|vectorized|unrolled|pointwise")))   # category -> pattern
+
+for _category, _pattern in KERNEL_NAMES.items():
     kernel_rule(_category, _pattern)
