@@ -378,23 +378,25 @@ class StepExplained:
 
 
 def layer_kinds(ph) -> dict:
-    """A hybrid's (Gated DeltaNet beside attention) split of what the step reads from its caches, per kind of
-    layer: the attention layers' KV (growing with the context) and the DeltaNet layers' state (constant); {}
-    for a model whose every layer attends."""
+    """A hybrid's (Gated DeltaNet or Mamba-2 beside attention) split of what the step reads from its caches, per
+    kind of layer: the attention layers' KV (growing with the context) and each stateful kind's state
+    (constant); {} for a model whose every layer attends."""
     m = ph.model
-    if not m.linear_layers:
+    states = ph.state_read_by_kind
+    if not states:
         return {}
     cached = ph.context if ph.phase == "decode" else ph.cached_tokens
     return {"context": cached, "attention_layers": len(m.attention_layers), "kv_read_bytes": ph.kv_cache_read_bytes,
-            "linear_layers": len(m.linear_layers), "state_read_bytes": ph.state_read_bytes}
+            "states": [{"kind": k, "layers": n, "state_read_bytes": b} for k, n, b in states]}
 
 
 def layer_kinds_text(k: dict) -> str:
     """``layer_kinds`` in one line: "at context 131,072: 12 attention layers read 3.2 GB of KV, 36 DeltaNet
     layers read 75 MB of state"."""
+    states = ", ".join(f"{s['layers']} {s['kind']} layers read {U.nbytes(s['state_read_bytes'])} of state"
+                       for s in k["states"])
     return (f"at context {k['context']:,}: {k['attention_layers']} attention layers read {U.nbytes(k['kv_read_bytes'])}"
-            f" of KV, {k['linear_layers']} DeltaNet layers read {U.nbytes(k['state_read_bytes'])} of state "
-            "(fp32 recurrent state + conv state, constant in the context).")
+            f" of KV, {states} (fp32 recurrent state + conv state, constant in the context).")
 
 
 def _any_scales(ph) -> bool:

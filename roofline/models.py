@@ -95,6 +95,18 @@ class ModelConfig:
     linear_v_dim: int = 0          # linear_value_head_dim
     linear_conv: int = 0           # linear_conv_kernel_dim: the causal depthwise conv1d's kernel over q, k, v
     attn_gate: bool = False        # q_proj's output doubled: attention output x sigmoid(gate) (attn_output_gate)
+    # ---- Mamba-2 (Nemotron-H, Granite-4.0-H): the layers layer_types names "mamba"
+    mamba_heads: int = 0           # mamba_num_heads: SSM heads (the scan runs per head)
+    mamba_head_dim: int = 0        # mamba_head_dim: each head's channels (heads x this = the inner width)
+    mamba_state: int = 0           # ssm_state_size: d_state
+    mamba_groups: int = 0          # n_groups: B and C groups (shared by heads / groups heads); the gated norm's groups
+    mamba_conv: int = 0            # conv_kernel: the causal depthwise conv1d's kernel over x, B, C
+    mamba_chunk: int = 0           # chunk_size: the SSD scan's chunk in prefill
+    mamba_conv_bias: bool = False  # a bias on the conv1d (use_conv_bias)
+    mamba_proj_bias: bool = False  # biases on in_proj and out_proj (use_bias / mamba_proj_bias)
+    # layers with a mixer (attention, DeltaNet, Mamba) and no MLP (Nemotron-H's "M" and "*" blocks); layer_types
+    # "mlp" names the layers with an MLP and no mixer (its "-" blocks)
+    no_mlp_layers: tuple = ()
     # ---- multi-head latent attention (DeepSeek): kv_lora_rank > 0
     q_lora_rank: int = 0           # 0: q = x W_q directly
     kv_lora_rank: int = 0
@@ -136,8 +148,24 @@ class ModelConfig:
 
     @property
     def attention_layers(self) -> tuple:
-        """The layer indices that attend over a KV cache (every layer but the linear-attention ones)."""
-        return tuple(i for i in range(self.n_layers) if not self.layer_types or self.layer_types[i] != "linear")
+        """The layer indices that attend over a KV cache (every layer but the DeltaNet, Mamba and MLP-only ones)."""
+        return tuple(i for i in range(self.n_layers)
+                     if not self.layer_types or self.layer_types[i] not in ("linear", "mamba", "mlp"))
+
+    @property
+    def mamba_layers(self) -> tuple:
+        """The layer indices of Mamba-2 (layer_types "mamba"; none for most models)."""
+        return tuple(i for i, t in enumerate(self.layer_types) if t == "mamba")
+
+    @property
+    def mixer_layers(self) -> tuple:
+        """The layers with a mixer (attention, DeltaNet or Mamba) and its norm and residual: all but "mlp" ones."""
+        return tuple(i for i in range(self.n_layers) if not self.layer_types or self.layer_types[i] != "mlp")
+
+    @property
+    def mlp_layers(self) -> tuple:
+        """The layers with an MLP (dense or routed) and its norm and residual: all but ``no_mlp_layers``."""
+        return tuple(i for i in range(self.n_layers) if i not in self.no_mlp_layers)
 
     @property
     def linear_layers(self) -> tuple:
@@ -149,7 +177,7 @@ class ModelConfig:
         """The layer indices whose MLP is a mixture of experts (none for a dense model)."""
         if not self.n_experts:
             return ()
-        return tuple(i for i in range(self.n_layers) if i not in self.dense_layers)
+        return tuple(i for i in self.mlp_layers if i not in self.dense_layers)
 
     @property
     def mla(self) -> bool:
@@ -174,8 +202,9 @@ class ModelConfig:
             types = tuple(types[i % len(types)] for i in range(n_layers))
         dense = tuple(i for i in self.dense_layers if i < n_layers)
         nope = tuple(i for i in self.nope_layers if i < n_layers)
+        no_mlp = tuple(i for i in self.no_mlp_layers if i < n_layers)
         return replace(self, n_layers=n_layers, layer_types=types, dense_layers=dense, nope_layers=nope,
-                       name=f"{self.name} ({n_layers} layers)")
+                       no_mlp_layers=no_mlp, name=f"{self.name} ({n_layers} layers)")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -183,6 +212,7 @@ class ModelConfig:
         d["layer_types"] = list(self.layer_types)
         d["dense_layers"] = list(self.dense_layers)
         d["nope_layers"] = list(self.nope_layers)
+        d["no_mlp_layers"] = list(self.no_mlp_layers)
         d["rope_yarn"] = list(self.rope_yarn)
         d["quantization"] = self.quantization.to_dict() if self.quantization else None
         return d
@@ -200,13 +230,15 @@ class ModelConfig:
             raise RooflineError(f"model description {d.get('name', '')!r} is missing the key {missing[0]!r} "
                                 f"(it needs {', '.join(required)}).")
         kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        for k in ("layer_types", "dense_layers", "nope_layers", "rope_yarn"):
+        for k in ("layer_types", "dense_layers", "nope_layers", "no_mlp_layers", "rope_yarn"):
             if isinstance(kw.get(k), list):
                 kw[k] = tuple(kw[k])
         return cls(**kw)
 
 
-ACTIVATIONS = ("silu", "gelu_tanh")
+ACTIVATIONS = ("silu", "gelu_tanh", "relu2")   # relu2: relu(x)^2, not gated (Nemotron-H's up -> down MLP)
+# per layer: attention (full or sliding), Gated DeltaNet, Mamba-2, or no mixer (an MLP-only layer)
+LAYER_TYPES = ("full", "sliding", "linear", "mamba", "mlp")
 ROUTERS = ("softmax_topk", "topk_softmax", "sigmoid_group")
 
 
@@ -217,7 +249,7 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
                             f"{show_value(m.activation)} was given.")
     for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "norm_offset", "sandwich_norms", "embed_scale",
                  "attn_sinks", "norm_topk", "router_bias", "router_correction", "expert_bias", "shared_gate",
-                 "rope_interleave", "pre_norms", "qk_norm_whole", "attn_gate"):
+                 "rope_interleave", "pre_norms", "qk_norm_whole", "attn_gate", "mamba_conv_bias", "mamba_proj_bias"):
         bool_field(where, name, getattr(m, name))
     for name in ("query_scale", "attn_softcap", "final_softcap", "rope_local_theta", "embed_multiplier",
                  "residual_multiplier", "logits_scaling"):
@@ -227,9 +259,9 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
     object.__setattr__(m, "sliding_window", int_field(where, "sliding_window", m.sliding_window, 0,
                                                        " (0 means no window)"))
     types = m.layer_types
-    if not isinstance(types, (list, tuple)) or any(t not in ("full", "sliding", "linear") for t in types):
-        raise RooflineError(f"{where}: layer_types must be a list of \"full\", \"sliding\" or \"linear\" per layer, "
-                            f"but {show_value(types)} was given.")
+    if not isinstance(types, (list, tuple)) or any(t not in LAYER_TYPES for t in types):
+        raise RooflineError(f"{where}: layer_types must be a list of {', '.join(LAYER_TYPES)} per layer, but "
+                            f"{show_value(types)} was given.")
     if types and len(types) != m.n_layers:
         raise RooflineError(f"{where}: layer_types has {len(types)} entries for {m.n_layers} layers: give one per "
                             "layer.")
@@ -237,6 +269,7 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
         raise RooflineError(f"{where}: layer_types has sliding layers but sliding_window is 0: give the window.")
     object.__setattr__(m, "layer_types", tuple(types))
     _check_linear(m, where)
+    _check_mamba(m, where)
     if m.router not in ROUTERS:
         raise RooflineError(f"{where}: router must be one of {', '.join(ROUTERS)}, but {show_value(m.router)} was given.")
     if m.expert_activation not in ("silu", "swiglu_oai"):
@@ -296,6 +329,33 @@ def _check_linear(m: "ModelConfig", where: str) -> None:
     elif any(given):
         raise RooflineError(f"{where}: {', '.join(LINEAR_FIELDS)} size Gated DeltaNet layers, but layer_types names "
                             "no \"linear\" layer: give layer_types or leave them 0.")
+
+
+MAMBA_FIELDS = ("mamba_heads", "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv", "mamba_chunk")
+
+
+def _check_mamba(m: "ModelConfig", where: str) -> None:
+    """Mamba-2's sizes: all given (each >= 1, the groups dividing the heads) when layer_types has a "mamba" layer,
+    else all 0; no_mlp_layers: indices of layers that have a mixer."""
+    for name in MAMBA_FIELDS:
+        object.__setattr__(m, name, int_field(where, name, getattr(m, name), 0))
+    given = [getattr(m, n) for n in MAMBA_FIELDS]
+    if m.mamba_layers:
+        if not all(given) or m.mamba_heads % m.mamba_groups:
+            raise RooflineError(f"{where}: Mamba-2 layers need {', '.join(MAMBA_FIELDS)} >= 1 with mamba_groups "
+                                f"dividing mamba_heads, but {dict(zip(MAMBA_FIELDS, given))} was given.")
+        if m.mla:
+            raise RooflineError(f"{where}: Mamba-2 layers beside latent attention are not modelled: give one or the "
+                                "other.")
+    elif any(given):
+        raise RooflineError(f"{where}: {', '.join(MAMBA_FIELDS)} size Mamba-2 layers, but layer_types names no "
+                            "\"mamba\" layer: give layer_types or leave them 0.")
+    nm = m.no_mlp_layers
+    if (not isinstance(nm, (list, tuple)) or any(isinstance(i, bool) or not isinstance(i, int) for i in nm)
+            or any(not 0 <= i < m.n_layers or (m.layer_types and m.layer_types[i] == "mlp") for i in nm)):
+        raise RooflineError(f"{where}: no_mlp_layers must list layer indices below n_layers whose layer_types is not "
+                            f"\"mlp\" (a layer keeps a mixer or an MLP), but {show_value(nm)} was given.")
+    object.__setattr__(m, "no_mlp_layers", tuple(sorted(set(nm))))
 
 
 # Every family's presets (roofline.families: published config.json numbers, each with its source), then the

@@ -114,8 +114,9 @@ def test_a_kind_is_registered_once(toy):
 def test_the_registry_holds_the_layer_kinds_and_their_tensor_flags():
     assert set(KINDS) == {"embedding", "scale", "norm", "linear", "rope", "kv_append", "attention", "residual",
                           "activation", "softcap", "router", "experts", "gate", "mla_attention", "mla_up",
-                          "latent_append", "conv1d", "delta_gates", "gated_delta", "gated_norm", "sigmoid_gate"}
+                          "latent_append", "conv1d", "delta_gates", "gated_delta", "gated_norm", "sigmoid_gate",
+                          "ssd_scan"}
     assert {k for k, v in KINDS.items() if v.tensor} == {"linear", "attention", "router", "experts", "mla_attention",
-                                                         "mla_up", "gated_delta"}
+                                                         "mla_up", "gated_delta", "ssd_scan"}
     assert [k for k, v in KINDS.items() if v.linear] == ["linear"]
     assert [k for k, v in KINDS.items() if v.experts is not None] == ["experts"]

@@ -2,7 +2,7 @@
 
 One module per kind of work: ``matmul`` (GEMM, linear, lm_head), ``attention`` (rope, the KV cache, prefill
 and decode attention), ``mla`` (latent attention), ``deltanet`` (Gated DeltaNet linear attention, the gated
-attention output), ``moe`` (routing, the experts, expert parallelism),
+attention output), ``mamba`` (Mamba-2's SSD scan and state), ``moe`` (routing, the experts, expert parallelism),
 ``norms``, ``pointwise`` (activations, residual, the generic trace ops), ``embeddings``, ``collectives``
 and ``quant`` (the bytes of scales). This package exports them all: ``from roofline import formulas as F``.
 
@@ -37,7 +37,7 @@ from .quant import (  # noqa: F401
     weight_scale_bytes)
 from .matmul import gemm, linear, linear_weight_elements_from_flops, lm_head, weight_only_intensity  # noqa: F401
 from .norms import add_rmsnorm, rmsnorm  # noqa: F401
-from .pointwise import copy, elementwise, fill, geglu, reduction, residual_add, softmax, swiglu  # noqa: F401
+from .pointwise import copy, elementwise, fill, geglu, reduction, relu2, residual_add, softmax, swiglu  # noqa: F401
 from .embeddings import embedding  # noqa: F401
 from .attention import (  # noqa: F401
     causal_pairs, decode_attention, kv_append, kv_cache_bytes, prefill_attention, rope, window_pairs)
@@ -45,6 +45,9 @@ from .deltanet import (  # noqa: F401
     DELTA_CHUNK, STATE_DTYPE, causal_conv1d, conv_state_bytes, delta_chunks, delta_gates, delta_prefill_flops,
     delta_solve_flops, deltanet_state_bytes, gated_delta_decode, gated_delta_prefill, gated_rmsnorm,
     recurrent_state_bytes, sigmoid_gate)
+from .mamba import (  # noqa: F401
+    MAMBA_STATE_DTYPE, mamba_conv_channels, mamba_state_bytes, ssd_chunks, ssd_decode, ssd_prefill, ssd_prefill_flops,
+    ssm_state_bytes)
 from .mla import mla_absorb_flops, mla_cache_bytes, mla_decode_attention, mla_prefill_attention  # noqa: F401
 from .moe import (  # noqa: F401
     MOE_ACTIVATION_FLOPS, MOE_ROUTING, expected_distinct_experts, moe_all_to_all_bytes, moe_expert_launches,

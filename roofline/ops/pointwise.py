@@ -16,7 +16,11 @@ def _residual(op, s):
 
 def _activation(op, s):
     d = op.dims
-    return (F.swiglu if d["fn"] == "silu" else F.geglu)(s.rows, d["width"], act_dtype=s.dtypes.act)
+    return ACTIVATION_FORMULAS[d["fn"]](s.rows, d["width"], act_dtype=s.dtypes.act)
+
+
+# the MLP's activation (ModelConfig.activation) -> its formula: gated (silu, gelu_tanh) or not (relu2)
+ACTIVATION_FORMULAS = {"silu": F.swiglu, "gelu_tanh": F.geglu, "relu2": F.relu2}
 
 
 def _scale(op, s):          # the embedding's (every new token) or the logits' (one row per sequence)

@@ -1,0 +1,242 @@
+"""Mamba-2 hybrids (issue 32, Nemotron-H), costed: the SSD scan's formulas pinned by exact integers, the layer as
+data (each Nemotron-H block a layer with its mixer or its MLP), the SSM and conv state's bytes in the capacity
+estimate (constant in the context) and in a decode step's reads, the reader's parameter counts against
+transformers' on the meta device, prefill FLOPs against FlopCounterMode's count of transformers' torch path
+(after the stated conventions), the split explain prints, and the run paths' one-line refusal."""
+
+from __future__ import annotations
+
+import pytest
+
+from roofline import formulas as F
+from roofline import workload as W
+from roofline.capacity import kv_bytes, layer_states, state_bytes
+from roofline.errors import RooflineError
+from roofline.layer import model_ops, model_params
+from roofline.models import ModelConfig, load_model
+
+# Nemotron-H's blocks "M-M*-M" at toy sizes: Mamba-2 on 0, 2, 5; attention (no RoPE) on 3; relu2 MLPs on 1, 4
+HYB = ModelConfig("toy-mamba", 64, 96, 6, 4, 2, 256, 512, head_dim=16, arch="nemotron_h", activation="relu2",
+                  layer_types=("mamba", "mlp", "mamba", "full", "mlp", "mamba"), nope_layers=(3,),
+                  no_mlp_layers=(0, 2, 3, 5), mamba_heads=4, mamba_head_dim=8, mamba_state=16, mamba_groups=2,
+                  mamba_conv=4, mamba_chunk=32, mamba_conv_bias=True)
+
+
+# ---- formulas, by hand
+
+def test_ssd_chunked_prefill_flops_and_bytes_by_hand():
+    # 2 sequences x 100 tokens: 4 chunks of 32 (the last padded), 4 heads of 8 channels, d_state 16, 2 groups
+    per_chunk_head = 2 * 32 * 32 * (16 + 8) + 4 * 32 * 8 * 16 + 2 * 8 * 16       # 65,792
+    assert F.ssd_prefill_flops(4, 4, 8, 16, 32) == 4 * 4 * per_chunk_head == 1_052_672
+    c = F.ssd_prefill(2, 100, 4, 8, 16, 2, chunk=32)
+    assert c.flops == 2 * 1_052_672 == 2_105_344
+    # per token: x and y (2 x 32), B and C (2 x 2 x 16), dt (4) in bf16; A_log, dt_bias, D; the state written once
+    assert c.bytes == 200 * 132 * 2 + 3 * 4 * 2 + 2 * 4 * 8 * 16 * 4 == 56_920
+    assert F.ssd_prefill(2, 100, 4, 8, 16, 2, chunk=32, reads_state=True).bytes == 56_920 + 4_096
+
+
+def test_ssd_decode_reads_and_writes_the_state_once():
+    c = F.ssd_decode(2, 4, 8, 16, 2)
+    assert c.flops == 2 * 4 * (5 * 8 * 16 + 2 * 8) == 5_248
+    assert c.bytes == 2 * 132 * 2 + 24 + 2 * 2 * (4 * 8 * 16 * 4) == 8_744
+
+
+def test_conv_with_its_bias_relu2_and_the_state_by_hand():
+    conv = F.causal_conv1d(200, 2, 96, 4, bias=True)     # x, B, C: 32 + 2 x 2 x 16 channels
+    assert (conv.flops, conv.bytes) == (13 * 200 * 96, 2 * 19_200 * 2 + 96 * 5 * 2 + 2 * 96 * 3 * 2)
+    assert (conv.flops, conv.bytes) == (249_600, 78_912)
+    assert F.causal_conv1d(200, 2, 96, 4).flops == 12 * 200 * 96      # DeltaNet's, without a bias, unchanged
+    r = F.relu2(100, 96)
+    assert (r.flops, r.bytes) == (19_200, 38_400)
+    assert F.mamba_state_bytes(4, 8, 16, 2, 4) == 4 * 8 * 16 * 4 + 96 * 3 * 2 == 2_624
+
+
+# ---- the layer as data
+
+def test_each_block_runs_its_mixer_or_its_mlp():
+    ops = {o.name: o for o in model_ops(HYB)}
+    assert HYB.mamba_layers == (0, 2, 5) and HYB.attention_layers == (3,) and HYB.mlp_layers == (1, 4)
+    for name in ("in_proj", "conv1d", "ssd_scan", "gated_norm", "out_proj"):
+        assert (ops[name].count, ops[name].layers) == (3, (0, 2, 5)), name
+    for name in ("q_proj", "k_proj", "v_proj", "kv_append", "attention", "o_proj"):
+        assert (ops[name].count, ops[name].layers) == (1, (3,)), name
+    assert "rope" not in ops and "gate_proj" not in ops          # no RoPE; up -> relu2 -> down
+    for name in ("mlp_norm", "up_proj", "relu2", "down_proj", "mlp_residual"):
+        assert (ops[name].count, ops[name].layers) == (2, (1, 4)), name
+    assert (ops["attn_norm"].layers, ops["attn_residual"].layers) == ((0, 2, 3, 5),) * 2
+    assert ops["in_proj"].dims["out_features"] == 32 + 96 + 4      # z, x B C, dt
+    assert ops["conv1d"].dims == {"channels": 96, "kernel": 4, "bias": True}
+    assert ops["gated_norm"].dims == {"width": 32, "rows": 1, "groups": 2}
+
+
+def test_parameters_by_hand():
+    mamba = 64 * 132 + 96 * 4 + 96 + 3 * 4 + 32 + 32 * 64 + 64      # in_proj, conv (+ bias), A_log dt_bias D, norm,
+    attn = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 64                       # out_proj, the block's norm; q, k, v, o
+    mlp = 2 * 64 * 96 + 64                                            # up, down
+    assert model_params(HYB) == 3 * mamba + attn + 2 * mlp + 2 * 256 * 64 + 64 == 103_140
+
+
+def test_mamba_layers_need_their_sizes_and_blocks_keep_a_mixer_or_an_mlp():
+    with pytest.raises(RooflineError, match="Mamba-2 layers need mamba_heads"):
+        ModelConfig("bad", 64, 96, 2, 4, 2, 256, 512, layer_types=("mamba", "full"))
+    with pytest.raises(RooflineError, match="layer_types names no \"mamba\" layer"):
+        ModelConfig("bad", 64, 96, 2, 4, 2, 256, 512, mamba_conv=4)
+    with pytest.raises(RooflineError, match="no_mlp_layers must list layer indices"):
+        ModelConfig("bad", 64, 96, 2, 4, 2, 256, 512, layer_types=("mlp", "full"), no_mlp_layers=(0,))
+
+
+def test_tensor_parallelism_is_refused_in_one_line():
+    with pytest.raises(RooflineError, match="Mamba-2 layers are not modelled under tensor parallelism"):
+        W.decode(HYB, 1, 16, tp=2)
+
+
+# ---- state bytes: capacity and a decode step's reads
+
+def test_state_is_counted_with_the_kv_cache_and_constant_in_context():
+    assert layer_states(HYB) == (("Mamba-2", 3, 3 * 2_624),)
+    assert state_bytes(HYB) == 7_872
+    for ctx in (16, 256):   # one attention layer of 2 KV heads x 16 dims, bf16, K and V
+        assert kv_bytes(HYB, 2, ctx) == 2 * (2 * ctx * 2 * 16 * 2 + 7_872)
+    ph = W.decode(HYB, 2, 256)
+    assert ph.kv_cache_read_bytes == 2 * 2 * 256 * 2 * 16 * 2
+    assert ph.state_read_bytes == 2 * 7_872 == W.decode(HYB, 2, 16).state_read_bytes
+    assert W.prefill(HYB, 2, 64).state_read_bytes == 0
+    scan = next(o for o in W.decode(HYB, 2, 256).ops if o.name == "ssd_scan")
+    assert scan.total.flops == 3 * 5_248
+
+
+# ---- transformers: parameter counts on the meta device, FLOPs by FlopCounterMode
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+TOY = dict(vocab_size=256, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+           intermediate_size=96, mamba_num_heads=4, mamba_head_dim=8, ssm_state_size=16, n_groups=2, conv_kernel=4,
+           chunk_size=32, max_position_embeddings=512)
+
+
+def _configs(small: bool) -> dict:
+    """transformers' configs: toy sizes (the published configs' hybrid_override_pattern, and layers_block_type as
+    5.24 saves it), or the class's defaults with a pattern holding every block but MoE."""
+    if not small:
+        return {"defaults": transformers.NemotronHConfig(hybrid_override_pattern="M-M-M*-"),
+                "default_blocks": transformers.NemotronHConfig(layers_block_type=["linear_attention", "full_attention",
+                                                                                  "mlp"])}
+    return {"pattern": transformers.NemotronHConfig(hybrid_override_pattern="M-M*-M", **TOY),
+            "blocks": transformers.NemotronHConfig(layers_block_type=["mlp", "linear_attention", "full_attention"],
+                                                   use_conv_bias=False, use_bias=True, mlp_bias=True, **TOY)}
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_parameter_counts_equal_transformers_on_the_meta_device(small, tmp_path):
+    for name, c in _configs(small).items():
+        c.save_pretrained(tmp_path / name)
+        ours = model_params(load_model(str(tmp_path / name)))
+        with torch.device("meta"):
+            hf = transformers.AutoModelForCausalLM.from_config(c)
+        assert ours == sum(p.numel() for p in hf.parameters()), name
+
+
+def test_the_toy_reads_as_the_hybrid_it_is(tmp_path):
+    _configs(True)["pattern"].save_pretrained(tmp_path)
+    m = load_model(str(tmp_path))
+    assert (m.layer_types, m.no_mlp_layers, m.nope_layers) == (HYB.layer_types, HYB.no_mlp_layers, (3,))
+    assert (m.mamba_heads, m.mamba_head_dim, m.mamba_state, m.mamba_groups, m.mamba_conv, m.mamba_chunk,
+            m.mamba_conv_bias, m.mamba_proj_bias, m.activation) == (4, 8, 16, 2, 4, 32, True, False, "relu2")
+    assert model_params(m) == model_params(HYB) == 103_140
+    names = {w.hf for o in model_ops(m) for w in o.weights}
+    assert {"model.embeddings.weight", "model.norm_f.weight", "norm.weight", "mixer.in_proj.weight", "mixer.A_log",
+            "mixer.norm.weight", "mixer.q_proj.weight", "mixer.up_proj.weight"} <= names
+
+
+def test_moe_blocks_and_other_state_dtypes_are_refused_in_one_line(tmp_path):
+    transformers.NemotronHConfig(hybrid_override_pattern="ME*", **TOY).save_pretrained(tmp_path / "moe")
+    with pytest.raises(RooflineError, match="has MoE blocks .* which are not modelled yet"):
+        load_model(str(tmp_path / "moe"))
+    transformers.NemotronHConfig(hybrid_override_pattern="M*", mamba_ssm_cache_dtype="bfloat16",
+                                 **TOY).save_pretrained(tmp_path / "bf16")
+    with pytest.raises(RooflineError, match="mamba_ssm_cache_dtype = .* an SSM state held in another dtype"):
+        load_model(str(tmp_path / "bf16"))
+
+
+def _theirs(c, seq: int) -> dict:
+    """FlopCounterMode's count of one prefill (batch 1, real weights on the CPU, eager attention, the torch path of
+    the conv and the scan): nn.Linear, the conv1d and the scan's einsums (inside a Mamba mixer), attention's."""
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(c, attn_implementation="eager").eval()
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(input_ids=torch.zeros(1, seq, dtype=torch.long), use_cache=False, logits_to_keep=1)
+    counts = counter.get_flop_counts()
+    root = type(model).__name__
+    out = {"linear": 0, "conv": 0, "scan": 0, "attention": 0}
+    for fqn, m in model.named_modules():
+        got = counts.get(f"{root}.{fqn}", {})
+        if isinstance(m, torch.nn.Linear):
+            out["linear"] += sum(got.values())
+        elif type(m).__name__ == "NemotronHMamba2Mixer":
+            out["conv"] += sum(v for k, v in got.items() if "convolution" in str(k))
+            out["scan"] += sum(v for k, v in got.items() if "bmm" in str(k))
+        elif type(m).__name__ == "NemotronHAttention":
+            out["attention"] += sum(v for k, v in got.items() if "bmm" in str(k))
+    return out
+
+
+@pytest.mark.parametrize("seq", [100, 128])
+def test_prefill_flops_match_flopcountermode_after_the_conventions(seq, tmp_path):
+    c = _configs(True)["pattern"]
+    c.save_pretrained(tmp_path)
+    cfg = load_model(str(tmp_path))
+    theirs = _theirs(c, seq)
+    ph = W.prefill(cfg, 1, seq, act_dtype="fp32")
+    kinds = {o.name: o.kind for o in model_ops(cfg)}
+    ours = {k: sum(o.total.flops for o in ph.ops if kinds[o.name] == k)
+            for k in ("linear", "conv1d", "ssd_scan", "attention")}
+    n, K, ch, chunks = len(cfg.mamba_layers), cfg.mamba_conv, 96, F.ssd_chunks(seq, 32)
+    # the conventions: ours counts the conv's SiLU (4 per element) and bias add (1), which FlopCounterMode does not;
+    # torch's conv1d computes seq + K - 1 outputs and drops K - 1; the torch path passes the states between chunks
+    # by a dense [chunks + 1]^2 product (2 (chunks + 1)^2 head_dim d_state per head), ours by the kernel's scan
+    # (2 head_dim d_state per chunk and head); eager attention multiplies the whole seq x seq score matrix
+    conv = ours["conv1d"] - n * 5 * seq * ch
+    scan = ours["ssd_scan"] + n * 4 * (2 * (chunks + 1) ** 2 - 2 * chunks) * 8 * 16
+    assert conv == pytest.approx(theirs["conv"] * seq / (seq + K - 1), rel=1e-12)
+    assert scan == theirs["scan"]
+    assert ours["attention"] == pytest.approx(theirs["attention"] / 2, rel=0.02)
+    assert ours["linear"] == theirs["linear"]
+
+
+# ---- explain, and the run paths
+
+def test_explain_prints_the_split_per_kind(tmp_path):
+    from roofline.devices import find_device
+    from roofline.explain import ExplainSpec, explain_step
+
+    # NemotronHConfig's default sizes, 28 blocks "M-M-M*-" x 4: 12 Mamba-2, 4 attention, 12 MLP
+    transformers.NemotronHConfig(hybrid_override_pattern="M-M-M*-" * 4,
+                                 max_position_embeddings=262144).save_pretrained(tmp_path)
+    m = load_model(str(tmp_path))
+    # per Mamba-2 layer: 128 heads x 64 x 128 x 4 bytes of SSM state + (8,192 + 2 x 8 x 128) channels x 3 x 2 conv
+    assert state_bytes(m) == 12 * (4_194_304 + 61_440) == 51_068_928
+    spec = ExplainSpec(m, find_device("h100"), phase="decode", batch=1, context=131072)
+    text = explain_step(spec).text()
+    # 4 layers x 131,072 tokens x 8 KV heads x 128 x 2 (K, V) x 2 bytes = 2.15 GB
+    assert ("at context 131,072: 4 attention layers read 2.15 GB of KV, 12 Mamba-2 layers read 51.1 MB of state"
+            in text)
+
+
+REFUSAL = ("toy-mamba: Mamba-2 layers are costed but not run yet: roofline explain and the cost commands "
+           "take this model; profile, latency, serve and check do not.")
+
+
+def test_the_run_paths_refuse_in_one_line():
+    from kernels.model import LlamaModel
+    from kernels.runners import make_runners
+
+    with pytest.raises(RooflineError) as e:        # profile's runners (and roofline check's)
+        make_runners(HYB, "decode", 1, 8, dtype="fp32", backend="torch")
+    assert str(e.value) == REFUSAL
+    with pytest.raises(RooflineError) as e:        # latency's and serve's model
+        LlamaModel(HYB, dtype="fp32", backend="torch")
+    assert str(e.value) == REFUSAL
