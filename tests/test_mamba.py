@@ -240,3 +240,75 @@ def test_the_run_paths_refuse_in_one_line():
     with pytest.raises(RooflineError) as e:        # latency's and serve's model
         LlamaModel(HYB, dtype="fp32", backend="torch")
     assert str(e.value) == REFUSAL
+
+
+# ---- Granite-4.0-H (granitemoehybrid): Mamba-2 and attention mixers, each layer with its MLP
+
+GRANITE_TOY = dict(vocab_size=256, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+                   shared_intermediate_size=80, mamba_n_heads=4, mamba_d_state=16, mamba_n_groups=2, mamba_d_conv=4,
+                   mamba_chunk_size=32, max_position_embeddings=512, num_hidden_layers=4,
+                   layer_types=["mamba", "attention", "mamba", "mamba"])
+
+
+def _granite(small: bool) -> dict:
+    """Toy sizes (routed experts beside the shared MLP, or the shared MLP alone), or the class's defaults (every
+    layer Mamba-2, 8 experts) and a dense one with RoPE and projection biases."""
+    G = transformers.GraniteMoeHybridConfig
+    if not small:
+        return {"defaults": G(), "dense_rope": G(num_local_experts=0, position_embedding_type="rope",
+                                                 mamba_proj_bias=True)}
+    return {"moe": G(num_local_experts=4, embedding_multiplier=12.0, residual_multiplier=0.22, **GRANITE_TOY),
+            "dense": G(num_local_experts=0, **GRANITE_TOY)}
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_granite_h_parameter_counts_equal_transformers_on_the_meta_device(small, tmp_path):
+    for name, c in _granite(small).items():
+        c.save_pretrained(tmp_path / name)
+        ours = model_params(load_model(str(tmp_path / name)))
+        with torch.device("meta"):
+            hf = transformers.AutoModelForCausalLM.from_config(c)
+        assert ours == sum(p.numel() for p in hf.parameters()), name
+
+
+def test_granite_h_reads_its_layers_multipliers_and_mlp(tmp_path):
+    _granite(True)["moe"].save_pretrained(tmp_path / "moe")
+    m = load_model(str(tmp_path / "moe"))
+    # d_head "auto": mamba_expand 2 x 64 / 4 heads = 32
+    assert (m.layer_types, m.nope_layers, m.no_mlp_layers) == (("mamba", "full", "mamba", "mamba"), (1,), ())
+    assert (m.mamba_heads, m.mamba_head_dim, m.mamba_state, m.mamba_groups, m.mamba_chunk) == (4, 32, 16, 2, 32)
+    assert (m.n_experts, m.n_active, m.moe_intermediate, m.shared_intermediate, m.router) == (4, 2, 48, 80,
+                                                                                            "topk_softmax")
+    assert (m.embed_multiplier, m.residual_multiplier, m.query_scale) == (12.0, 0.22, 1.0)
+    # per sequence: 3 layers x (4 x 32 x 16 x 4 SSM + (128 + 2 x 2 x 16) channels x 3 x 2 conv)
+    assert state_bytes(m) == 3 * (8_192 + 1_152) == 28_032
+    _granite(True)["dense"].save_pretrained(tmp_path / "dense")
+    d = load_model(str(tmp_path / "dense"))
+    assert (d.n_experts, d.intermediate) == (0, 80)      # the shared MLP alone: a dense SwiGLU of 80
+
+
+@pytest.mark.parametrize("seq", [100, 128])
+def test_granite_h_prefill_flops_match_flopcountermode_after_the_conventions(seq, tmp_path):
+    c = _granite(True)["dense"]
+    c.save_pretrained(tmp_path)
+    cfg = load_model(str(tmp_path))
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(c, attn_implementation="eager").eval()
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(input_ids=torch.zeros(1, seq, dtype=torch.long), use_cache=False, logits_to_keep=1)
+    got = counter.get_flop_counts()["Global"]
+    theirs = {k: sum(v for op, v in got.items() if k in str(op)) for k in ("aten.mm", "convolution", "bmm")}
+    ph = W.prefill(cfg, 1, seq, act_dtype="fp32")
+    kinds = {o.name: o.kind for o in model_ops(cfg)}
+    ours = {k: sum(o.total.flops for o in ph.ops if kinds[o.name] == k)
+            for k in ("linear", "conv1d", "ssd_scan", "attention")}
+    n, K, ch, chunks = 3, 4, 128 + 64, F.ssd_chunks(seq, 32)
+    # the conventions of the Nemotron-H test above (d_head 32); bmm holds the scan's einsums and eager attention's
+    # whole seq x seq products (ours: the causal half, within 2%)
+    scan = ours["ssd_scan"] + n * 4 * (2 * (chunks + 1) ** 2 - 2 * chunks) * 32 * 16
+    assert ours["linear"] == theirs["aten.mm"]
+    assert ours["conv1d"] - n * 5 * seq * ch == pytest.approx(theirs["convolution"] * seq / (seq + K - 1), rel=1e-12)
+    assert scan + 2 * ours["attention"] == pytest.approx(theirs["bmm"], rel=0.02)
