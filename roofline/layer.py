@@ -270,9 +270,13 @@ def _mamba_ops(cfg: ModelConfig, sh: Shard) -> list:
     ops.append(OpSpec("ssd_scan", "ssd_scan", "layer", "attention", L,
                       tuple(WeightSpec(k, (h,), "vector", f"{pre}{k}") for k in ("A_log", "dt_bias", "D")),
                       {"heads": h, "head_dim": p, "state": n, "groups": G, "chunk": cfg.mamba_chunk}, every))
-    ops.append(OpSpec("gated_norm", "gated_norm", "layer", "norm", L,
-                      (WeightSpec("w_gnorm", (inner,), "norm", f"{pre}norm.weight"),),
-                      {"width": inner, "rows": 1, "groups": G}, every, "norm"))
+    if cfg.mamba_norm:
+        ops.append(OpSpec("gated_norm", "gated_norm", "layer", "norm", L,
+                          (WeightSpec("w_gnorm", (inner,), "norm", f"{pre}norm.weight"),),
+                          {"width": inner, "rows": 1, "groups": G}, every, "norm"))
+    else:                               # y x silu(z): SwiGLU's cost (Falcon-H1 without mamba_rms_norm)
+        ops.append(OpSpec("ssm_gate", "activation", "layer", "attention", L, (), {"width": inner, "fn": "silu"},
+                          every))
     ops.append(_linear("out_proj", "attention", inner, H, "w_out", f"{pre}out_proj.weight", "replicated", L, every,
                        bias, "b_out_proj", f"{pre}out_proj.bias", "replicated", module="attention"))
     return ops

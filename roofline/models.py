@@ -104,9 +104,12 @@ class ModelConfig:
     mamba_chunk: int = 0           # chunk_size: the SSD scan's chunk in prefill
     mamba_conv_bias: bool = False  # a bias on the conv1d (use_conv_bias)
     mamba_proj_bias: bool = False  # biases on in_proj and out_proj (use_bias / mamba_proj_bias)
+    mamba_norm: bool = True        # the gated RMSNorm of y by z; False: y x silu(z) alone (Falcon-H1's mamba_rms_norm)
     # layers with a mixer (attention, DeltaNet, Mamba) and no MLP (Nemotron-H's "M" and "*" blocks); layer_types
     # "mlp" names the layers with an MLP and no mixer (its "-" blocks)
     no_mlp_layers: tuple = ()
+    # per-layer multipliers a family's edit_ops places as scale ops: (name, factor or factors) (Falcon-H1's muP)
+    layer_scales: tuple = ()
     # ---- multi-head latent attention (DeepSeek): kv_lora_rank > 0
     q_lora_rank: int = 0           # 0: q = x W_q directly
     kv_lora_rank: int = 0
@@ -154,8 +157,8 @@ class ModelConfig:
 
     @property
     def mamba_layers(self) -> tuple:
-        """The layer indices of Mamba-2 (layer_types "mamba"; none for most models)."""
-        return tuple(i for i, t in enumerate(self.layer_types) if t == "mamba")
+        """The layer indices of Mamba-2 (layer_types "mamba", or "hybrid": beside attention; none for most models)."""
+        return tuple(i for i, t in enumerate(self.layer_types) if t in ("mamba", "hybrid"))
 
     @property
     def mixer_layers(self) -> tuple:
@@ -233,12 +236,15 @@ class ModelConfig:
         for k in ("layer_types", "dense_layers", "nope_layers", "no_mlp_layers", "rope_yarn"):
             if isinstance(kw.get(k), list):
                 kw[k] = tuple(kw[k])
+        if isinstance(kw.get("layer_scales"), list):
+            kw["layer_scales"] = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in kw["layer_scales"])
         return cls(**kw)
 
 
 ACTIVATIONS = ("silu", "gelu_tanh", "relu2")   # relu2: relu(x)^2, not gated (Nemotron-H's up -> down MLP)
-# per layer: attention (full or sliding), Gated DeltaNet, Mamba-2, or no mixer (an MLP-only layer)
-LAYER_TYPES = ("full", "sliding", "linear", "mamba", "mlp")
+# per layer: attention (full or sliding), Gated DeltaNet, Mamba-2, full attention and Mamba-2 side by side (their
+# outputs summed: Falcon-H1), or no mixer (an MLP-only layer)
+LAYER_TYPES = ("full", "sliding", "linear", "mamba", "hybrid", "mlp")
 ROUTERS = ("softmax_topk", "topk_softmax", "sigmoid_group")
 
 
@@ -249,7 +255,7 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
                             f"{show_value(m.activation)} was given.")
     for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "norm_offset", "sandwich_norms", "embed_scale",
                  "attn_sinks", "norm_topk", "router_bias", "router_correction", "expert_bias", "shared_gate",
-                 "rope_interleave", "pre_norms", "qk_norm_whole", "attn_gate", "mamba_conv_bias", "mamba_proj_bias"):
+                 "rope_interleave", "pre_norms", "qk_norm_whole", "attn_gate", "mamba_conv_bias", "mamba_proj_bias", "mamba_norm"):
         bool_field(where, name, getattr(m, name))
     for name in ("query_scale", "attn_softcap", "final_softcap", "rope_local_theta", "embed_multiplier",
                  "residual_multiplier", "logits_scaling"):

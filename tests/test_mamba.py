@@ -312,3 +312,100 @@ def test_granite_h_prefill_flops_match_flopcountermode_after_the_conventions(seq
     assert ours["linear"] == theirs["aten.mm"]
     assert ours["conv1d"] - n * 5 * seq * ch == pytest.approx(theirs["convolution"] * seq / (seq + K - 1), rel=1e-12)
     assert scan + 2 * ours["attention"] == pytest.approx(theirs["bmm"], rel=0.02)
+
+
+# ---- Falcon-H1 (falcon_h1): attention and Mamba-2 side by side in every layer, muP multipliers
+
+FALCON_TOY = dict(vocab_size=256, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+                  mamba_d_ssm=64, mamba_n_heads=4, mamba_d_state=16, mamba_n_groups=2, mamba_d_conv=4,
+                  mamba_chunk_size=32, max_position_embeddings=512, num_hidden_layers=3)
+FALCON_MUP = dict(mamba_rms_norm=True, key_multiplier=0.5, ssm_multipliers=[1.0, 2.0, 1.0, 1.0, 1.0],
+                  mlp_multipliers=[0.5, 2.0], lm_head_multiplier=0.25, embedding_multiplier=3.0)
+
+
+def _falcon(small: bool) -> dict:
+    F1 = transformers.FalconH1Config
+    if not small:
+        return {"defaults": F1()}
+    return {"plain": F1(**FALCON_TOY), "mup": F1(**FALCON_MUP, **FALCON_TOY)}
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_falcon_h1_parameter_counts_equal_transformers_on_the_meta_device(small, tmp_path):
+    for name, c in _falcon(small).items():
+        c.save_pretrained(tmp_path / name)
+        ours = model_params(load_model(str(tmp_path / name)))
+        with torch.device("meta"):
+            hf = transformers.AutoModelForCausalLM.from_config(c)
+        assert ours == sum(p.numel() for p in hf.parameters()), name
+
+
+def test_falcon_h1_runs_both_mixers_and_its_multipliers_where_they_run(tmp_path):
+    _falcon(True)["mup"].save_pretrained(tmp_path)
+    m = load_model(str(tmp_path))
+    assert m.layer_types == ("hybrid",) * 3 and m.attention_layers == m.mamba_layers == (0, 1, 2)
+    assert (m.mamba_heads, m.mamba_head_dim, m.mamba_norm, m.embed_multiplier, m.logits_scaling) == (4, 16, True,
+                                                                                                    3.0, 4.0)
+    names = [o.name for o in model_ops(m)]
+    # the multipliers that are not 1, each after (or before) the op it scales; the two mixers' outputs summed
+    for a, b in (("k_proj", "key_scale"), ("in_proj", "ssm_mup_scale"), ("gate_proj", "mlp_gate_scale"),
+                 ("down_proj", "mlp_down_scale"), ("mixer_sum", "attn_residual")):
+        assert names.index(b) == names.index(a) + 1, (a, b)
+    assert not {"ssm_in_scale", "ssm_out_scale", "attn_in_scale", "attn_out_scale", "ssm_gate"} & set(names)
+    ph = W.prefill(m, 2, 100)
+    cost = {o.name: o.total for o in ph.ops}
+    # 3 layers x 200 rows: k (2 x 16 = 32 wide), the mup vector over in_proj's 64 + 64 + 32 + 32 + 4 = 196 outputs
+    assert (cost["key_scale"].flops, cost["key_scale"].bytes) == (3 * 200 * 32, 3 * 200 * 32 * 2 * 2)
+    assert cost["ssm_mup_scale"].flops == 3 * 200 * 196
+    assert cost["mixer_sum"].flops == 3 * 200 * 64
+    # the state: 3 layers x (4 x 16 x 16 x 4 SSM + (64 + 2 x 2 x 16) channels x 3 x 2 conv)
+    assert state_bytes(m) == 3 * (4_096 + 768) == 14_592
+    _falcon(True)["plain"].save_pretrained(tmp_path / "plain")
+    plain = [o.name for o in model_ops(load_model(str(tmp_path / "plain")))]
+    assert "ssm_gate" in plain and "gated_norm" not in plain and "key_scale" not in plain   # y x silu(z) alone
+
+
+def test_falcon_h1_refuses_a_projector_bias_unlike_in_proj_s(tmp_path):
+    transformers.FalconH1Config(projectors_bias=True, **FALCON_TOY).save_pretrained(tmp_path)
+    with pytest.raises(RooflineError, match=r"projectors_bias = true \(a boolean\) differs from mamba_proj_bias"):
+        load_model(str(tmp_path))
+
+
+@pytest.mark.parametrize("name", ["plain", "mup"])
+def test_falcon_h1_prefill_flops_match_flopcountermode_after_the_conventions(name, tmp_path):
+    seq = 100
+    c = _falcon(True)[name]
+    c.save_pretrained(tmp_path)
+    cfg = load_model(str(tmp_path))
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(c, attn_implementation="eager").eval()
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(input_ids=torch.zeros(1, seq, dtype=torch.long), use_cache=False, logits_to_keep=1)
+    got = counter.get_flop_counts()["Global"]
+    theirs = {k: sum(v for op, v in got.items() if k in str(op)) for k in ("aten.mm", "convolution", "bmm")}
+    ph = W.prefill(cfg, 1, seq, act_dtype="fp32")
+    kinds = {o.name: o.kind for o in model_ops(cfg)}
+    ours = {k: sum(o.total.flops for o in ph.ops if kinds[o.name] == k)
+            for k in ("linear", "conv1d", "ssd_scan", "attention")}
+    n, K, ch, chunks = 3, 4, 64 + 64, F.ssd_chunks(seq, 32)
+    scan = ours["ssd_scan"] + n * 4 * (2 * (chunks + 1) ** 2 - 2 * chunks) * 16 * 16
+    assert ours["linear"] == theirs["aten.mm"]
+    assert ours["conv1d"] - n * 5 * seq * ch == pytest.approx(theirs["convolution"] * seq / (seq + K - 1), rel=1e-12)
+    assert scan + 2 * ours["attention"] == pytest.approx(theirs["bmm"], rel=0.02)
+
+
+def test_falcon_h1_explain_splits_kv_and_state(tmp_path):
+    from roofline.devices import find_device
+    from roofline.explain import ExplainSpec, explain_step
+
+    # FalconH1Config's defaults: 32 layers, each with attention (8 KV heads x 128) and Mamba-2 (128 heads x 8,
+    # d_state 256, one group; conv over 1,024 + 2 x 256 channels)
+    transformers.FalconH1Config(max_position_embeddings=262144).save_pretrained(tmp_path)
+    m = load_model(str(tmp_path))
+    assert state_bytes(m) == 32 * (128 * 8 * 256 * 4 + 1_536 * 3 * 2) == 33_849_344
+    text = explain_step(ExplainSpec(m, find_device("h100"), phase="decode", batch=1, context=131072)).text()
+    assert ("at context 131,072: 32 attention layers read 17.2 GB of KV, 32 Mamba-2 layers read 33.8 MB of state"
+            in text)

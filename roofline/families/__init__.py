@@ -12,7 +12,8 @@ in ``kernels``.
 from __future__ import annotations
 
 from . import llama, qwen2, qwen3, phi3, gemma, mixtral, qwen_moe, deepseek_v3, gpt_oss, smollm3, \
-    granite, glm4_moe, olmo2, qwen3_next, nemotron_h, granitemoehybrid  # noqa: F401 (register)
+    granite, glm4_moe, olmo2, qwen3_next, nemotron_h, granitemoehybrid, \
+    falcon_h1  # noqa: F401 (register)
 from .hf_config import read_hf_config
 from .registry import (Family, Preset, Tensors, edit_ops, families, family, model_types, preset, presets, register,
                        tensors)

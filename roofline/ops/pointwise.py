@@ -1,5 +1,6 @@
-"""Elementwise kinds: the residual add and the gated activation (per layer), the embedding's scale (before
-the layers, over every new token) and the logits' softcap (after them, over one row per sequence)."""
+"""Elementwise kinds: the residual add and the gated activation (per layer), the scale (per layer: Falcon-H1's
+multipliers; before the layers: the embedding's, over every new token; after them: the logits', over one row per
+sequence) and the logits' softcap (after the layers, over one row per sequence)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,12 @@ def _scale(op, s):          # the embedding's (every new token) or the logits' (
     return F.elementwise(e, ((e, a),), out_dtype=a)
 
 
+def _layer_scale(op, s):    # a per-layer multiplier over every row (Falcon-H1's): one multiply per element
+    a = s.dtypes.act
+    e = s.rows * op.dims["width"]
+    return F.elementwise(e, ((e, a),), out_dtype=a)
+
+
 def _softcap(op, s):    # c * tanh(x / c): a divide and a multiply; tanh, like exp, is not counted
     a = s.dtypes.act
     e = s.batch * op.dims["width"]
@@ -37,5 +44,5 @@ def _softcap(op, s):    # c * tanh(x / c): a divide and a multiply; tanh, like e
 
 RESIDUAL = register(OpKind("residual", "residual", _residual))
 ACTIVATION = register(OpKind("activation", "mlp", _activation))
-SCALE = register(OpKind("scale", "embed", edge_cost=_scale))
+SCALE = register(OpKind("scale", "embed", _layer_scale, edge_cost=_scale))
 SOFTCAP = register(OpKind("softcap", "head", edge_cost=_softcap))
