@@ -29,7 +29,7 @@ from functools import lru_cache
 
 from .errors import RooflineError
 from .families import edit_ops, tensors
-from .formulas import DELTA_CHUNK
+from .formulas import DELTA_CHUNK, UNGATED
 from .models import PRESETS, ModelConfig
 from .ops import kind
 from .parallel import Shard, shard
@@ -362,6 +362,8 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
                        ("interleave", 0) if inter else ()),
             WeightSpec("experts_up", (E_rank, H, I), "experts", names["up"], cols, ("interleave", 1) if inter else ()),
             WeightSpec("experts_down", (E_rank, I, H), "experts", names["down"], rows_)]
+    if cfg.expert_activation in UNGATED:       # up -> relu2 -> down: no gate (Nemotron-H)
+        e_ws = e_ws[1:]
     if cfg.expert_bias:
         e_ws += [WeightSpec("experts_gate_bias", (E_rank, I), "expert_bias", names["gate_bias"], cols,
                             ("interleave", 0)),
@@ -374,11 +376,14 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
     S = cfg.shared_intermediate // sh.tp
     if S:
         pre = names["shared"]
+        ungated = cfg.expert_activation in UNGATED      # Nemotron-H's shared expert: up -> relu2 -> down
         for name, key, a, b, sh_w in (("shared_gate_proj", "ws_gate", H, S, "i_cols"),
-                                      ("shared_up_proj", "ws_up", H, S, "i_cols")):
+                                      ("shared_up_proj", "ws_up", H, S, "i_cols"))[1 if ungated else 0:]:
             ops.append(_linear(name, "mlp", a, b, key, pre + name.replace("shared_", "") + ".weight", sh_w, n, layers,
                                module="shared_experts"))
-        ops.append(OpSpec("shared_swiglu", "activation", "layer", "mlp", n, (), {"width": S, "fn": "silu"}, layers))
+        fn = cfg.expert_activation if ungated else "silu"
+        ops.append(OpSpec("shared_relu2" if ungated else "shared_swiglu", "activation", "layer", "mlp", n, (),
+                          {"width": S, "fn": fn}, layers))
         ops.append(_linear("shared_down_proj", "mlp", S, H, "ws_down", pre + "down_proj.weight", "i_rows", n, layers,
                            module="shared_experts"))
         if cfg.shared_gate:
@@ -394,7 +399,7 @@ def check_runnable(cfg: ModelConfig) -> None:
     what = ("Gated DeltaNet layers" if cfg.linear_layers else "Mamba-2 layers" if cfg.mamba_layers
             else "layers with an MLP and no mixer" if len(cfg.mixer_layers) < cfg.n_layers
             else "layers with a mixer and no MLP" if cfg.no_mlp_layers
-            else "relu2 MLPs" if cfg.activation == "relu2" else "")
+            else "relu2 MLPs" if "relu2" in (cfg.activation, cfg.expert_activation) else "")
     if what:
         raise RooflineError(f"{cfg.name}: {what} are costed but not run yet: roofline explain and the "
                             "cost commands take this model; profile, latency, serve and check do not.")

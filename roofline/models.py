@@ -52,7 +52,7 @@ class ModelConfig:
     o_bias: bool = False           # a bias on o_proj (Llama's attention_bias)
     mlp_bias: bool = False         # biases on gate/up/down_proj (Llama's mlp_bias)
     qk_norm: bool = False          # RMSNorm over each head's q and k before RoPE (Qwen3, Gemma-3)
-    activation: str = "silu"       # the gated MLP's activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    activation: str = "silu"       # the MLP's activation: "silu" (SwiGLU), "gelu_tanh" (GeGLU), "relu2" (no gate)
     norm_offset: bool = False      # RMSNorm multiplies by (1 + w) (Gemma): numerics only
     sandwich_norms: bool = False   # norms after attention and after the MLP too (Gemma-2/3: four per layer)
     embed_scale: bool = False      # embeddings multiplied by sqrt(hidden) (Gemma)
@@ -84,7 +84,8 @@ class ModelConfig:
     router_bias: bool = False      # a bias on the router GEMM (GPT-OSS)
     router_correction: bool = False  # DeepSeek's e_score_correction_bias (added to choose, not to weigh)
     expert_bias: bool = False      # biases on every expert's projections (GPT-OSS)
-    expert_activation: str = "silu"  # silu (SwiGLU) or swiglu_oai (GPT-OSS: clamped, alpha 1.702, up + 1)
+    expert_activation: str = "silu"  # silu (SwiGLU), swiglu_oai (GPT-OSS: clamped, alpha 1.702, up + 1) or relu2
+                                     # (Nemotron-H: no gate, up -> relu2 -> down; its shared expert too)
     shared_intermediate: int = 0   # width of the shared expert(s) every token runs (Qwen2-MoE, DeepSeek)
     shared_gate: bool = False      # the shared expert's output x sigmoid(a [H, 1] gate) (Qwen2-MoE)
     dense_layers: tuple = ()       # layers of an MoE model that keep a dense MLP (DeepSeek's first 3)
@@ -255,7 +256,8 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
                             f"{show_value(m.activation)} was given.")
     for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "norm_offset", "sandwich_norms", "embed_scale",
                  "attn_sinks", "norm_topk", "router_bias", "router_correction", "expert_bias", "shared_gate",
-                 "rope_interleave", "pre_norms", "qk_norm_whole", "attn_gate", "mamba_conv_bias", "mamba_proj_bias", "mamba_norm"):
+                 "rope_interleave", "pre_norms", "qk_norm_whole", "attn_gate", "mamba_conv_bias", "mamba_proj_bias",
+                 "mamba_norm"):
         bool_field(where, name, getattr(m, name))
     for name in ("query_scale", "attn_softcap", "final_softcap", "rope_local_theta", "embed_multiplier",
                  "residual_multiplier", "logits_scaling"):
@@ -278,8 +280,8 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
     _check_mamba(m, where)
     if m.router not in ROUTERS:
         raise RooflineError(f"{where}: router must be one of {', '.join(ROUTERS)}, but {show_value(m.router)} was given.")
-    if m.expert_activation not in ("silu", "swiglu_oai"):
-        raise RooflineError(f"{where}: expert_activation must be silu or swiglu_oai, but "
+    if m.expert_activation not in ("silu", "swiglu_oai", "relu2"):
+        raise RooflineError(f"{where}: expert_activation must be silu, swiglu_oai or relu2, but "
                             f"{show_value(m.expert_activation)} was given.")
     for name in ("n_experts", "n_active", "moe_intermediate", "shared_intermediate", "q_lora_rank", "kv_lora_rank",
                  "qk_rope_dim", "qk_nope_dim", "v_head_dim", "rotary_dim"):

@@ -25,13 +25,8 @@ def _keys(mtype) -> Keys:
     return Keys(dict(SHARED)) + next(f for f in families() if f.model_type == mtype).keys
 
 
-# types whose default config holds a block that is refused: the default with that block left out (Nemotron-H's
-# default ["linear_attention", "moe", "full_attention", "mlp"] has an MoE block)
-REFUSED_DEFAULTS = {"nemotron_h": {"layers_block_type": ["linear_attention", "full_attention", "mlp"]}}
-
-
 def _transformers_config(mtype):
-    return transformers.AutoConfig.for_model(mtype, **REFUSED_DEFAULTS.get(mtype, {}))
+    return transformers.AutoConfig.for_model(mtype)
 
 
 def _signature_default(cls, key):
@@ -83,8 +78,7 @@ def test_a_config_of_only_the_sizes_reads_as_transformers_full_default_config(mt
         d["head_dim"] = d["hidden_size"] // d["num_attention_heads"] // 4 * 4
     full = ModelConfig(**read_hf_config(json.loads(json.dumps(d)), tmp_path / "config.json"))
     sparse_d = {"model_type": mtype, **{k: d[k] for k in REQUIRED if k in d}}   # Qwen3.5-MoE has no intermediate_size
-    # the experts' count and Nemotron-H's blocks are never filled in
-    for k in ("num_experts", "num_local_experts", "n_routed_experts", "layers_block_type"):
+    for k in ("num_experts", "num_local_experts", "n_routed_experts"):   # the experts' count is never filled in
         if k in d:
             sparse_d[k] = d[k]
     if d["hidden_size"] % d["num_attention_heads"]:     # Glm4MoeConfig's 4096 / 96: transformers floors, we refuse

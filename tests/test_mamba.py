@@ -113,18 +113,28 @@ transformers = pytest.importorskip("transformers")
 TOY = dict(vocab_size=256, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
            intermediate_size=96, mamba_num_heads=4, mamba_head_dim=8, ssm_state_size=16, n_groups=2, conv_kernel=4,
            chunk_size=32, max_position_embeddings=512)
+MOE = dict(n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, moe_shared_expert_intermediate_size=48,
+           n_group=2, topk_group=1, routed_scaling_factor=2.5)
+
+
+def _stored(hf) -> int:
+    """transformers' parameters + the routers' e_score_correction_bias (a buffer there, a tensor of the checkpoint
+    and a weight here)."""
+    return (sum(p.numel() for p in hf.parameters())
+            + sum(b.numel() for n, b in hf.named_buffers() if n.endswith("e_score_correction_bias")))
 
 
 def _configs(small: bool) -> dict:
     """transformers' configs: toy sizes (the published configs' hybrid_override_pattern, and layers_block_type as
-    5.24 saves it), or the class's defaults with a pattern holding every block but MoE."""
+    5.24 saves it; MoE blocks beside the others), or the class's defaults (its default blocks M, E, *, -; a
+    pattern without MoE)."""
     if not small:
-        return {"defaults": transformers.NemotronHConfig(hybrid_override_pattern="M-M-M*-"),
-                "default_blocks": transformers.NemotronHConfig(layers_block_type=["linear_attention", "full_attention",
-                                                                                  "mlp"])}
+        return {"defaults": transformers.NemotronHConfig(),
+                "no_moe": transformers.NemotronHConfig(hybrid_override_pattern="M-M-M*-")}
     return {"pattern": transformers.NemotronHConfig(hybrid_override_pattern="M-M*-M", **TOY),
             "blocks": transformers.NemotronHConfig(layers_block_type=["mlp", "linear_attention", "full_attention"],
-                                                   use_conv_bias=False, use_bias=True, mlp_bias=True, **TOY)}
+                                                   use_conv_bias=False, use_bias=True, mlp_bias=True, **TOY),
+            "moe": transformers.NemotronHConfig(hybrid_override_pattern="ME*-E", **TOY, **MOE)}
 
 
 @pytest.mark.parametrize("small", [True, False])
@@ -134,7 +144,7 @@ def test_parameter_counts_equal_transformers_on_the_meta_device(small, tmp_path)
         ours = model_params(load_model(str(tmp_path / name)))
         with torch.device("meta"):
             hf = transformers.AutoModelForCausalLM.from_config(c)
-        assert ours == sum(p.numel() for p in hf.parameters()), name
+        assert ours == _stored(hf), name
 
 
 def test_the_toy_reads_as_the_hybrid_it_is(tmp_path):
@@ -149,10 +159,26 @@ def test_the_toy_reads_as_the_hybrid_it_is(tmp_path):
             "mixer.norm.weight", "mixer.q_proj.weight", "mixer.up_proj.weight"} <= names
 
 
-def test_moe_blocks_and_other_state_dtypes_are_refused_in_one_line(tmp_path):
-    transformers.NemotronHConfig(hybrid_override_pattern="ME*", **TOY).save_pretrained(tmp_path / "moe")
-    with pytest.raises(RooflineError, match="has MoE blocks .* which are not modelled yet"):
-        load_model(str(tmp_path / "moe"))
+def test_moe_blocks_read_as_relu2_experts_beside_a_shared_one(tmp_path):
+    _configs(True)["moe"].save_pretrained(tmp_path)
+    m = load_model(str(tmp_path))
+    assert (m.layer_types, m.moe_layers, m.dense_layers) == (("mamba", "mlp", "full", "mlp", "mlp"), (1, 4), (3,))
+    assert (m.n_experts, m.n_active, m.moe_intermediate, m.shared_intermediate, m.expert_activation) == (
+        8, 2, 32, 48, "relu2")
+    assert (m.router, m.router_correction, m.n_group, m.topk_group, m.routed_scale, m.norm_topk) == (
+        "sigmoid_group", True, 2, 1, 2.5, True)
+    ops = {o.name: o for o in model_ops(m)}
+    assert [w.key for w in ops["experts"].weights] == ["experts_up", "experts_down"]       # no gate
+    assert "shared_gate_proj" not in ops and ops["shared_relu2"].dims == {"width": 48, "fn": "relu2"}
+    # one expert: up [64, 32] and down [32, 64] in bf16, in each of the 2 MoE layers
+    assert W.decode(m, 1, 16).per_expert_bytes == 2 * (2 * 64 * 32 * 2)
+
+
+def test_latent_experts_and_other_state_dtypes_are_refused_in_one_line(tmp_path):
+    transformers.NemotronHConfig(hybrid_override_pattern="ME*", moe_latent_size=16, **TOY,
+                                 **MOE).save_pretrained(tmp_path / "latent")
+    with pytest.raises(RooflineError, match="moe_latent_size = 16 .* the experts' latent projections"):
+        load_model(str(tmp_path / "latent"))
     transformers.NemotronHConfig(hybrid_override_pattern="M*", mamba_ssm_cache_dtype="bfloat16",
                                  **TOY).save_pretrained(tmp_path / "bf16")
     with pytest.raises(RooflineError, match="mamba_ssm_cache_dtype = .* an SSM state held in another dtype"):
@@ -160,10 +186,12 @@ def test_moe_blocks_and_other_state_dtypes_are_refused_in_one_line(tmp_path):
 
 
 def _theirs(c, seq: int) -> dict:
-    """FlopCounterMode's count of one prefill (batch 1, real weights on the CPU, eager attention, the torch path of
-    the conv and the scan): nn.Linear, the conv1d and the scan's einsums (inside a Mamba mixer), attention's."""
+    """FlopCounterMode's count of one prefill (batch 1, real weights on the CPU, eager attention and experts, the
+    torch path of the conv and the scan): nn.Linear, the conv1d and the scan's einsums (inside a Mamba mixer),
+    attention's, the router's and the experts' products."""
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(c, attn_implementation="eager").eval()
+    model = transformers.AutoModelForCausalLM.from_config(c, attn_implementation="eager",
+                                                          experts_implementation="eager").eval()
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
@@ -171,7 +199,7 @@ def _theirs(c, seq: int) -> dict:
         model(input_ids=torch.zeros(1, seq, dtype=torch.long), use_cache=False, logits_to_keep=1)
     counts = counter.get_flop_counts()
     root = type(model).__name__
-    out = {"linear": 0, "conv": 0, "scan": 0, "attention": 0}
+    out = {"linear": 0, "conv": 0, "scan": 0, "attention": 0, "router": 0, "experts": 0}
     for fqn, m in model.named_modules():
         got = counts.get(f"{root}.{fqn}", {})
         if isinstance(m, torch.nn.Linear):
@@ -181,7 +209,28 @@ def _theirs(c, seq: int) -> dict:
             out["scan"] += sum(v for k, v in got.items() if "bmm" in str(k))
         elif type(m).__name__ == "NemotronHAttention":
             out["attention"] += sum(v for k, v in got.items() if "bmm" in str(k))
+        elif type(m).__name__ in ("NemotronHTopkRouter", "NemotronHExperts"):
+            out["router" if "Router" in type(m).__name__ else "experts"] += sum(got.values())
     return out
+
+
+@pytest.mark.parametrize("seq", [100, 128])
+def test_moe_prefill_flops_match_flopcountermode_after_the_conventions(seq, tmp_path):
+    c = _configs(True)["moe"]
+    c.save_pretrained(tmp_path)
+    cfg = load_model(str(tmp_path))
+    theirs = _theirs(c, seq)
+    ph = W.prefill(cfg, 1, seq, act_dtype="fp32")
+    kinds = {o.name: o.kind for o in model_ops(cfg)}
+    ours = {k: sum(o.total.flops for o in ph.ops if kinds[o.name] == k) for k in ("linear", "router", "experts")}
+    n, T, k, H, I, E = 2, seq, 2, 64, 32, 8
+    # the conventions: ours counts the routing (the sigmoid, the groups' top-k, the renorm) and the experts'
+    # relu2 (2 per element), routing-weight multiply and k-way sum, which FlopCounterMode does not
+    assert ours["linear"] == theirs["linear"]
+    routing = F.routing(T, E, k, kind="sigmoid_group", n_group=2, score_bias=True).flops
+    assert ours["router"] - n * routing == theirs["router"] == n * 2 * T * H * E
+    assert ours["experts"] - n * (2 * T * k * I + T * k * H + T * (k - 1) * H) == theirs["experts"]
+    assert theirs["experts"] == n * 2 * T * k * 2 * H * I
 
 
 @pytest.mark.parametrize("seq", [100, 128])

@@ -28,7 +28,8 @@ from .registry import Family, register
 FALCON_H1_KEYS = LLAMA_LIKE_KEYS + Keys({
     **sizes(128000, 4096, 14336, 32, 32, 8, 8192, 1e-5), "mamba_d_ssm": 1024, "mamba_n_heads": 128,
     "mamba_d_head": "auto", "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4, "mamba_expand": 2,
-    "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_proj_bias": False, "mamba_rms_norm": False, "projectors_bias": False, "lm_head_multiplier": 1.0, "embedding_multiplier": 1.0,
+    "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_proj_bias": False, "mamba_rms_norm": False,
+    "projectors_bias": False, "lm_head_multiplier": 1.0, "embedding_multiplier": 1.0,
     "mlp_multipliers": None, "key_multiplier": 1.0, "attention_out_multiplier": 1.0, "attention_in_multiplier": 1.0,
     "ssm_multipliers": None, "ssm_in_multiplier": 1.0, "ssm_out_multiplier": 1.0, "attention_bias": False,
     "mlp_bias": False},

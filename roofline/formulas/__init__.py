@@ -50,7 +50,7 @@ from .mamba import (  # noqa: F401
     ssm_state_bytes)
 from .mla import mla_absorb_flops, mla_cache_bytes, mla_decode_attention, mla_prefill_attention  # noqa: F401
 from .moe import (  # noqa: F401
-    MOE_ACTIVATION_FLOPS, MOE_ROUTING, expected_distinct_experts, moe_all_to_all_bytes, moe_expert_launches,
+    MOE_ACTIVATION_FLOPS, MOE_ROUTING, UNGATED, expected_distinct_experts, expert_matrices, moe_all_to_all_bytes, moe_expert_launches,
     moe_expert_weight_bytes, moe_experts, moe_experts_ep, moe_rank_load, router, routing)
 from .collectives import (  # noqa: F401
     COLLECTIVE_WIRE, bus_bandwidth, collective_bytes, collective_steps, collective_time)

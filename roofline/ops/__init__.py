@@ -3,9 +3,9 @@ entry module per family of kinds, each adapting an op's sizes (``roofline.layer.
 (``StepContext``) to the formulas of its family (``roofline.formulas``): ``matmul`` (linear), ``norms``
 (norm), ``pointwise`` (residual, activation, scale, softcap), ``embeddings`` (embedding), ``attention``
 (rope, kv_append, attention), ``mla`` (latent_append, mla_up, mla_attention), ``deltanet`` (conv1d, delta_gates,
-gated_delta, gated_norm, sigmoid_gate), ``mamba`` (ssd_scan), ``moe`` (router, experts, gate). Importing this package registers every
-kind; consumers (``roofline.workload``, ``roofline.analysis``) loop over ``KINDS`` and never branch on a kind's
-name.
+gated_delta, gated_norm, sigmoid_gate), ``mamba`` (ssd_scan), ``moe`` (router, experts, gate). Importing this package
+registers every kind; consumers (``roofline.workload``, ``roofline.analysis``) loop over ``KINDS`` and never branch
+on a kind's name.
 """
 
 from . import attention, deltanet, embeddings, mamba, matmul, mla, moe, norms, pointwise  # noqa: F401 (each registers)
