@@ -47,8 +47,10 @@ NEMOTRON_H_KEYS = Keys({
     # attention_bias: transformers' NemotronHAttention has no bias whatever it says; mamba_proj_bias: unread (its
     # in_proj and out_proj take use_bias); expand and the time_step_* init ranges: unread by the forward pass;
     # n_shared_experts: its MoE block has one shared expert whatever it says; moe_shared_expert_overlap: a
-    # scheduling hint
-    irrelevant=("n_shared_experts", "moe_shared_expert_overlap", "attention_bias", "mamba_proj_bias", "expand", "time_step_max", "time_step_floor", "time_step_limit",
+    # scheduling hint; the published configs' norm_eps (layer_norm_epsilon's twin) and partial_rotary_factor (its
+    # attention applies no RoPE) are read by no transformers code
+    irrelevant=("n_shared_experts", "moe_shared_expert_overlap", "norm_eps", "partial_rotary_factor",
+                "attention_bias", "mamba_proj_bias", "expand", "time_step_max", "time_step_floor", "time_step_limit",
                 "use_mamba_kernels", "num_logits_to_keep", "hidden_dropout", "rescale_prenorm_residual",
                 "mtp_layers_block_type", "mtp_hybrid_override_pattern"))
 
