@@ -518,3 +518,15 @@ def test_nemotron_3_nano_shrunk_prefill_flops_within_two_percent_of_flopcounterm
                 + ours["experts"] - (2 * seq * k * I + seq * k * H + seq * (k - 1) * H))
     assert adjusted == pytest.approx(sum(theirs.values()), rel=0.02)
     assert ours["linear"] == theirs["linear"] and ours["experts"] > theirs["experts"]
+
+
+
+def test_falcon_h1_heads_that_miss_the_mamba_width_are_refused_as_transformers_refuses_them(tmp_path):
+    # 24 heads x 64 = 1,536 against mamba_d_ssm's default 1,024 (FalconH1Config raises a ValueError too)
+    d = dict(FALCON_TOY, model_type="falcon_h1", hidden_size=1024, mamba_n_heads=24, mamba_d_head=64)
+    del d["mamba_d_ssm"]
+    (tmp_path / "config.json").write_text(__import__("json").dumps(d))
+    with pytest.raises(RooflineError, match=r"mamba_n_heads = 24 x mamba_d_head 64 must be the Mamba width \(1024\)"):
+        load_model(str(tmp_path))
+    with pytest.raises(Exception, match="mamba_n_heads must divide"):      # transformers' validation error
+        transformers.FalconH1Config(**{k: v for k, v in d.items() if k != "model_type"})

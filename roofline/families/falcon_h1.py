@@ -36,8 +36,9 @@ FALCON_H1_KEYS = LLAMA_LIKE_KEYS + Keys({
     numerics={"mamba_norm_before_gate": (True, "orders the gated RMSNorm (norm then gate; False: gate then norm), "
                                                "the same work either way")},
     # time_step_limit clamps dt inside the scan (elementwise, not counted: numerics only; JSON turns its tuple into
-    # a list, so it is not compared as a numerics key); num_logits_to_keep: generation only
-    irrelevant=("time_step_limit", "num_logits_to_keep"))
+    # a list, so it is not compared as a numerics key); num_logits_to_keep: generation only; the published configs'
+    # attn_layer_indices and mamba_use_mlp are read by no transformers code (every layer attends and has its MLP)
+    irrelevant=("time_step_limit", "num_logits_to_keep", "attn_layer_indices", "mamba_use_mlp"))
 
 _MULTIPLIERS = ("ssm_in_multiplier", "ssm_out_multiplier", "attention_in_multiplier", "key_multiplier",
                 "attention_out_multiplier", "lm_head_multiplier", "embedding_multiplier")
