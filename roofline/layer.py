@@ -17,9 +17,13 @@ variants, the analysis's op counts and the reports' colours and legend order.
 
 Kinds: embedding, scale (an elementwise multiply), norm (RMSNorm over ``width`` features, ``rows``
 rows per token), linear (``in_features`` -> ``out_features``, ``bias``), rope, kv_append, attention
-(``window`` keys, 0 for full; ``softcap``), residual, activation (``fn`` silu or gelu_tanh), softcap; Gated
+(``window`` keys, 0 for full; ``softcap``), residual, activation (``fn`` silu, gelu_tanh or relu2), softcap; Gated
 DeltaNet's conv1d, delta_gates, gated_delta, gated_norm, and sigmoid_gate (the gated attention's output:
-``roofline.ops.deltanet``).
+``roofline.ops.deltanet``); Mamba-2's ssd_scan (``roofline.ops.mamba``; its conv1d and gated_norm are DeltaNet's).
+
+Layers: each has a mixer (attention, DeltaNet, Mamba-2, or both attention and Mamba-2: layer_types "hybrid") with
+its norm and residual, and an MLP (dense or routed) with its norm and residual; Nemotron-H's blocks keep one of
+the two (``ModelConfig.mixer_layers``: all but layer_types "mlp"; ``mlp_layers``: all but ``no_mlp_layers``).
 """
 
 from __future__ import annotations

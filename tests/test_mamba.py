@@ -530,3 +530,33 @@ def test_falcon_h1_heads_that_miss_the_mamba_width_are_refused_as_transformers_r
         load_model(str(tmp_path))
     with pytest.raises(Exception, match="mamba_n_heads must divide"):      # transformers' validation error
         transformers.FalconH1Config(**{k: v for k, v in d.items() if k != "model_type"})
+
+
+# a Granite-4.0-H-style config.json as published ones spell it ("mamba" / "attention" layer types,
+# position_embedding_type "nope", normalization_function), at a small size (a documentation page's example)
+GRANITE_H_PUBLISHED = {
+    "architectures": ["GraniteMoeHybridForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "attention_multiplier": 0.015625, "bos_token_id": 0, "eos_token_id": 0, "embedding_multiplier": 12,
+    "hidden_act": "silu", "hidden_size": 512, "initializer_range": 0.1, "intermediate_size": 1024,
+    "layer_types": ["mamba", "mamba", "mamba", "attention", "mamba", "mamba", "mamba", "attention"],
+    "logits_scaling": 2, "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_d_conv": 4, "mamba_d_head": 128,
+    "mamba_d_state": 128, "mamba_expand": 2, "mamba_n_groups": 1, "mamba_n_heads": 8, "mamba_proj_bias": False,
+    "max_position_embeddings": 4096, "model_type": "granitemoehybrid", "normalization_function": "rmsnorm",
+    "num_attention_heads": 8, "num_experts_per_tok": 2, "num_hidden_layers": 8, "num_key_value_heads": 8,
+    "num_local_experts": 8, "output_router_logits": False, "position_embedding_type": "nope",
+    "residual_multiplier": 0.22, "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 10000,
+    "router_aux_loss_coef": 0.0, "shared_intermediate_size": 512, "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 49152}
+
+
+def test_granite_h_published_spelling_reads_with_transformers_parameter_count(tmp_path):
+    (tmp_path / "config.json").write_text(__import__("json").dumps(GRANITE_H_PUBLISHED))
+    m = load_model(str(tmp_path))
+    assert (len(m.mamba_layers), m.attention_layers, m.nope_layers) == (6, (3, 7), (3, 7))
+    assert (m.query_scale, m.embed_multiplier, m.residual_multiplier, m.logits_scaling) == (0.015625, 12, 0.22, 2)
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(tmp_path))
+    assert model_params(m) == sum(p.numel() for p in hf.parameters())
+    # 6 Mamba-2 layers x (8 x 128 x 128 x 4 + (1,024 + 2 x 128) x 3 x 2); 2 attention layers x 8 KV heads x 64
+    assert state_bytes(m) == 6 * (524_288 + 7_680) == 3_191_808
+    assert kv_bytes(m, 1, 4096) == 2 * 4096 * 8 * 64 * 2 * 2 + 3_191_808

@@ -35,8 +35,9 @@ GRANITE_H_KEYS = LLAMA_LIKE_KEYS + Keys({
     "layers_block_type": None, "mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_head": "auto",
     "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_proj_bias": False},
     # time_step_limit clamps dt inside the scan (elementwise, not counted: numerics only; JSON turns its tuple into
-    # a list, so it is not compared as a numerics key)
-    irrelevant=("time_step_limit",))
+    # a list, so it is not compared as a numerics key); the published configs' normalization_function ("rmsnorm")
+    # is read by no transformers code (every norm is its RMSNorm)
+    irrelevant=("time_step_limit", "normalization_function"))
 
 _KINDS = {"linear_attention": "mamba", "mamba": "mamba", "full_attention": "full", "attention": "full"}
 
@@ -74,7 +75,8 @@ def read_granitemoehybrid(r: HFReader) -> None:
     if heads * d_head != inner or heads % groups:
         r.refuse("mamba_n_heads", f"x mamba_d_head {d_head} must be mamba_expand x hidden_size ({inner}), and "
                                   "mamba_n_groups must divide it")
-    rope = r.expect("position_embedding_type", (None, "rope"), None) == "rope"
+    # transformers rotates only with "rope"; the published configs say "nope" for none
+    rope = r.expect("position_embedding_type", (None, "nope", "rope"), None) == "rope"
     r.arch.update(
         layer_types=types, nope_layers=() if rope else tuple(i for i, t in enumerate(types) if t == "full"),
         mamba_heads=heads, mamba_head_dim=d_head, mamba_state=r.count("mamba_d_state", 256), mamba_groups=groups,
