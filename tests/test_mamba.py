@@ -560,3 +560,36 @@ def test_granite_h_published_spelling_reads_with_transformers_parameter_count(tm
     # 6 Mamba-2 layers x (8 x 128 x 128 x 4 + (1,024 + 2 x 128) x 3 x 2); 2 attention layers x 8 KV heads x 64
     assert state_bytes(m) == 6 * (524_288 + 7_680) == 3_191_808
     assert kv_bytes(m, 1, 4096) == 2 * 4096 * 8 * 64 * 2 * 2 + 3_191_808
+
+
+def test_decode_step_flops_match_flopcountermode_after_the_conventions(tmp_path):
+    """One decode step after 40 cached tokens, transformers' torch path: the scan's read-out S C (2 head_dim d_state
+    per head) is its only product; ours adds the state's decay and input (3 per state element) and the D skip
+    (2 per channel). Its conv update convolves the cached kernel columns and the new one (2 outputs, 1 kept);
+    ours one, with its SiLU and bias. Decode attention over 41 keys is the same count."""
+    c = _configs(True)["pattern"]
+    c.save_pretrained(tmp_path)
+    cfg = load_model(str(tmp_path))
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(c, attn_implementation="eager").eval()
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.no_grad():
+        cache = model(input_ids=torch.zeros(1, 40, dtype=torch.long), use_cache=True).past_key_values
+        counter = FlopCounterMode(display=False)
+        with counter:
+            model(input_ids=torch.zeros(1, 1, dtype=torch.long), cache=cache, use_cache=True)
+    counts, root = counter.get_flop_counts(), type(model).__name__
+    theirs = {"conv": 0, "scan": 0, "attention": 0}
+    for fqn, m in model.named_modules():
+        got = {str(k): v for k, v in counts.get(f"{root}.{fqn}", {}).items()}
+        if type(m).__name__ == "NemotronHMamba2Mixer":
+            theirs["conv"] += got.get("aten.convolution", 0)
+            theirs["scan"] += got.get("aten.bmm", 0)
+        elif type(m).__name__ == "NemotronHAttention":
+            theirs["attention"] += got.get("aten.bmm", 0)
+    ours = {o.name: o.total.flops for o in W.decode(cfg, 1, 40, act_dtype="fp32").ops}
+    n, h, p, s, ch = 3, 4, 8, 16, 96
+    assert ours["ssd_scan"] - n * h * (3 * p * s + 2 * p) == theirs["scan"] == n * h * 2 * p * s
+    assert ours["conv1d"] - n * 5 * ch == theirs["conv"] / 2
+    assert ours["attention"] == theirs["attention"]
