@@ -6,8 +6,8 @@ Sizes: ``heads`` SSM heads of ``head_dim`` channels (the inner width I = heads x
 ``state`` (d_state) per channel, B and C in ``groups`` groups (each shared by heads / groups heads). The SSM
 state of one sequence and one layer is [heads, head_dim, state], held in fp32 (``MAMBA_STATE_DTYPE``:
 transformers' mamba_ssm_cache_dtype default and what mamba_ssm's kernels accumulate in); the conv state is the
-last kernel - 1 inputs of the conv's I + 2 groups state channels, in the activation dtype. Neither grows with
-the context.
+last kernel - 1 inputs of the conv's I + 2 groups state channels, in the activation dtype (what vLLM's cache
+keeps; transformers' keeps kernel columns and its update convolves one more). Neither grows with the context.
 
 Conventions (beside the package's):
 
