@@ -15,9 +15,9 @@ from ``roofline.layer``'s op list:
   (the current chunk's keys, at their peak min(context, chunk)), as a server with a sliding-window
   cache allocates it. ``windowed_kv=False`` counts every layer at the full context: what our own model
   (``kernels.model``, which has no ring buffer) allocates, so ``latency`` and ``serve`` check that; Gated
-  DeltaNet layers (Qwen3-Next, Qwen3.5) hold no KV but a state per sequence, constant in the context
-  (``state_bytes``: counted with the KV cache); DeepSeek Sparse Attention's indexer keeps its own key cache per
-  token beside the latent one (``index_bytes``: counted with the KV cache);
+  DeltaNet layers (Qwen3-Next, Qwen3.5) and Mamba-2 layers (Nemotron-H, Granite-4.0-H) hold no KV but a state
+  per sequence, constant in the context (``state_bytes``: counted with the KV cache); DeepSeek Sparse Attention's
+  indexer keeps its own key cache per token beside the latent one (``index_bytes``: counted with the KV cache);
 * activations: the largest live set of one layer's step, NB: an estimate: the residual stream, the
   attention input and output and the MLP's gate, up and activation for every new token
   (T x (3 H + q + 2 kv + 3 I) elements), plus the fp32 logits of one row per sequence.
@@ -161,13 +161,26 @@ def index_bytes(cfg: ModelConfig, context: int) -> float:
 
 
 def state_bytes(cfg: ModelConfig, *, act_dtype="bf16") -> float:
-    """One sequence's Gated DeltaNet state across its linear-attention layers, whatever the context: the
-    recurrent state [v_heads, k_dim, v_dim] in fp32 and the conv state (kernel - 1 inputs of its channels, in
-    ``act_dtype``) per layer (``formulas.deltanet``); 0 for a model without such layers."""
-    if not cfg.linear_layers:
-        return 0.0
-    return len(cfg.linear_layers) * F.deltanet_state_bytes(cfg.linear_k_heads, cfg.linear_v_heads, cfg.linear_k_dim,
-                                                           cfg.linear_v_dim, cfg.linear_conv, act_dtype=act_dtype)
+    """One sequence's state across its Gated DeltaNet and Mamba-2 layers, whatever the context
+    (``layer_states``); 0 for a model without such layers."""
+    return sum(b for _, _, b in layer_states(cfg, act_dtype=act_dtype))
+
+
+def layer_states(cfg: ModelConfig, *, act_dtype="bf16") -> tuple:
+    """(kind, layers, bytes) of one sequence's state per kind of stateful layer: Gated DeltaNet's recurrent state
+    [v_heads, k_dim, v_dim] (``formulas.deltanet``) and Mamba-2's SSM state [heads, head_dim, d_state]
+    (``formulas.mamba``), both fp32, each with its conv state (kernel - 1 inputs of its channels, in
+    ``act_dtype``) per layer; () for a model without such layers."""
+    out = []
+    if cfg.linear_layers:
+        n = len(cfg.linear_layers)
+        out.append(("DeltaNet", n, n * F.deltanet_state_bytes(cfg.linear_k_heads, cfg.linear_v_heads, cfg.linear_k_dim,
+                                                              cfg.linear_v_dim, cfg.linear_conv, act_dtype=act_dtype)))
+    if cfg.mamba_layers:
+        n = len(cfg.mamba_layers)
+        out.append(("Mamba-2", n, n * F.mamba_state_bytes(cfg.mamba_heads, cfg.mamba_head_dim, cfg.mamba_state,
+                                                          cfg.mamba_groups, cfg.mamba_conv, act_dtype=act_dtype)))
+    return tuple(out)
 
 
 def activation_bytes(cfg: ModelConfig, batch: int, new_tokens: int, tp: int = 1, *, act_dtype="bf16") -> float:

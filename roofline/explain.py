@@ -380,20 +380,21 @@ class StepExplained:
 
 
 def layer_kinds(ph) -> dict:
-    """A hybrid's (Gated DeltaNet beside attention) split of what the step reads from its caches, per kind of
-    layer: the attention layers' KV (growing with the context) and the DeltaNet layers' state (constant); under
-    DeepSeek Sparse Attention, the latent KV of the selected tokens beside the indexer's keys of the whole
-    context; {} for a model whose every layer attends densely."""
+    """A hybrid's (Gated DeltaNet or Mamba-2 beside attention) split of what the step reads from its caches, per
+    kind of layer: the attention layers' KV (growing with the context) and each stateful kind's state
+    (constant); under DeepSeek Sparse Attention, the latent KV of the selected tokens beside the indexer's keys of
+    the whole context; {} for a model whose every layer attends densely."""
     m = ph.model
     cached = ph.context if ph.phase == "decode" else ph.cached_tokens
     if m.index_topk:
         return {"context": cached, "mla_layers": m.n_layers, "kv_read_bytes": ph.kv_cache_read_bytes,
                 "selected_tokens": ph.selected_tokens, "index_layers": len(m.index_layers),
                 "index_read_bytes": ph.index_read_bytes, "index_key_bytes": F.index_key_bytes(m.index_head_dim)}
-    if not m.linear_layers:
+    states = ph.state_read_by_kind
+    if not states:
         return {}
     return {"context": cached, "attention_layers": len(m.attention_layers), "kv_read_bytes": ph.kv_cache_read_bytes,
-            "linear_layers": len(m.linear_layers), "state_read_bytes": ph.state_read_bytes}
+            "states": [{"kind": k, "layers": n, "state_read_bytes": b} for k, n, b in states]}
 
 
 def layer_kinds_text(k: dict) -> str:
@@ -405,9 +406,10 @@ def layer_kinds_text(k: dict) -> str:
                 f"for {k['selected_tokens']:,} selected tokens; the indexer ({k['index_layers']} layers) reads "
                 f"{U.nbytes(k['index_read_bytes'])} of keys over {k['context']:,} (fp8 + an fp32 scale per 128: "
                 f"{k['index_key_bytes']:,} bytes per token and layer).")
+    states = ", ".join(f"{s['layers']} {s['kind']} layers read {U.nbytes(s['state_read_bytes'])} of state"
+                       for s in k["states"])
     return (f"at context {k['context']:,}: {k['attention_layers']} attention layers read {U.nbytes(k['kv_read_bytes'])}"
-            f" of KV, {k['linear_layers']} DeltaNet layers read {U.nbytes(k['state_read_bytes'])} of state "
-            "(fp32 recurrent state + conv state, constant in the context).")
+            f" of KV, {states} (fp32 recurrent state + conv state, constant in the context).")
 
 
 def _any_scales(ph) -> bool:

@@ -17,10 +17,15 @@ variants, the analysis's op counts and the reports' colours and legend order.
 
 Kinds: embedding, scale (an elementwise multiply), norm (RMSNorm over ``width`` features, ``rows``
 rows per token), linear (``in_features`` -> ``out_features``, ``bias``), rope, kv_append, attention
-(``window`` keys, 0 for full; ``chunk`` positions, 0 for none; ``softcap``), residual, activation (``fn`` silu or
-gelu_tanh), softcap; Gated DeltaNet's conv1d, delta_gates, gated_delta, gated_norm, and sigmoid_gate (the gated
-attention's output: ``roofline.ops.deltanet``); DeepSeek Sparse Attention's layernorm, index_append, index_scores and
-index_topk (``roofline.ops.dsa``).
+(``window`` keys, 0 for full; ``chunk`` positions, 0 for none; ``softcap``), residual, activation (``fn`` silu,
+gelu_tanh or relu2), softcap; Gated DeltaNet's conv1d, delta_gates, gated_delta, gated_norm, and sigmoid_gate (the
+gated attention's output: ``roofline.ops.deltanet``); DeepSeek Sparse Attention's layernorm, index_append,
+index_scores and index_topk (``roofline.ops.dsa``); Mamba-2's ssd_scan (``roofline.ops.mamba``; its conv1d and
+gated_norm are DeltaNet's).
+
+Layers: each has a mixer (attention, DeltaNet, Mamba-2, or both attention and Mamba-2: layer_types "hybrid") with
+its norm and residual, and an MLP (dense or routed) with its norm and residual; Nemotron-H's blocks keep one of
+the two (``ModelConfig.mixer_layers``: all but layer_types "mlp"; ``mlp_layers``: all but ``no_mlp_layers``).
 """
 
 from __future__ import annotations
@@ -30,13 +35,14 @@ from functools import lru_cache
 
 from .errors import RooflineError
 from .families import edit_ops, tensors
-from .formulas import DELTA_CHUNK
+from .formulas import DELTA_CHUNK, UNGATED
 from .models import PRESETS, ModelConfig
 from .ops import kind
 from .parallel import Shard, shard
 from .precision import MODULES, Precision, resolve
 from .precision.modules import WEIGHT_ROLES
 
+GATED = ("silu", "gelu_tanh")            # the MLP activations with a gate_proj (relu2 has none)
 LAYER_OP = "layer"                       # one whole transformer layer timed as one op
 
 
@@ -118,21 +124,24 @@ def _model_ops(cfg: ModelConfig, sh: Shard) -> tuple:
     if cfg.embed_scale or cfg.embed_multiplier:    # Gemma's sqrt(hidden), Granite's embedding_multiplier
         ops.append(OpSpec("embed_scale", "scale", "pre", "embed", 1, (), {
             "width": H, "factor": cfg.embed_multiplier if cfg.embed_multiplier else H ** 0.5}))
+    mixed, mlps = cfg.mixer_layers, cfg.mlp_layers     # every layer, but Nemotron-H's blocks hold one of the two
     if cfg.pre_norms:                  # OLMo-2 has none: its norms come after attention and the MLP
-        ops.append(_norm("attn_norm", "attn_norm", "input_layernorm.weight", H, L, every, cfg.norm_offset))
+        ops.append(_norm("attn_norm", "attn_norm", "input_layernorm.weight", H, len(mixed), mixed, cfg.norm_offset))
     ops += _mla_ops(cfg, sh) if cfg.mla else _attention_ops(cfg, sh)
     if cfg.linear_layers:               # Gated DeltaNet on the others (Qwen3-Next, Qwen3.5)
         ops += _deltanet_ops(cfg, sh)
+    if cfg.mamba_layers:                # Mamba-2 on the others (Nemotron-H, Granite-4.0-H)
+        ops += _mamba_ops(cfg, sh)
     if cfg.sandwich_norms:
         ops.append(_norm("post_attn_norm", "post_attn_norm", "post_attention_layernorm.weight", H, L, every,
                          cfg.norm_offset))
     res = {"width": H, **({"scale": cfg.residual_multiplier} if cfg.residual_multiplier else {})}   # x + m * branch
-    ops.append(OpSpec("attn_residual", "residual", "layer", "residual", L, (), res, every))
-    if cfg.pre_norms:
+    ops.append(OpSpec("attn_residual", "residual", "layer", "residual", len(mixed), (), res, mixed))
+    if cfg.pre_norms and mlps:
         ops.append(_norm("mlp_norm", "mlp_norm", "pre_feedforward_layernorm.weight" if cfg.sandwich_norms
-                         else "post_attention_layernorm.weight", H, L, every, cfg.norm_offset))
+                         else "post_attention_layernorm.weight", H, len(mlps), mlps, cfg.norm_offset))
     moe = cfg.moe_layers
-    dense = tuple(i for i in every if i not in moe)
+    dense = tuple(i for i in mlps if i not in moe)
     if dense:
         ops += _dense_mlp_ops(cfg, sh, dense, I=sh.intermediate if not moe else _dense_width(cfg, sh))
     if moe:
@@ -140,7 +149,8 @@ def _model_ops(cfg: ModelConfig, sh: Shard) -> tuple:
     if cfg.sandwich_norms:
         ops.append(_norm("post_mlp_norm", "post_mlp_norm", "post_feedforward_layernorm.weight", H, L, every,
                          cfg.norm_offset))
-    ops.append(OpSpec("mlp_residual", "residual", "layer", "residual", L, (), res, every))
+    if mlps:
+        ops.append(OpSpec("mlp_residual", "residual", "layer", "residual", len(mlps), (), res, mlps))
     ops.append(_norm("final_norm", "final_norm", "model.norm.weight", H, 1, (), cfg.norm_offset, part="post"))
     head_w = () if cfg.tie_embeddings else (WeightSpec("lm_head", (H, sh.vocab), "linear", "lm_head.weight", "vocab"),)
     ops.append(OpSpec("lm_head", "linear", "post", "head", 1, head_w,
@@ -258,6 +268,38 @@ def _deltanet_ops(cfg: ModelConfig, sh: Shard) -> list:
     return ops
 
 
+def _mamba_ops(cfg: ModelConfig, sh: Shard) -> list:
+    """Mamba-2 (``ModelConfig.mamba_layers``): in_proj to z, x, B, C and dt (one tensor), the causal conv1d (and
+    its bias) over x, B, C with SiLU, the SSD scan (chunked prefill by the config's chunk_size, recurrent decode)
+    reading A_log, dt_bias and D, the gated RMSNorm of y x silu(z) in mamba_groups groups (one weight over the
+    inner width), and out_proj. ``roofline.formulas.mamba`` costs the scan."""
+    every = cfg.mamba_layers
+    L, H = len(every), cfg.hidden
+    h, p, n, G = cfg.mamba_heads, cfg.mamba_head_dim, cfg.mamba_state, cfg.mamba_groups
+    inner, channels = h * p, h * p + 2 * G * n
+    pre, bias = "mamba.", cfg.mamba_proj_bias
+    ops = [_linear("in_proj", "attention", H, inner + channels + h, "w_in_proj", f"{pre}in_proj.weight", "replicated",
+                   L, every, bias, "b_in_proj", f"{pre}in_proj.bias", "replicated", module="attention")]
+    conv_ws = (WeightSpec("w_conv", (channels, cfg.mamba_conv), "vector", f"{pre}conv1d.weight"),)
+    if cfg.mamba_conv_bias:
+        conv_ws += (WeightSpec("b_conv", (channels,), "bias", f"{pre}conv1d.bias"),)
+    ops.append(OpSpec("conv1d", "conv1d", "layer", "attention", L, conv_ws,
+                      {"channels": channels, "kernel": cfg.mamba_conv, "bias": cfg.mamba_conv_bias}, every))
+    ops.append(OpSpec("ssd_scan", "ssd_scan", "layer", "attention", L,
+                      tuple(WeightSpec(k, (h,), "vector", f"{pre}{k}") for k in ("A_log", "dt_bias", "D")),
+                      {"heads": h, "head_dim": p, "state": n, "groups": G, "chunk": cfg.mamba_chunk}, every))
+    if cfg.mamba_norm:
+        ops.append(OpSpec("gated_norm", "gated_norm", "layer", "norm", L,
+                          (WeightSpec("w_gnorm", (inner,), "norm", f"{pre}norm.weight"),),
+                          {"width": inner, "rows": 1, "groups": G}, every, "norm"))
+    else:                               # y x silu(z): SwiGLU's cost (Falcon-H1 without mamba_rms_norm)
+        ops.append(OpSpec("ssm_gate", "activation", "layer", "attention", L, (), {"width": inner, "fn": "silu"},
+                          every))
+    ops.append(_linear("out_proj", "attention", inner, H, "w_out", f"{pre}out_proj.weight", "replicated", L, every,
+                       bias, "b_out_proj", f"{pre}out_proj.bias", "replicated", module="attention"))
+    return ops
+
+
 def _mla_ops(cfg: ModelConfig, sh: Shard) -> list:
     """DeepSeek's multi-head latent attention. The cache holds the latent c_kv (kv_lora_rank) and the shared
     rope key (qk_rope_dim) per token. Prefill runs it naive (kv_b_proj up-projects every key to per-head
@@ -333,11 +375,13 @@ def _dense_mlp_ops(cfg: ModelConfig, sh: Shard, layers: tuple, I: int) -> list:
     ops = []
     for name, key, k, m, sh_w, b in (("gate_proj", "w_gate", H, I, "i_cols", "b_gate"), ("up_proj", "w_up", H, I,
                                                                                        "i_cols", "b_up")):
+        if name == "gate_proj" and cfg.activation not in GATED:     # relu2: up -> relu2 -> down (Nemotron-H)
+            continue
         part = (gu, 0 if name == "gate_proj" else 1, (cfg.intermediate,) * 2) if fused else ()
         hf = part[0] if part else f"{pre}{name}.weight"
         ops.append(_linear(name, "mlp", k, m, key, hf, sh_w, n, layers, cfg.mlp_bias, b,
                            hf.replace(".weight", ".bias"), sh_w, part[1:] if part else ()))
-    act = "swiglu" if cfg.activation == "silu" else "geglu"
+    act = {"silu": "swiglu", "gelu_tanh": "geglu"}.get(cfg.activation, cfg.activation)
     ops.append(OpSpec(act, "activation", "layer", "mlp", n, (), {"width": I, "fn": cfg.activation}, layers))
     ops.append(_linear("down_proj", "mlp", I, H, "w_down", f"{pre}down_proj.weight", "i_rows", n, layers,
                        cfg.mlp_bias, "b_down", f"{pre}down_proj.bias", "rank0"))
@@ -372,6 +416,8 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
             WeightSpec("experts_up", (E_rank, H, I), "experts", names["up"], cols,
                        ("interleave", 1) if inter else (1, halves) if halves else (), out_in=o_i),
             WeightSpec("experts_down", (E_rank, I, H), "experts", names["down"], rows_, out_in=o_i)]
+    if cfg.expert_activation in UNGATED:       # up -> relu2 -> down: no gate (Nemotron-H)
+        e_ws = e_ws[1:]
     if cfg.expert_bias:
         e_ws += [WeightSpec("experts_gate_bias", (E_rank, I), "expert_bias", names["gate_bias"], cols,
                             ("interleave", 0)),
@@ -384,11 +430,14 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
     S = cfg.shared_intermediate // sh.tp
     if S:
         pre = names["shared"]
+        ungated = cfg.expert_activation in UNGATED      # Nemotron-H's shared expert: up -> relu2 -> down
         for name, key, a, b, sh_w in (("shared_gate_proj", "ws_gate", H, S, "i_cols"),
-                                      ("shared_up_proj", "ws_up", H, S, "i_cols")):
+                                      ("shared_up_proj", "ws_up", H, S, "i_cols"))[1 if ungated else 0:]:
             ops.append(_linear(name, "mlp", a, b, key, pre + name.replace("shared_", "") + ".weight", sh_w, n, layers,
                                module="shared_experts"))
-        ops.append(OpSpec("shared_swiglu", "activation", "layer", "mlp", n, (), {"width": S, "fn": "silu"}, layers))
+        fn = cfg.expert_activation if ungated else "silu"
+        ops.append(OpSpec("shared_relu2" if ungated else "shared_swiglu", "activation", "layer", "mlp", n, (),
+                          {"width": S, "fn": fn}, layers))
         ops.append(_linear("shared_down_proj", "mlp", S, H, "ws_down", pre + "down_proj.weight", "i_rows", n, layers,
                            module="shared_experts"))
         if cfg.shared_gate:
@@ -399,11 +448,15 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
 
 
 def check_runnable(cfg: ModelConfig) -> None:
-    """A one-line RooflineError for a model whose ops have formulas but no kernels yet (Gated DeltaNet, DeepSeek
-    Sparse Attention: issue 32): what builds or times a model (``kernels``, ``profile``) calls it before anything
-    runs."""
-    if cfg.linear_layers:
-        raise RooflineError(f"{cfg.name}: Gated DeltaNet layers are costed but not run yet: roofline explain and the "
+    """A one-line RooflineError for a model whose ops have formulas but no kernels yet (Gated DeltaNet, Mamba-2,
+    DeepSeek Sparse Attention: issue 32): what builds or times a model (``kernels``, ``profile``) calls it before
+    anything runs."""
+    what = ("Gated DeltaNet layers" if cfg.linear_layers else "Mamba-2 layers" if cfg.mamba_layers
+            else "layers with an MLP and no mixer" if len(cfg.mixer_layers) < cfg.n_layers
+            else "layers with a mixer and no MLP" if cfg.no_mlp_layers
+            else "relu2 MLPs" if "relu2" in (cfg.activation, cfg.expert_activation) else "")
+    if what:
+        raise RooflineError(f"{cfg.name}: {what} are costed but not run yet: roofline explain and the "
                             "cost commands take this model; profile, latency, serve and check do not.")
     if cfg.index_topk:
         raise RooflineError(f"{cfg.name}: DeepSeek Sparse Attention is costed but not run yet: roofline explain and "

@@ -52,7 +52,7 @@ class ModelConfig:
     o_bias: bool = False           # a bias on o_proj (Llama's attention_bias)
     mlp_bias: bool = False         # biases on gate/up/down_proj (Llama's mlp_bias)
     qk_norm: bool = False          # RMSNorm over each head's q and k before RoPE (Qwen3, Gemma-3)
-    activation: str = "silu"       # the gated MLP's activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    activation: str = "silu"       # the MLP's activation: "silu" (SwiGLU), "gelu_tanh" (GeGLU), "relu2" (no gate)
     norm_offset: bool = False      # RMSNorm multiplies by (1 + w) (Gemma): numerics only
     sandwich_norms: bool = False   # norms after attention and after the MLP too (Gemma-2/3: four per layer)
     embed_scale: bool = False      # embeddings multiplied by sqrt(hidden) (Gemma)
@@ -60,7 +60,7 @@ class ModelConfig:
     attn_softcap: float = 0.0      # scores -> c * tanh(scores / c) (Gemma-2); 0: none
     final_softcap: float = 0.0     # logits -> c * tanh(logits / c) (Gemma-2); 0: none
     sliding_window: int = 0        # keys a windowed layer's query sees (itself included); 0: no window
-    layer_types: tuple = ()        # per layer "full", "sliding", "chunked" or "linear"; () with a window: every layer slides
+    layer_types: tuple = ()        # per layer, one of LAYER_TYPES (below); () with a window: every layer slides
     attention_chunk: int = 0       # chunked local attention: a "chunked" layer's query sees only its own chunk's keys
                                    # (positions cut into chunks of this many, causal within; Llama-4); 0: none
     rope_local_theta: float = 0.0  # plain RoPE base of the sliding layers (Gemma-3; OLMo-3: no YaRN); 0: the full's
@@ -91,7 +91,8 @@ class ModelConfig:
     router_bias: bool = False      # a bias on the router GEMM (GPT-OSS)
     router_correction: bool = False  # DeepSeek's e_score_correction_bias (added to choose, not to weigh)
     expert_bias: bool = False      # biases on every expert's projections (GPT-OSS)
-    expert_activation: str = "silu"  # silu (SwiGLU) or swiglu_oai (GPT-OSS: clamped, alpha 1.702, up + 1)
+    expert_activation: str = "silu"  # silu (SwiGLU), swiglu_oai (GPT-OSS: clamped, alpha 1.702, up + 1) or relu2
+                                     # (Nemotron-H: no gate, up -> relu2 -> down; its shared expert too)
     shared_intermediate: int = 0   # width of the shared expert(s) every token runs (Qwen2-MoE, DeepSeek)
     shared_gate: bool = False      # the shared expert's output x sigmoid(a [H, 1] gate) (Qwen2-MoE)
     dense_layers: tuple = ()       # layers of an MoE model that keep a dense MLP (DeepSeek's first 3)
@@ -102,6 +103,21 @@ class ModelConfig:
     linear_v_dim: int = 0          # linear_value_head_dim
     linear_conv: int = 0           # linear_conv_kernel_dim: the causal depthwise conv1d's kernel over q, k, v
     attn_gate: bool = False        # q_proj's output doubled: attention output x sigmoid(gate) (attn_output_gate)
+    # ---- Mamba-2 (Nemotron-H, Granite-4.0-H): the layers layer_types names "mamba"
+    mamba_heads: int = 0           # mamba_num_heads: SSM heads (the scan runs per head)
+    mamba_head_dim: int = 0        # mamba_head_dim: each head's channels (heads x this = the inner width)
+    mamba_state: int = 0           # ssm_state_size: d_state
+    mamba_groups: int = 0          # n_groups: B and C groups (shared by heads / groups heads); the gated norm's groups
+    mamba_conv: int = 0            # conv_kernel: the causal depthwise conv1d's kernel over x, B, C
+    mamba_chunk: int = 0           # chunk_size: the SSD scan's chunk in prefill
+    mamba_conv_bias: bool = False  # a bias on the conv1d (use_conv_bias)
+    mamba_proj_bias: bool = False  # biases on in_proj and out_proj (use_bias / mamba_proj_bias)
+    mamba_norm: bool = True        # the gated RMSNorm of y by z; False: y x silu(z) alone (Falcon-H1's mamba_rms_norm)
+    # layers with a mixer (attention, DeltaNet, Mamba) and no MLP (Nemotron-H's "M" and "*" blocks); layer_types
+    # "mlp" names the layers with an MLP and no mixer (its "-" blocks)
+    no_mlp_layers: tuple = ()
+    # per-layer multipliers a family's edit_ops places as scale ops: (name, factor or factors) (Falcon-H1's muP)
+    layer_scales: tuple = ()
     # ---- multi-head latent attention (DeepSeek): kv_lora_rank > 0
     q_lora_rank: int = 0           # 0: q = x W_q directly
     kv_lora_rank: int = 0
@@ -151,8 +167,24 @@ class ModelConfig:
 
     @property
     def attention_layers(self) -> tuple:
-        """The layer indices that attend over a KV cache (every layer but the linear-attention ones)."""
-        return tuple(i for i in range(self.n_layers) if not self.layer_types or self.layer_types[i] != "linear")
+        """The layer indices that attend over a KV cache (every layer but the DeltaNet, Mamba and MLP-only ones)."""
+        return tuple(i for i in range(self.n_layers)
+                     if not self.layer_types or self.layer_types[i] not in ("linear", "mamba", "mlp"))
+
+    @property
+    def mamba_layers(self) -> tuple:
+        """The layer indices of Mamba-2 (layer_types "mamba", or "hybrid": beside attention; none for most models)."""
+        return tuple(i for i, t in enumerate(self.layer_types) if t in ("mamba", "hybrid"))
+
+    @property
+    def mixer_layers(self) -> tuple:
+        """The layers with a mixer (attention, DeltaNet or Mamba) and its norm and residual: all but "mlp" ones."""
+        return tuple(i for i in range(self.n_layers) if not self.layer_types or self.layer_types[i] != "mlp")
+
+    @property
+    def mlp_layers(self) -> tuple:
+        """The layers with an MLP (dense or routed) and its norm and residual: all but ``no_mlp_layers``."""
+        return tuple(i for i in range(self.n_layers) if i not in self.no_mlp_layers)
 
     @property
     def linear_layers(self) -> tuple:
@@ -178,7 +210,7 @@ class ModelConfig:
         """The layer indices whose MLP is a mixture of experts (none for a dense model)."""
         if not self.n_experts:
             return ()
-        return tuple(i for i in range(self.n_layers) if i not in self.dense_layers)
+        return tuple(i for i in self.mlp_layers if i not in self.dense_layers)
 
     @property
     def mla(self) -> bool:
@@ -203,8 +235,9 @@ class ModelConfig:
             types = tuple(types[i % len(types)] for i in range(n_layers))
         dense = tuple(i for i in self.dense_layers if i < n_layers)
         nope = tuple(i for i in self.nope_layers if i < n_layers)
+        no_mlp = tuple(i for i in self.no_mlp_layers if i < n_layers)
         return replace(self, n_layers=n_layers, layer_types=types, dense_layers=dense, nope_layers=nope,
-                       name=f"{self.name} ({n_layers} layers)")
+                       no_mlp_layers=no_mlp, name=f"{self.name} ({n_layers} layers)")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -212,6 +245,7 @@ class ModelConfig:
         d["layer_types"] = list(self.layer_types)
         d["dense_layers"] = list(self.dense_layers)
         d["nope_layers"] = list(self.nope_layers)
+        d["no_mlp_layers"] = list(self.no_mlp_layers)
         d["rope_yarn"] = list(self.rope_yarn)
         d["attn_temperature"] = list(self.attn_temperature)
         d["quantization"] = self.quantization.to_dict() if self.quantization else None
@@ -230,13 +264,18 @@ class ModelConfig:
             raise RooflineError(f"model description {d.get('name', '')!r} is missing the key {missing[0]!r} "
                                 f"(it needs {', '.join(required)}).")
         kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        for k in ("layer_types", "dense_layers", "nope_layers", "rope_yarn", "attn_temperature"):
+        for k in ("layer_types", "dense_layers", "nope_layers", "no_mlp_layers", "rope_yarn", "attn_temperature"):
             if isinstance(kw.get(k), list):
                 kw[k] = tuple(kw[k])
+        if isinstance(kw.get("layer_scales"), list):
+            kw["layer_scales"] = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in kw["layer_scales"])
         return cls(**kw)
 
 
-ACTIVATIONS = ("silu", "gelu_tanh")
+ACTIVATIONS = ("silu", "gelu_tanh", "relu2")   # relu2: relu(x)^2, not gated (Nemotron-H's up -> down MLP)
+# per layer: attention (full, sliding or chunked), Gated DeltaNet, Mamba-2, full attention and Mamba-2 side by side
+# (their outputs summed: Falcon-H1), or no mixer (an MLP-only layer)
+LAYER_TYPES = ("full", "sliding", "chunked", "linear", "mamba", "hybrid", "mlp")
 ROUTERS = ("softmax_topk", "topk_softmax", "sigmoid_group", "sigmoid_topk")
 
 
@@ -247,7 +286,8 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
                             f"{show_value(m.activation)} was given.")
     for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "norm_offset", "sandwich_norms", "embed_scale",
                  "attn_sinks", "norm_topk", "router_bias", "router_correction", "expert_bias", "shared_gate",
-                 "rope_interleave", "pre_norms", "qk_norm_whole", "attn_gate", "qk_l2_norm", "routed_input"):
+                 "rope_interleave", "pre_norms", "qk_norm_whole", "attn_gate", "qk_l2_norm", "routed_input",
+                 "mamba_conv_bias", "mamba_proj_bias", "mamba_norm"):
         bool_field(where, name, getattr(m, name))
     for name in ("query_scale", "attn_softcap", "final_softcap", "rope_local_theta", "embed_multiplier",
                  "residual_multiplier", "logits_scaling"):
@@ -259,9 +299,9 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
     object.__setattr__(m, "attention_chunk", int_field(where, "attention_chunk", m.attention_chunk, 0,
                                                         " (0 means no chunked attention)"))
     types = m.layer_types
-    if not isinstance(types, (list, tuple)) or any(t not in ("full", "sliding", "chunked", "linear") for t in types):
-        raise RooflineError(f"{where}: layer_types must be a list of \"full\", \"sliding\", \"chunked\" or \"linear\" "
-                            f"per layer, but {show_value(types)} was given.")
+    if not isinstance(types, (list, tuple)) or any(t not in LAYER_TYPES for t in types):
+        raise RooflineError(f"{where}: layer_types must be a list of {', '.join(LAYER_TYPES)} per layer, but "
+                            f"{show_value(types)} was given.")
     if types and len(types) != m.n_layers:
         raise RooflineError(f"{where}: layer_types has {len(types)} entries for {m.n_layers} layers: give one per "
                             "layer.")
@@ -281,10 +321,11 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
                        if temp else ())
     object.__setattr__(m, "layer_types", tuple(types))
     _check_linear(m, where)
+    _check_mamba(m, where)
     if m.router not in ROUTERS:
         raise RooflineError(f"{where}: router must be one of {', '.join(ROUTERS)}, but {show_value(m.router)} was given.")
-    if m.expert_activation not in ("silu", "swiglu_oai"):
-        raise RooflineError(f"{where}: expert_activation must be silu or swiglu_oai, but "
+    if m.expert_activation not in ("silu", "swiglu_oai", "relu2"):
+        raise RooflineError(f"{where}: expert_activation must be silu, swiglu_oai or relu2, but "
                             f"{show_value(m.expert_activation)} was given.")
     for name in ("n_experts", "n_active", "moe_intermediate", "shared_intermediate", "q_lora_rank", "kv_lora_rank",
                  "qk_rope_dim", "qk_nope_dim", "v_head_dim", "rotary_dim", "mtp_layers"):
@@ -369,6 +410,33 @@ def _check_linear(m: "ModelConfig", where: str) -> None:
     elif any(given):
         raise RooflineError(f"{where}: {', '.join(LINEAR_FIELDS)} size Gated DeltaNet layers, but layer_types names "
                             "no \"linear\" layer: give layer_types or leave them 0.")
+
+
+MAMBA_FIELDS = ("mamba_heads", "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv", "mamba_chunk")
+
+
+def _check_mamba(m: "ModelConfig", where: str) -> None:
+    """Mamba-2's sizes: all given (each >= 1, the groups dividing the heads) when layer_types has a "mamba" layer,
+    else all 0; no_mlp_layers: indices of layers that have a mixer."""
+    for name in MAMBA_FIELDS:
+        object.__setattr__(m, name, int_field(where, name, getattr(m, name), 0))
+    given = [getattr(m, n) for n in MAMBA_FIELDS]
+    if m.mamba_layers:
+        if not all(given) or m.mamba_heads % m.mamba_groups:
+            raise RooflineError(f"{where}: Mamba-2 layers need {', '.join(MAMBA_FIELDS)} >= 1 with mamba_groups "
+                                f"dividing mamba_heads, but {dict(zip(MAMBA_FIELDS, given))} was given.")
+        if m.mla:
+            raise RooflineError(f"{where}: Mamba-2 layers beside latent attention are not modelled: give one or the "
+                                "other.")
+    elif any(given):
+        raise RooflineError(f"{where}: {', '.join(MAMBA_FIELDS)} size Mamba-2 layers, but layer_types names no "
+                            "\"mamba\" layer: give layer_types or leave them 0.")
+    nm = m.no_mlp_layers
+    if (not isinstance(nm, (list, tuple)) or any(isinstance(i, bool) or not isinstance(i, int) for i in nm)
+            or any(not 0 <= i < m.n_layers or (m.layer_types and m.layer_types[i] == "mlp") for i in nm)):
+        raise RooflineError(f"{where}: no_mlp_layers must list layer indices below n_layers whose layer_types is not "
+                            f"\"mlp\" (a layer keeps a mixer or an MLP), but {show_value(nm)} was given.")
+    object.__setattr__(m, "no_mlp_layers", tuple(sorted(set(nm))))
 
 
 # Every family's presets (roofline.families: published config.json numbers, each with its source), then the

@@ -147,6 +147,8 @@ def _broken_rule(cfg, tp: int, ep_sliced: bool = False) -> str:
                 "does not compute alone (not modelled under tensor parallelism)")
     if getattr(cfg, "linear_layers", ()) and tp > 1:
         return "its Gated DeltaNet layers are not modelled under tensor parallelism yet (only --tp 1)"
+    if getattr(cfg, "mamba_layers", ()) and tp > 1:
+        return "its Mamba-2 layers are not modelled under tensor parallelism yet (only --tp 1)"
     return ""
 
 

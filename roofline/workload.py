@@ -38,6 +38,7 @@ from .parallel import PER_LAYER_COLLECTIVES, Shard, ranks, shard, step_collectiv
 from .precision import Precision, kv_format, lookup, plain
 from .precision.modules import WEIGHT_ROLES
 
+from .capacity import layer_states
 from .layer import LAYER_OP, model_ops, op_names, op_spec  # noqa: F401 (op_names, op_spec: the API)
 
 
@@ -140,7 +141,7 @@ class Phase:
         if m.mla:        # the latent cache: one c_kv and one rope key per token, shared by every head
             return self.batch * F.mla_cache_bytes(self.selected_tokens, m.n_layers, m.kv_lora_rank, m.qk_rope_dim,
                                                   kv_dtype=self.dtypes.kv)
-        windows, chunks = m.windows, m.chunks    # Gated DeltaNet layers read no KV: ``state_read_bytes``
+        windows, chunks = m.windows, m.chunks    # DeltaNet and Mamba-2 layers read no KV: ``state_read_bytes``
         return self.batch * sum(F.kv_cache_bytes(F.chunk_keys(cached, chunks[i]) if chunks[i] else cached, 1,
                                                  sh.n_kv_heads, m.head_dim, kv_dtype=self.dtypes.kv,
                                                  kv_scales=self.dtypes.kv_scales, window=windows[i] or None)
@@ -168,16 +169,17 @@ class Phase:
 
     @property
     def state_read_bytes(self) -> float:
-        """Bytes of Gated DeltaNet state the step reads (the recurrent state in fp32 and the conv state, once per
-        sequence and linear-attention layer, when the sequences have one: decode or cached tokens), whatever the
-        context; 0 for a model without such layers."""
-        m = self.model
+        """Bytes of Gated DeltaNet and Mamba-2 state the step reads (``state_read_by_kind``)."""
+        return sum(b for _, _, b in self.state_read_by_kind)
+
+    @property
+    def state_read_by_kind(self) -> tuple:
+        """(kind, layers, bytes) of the state the step reads per kind of stateful layer (the recurrent or SSM state
+        in fp32 and the conv state, once per sequence and layer, when the sequences have one: decode or cached
+        tokens: ``capacity.layer_states``), whatever the context; () for a model without such layers."""
         cached = self.context if self.phase == "decode" else self.cached_tokens
-        if not m.linear_layers or not cached:
-            return 0.0
-        return self.batch * len(m.linear_layers) * F.deltanet_state_bytes(
-            m.linear_k_heads, m.linear_v_heads, m.linear_k_dim, m.linear_v_dim, m.linear_conv,
-            act_dtype=self.dtypes.act)
+        states = layer_states(self.model, act_dtype=self.dtypes.act)
+        return tuple((k, n, self.batch * b if cached else 0.0) for k, n, b in states)
 
     @property
     def weight_bytes(self) -> float:

@@ -17,7 +17,7 @@ from roofline.models import PRESETS, ModelConfig, load_model
 BUILT_IN = ("llama, mistral, qwen2, qwen3, qwen3_vl_text, phi3, gemma, gemma2, gemma3_text, mixtral, qwen2_moe, "
             "qwen3_moe, qwen3_vl_moe_text, deepseek_v3, gpt_oss, smollm3, granite, glm4_moe, olmo2, minimax_m2, "
             "qwen3_next, qwen3_5_text, qwen3_5_moe_text, seed_oss, olmo3, exaone4, ernie4_5_moe, hy_v3, "
-            "llama4_text, deepseek_v32, glm_moe_dsa")
+            "llama4_text, deepseek_v32, glm_moe_dsa, nemotron_h, granitemoehybrid, falcon_h1")
 
 H, I, L, NH, NKV, V = 64, 96, 3, 4, 2, 256
 TOY = dict(model_type="toy_llama", hidden_size=H, intermediate_size=I, num_hidden_layers=L, num_attention_heads=NH,

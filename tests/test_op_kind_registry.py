@@ -115,8 +115,8 @@ def test_the_registry_holds_the_layer_kinds_and_their_tensor_flags():
     assert set(KINDS) == {"embedding", "scale", "norm", "linear", "rope", "kv_append", "attention", "residual",
                           "activation", "softcap", "router", "experts", "gate", "mla_attention", "mla_up",
                           "latent_append", "conv1d", "delta_gates", "gated_delta", "gated_norm", "sigmoid_gate",
-                          "layernorm", "index_append", "index_scores", "index_topk"}
+                          "layernorm", "index_append", "index_scores", "index_topk", "ssd_scan"}
     assert {k for k, v in KINDS.items() if v.tensor} == {"linear", "attention", "router", "experts", "mla_attention",
-                                                         "mla_up", "gated_delta", "index_scores"}
+                                                         "mla_up", "gated_delta", "index_scores", "ssd_scan"}
     assert [k for k, v in KINDS.items() if v.linear] == ["linear"]
     assert [k for k, v in KINDS.items() if v.experts is not None] == ["experts"]

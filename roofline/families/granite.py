@@ -16,10 +16,16 @@ GRANITE_KEYS = LLAMA_LIKE_KEYS + Keys({
 
 def read_granite(r: HFReader) -> None:
     llama_like(r)
+    r.arch["mlp_bias"] = r.flag("mlp_bias")
+    granite_multipliers(r)
+
+
+def granite_multipliers(r: HFReader) -> None:
+    """The attention's bias (attention_bias) and Granite's four multipliers (Granite-3.x and Granite-4.0-H)."""
     bias = r.flag("attention_bias")
     m = {k: r.number(k) for k in ("embedding_multiplier", "residual_multiplier", "attention_multiplier",
                                   "logits_scaling")}
-    r.arch.update(qkv_bias=bias, o_bias=bias, mlp_bias=r.flag("mlp_bias"),
+    r.arch.update(qkv_bias=bias, o_bias=bias,
                   embed_multiplier=m["embedding_multiplier"] if m["embedding_multiplier"] != 1.0 else 0.0,
                   residual_multiplier=m["residual_multiplier"] if m["residual_multiplier"] != 1.0 else 0.0,
                   query_scale=m["attention_multiplier"], logits_scaling=m["logits_scaling"] if

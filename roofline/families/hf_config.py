@@ -98,6 +98,8 @@ def read_hf_config(d: dict, p: Path, allow_unknown_fields: bool = False) -> dict
     top = d
     d, wrapped = _text_model(d, where, allow_unknown_fields)
     mtype, fam, note = _model_type(d, where)
+    if fam.normalize is not None:
+        d = fam.normalize(d, where)
     keys = Keys(dict(SHARED)) + fam.keys
     # a bare config must give the sizes, but one its family has no use for (Qwen3.5-MoE's intermediate_size)
     d = keys.filled(d, keep_absent=() if wrapped else tuple(k for k in REQUIRED if k not in fam.keys.irrelevant))

@@ -95,6 +95,9 @@ class Family:
     # (cfg, shard, ops: list of OpSpec) -> list: the family's own ops placed where they run (a kind the shared
     # layer does not build: roofline.ops registers its cost, kernels.runner_registry its runner); None: as built
     edit_ops: Callable | None = None
+    # (config dict, where) -> the dict with keys derived before the sizes are read (Nemotron-H's layer count from
+    # its block pattern), or None
+    normalize: Callable | None = None
 
 
 _FAMILIES: dict[str, Family] = {}

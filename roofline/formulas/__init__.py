@@ -3,7 +3,7 @@
 One module per kind of work: ``matmul`` (GEMM, linear, lm_head), ``attention`` (rope, the KV cache, prefill
 and decode attention), ``mla`` (latent attention), ``dsa`` (DeepSeek Sparse Attention's indexer and
 top-k), ``deltanet`` (Gated DeltaNet linear attention, the gated
-attention output), ``moe`` (routing, the experts, expert parallelism), ``norms``, ``pointwise`` (activations,
+attention output), ``mamba`` (Mamba-2's SSD scan and state), ``moe`` (routing, the experts, expert parallelism), ``norms``, ``pointwise`` (activations,
 residual, the generic trace ops), ``embeddings``, ``collectives``, ``quant`` (the bytes of scales) and
 ``speculative`` (a verify step's expected tokens, rejection sampling). This package exports them all:
 ``from roofline import formulas as F``.
@@ -39,7 +39,7 @@ from .quant import (  # noqa: F401
     weight_scale_bytes)
 from .matmul import gemm, linear, linear_weight_elements_from_flops, lm_head, weight_only_intensity  # noqa: F401
 from .norms import add_rmsnorm, layernorm, rmsnorm  # noqa: F401
-from .pointwise import copy, elementwise, fill, geglu, reduction, residual_add, softmax, swiglu  # noqa: F401
+from .pointwise import copy, elementwise, fill, geglu, reduction, relu2, residual_add, softmax, swiglu  # noqa: F401
 from .embeddings import embedding  # noqa: F401
 from .attention import (  # noqa: F401
     causal_pairs, chunk_keys, chunk_pairs, decode_attention, kv_append, kv_cache_bytes, prefill_attention, rope,
@@ -51,9 +51,12 @@ from .deltanet import (  # noqa: F401
 from .dsa import (  # noqa: F401
     INDEX_KEY_DTYPE, INDEX_SCALE_BLOCK, index_append, index_cache_bytes, index_key_bytes, index_scores, index_topk,
     selected_pairs)
+from .mamba import (  # noqa: F401
+    MAMBA_STATE_DTYPE, mamba_conv_channels, mamba_state_bytes, ssd_chunks, ssd_decode, ssd_prefill, ssd_prefill_flops,
+    ssm_state_bytes)
 from .mla import mla_absorb_flops, mla_cache_bytes, mla_decode_attention, mla_prefill_attention  # noqa: F401
 from .moe import (  # noqa: F401
-    MOE_ACTIVATION_FLOPS, MOE_ROUTING, expected_distinct_experts, moe_all_to_all_bytes, moe_expert_launches,
+    MOE_ACTIVATION_FLOPS, MOE_ROUTING, UNGATED, expected_distinct_experts, expert_matrices, moe_all_to_all_bytes, moe_expert_launches,
     moe_expert_weight_bytes, moe_experts, moe_experts_ep, moe_rank_load, router, routing)
 from .collectives import (  # noqa: F401
     COLLECTIVE_WIRE, bus_bandwidth, collective_bytes, collective_steps, collective_time)

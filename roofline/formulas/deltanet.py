@@ -53,17 +53,18 @@ def deltanet_state_bytes(k_heads: int, v_heads: int, k_dim: int, v_dim: int, ker
 
 
 def causal_conv1d(tokens: int, batch: int, channels: int, kernel: int, *, act_dtype: str = "bf16",
-                  reads_state: bool = False) -> Cost:
-    """The depthwise causal conv1d (kernel ``kernel``, no bias) over ``channels`` and its SiLU, on ``tokens``
-    rows of ``batch`` sequences.
+                  reads_state: bool = False, bias: bool = False) -> Cost:
+    """The depthwise causal conv1d (kernel ``kernel``; a bias with ``bias``: Mamba-2's use_conv_bias) over
+    ``channels`` and its SiLU, on ``tokens`` rows of ``batch`` sequences.
 
-    FLOPs = 2 x kernel (the multiply-adds) + 4 (SiLU, as ``swiglu`` counts it) per element. Bytes = read the
-    input and write the output [T, channels] (act), the weight [channels, kernel] (act) once, write each
-    sequence's conv state (``conv_state_bytes``) and read it when ``reads_state`` (decode, or after cached
-    tokens)."""
+    FLOPs = 2 x kernel (the multiply-adds) + 4 (SiLU, as ``swiglu`` counts it) per element, + 1 (the bias add)
+    with ``bias``. Bytes = read the input and write the output [T, channels] (act), the weight [channels, kernel]
+    (and the bias [channels], act) once, write each sequence's conv state (``conv_state_bytes``) and read it when
+    ``reads_state`` (decode, or after cached tokens)."""
     e = tokens * channels
     state = batch * conv_state_bytes(channels, kernel, act_dtype=act_dtype) * (2 if reads_state else 1)
-    return Cost((2 * kernel + 4) * e, 2 * e * _b(act_dtype) + channels * kernel * _b(act_dtype) + state)
+    w = channels * (kernel + (1 if bias else 0)) * _b(act_dtype)
+    return Cost((2 * kernel + 4 + (1 if bias else 0)) * e, 2 * e * _b(act_dtype) + w + state)
 
 
 def delta_gates(tokens: int, v_heads: int, *, act_dtype: str = "bf16") -> Cost:

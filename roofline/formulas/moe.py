@@ -21,7 +21,13 @@ MOE_ROUTING = ("softmax_topk", "topk_softmax", "sigmoid_group", "sigmoid_topk")
 # FLOPs per element of the expert activation (exps not counted): silu(g) * u as ``swiglu`` (5); GPT-OSS's
 # clamped SwiGLU: clamp g (1), clamp u (2), alpha*g (1), sigmoid (negate, +1, divide: 3), g*sig (1), u+1 (1),
 # the product (1) = 10.
-MOE_ACTIVATION_FLOPS = {"silu": 5, "swiglu_oai": 10}
+MOE_ACTIVATION_FLOPS = {"silu": 5, "swiglu_oai": 10, "relu2": 2}
+UNGATED = ("relu2",)     # experts without a gate: up -> act -> down, two matrices (Nemotron-H's relu2)
+
+
+def expert_matrices(activation: str) -> int:
+    """The weight matrices of one expert: gate, up and down (3), or up and down (2) for an ``UNGATED`` one."""
+    return 2 if activation in UNGATED else 3
 
 
 def expected_distinct_experts(n_experts: int, k: int, tokens: int, *, skew=None) -> float:
@@ -125,13 +131,15 @@ def moe_expert_weight_bytes(hidden: int, intermediate: int, *, weight_dtype: str
 def _expert_flops(rows: float, tokens: float, hidden: int, intermediate: int, k: int, activation: str,
                   bias: bool) -> float:
     """The routed experts' FLOPs for ``rows`` routed rows of ``tokens`` tokens (``moe_experts``, ``moe_experts_ep``):
-    2*rows*3*H*I + the activation per element on rows*I + the routing weight multiply rows*H + the sum of each
-    token's k partial outputs tokens*(k-1)*H (+ the biases rows*(2I + H) with ``bias``)."""
+    2*rows*3*H*I (2*rows*2*H*I without a gate: ``expert_matrices``) + the activation per element on rows*I + the
+    routing weight multiply rows*H + the sum of each token's k partial outputs tokens*(k-1)*H (+ the biases
+    rows*(2I + H), rows*(I + H) without a gate, with ``bias``)."""
     if activation not in MOE_ACTIVATION_FLOPS:
         raise ValueError(f"unknown MoE activation {activation!r}: choose one of {', '.join(MOE_ACTIVATION_FLOPS)}.")
     H, I = hidden, intermediate
-    flops = 2 * rows * 3 * H * I + MOE_ACTIVATION_FLOPS[activation] * rows * I + rows * H + tokens * (k - 1) * H
-    return flops + (rows * (2 * I + H) if bias else 0)
+    m = expert_matrices(activation)
+    flops = 2 * rows * m * H * I + MOE_ACTIVATION_FLOPS[activation] * rows * I + rows * H + tokens * (k - 1) * H
+    return flops + (rows * ((m - 1) * I + H) if bias else 0)
 
 
 def moe_experts(tokens: int, hidden: int, intermediate: int, n_experts: int, k: int, *, distinct: float | None = None,

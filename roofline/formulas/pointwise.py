@@ -30,6 +30,13 @@ def geglu(tokens: int, intermediate: int, *, act_dtype: str = "bf16") -> Cost:
     return Cost(flops, nbytes)
 
 
+def relu2(tokens: int, intermediate: int, *, act_dtype: str = "bf16") -> Cost:
+    """y = relu(x)^2 (Nemotron-H's MLP: not gated, up -> relu2 -> down).
+
+    FLOPs = 2 per element (the max, the square). Bytes = read x, write y."""
+    return Cost(2 * tokens * intermediate, 2 * tokens * intermediate * _b(act_dtype))
+
+
 def residual_add(tokens: int, hidden: int, *, act_dtype: str = "bf16") -> Cost:
     """h = x + r: 1 FLOP per element; read two, write one (``elementwise`` with two inputs)."""
     e = tokens * hidden

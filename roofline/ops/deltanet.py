@@ -17,7 +17,7 @@ def _has_state(s) -> bool:
 def _conv(op, s):
     d = op.dims
     return F.causal_conv1d(s.rows, s.batch, d["channels"], d["kernel"], act_dtype=s.dtypes.act,
-                           reads_state=_has_state(s))
+                           reads_state=_has_state(s), bias=d.get("bias", False))
 
 
 def _gates(op, s):

@@ -55,12 +55,13 @@ def one_expert_bytes(op, s) -> float:
 
 
 def expert_bytes(op, precision, act: str) -> float:
-    """One expert's weights as their format stores them: gate and up [H, I], down [I, H], scales included
-    (``Precision.weight_bytes``), + its biases (2I + H, activation dtype) with ``bias`` (GPT-OSS)."""
+    """One expert's weights as their format stores them: gate and up [H, I] (up alone without a gate:
+    ``formulas.expert_matrices``), down [I, H], scales included (``Precision.weight_bytes``), + its biases
+    (2I + H, activation dtype) with ``bias`` (GPT-OSS)."""
     d = op.dims
-    H, I = d["hidden"], d["intermediate"]
-    w = 2 * precision.weight_bytes(op, H, I, act) + precision.weight_bytes(op, I, H, act)
-    return w + ((2 * I + H) * bytes_per_element(act) if d["bias"] else 0)
+    H, I, m = d["hidden"], d["intermediate"], F.expert_matrices(d["activation"])
+    w = (m - 1) * precision.weight_bytes(op, H, I, act) + precision.weight_bytes(op, I, H, act)
+    return w + (((m - 1) * I + H) * bytes_per_element(act) if d["bias"] else 0)
 
 
 def _experts(op, s):

@@ -1,5 +1,6 @@
-"""Elementwise kinds: the residual add and the gated activation (per layer), the embedding's scale (before
-the layers, over every new token) and the logits' softcap (after them, over one row per sequence)."""
+"""Elementwise kinds: the residual add and the gated activation (per layer), the scale (per layer: Falcon-H1's
+multipliers; before the layers: the embedding's, over every new token; after them: the logits', over one row per
+sequence) and the logits' softcap (after the layers, over one row per sequence)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ def _residual(op, s):
 
 def _activation(op, s):
     d = op.dims
-    return (F.swiglu if d["fn"] == "silu" else F.geglu)(s.rows, d["width"], act_dtype=s.dtypes.act)
+    return ACTIVATION_FORMULAS[d["fn"]](s.rows, d["width"], act_dtype=s.dtypes.act)
+
+
+# the MLP's activation (ModelConfig.activation) -> its formula: gated (silu, gelu_tanh) or not (relu2)
+ACTIVATION_FORMULAS = {"silu": F.swiglu, "gelu_tanh": F.geglu, "relu2": F.relu2}
 
 
 def _scale(op, s):   # the embedding's or a layer's queries' (every new token), or the logits' (one row per sequence)
@@ -33,5 +38,6 @@ def _softcap(op, s):    # c * tanh(x / c): a divide and a multiply; tanh, like e
 
 RESIDUAL = register(OpKind("residual", "residual", _residual))
 ACTIVATION = register(OpKind("activation", "mlp", _activation))
-SCALE = register(OpKind("scale", "embed", _scale, edge_cost=_scale))   # per layer: Llama-4's query temperature
+SCALE = register(OpKind("scale", "embed", _scale, edge_cost=_scale))   # per layer: Llama-4's query temperature,
+                                                                        # Falcon-H1's multipliers
 SOFTCAP = register(OpKind("softcap", "head", edge_cost=_softcap))
