@@ -304,6 +304,21 @@ def model_option(default=None, required=False):
     return deco
 
 
+def _draft_cb(ctx, param, value):
+    """--draft MODEL as a config (like --model); the text as typed is kept in ``ctx.meta["draft_arg"]``."""
+    ctx.meta["draft_arg"] = value or ""
+    return _model_cb(ctx, param, value)
+
+
+def spec_options(f):
+    """--spec K and --draft MODEL: speculative decoding with a draft model in our serving loop
+    (``profiler.speculation``)."""
+    f = click.option("--draft", "draft", default=None, metavar="MODEL", callback=_draft_cb,
+                     help="--spec: the draft model (a preset or config.json with the target's vocabulary)")(f)
+    return click.option("--spec", "spec_k", type=int, default=None, metavar="K",
+                        help="speculative decoding: K draft tokens per verify step, proposed by --draft")(f)
+
+
 def model_arg_option(help_text: str):
     return click.option("--model", "model_arg", default=None, callback=_model_arg_cb, help=help_text)
 
