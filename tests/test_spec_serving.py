@@ -168,3 +168,52 @@ def test_a_draft_with_another_vocabulary_is_refused(target):
     other = model(replace(TINY, name="tiny-v128", vocab=128, n_layers=1))
     with pytest.raises(RooflineError, match="vocabulary of 128 tokens"):
         serve(target, requests(1), clock=FakeClock(), draft=other, spec_k=2)
+
+
+# ------------------------------------------------------------------ roofline latency --spec
+
+def latency_cli(*args):
+    from click.testing import CliRunner
+
+    from profiler.cli import main
+
+    return CliRunner().invoke(main, ["latency", "--model", "tiny", "--device", "cpu", "--prompt-tokens", "24",
+                                     "--output-tokens", "9", "--requests", "2", "--rate", "1000", "--json",
+                                     *[str(a) for a in args]])
+
+
+def test_latency_runs_without_and_with_speculation_on_the_same_requests(tmp_path):
+    import json
+
+    from roofline.records import read_results
+
+    r = latency_cli("--spec", 2, "--draft", "tiny", "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    plain, spec = json.loads(r.stdout)["summaries"]
+    assert (plain["config"], spec["config"]) == ("chunk=64,prefix-cache=on", "chunk=64,prefix-cache=on,spec=2:tiny")
+    assert plain["speculation"] == {}
+    sp = spec["speculation"]
+    # the draft is the target (same preset, same seed): 8 decode tokens = rounds of 2 + 1, all accepted, then K < 2
+    assert (sp["acceptance"], sp["drafted"], sp["accepted"]) == (1.0, sp["accepted"], sp["decisions_accepted"])
+    assert sp["rounds"] == 2 * 3 and sp["tokens_per_step"] == 8 / 3
+    assert plain["tpot"]["n"] == spec["tpot"]["n"] == 2
+    rf = read_results(tmp_path / "latency.jsonl")
+    assert rf.header.settings["spec"] == 2 and rf.header.settings["draft"] == "tiny"
+    assert [s.speculation.get("acceptance") for s in rf.summaries] == [None, 1.0]
+    steps = [s for s in rf.serving_steps if s.config == spec["config"]]
+    assert steps and all(s.decode >= 0 for s in steps)
+
+
+@pytest.mark.parametrize("args, said", [
+    (("--spec", 2), "--spec K needs a draft model"),
+    (("--draft", "tiny"), "--draft names the draft of speculative decoding"),
+    (("--spec", 2, "--draft", "small"), "vocabulary of 8192 tokens"),
+    (("--spec", 0, "--draft", "tiny"), "from 1 to 64"),
+    (("--temperature", 0.5), "--temperature goes with --verify sampled"),
+    (("--spec", 2, "--draft", "tiny", "--verify", "sampled", "--temperature", 0), "positive number"),
+    (("--spec", 2, "--draft", "tiny", "--endpoint", "http://127.0.0.1:9"), "with --endpoint the server schedules"),
+])
+def test_latency_speculation_options_are_checked_in_one_line(tmp_path, args, said):
+    r = latency_cli(*args, "--out", tmp_path)
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert r.exit_code != 0 and len(lines) == 1 and lines[0].startswith("Error: ") and said in lines[0], r.output
