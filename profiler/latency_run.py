@@ -180,12 +180,12 @@ def check_spec(run) -> None:
         raise RooflineError("--draft names the draft of speculative decoding: add --spec K (draft tokens per verify "
                             "step), or leave --draft out.")
     if run.spec:
-        SpecSettings(run.spec, run.sampled, run.temperature, run.seed)
+        SpecSettings(run.spec, run.verify == "sampled", run.temperature, run.seed)
         if run.draft.vocab != run.model.vocab:
             raise RooflineError(f"--draft {run.draft.name} has a vocabulary of {run.draft.vocab} tokens, --model "
                                 f"{run.model.name} {run.model.vocab}: a draft proposes the target's token ids, so "
                                 "give a draft with the same vocabulary.")
-    elif run.temperature != 1.0 and not run.sampled:
+    elif run.temperature != 1.0 and run.verify != "sampled":
         raise RooflineError("--temperature goes with --verify sampled (greedy decoding has no temperature).")
 
 

@@ -1,4 +1,4 @@
-"""``roofline latency --endpoint`` reads a server's speculative-decoding counters from /metrics (profiler/spec_metrics.py).
+"""``latency --endpoint`` reads a server's speculative-decoding counters from /metrics (profiler/spec_metrics.py).
 
 A scripted server on 127.0.0.1 (an ephemeral port, uvicorn in a thread, stopped at the end of the module) streams
 completions and serves /metrics in one of four flavours: vLLM's counters (already non-zero before the run, two

@@ -217,3 +217,18 @@ def test_latency_speculation_options_are_checked_in_one_line(tmp_path, args, sai
     r = latency_cli(*args, "--out", tmp_path)
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert r.exit_code != 0 and len(lines) == 1 and lines[0].startswith("Error: ") and said in lines[0], r.output
+
+
+@pytest.mark.parametrize("args, said", [
+    (("--spec", 2), "--spec K needs a draft model"),
+    (("--spec", 2, "--draft", "small"), "vocabulary of 8192 tokens"),
+])
+def test_serve_speculation_options_are_checked_in_one_line(args, said):
+    from click.testing import CliRunner
+
+    from profiler.cli import main
+
+    r = CliRunner().invoke(main, ["serve", "--model", "tiny", "--device", "cpu", "--port", "0",
+                                  *[str(a) for a in args]])
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert r.exit_code != 0 and len(lines) == 1 and lines[0].startswith("Error: ") and said in lines[0], r.output

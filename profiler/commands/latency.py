@@ -338,7 +338,8 @@ def speculation_table(summaries) -> str:
         rows.append(f"{s.config:<{w}}{acc:>8.3f}{tps:>10.2f}{ms(s.tpot['p50']):>12}"
                     f"{b_tpot:>12}{speed:>9}{ms(s.itl['p50']):>12}{b_itl:>12}")
     if rows:
-        rows.append("without = the same requests without speculation (in process; n/a for a server's counters); speedup = TPOT p50 without / with; the tokens "
+        rows.append("without = the same requests without speculation (in process; n/a for a server's counters); "
+                    "speedup = TPOT p50 without / with; the tokens "
                     "of one verify step are delivered together, so ITL p50 falls toward zero while the gaps between "
                     "verify steps grow (ITL p99)")
     return "\n".join(rows)
