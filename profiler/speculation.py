@@ -10,8 +10,10 @@ the same L tokens):
 3. verification (``verify_greedy`` / ``verify_sampled``) accepts n of the K drafts and picks one more token from the
    target (the correction, or the bonus token when all K were accepted): n + 1 tokens are delivered;
 4. roll back: both caches are cut to L + 1 + n tokens (``t0, d_1 .. d_n``; the new last token is the picked one,
-   not yet cached, as after a plain decode step). A draft that had all K accepted lacks d_K: it prefills it
-   (``logits=False``) to catch up.
+   not yet cached, as after a plain decode step). A draft that had all K accepted lacks d_K (and one given no
+   drafts lacks ``t0``): every such draft catches up in one batched decode step, its logits unused (an engine
+   folds this into the next round's first draft step; here it is one more draft step, counted in the round's
+   time).
 
 Greedy verification accepts d_i while the target's argmax at position i - 1 equals it; the picked token is the
 target's argmax at position n, so the output equals the target's own greedy decode token for token. Sampled
@@ -192,7 +194,7 @@ def speculate(target, draft, sampler: Sampler, work) -> list:
         else:
             for (rid, _, _), t in zip(step, logits.argmax(dim=-1).tolist()):
                 drafts[rid].append(int(t))
-    out = []
+    out, behind = [], []                                             # (slot, token) the draft has not cached
     for rid, slot, last, k in work:
         d = drafts[rid]
         logits = target.prefill(torch.tensor([last] + d, dtype=torch.long), slot, all_logits=True)
@@ -202,13 +204,14 @@ def speculate(target, draft, sampler: Sampler, work) -> list:
             v = verify_greedy(d, logits)
         keep = base[rid] + 1 + v.accepted                            # t0 and the accepted drafts
         target.copy_prefix(slot, slot, keep)                         # in place: cut the rejected positions
-        if k and v.accepted == k:                                    # the draft never ran d_K: catch up
-            draft.prefill(torch.tensor([d[-1]], dtype=torch.long), slot, logits=False)
-        elif k:
+        if k and v.accepted < k:
             draft.copy_prefix(slot, slot, keep)
-        else:                                                        # no draft step ran: cache t0 in the draft
-            draft.prefill(torch.tensor([last], dtype=torch.long), slot, logits=False)
+        else:                                                        # d_K never ran through the draft (or t0)
+            behind.append((slot, d[-1] if k else last))
         out.append((d[:v.accepted] + [v.token], Round(rid, k, v.accepted, v.decisions)))
+    if behind:
+        draft.decode_step(torch.tensor([t for _, t in behind], dtype=torch.long),
+                          torch.tensor([s for s, _ in behind], dtype=torch.long))
     return out
 
 
