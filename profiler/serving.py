@@ -27,6 +27,12 @@ keeps its KV (and its blocks stay matchable) until the slot is needed again (lea
 used first). ``PrefixCache``, ``block_hashes`` and ``BLOCK_SIZE`` live in
 ``profiler.scheduler`` and are re-exported here.
 
+Speculative decoding (``serve(..., draft=D, spec_k=K)``, ``profiler.speculation``): the decode batch becomes
+one round per request (the draft's K decode steps, batched; one verify step of the target per request over its
+cached prefix; greedy or rejection-sampled verification; both caches cut back), and its n + 1 tokens are
+delivered together. The step's record gains ``rounds`` ([id, drafted, accepted, decisions "AAR"]), ``drafted``
+and ``accepted``.
+
 Failures: a request whose prefill or decode raises, or which cannot fit ``max_len``, is
 marked failed with the error and stays in the metrics; its slot is reset.
 """

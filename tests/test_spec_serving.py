@@ -232,3 +232,42 @@ def test_serve_speculation_options_are_checked_in_one_line(args, said):
                                   *[str(a) for a in args]])
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert r.exit_code != 0 and len(lines) == 1 and lines[0].startswith("Error: ") and said in lines[0], r.output
+
+
+class Costed:
+    """A model whose every call advances a FakeClock by a fixed cost (a memory-bound step: the same for 1 or K + 1
+    tokens), so TPOT and ITL are exact."""
+
+    def __init__(self, m, clock, cost):
+        self.m, self.clock, self.cost = m, clock, cost
+        self.cfg, self.max_len, self.lengths, self.device = m.cfg, m.max_len, m.lengths, "cpu"
+
+    def prefill(self, *a, **kw):
+        self.clock.advance(self.cost)
+        return self.m.prefill(*a, **kw)
+
+    def decode_step(self, *a, **kw):
+        self.clock.advance(self.cost)
+        return self.m.decode_step(*a, **kw)
+
+    def copy_prefix(self, *a):
+        self.m.copy_prefix(*a)
+
+    def reset(self, slot):
+        self.m.reset(slot)
+
+
+def test_tpot_and_itl_with_a_cheap_draft_follow_the_step_costs():
+    from roofline.latency import summarize
+
+    one = [RequestSpec(0, 0.0, make_prompt(20, seed=3), 1 + 3 * (K + 1))]
+    clock = FakeClock()
+    plain = summarize(serve(Costed(model(), clock, 0.010), one, clock=clock).timelines)
+    clock = FakeClock()
+    run = serve(Costed(model(), clock, 0.010), one, clock=clock, draft=Costed(model(), clock, 0.001), spec_k=K)
+    spec = summarize(run.timelines)
+    assert plain.tpot["p50"] == pytest.approx(0.010)            # one 10 ms decode step per token
+    # a round: K draft steps (1 ms) + the verify step (10 ms) + the draft's catch-up (1 ms) -> K + 1 tokens
+    assert spec.tpot["p50"] == pytest.approx(3 * (K * 0.001 + 0.010 + 0.001) / 12)
+    assert spec.itl["p50"] == 0.0 and spec.itl["max"] == pytest.approx(K * 0.001 + 0.010 + 0.001)
+    assert spec_summary(rounds_of(run))["tokens_per_step"] == K + 1
