@@ -203,9 +203,14 @@ def run_endpoint(run: EndpointRun, *, say=quiet) -> LatencyResult:
 
 
 async def _metrics(target) -> str | None:
-    """The server's ``/metrics`` text now, or None (``profiler.spec_metrics.fetch_metrics``)."""
-    async with target.client(timeout=min(target.timeout, DISCOVERY_TIMEOUT_S)) as client:
-        return await fetch_metrics(client)
+    """The server's ``/metrics`` text now, or None (``profiler.spec_metrics.fetch_metrics``; a server that trickles
+    it for longer than ``DISCOVERY_TIMEOUT_S`` in all is None too)."""
+    wait = min(target.timeout, DISCOVERY_TIMEOUT_S)
+    async with target.client(timeout=wait) as client:
+        try:
+            return await asyncio.wait_for(fetch_metrics(client), wait)
+        except asyncio.TimeoutError:
+            return None
 
 
 def _token_rules(ts) -> dict:
