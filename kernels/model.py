@@ -372,11 +372,13 @@ class LlamaModel:
                                  kv_scales=scales, attn_kw=attention_options(self.cfg, i))
 
     # ---- phases -------------------------------------------------------------------------
-    def prefill(self, tokens, slot: int, logits: bool = True) -> torch.Tensor | None:
+    def prefill(self, tokens, slot: int, logits: bool = True, all_logits: bool = False) -> torch.Tensor | None:
         """Append ``tokens`` [n] to ``slot`` after its current length; return the last position's logits [vocab].
 
         ``logits=False`` skips the final norm and lm_head (None is returned): a non-final chunk of a
         chunked prefill needs no prediction, and the workload model charges lm_head once per prompt.
+        ``all_logits``: every position's logits [n, vocab] (a speculative verify step: k + 1 tokens after the
+        cached prefix, each position's prediction checked against the next draft token).
         """
         s = self._slot(slot)
         tokens = self._tokens(tokens)
@@ -404,6 +406,8 @@ class LlamaModel:
         for i in range(len(self.w["layers"])):
             x = self._layer(i, x, pos, tok_slot, self.k_cache[i], self.v_cache[i], attend, self._scales(i))
         self.lengths[s] = p + n
+        if all_logits:
+            return self._logits(x)                                         # [n, vocab] fp32
         return self._logits(x[-1:])[0] if logits else None                 # [vocab] fp32
 
     def decode_step(self, tokens, slots) -> torch.Tensor:

@@ -304,6 +304,27 @@ def model_option(default=None, required=False):
     return deco
 
 
+def _draft_cb(ctx, param, value):
+    """--draft MODEL as a config (like --model); the text as typed is kept in ``ctx.meta["draft_arg"]``."""
+    ctx.meta["draft_arg"] = value or ""
+    return _model_cb(ctx, param, value)
+
+
+def _spec_cb(ctx, param, value):
+    if value is not None and not 1 <= value <= 64:
+        _bad(value, "must be a whole number of draft tokens per verify step from 1 to 64, e.g. --spec 3")
+    return value
+
+
+def spec_options(f):
+    """--spec K and --draft MODEL: speculative decoding with a draft model in our serving loop
+    (``profiler.speculation``)."""
+    f = click.option("--draft", "draft", default=None, metavar="MODEL", callback=_draft_cb,
+                     help="--spec: the draft model (a preset or config.json with the target's vocabulary)")(f)
+    return click.option("--spec", "spec_k", type=int, default=None, metavar="K", callback=_spec_cb,
+                        help="speculative decoding: K draft tokens per verify step, proposed by --draft")(f)
+
+
 def model_arg_option(help_text: str):
     return click.option("--model", "model_arg", default=None, callback=_model_arg_cb, help=help_text)
 

@@ -16,13 +16,19 @@ Before anything is measured: the URL is checked, ``GET /v1/models`` names the mo
 first one listed unless ``model_name`` is given), and each prompt is sized to the requested
 token count with the server's ``/tokenize`` where offered (else it is ``prompt_tokens - 1``
 characters, one token each in our byte tokenizer; the usage report gives the served count).
+
+Speculative decoding: ``GET /metrics`` is read before and after each configuration; the server's
+speculative-decoding counters (``profiler.spec_metrics``: vLLM's ``vllm:spec_decode_*``, SGLang's
+``sglang:spec_accept_*`` gauges) give the run's acceptance and tokens per verify step, kept in the summary's
+``speculation`` beside its TPOT. A server without them is said in one line. The counters are the server's: other
+clients' requests during the run count too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from roofline.devices import Device
@@ -34,6 +40,7 @@ from .endpoint import (Target, base_url, chars_per_token, discover, public_url, 
                        sized_prompt)
 from .probes import git_sha, light_versions
 from .run import LatencyResult, check_output, check_writable, command_line, quiet, run_configs, started
+from .spec_metrics import NO_COUNTERS, fetch_metrics, read_spec, spec_delta
 from .timing import now
 from .tokenizer import make_prompt
 
@@ -168,21 +175,42 @@ def run_endpoint(run: EndpointRun, *, say=quiet) -> LatencyResult:
     arrivals = arrival_times(run.requests, run.rate, run.arrival, run.seed)
     concurrency = {label: c for c, label in run.configs}
 
+    said = []
+
     def one(label, sink):
         c = concurrency[label]
         say(f"running {label}: {run.requests} requests to {name!r} at {public_url(base)}")
+        before = asyncio.run(_metrics(target))
         ts = asyncio.run(run_requests(target, prompts, arrivals, concurrency=c, config=label,
                                       on_finish=sink.request))
+        after = asyncio.run(_metrics(target))
+        spec = spec_delta(read_spec(before), read_spec(after), f"{public_url(base)}/metrics")
+        if not spec and not said:
+            said.append(True)
+            say(f"note: {public_url(base)} " + ("offers no /metrics: acceptance not reported" if after is None
+                                                else f"/metrics {NO_COUNTERS}") + ".")
         beyond = sum(t.token_counts == "usage beyond the request" for t in ts)
         if beyond:
             say(f"note: {beyond} of {len(ts)} requests reported usage beyond the {run.output_tokens} tokens asked for "
                 "(completion_tokens up to {:,}); their tokens are counted one per output chunk, not from the "
                 "usage.".format(max(t.served_output_tokens or 0 for t in ts)))
-        return summarize(ts, run.slo, label, {"api": run.api, "max_concurrency": c or 0, "model_name": name,
-                                              "token_counts": _token_rules(ts)})
+        s = summarize(ts, run.slo, label, {"api": run.api, "max_concurrency": c or 0, "model_name": name,
+                                           "token_counts": _token_rules(ts)})
+        return replace(s, speculation=spec) if spec else s
 
     return run_configs(run.path, run.mode, header, list(concurrency), one, say=say,
                        resume=lambda: run.command(resume=True))
+
+
+async def _metrics(target) -> str | None:
+    """The server's ``/metrics`` text now, or None (``profiler.spec_metrics.fetch_metrics``; a server that trickles
+    it for longer than ``DISCOVERY_TIMEOUT_S`` in all is None too)."""
+    wait = min(target.timeout, DISCOVERY_TIMEOUT_S)
+    async with target.client(timeout=wait) as client:
+        try:
+            return await asyncio.wait_for(fetch_metrics(client), wait)
+        except asyncio.TimeoutError:
+            return None
 
 
 def _token_rules(ts) -> dict:

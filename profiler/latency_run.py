@@ -4,12 +4,20 @@ Serves ``requests`` requests per configuration (chunk budget x prefix cache) thr
 continuous-batching loop (``profiler.serving``) and writes each request the moment it
 finishes. The file's rules (the one writer, resume by configuration, ``Interrupted`` on
 Ctrl-C) live in ``profiler.run.run_configs``, which endpoint runs share.
+
+With ``spec`` K and a ``draft`` model every configuration runs twice on the same requests: without speculation,
+then with it (``profiler.speculation``: the draft proposes K tokens, one verify step of the target checks them,
+greedy or rejection-sampled verification); the speculative run's summary carries its acceptance, tokens per
+verify step and per-position acceptance (``LatencySummary.speculation``), counted from the rounds every step
+records. A draft on random weights is built from the run's seed (so a draft with the target's sizes and fewer
+layers holds the target's first layers) and shares the target's embedding, final norm and lm_head where their
+shapes match, as EAGLE, MTP and layer-skip drafts share the target's.
 """
 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,6 +28,7 @@ from roofline.latency import arrival_times, format_slo, summarize
 from roofline.records import RunHeader
 
 from . import probes, serving, sweep
+from .speculation import Sampler, SpecSettings, spec_summary
 from .ceilings import device_name
 from .run import (LatencyResult, check_output, check_writable, command_line, cpu_threads_default, quiet, run_configs,
                   started)
@@ -55,9 +64,19 @@ class LatencyRun:
     kv_dtype: str | None = None       # None: the activation dtype; "int8" / "fp8"
     group_size: int | None = None     # int4 weights: input rows per scale (128)
     zero_point: bool = False          # int4 weights: zero points
+    spec: int = 0                     # draft tokens per verify step; 0 = no speculation
+    draft: object = None              # the draft's ModelConfig (with spec)
+    draft_arg: str = ""
+    verify: str = "greedy"            # "greedy" | "sampled" (rejection sampling at ``temperature``)
+    temperature: float = 1.0
 
     def __post_init__(self):
         check_output(self)
+        check_spec(self)
+
+    @property
+    def sampled(self) -> bool:
+        return self.verify == "sampled"
 
     @property
     def path(self) -> Path:
@@ -65,9 +84,16 @@ class LatencyRun:
 
     @property
     def configs(self) -> list:
-        """(budget, prefix cache, label): with a shared prefix and the cache on, a no-reuse baseline runs too."""
+        """(budget, prefix cache, K, label): with a shared prefix and the cache on, a no-reuse baseline runs too;
+        with speculation each one runs without it (K = 0), then with it."""
         caches = [False, True] if (self.prefix_cache and self.shared_prefix >= self.block_size) else [self.prefix_cache]
-        return [(b, c, config_label(b, c)) for b in self.budgets for c in caches]
+        ks = [0, self.spec] if self.spec else [0]
+        return [(b, c, k, config_label(b, c) + (self.spec_label if k else "")) for b in self.budgets for c in caches
+                for k in ks]
+
+    @property
+    def spec_label(self) -> str:
+        return f",spec={self.spec}:{self.draft.name}" if self.spec else ""
 
     @property
     def quant(self) -> dict:
@@ -89,7 +115,17 @@ class LatencyRun:
                 "shared_prefix": self.shared_prefix, "block_size": self.block_size, "max_slots": self.max_slots,
                 "backend": self.backend, "torch_device": self.device, "threads": threads, "slo": dict(self.slo),
                 "timestamps": "profiler.timing.timestamp after a device sync; seconds since the loop started; "
-                              "arrival = scheduled offset", **self.quant, **self._weights(), **self._precision()}
+                              "arrival = scheduled offset", **self.quant, **self._weights(), **self._precision(),
+                **self._spec_settings()}
+
+    def _spec_settings(self) -> dict:
+        """The speculation settings ({} without): K, the draft, the verification, and the sampling when sampled."""
+        out = {"verify": self.verify} if self.sampled else {}
+        if self.sampled:
+            out["temperature"] = self.temperature
+        if self.spec:
+            out.update(spec=self.spec, draft=self.draft_arg or self.draft.name)
+        return out
 
     def _precision(self) -> dict:
         """{"precision": each module's format as asked and as run} for a quantized checkpoint or a flag; {}."""
@@ -124,8 +160,33 @@ class LatencyRun:
                 args += ["--" + k.replace("_", "-"), str(q[k])]
         if q.get("zero_point"):
             args += ["--zero-point"]
+        if self.spec:
+            args += ["--spec", str(self.spec), "--draft", self.draft_arg or self.draft.name]
+        if self.sampled:
+            args += ["--verify", "sampled", "--temperature", f"{self.temperature:g}"]
         args += ["--resume"] if resume else (["--overwrite"] if self.mode == "overwrite" else [])
         return shlex.join(args)
+
+
+def check_spec(run) -> None:
+    """--spec with --draft (a draft with the target's vocabulary), --verify greedy or sampled, a positive temperature
+    only with sampled verification."""
+    if run.verify not in ("greedy", "sampled"):
+        raise RooflineError(f"--verify must be greedy or sampled, not {run.verify!r}.")
+    if run.spec and run.draft is None:
+        raise RooflineError("--spec K needs a draft model: add --draft MODEL (a preset or config.json with the "
+                            "target's vocabulary, e.g. --draft tiny for --model tiny).")
+    if run.draft is not None and not run.spec:
+        raise RooflineError("--draft names the draft of speculative decoding: add --spec K (draft tokens per verify "
+                            "step), or leave --draft out.")
+    if run.spec:
+        SpecSettings(run.spec, run.verify == "sampled", run.temperature, run.seed)
+        if run.draft.vocab != run.model.vocab:
+            raise RooflineError(f"--draft {run.draft.name} has a vocabulary of {run.draft.vocab} tokens, --model "
+                                f"{run.model.name} {run.model.vocab}: a draft proposes the target's token ids, so "
+                                "give a draft with the same vocabulary.")
+    elif run.temperature != 1.0 and run.verify != "sampled":
+        raise RooflineError("--temperature goes with --verify sampled (greedy decoding has no temperature).")
 
 
 def config_label(budget, cache: bool) -> str:
@@ -162,26 +223,35 @@ def run_latency(run: LatencyRun, *, say=quiet) -> LatencyResult:
         specs = [serving.RequestSpec(i, a, make_prompt(run.prompt_tokens, seed=run.seed * 1000 + i,
                                                shared_prefix=run.shared_prefix), run.output_tokens)
                  for i, a in enumerate(arrival_times(run.requests, run.rate, run.arrival, run.seed))]
-        configs = {label: (budget, cache) for budget, cache, label in run.configs}
+        configs = {label: (budget, cache, k) for budget, cache, k, label in run.configs}
         model = []
 
         def prepare(todo):
             model.append(_build_model(run) if todo else None)
+            model.append(build_draft(run, model[0]) if todo and run.spec else None)
 
         def one(label, sink):
-            budget, cache = configs[label]
+            budget, cache, k = configs[label]
             q = run_precision_of(run).describe() if run.model.quantization or run.quant else ""
             say(f"running {label}: {run.requests} requests, {run.model.name} {run.backend} {run.dtype}"
                 + (f" ({q})" if q else "") + f" on {run.device}")
-            m = model[0]
+            m, draft = model[0], model[1] if k else None
             for s in range(run.max_slots):
                 m.reset(s)
+                if draft is not None:
+                    draft.reset(s)
+            sampler = Sampler(run.sampled, run.temperature, run.seed)     # the same seed in both runs
             result = serving.serve(m, specs, chunk_budget=budget, prefix_cache=cache, block_size=run.block_size,
-                           config=label, on_finish=sink.request)
+                                   config=label, on_finish=sink.request, sampler=sampler, draft=draft, spec_k=k)
             for st in result.steps:
                 sink.record({"type": "latency-step", "config": label, **st})
-            return summarize(result.timelines, run.slo, label, {"chunk_budget": budget, "prefix_cache": cache,
-                                                                "block_size": run.block_size})
+            s = summarize(result.timelines, run.slo, label, {"chunk_budget": budget, "prefix_cache": cache,
+                                                             "block_size": run.block_size, "spec": k})
+            if not k:
+                return s
+            sp = spec_summary([r for st in result.steps for r in st.get("rounds", ())])
+            return replace(s, speculation={"k": k, "draft": run.draft_arg or run.draft.name, "verify": run.verify,
+                                           **sp})
 
         return run_configs(run.path, run.mode, header, list(configs), one, say=say,
                            resume=lambda: run.command(resume=True), prepare=prepare)
@@ -233,6 +303,28 @@ def check_capacity(run, length: int, new_tokens: int, shorter: str) -> None:
                    windowed_kv=False, precision=rp.run)   # our model allocates every layer's cache at full length
     if not cap.fits:
         raise RooflineError(f"{cap.sentence} {shorter}, quantized weights, or a device with more memory.")
+
+
+def build_draft(run, target):
+    """The draft model, in the run's dtype and backend with the target's slots and length; on random weights it
+    shares the target's embedding, final norm and lm_head where their shapes match (see the module docstring).
+    ``run``: a ``LatencyRun`` or a ``roofline serve`` run (model, draft, dtype, backend, device, seed, max_slots)."""
+    from kernels.model import LlamaModel
+
+    try:
+        d = LlamaModel(run.draft, dtype=run.dtype, backend=run.backend, device=run.device, seed=run.seed,
+                       max_slots=run.max_slots, max_len=target.max_len)
+    except RooflineError:
+        raise
+    except (ValueError, RuntimeError) as e:
+        raise RooflineError(f"cannot build the draft {run.draft.name} ({run.backend}, {run.dtype}, {run.device}): "
+                            f"{e}") from None
+    if not run.draft.checkpoint and not run.model.checkpoint:
+        for key in ("embed", "final_norm", "lm_head"):
+            if key in d.w and key in target.w and d.w[key].shape == target.w[key].shape:
+                d.w[key] = target.w[key]
+    serving.warmup(d)
+    return d
 
 
 def _build_model(run: LatencyRun):

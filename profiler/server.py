@@ -3,7 +3,8 @@
 Starlette on uvicorn (as vLLM uses): ``POST /v1/completions`` and ``/v1/chat/completions``
 (streaming as server-sent events and not), ``GET /v1/models``, ``GET /health``, ``POST /tokenize``
 (vLLM's form: ``{"prompt"}`` or ``{"messages"}`` -> ``{"count", "max_model_len", "tokens"}``), ``GET /metrics``
-(requests running, waiting, in flight, finished, cancelled; free KV slots; Prometheus text).
+(requests running, waiting, in flight, finished, cancelled; free KV slots; Prometheus text; with speculation vLLM's
+four ``spec_decode`` counters under the ``roofline:`` prefix, ``profiler.spec_metrics``).
 Any OpenAI client can measure it, so the chunk budget and the prefix cache show from outside.
 
 Design: one **engine thread** owns the model and ``profiler.serving.Engine`` (the scheduler's
@@ -56,8 +57,11 @@ SHUTDOWN_MESSAGE = "the server is shutting down: the request was stopped before 
 class EngineThread:
     """The model's thread: it drains the inbox between steps and steps the engine while requests are live."""
 
-    def __init__(self, model, *, chunk_budget=None, prefix_cache=True, block_size=16):
-        self.model, self.kw = model, dict(chunk_budget=chunk_budget, prefix_cache=prefix_cache, block_size=block_size)
+    def __init__(self, model, *, chunk_budget=None, prefix_cache=True, block_size=16, draft=None, spec_k=0):
+        self.model, self.kw = model, dict(chunk_budget=chunk_budget, prefix_cache=prefix_cache, block_size=block_size,
+                                          draft=draft, spec_k=spec_k)
+        self.spec_k = spec_k
+        self.spec = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_position": [0] * spec_k}
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.sinks: dict = {}
         self.error = ""
@@ -120,6 +124,15 @@ class EngineThread:
         for _, t in eng.done:
             c["finished"] += 1
             c["cancelled"] += t.error.startswith("cancelled")
+        sp = self.spec
+        for st in eng.steps:                # vLLM's counting: a draft per round with drafts, accepted per position
+            for _, drafted, accepted, _ in st.get("rounds", ()):
+                if drafted:
+                    sp["drafts"] += 1
+                    sp["draft_tokens"] += drafted
+                    sp["accepted"] += accepted
+                    for j in range(accepted):
+                        sp["per_position"][j] += 1
         eng.done.clear()                    # a long-running server keeps no history it does not report
         eng.steps.clear()
         self.counts = {**c, "running": len(sch.running), "waiting": len(sch.waiting),
@@ -479,6 +492,13 @@ def make_app(engine: EngineThread, *, name: str, max_len: int, capacity: int, dr
         lines = [f"roofline:num_requests_running {c['running']}", f"roofline:num_requests_waiting {c['waiting']}",
                  f"roofline:kv_slots_free {c['slots_free']}", f"roofline:requests_finished_total {c['finished']}",
                  f"roofline:requests_cancelled_total {c['cancelled']}", f"roofline:requests_in_flight {st.inflight}"]
+        if engine.spec_k:
+            sp = engine.spec
+            lines += [f"roofline:spec_decode_num_drafts_total {sp['drafts']}",
+                      f"roofline:spec_decode_num_draft_tokens_total {sp['draft_tokens']}",
+                      f"roofline:spec_decode_num_accepted_tokens_total {sp['accepted']}"]
+            lines += [f'roofline:spec_decode_num_accepted_tokens_per_pos_total{{position="{j}"}} {n}'
+                      for j, n in enumerate(sp["per_position"])]
         return Response("\n".join(lines) + "\n", media_type="text/plain")
 
     async def health(request):

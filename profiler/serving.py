@@ -27,6 +27,12 @@ keeps its KV (and its blocks stay matchable) until the slot is needed again (lea
 used first). ``PrefixCache``, ``block_hashes`` and ``BLOCK_SIZE`` live in
 ``profiler.scheduler`` and are re-exported here.
 
+Speculative decoding (``serve(..., draft=D, spec_k=K)``, ``profiler.speculation``): the decode batch becomes
+one round per request (the draft's K decode steps, batched; one verify step of the target per request over its
+cached prefix; greedy or rejection-sampled verification; both caches cut back), and its n + 1 tokens are
+delivered together. The step's record gains ``rounds`` ([id, drafted, accepted, decisions "AAR"]), ``drafted``
+and ``accepted``.
+
 Failures: a request whose prefill or decode raises, or which cannot fit ``max_len``, is
 marked failed with the error and stays in the metrics; its slot is reset.
 """
@@ -41,6 +47,7 @@ from dataclasses import dataclass, field
 from roofline.latency import RequestTimeline
 
 from .scheduler import BLOCK_SIZE, PrefixCache, Scheduler, StepPlan, block_hashes
+from .speculation import Sampler, check_draft, speculate
 from .timing import timestamp
 from .tokenizer import ByteTokenizer, StreamDecoder
 
@@ -136,11 +143,23 @@ class Engine:
     slot is reset and freed. A request whose ``RequestSpec.stop_ids`` holds the token just
     generated, after at least ``min_tokens``, finishes early as ok (an end-of-sequence token).
     Times are seconds since the engine was made (``now()``).
+
+    ``sampler`` (``profiler.speculation.Sampler``) picks each token: greedy by default. With a ``draft`` model and
+    ``spec_k`` drafts per verify step the decode batch speculates (``profiler.speculation.speculate``): the draft's
+    KV cache mirrors the target's (the same slots reset, prefixes copied, prompts prefilled), each decoder gets
+    min(K, tokens it still needs - 1) drafts, and every round is recorded in the step's ``rounds``.
     """
 
     def __init__(self, model, *, chunk_budget: int | None = None, prefix_cache: bool = True,
-                 block_size: int = BLOCK_SIZE, clock=None, on_token=None, on_finish=None, config: str = ""):
+                 block_size: int = BLOCK_SIZE, clock=None, on_token=None, on_finish=None, config: str = "",
+                 sampler: Sampler | None = None, draft=None, spec_k: int = 0):
         self.model = model
+        self.sampler = sampler or Sampler()
+        if (draft is None) != (spec_k < 1):
+            raise ValueError("speculation needs both a draft model and spec_k >= 1 drafts per verify step.")
+        if draft is not None:
+            check_draft(model, draft)
+        self.draft, self.spec_k = draft, spec_k
         self.sched = Scheduler(len(model.lengths), budget=chunk_budget, prefix_cache=prefix_cache,
                                block_size=block_size)
         self.clock = clock or WallClock(getattr(model, "device", None))
@@ -162,7 +181,7 @@ class Engine:
         if r.spec.id in self.sched.requests:
             slot = self.sched.on_finished(r.spec.id, failed=status != "ok")
             if slot is not None:
-                self.model.reset(slot)
+                self._models(lambda m: m.reset(slot))
         r.text += r.stream.flush()
         del self.live[r.spec.id]
         t = r.timeline(self.config)
@@ -215,6 +234,12 @@ class Engine:
         self._run(plan)
         return True
 
+    def _models(self, fn):
+        """``fn`` on the target, then on the draft (whose KV cache mirrors the target's)."""
+        fn(self.model)
+        if self.draft is not None:
+            fn(self.draft)
+
     def _run(self, plan: StepPlan):
         import torch
 
@@ -223,16 +248,18 @@ class Engine:
             r = live[adm.id]
             r.slot, r.cached, r.queue_end = adm.slot, adm.reused, now()
             if not adm.in_place:
-                model.reset(adm.slot)
+                self._models(lambda m: m.reset(adm.slot))
             if adm.reused:
-                model.copy_prefix(adm.source, adm.slot, adm.reused)
+                self._models(lambda m: m.copy_prefix(adm.source, adm.slot, adm.reused))
         step = {"start": now(), "decode": len(plan.decode), "prefill": plan.prefill_tokens}
-        if plan.decode:
+        if plan.decode and self.draft is not None:
+            self._speculate([live[i] for i in plan.decode], step)
+        elif plan.decode:
             decoders = [live[i] for i in plan.decode]
             toks = torch.tensor([r.last for r in decoders], dtype=torch.long)
             slots = torch.tensor([r.slot for r in decoders], dtype=torch.long)
             try:
-                nxt = model.greedy(model.decode_step(toks, slots)).tolist()
+                nxt = self.sampler.pick(model.decode_step(toks, slots))
             except Exception as e:  # noqa: BLE001 - the batch fails, the run goes on
                 for r in decoders:
                     self._finish(r, "failed", f"decode: {type(e).__name__}: {e}")
@@ -246,33 +273,58 @@ class Engine:
                 continue
             start = now()
             try:                              # only the final chunk's logits pick the first token
-                logits = model.prefill(torch.tensor(r.ids[c.start:c.start + c.tokens], dtype=torch.long), r.slot,
-                                       logits=c.final)
+                chunk = torch.tensor(r.ids[c.start:c.start + c.tokens], dtype=torch.long)
+                logits = model.prefill(chunk, r.slot, logits=c.final)
+                if self.draft is not None:
+                    self.draft.prefill(chunk, r.slot, logits=False)
             except Exception as e:  # noqa: BLE001
                 r.chunks.append((start, now(), c.tokens))
                 self._finish(r, "failed", f"prefill: {type(e).__name__}: {e}")
                 continue
             r.chunks.append((start, now(), c.tokens))
             if self.sched.on_prefilled(c.id, c.tokens):
-                first = int(model.greedy(logits))
+                first = self.sampler.pick(logits)[0]
                 r.selected = now()
                 self._deliver(r, first)
         step["end"] = now()
         self.steps.append(step)
 
+    def _speculate(self, decoders, step):
+        """One speculative round per decoder (draft, verify, roll back), its tokens delivered in order."""
+        reqs = self.sched.requests
+        work = [(r.spec.id, r.slot, r.last,
+                 max(0, min(self.spec_k, reqs[r.spec.id].output_tokens - reqs[r.spec.id].generated - 1)))
+                for r in decoders]
+        try:
+            results = speculate(self.model, self.draft, self.sampler, work)
+        except Exception as e:  # noqa: BLE001 - the batch fails, the run goes on
+            for r in decoders:
+                self._finish(r, "failed", f"decode: {type(e).__name__}: {e}")
+            return
+        step["rounds"] = [rnd.to_list() for _, rnd in results]
+        step["drafted"] = sum(rnd.drafted for _, rnd in results)
+        step["accepted"] = sum(rnd.accepted for _, rnd in results)
+        for r, (tokens, _) in zip(decoders, results):
+            for t in tokens:
+                if r.spec.id not in self.live:   # finished (its last token or a stop id) or cancelled
+                    break
+                self._deliver(r, int(t))
+
 
 def serve(model, specs, *, chunk_budget: int | None = None, prefix_cache: bool = True,
-          block_size: int = BLOCK_SIZE, clock=None, on_token=None, on_finish=None, config: str = "") -> ServingRun:
+          block_size: int = BLOCK_SIZE, clock=None, on_token=None, on_finish=None, config: str = "",
+          sampler: Sampler | None = None, draft=None, spec_k: int = 0) -> ServingRun:
     """Run ``specs`` through a continuous-batching loop on ``model``; see the module docstring.
 
     ``chunk_budget``: tokens per step (decode tokens + prefill chunk tokens); None = no limit
     (a prompt is prefilled whole). ``on_token(request_id, model_id, text)`` is the streaming
     callback; a token counts as delivered when it returns. ``on_finish(timeline)`` is called
     once per request as soon as it finishes, ok or failed (at admission too), with its complete
-    ``RequestTimeline``: the object that ends up in ``ServingRun.timelines``.
+    ``RequestTimeline``: the object that ends up in ``ServingRun.timelines``. ``sampler``, ``draft`` and
+    ``spec_k``: as ``Engine``'s (greedy, no speculation by default).
     """
     eng = Engine(model, chunk_budget=chunk_budget, prefix_cache=prefix_cache, block_size=block_size, clock=clock,
-                 on_token=on_token, on_finish=on_finish, config=config)
+                 on_token=on_token, on_finish=on_finish, config=config, sampler=sampler, draft=draft, spec_k=spec_k)
     pending = deque(sorted(specs, key=lambda s: (s.arrival, s.id)))
     while pending or eng.busy:
         while pending and pending[0].arrival <= eng.now():

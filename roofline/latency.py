@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -146,6 +146,7 @@ class LatencySummary:
     cached_tokens: int = 0
     formulas: tuple = FORMULAS
     attempt: int = 1
+    speculation: dict = field(default_factory=dict)   # acceptance, tokens per verify step (``speculation_line``)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -160,6 +161,8 @@ class LatencySummary:
                 d[k] = nan_stats(d[k])
         if not isinstance(d.get("failures", {}), dict):
             raise RooflineError("latency-summary 'failures' must be an object")
+        if not isinstance(d.get("speculation", {}), dict):
+            raise RooflineError("latency-summary 'speculation' must be an object")
         if "itl_by_request" in d:
             if not isinstance(d["itl_by_request"], dict):
                 raise RooflineError("latency-summary 'itl_by_request' must be an object")
@@ -267,10 +270,36 @@ def summary_lines(s: LatencySummary) -> list:
                                                for k in ("queue", "prefill", "delivery", "decode")))
     else:
         rows.append(f"requests {s.requests}, failed {s.failed}{why}{und}")
+    if s.speculation:
+        rows.append(speculation_line(s.speculation))
     good = f"{s.goodput_rps:.2f} req/s" if not math.isnan(s.goodput_rps) else "n/a"
     rows.append(f"goodput {good} ({s.met_slo}/{s.requests} met SLO {format_slo(s.slo)}); throughput "
                 f"{s.throughput_rps:.2f} req/s, {s.output_tok_per_s:.1f} output tok/s over {s.duration_s:.2f} s")
     return rows
+
+
+def _num(v, fmt: str) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+
+
+def speculation_line(sp: dict) -> str:
+    """One line on a run's speculation: measured in process (rounds, drafted, accepted) or read from a server's
+    counters (``source``) or gauges."""
+    pos = sp.get("per_position") or []
+    per = f"; per position {' / '.join(_num(p, '.2f') for p in pos)}" if pos else ""
+    if "accept_length" in sp or "accept_rate" in sp:            # a server's gauges (SGLang): no counts
+        return (f"speculation ({sp.get('source', 'server')}): acceptance {_num(sp.get('accept_rate'), '.3f')}, "
+                f"{_num(sp.get('accept_length'), '.2f')} tokens per verify step (the server's recent mean)")
+    if "rounds" in sp:                                           # in process: every round recorded
+        return (f"speculation (K={sp.get('k')}, draft {sp.get('draft')}, {sp.get('verify')} verification): "
+                f"acceptance {_num(sp.get('acceptance'), '.3f')} ({sp.get('accepted')}/{sp.get('drafted')} drafts "
+                f"over {sp.get('rounds')} verify steps; decisions {sp.get('decisions_accepted')} accepted, "
+                f"{sp.get('decisions_rejected')} rejected), {_num(sp.get('tokens_per_step'), '.2f')} tokens per "
+                f"verify step{per}")
+    return (f"speculation ({sp.get('source', 'server')}): acceptance {_num(sp.get('acceptance'), '.3f')} "
+            f"({_num(sp.get('accepted'), 'g')}/{_num(sp.get('drafted'), 'g')} draft tokens over "
+            f"{_num(sp.get('drafts'), 'g')} drafts), {_num(sp.get('tokens_per_step'), '.2f')} tokens per verify "
+            f"step{per}")
 
 
 @dataclass(frozen=True)
@@ -308,5 +337,7 @@ def latency_runs(rf) -> list:
         if not ts and old is None:
             continue
         s = summarize(ts, old.slo if old else {}, cfg, old.settings if old else {}, old.formulas if old else None)
+        if old is not None and old.speculation:                  # from the run's steps or server: not re-derivable
+            s = replace(s, speculation=old.speculation)
         out.append(LatencyRun(cfg, a, tuple(ts), s, old is not None))
     return out

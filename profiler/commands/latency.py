@@ -5,6 +5,7 @@
     roofline latency --shared-prefix 192               # prefix reuse on, against a no-reuse baseline
     roofline latency --weight-dtype int8 --kv-dtype int8   # the same seeded model, quantized at build time
     roofline latency --slo ttft=200ms,tpot=50ms,e2e=2s --json
+    roofline latency --model tiny --spec 3 --draft tiny    # speculative decoding beside the plain run
     roofline latency --endpoint http://127.0.0.1:8000 --max-concurrency 1,8   # a served model, from outside
     roofline diagnose roofline-out/latency.jsonl roofline-out/results.jsonl
     roofline diagnose roofline-out/latency.jsonl --model llama-3-8b --device h100   # the floor under each latency
@@ -37,7 +38,7 @@ from roofline.records import read_results
 from roofline.units import ms
 
 from ..cli_args import (dtype_option, float_dtype_option, mode_of, mode_options, model_option, quant_options,
-                        resolve_device, threads_option, torch_device)
+                        resolve_device, spec_options, threads_option, torch_device)
 from ..endpoint_run import EndpointRun, run_endpoint
 from ..latency_run import LatencyRun, run_latency
 from ..run import Interrupted, strict_json
@@ -110,7 +111,8 @@ def validate_loop(run: LatencyRun) -> None:
 
 
 IN_PROCESS_ONLY = ("backend", "torch_device", "chunk", "sweep_chunks", "prefix_cache", "block_size", "max_slots",
-                   "threads", "weight_dtype", "kv_dtype", "group_size", "zero_point")
+                   "threads", "weight_dtype", "kv_dtype", "group_size", "zero_point", "spec_k", "draft", "verify",
+                   "temperature")
 ENDPOINT_ONLY = ("api", "model_name", "api_key", "max_concurrency", "timeout", "connect_timeout", "ignore_eos",
                  "usage_per_chunk")
 
@@ -198,10 +200,15 @@ def _seconds(v, name: str) -> float:
 @click.option("--usage-per-chunk/--no-usage-per-chunk", default=True, show_default=True,
               help="endpoint: ask for usage in every chunk (exact tokens per chunk on vLLM and SGLang)")
 @quant_options()
+@spec_options
+@click.option("--verify", type=click.Choice(["greedy", "sampled"]), default="greedy", show_default=True,
+              help="decoding: greedy, or sampled (with --spec: rejection sampling); both runs the same way")
+@click.option("--temperature", type=float, default=1.0, show_default=True, help="--verify sampled: the temperature")
 def latency(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n_requests, rate, arrival, seed, chunk,
             sweep_chunks, shared_prefix, prefix_cache, block_size, max_slots, threads, slo, out_dir, resume,
             overwrite, as_json, endpoint, api, model_name, api_key, max_concurrency, timeout, connect_timeout,
-            ignore_eos, usage_per_chunk, weight_dtype, kv_dtype, group_size, zero_point):
+            ignore_eos, usage_per_chunk, weight_dtype, kv_dtype, group_size, zero_point, spec_k, draft, verify,
+            temperature):
     """Serve several requests through a continuous-batching loop (or an endpoint); measure TTFT, TPOT, ITL, goodput."""
     ctx = click.get_current_context()
     mode = mode_of(resume, overwrite)
@@ -228,7 +235,8 @@ def latency(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n
                      budgets=tuple(budgets), shared_prefix=shared_prefix, prefix_cache=prefix_cache,
                      block_size=block_size, max_slots=max_slots, threads=threads, slo=parse_slo(slo), out=out_dir,
                      mode=mode, weight_dtype=weight_dtype, kv_dtype=kv_dtype, group_size=group_size,
-                     zero_point=zero_point)
+                     zero_point=zero_point, spec=spec_k or 0, draft=draft, draft_arg=ctx.meta.get("draft_arg", ""),
+                     verify=verify, temperature=temperature)
     validate(run)
     validate_loop(run)
     if run.device == "auto":
@@ -286,6 +294,9 @@ def _print_summaries(result) -> None:
         click.echo("\n".join(summary_lines(s)))
     if len(summaries) > 1:
         click.echo("\n" + comparison_table(summaries))
+    spec = speculation_table(summaries)
+    if spec:
+        click.echo("\n" + spec)
     if result.skipped:
         click.echo(f"\nalready in the file (not run again): {', '.join(result.skipped)}")
     click.echo(f"\nwrote {result.path}")
@@ -301,6 +312,36 @@ def comparison_table(summaries) -> str:
                     f"{ms(s.itl['p99']):>12}{ms(s.itl.get('max', math.nan)):>12}{s.prefilled_tokens:>10}{g:>10}")
     slo = summaries[0].slo
     rows.append(f"goodput against SLO {format_slo(slo)}" if slo else "goodput: no SLO given (every ok request counts)")
+    return "\n".join(rows)
+
+
+def speculation_table(summaries) -> str:
+    """Each speculative configuration beside the one without speculation on the same requests (its label's prefix):
+    acceptance, tokens per verify step, TPOT and ITL; '' when no summary speculated in process."""
+    by = {s.config: s for s in summaries}
+    rows, w = [], max(len(s.config) for s in summaries) + 2 if summaries else 0
+    for s in summaries:
+        sp = s.speculation
+        if not sp:
+            continue
+        base = by.get(s.config.split(",spec=")[0]) if "rounds" in sp else None    # a server's: no run without
+        if not rows:
+            rows.append(f"{'speculation':<{w}}{'accept':>8}{'tok/step':>10}{'TPOT p50':>12}{'without':>12}"
+                        f"{'speedup':>9}{'ITL p50':>12}{'without':>12}")
+        b_tpot, b_itl, speed = "n/a", "n/a", "n/a"
+        if base is not None:
+            b_tpot, b_itl = ms(base.tpot["p50"]), ms(base.itl["p50"])
+            if s.tpot["p50"] > 0 and base.tpot["p50"] > 0:
+                speed = f"{base.tpot['p50'] / s.tpot['p50']:.2f}x"
+        acc = sp.get("acceptance", sp.get("accept_rate", math.nan))
+        tps = sp.get("tokens_per_step", sp.get("accept_length", math.nan))
+        rows.append(f"{s.config:<{w}}{acc:>8.3f}{tps:>10.2f}{ms(s.tpot['p50']):>12}"
+                    f"{b_tpot:>12}{speed:>9}{ms(s.itl['p50']):>12}{b_itl:>12}")
+    if rows:
+        rows.append("without = the same requests without speculation (in process; n/a for a server's counters); "
+                    "speedup = TPOT p50 without / with; the tokens "
+                    "of one verify step are delivered together, so ITL p50 falls toward zero while the gaps between "
+                    "verify steps grow (ITL p99)")
     return "\n".join(rows)
 
 

@@ -4,6 +4,7 @@
     roofline latency --endpoint http://127.0.0.1:8000 --requests 16 --rate 8 --max-concurrency 8
     roofline serve --port 0                             # an ephemeral port: the first stdout line names it
     roofline serve --weight-dtype int8 --kv-dtype int8  # the same seeded weights, quantized at build time
+    roofline serve --model tiny --spec 3 --draft tiny   # speculative decoding (greedy); /metrics counts it
 
 The first stdout line is ``serving MODEL on http://HOST:PORT`` once the port is bound and the
 model built (``--port 0`` picks a free port). The work is ``profiler.server``; this module checks
@@ -22,8 +23,8 @@ import click
 
 from roofline.errors import RooflineError
 
-from ..cli_args import float_dtype_option, model_option, quant_options, threads_option, torch_device
-from ..latency_run import check_capacity, check_quant
+from ..cli_args import float_dtype_option, model_option, quant_options, spec_options, threads_option, torch_device
+from ..latency_run import build_draft, check_capacity, check_quant, check_spec
 from ..run import cpu_threads_default
 from ..server import GRACE_S, EngineThread, make_app
 from ..serving import warmup
@@ -54,6 +55,10 @@ class ServeRun:
     kv_dtype: str | None = None
     group_size: int | None = None
     zero_point: bool = False
+    spec: int = 0                   # draft tokens per verify step (0: no speculation)
+    draft: object = None            # the draft's ModelConfig
+    verify: str = "greedy"          # the server decodes greedily
+    temperature: float = 1.0
 
     @property
     def quant(self) -> dict:
@@ -115,8 +120,10 @@ def bind(host: str, port: int) -> socket.socket:
               "SIGTERM / SIGINT; the rest end with a shutdown event  [default: 3]")
 @threads_option("CPU threads for torch; default on a CPU: one less than the cores")
 @quant_options()
+@spec_options
 def serve(model, backend, dtype, torch_device, host, port, model_name, chunk, prefix_cache, block_size, max_slots,
-          max_queue, max_model_len, seed, shutdown_grace, threads, weight_dtype, kv_dtype, group_size, zero_point):
+          max_queue, max_model_len, seed, shutdown_grace, threads, weight_dtype, kv_dtype, group_size, zero_point,
+          spec_k, draft):
     """Serve the model through our continuous-batching loop behind an OpenAI-compatible API."""
     _need_extra()
     grace = GRACE_S if shutdown_grace is None else shutdown_grace
@@ -140,7 +147,9 @@ def serve(model, backend, dtype, torch_device, host, port, model_name, chunk, pr
     run = ServeRun(model=model, backend=backend, dtype=dtype, device=torch_device, name=model_name or model.name,
                    budget=budget, prefix_cache=prefix_cache, block_size=block_size, max_slots=max_slots,
                    max_queue=max_queue, max_len=max_len, seed=seed, threads=threads, grace=grace,
-                   weight_dtype=weight_dtype, kv_dtype=kv_dtype, group_size=group_size, zero_point=zero_point)
+                   weight_dtype=weight_dtype, kv_dtype=kv_dtype, group_size=group_size, zero_point=zero_point,
+                   spec=spec_k or 0, draft=draft)
+    check_spec(run)
     check_quant(run)
     check_capacity(run, max_len, max_len, "Give fewer --max-slots, a shorter --max-model-len")
     sock = bind(host, port)
@@ -211,8 +220,9 @@ def _run(sock, run: ServeRun) -> None:
         except (ValueError, RuntimeError) as e:
             raise RooflineError(f"cannot build {cfg.name} ({run.backend}, {run.dtype}, {run.device}): {e}") from None
         warmup(model)
+        draft = build_draft(run, model) if run.spec else None
         engine = EngineThread(model, chunk_budget=run.budget, prefix_cache=run.prefix_cache,
-                              block_size=run.block_size)
+                              block_size=run.block_size, draft=draft, spec_k=run.spec)
         app = make_app(engine, name=run.name, max_len=run.max_len, capacity=run.max_slots + run.max_queue,
                        drain_s=drain, dtype=run.dtype)
         bound = sock.getsockname()
@@ -222,7 +232,9 @@ def _run(sock, run: ServeRun) -> None:
         q = f", {model.quant_label}" if model.quant_label else ""
         click.echo(f"{cfg.name} ({run.backend}, {run.dtype}{q}, {run.device}, {n_threads} threads): chunk budget "
                    f"{run.budget or 'none'}, prefix cache {'on' if run.prefix_cache else 'off'}, {run.max_slots} "
-                   f"slots, queue {run.max_queue}, max length {run.max_len}. Ctrl-C stops.", err=True)
+                   f"slots, queue {run.max_queue}, max length {run.max_len}"
+                   + (f", speculation K={run.spec} with draft {run.draft.name} (greedy)" if run.spec else "")
+                   + ". Ctrl-C stops.", err=True)
         # the engine thread runs Python between kernels: a short switch interval keeps the event loop's
         # writes from waiting up to 5 ms (CPython's default) for the interpreter lock
         old = sys.getswitchinterval()
