@@ -170,7 +170,7 @@ def context_curve(spec, faster: float = FASTER, contexts=None) -> ContextCurve:
         ph = W.decode(cfg, spec.batch, c, **o)
         v = analyze_phase(ph, spec.device, spec.link)
         return StepBytes(c, v.step_time_s, v.bound, ph.total.flops, ph.total.bytes, ph.weight_bytes,
-                         ph.kv_cache_read_bytes, ph.state_read_bytes, ph.index_read_bytes)
+                         float(ph.kv_cache_read_bytes), float(ph.state_read_bytes), float(ph.index_read_bytes))
 
     def speedup(c) -> float:
         c = min(c, last)
