@@ -5,7 +5,8 @@ sparse attention (DeepSeek Sparse Attention: DeepSeek-V3.2, GLM-5), on the heade
 batch 1 in the header's activation dtype. The numbers are ``roofline.context_curve.context_curve``'s, the same
 formulas ``roofline explain --vs-context`` prints: analytic, since ``profile`` cannot run these layers yet (its
 runners refuse them in one line), so no sweep holds a hybrid's measured points and the roofline figure has none
-to mark by kind; a trace's or an endpoint's result file names such a model with ``--model``.
+to mark by kind. A trace's result file names such a model with ``roofline trace ... --model M --device D``; an
+endpoint's (``latency --endpoint``) has a device without ceilings, so no curve.
 
 ``plot_context(ax_bytes, ax_time, curve)`` draws it; artists carry gids ("context:model:bytes",
 "context:dense:bytes", "context:model:kv", "context:model:state" or "context:model:index", "context:dense:kv",

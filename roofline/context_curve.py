@@ -118,6 +118,7 @@ class ContextCurve:
     act_dtype: str
     weights: str             # the weights' label (bf16, checkpoint, module=format,...)
     kv_said: str             # the KV cache's format, in words
+    parallel: str            # "" on one device, else how the ranks split it ("every figure is one rank's")
     max_context: int
     hybrid: tuple            # StepBytes per context
     dense: tuple             # StepBytes per context, the counterpart's
@@ -141,7 +142,7 @@ class ContextCurve:
     def to_dict(self) -> dict:
         return {"model": self.model, "counterpart": self.counterpart, "kind": self.kind, "counterpart_said": self.said,
                 "device": self.device, "device_source": self.device_source, "batch": self.batch,
-                "act_dtype": self.act_dtype, "weights": self.weights, "kv": self.kv_said,
+                "act_dtype": self.act_dtype, "weights": self.weights, "kv": self.kv_said, "parallel": self.parallel,
                 "max_context": self.max_context, "faster": self.faster,
                 "rows": [{"context": h.context, "model": h.to_dict(), "dense": d.to_dict(), "speedup": s}
                          for h, d, s in zip(self.hybrid, self.dense, self.speedups)],
@@ -180,9 +181,12 @@ def context_curve(spec, faster: float = FASTER, contexts=None) -> ContextCurve:
     crossings = tuple((x, crossing(speedup, x, limit=last)) for x in marks)
     crossings = tuple((x, min(c, last) if c is not None else None) for x, c in crossings)
     ph = W.decode(m, spec.batch, ctxs[0], **opts)
+    parallel = (f"expert parallel over {ph.ep} ranks" if ph.ep > 1 else f"tensor parallel over {ph.tp} ranks"
+                if ph.tp > 1 else "")
     return ContextCurve(m.name, dense.model.name, linear_kind(m), counterpart_said(m), spec.device.name,
                         spec.device.source, spec.batch, ph.dtypes.act, spec.weight_label,
-                        ph.dtypes.precision.describe_kv(ph.dtypes.act), m.max_context,
+                        ph.dtypes.precision.describe_kv(ph.dtypes.act),
+                        f"{parallel}: every figure is one rank's" if parallel else "", m.max_context,
                         tuple(step(m, opts, c) for c in ctxs), tuple(step(dense.model, dense_opts, c) for c in ctxs),
                         float(faster), crossings)
 
@@ -192,8 +196,8 @@ def context_curve_text(c: ContextCurve) -> str:
     by kind of each, the speedup), and the contexts from which the model's step is faster."""
     extra, extra_of = ("state", "state_bytes") if c.kind == "linear" else ("index keys", "index_bytes")
     lines = [f"Decode against context: {c.model} on {c.device} ({c.device_source} ceilings), batch {c.batch}, weights "
-             f"{c.weights}, activations {c.act_dtype}, {c.kv_said}; each step at its roof (max(FLOPs / peak, bytes / "
-             "bandwidth) per op, summed).",
+             f"{c.weights}, activations {c.act_dtype}, {c.kv_said}" + (f"; {c.parallel}" if c.parallel else "")
+             + "; each step at its roof (max(FLOPs / peak, bytes / bandwidth) per op, summed).",
              f"Beside its dense counterpart: {c.said}.",
              f"{'':>8} {'model':^52} {'dense counterpart':^39}",
              f"{'context':>8} {'time':>9} {'weights':>10} {'KV':>10} {extra:>10} {'total':>10} "
@@ -203,7 +207,10 @@ def context_curve_text(c: ContextCurve) -> str:
                      f"{U.nbytes(h.kv_bytes):>10} {U.nbytes(getattr(h, extra_of)):>10} {U.nbytes(h.bytes):>10} "
                      f"{U.seconds(d.time_s):>9} {U.nbytes(d.weight_bytes):>10} {U.nbytes(d.kv_bytes):>10} "
                      f"{U.nbytes(d.bytes):>10} {s:>7.2f}x")
-    lines.append("(total: every byte the step moves, activations and the new token's cache writes included.)")
+    lines.append("(total: every byte the step moves, activations and the new token's cache writes included"
+                 + ("; the state is written back once too." if c.kind == "linear" else
+                    "; the indexer's fp32 scores written and read back by its top-k too." if c.kind == "sparse"
+                    else ".") + ")")
     last = c.max_context - 1
     said = []
     for x, ctx in c.crossings:
