@@ -2,7 +2,8 @@
 
 ``run_figures(rf)`` returns ``ReportFigure``s for one result file (roofline, time
 breakdown, sweep view, predicted vs measured, expert bytes against batch for a mixture of
-experts; or the latency section for a latency run);
+experts, decode against context beside the dense counterpart for a hybrid or sparse-attention model; or the
+latency section for a latency run);
 ``compare_figures(rfs)`` the side-by-side view of several runs. Each figure is a
 ``matplotlib.figure.Figure`` on an Agg canvas; ``reports.style.save`` writes it.
 """
@@ -16,6 +17,7 @@ from roofline.analysis import analyze
 from roofline.bounds import OVERHEAD_FRACTION
 
 from .comm_plot import balance_caption, has_collectives, plot_collectives
+from .context_plot import context_caption, has_context_curve, plot_context, report_curve
 from .expert_plot import expert_caption, expert_sweep, has_experts, plot_experts
 from .idle_plot import has_idle_timeline, idle_figure
 from .latency_figures import latency_section
@@ -159,6 +161,8 @@ def figure_builders(rf) -> list:
                 ("predicted", lambda: [predicted_figure(rf)])]
     if analyze(rf).ok and rf.header.kind != "trace" and has_experts(rf):   # a mixture of experts: reuse vs batch
         out.append(("experts", lambda: [f for f in (expert_figure(rf),) if f]))
+    if has_context_curve(rf):                # linear-attention or sparse layers: decode against context vs dense
+        out.append(("context", lambda: [f for f in (context_figure(rf),) if f]))
     if has_idle_timeline(rf):                # a GPU trace: its idle gaps by cause
         out.append(("idle", lambda: [idle_figure(rf)]))
     if has_collectives(rf):                  # tensor parallelism: the collectives under the interconnect roof
@@ -174,6 +178,17 @@ def expert_figure(rf) -> ReportFigure | None:
     fig, (left, right) = new_figure(13, 4.8, ncols=2)
     plot_experts(left, right, sweep)
     return ReportFigure("experts", "Expert weights against batch", fig, expert_caption(sweep))
+
+
+def context_figure(rf) -> ReportFigure | None:
+    """A hybrid's (or sparse-attention model's) decode against context beside its dense counterpart
+    (``reports.context_plot``); None when the device's ceilings cannot time a step."""
+    curve = report_curve(rf)
+    if curve is None:
+        return None
+    fig, (left, right) = new_figure(13, 5.0, ncols=2)
+    plot_context(left, right, curve)
+    return ReportFigure("context", "Decode against context, beside the dense counterpart", fig, context_caption(curve))
 
 
 def interconnect_figure(rf) -> ReportFigure:

@@ -14,6 +14,7 @@ from roofline.errors import RooflineError
 from roofline.precision.formats import native_computes
 from roofline.explain import SPEC_BATCHES, ExplainSpec, explain_linear, explain_step, spec_curve, spec_curve_text
 from roofline.config_fields import read_json_file, show_value
+from roofline.context_curve import FASTER, context_curve, context_curve_text
 from roofline.models import PRESETS, load_model
 from roofline.speculative import Speculation, mtp_layer
 
@@ -160,10 +161,16 @@ def _draft_cb(ctx, param, value):
               help="--spec: the draft model (a preset or config.json), costed as K decode steps")
 @click.option("--mtp", is_flag=True, help="--spec: the model's multi-token-prediction layer drafts (num_nextn_predict_"
                                           "layers: DeepSeek-V3, GLM-4.5)")
+@click.option("--vs-context", "vs_context", is_flag=True,
+              help="a hybrid (linear-attention layers) or sparse-attention model: its decode step across contexts "
+                   "1,024 ... max beside its dense counterpart (every layer full attention), time and bytes by kind")
+@click.option("--faster", type=float, default=FASTER, show_default=True,
+              help="--vs-context: the speedup over the dense counterpart whose context is searched")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, phase, batch, context, cached,
             chunk, mix, weight_dtype, act_dtype, kv_dtype, tp, ep, link_gbs, link_latency_us, tokens, in_features,
-            out_features, dtype, group_size, zero_point, expert_load, spec_k, acceptance, draft, mtp, as_json):
+            out_features, dtype, group_size, zero_point, expert_load, spec_k, acceptance, draft, mtp, vs_context,
+            faster, as_json):
     """Analytic roofline of one linear layer or one model step (no hardware).
 
     \b
@@ -175,6 +182,7 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
     roofline explain --model path/to/gpt-oss-120b --device h100   # each module at the checkpoint's precision
     roofline explain --model qwen3-30b-a3b --weight-dtype experts=nvfp4,attention=fp8
     roofline explain --model llama-3-8b --device h100 --spec 3 --acceptance 0.8 [--draft MODEL | --mtp]
+    roofline explain --model path/to/qwen3-next --device h100 --vs-context   # hybrid against dense
 
     With no --weight-dtype / --kv-dtype a quantized checkpoint (its quantization_config, or ModelOpt's
     hf_quant_config.json beside config.json) is costed module by module as it is stored; a flag overrides it.
@@ -185,9 +193,15 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
     device = _measured_cpu(resolve_device(device_name, device_file, peak_tflops, bandwidth_gbs,
                                           dtype=_peak_dtype(dtype) if what == "linear" else act_dtype))
     speculating = spec_k is not None or acceptance is not None or draft is not None or mtp
-    if what == "linear" and speculating:
-        raise RooflineError("--spec, --acceptance, --draft and --mtp price a model's decode: drop `linear` (and give "
-                            "--model).")
+    if what == "linear" and (speculating or vs_context):
+        raise RooflineError("--spec, --acceptance, --draft, --mtp and --vs-context price a model's decode: drop "
+                            "`linear` (and give --model).")
+    if vs_context and (speculating or _explicit("context") or len(batch) > 1):
+        raise RooflineError("--vs-context draws the decode step over contexts 1,024 ... the model's maximum at one "
+                            "batch: drop --context and --spec / --acceptance / --draft / --mtp, and give --batch one "
+                            "number.")
+    if _explicit("faster") and not vs_context:
+        raise RooflineError("--faster sets the speedup --vs-context searches for: add --vs-context, or drop it.")
     if what == "linear":
         missing = [n for n, v in (("--tokens", tokens), ("--in", in_features), ("--out", out_features)) if v is None]
         if missing:
@@ -199,7 +213,7 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
                            group_size=group_size, zero_point=zero_point)
         click.echo(json.dumps({k: v for k, v in d.items() if k != "text"}) if as_json else d["text"])
         return
-    if len(batch) > 1 and not speculating:
+    if len(batch) > 1 and not speculating and not vs_context:
         raise RooflineError(f"--batch takes one number for a step ({','.join(map(str, batch))} was given); a list "
                             "goes with --spec K --acceptance A (the speculation curve).")
     if link_latency_us is not None and link_gbs is None:
@@ -212,6 +226,12 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
     spec = ExplainSpec(model=model, device=device, phase=phase, batch=batch[0], context=context, cached=cached,
                        chunk=chunk, mix=(step_mix.chunks, step_mix.decodes) if step_mix else None, weight_dtype=weight_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, tp=tp, ep=ep,
                        group_size=group_size, zero_point=zero_point, expert_load=load, link=link)
+    if vs_context:
+        for n in model.notes:
+            click.echo(f"note: {n}", err=True)
+        c = context_curve(spec, faster)
+        click.echo(json.dumps(c.to_dict()) if as_json else context_curve_text(c))
+        return
     if speculating:
         for n in model.notes:
             click.echo(f"note: {n}", err=True)
