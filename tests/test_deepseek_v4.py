@@ -150,3 +150,44 @@ def test_a_refused_model_type_is_never_also_a_family(monkeypatch):
         register(Family("deepseek_v4", lambda r: None))
     with pytest.raises(ValueError, match="registered twice"):
         registry.register_refused(Refused("llama", Keys(), ()))
+
+
+# DeepSeek-V4-Flash's config.json (transformers_version 4.57.1), as two public copies of it agree (a Rust crate's
+# "OFFICIAL_CONFIG" with its sha256, a planner's V4_BASE_CONFIG trimmed): the legacy spellings, 44 compress_ratios
+# for 43 layers (the tail is the MTP layer's), YaRN in rope_scaling
+FLASH = {
+    "architectures": ["DeepseekV4ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 0,
+    "eos_token_id": 1, "expert_dtype": "fp4", "hc_eps": 1e-06, "hc_mult": 4, "hc_sinkhorn_iters": 20, "head_dim": 512,
+    "hidden_act": "silu", "hidden_size": 4096, "index_head_dim": 128, "index_n_heads": 64, "index_topk": 512,
+    "initializer_range": 0.02, "max_position_embeddings": 1048576, "model_type": "deepseek_v4",
+    "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": True,
+    "num_attention_heads": 64, "num_experts_per_tok": 6, "num_hidden_layers": 43, "num_hash_layers": 3,
+    "num_key_value_heads": 1, "num_nextn_predict_layers": 1, "o_groups": 8, "o_lora_rank": 1024, "q_lora_rank": 1024,
+    "qk_rope_head_dim": 64, "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                                    "quant_method": "fp8", "scale_fmt": "ue8m0",
+                                                    "weight_block_size": [128, 128]},
+    "rms_norm_eps": 1e-06, "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 16,
+                                            "original_max_position_embeddings": 65536, "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 1.5, "scoring_func": "sqrtsoftplus", "sliding_window": 128,
+    "swiglu_limit": 10.0, "tie_word_embeddings": False, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
+    "transformers_version": "4.57.1", "use_cache": True, "vocab_size": 129280, "compress_rope_theta": 160000,
+    "compress_ratios": [0, 0] + [4, 128] * 20 + [4, 0]}
+
+
+def test_deepseek_v4_flash_s_published_config_is_refused_by_its_features(tmp_path):
+    d = _filled(FLASH)
+    c = transformers.DeepseekV4Config(**{k: v for k, v in FLASH.items() if k not in (
+        "model_type", "architectures", "torch_dtype", "transformers_version", "quantization_config")})
+    assert layer_kinds(d) == c.layer_types and mlp_kinds(d) == c.mlp_layer_types
+    assert [layer_kinds(d).count(t) for t in ("sliding_attention", "compressed_sparse_attention",
+                                              "heavily_compressed_attention")] == [2, 21, 20]
+    msg = _refusal(FLASH, tmp_path)
+    assert msg.split("deepseek_v4: ", 1)[1].startswith("compress_ratios gives 21 of 43 layers compressed sparse "
+                                                       "attention (every 4 tokens pooled")
+    assert msg.endswith("Also not modelled: " + ", ".join(NAMES[1:]) + ".")
+    assert "num_hash_layers = 3 gives 3 layers hash routing" in " ".join(V4.refusals(d))
+    # its -0731 release adds DSpark's keys: not known here, so refused as such, naming the first
+    dspark = {**FLASH, "dspark_block_size": 5, "dspark_noise_token_id": 128799, "dspark_target_layer_ids": [40, 41, 42],
+              "dspark_markov_rank": 256}
+    assert "deepseek_v4: dspark_block_size = 5 (and 3 more: dspark_noise_token_id, dspark_target_layer_ids, " \
+           "dspark_markov_rank) is not a field roofline knows for deepseek_v4" in _refusal(dspark, tmp_path)
