@@ -12,6 +12,7 @@ import pytest
 
 from roofline.families import families, read_hf_config
 from roofline.families.reader import IRRELEVANT, SHARED, Keys
+from roofline.families.registry import refused, refused_families
 from roofline.models import ModelConfig
 
 transformers = pytest.importorskip("transformers")
@@ -19,10 +20,12 @@ transformers = pytest.importorskip("transformers")
 REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 # model_types registered here that transformers names otherwise (none today: each family is a transformers type)
 TYPES = tuple(f.model_type for f in families())
+# model_types read key by key but refused feature by feature (DeepSeek-V4): their keys are walked too
+REFUSED = tuple(f.model_type for f in refused_families())
 
 
 def _keys(mtype) -> Keys:
-    return Keys(dict(SHARED)) + next(f for f in families() if f.model_type == mtype).keys
+    return Keys(dict(SHARED)) + (refused(mtype) or next(f for f in families() if f.model_type == mtype)).keys
 
 
 def _transformers_config(mtype):
@@ -34,7 +37,7 @@ def _signature_default(cls, key):
     return inspect.Parameter.empty if p is None else p.default
 
 
-@pytest.mark.parametrize("mtype", TYPES)
+@pytest.mark.parametrize("mtype", TYPES + REFUSED)
 def test_every_attribute_of_transformers_config_class_is_classified(mtype):
     d = _transformers_config(mtype).to_dict()
     known = _keys(mtype).known()
@@ -42,7 +45,7 @@ def test_every_attribute_of_transformers_config_class_is_classified(mtype):
     assert not unclassified, f"{mtype}: transformers {transformers.__version__} has {unclassified}: classify them"
 
 
-@pytest.mark.parametrize("mtype", TYPES)
+@pytest.mark.parametrize("mtype", TYPES + REFUSED)
 def test_the_defaults_filled_in_are_transformers(mtype):
     c = _transformers_config(mtype)
     d = c.to_dict()
@@ -52,7 +55,7 @@ def test_the_defaults_filled_in_are_transformers(mtype):
             continue
         if k == "rope_theta":
             rp = d["rope_parameters"]
-            theirs = (rp.get("full_attention") or rp)["rope_theta"]
+            theirs = (rp.get("full_attention") or rp.get("main") or rp)["rope_theta"]   # DeepSeek-V4's "main"
         elif k == "rope_parameters":
             theirs = d[k]
         else:
@@ -90,7 +93,7 @@ def test_a_config_of_only_the_sizes_reads_as_transformers_full_default_config(mt
 
 
 def test_irrelevant_keys_are_not_also_modelled():
-    for f in families():
+    for f in families() + refused_families():
         assert not set(f.keys.modelled) & set(IRRELEVANT), f.model_type
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from . import (  # noqa: F401 (each module registers its family)
     llama, qwen2, qwen3, phi3, gemma, mixtral, qwen_moe, deepseek_v3, gpt_oss, smollm3, granite,
     glm4_moe, olmo2, minimax_m2, qwen3_next, seed_oss, olmo3, exaone4, ernie4_5_moe, hy_v3, llama4,
-    deepseek_v32, nemotron_h, granitemoehybrid, falcon_h1
+    deepseek_v32, nemotron_h, granitemoehybrid, falcon_h1, deepseek_v4
 )
 from .hf_config import read_hf_config
 from .registry import (Family, Preset, Tensors, edit_ops, families, family, model_types, preset, presets, register,

@@ -17,7 +17,7 @@ from ..config_fields import check_sizes, int_field, read_json_file, show_value
 from ..precision import MODELOPT_FILE, read_quantization
 from ..errors import RooflineError
 from .reader import IRRELEVANT, SHARED, HFReader, Keys, check_keys, rope_with_yarn
-from .registry import LACKING, alias, family, families, wrapper
+from .registry import LACKING, Refused, alias, family, families, refused, wrapper
 
 REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 
@@ -88,6 +88,22 @@ def _model_type(d: dict, where: str):
     return mtype, fam, note
 
 
+def _refuse_features(d: dict, entry: Refused, where: str, allow_unknown: bool):
+    """A family refused feature by feature (``registry.Refused``): its keys checked as a family's are (an unknown
+    one refused first), then the first feature the config turns on refused in its own line, naming the others."""
+    keys = Keys(dict(SHARED)) + entry.keys
+    d = keys.filled(d)
+    check_keys(d, keys, where, entry.model_type, allow_unknown)
+    int_field(where, "num_hidden_layers", d.get("num_hidden_layers"))
+    lines = entry.refusals(d)
+    if not lines:
+        family(entry.model_type, where)       # none on: refused as the type, naming every feature
+    names = [f.name for f in entry.features if f.on(d)]
+    more = f" Also not modelled: {', '.join(names[1:])}." if len(names) > 1 else ""
+    raise RooflineError(f"{where}: {entry.model_type}: {lines[0]}; costs and logits would be wrong, so the model is "
+                        f"refused.{more}")
+
+
 def read_hf_config(d: dict, p: Path, allow_unknown_fields: bool = False) -> dict:
     """The ``ModelConfig`` fields (keyword arguments) of a parsed Hugging Face config.json ``d`` read from ``p``;
     ``allow_unknown_fields``: a key its family does not know goes on ignored (said in the notes), not refused."""
@@ -97,6 +113,8 @@ def read_hf_config(d: dict, p: Path, allow_unknown_fields: bool = False) -> dict
                             f"but it holds {show_value(d)}.")
     top = d
     d, wrapped = _text_model(d, where, allow_unknown_fields)
+    if refused(d.get("model_type")) is not None:
+        _refuse_features(d, refused(d["model_type"]), where, allow_unknown_fields)
     mtype, fam, note = _model_type(d, where)
     if fam.normalize is not None:
         d = fam.normalize(d, where)

@@ -9,6 +9,10 @@ or RoPE reading where the shared one does not fit (``head_dim``, ``rope``), wher
 tensors that differ from the Llama layout (``tensors``: read by ``roofline.layer``), and its presets with
 their sources (``presets``).
 
+A ``model_type`` whose every key is known but whose features are not modelled yet is a ``Refused`` entry
+(``register_refused``: DeepSeek-V4): ``hf_config`` checks its keys as a family's, then refuses the first feature
+the config turns on in that feature's own line, naming the others.
+
 Entries live one file per family beside this module and call ``register``; ``roofline.families`` (the
 package) imports them. This module imports none of them, nor any consumer: ``roofline.families.hf_config``
 (the config.json reader), ``roofline.models`` (``load_model``, ``PRESETS``) and ``roofline.layer`` look
@@ -34,6 +38,50 @@ LACKING = {
     "gemma3n": "per-layer input embeddings, KV shared across layers and AltUp (Gemma-3n)",
 }
 LACKING.update({f"{k}_text": v for k, v in tuple(LACKING.items())})
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One feature of a family refused feature by feature: its name, whether a config (its family's defaults
+    filled in) turns it on, and its refusal (``refusal(d)``: the key, what it does, what costing it needs)."""
+
+    name: str
+    on: Callable                       # (config dict) -> bool
+    refusal: Callable                  # (config dict) -> str: one line, without the where / model_type prefix
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A ``model_type`` whose config is read (every key known, ``keys``: transformers' defaults) but refused, each
+    feature not modelled yet by its own line (``features``, in the order they are said)."""
+
+    model_type: str
+    keys: Keys
+    features: tuple                    # Feature entries
+
+    def refusals(self, d: dict) -> list:
+        """The one-line refusal of every feature ``d`` turns on, in order."""
+        return [f.refusal(d) for f in self.features if f.on(d)]
+
+
+_REFUSED: dict[str, Refused] = {}
+
+
+def register_refused(entry: Refused) -> Refused:
+    """Add a family refused feature by feature (once; never a registered family's model_type)."""
+    if entry.model_type in _REFUSED or any(entry.model_type in _names(f) for f in _FAMILIES.values()):
+        raise ValueError(f"model_type {entry.model_type!r} is registered twice")
+    _REFUSED[entry.model_type] = entry
+    return entry
+
+
+def refused(model_type) -> Refused | None:
+    """The ``Refused`` entry of ``model_type``, or None."""
+    return _REFUSED.get(model_type) if isinstance(model_type, str) else None
+
+
+def refused_families() -> tuple:
+    return tuple(_REFUSED.values())
 
 
 @dataclass(frozen=True)
@@ -111,7 +159,7 @@ def register(fam: Family) -> Family:
     """Add ``fam`` under its model_type (once); its presets' names, aliases and wrappers must be new."""
     taken_types = {n for f in _FAMILIES.values() for n in _names(f)}
     for n in _names(fam):
-        if n in taken_types or _names(fam).count(n) > 1:
+        if n in taken_types or _names(fam).count(n) > 1 or n in _REFUSED:
             raise ValueError(f"model_type {n!r} is registered twice")
     taken = {p.name for f in _FAMILIES.values() for p in f.presets}
     for p in fam.presets:
@@ -154,6 +202,10 @@ def family(model_type, where: str = "model config") -> Family:
     if alias(model_type) is not None:
         return alias(model_type)[0]
     supported = ", ".join(_FAMILIES)
+    if hashable and model_type in _REFUSED:
+        names = ", ".join(f.name for f in _REFUSED[model_type].features)
+        raise RooflineError(f"{where}: model_type {model_type!r} needs {names}, which are not modelled yet: "
+                            f"supported are {supported}.")
     if hashable and model_type in LACKING:
         raise RooflineError(f"{where}: model_type {model_type!r} needs {LACKING[model_type]}, which is not modelled "
                             f"yet: supported are {supported}.")
