@@ -27,16 +27,20 @@ from . import units as U
 from . import workload as W
 from .bounds import analyze_phase, crossing
 from .errors import RooflineError
-from .models import ModelConfig
+from .models import MAMBA_FIELDS, ModelConfig
 
 FIRST_CONTEXT = 1024     # the curve's first context; then powers of two up to the model's last decode step
 FASTER = 2.0             # the default speedup whose context is searched (``--faster``)
 
 
 def linear_kind(cfg: ModelConfig) -> str:
-    """The kind of layer that makes ``cfg`` cheaper than dense attention at long context: "linear" (Gated
-    DeltaNet layers), "sparse" (DeepSeek Sparse Attention), or "" (every layer attends densely)."""
-    return "linear" if cfg.linear_layers else "sparse" if cfg.index_topk else ""
+    """The kind of layer that makes ``cfg`` cheaper than dense attention at long context: "linear" (a fixed-size
+    state: Gated DeltaNet or Mamba-2 layers), "sparse" (DeepSeek Sparse Attention), or "" (every layer attends
+    densely)."""
+    return "linear" if cfg.linear_layers or cfg.mamba_layers else "sparse" if cfg.index_topk else ""
+
+
+STATE_TYPES = ("linear", "mamba", "hybrid")   # layer_types whose mixer keeps a state (hybrid: Mamba-2 beside attention)
 
 
 def dense_counterpart(cfg: ModelConfig) -> ModelConfig:
@@ -45,22 +49,27 @@ def dense_counterpart(cfg: ModelConfig) -> ModelConfig:
     neither."""
     kind = linear_kind(cfg)
     if kind == "linear":
-        types = tuple("full" if t == "linear" else t for t in cfg.layer_types)
+        types = tuple("full" if t in STATE_TYPES else t for t in cfg.layer_types)
         return replace(cfg, name=f"{cfg.name} (dense counterpart)", layer_types=types, linear_k_heads=0,
-                       linear_v_heads=0, linear_k_dim=0, linear_v_dim=0, linear_conv=0, checkpoint="", notes=())
+                       linear_v_heads=0, linear_k_dim=0, linear_v_dim=0, linear_conv=0,
+                       **{f: 0 for f in MAMBA_FIELDS}, checkpoint="", notes=())
     if kind == "sparse":
         return replace(cfg, name=f"{cfg.name} (dense counterpart)", index_topk=0, index_n_heads=0, index_head_dim=0,
                        index_shared=(), checkpoint="", notes=())
     raise RooflineError(f"{cfg.name} attends densely in every layer, so it has no dense counterpart to be compared "
-                        "with: --vs-context takes a model with linear-attention layers (qwen3_next, qwen3_5) or "
-                        "sparse attention (deepseek_v32, glm_moe_dsa).")
+                        "with: --vs-context takes a model with linear-attention layers (qwen3_next, qwen3_5), Mamba-2 "
+                        "layers (nemotron_h, granitemoehybrid, falcon_h1) or sparse attention (deepseek_v32, "
+                        "glm_moe_dsa).")
 
 
 def counterpart_said(cfg: ModelConfig) -> str:
     """How ``dense_counterpart(cfg)`` is made, in one sentence."""
     if linear_kind(cfg) == "linear":
-        n, a = len(cfg.linear_layers), len(cfg.attention_layers)
-        return (f"the same config with its {n} Gated DeltaNet layers as full attention: {n + a} attention layers of "
+        what = (f"{len(cfg.linear_layers)} Gated DeltaNet layers" if cfg.linear_layers else
+                f"{len(cfg.mamba_layers)} Mamba-2 layers" + (" (those beside attention dropped)"
+                                                             if "hybrid" in cfg.layer_types else ""))
+        a = len(dense_counterpart(cfg).attention_layers)
+        return (f"the same config with its {what} as full attention: {a} attention layers of "
                 f"{cfg.n_heads} query and {cfg.n_kv_heads} KV heads x {cfg.head_dim}"
                 + (" (gated output)" if cfg.attn_gate else "") + ", no recurrent state, the MLPs unchanged")
     return (f"the same config with dense MLA: every one of its {cfg.n_layers} layers attends to every earlier token's "
@@ -92,7 +101,7 @@ class StepBytes:
     bytes: float             # everything the step moves
     weight_bytes: float
     kv_bytes: float          # KV (latent) cache read
-    state_bytes: float       # Gated DeltaNet state read (recurrent + conv), constant in the context
+    state_bytes: float       # Gated DeltaNet or Mamba-2 state read (recurrent + conv), constant in the context
     index_bytes: float       # DeepSeek Sparse Attention's indexer keys read
 
     @property

@@ -75,8 +75,9 @@ def test_the_counterpart_is_the_same_config_with_dense_attention(qwen, v32):
     with pytest.raises(RooflineError) as e:
         dense_counterpart(PRESETS["llama-3-8b"])
     assert str(e.value) == ("llama-3-8b attends densely in every layer, so it has no dense counterpart to be compared "
-                            "with: --vs-context takes a model with linear-attention layers (qwen3_next, qwen3_5) or "
-                            "sparse attention (deepseek_v32, glm_moe_dsa).")
+                            "with: --vs-context takes a model with linear-attention layers (qwen3_next, qwen3_5), "
+                            "Mamba-2 layers (nemotron_h, granitemoehybrid, falcon_h1) or sparse attention "
+                            "(deepseek_v32, glm_moe_dsa).")
 
 
 def test_the_contexts_are_powers_of_two_up_to_the_last_decode_step(qwen):
@@ -283,3 +284,21 @@ def test_the_html_report_renders_the_figure_in_chromium(qwen, tmp_path):
     assert complete and nw > 900 and nh > 300 and width > 600           # the SVG decoded and laid out
     assert "dense counterpart" in text and "8,407" in text
     assert shot[..., :3].std() > 0.05
+
+
+def test_a_mamba_hybrids_counterpart_has_its_mamba_layers_as_attention_and_no_state(tmp_path):
+    """Nemotron-3-Nano (its published config, tests/test_mamba.py): 6 attention + 23 Mamba-2 + 23 MLP-only layers;
+    the counterpart attends in all 29 mixer layers. KV per token and attention layer: 2 KV heads x 128 x 2 (K, V)
+    x 2 bytes = 1,024; the state (23 x 2,134,016 bytes) constant in the context."""
+    from test_mamba import NANO
+
+    (tmp_path / "config.json").write_text(json.dumps(NANO))
+    m = load_model(tmp_path)
+    d = dense_counterpart(m)
+    assert len(m.mamba_layers) == 23 and len(m.attention_layers) == 6
+    assert d.mamba_layers == () and len(d.attention_layers) == 29 and d.no_mlp_layers == m.no_mlp_layers
+    c = _curve(m)
+    for h, dd, ctx in zip(c.hybrid, c.dense, (4096, 131_072)):
+        assert h.kv_bytes == 6 * ctx * 1024 and dd.kv_bytes == 29 * ctx * 1024
+        assert h.state_bytes == 23 * 2_134_016 == 49_082_368 and dd.state_bytes == 0
+    assert c.hybrid[0].time_s > c.dense[0].time_s and c.hybrid[1].time_s < c.dense[1].time_s   # it crosses in between
