@@ -2,7 +2,7 @@
 compile check launches for that kind beyond the runners.
 
     @runner("rope")
-    def rope(ctx, spec):            # ctx: kernels.runner_context.RunContext; spec: roofline.layer.OpSpec
+    def rope(ctx, spec):            # ctx: kernels.runner_context.RunContext; spec: roofline.op_spec.OpSpec
         return (lambda: ctx.K.rope(ctx.q, ctx.k, ctx.cos, ctx.sin, ctx.pos)), {}   # (fn, config)
 
     @launches("attention")

@@ -27,7 +27,8 @@ from roofline.cost import Cost
 from roofline.devices import cpu_device
 from roofline.families import Family, register, registry
 from roofline.families.llama import llama_like
-from roofline.layer import OpSpec, model_ops
+from roofline.layer import model_ops
+from roofline.op_spec import OpSpec
 from roofline.models import load_model
 from roofline.ops import KINDS, OpKind
 from roofline.ops import register as register_kind

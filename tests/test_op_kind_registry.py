@@ -8,7 +8,7 @@ from roofline import RooflineError, decode, load_model, prefill
 from roofline import layer
 from roofline import workload as W
 from roofline.cost import Cost
-from roofline.layer import OpSpec
+from roofline.op_spec import OpSpec
 from roofline.ops import KINDS, OpKind, kind, register
 
 TINY = load_model("tiny")          # hidden 64, 2 layers

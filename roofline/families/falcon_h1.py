@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..op_spec import OpSpec
 from .llama import LLAMA_LIKE_KEYS, llama_like, sizes
 from .reader import HFReader, Keys
 from .registry import Family, register
@@ -101,7 +102,6 @@ def _hf(name: str) -> str:
 def _edit(cfg, sh, ops: list) -> list:
     """Falcon-H1's own ops: the sum of the two mixers' outputs (a residual-kind add) before the residual, the
     multipliers that are not 1 where they run (module docstring), and its tensor names."""
-    from ..layer import OpSpec     # here, not at the top: roofline.layer imports the families (their edits)
     scales = dict(cfg.layer_scales)
     H, every = cfg.hidden, tuple(range(cfg.n_layers))
     L = len(every)

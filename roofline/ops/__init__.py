@@ -1,5 +1,5 @@
 """Op kinds: the registry (``roofline.ops.registry``: ``OpKind``, ``KINDS``, ``register``, ``kind``) and one
-entry module per family of kinds, each adapting an op's sizes (``roofline.layer.OpSpec.dims``) and the step
+entry module per family of kinds, each adapting an op's sizes (``roofline.op_spec.OpSpec.dims``) and the step
 (``StepContext``) to the formulas of its family (``roofline.formulas``): ``matmul`` (linear), ``norms``
 (norm, layernorm), ``pointwise`` (residual, activation, scale, softcap), ``embeddings`` (embedding), ``attention``
 (rope, kv_append, attention), ``mla`` (latent_append, mla_up, mla_attention), ``dsa`` (index_append, index_scores,

@@ -1,4 +1,4 @@
-"""The op-kind registry: what costs an op of each kind (``roofline.layer.OpSpec.kind``).
+"""The op-kind registry: what costs an op of each kind (``roofline.op_spec.OpSpec.kind``).
 
 An ``OpKind`` says, for one kind: the cost of one per-layer instance for one chunk of a step (``cost``), the
 cost of a pre- or post-layer op (``edge_cost``), the weight bytes one instance reads per chunk

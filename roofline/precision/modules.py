@@ -1,6 +1,6 @@
 """Each module's precision: the classes of weight-reading ops, and a ``Precision`` saying each one's formats.
 
-Every op that reads a weight belongs to one module class (``roofline.layer.OpSpec.module``, set where the op is
+Every op that reads a weight belongs to one module class (``roofline.op_spec.OpSpec.module``, set where the op is
 built from what it is): ``experts`` (the routed experts), ``shared_experts``, ``mlp`` (a dense MLP),
 ``attention`` (its q/k/v/o projections), ``mla`` (latent attention's projections), ``router`` (an MoE gate, and
 Qwen2-MoE's shared-expert gate), ``lm_head``, ``embedding``; and ``norm`` (RMSNorm weights: always in the
