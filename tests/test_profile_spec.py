@@ -111,3 +111,12 @@ def test_the_phase_table_says_k_and_the_context(run):
     rows = phase_rows(steps)
     assert sorted((r[0][0], r[1][0], r[2][0]) for r in rows) == sorted(
         (f"verify k={k}", str(b), "8") for b in (1, 2) for k in KS)
+
+
+def test_the_profile_table_says_k_and_the_context(run):
+    from profiler.export import phase_table
+
+    _, _, rf = run
+    lines = phase_table(rf).splitlines()
+    ver = [ln.split() for ln in lines if ln.startswith("verify")]
+    assert sorted((ln[1], ln[3], ln[4]) for ln in ver) == sorted((f"k={k}", str(b), "8") for b in (1, 2) for k in KS)
