@@ -457,6 +457,11 @@ def _kv_quant_checks(ops, dt, dev, g, tri, tol):
             yield _result(f"decode_attn {kind} KV lens={lens} Hq={Hq}", rel_err(o, DA.reference(
                 q.double(), kq, vq, ln, slots, scales=sc)), tol, "vs dequantized K/V")
         yield from _kv_sink_checks(ops, dev, rnd, nan, tri, tol, kind, kq, vq, sc)
+        q, slots, ln = rnd(3, 4, 4, 16), torch.tensor([3, 0, 1], device=dev), torch.tensor([37, 4, 60], device=dev)
+        kw = dict(block_n=16, splits=3, out=nan(3, 4, 4, 16)) if tri else {}
+        o = ops.verify_attention(q, kq, vq, ln, slots, scales=sc, **kw)                # the verify step, 8-bit KV
+        yield _result(f"verify_attn {kind} KV T=4 lens=[37, 4, 60]", rel_err(o, DA.verify_reference(
+            q.double(), kq, vq, ln, slots, scales=sc)), tol, "vs dequantized K/V")
 
 
 def _kv_sink_checks(ops, dev, rnd, nan, tri, tol, kind, kq, vq, sc):

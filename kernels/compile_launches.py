@@ -7,7 +7,8 @@ entry once per Llama-2-7B / Llama-3-8B combo).
   specialisation), sliding windows and softcapping (``ATTENTION_FEATURES``: Mistral, Gemma-2), GPT-OSS's sinks
   with and without a window (``SINK_WINDOWS``: the SINKS variants beside their no-sink twins); at decode, the
   verify step of speculative decoding (``verify_launches``: ``decode_attention.verify_attention`` with k + 1
-  queries per sequence, ``VERIFY_KS``, in ``VERIFY_DTYPES`` only, plain and with ``VERIFY_FEATURES``);
+  queries per sequence, ``VERIFY_KS``, in ``VERIFY_DTYPES`` only, plain, with ``VERIFY_FEATURES``, with sinks, and
+  over an int8 cache in bf16: 26 variants per target with ``roofline check``'s own);
 - linear: a q_proj-shaped linear with a bias (BIAS on; int8 and int4 weights too in the 16-bit dtypes; mxfp4 and
   nvfp4 in bf16: ``kernels.linear_fp4``, ``FP4_DTYPES``);
 - activation: GeGLU (Gemma);
@@ -227,7 +228,7 @@ VERIFY_FEATURES = (dict(window=WINDOW, softcap=SOFTCAP),)   # beside the plain k
 def verify_launches(rec, where, cfg, batch, context, dt) -> None:
     """The verify step's attention (``decode_attention.verify_attention``): each of ``batch`` sequences' k + 1
     queries after ``context`` cached keys, for every k of ``VERIFY_KS``, on ``cfg``'s heads; k = 3 also with a
-    window and softcapping and with sinks."""
+    window and softcapping, with sinks, and (bf16) over an int8 cache."""
     meta = torch.device("meta")
     Hq, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     slots, lens = torch.arange(batch, device=meta), torch.empty(batch, dtype=torch.int32, device=meta)
@@ -239,6 +240,11 @@ def verify_launches(rec, where, cfg, batch, context, dt) -> None:
         for kw in ({},) + extras:
             rec.context = dict(where, op=f"verify attention k={k}" + "".join(f" {n}" for n in kw))
             DA.verify_attention(q, kc, kc, lens, slots, max_len=L, **kw)
+        if k == 3 and dtype_name(dt) == "bf16":         # over an int8 cache with per-token scales (KV_QUANT)
+            k8 = torch.empty(batch, Hkv, L, D, dtype=torch.int8, device=meta)
+            sc = tuple(torch.empty(batch, Hkv, L, dtype=torch.float32, device=meta) for _ in range(2))
+            rec.context = dict(where, op=f"verify attention k={k} kv=int8")
+            DA.verify_attention(q, k8, k8, lens, slots, max_len=L, scales=sc)
 
 
 FP8_GEMMS = ("fp8", "fp8-block")   # the two scale layouts: per channel (x per token), 128 x 128 (x 1 x 128)
