@@ -57,8 +57,9 @@ def write_csv(result_file, path) -> int:
 
 
 def phase_table(result_file) -> str:
-    """One row per step (a verify step: "verify k=K" at the context it verifies after). Tensor-parallel steps add the rank count, the collectives' time and share of the
-    step, and the per-rank balance (each rank's own step time, slowest / fastest)."""
+    """One row per step (a verify step: "verify k=K" at the context it verifies after). Tensor-parallel steps
+    add the rank count, the collectives' time and share of the step, and the per-rank balance (each rank's own
+    step time, slowest / fastest)."""
     a = analyze(result_file)
     rows = a.steps
     if not rows:

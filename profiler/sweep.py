@@ -419,7 +419,8 @@ def _passes(plan: SweepPlan, world: int, ep: int):
         q = {"flags": flags, "keys": {"weight_dtype": wl, "kv_dtype": kvl}} if flags or (wl, kvl) != (
             plan.dtype, plan.dtype) else {}
         par = {"tp": world, "ep": ep} if world > 1 else {}
-        label = (f"{phase} {backend} b={batch} ctx={context}" + (f" k={k}" if k else "") + (f" tp{world}" if world > 1 else "")
+        label = (f"{phase} {backend} b={batch} ctx={context}" + (f" k={k}" if k else "")
+                 + (f" tp{world}" if world > 1 else "")
                  + (f" ep{ep}" if ep > 1 else "")
                  + "".join(f" {k[0]}:{v}" for k, v in (("w", wl), ("kv", kvl)) if q and v != plan.dtype))
         yield _Pass(phase, backend, batch, context, q, par, label, k)

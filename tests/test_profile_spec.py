@@ -120,3 +120,14 @@ def test_the_profile_table_says_k_and_the_context(run):
     lines = phase_table(rf).splitlines()
     ver = [ln.split() for ln in lines if ln.startswith("verify")]
     assert sorted((ln[1], ln[3], ln[4]) for ln in ver) == sorted((f"k={k}", str(b), "8") for b in (1, 2) for k in KS)
+
+
+def test_counters_with_spec_is_refused_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from profiler.cli import main
+
+    r = CliRunner().invoke(main, ["profile", "--model", "tiny", "--phases", "decode", "--spec", "3", "--batches", "1",
+                                  "--contexts", "8", "--device", "cpu", "--counters", "--out", str(tmp_path / "o")])
+    assert r.exit_code != 0 and "--counters reads the prefill and decode points only" in r.output
+    assert not (tmp_path / "o" / "results.jsonl").exists()

@@ -23,6 +23,8 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from roofline.errors import RooflineError
+
 from ..cli_args import (allow_unknown_option, budget_option, device_arg, ep_option, float_dtype_option, int_list,
                         mode_of, mode_options, model_arg_option, names, quant_options, say_for, threads_option)
 from ..counters_run import profile_counters
@@ -78,6 +80,9 @@ def profile(**opts):
     say = say_for(quiet)
     run = spec_from_options(opts, mode)        # the run, described once: every later step reads it
     if opts.get("counters"):
+        if run.plan.spec:
+            raise RooflineError("--counters reads the prefill and decode points only, not --spec's verify steps: "
+                                "run --counters without --spec, and --spec without --counters.")
         result = profile_counters(run.plan, opts["out_dir"], mode, say, report=run.report,
                                   command=command_line("roofline profile --counters"))
         click.echo(result.text())
