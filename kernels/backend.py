@@ -2,7 +2,8 @@
 
 Every op has the same signature in both; the model and the runners call only these. The
 torch backend is the "best plain PyTorch" peer: cuBLAS matmul, SDPA for prefill attention,
-a batched gather-and-matmul decode attention, fp32 math for the vector ops.
+a batched gather-and-matmul decode attention (and verify attention: k + 1 queries per sequence, causal among
+them, ``decode_attention.verify_attention`` / ``torch_verify``), fp32 math for the vector ops.
 
 Quantized weights (``kernels.quant_weight.QuantWeight``, any registered format) go through the same ``linear``:
 the triton backend runs the format's kernel (``weight_format(dtype).triton_linear``: ``linear_int8``,
@@ -74,13 +75,15 @@ _OPS = {
     "triton": SimpleNamespace(
         name="triton", embedding=E.embedding, rmsnorm=N.rmsnorm, add_rmsnorm=N.add_rmsnorm, linear=_triton_linear,
         rope=P.rope, kv_append=KV.kv_append, prefill_attention=PA.prefill_attention,
-        decode_attention=DA.decode_attention, residual_add=R.residual_add, swiglu=S.swiglu, geglu=G.geglu,
+        decode_attention=DA.decode_attention, verify_attention=DA.verify_attention, residual_add=R.residual_add,
+        swiglu=S.swiglu, geglu=G.geglu,
         moe_experts=MOE.moe_experts, route=RT.route,
         mla_decode=MLA.mla_decode, mla_prefill=MLA.mla_prefill),
     "torch": SimpleNamespace(
         name="torch", embedding=E.reference, rmsnorm=N.reference, add_rmsnorm=N.add_reference, linear=_torch_linear,
         rope=_torch_rope, kv_append=KV.reference, prefill_attention=_torch_prefill,
-        decode_attention=_torch_decode, residual_add=R.reference, swiglu=S.reference, geglu=G.reference,
+        decode_attention=_torch_decode, verify_attention=DA.torch_verify, residual_add=R.reference, swiglu=S.reference,
+        geglu=G.reference,
         moe_experts=MOE.torch_moe, route=RT.route,
         mla_decode=MLA.torch_decode, mla_prefill=MLA.mla_prefill),
 }

@@ -7,7 +7,8 @@ Kernel checks: fresh random inputs (seeded), shapes that are not multiples of th
 block overrides that force several tiles / splits, outputs poisoned with NaN before the
 launch (an element the kernel forgets to write fails). The reference runs in float64 on the
 same (dtype-rounded) inputs. Error = max |out - ref| / max |ref| (NaN anywhere -> inf).
-Architecture checks (``_architecture_checks``): a linear's bias, GeGLU, sliding-window attention (with and
+Verify attention (``_verify_checks``, speculative decoding's verify step: k + 1 queries per sequence, causal
+among them). Architecture checks (``_architecture_checks``): a linear's bias, GeGLU, sliding-window attention (with and
 without a cached prefix; decode lengths on both sides of the window) and logit softcapping.
 MLA checks (``_mla_checks``): the absorbed MLA decode against its fp64 reference; the naive prefill's torch
 path.
@@ -136,9 +137,36 @@ def _kernel_checks(ops, dt, dev, quick):
         o = ops.decode_attention(q, kc, vc, ln, slots, **(dict(cfg, out=nan(B, Hq, D)) if tri else {}))
         yield (f"decode_attn lens={lens} Hq/Hkv={Hq}/{Hkv} D={D}", o, DA.reference(*dbl(q, kc, vc), ln, slots),
                ", ".join(f"{k}={v}" for k, v in cfg.items()))
+    yield from _verify_checks(ops, dev, rnd, nan, tri)
     yield from _architecture_checks(ops, dev, rnd, nan, tri)
     yield from _mla_checks(ops, dev, rnd, nan, tri, quick)
     yield from _moe_checks(ops, dev, rnd, nan, tri, quick)
+
+
+# (T = k + 1 queries, Hq, Hkv, D, lengths, config, keywords): ragged lengths (one of exactly T: the queries alone),
+# several key tiles and splits, 96 (query, head) rows (two row blocks of 64), a window and softcapping, sinks
+VERIFY_CASES = [(4, 4, 2, 16, [37, 4, 60], dict(block_n=16, splits=3), {}),
+                (2, 8, 1, 24, [50, 13], dict(block_n=16), {}),
+                (6, 32, 2, 16, [41], dict(block_n=16, splits=2), {}),
+                (4, 4, 2, 16, [45, 9], dict(block_n=16, splits=2), dict(window=10, softcap=5.0)),
+                (3, 4, 4, 16, [30, 17], dict(block_n=16), dict(sinks=True))]
+
+
+def _verify_checks(ops, dev, rnd, nan, tri):
+    """Verify attention (issue 34: speculative decoding's verify step): T queries per sequence, the last T of its
+    keys, causal among them, against ``decode_attention.verify_reference`` (an off-by-one mask among the T moves
+    every row but the last by far more than the tolerance: tests/test_verify_attention.py)."""
+    for T, Hq, Hkv, D, lens, cfg, kw in VERIFY_CASES:
+        B = len(lens)
+        kc, vc, q = rnd(4, Hkv, 64, D), rnd(4, Hkv, 64, D), rnd(B, T, Hq, D)
+        slots, ln = torch.tensor([3, 0, 1][:B], device=dev), torch.tensor(lens, device=dev)
+        akw = dict(kw, sinks=rnd(Hq)) if "sinks" in kw else dict(kw)
+        o = ops.verify_attention(q, kc, vc, ln, slots, **akw, **(dict(cfg, out=nan(B, T, Hq, D)) if tri else {}))
+        rkw = dict(akw, sinks=akw["sinks"].double()) if "sinks" in akw else akw
+        what = "".join(f" {k}" + ("" if k == "sinks" else f"={v}") for k, v in kw.items())
+        yield (f"verify_attn T={T} lens={lens} Hq/Hkv={Hq}/{Hkv} D={D}{what}", o,
+               DA.verify_reference(q.double(), kc.double(), vc.double(), ln, slots, **rkw),
+               ", ".join(f"{k}={v}" for k, v in cfg.items()) if tri else "")
 
 
 def _mla_checks(ops, dev, rnd, nan, tri, quick):
@@ -443,6 +471,11 @@ def _kv_quant_checks(ops, dt, dev, g, tri, tol):
             yield _result(f"decode_attn {kind} KV lens={lens} Hq={Hq}", rel_err(o, DA.reference(
                 q.double(), kq, vq, ln, slots, scales=sc)), tol, "vs dequantized K/V")
         yield from _kv_sink_checks(ops, dev, rnd, nan, tri, tol, kind, kq, vq, sc)
+        q, slots, ln = rnd(3, 4, 4, 16), torch.tensor([3, 0, 1], device=dev), torch.tensor([37, 4, 60], device=dev)
+        kw = dict(block_n=16, splits=3, out=nan(3, 4, 4, 16)) if tri else {}
+        o = ops.verify_attention(q, kq, vq, ln, slots, scales=sc, **kw)                # the verify step, 8-bit KV
+        yield _result(f"verify_attn {kind} KV T=4 lens=[37, 4, 60]", rel_err(o, DA.verify_reference(
+            q.double(), kq, vq, ln, slots, scales=sc)), tol, "vs dequantized K/V")
 
 
 def _kv_sink_checks(ops, dev, rnd, nan, tri, tol, kind, kq, vq, sc):

@@ -6,7 +6,10 @@ entry once per Llama-2-7B / Llama-3-8B combo).
 - attention: non-causal prefill, a chunk after 17 cached tokens (neither 1 nor a multiple of 16: another
   specialisation), sliding windows and softcapping (``ATTENTION_FEATURES``: Mistral, Gemma-2), Llama-4's chunked
   attention (``CHUNK``), GPT-OSS's sinks with and without a window (``SINK_WINDOWS``: the SINKS variants beside
-  their no-sink twins);
+  their no-sink twins); at decode, the verify step of speculative decoding (``verify_launches``:
+  ``decode_attention.verify_attention`` with k + 1 queries per sequence, ``VERIFY_KS``, in ``VERIFY_DTYPES`` only,
+  plain, with ``VERIFY_FEATURES``, with sinks, and over an int8 cache in bf16: 26 variants per target with
+  ``roofline check``'s own);
 - linear: a q_proj-shaped linear with a bias (BIAS on; int8 and int4 weights too in the 16-bit dtypes; mxfp4 and
   nvfp4 in bf16: ``kernels.linear_fp4``, ``FP4_DTYPES``);
 - activation: GeGLU (Gemma);
@@ -221,6 +224,34 @@ def attend_meta(cfg, phase, batch, context, dt, **kw) -> None:
                             max_len=context + 1, **kw)
 
 
+VERIFY_KS = (3,)                   # drafts per verify step: 4 queries per sequence (the quick set kept small: k = 1
+#                                    and 5 change only the scalar row counts, the same tiles)
+VERIFY_DTYPES = ("bf16", "fp16")   # a verify step runs in a 16-bit dtype
+VERIFY_FEATURES = (dict(window=WINDOW, softcap=SOFTCAP),)   # beside the plain kernel: both masks' constexprs on
+
+
+def verify_launches(rec, where, cfg, batch, context, dt) -> None:
+    """The verify step's attention (``decode_attention.verify_attention``): each of ``batch`` sequences' k + 1
+    queries after ``context`` cached keys, for every k of ``VERIFY_KS``, on ``cfg``'s heads; k = 3 also with a
+    window and softcapping, with sinks, and (bf16) over an int8 cache."""
+    meta = torch.device("meta")
+    Hq, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    slots, lens = torch.arange(batch, device=meta), torch.empty(batch, dtype=torch.int32, device=meta)
+    for k in VERIFY_KS:
+        L = context + k + 1
+        q = torch.empty(batch, k + 1, Hq, D, dtype=dt, device=meta)
+        kc = torch.empty(batch, Hkv, L, D, dtype=dt, device=meta)
+        extras = (dict(VERIFY_FEATURES[0]), dict(sinks=torch.empty(Hq, dtype=dt, device=meta))) if k == 3 else ()
+        for kw in ({},) + extras:
+            rec.context = dict(where, op=f"verify attention k={k}" + "".join(f" {n}" for n in kw))
+            DA.verify_attention(q, kc, kc, lens, slots, max_len=L, **kw)
+        if k == 3 and dtype_name(dt) == "bf16":         # over an int8 cache with per-token scales (KV_QUANT)
+            k8 = torch.empty(batch, Hkv, L, D, dtype=torch.int8, device=meta)
+            sc = tuple(torch.empty(batch, Hkv, L, dtype=torch.float32, device=meta) for _ in range(2))
+            rec.context = dict(where, op=f"verify attention k={k} kv=int8")
+            DA.verify_attention(q, k8, k8, lens, slots, max_len=L, scales=sc)
+
+
 FP8_GEMMS = ("fp8", "fp8-block")   # the two scale layouts: per channel (x per token), 128 x 128 (x 1 x 128)
 FP8_DTYPES = ("bf16",)         # the activation / output dtype the quick set compiles the fp8 kernels in
 needs_capability(FP8_CAPABILITY, "_linear_fp8_kernel", "_act_quant_kernel", "e4m3_round")   # sm_80 has no fp8
@@ -288,6 +319,8 @@ def _attention(rec, c) -> None:
         PA.prefill_attention(q, kc, kc, torch.arange(batch, device=meta), 17)
     attention_feature_launches(rec, c.where, cfg, c.phase, batch, context, c.dt)
     sink_launches(rec, c.where, cfg, c.phase, batch, context, c.dt)
+    if c.phase == "decode" and dtype_name(c.dt) in VERIFY_DTYPES:
+        verify_launches(rec, c.where, cfg, batch, context, c.dt)
     if fp8_ok(c):
         fp8_kv_launches(rec, c.where, cfg, c.phase, batch, context, c.dt)
 

@@ -20,7 +20,7 @@ from roofline.models import ModelConfig
 
 from ._common import dtype_name
 from .checkpoint import load_weights
-from .decode_attention import decode_config
+from .decode_attention import decode_config, verify_config
 from .model import mla_decode_attend, mla_prefill_attend, route
 from .weights import init_weights, seeded_generator
 from .prefill_attention import DEQUANT_NOTE, attention_config
@@ -205,18 +205,19 @@ class RunContext:
 
 
 def build_context(cfg: ModelConfig, phase: str, batch: int, context: int, *, K, dt, dev, seed: int, tp, prec,
-                  kvdt: str) -> RunContext:
+                  kvdt: str, spec_k: int = 0) -> RunContext:
     """The point's context: weights (``one_layer_weights``), inputs drawn in their fixed order, the KV cache and
-    the attention call, the point's routing and latent cache."""
+    the attention call, the point's routing and latent cache. Phase "verify" (speculative decoding's verify step,
+    ``spec_k`` = k drafts): k + 1 new tokens per sequence after ``context`` cached ones, logits at every one."""
     g = seeded_generator(dev, seed + 1)
     rnd = lambda *s: torch.randn(*s, generator=g, device=dev, dtype=torch.float32).to(dt)  # noqa: E731
     if g is None:                                        # meta tensors: shapes only (the compile check)
         rnd = lambda *s: torch.empty(*s, device=dev, dtype=dt)  # noqa: E731
     sh, lcfg = tp_parts(cfg, tp)                         # this rank's sizes (the model's own at one rank)
-    n = context if phase == "prefill" else 1
+    n = context if phase == "prefill" else spec_k + 1 if phase == "verify" else 1
     w, notes = one_layer_weights(cfg, dt, dev, seed, tp, prec, K.name)
     c = RunContext(cfg, lcfg, sh, tp, phase, K, dt, dev, prec, kvdt, batch, n,
-                   context if phase == "prefill" else context + 1, w, rnd, load_notes=notes,
+                   context if phase == "prefill" else context + n, w, rnd, load_notes=notes,
                    lw={k_: t for layer in w["layers"] for k_, t in layer.items()})
     T, H, I, D, Hq, Hkv = c.T, cfg.hidden, lcfg.intermediate, cfg.head_dim, lcfg.n_heads, lcfg.n_kv_heads
     c.cos, c.sin = rope_tables(c.kv_len, cfg.qk_rope_dim if cfg.mla else D, cfg.rope_theta, dev, cfg.rope_yarn)
@@ -227,7 +228,8 @@ def build_context(cfg: ModelConfig, phase: str, batch: int, context: int, *, K, 
     _kv_cache(c, seed, rnd)
     _attention(c, context)
     c.ids = torch.randint(0, cfg.vocab, (T,), generator=g, device=dev)
-    c.last, c.logits = rnd(batch, H), rnd(batch, sh.vocab)
+    edge = T if phase == "verify" else batch                 # the verify step's logits: every position's
+    c.last, c.logits = rnd(edge, H), rnd(edge, sh.vocab)
     if cfg.n_experts:
         c.routing = _routing(c)
     if cfg.mla:
@@ -253,7 +255,8 @@ def _kv_cache(c: RunContext, seed: int, rnd) -> None:
 
 def _attention(c: RunContext, context: int) -> None:
     """Positions, slots and the attention call of the phase (prefill: n new tokens from 0; decode: one token
-    after ``context`` cached), with its launch config."""
+    after ``context`` cached; verify: n = k + 1 after ``context``, ``decode_attention.verify_attention``), with its
+    launch config."""
     B, n, D, Hq, K = c.B, c.n, c.cfg.head_dim, c.lcfg.n_heads, c.K
     c.slots = slots = torch.arange(B, device=c.dev)
     if c.phase == "prefill":
@@ -264,6 +267,15 @@ def _attention(c: RunContext, context: int) -> None:
         def attend(qq, kc, vc, **akw):
             fn = prefill_with_sinks if "sinks" in akw and K.name != "triton" else K.prefill_attention
             return fn(qq.view(B, n, Hq, D), kc, vc, slots, 0, **akw).reshape(qq.shape)
+    elif c.phase == "verify":                          # n = k + 1 tokens after ``context``, causal among them
+        c.pos = (context + torch.arange(n, device=c.dev)).repeat(B)
+        c.tok_slot = slots.repeat_interleave(n)
+        lens, kv_len = torch.full((B,), c.kv_len, dtype=torch.long, device=c.dev), c.kv_len
+        c.attn_cfg = verify_config(B, n, Hq, c.lcfg.n_kv_heads, kv_len, c.dev, dtype=c.dt, kv_quant=c.qkv)
+
+        def attend(qq, kc, vc, **akw):
+            return K.verify_attention(qq.view(B, n, Hq, D), kc, vc, lens, slots, max_len=kv_len,
+                                      **akw).reshape(qq.shape)
     else:
         c.pos = torch.full((B,), context, dtype=torch.long, device=c.dev)
         c.tok_slot = slots

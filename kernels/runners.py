@@ -46,6 +46,7 @@ from roofline.errors import RooflineError
 from roofline.layer import model_ops
 from roofline.models import ModelConfig
 from roofline.parallel import COLLECTIVE_OPS, EP_COLLECTIVES
+from roofline.speculative import verify_step
 
 from . import runners_attention, runners_mla, runners_moe, runners_rows  # noqa: F401  (register their kinds)
 from ._common import dtype_name, torch_dtype
@@ -57,6 +58,7 @@ from .runner_registry import builder
 from .tp import local_experts, tp_parts
 
 COLLECTIVES = COLLECTIVE_OPS + EP_COLLECTIVES
+PHASES = ("prefill", "decode", "verify")   # verify: speculative decoding's verify step (``spec_k`` drafts)
 
 
 @dataclass
@@ -71,16 +73,24 @@ class OpRunner:
 
 def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtype="bf16", backend="triton",
                  device="cpu", seed=0, ops=None, tp=None, weight_dtype=None, kv_dtype=None, group_size=None,
-                 zero_point=False) -> list[OpRunner]:
+                 zero_point=False, spec_k: int = 0) -> list[OpRunner]:
     """Runners for every op of ``phase`` (or only ``ops``), in the model's op order then "layer" (then, under
     tensor parallelism, the collectives). The weights and KV cache are the checkpoint's own precision per module
     as our kernels run it (``kernels.run_precision``), or the flags' over it: ``weight_dtype`` a registered format
     for every projection, MLP, expert and lm_head ("int8", "int4" with ``group_size`` and ``zero_point``, "fp8",
     "fp8-block", "mxfp4", "nvfp4"; the activation dtype: unquantized) or ``module=format`` pairs
     ("experts=nvfp4,attention=fp8"); ``kv_dtype`` an 8-bit cache (int8, fp8) or the activation dtype. Every cost is
-    of what runs (``roofline.workload`` with that precision)."""
-    if phase not in ("prefill", "decode"):
-        raise RooflineError(f"phase must be 'prefill' or 'decode', not {phase!r}.")
+    of what runs (``roofline.workload`` with that precision). Phase "verify": speculative decoding's verify step of
+    ``spec_k`` drafts (k + 1 tokens per sequence after ``context``, logits at each; costs
+    ``roofline.speculative.verify_step``'s)."""
+    if phase not in PHASES:
+        raise RooflineError(f"phase must be one of {', '.join(PHASES)}, not {phase!r}.")
+    if (phase == "verify") != bool(spec_k) or isinstance(spec_k, bool) or not isinstance(spec_k, int) or spec_k < 0:
+        raise RooflineError(f"a verify step needs spec_k, its drafts, a whole number of at least 1 (and only a verify "
+                            f"step takes one): got phase {phase!r} with spec_k {spec_k!r}.")
+    if phase == "verify" and cfg.mla:
+        raise RooflineError(f"{cfg.name}'s latent attention has no verify-step runner (its verify step is costed as "
+                            "a prefill chunk, roofline.speculative.verify_notes): profile it without --spec.")
     tp = tp if tp is not None and tp.world > 1 else None
     specs = {o.name: o for o in model_ops(cfg, tp_parts(cfg, tp)[0])}
     names = _chosen(list(specs) + ["layer"] + (list(COLLECTIVES) if tp is not None else []), ops)
@@ -92,16 +102,18 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
         check_tp(prec, cfg, tp.world)
     kw = dict(weight_dtype=prec.weight_label, act_dtype=dtype_name(dt), kv_dtype=kvdt,
               tp=tp.world if tp is not None else 1, ep=tp.ep if tp is not None else 1, precision=prec.run)
-    ph = W.prefill(cfg, batch, context, **kw) if phase == "prefill" else W.decode(cfg, batch, context, **kw)
+    ph = (W.prefill(cfg, batch, context, **kw) if phase == "prefill" else W.decode(cfg, batch, context, **kw)
+          if phase == "decode" else verify_step(cfg, batch, context, spec_k, **kw))
     if tp is not None:                                # the step's own collectives (under --ep: the all-to-alls)
         names = [n for n in names if n not in COLLECTIVES] + [c.name for c in ph.collectives if c.name in names]
     K = get_ops(backend)
-    ctx = build_context(cfg, phase, batch, context, K=K, dt=dt, dev=dev, seed=seed, tp=tp, prec=prec, kvdt=kvdt)
+    ctx = build_context(cfg, phase, batch, context, K=K, dt=dt, dev=dev, seed=seed, tp=tp, prec=prec, kvdt=kvdt,
+                        spec_k=spec_k)
     table = {name: builder(spec.kind)(ctx, spec) for name, spec in specs.items() if name in names}
     table["layer"] = _layer_runner(ctx)
     if tp is not None:
         table.update(_collective_runners(ph, tp, torch.zeros(ctx.T, cfg.hidden, device=dev, dtype=dt),
-                                         torch.zeros(batch, ctx.sh.vocab, device=dev, dtype=dt),
+                                         torch.zeros(len(ctx.last), ctx.sh.vocab, device=dev, dtype=dt),
                                          ctx.routing.plan if ctx.ep else None))
     out = []
     for name in names:

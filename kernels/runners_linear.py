@@ -35,7 +35,7 @@ def linear_run_config(ctx, M: int, wt) -> dict:
 def linear(ctx, spec):
     K, w = ctx.K, ctx.w
     if spec.part == "post":                                   # lm_head: the last rows of each sequence
-        return (lambda: K.linear(ctx.last, w["lm_head"])), linear_run_config(ctx, ctx.B, w["lm_head"])
+        return (lambda: K.linear(ctx.last, w["lm_head"])), linear_run_config(ctx, len(ctx.last), w["lm_head"])
     wspec = spec.weights[0]
     bias = ctx.lw.get(spec.weights[1].key) if len(spec.weights) > 1 else None
     src = getattr(ctx, INPUT_OF_SHARD.get(wspec.shard, "h"))

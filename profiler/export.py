@@ -57,8 +57,9 @@ def write_csv(result_file, path) -> int:
 
 
 def phase_table(result_file) -> str:
-    """One row per step. Tensor-parallel steps add the rank count, the collectives' time and share of the
-    step, and the per-rank balance (each rank's own step time, slowest / fastest)."""
+    """One row per step (a verify step: "verify k=K" at the context it verifies after). Tensor-parallel steps
+    add the rank count, the collectives' time and share of the step, and the per-rank balance (each rank's own
+    step time, slowest / fastest)."""
     a = analyze(result_file)
     rows = a.steps
     if not rows:
@@ -68,7 +69,9 @@ def phase_table(result_file) -> str:
     qtext = lambda s: "".join(f" {k}:{v}" for k, v in (("w", s.key.weight_dtype), ("kv", s.key.kv_dtype))  # noqa: E731
                               if v != s.dtype).strip() or s.dtype
     qw = max((len(qtext(s)) for s in rows), default=0) + 2 if quant else 0
-    head = (f"{'phase':<8}{'backend':<8}" + (f"{'dtypes':<{qw}}" if quant else "") + f"{'batch':>6}{'context':>8}"
+    ptext = lambda s: s.phase + (f" k={s.drafts}" if s.drafts else "")   # noqa: E731 (a verify step: its drafts)
+    pw = max(8, max(len(ptext(s)) for s in rows) + 1)
+    head = (f"{'phase':<{pw}}{'backend':<8}" + (f"{'dtypes':<{qw}}" if quant else "") + f"{'batch':>6}{'context':>8}"
             + (f"{'tp':>4}" if tp else "")
             + f"{'step':>11}{'FLOP/B':>9}{'roof':>7}"
             + (f"{'collectives':>13}{'share':>7}  {'ranks slow/fast':<17}" if tp else "") + "  verdict")
@@ -82,8 +85,8 @@ def phase_table(result_file) -> str:
             ts = [t for _, t in s.rank_s]
             bal = f"{U.seconds(max(ts))}/{U.seconds(min(ts))}" if ts else "-"
             comm = f"{U.seconds(s.communication_s):>13}{U.percent(s.comm_share):>7}  {bal:<17}"
-        out.append(f"{s.phase:<8}{s.backend:<8}" + (f"{qtext(s):<{qw}}" if quant else "")
-                   + f"{s.batch:>6}{s.context:>8}"
+        out.append(f"{ptext(s):<{pw}}{s.backend:<8}" + (f"{qtext(s):<{qw}}" if quant else "")
+                   + f"{s.batch:>6}{s.cached if s.drafts else s.context:>8}"
                    + (f"{s.tp:>4}" if tp else "")
                    + f"{U.seconds(s.time_s):>11}{U.intensity(s.intensity):>9}{U.percent(s.roof_fraction):>7}"
                    + comm + f"  {s.verdict}{star if s.reliable else ''}"

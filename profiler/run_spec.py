@@ -55,13 +55,13 @@ BUDGET_MS = {"gpu": 50.0, "cpu": 40.0, "quick-gpu": 20.0, "quick-cpu": 25.0}
 
 def default_plan(*, model=None, phases=("prefill", "decode"), batches=None, contexts=None, backends=None, dtype=None,
                  device=None, quick=False, budget_ms=None, flush_cache=False, weight_dtypes=None, kv_dtypes=None,
-                 group_size=None, zero_point=False, allow_unknown_fields=False):
+                 group_size=None, zero_point=False, allow_unknown_fields=False, spec=None):
     """(SweepPlan, model name as given): this machine's defaults (a GPU's or a CPU's) for what is not given.
 
     ``weight_dtypes`` / ``kv_dtypes``: a flag or a tuple of them (None: the model's own precision, a quantized
     checkpoint's formats; the activation dtype: unquantized, a checkpoint dequantized; a registered format: "int8",
     "int4", "fp8", "fp8-block", "mxfp4", "nvfp4", or ``module=format`` pairs; KV "int8", "fp8"); each runs in the
-    same file (``SweepPlan.variants``)."""
+    same file (``SweepPlan.variants``). ``spec``: draft counts; phase "verify" times their verify steps beside."""
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -80,7 +80,9 @@ def default_plan(*, model=None, phases=("prefill", "decode"), batches=None, cont
         raise RooflineError("--zero-point goes with int4 weights (--weight-dtype int4): int8 weights are symmetric.")
     if group_size is not None and not int4:
         raise RooflineError("--group-size goes with int4 weights (--weight-dtype int4).")
-    plan = SweepPlan(model=cfg, phases=tuple(phases), batches=tuple(batches or d["batches"]),
+    spec = tuple(spec or ())
+    phases = tuple(p for p in phases if p != "verify") + (("verify",) if spec else ())
+    plan = SweepPlan(model=cfg, phases=phases, batches=tuple(batches or d["batches"]),
                      contexts=tuple(contexts or d["contexts"]), backends=tuple(backends or d["backends"]),
                      dtype=dtype, device=device, budget_s=budget_ms / 1e3,
                      warmup_s=budget_ms / (4e3 if gpu else 8e3),  # a GPU also ramps its clocks
@@ -88,12 +90,13 @@ def default_plan(*, model=None, phases=("prefill", "decode"), batches=None, cont
                      # the activation dtype alone: a float model's own (a quantized one's, dequantized)
                      weight_dtypes=ws if ws != (dtype,) or cfg.quantization else (),
                      kv_dtypes=kvs if kvs != (dtype,) or cfg.quantization else (),
-                     group_size=group_size or 128, zero_point=bool(zero_point))
+                     group_size=group_size or 128, zero_point=bool(zero_point), spec=spec)
     return plan, (model if isinstance(model, str) else cfg.name)
 
 
 # The header setting that holds each point-key field's values (``roofline.records.KEY_FIELDS``); None: a field a
-# profile does not sweep (new_tokens follows from the phase and the context, cached is 0) or records elsewhere (the
+# profile does not sweep (new_tokens follows from the phase and the context, cached is 0; a verify step's follow from
+# the context and ``spec``: ``sweep.point_for``) or records elsewhere (the
 # model: ``RunHeader.model``). The parallelism (``PARALLEL_FIELDS``) is a setting when > 1, read as 1 when absent.
 KEY_SETTINGS = {"model": None, "op": "ops", "new_tokens": None, "phase": "phases", "backend": "backends",
                 "batch": "batches", "context": "contexts", "cached": None, "dtype": "dtype",
@@ -171,7 +174,7 @@ class RunSpec:
                          device=s["device"], budget_s=s["budget_s"], warmup_s=s["warmup_s"], ops=ops,
                          flush_bytes=s.get("cpu_flush_bytes", 0), weight_dtypes=same(s.get("weight_dtypes")),
                          kv_dtypes=same(s.get("kv_dtypes")), group_size=s.get("group_size", 128),
-                         zero_point=bool(s.get("zero_point", False)))
+                         zero_point=bool(s.get("zero_point", False)), spec=tuple(s.get("spec") or ()))
         threads = None if plan.device.startswith("cuda") else s.get("threads")
         return cls(plan, threads=threads, quick=bool(s.get("quick")), model_arg=s.get("model_arg", m.name),
                    allow_unknown_fields=bool(s.get("allow_unknown_fields")),
@@ -190,7 +193,8 @@ def _csv(v: tuple) -> str:
 # () is left out (the option's default), True is a bare flag, a tuple a comma-separated list.
 CLI_OPTIONS = (
     ("--model", lambda s: s.model_arg),
-    ("--phases", lambda s: _csv(s.plan.phases)),
+    ("--phases", lambda s: _csv(p for p in s.plan.phases if p != "verify")),   # verify: from --spec
+    ("--spec", lambda s: s.plan.spec),
     ("--batches", lambda s: _csv(s.plan.batches)),
     ("--contexts", lambda s: _csv(s.plan.contexts)),
     ("--backends", lambda s: _csv(s.plan.backends)),
@@ -215,7 +219,7 @@ PLAN_OPTIONS = {"model": "model_arg", "phases": "phases", "batches": "batches", 
                 "backends": "backends", "dtype": "dtype", "device": "device", "quick": "quick",
                 "budget_ms": "budget_ms", "flush_cache": "flush_cache", "weight_dtypes": "weight_dtype",
                 "kv_dtypes": "kv_dtype", "group_size": "group_size", "zero_point": "zero_point",
-                "allow_unknown_fields": "allow_unknown_fields"}
+                "allow_unknown_fields": "allow_unknown_fields", "spec": "spec"}
 
 
 def spec_from_options(opts: dict, mode: str) -> RunSpec:

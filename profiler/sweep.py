@@ -13,6 +13,12 @@ point through a ``ResultWriter``, flushed as each finishes:
 * the device is probed before and after each op (``probes.point_flags``); an op
   disturbed by other processes ("host-busy") is timed once more, a throttled one flagged;
 * KeyboardInterrupt propagates after the last finished line is on disk.
+* speculative decoding (``spec``: draft counts k, ``roofline profile --spec 1,3,5``): phase "verify" times the
+  verify step of k drafts at every (backend, batch, context) beside plain decode (``SweepPlan.verify_combos``):
+  k + 1 new tokens per sequence after ``context`` cached ones, attention ``decode_attention.verify_attention``,
+  logits at every position, each op costed by ``roofline.speculative.verify_step`` (a mixed step of k + 1-token
+  chunks). Its points are keyed as a chunk after a cached prefix: new_tokens k + 1, cached the context, context
+  the context + k + 1 (the sequence after the step), so each k is its own step;
 * precision: by default each module as the checkpoint stores it (a quantized checkpoint's own formats, as our
   kernels run them: ``kernels.run_precision``; a float model's, the activation dtype); ``weight_dtypes`` (the
   activation dtype = dequantized, a registered format: int8, int4, fp8, fp8-block, mxfp4, nvfp4, or
@@ -59,6 +65,7 @@ from roofline.models import ModelConfig
 from roofline.records import Measurement, WorkloadPoint
 from roofline.layer import LAYER_OP, check_runnable, op_names
 from roofline.parallel import COLLECTIVE_OPS, EP_COLLECTIVES, shard, step_collectives
+from roofline.speculative import verify_step
 
 from . import probes
 from .distributed import OneRank
@@ -71,7 +78,7 @@ def expected_ops(model: ModelConfig) -> tuple:
     return op_names(model) + (LAYER_OP,)
 
 
-PHASES = ("prefill", "decode")
+PHASES = ("prefill", "decode", "verify")   # verify: with ``spec`` only (speculative decoding's verify step)
 BACKENDS = ("triton", "torch")
 # The Triton interpreter runs programs one by one in Python: only tiny shapes finish.
 INTERPRETER_MAX_HIDDEN = 128
@@ -95,11 +102,24 @@ class SweepPlan:
     kv_dtypes: tuple = ()          # () = the model's own; else each of dtype, "int8", "fp8"
     group_size: int = 128          # int4 weights: input rows per scale
     zero_point: bool = False       # int4 weights: a zero point per group
+    spec: tuple = ()               # phase "verify": draft counts k per verify step (roofline profile --spec)
 
     def combos(self) -> list:
-        """(phase, backend, batch, context) in the order they run: small first, so early lines are cheap."""
-        return [(ph, be, b, c) for ph in self.phases for be in self.backends
+        """(phase, backend, batch, context) of prefill and decode in the order they run: small first, so early lines
+        are cheap (the verify steps: ``verify_combos``)."""
+        return [(ph, be, b, c) for ph in self.phases if ph != "verify" for be in self.backends
                 for b in self.batches for c in self.contexts]
+
+    def verify_combos(self) -> list:
+        """(backend, batch, context, k) of the verify steps (phase "verify"), run after ``combos``."""
+        if "verify" not in self.phases:
+            return []
+        return [(be, b, c, k) for be in self.backends for b in self.batches for c in self.contexts for k in self.spec]
+
+    @property
+    def points(self) -> int:
+        """Grid points per variant: ``combos`` and ``verify_combos``."""
+        return len(self.combos()) + len(self.verify_combos())
 
     def variants(self) -> list:
         """(weight flag, KV flag) of each pass over ``combos``, in order (None: the model's own precision)."""
@@ -135,6 +155,8 @@ class SweepPlan:
                "backends": list(self.backends), "dtype": self.dtype, "device": self.device,
                "budget_s": self.budget_s, "warmup_s": self.warmup_s, "ops": list(self.op_names),
                "cpu_flush_bytes": self.flush_bytes}
+        if self.spec:                 # only then: a run without speculation keeps the settings older files hold
+            out["spec"] = list(self.spec)
         if self.quantized:            # only then: a float run's settings stay what older files hold
             own = () if self.model.quantization else (self.dtype,)   # a quantized model's own precision: []
             out.update(weight_dtypes=list(self.weight_dtypes or own), kv_dtypes=list(self.kv_dtypes or own))
@@ -166,6 +188,7 @@ class SweepPlan:
             if "decode" in self.phases and c + 1 > m.max_context:
                 raise RooflineError(f"a decode step at context {c} needs {c + 1} positions, past {m.name}'s "
                                     f"maximum context of {m.max_context}.")
+        self._check_spec()
         self._check_memory()
         if "triton" in self.backends and not self.device.startswith("cuda"):
             big = max(self.batches) * max(self.contexts)
@@ -176,6 +199,25 @@ class SweepPlan:
                     f"{INTERPRETER_MAX_TOKENS} (got {m.name}, hidden {m.hidden}, batch x context {big}), "
                     "or --backends torch.")
 
+
+    def _check_spec(self) -> None:
+        """Phase "verify" goes with draft counts (``spec``, each a whole number >= 1) and they with it; every
+        verify step's k + 1 tokens fit after the longest context; latent attention has no verify runner."""
+        m, ks = self.model, self.spec
+        if ("verify" in self.phases) != bool(ks):
+            raise RooflineError("the verify phase goes with --spec (drafts per verify step, e.g. --spec 1,3,5) and "
+                                "--spec with it: give --spec K[,K...] to time verify steps, or neither.")
+        bad = [k for k in ks if isinstance(k, bool) or not isinstance(k, int) or k < 1]
+        if bad:
+            raise RooflineError(f"--spec takes whole numbers of draft tokens of at least 1, not {bad[0]!r}: e.g. "
+                                "--spec 1,3,5.")
+        if ks and max(self.contexts) + max(ks) + 1 > m.max_context:
+            raise RooflineError(f"a verify step of {max(ks)} drafts at context {max(self.contexts)} needs "
+                                f"{max(self.contexts) + max(ks) + 1} positions, past {m.name}'s maximum context of "
+                                f"{m.max_context}: give smaller --contexts or --spec.")
+        if ks and m.mla:
+            raise RooflineError(f"--spec: {m.name}'s latent attention has no verify-step runner (explain --spec "
+                                "costs it as a prefill chunk); profile it without --spec.")
 
     def _check_quant(self) -> None:
         """Each variant's precision runs here (``kernels.run_precision``: a format our kernels have, an fp8 KV
@@ -251,26 +293,33 @@ def device_memory_bytes(device: str) -> float:
 
 def point_for(plan: SweepPlan, name: str, phase: str, backend: str, batch: int, context: int, cost,
               compute_dtype: str = "", tp: int = 1, weight_dtype: str | None = None,
-              kv_dtype: str | None = None, ep: int = 1) -> WorkloadPoint:
-    return WorkloadPoint(model=plan.model.name, op=name, phase=phase, batch=batch,
-                         new_tokens=context if phase == "prefill" else 1, context=context, cost=cost,
-                         dtype=plan.dtype, backend=backend, cached=0, weight_dtype=weight_dtype or plan.dtype,
+              kv_dtype: str | None = None, ep: int = 1, spec_k: int = 0) -> WorkloadPoint:
+    """One op's point; a verify step (``spec_k`` drafts after ``context`` cached tokens) is keyed as a chunk of
+    k + 1 new tokens after a cached prefix: context = context + k + 1, cached = context."""
+    new = context if phase == "prefill" else spec_k + 1 if phase == "verify" else 1
+    cached = context if phase == "verify" else 0
+    return WorkloadPoint(model=plan.model.name, op=name, phase=phase, batch=batch, new_tokens=new,
+                         context=context + (new if phase == "verify" else 0), cost=cost,
+                         dtype=plan.dtype, backend=backend, cached=cached, weight_dtype=weight_dtype or plan.dtype,
                          kv_dtype=kv_dtype or plan.dtype, compute_dtype=compute_dtype, tp=tp, ep=ep)
 
 
 def formula_cost(plan: SweepPlan, name: str, phase: str, batch: int, context: int, tp: int = 1,
-                 weight_dtype: str | None = None, kv_dtype: str | None = None, ep: int = 1):
+                 weight_dtype: str | None = None, kv_dtype: str | None = None, ep: int = 1, spec_k: int = 0):
     """(Cost, compute dtype) of one op instance (or the whole layer) from roofline.workload at the variant's
     precision (``SweepPlan.precision``: the weight / KV flags, None the model's own), per rank under ``tp`` /
     ``ep`` (the experts at the expected load); a collective (tensor parallelism's all-reduces, expert
-    parallelism's all-to-alls) costs 0 here: its bytes cross the interconnect, not HBM."""
+    parallelism's all-to-alls) costs 0 here: its bytes cross the interconnect, not HBM. A verify step (phase
+    "verify", ``spec_k`` drafts): ``roofline.speculative.verify_step``'s."""
     if name in COLLECTIVE_OPS + EP_COLLECTIVES:
         return ZERO, plan.dtype
     rp = plan.precision(weight_dtype, kv_dtype)
     wl, kvl = plan.labels(weight_dtype, kv_dtype)
     kw = dict(weight_dtype=wl, act_dtype=plan.dtype, kv_dtype=kvl, tp=tp, **({"ep": ep} if ep != 1 else {}),
               **({"precision": rp.run} if rp is not None else {}))
-    ph = W.prefill(plan.model, batch, context, **kw) if phase == "prefill" else W.decode(plan.model, batch, context, **kw)
+    ph = (W.prefill(plan.model, batch, context, **kw) if phase == "prefill" else
+          W.decode(plan.model, batch, context, **kw) if phase == "decode" else
+          verify_step(plan.model, batch, context, spec_k, **kw))
     o = ph.op(name)
     return o.cost, o.compute_dtype
 
@@ -346,6 +395,7 @@ class _Pass:
     q: dict                  # {} (float, the model's own) or {"flags": the variant's flags, "keys": its key labels}
     par: dict                # {"tp": N, "ep": N} under N ranks, else {}
     label: str
+    spec_k: int = 0          # phase "verify": the verify step's drafts
 
     @property
     def flags(self) -> dict:
@@ -354,20 +404,27 @@ class _Pass:
 
     def point(self, plan, name, cost, cdt=""):
         return point_for(plan, name, self.phase, self.backend, self.batch, self.context, cost, cdt, **self.par,
-                         **self.q.get("keys", {}))
+                         **self.q.get("keys", {}), **self.spec)
+
+    @property
+    def spec(self) -> dict:
+        """The verify step's drafts as a keyword (``spec_k``), {} for prefill and decode."""
+        return {"spec_k": self.spec_k} if self.spec_k else {}
 
 
 def _passes(plan: SweepPlan, world: int, ep: int):
-    for (wdt, kvdt), (phase, backend, batch, context) in ((v, c) for v in plan.variants() for c in plan.combos()):
+    grid = [c + (0,) for c in plan.combos()] + [("verify", *c) for c in plan.verify_combos()]
+    for (wdt, kvdt), (phase, backend, batch, context, k) in ((v, c) for v in plan.variants() for c in grid):
         flags = {k: v for k, v in (("weight_dtype", wdt), ("kv_dtype", kvdt)) if v is not None}
         wl, kvl = plan.labels(wdt, kvdt)
         q = {"flags": flags, "keys": {"weight_dtype": wl, "kv_dtype": kvl}} if flags or (wl, kvl) != (
             plan.dtype, plan.dtype) else {}
         par = {"tp": world, "ep": ep} if world > 1 else {}
-        label = (f"{phase} {backend} b={batch} ctx={context}" + (f" tp{world}" if world > 1 else "")
+        label = (f"{phase} {backend} b={batch} ctx={context}" + (f" k={k}" if k else "")
+                 + (f" tp{world}" if world > 1 else "")
                  + (f" ep{ep}" if ep > 1 else "")
                  + "".join(f" {k[0]}:{v}" for k, v in (("w", wl), ("kv", kvl)) if q and v != plan.dtype))
-        yield _Pass(phase, backend, batch, context, q, par, label)
+        yield _Pass(phase, backend, batch, context, q, par, label, k)
 
 
 def run_sweep(plan: SweepPlan, writer, *, make_runners=None, probe=None, progress=None, device_name: str = "",
@@ -402,7 +459,7 @@ def run_sweep(plan: SweepPlan, writer, *, make_runners=None, probe=None, progres
         if verdict:
             if lead:
                 for n in todo:
-                    cost, cdt = formula_cost(plan, n, ps.phase, ps.batch, ps.context, **ps.par, **ps.flags)
+                    cost, cdt = formula_cost(plan, n, ps.phase, ps.batch, ps.context, **ps.par, **ps.flags, **ps.spec)
                     for r in range(group.world):
                         _write(writer, stats, Measurement(point=ps.point(plan, n, cost, cdt), status="skipped",
                                                           reason=verdict, device=device_name,
@@ -435,7 +492,7 @@ def _build(group, plan, make_runners, ps: _Pass, todo: list, n_names: int, tpkw:
     ops = list(todo) if plan.ops or len(todo) < n_names or group.world > 1 else None
     try:
         runners = make_runners(plan.model, ps.phase, ps.batch, ps.context, dtype=plan.dtype, backend=ps.backend,
-                               device=group.device, seed=0, ops=ops, **tpkw, **qkw)
+                               device=group.device, seed=0, ops=ops, **tpkw, **qkw, **ps.spec)
     except Exception as e:  # noqa: BLE001 - only OOM is survivable; anything else is re-raised
         if not is_oom(e):
             raise

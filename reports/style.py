@@ -32,7 +32,7 @@ RC = {
 }
 
 # a forward of unknown phase (a trace that does not tell it, a counters run's launches: no batch or context)
-PHASE_MARKER = {"decode": "o", "prefill": "^", "forward": "p"}
+PHASE_MARKER = {"decode": "o", "prefill": "^", "forward": "p", "verify": "s"}   # verify: speculative decoding's
 UNSIZED_COLOR = "#4d4d4d"   # a point with no batch (batch 0: a forward of unknown phase) is not coloured by batch
 PHASE_LINESTYLE = {"decode": "-", "prefill": "--"}
 BATCH_CMAP = "viridis"

@@ -71,7 +71,8 @@ def phase_rows(steps, columns=PHASE_COLUMNS) -> list[list[tuple[str, float | str
         lo, hi = s.time_range if spread else (math.nan, math.nan)
         flops_rate, bytes_rate = s.achieved_flops, s.achieved_bytes_per_s
         cells = {
-            "phase": (s.phase, s.phase), "batch": (f"{s.batch:,}", s.batch), "context": (f"{s.context:,}", s.context),
+            "phase": (s.phase + (f" k={s.drafts}" if s.drafts else ""), s.phase), "batch": (f"{s.batch:,}", s.batch),
+            "context": (f"{s.context - s.drafts - 1 if s.drafts else s.context:,}", s.context),
             "backend": (s.backend, s.backend), "step time": (U.seconds(s.time_s), s.time_s),
             "p20-p80": (f"{U.seconds(lo)} - {U.seconds(hi)}", _num(lo)), "dtype": (dtype_text(s.key), dtype_text(s.key)),
             "FLOPs": (U.flops(s.cost.flops), s.cost.flops), "bytes": (U.nbytes(s.cost.bytes), s.cost.bytes),

@@ -363,11 +363,21 @@ class Step:
         if self.phase == "prefill":
             s = f"Prefill of batch {self.batch} x {self.context:,} tokens"
             return s + (f" ({self.cached:,} cached)" if self.cached else "") + q
+        if self.phase == "verify":
+            k = self.drafts
+            return f"Verify step of {k} draft{'s' * (k != 1)} at batch {self.batch}, context {self.cached:,}" + q
         return f"Decode at batch {self.batch}, context {self.context:,}" + q
 
     @property
+    def drafts(self) -> int:
+        """A verify step's draft tokens per sequence (its k + 1 new tokens after ``cached``:
+        ``profiler.sweep.point_for``); 0 for any other phase."""
+        return self.context - self.cached - 1 if self.phase == "verify" else 0
+
+    @property
     def tokens_per_s(self) -> float:
-        """New tokens per second of this step (batch x new tokens / step time)."""
+        """New tokens per second of this step (batch x new tokens / step time); a verify step's are the positions it
+        checks (k + 1 per sequence), not the tokens it accepts."""
         if self.phase == FORWARD:
             return math.nan         # its sequences and tokens per sequence are unknown
         new = self.batch * (1 if self.phase == "decode" else self.context - self.cached)

@@ -62,7 +62,9 @@ FORMAT = "roofline-results"
 FORMAT_VERSION = 1
 WIDE_SPREAD = 0.10  # (p80 - p20) / median above this is flagged
 ABOVE_ROOF = 1.05   # a roof fraction above this is faster than the roof allows (5% for timer noise)
-PHASES = ("prefill", "decode", "forward")   # forward: a traced forward whose phase is unknown (batch 0)
+# forward: a traced forward whose phase is unknown (batch 0); verify: speculative decoding's verify step (k + 1 new
+# tokens per sequence after ``cached`` ones: ``profiler.sweep.point_for``)
+PHASES = ("prefill", "decode", "forward", "verify")
 STATUSES = ("ok", "skipped")
 TRACE_TIMERS = ("trace", "trace-cpu")  # kernel times from a profiler trace (GPU), or its ops' own durations (CPU)
 COUNTER_TIMER = "ncu"   # a counters file's (kind "counters"): gpu__time_duration per launch, its cost the counters'
@@ -162,7 +164,7 @@ _point_key = attrgetter(*KEY_FIELDS)
 class WorkloadPoint:
     model: str
     op: str                 # an OP_NAMES entry, or "layer" for one whole transformer layer
-    phase: str              # "prefill" | "decode" | "forward" (a trace's forward of unknown phase: batch 0)
+    phase: str              # "prefill" | "decode" | "forward" (a trace's forward of unknown phase: batch 0) | "verify"
     batch: int
     new_tokens: int         # per sequence: prompt - cached for prefill, 1 for decode
     context: int            # prefill: prompt length; decode: tokens already cached

@@ -57,5 +57,9 @@ def test_linear_runner_config_is_the_skinny_path():
 def test_bad_arguments():
     with pytest.raises(RooflineError, match="unknown op 'qkv'"):
         make_runners(TINY, "decode", 1, 4, ops=["qkv"])
-    with pytest.raises(RooflineError, match="phase must be 'prefill' or 'decode'"):
+    with pytest.raises(RooflineError, match="phase must be one of prefill, decode, verify, not 'train'"):
         make_runners(TINY, "train", 1, 4)
+    with pytest.raises(RooflineError, match="a verify step needs spec_k"):
+        make_runners(TINY, "verify", 1, 4)
+    with pytest.raises(RooflineError, match="only a verify step takes one"):
+        make_runners(TINY, "decode", 1, 4, spec_k=3)

@@ -256,8 +256,9 @@ def test_run_checks_cover_the_new_features():
     res = [r for r in run_checks("triton", "fp32", parts=("kernels",))
            if r.name.startswith(("linear+bias", "geglu")) or " window=" in r.name or " softcap=" in r.name]
     names = " | ".join(r.name for r in res)
-    assert len(res) == 11, names
+    assert len(res) == 12, names                                   # the verify step's window row included
     assert "linear+bias M=3" in names and "geglu" in names and "p=29 window=20" in names
+    assert "verify_attn T=4 lens=[45, 9] Hq/Hkv=4/2 D=16 window=10 softcap=5.0" in names
     assert "decode_attn lens=[3, 40, 0, 17] window=16" in names and "softcap=2.5" in names
     assert all(r.passed for r in res), [str(r) for r in res if not r.passed]
 

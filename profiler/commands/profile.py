@@ -4,6 +4,7 @@
     roofline profile --quick                          # CPU: ~10 s; GPU: a short sweep
     roofline profile --model llama-3-8b --phases decode --batches 1,8,64 --contexts 512,4096
     roofline profile --resume --out roofline-out      # continue an interrupted sweep
+    roofline profile --phases decode --spec 1,3,5     # verify steps of 1, 3 and 5 drafts beside plain decode
     roofline profile --tp 2 --model tiny              # tensor parallel: 2 ranks (gloo on a CPU, NCCL on GPUs)
     roofline profile --tp 2 --ep 2 --model tiny-moe   # expert parallel: 4 whole experts per rank, all-to-alls
     roofline profile --weight-dtype fp32,int8 --phases decode   # float and int8 weights in one file (CPU: fp32)
@@ -22,6 +23,8 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from roofline.errors import RooflineError
+
 from ..cli_args import (allow_unknown_option, budget_option, device_arg, ep_option, float_dtype_option, int_list,
                         mode_of, mode_options, model_arg_option, names, quant_options, say_for, threads_option)
 from ..counters_run import profile_counters
@@ -36,6 +39,8 @@ from ..sweep import sweep_ops
                   "small on a CPU]")
 @click.option("--phases", default="prefill,decode", show_default=True, callback=names(("prefill", "decode")),
               help="prefill and/or decode")
+@click.option("--spec", "spec", default=None, callback=int_list,
+              help="also time verify steps of speculative decoding with K drafts each (e.g. 1,3,5), beside decode")
 @click.option("--batches", default=None, callback=int_list, help="e.g. 1,4,16 [GPU: 1..128 by 2x; CPU: 1,4,16]")
 @click.option("--contexts", default=None, callback=int_list,
               help="prompt length (prefill) / cached tokens (decode) [GPU: 128..8192 by 2x; CPU: 64,256]")
@@ -75,6 +80,9 @@ def profile(**opts):
     say = say_for(quiet)
     run = spec_from_options(opts, mode)        # the run, described once: every later step reads it
     if opts.get("counters"):
+        if run.plan.spec:
+            raise RooflineError("--counters reads the prefill and decode points only, not --spec's verify steps: "
+                                "run --counters without --spec, and --spec without --counters.")
         result = profile_counters(run.plan, opts["out_dir"], mode, say, report=run.report,
                                   command=command_line("roofline profile --counters"))
         click.echo(result.text())
@@ -118,7 +126,7 @@ class _progress:
             self.bar = Progress(*cols, console=Console(stderr=True), transient=False)
             self.bar.__enter__()
             names = sweep_ops(plan, self.run.tp, self.run.ep)
-            self.task = self.bar.add_task("sweep", total=len(plan.combos()) * len(plan.variants()) * len(names))
+            self.task = self.bar.add_task("sweep", total=plan.points * len(plan.variants()) * len(names))
         self.bar.update(self.task, advance=n, description=desc)
 
     def __exit__(self, *exc):
