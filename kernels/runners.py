@@ -91,6 +91,10 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
     if phase == "verify" and cfg.mla:
         raise RooflineError(f"{cfg.name}'s latent attention has no verify-step runner (its verify step is costed as "
                             "a prefill chunk, roofline.speculative.verify_notes): profile it without --spec.")
+    if phase == "verify" and any(cfg.chunks):
+        raise RooflineError(f"{cfg.name}'s chunked local attention (Llama-4) has no verify-step kernel yet "
+                            "(decode_attention.verify_attention takes a window, not a chunk): profile it without "
+                            "--spec.")
     tp = tp if tp is not None and tp.world > 1 else None
     specs = {o.name: o for o in model_ops(cfg, tp_parts(cfg, tp)[0])}
     names = _chosen(list(specs) + ["layer"] + (list(COLLECTIVES) if tp is not None else []), ops)

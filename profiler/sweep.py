@@ -218,6 +218,9 @@ class SweepPlan:
         if ks and m.mla:
             raise RooflineError(f"--spec: {m.name}'s latent attention has no verify-step runner (explain --spec "
                                 "costs it as a prefill chunk); profile it without --spec.")
+        if ks and any(m.chunks):
+            raise RooflineError(f"--spec: {m.name}'s chunked local attention (Llama-4) has no verify-step kernel yet "
+                                "(explain --spec costs it); profile it without --spec.")
 
     def _check_quant(self) -> None:
         """Each variant's precision runs here (``kernels.run_precision``: a format our kernels have, an fp8 KV

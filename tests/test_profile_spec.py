@@ -122,6 +122,15 @@ def test_the_profile_table_says_k_and_the_context(run):
     assert sorted((ln[1], ln[3], ln[4]) for ln in ver) == sorted((f"k={k}", str(b), "8") for b in (1, 2) for k in KS)
 
 
+def test_a_chunked_attention_model_is_refused_before_anything_runs():
+    from dataclasses import replace
+
+    chunked = replace(TINY, attention_chunk=4)
+    p = S.SweepPlan(model=chunked, phases=("decode", "verify"), batches=(1,), contexts=(8,), spec=(3,))
+    with pytest.raises(RooflineError, match="chunked local attention .* no verify-step kernel yet"):
+        p.validate()
+
+
 def test_counters_with_spec_is_refused_in_one_line(tmp_path):
     from click.testing import CliRunner
 
