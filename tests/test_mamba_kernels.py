@@ -1,0 +1,141 @@
+"""The Mamba-2 kernels (kernels.mamba, kernels.conv1d) and our torch references against transformers 5.24's own torch
+path (modeling_nemotron_h.py: mamba2_chunk_scan, mamba2_selective_state_update, causal_conv1d_fn / _update,
+NemotronHRMSNormGated) on the same random inputs, fp32 at 1e-4: a prefill whose length is no multiple of
+chunk_size, from zeros and from a slot's state, then decode steps continuing from the prefill's state; the Triton
+kernels under the interpreter at tiny shapes."""
+
+import pytest
+import torch
+
+from kernels import conv1d as CV
+from kernels import mamba as M
+
+TM = pytest.importorskip("transformers.models.nemotron_h.modeling_nemotron_h")
+
+TOL = 1e-4
+B, H, P, G, N, CHUNK = 2, 4, 8, 2, 16, 16
+LIMIT = (0.001, float("inf"))          # Nemotron-H's time_step_limit (time_step_min, inf)
+
+
+def close(a, b, tol=TOL):
+    a, b = a.double(), b.double()
+    assert a.shape == b.shape
+    err = float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+    assert err <= tol, err
+
+
+@pytest.fixture
+def inputs():
+    g = torch.Generator().manual_seed(32)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    return dict(a_log=torch.rand(H, generator=g).mul(3).log1p(), dt_bias=r(H) * 0.5, D=r(H), state=r(3, H, P, N) * 0.3,
+                slots=torch.tensor([2, 0]), r=r)
+
+
+def _hf_prefill(x, dt, Bm, Cm, p, init):
+    return TM.mamba2_chunk_scan(x, dt, -torch.exp(p["a_log"]), Bm, Cm, chunk_size=CHUNK, D=p["D"],
+                                dt_bias=p["dt_bias"], initial_states=init, dt_softplus=True, dt_limit=LIMIT,
+                                return_final_states=True)
+
+
+def _hf_step(x, dt, Bm, Cm, p, state):
+    """The mixer's cached step: dt, A, D, dt_bias expanded per channel as NemotronHMamba2Mixer expands them."""
+    A = -torch.exp(p["a_log"])
+    return TM.mamba2_selective_state_update(state, x, dt[..., None].expand(-1, -1, P),
+                                            A[:, None, None].expand(-1, P, N), Bm, Cm, p["D"][:, None].expand(-1, P),
+                                            z=None, dt_bias=p["dt_bias"][:, None].expand(-1, P), dt_softplus=True)
+
+
+@pytest.mark.parametrize("fn", [M.ssd_prefill, M.ssd_reference], ids=["triton", "reference"])
+@pytest.mark.parametrize("has_state", [False, True], ids=["zeros", "from_state"])
+def test_prefill_then_decode_equal_transformers(inputs, fn, has_state):
+    p, r, slots = inputs, inputs["r"], inputs["slots"]
+    T = 37                                                       # 2 full chunks of 16 and a partial one
+    x, dt, Bm, Cm = r(B, T, H, P), r(B, T, H), r(B, T, G, N), r(B, T, G, N)
+    ours, theirs = p["state"].clone(), p["state"][slots].clone()
+    y = fn(x, dt, Bm, Cm, p["a_log"], p["dt_bias"], p["D"], ours, slots, chunk=CHUNK, has_state=has_state,
+           dt_limit=LIMIT)
+    y_hf, final = _hf_prefill(x, dt, Bm, Cm, p, theirs if has_state else None)
+    close(y, y_hf)
+    close(ours[slots], final)
+    assert torch.equal(ours[1], p["state"][1])                  # a slot the call does not name stays as it was
+    step = M.ssd_decode if fn is M.ssd_prefill else M.step_reference
+    theirs = final.clone()
+    for _ in range(3):                                           # decode continues from the prefill's state
+        x1, dt1, B1, C1 = r(B, H, P), r(B, H), r(B, G, N), r(B, G, N)
+        y1 = step(x1, dt1, B1, C1, p["a_log"], p["dt_bias"], p["D"], ours, slots)
+        close(y1, _hf_step(x1, dt1, B1, C1, p, theirs))
+        close(ours[slots], theirs)
+
+
+def test_prefill_states_differ_when_a_parameter_is_one_percent_off(inputs):
+    """The comparison can fail: dt_bias, A_log or D 1% off moves the output or the state past the tolerance."""
+    p, r, slots = inputs, inputs["r"], inputs["slots"]
+    x, dt, Bm, Cm = r(B, 21, H, P), r(B, 21, H), r(B, 21, G, N), r(B, 21, G, N)
+    s = p["state"].clone()
+    y = M.ssd_prefill(x, dt, Bm, Cm, p["a_log"], p["dt_bias"], p["D"], s, slots, chunk=CHUNK, has_state=True)
+    for key in ("a_log", "dt_bias", "D"):
+        q = dict(p, **{key: p[key] * 1.01})
+        s2 = p["state"].clone()
+        y2 = M.ssd_reference(x, dt, Bm, Cm, q["a_log"], q["dt_bias"], q["D"], s2, slots, chunk=CHUNK, has_state=True)
+        with pytest.raises(AssertionError):
+            close(y, y2)
+
+
+def test_conv1d_prefill_and_update_equal_transformers(inputs):
+    r, slots = inputs["r"], inputs["slots"]
+    C, K = 24, 4
+    w, bias = r(C, K), r(C)
+    state = torch.zeros(3, C, K - 1)
+    x = r(B, 19, C)
+    y = CV.causal_conv1d(x, w, bias, state, slots)
+    close(y, TM.causal_conv1d_fn(x.transpose(1, 2), w, bias, activation="silu").transpose(1, 2))
+    close(CV.reference(x, w, bias, torch.zeros(3, C, K - 1), slots), y)
+    assert torch.equal(state[slots], x[:, -(K - 1):].transpose(1, 2))       # the last K - 1 inputs
+    hf = torch.cat([torch.zeros(B, C, 1), state[slots]], -1)                 # transformers keeps K columns
+    for _ in range(2):
+        x1 = r(B, 1, C)
+        y1 = CV.causal_conv1d(x1, w, bias, state, slots)
+        close(y1, TM.causal_conv1d_update(x1.transpose(1, 2), hf, w, bias, activation="silu").transpose(1, 2))
+        close(state[slots], hf[:, :, 1:])
+    x2 = r(B, 2, C)                                              # fewer tokens than K - 1, no bias, no SiLU
+    ref_state = state.clone()
+    y2 = CV.causal_conv1d(x2, w, None, state, slots, silu=False)
+    close(y2, CV.reference(x2, w, None, ref_state, slots, silu=False))
+    close(state, ref_state)
+
+
+def test_gated_group_norm_equals_transformers(inputs):
+    r = inputs["r"]
+    x, z, w = r(5, 32), r(5, 32), r(32)
+    hf = TM.NemotronHRMSNormGated(32, group_size=16, eps=1e-5)
+    hf.weight.data.copy_(w)
+    with torch.no_grad():
+        want = hf(x, z)
+    close(M.gated_group_rmsnorm(x, z, w, 2, 1e-5), want)
+    close(M.gated_norm_reference(x, z, w, 2, 1e-5), want)
+    with pytest.raises(AssertionError):                          # one group is not two
+        close(M.gated_group_rmsnorm(x, z, w, 1, 1e-5), want)
+
+
+def test_refusals_name_what_is_allowed(inputs):
+    p, r, slots = inputs, inputs["r"], inputs["slots"]
+    x, dt, Bm = r(B, 5, H, P), r(B, 5, H), r(B, 5, G, N)
+    with pytest.raises(ValueError, match="power of two of at least 16"):
+        M.ssd_prefill(x, dt, Bm, Bm, p["a_log"], p["dt_bias"], p["D"], p["state"], slots, chunk=24)
+    with pytest.raises(ValueError, match="multiple of B and C's groups"):
+        M.ssd_prefill(x, dt, r(B, 5, 3, N), r(B, 5, 3, N), p["a_log"], p["dt_bias"], p["D"], p["state"], slots,
+                      chunk=16)
+    with pytest.raises(ValueError, match="2 to 9 taps"):
+        CV.causal_conv1d(r(B, 3, 8), r(8, 12), None, torch.zeros(3, 8, 11), slots)
+    with pytest.raises(ValueError, match="must divide its width"):
+        M.gated_group_rmsnorm(r(2, 30), r(2, 30), r(30), 4)
+
+
+def test_costs_are_the_formulas():
+    from roofline import formulas as F
+
+    assert M.prefill_cost(2, 37, H, P, N, G, "fp32", chunk=CHUNK) == F.ssd_prefill(2, 37, H, P, N, G, chunk=CHUNK,
+                                                                                    act_dtype="fp32")
+    assert M.decode_cost(2, H, P, N, G, torch.bfloat16) == F.ssd_decode(2, H, P, N, G, act_dtype="bf16")
+    assert CV.cost(37, 2, 24, 4, "bf16", bias=True) == F.causal_conv1d(37, 2, 24, 4, act_dtype="bf16", bias=True)
