@@ -139,3 +139,27 @@ def test_costs_are_the_formulas():
                                                                                     act_dtype="fp32")
     assert M.decode_cost(2, H, P, N, G, torch.bfloat16) == F.ssd_decode(2, H, P, N, G, act_dtype="bf16")
     assert CV.cost(37, 2, 24, 4, "bf16", bias=True) == F.causal_conv1d(37, 2, 24, 4, act_dtype="bf16", bias=True)
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_the_ssd_scan_runner_runs_the_same_scan_on_both_backends(phase):
+    """The registered runner (profile's op) on a toy Nemotron-H point: the Triton scan and transformers' torch path
+    on the same seeded inputs and layer weights agree (prefill: 40 tokens over chunks of 32)."""
+    from roofline.layer import model_ops
+    from kernels.backend import get_ops
+    from kernels.runner_context import build_context
+    from kernels.runner_registry import builder
+    import kernels.runners  # noqa: F401  (registers the runners)
+    from test_mamba import HYB
+
+    spec = next(o for o in model_ops(HYB) if o.kind == "ssd_scan")
+    outs, confs = [], []
+    for backend in ("triton", "torch"):
+        ctx = build_context(HYB, phase, 2, 40, K=get_ops(backend), dt=torch.float32, dev=torch.device("cpu"), seed=0,
+                            tp=None, prec=None, kvdt="fp32")
+        fn, conf = builder("ssd_scan")(ctx, spec)
+        outs.append(fn())
+        confs.append(conf)
+    assert outs[0].shape == ((2, 40, 4, 8) if phase == "prefill" else (2, 4, 8))
+    close(outs[0], outs[1])
+    assert confs[1] == {} and confs[0]["block_n"] == 16 and confs[0].get("chunk", 32) == 32
