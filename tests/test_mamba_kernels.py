@@ -163,3 +163,20 @@ def test_the_ssd_scan_runner_runs_the_same_scan_on_both_backends(phase):
     assert outs[0].shape == ((2, 40, 4, 8) if phase == "prefill" else (2, 4, 8))
     close(outs[0], outs[1])
     assert confs[1] == {} and confs[0]["block_n"] == 16 and confs[0].get("chunk", 32) == 32
+
+
+def test_roofline_check_rows_pass_and_fail_when_dt_a_or_d_is_one_percent_off():
+    from kernels import check  # noqa: F401  (gathers the registered groups)
+    from kernels import check_mamba as CM
+    from kernels.backend import get_ops
+    from kernels.check_result import rel_err
+    from kernels.runner_registry import CHECKS
+
+    dev, ops = torch.device("cpu"), get_ops("triton")
+    rows = CHECKS["mamba"].rows(ops, torch.float32, dev, True, None)
+    assert len(rows) == 13 and all(r.passed for r in rows), [str(r) for r in rows if not r.passed]
+    assert CHECKS["mamba"].kinds == ("conv1d", "ssd_scan", "gated_norm")
+    for kw in (dict(dt_error=0.01), dict(a_error=0.01), dict(d_error=0.01)):
+        errs = {n: rel_err(o, r) for n, o, r, _ in CM.mamba_rows(ops, torch.float32, dev, **kw)}
+        outs = [e for n, e in errs.items() if n.startswith(("ssd_scan prefill", "ssd_scan decode step"))]
+        assert len(outs) == 4 and min(outs) > 10 * CM.TOL["fp32"], (kw, outs)
