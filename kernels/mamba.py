@@ -233,13 +233,15 @@ def _prec(dt) -> str:
 
 def ssd_config(chunk: int, head_dim: int, state: int, dtype=torch.bfloat16) -> dict:
     """Tiles of the chunked scan: output rows and source positions in blocks of up to 64 (fp32: 32) of the
-    chunk, the head's channels in blocks of up to 64 (fp32: 32), the whole state width (N) in one tile."""
+    chunk, the head's channels in blocks of up to 64 (fp32: 32), the whole state width (N) in one tile. The chunk
+    states' kernel takes 8 warps for 64-position tiles (4 took 224 registers on sm_80 at d_state 128; 8 take 128),
+    the output's 4 (8 spilled on sm_90; 4 take 223 on sm_80, 241 on sm_90, no spills: the compile check)."""
     if chunk < 16 or chunk & (chunk - 1):
         raise ValueError(f"chunk_size must be a power of two of at least 16 (tl.dot's tiles), got {chunk}.")
     fp32 = dtype == torch.float32
     top = 32 if fp32 else 64
     return dict(chunk=chunk, block_m=min(top, chunk), block_k=min(top, chunk),
-                block_p=max(16, min(top, next_pow2(head_dim))), block_n=max(16, next_pow2(state)), num_warps=4)
+                block_p=max(16, min(top, next_pow2(head_dim))), block_n=max(16, next_pow2(state)), state_warps=4 if fp32 else 8, num_warps=4)
 
 
 def step_config(head_dim: int, state: int) -> dict:
@@ -290,7 +292,7 @@ def ssd_prefill(x, dt, Bm, Cm, a_log, dt_bias, D, state, slots, *, chunk: int, h
         (Cm.stride(0), Cm.stride(1), Cm.stride(2))
     launch(_ssd_chunk_state_kernel, (Bsz * NC, H, cdiv(P, c["block_p"])), x, Bm, dto, cs, st, T, H, P, N, NC, H // G,
            *xs, *bs, CHUNK=chunk, BLOCK_K=c["block_k"], BLOCK_P=c["block_p"], BLOCK_N=c["block_n"], DOT_PREC=prec,
-           num_warps=c["num_warps"])
+           num_warps=c["state_warps"])
     blk = min(1024, next_pow2(P * N))
     launch(_ssd_state_pass_kernel, (Bsz, H, cdiv(P * N, blk)), st, cs, state, slots, H, P * N, NC,
            state.stride(0), state.stride(1), HAS_STATE=bool(has_state), CHUNK=chunk, BLOCK=blk, num_warps=4)
