@@ -180,3 +180,57 @@ def test_roofline_check_rows_pass_and_fail_when_dt_a_or_d_is_one_percent_off():
         errs = {n: rel_err(o, r) for n, o, r, _ in CM.mamba_rows(ops, torch.float32, dev, **kw)}
         outs = [e for n, e in errs.items() if n.startswith(("ssd_scan prefill", "ssd_scan decode step"))]
         assert len(outs) == 4 and min(outs) > 10 * CM.TOL["fp32"], (kw, outs)
+
+
+def _mixer_step(K, m, h, conv_state, state, slots, has_state, limit):
+    """NemotronHMamba2Mixer.forward composed from our ops (backend ``K``): in_proj, the conv1d over x, B, C with its
+    state, the SSD scan (chunked prefill, or the decode step for one token after a state), the grouped gated norm,
+    out_proj."""
+    Bsz, T, _ = h.shape
+    inner, groups, n, heads = m.intermediate_size, m.n_groups, m.ssm_state_size, m.num_heads
+    proj = torch.nn.functional.linear(h, m.in_proj.weight)
+    z, xbc, dt = proj.split([inner, m.conv_dim, heads], dim=-1)
+    xbc = K.conv1d(xbc, m.conv1d.weight.squeeze(1).contiguous(), m.conv1d.bias, conv_state, slots)
+    x, Bm, Cm = xbc.split([inner, groups * n, groups * n], dim=-1)
+    p = (m.A_log, m.dt_bias, m.D)
+    if T == 1 and has_state:
+        y = K.ssd_decode(x[:, 0].view(Bsz, heads, -1), dt[:, 0], Bm[:, 0].view(Bsz, groups, n),
+                         Cm[:, 0].view(Bsz, groups, n), *p, state, slots)
+    else:
+        y = K.ssd_prefill(x.view(Bsz, T, heads, -1), dt, Bm.view(Bsz, T, groups, n), Cm.view(Bsz, T, groups, n), *p,
+                          state, slots, chunk=m.chunk_size, has_state=has_state, dt_limit=limit)
+    y = K.gated_group_rmsnorm(y.reshape(Bsz * T, inner), z.reshape(Bsz * T, inner), m.norm.weight, groups,
+                              m.norm.variance_epsilon)
+    return torch.nn.functional.linear(y.view(Bsz, T, inner), m.out_proj.weight)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_the_ops_compose_to_transformers_mixer_forward_prefill_and_decode(backend):
+    """transformers' own NemotronHMamba2Mixer.forward (its torch path, with its cache) on a prefill of 21 tokens
+    (chunk 16) then 3 decode steps, against our ops composed the same way: outputs, the SSM state and the conv state
+    (transformers keeps kernel columns; ours the last kernel - 1) at fp32 1e-4."""
+    from transformers import DynamicCache, NemotronHConfig
+
+    from kernels.backend import get_ops
+
+    torch.manual_seed(5)
+    cfg = NemotronHConfig(hidden_size=32, mamba_num_heads=4, mamba_head_dim=8, ssm_state_size=16, n_groups=2,
+                          conv_kernel=4, chunk_size=16, num_hidden_layers=1, layers_block_type=["mamba"],
+                          vocab_size=64, use_conv_bias=True)
+    m = TM.NemotronHMamba2Mixer(cfg, layer_idx=0).eval()
+    with torch.no_grad():
+        m.A_log.add_(torch.randn(4) * 0.3)
+        m.dt_bias.copy_(torch.randn(4) * 0.5)
+        m.D.copy_(torch.randn(4))
+        m.norm.weight.copy_(1 + torch.randn(32) * 0.1)
+    K, cache = get_ops(backend), DynamicCache(config=cfg)
+    conv_state, state = torch.zeros(2, m.conv_dim, 3), torch.zeros(2, 4, 8, 16)
+    slots, limit = torch.arange(2), m.time_step_limit
+    with torch.no_grad():
+        for step, T in enumerate((21, 1, 1, 1)):
+            h = torch.randn(2, T, 32)
+            want = m(h, cache=cache)
+            got = _mixer_step(K, m, h, conv_state, state, slots, step > 0, limit)
+            close(got, want)
+            close(state, cache.get_recurrent_state(0, state_idx=0))
+            close(conv_state, cache.get_conv_state(0, state_idx=0)[:, :, 1:])
