@@ -241,7 +241,8 @@ def ssd_config(chunk: int, head_dim: int, state: int, dtype=torch.bfloat16) -> d
     fp32 = dtype == torch.float32
     top = 32 if fp32 else 64
     return dict(chunk=chunk, block_m=min(top, chunk), block_k=min(top, chunk),
-                block_p=max(16, min(top, next_pow2(head_dim))), block_n=max(16, next_pow2(state)), state_warps=4 if fp32 else 8, num_warps=4)
+                block_p=max(16, min(top, next_pow2(head_dim))), block_n=max(16, next_pow2(state)),
+                state_warps=4 if fp32 else 8, num_warps=4)
 
 
 def step_config(head_dim: int, state: int) -> dict:

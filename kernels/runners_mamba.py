@@ -6,7 +6,6 @@ Mamba-2's conv1d and gated norm are kinds Gated DeltaNet shares (``kernels.conv1
 
 from __future__ import annotations
 
-import torch
 
 from .mamba import ssd_config, step_config
 from .runner_registry import runner
