@@ -16,6 +16,10 @@ grouped GEMM, ``kernels.moe``; the torch peer loops over experts in the input dt
 
 MLA (``kernels.mla``): ``mla_decode`` is the absorbed Triton kernel / its batched torch peer; ``mla_prefill`` is
 the naive torch path (SDPA) on both backends (``prefill_attention`` needs V's head dim equal to Q/K's).
+
+Mamba-2 (``kernels.mamba``, ``kernels.conv1d``): ``conv1d`` (the causal conv with its bias and conv state),
+``ssd_prefill`` (the SSD chunked scan to the slot's final state), ``ssd_decode`` (the recurrent step) and
+``gated_group_rmsnorm``: Triton kernels, or transformers' torch path.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from types import SimpleNamespace
 from roofline.errors import RooflineError
 
 from . import decode_attention as DA
+from . import conv1d as CV
 from . import embedding as E
 from . import geglu as G
 from . import kv_append as KV
 from . import linear as L
+from . import mamba as MB
 from . import mla as MLA
 from . import moe as MOE
 from . import prefill_attention as PA
@@ -78,14 +84,18 @@ _OPS = {
         decode_attention=DA.decode_attention, verify_attention=DA.verify_attention, residual_add=R.residual_add,
         swiglu=S.swiglu, geglu=G.geglu,
         moe_experts=MOE.moe_experts, route=RT.route,
-        mla_decode=MLA.mla_decode, mla_prefill=MLA.mla_prefill),
+        mla_decode=MLA.mla_decode, mla_prefill=MLA.mla_prefill,
+        conv1d=CV.causal_conv1d, ssd_prefill=MB.ssd_prefill, ssd_decode=MB.ssd_decode,
+        gated_group_rmsnorm=MB.gated_group_rmsnorm),
     "torch": SimpleNamespace(
         name="torch", embedding=E.reference, rmsnorm=N.reference, add_rmsnorm=N.add_reference, linear=_torch_linear,
         rope=_torch_rope, kv_append=KV.reference, prefill_attention=_torch_prefill,
         decode_attention=_torch_decode, verify_attention=DA.torch_verify, residual_add=R.reference, swiglu=S.reference,
         geglu=G.reference,
         moe_experts=MOE.torch_moe, route=RT.route,
-        mla_decode=MLA.torch_decode, mla_prefill=MLA.mla_prefill),
+        mla_decode=MLA.torch_decode, mla_prefill=MLA.mla_prefill,
+        conv1d=CV.reference, ssd_prefill=MB.ssd_reference, ssd_decode=MB.step_reference,
+        gated_group_rmsnorm=MB.gated_norm_reference),
 }
 
 

@@ -58,6 +58,7 @@ from . import swiglu as S
 from ._common import HAS_CUDA, dtype_name, torch_dtype
 from .backend import get_ops
 from .check_fp4 import fp4_rows
+from . import check_mamba  # noqa: F401  (registers the Mamba-2 rows)
 from .check_fp8 import fp8_checks
 from .check_result import rel_err, result as _result
 from .model import LlamaModel

@@ -23,7 +23,10 @@ entry once per Llama-2-7B / Llama-3-8B combo).
   GPU without it in one line): the W8A8 GEMM at a q_proj shape in both scale layouts (per channel with per-token
   activations, 128 x 128 blocks with 1 x 128 groups) with the activation quantization before it, and attention
   over a per-tensor fp8 KV cache (vLLM's; the per-token one is ``kernels.variants.QUANT_PASSES``'), in
-  ``FP8_DTYPES`` only (to keep the quick set bounded).
+  ``FP8_DTYPES`` only (to keep the quick set bounded);
+- ssd_scan (Mamba-2, ``mamba_launches``): ``kernels.conv1d`` with its bias and state, the SSD chunked scan from a
+  state and from zeros (prefill) or the decode step, and the grouped gated RMSNorm at Nemotron-H's and Falcon-H1's
+  shapes (``MAMBA_SHAPES``), at a bounded sample of the quick set's combos (``MAMBA_BATCHES``, ``MAMBA_CONTEXT``).
 """
 
 from __future__ import annotations
@@ -346,3 +349,53 @@ def _mla_attention(rec, c) -> None:
 @launches("experts")
 def _experts(rec, c) -> None:
     moe_launches(rec, c.where, c.phase, c.batch, c.context, c.dt)
+
+
+# Mamba-2 (issue 32): NemotronHConfig's defaults (Nemotron-H-8B: 128 heads of 64, d_state 128 in 8 groups, chunk 128)
+# and Falcon-H1's published shape (8 heads of 128, d_state 128 in one group, chunk 256), conv kernel 4 with its bias,
+# at a bounded sample of the quick set's combos (``MAMBA_BATCHES`` and the prefill at ``MAMBA_CONTEXT`` tokens: the
+# constexprs depend on neither beyond the conv's token block, 16 from 16 tokens on), Falcon-H1's in
+# ``MAMBA_FALCON_DTYPES`` only (its chunk of 256 is the one new constexpr)
+MAMBA_SHAPES = (("nemotron-h", dict(H=128, P=64, N=128, G=8, K=4, chunk=128)),
+                ("falcon-h1", dict(H=8, P=128, N=128, G=1, K=4, chunk=256)))
+MAMBA_BATCHES = (1, 64)
+MAMBA_CONTEXT = 1024
+MAMBA_FALCON_DTYPES = ("bf16",)
+
+
+def mamba_launches(rec, where, phase, batch, context, dt) -> None:
+    """``kernels.conv1d`` and ``kernels.mamba``'s launchers on meta tensors: the conv over x, B, C with its bias and
+    state, the chunked scan from a state (prefill) or the recurrent step (decode), the gated RMSNorm in groups."""
+    from . import conv1d as CV
+    from . import mamba as MB
+
+    meta, f32 = torch.device("meta"), torch.float32
+    e = lambda *s, d=dt: torch.empty(*s, dtype=d, device=meta)  # noqa: E731
+    slots = torch.empty(batch, dtype=torch.long, device=meta)
+    n = context if phase == "prefill" else 1
+    for name, s in MAMBA_SHAPES:
+        if name == "falcon-h1" and dtype_name(dt) not in MAMBA_FALCON_DTYPES:
+            continue
+        H, P, N, G, K = s["H"], s["P"], s["N"], s["G"], s["K"]
+        C = H * P + 2 * G * N
+        w = dict(where, model=name)
+        rec.context = dict(w, op="mamba conv1d")
+        CV.causal_conv1d(e(batch, n, C), e(C, K), e(C), e(batch, C, K - 1), slots)
+        vec = (e(H), e(H), e(H))
+        rec.context = dict(w, op="mamba ssd_scan")
+        if phase == "prefill":
+            MB.ssd_prefill(e(batch, n, H, P), e(batch, n, H), e(batch, n, G, N), e(batch, n, G, N), *vec,
+                           e(batch, H, P, N, d=f32), slots, chunk=s["chunk"], has_state=True)
+            MB.ssd_prefill(e(batch, n, H, P), e(batch, n, H), e(batch, n, G, N), e(batch, n, G, N), *vec,
+                           e(batch, H, P, N, d=f32), slots, chunk=s["chunk"])
+        else:
+            MB.ssd_decode(e(batch, H, P), e(batch, H), e(batch, G, N), e(batch, G, N), *vec,
+                          e(batch, H, P, N, d=f32), slots)
+        rec.context = dict(w, op="mamba gated_norm")
+        MB.gated_group_rmsnorm(e(batch * n, H * P), e(batch * n, H * P), e(H * P), G)
+
+
+@launches("ssd_scan")
+def _ssd_scan(rec, c) -> None:
+    if c.batch in MAMBA_BATCHES and (c.phase == "decode" or c.context == MAMBA_CONTEXT):
+        mamba_launches(rec, c.where, c.phase, c.batch, c.context, c.dt)

@@ -48,7 +48,7 @@ from roofline.models import ModelConfig
 from roofline.parallel import COLLECTIVE_OPS, EP_COLLECTIVES
 from roofline.speculative import verify_step
 
-from . import runners_attention, runners_mla, runners_moe, runners_rows  # noqa: F401  (register their kinds)
+from . import runners_attention, runners_mamba, runners_mla, runners_moe, runners_rows  # noqa: F401  (their kinds)
 from ._common import dtype_name, torch_dtype
 from .backend import get_ops
 from .model import attention_options, transformer_layer
