@@ -19,7 +19,7 @@ def test_check_json_torch_backend():
     # the verify step (issue 34): 5 float rows and 1 over an int8 cache; Mamba-2 (issue 32): 13 rows
     assert len(rows) == 22 + 11 + 5 + 8 + 26 + 5 + 2 + (18 + 6 + 6 + 10) + (6 + 4) + (2 + 3) + (5 + 1) + 13
     names = [r["name"] for r in rows]
-    assert sum(n.startswith("route ") for n in names) == 5 and sum(" chunk=" in n for n in names) == 3
+    assert sum(n.startswith("route ") for n in names) == 5 and sum(" chunk=" in n and n.endswith("_attn", 0, n.index(" ")) for n in names) == 3
     assert sum(n.startswith("moe_experts int") for n in names) == 5 and sum("KV +sinks" in n for n in names) == 2
     assert sum("int8" in r["name"] or "int4" in r["name"] for r in rows) == 26 + 5 + 2 + 1
     assert sum(n.startswith("verify_attn") for n in names) == 5 + 1
