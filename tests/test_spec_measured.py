@@ -160,3 +160,54 @@ def test_a_tiny_cpu_sweep(tmp_path):
         assert x["speedup"] == pytest.approx(1.875 * dec[b].time_s / ver[b].time_s)
         assert x["verify_intensity"] == pytest.approx(ver[b].intensity) and x["missing"] == []
         assert x["verify_bound"] == ("compute" if ver[b].intensity >= 10 else "memory")
+
+
+# ---------------------------------------------------------------- diagnose: speculation-measured (a latency file's)
+
+def _config(tpot_ms, base_tpot_ms=10.0, speculation=None):
+    from types import SimpleNamespace
+
+    from roofline.latency import LatencySummary
+    from roofline.verdicts.latency_rules import ConfigRun
+
+    sp = {"k": 3, "draft": "tiny", "verify": "greedy", "rounds": 40, "drafted": 120, "accepted": 30,
+          "acceptance": 0.25, "tokens_per_step": 1.75} if speculation is None else speculation
+    plain = LatencySummary(config="chunk=64", tpot={"p50": base_tpot_ms * 1e-3})
+    spec = LatencySummary(config="chunk=64,spec=3:tiny", tpot={"p50": tpot_ms * 1e-3}, speculation=sp)
+    return ConfigRun(SimpleNamespace(summary=spec, config=spec.config), "l.jsonl", {}, (plain, spec))
+
+
+def _measured(x):
+    from roofline.verdicts import diagnosis  # noqa: F401 (the rules register)
+    from roofline.verdicts.findings import rules
+
+    (rule,) = [r for r in rules("latency") if r.name == "speculation-measured"]
+    return rule.fn(x)
+
+
+def test_measured_speculation_that_pays():
+    (f,) = _measured(_config(8.0))
+    # speedup = 10 / 8 = 1.25; a round costs 1.75 x 8 / 10 = 1.4 decode steps; independent E(0.25, 3) = 1.328125
+    assert f.rule == "speculation-measured" and f.claim.startswith("[chunk=64,spec=3:tiny] Speculation measured: "
+                                                                   "acceptance 0.250, tokens/step 1.75 (K = 3)")
+    assert "1.25x the plain run's TPOT p50" in f.claim and f.claim.endswith("it pays.")
+    assert f.data["speedup"] == pytest.approx(1.25) and f.data["round_decode_steps"] == pytest.approx(1.4)
+    assert f.data["expected_tokens_independent"] == pytest.approx(1.328125) and f.data["plain"] == "chunk=64"
+    assert "pays while the tokens per step exceed 1.40; measured 1.75" in f.evidence
+
+
+def test_measured_speculation_that_does_not_pay():
+    (f,) = _measured(_config(12.5, speculation={"k": 3, "rounds": 10, "acceptance": 0.5, "tokens_per_step": 1.75,
+                                                    "per_position": [0.75, 0.5, 0.25]}))
+    # speedup = 10 / 12.5 = 0.8; a round costs 1.75 x 12.5 / 10 = 2.1875; E(0.5, 3) = 1.875 > 1.75 + 0.05
+    assert "0.80x" in f.claim and f.claim.endswith("does not pay.")
+    assert f.data["round_decode_steps"] == pytest.approx(2.1875)
+    assert "acceptance falling with the position: per position 0.75 / 0.50 / 0.25" in f.evidence and "roofline explain --spec K" in f.action
+
+
+def test_measured_speculation_from_a_server_and_none():
+    (f,) = _measured(_config(8.0, speculation={"source": "vllm", "acceptance": 0.6, "tokens_per_step": 2.2,
+                                               "drafted": 100, "accepted": 60}))
+    assert f.claim == "[chunk=64,spec=3:tiny] Speculation measured: acceptance 0.600, tokens/step 2.20 (K unknown)."
+    assert "no run of the same requests without speculation" in f.evidence
+    assert _measured(_config(8.0, speculation={})) == []
