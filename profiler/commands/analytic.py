@@ -242,13 +242,14 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
         click.echo(json.dumps(c.to_dict()) if as_json else context_curve_text(c))
         return
     if speculating:
+        if from_results is not None:
+            _spec_from_results(spec, (spec_k, acceptance, draft, mtp), from_results,
+                               batch if _explicit("batch") else None, as_json)
+            return
         for n in model.notes:
             click.echo(f"note: {n}", err=True)
-        sp = speculation(spec_k, acceptance, draft, mtp, model)
-        if from_results is not None:
-            _spec_from_results(spec, sp, from_results, batch if _explicit("batch") else None, as_json)
-            return
-        d = spec_curve(spec, sp, batch if _explicit("batch") else SPEC_BATCHES)
+        d = spec_curve(spec, speculation(spec_k, acceptance, draft, mtp, model),
+                       batch if _explicit("batch") else SPEC_BATCHES)
         click.echo(json.dumps(d) if as_json else spec_curve_text(d))
         return
     step = explain_step(spec)
@@ -257,9 +258,10 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
     click.echo(json.dumps(step.data) if as_json else step.text())
 
 
-def _spec_from_results(spec: ExplainSpec, sp: Speculation, path, batches, as_json: bool) -> None:
-    """``explain --spec --from RESULTS``: the roofline curve at the sweep's context and batches (its model, and its
-    measured ceilings and dtypes unless given), and the measured curve beside it (``roofline.spec_measured``)."""
+def _spec_from_results(spec: ExplainSpec, options: tuple, path, batches, as_json: bool) -> None:
+    """``explain --spec --from RESULTS`` (``options``: --spec, --acceptance, --draft, --mtp): the roofline curve at
+    the sweep's context and batches (its model, and its measured ceilings and dtypes, unless given), and the measured
+    curve beside it (``roofline.spec_measured``)."""
     from roofline import spec_measured as M
     from roofline.analysis import analyze
     from roofline.records import read_results
@@ -267,6 +269,9 @@ def _spec_from_results(spec: ExplainSpec, sp: Speculation, path, batches, as_jso
     a = analyze(read_results(path))
     swept = a.header.model
     model = spec.model if _explicit("model") or swept is None else swept
+    for n in model.notes:
+        click.echo(f"note: {n}", err=True)
+    sp = speculation(*options, model)
     M.check_sweep(a, sp.k, model.name)
     ctx, said = M.measured_context(a, sp.k, spec.context)
     verify = [s for s in a.steps if s.phase == "verify" and s.drafts == sp.k and s.cached == ctx]
