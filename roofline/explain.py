@@ -447,6 +447,19 @@ SPEC_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)   # the curve's batches unless
 SPEC_SEARCH = 1 << 16    # the ridge and break-even batches are searched up to 65,536 sequences
 
 
+def spec_round_at(spec: ExplainSpec, sp: S.Speculation):
+    """batch -> ``roofline.speculative.speculation_round`` of ``sp`` at ``spec``'s context and precision (a draft
+    model in its own options, the MTP layer in the target's)."""
+    draft_opts = None
+    if sp.draft == "model":
+        ds = ExplainSpec(model=sp.draft_model, device=spec.device, context=spec.context, act_dtype=spec.act_dtype)
+        draft_opts = ds._step_options()
+    elif sp.draft == "mtp":
+        draft_opts = replace(spec, model=S.mtp_layer(spec.model))._step_options()
+    opts = spec._step_options()
+    return lambda b: S.speculation_round(sp, spec.model, spec.device, b, spec.context, opts, draft_opts, spec.link)
+
+
 def spec_curve(spec: ExplainSpec, sp: S.Speculation, batches=SPEC_BATCHES) -> dict:
     """Plain decode against speculation ``sp`` across ``batches`` at ``spec``'s context and precision
     (``roofline.speculative.speculation_round`` per batch: tokens/s per user and per device, the speedup), the
@@ -461,15 +474,7 @@ def spec_curve(spec: ExplainSpec, sp: S.Speculation, batches=SPEC_BATCHES) -> di
     batches = [check_positive_int("batch", b) for b in batches]
     m, dev, ctx = spec.model, spec.device, spec.context
     opts = spec._step_options()
-    draft_opts = None
-    if sp.draft == "model":
-        ds = ExplainSpec(model=sp.draft_model, device=dev, context=ctx, act_dtype=spec.act_dtype)
-        draft_opts = ds._step_options()
-    elif sp.draft == "mtp":
-        draft_opts = replace(spec, model=S.mtp_layer(m))._step_options()
-
-    def at(b):
-        return S.speculation_round(sp, m, dev, b, ctx, opts, draft_opts, spec.link)
+    at = spec_round_at(spec, sp)
 
     def verify(b):
         return S.verify_step(m, b, ctx, sp.k, **opts)

@@ -282,6 +282,16 @@ def _num(v, fmt: str) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
 
 
+def plain_counterpart(summary, summaries):
+    """The configuration that ran ``summary``'s requests without speculation (its label before ",spec="), for an
+    in-process speculative run (its speculation has "rounds"); None otherwise (a server's counters: no run
+    without)."""
+    if "rounds" not in (summary.speculation or {}):
+        return None
+    base = summary.config.split(",spec=")[0]
+    return next((o for o in summaries if o.config == base and o is not summary), None)
+
+
 def speculation_line(sp: dict) -> str:
     """One line on a run's speculation: measured in process (rounds, drafted, accepted) or read from a server's
     counters (``source``) or gauges."""

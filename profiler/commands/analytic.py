@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import replace
 
 import click
 from click.core import ParameterSource
@@ -12,7 +13,8 @@ from click.core import ParameterSource
 from roofline.devices import CATALOGUE, COMPUTE_DTYPES, custom_link
 from roofline.errors import RooflineError
 from roofline.precision.formats import native_computes
-from roofline.explain import SPEC_BATCHES, ExplainSpec, explain_linear, explain_step, spec_curve, spec_curve_text
+from roofline.explain import (SPEC_BATCHES, ExplainSpec, explain_linear, explain_step, spec_curve, spec_curve_text,
+                              spec_round_at)
 from roofline.config_fields import read_json_file, show_value
 from roofline.context_curve import FASTER, context_curve, context_curve_text
 from roofline.models import PRESETS, load_model
@@ -161,6 +163,9 @@ def _draft_cb(ctx, param, value):
               help="--spec: the draft model (a preset or config.json), costed as K decode steps")
 @click.option("--mtp", is_flag=True, help="--spec: the model's multi-token-prediction layer drafts (num_nextn_predict_"
                                           "layers: DeepSeek-V3, GLM-4.5)")
+@click.option("--from", "from_results", default=None, metavar="RESULTS",
+              help="--spec: a results.jsonl of `roofline profile --spec K`: the same curve from its measured decode "
+                   "and verify steps, beside the roofline's")
 @click.option("--vs-context", "vs_context", is_flag=True,
               help="a hybrid (linear-attention layers) or sparse-attention model: its decode step across contexts "
                    "1,024 ... max beside its dense counterpart (every layer full attention), time and bytes by kind")
@@ -169,8 +174,8 @@ def _draft_cb(ctx, param, value):
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, phase, batch, context, cached,
             chunk, mix, weight_dtype, act_dtype, kv_dtype, tp, ep, link_gbs, link_latency_us, tokens, in_features,
-            out_features, dtype, group_size, zero_point, expert_load, spec_k, acceptance, draft, mtp, vs_context,
-            faster, as_json):
+            out_features, dtype, group_size, zero_point, expert_load, spec_k, acceptance, draft, mtp, from_results,
+            vs_context, faster, as_json):
     """Analytic roofline of one linear layer or one model step (no hardware).
 
     \b
@@ -182,6 +187,7 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
     roofline explain --model path/to/gpt-oss-120b --device h100   # each module at the checkpoint's precision
     roofline explain --model qwen3-30b-a3b --weight-dtype experts=nvfp4,attention=fp8
     roofline explain --model llama-3-8b --device h100 --spec 3 --acceptance 0.8 [--draft MODEL | --mtp]
+    roofline explain --spec 3 --acceptance 0.8 --from roofline-out/results.jsonl   # also from measured steps
     roofline explain --model path/to/qwen3-next --device h100 --vs-context   # hybrid against dense
 
     With no --weight-dtype / --kv-dtype a quantized checkpoint (its quantization_config, or ModelOpt's
@@ -193,6 +199,9 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
     device = _measured_cpu(resolve_device(device_name, device_file, peak_tflops, bandwidth_gbs,
                                           dtype=_peak_dtype(dtype) if what == "linear" else act_dtype))
     speculating = spec_k is not None or acceptance is not None or draft is not None or mtp
+    if from_results is not None and not speculating:
+        raise RooflineError("--from reads a sweep's verify steps for the speculation curve: add --spec K "
+                            "--acceptance A, or drop --from.")
     if what == "linear" and (speculating or vs_context):
         raise RooflineError("--spec, --acceptance, --draft, --mtp and --vs-context price a model's decode: drop "
                             "`linear` (and give --model).")
@@ -233,6 +242,10 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
         click.echo(json.dumps(c.to_dict()) if as_json else context_curve_text(c))
         return
     if speculating:
+        if from_results is not None:
+            _spec_from_results(spec, (spec_k, acceptance, draft, mtp), from_results,
+                               batch if _explicit("batch") else None, as_json)
+            return
         for n in model.notes:
             click.echo(f"note: {n}", err=True)
         d = spec_curve(spec, speculation(spec_k, acceptance, draft, mtp, model),
@@ -243,6 +256,36 @@ def explain(what, model, device_name, device_file, peak_tflops, bandwidth_gbs, p
     for n in model.notes:
         click.echo(f"note: {n}", err=True)
     click.echo(json.dumps(step.data) if as_json else step.text())
+
+
+def _spec_from_results(spec: ExplainSpec, options: tuple, path, batches, as_json: bool) -> None:
+    """``explain --spec --from RESULTS`` (``options``: --spec, --acceptance, --draft, --mtp): the roofline curve at
+    the sweep's context and batches (its model, and its measured ceilings and dtypes, unless given), and the measured
+    curve beside it (``roofline.spec_measured``)."""
+    from roofline import spec_measured as M
+    from roofline.analysis import analyze
+    from roofline.records import read_results
+
+    a = analyze(read_results(path))
+    swept = a.header.model
+    model = spec.model if _explicit("model") or swept is None else swept
+    for n in model.notes:
+        click.echo(f"note: {n}", err=True)
+    sp = speculation(*options, model)
+    M.check_sweep(a, sp.k, model.name)
+    ctx, said = M.measured_context(a, sp.k, spec.context)
+    verify = [s for s in a.steps if s.phase == "verify" and s.drafts == sp.k and s.cached == ctx]
+    key = verify[0].key
+    device_given = any(_explicit(n) for n in ("device_name", "device_file", "peak_tflops", "bandwidth_gbs"))
+    spec = replace(spec, model=model, context=ctx, device=spec.device if device_given else a.device,
+                   act_dtype=spec.act_dtype if _explicit("act_dtype") else key.dtype,
+                   weight_dtype=spec.weight_dtype if _explicit("weight_dtype") else key.weight_dtype,
+                   kv_dtype=spec.kv_dtype if _explicit("kv_dtype") else key.kv_dtype)
+    d = spec_curve(spec, sp, batches or sorted({s.batch for s in verify}))
+    at = spec_round_at(spec, sp) if sp.draft != "none" else None
+    d["measured"] = M.measured_data(a, sp.k, sp.tokens_per_step, ctx, said,
+                                    (lambda b: at(b).draft_s) if at else None)
+    click.echo(json.dumps(d) if as_json else spec_curve_text(d) + "\n" + M.measured_text(d["measured"]))
 
 
 def speculation(k, acceptance, draft, mtp: bool, model) -> Speculation:

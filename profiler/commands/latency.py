@@ -33,7 +33,7 @@ from roofline.verdicts.diagnosis import change_findings, floor_context
 from roofline.verdicts.diagnosis import diagnose as run_rules
 from roofline.errors import RooflineError
 from roofline.floor import check_floor_inputs
-from roofline.latency import FORMULAS, format_slo, parse_slo, summary_lines
+from roofline.latency import FORMULAS, format_slo, parse_slo, plain_counterpart, summary_lines
 from roofline.records import read_results
 from roofline.units import ms
 
@@ -318,13 +318,12 @@ def comparison_table(summaries) -> str:
 def speculation_table(summaries) -> str:
     """Each speculative configuration beside the one without speculation on the same requests (its label's prefix):
     acceptance, tokens per verify step, TPOT and ITL; '' when no summary speculated in process."""
-    by = {s.config: s for s in summaries}
     rows, w = [], max(len(s.config) for s in summaries) + 2 if summaries else 0
     for s in summaries:
         sp = s.speculation
         if not sp:
             continue
-        base = by.get(s.config.split(",spec=")[0]) if "rounds" in sp else None    # a server's: no run without
+        base = plain_counterpart(s, summaries)
         if not rows:
             rows.append(f"{'speculation':<{w}}{'accept':>8}{'tok/step':>10}{'TPOT p50':>12}{'without':>12}"
                         f"{'speedup':>9}{'ITL p50':>12}{'without':>12}")

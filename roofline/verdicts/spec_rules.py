@@ -14,6 +14,13 @@ raises the bar: ``roofline explain --spec K --draft MODEL`` prices it).
 
 Steps far under their roof (overhead) or cache-resident are not judged here: the roof does not time them. Registered
 in ``roofline.verdicts.findings``, scope ``backend`` at order 30 (after ``expert``).
+
+* ``speculation-measured`` (scope ``latency``, order 80): a latency configuration that recorded speculation
+  (``LatencySummary.speculation``: in process, or a server's counters) says its measured acceptance and tokens per
+  verify step, what independent acceptance at that rate would give (``formulas.expected_tokens``), and, beside the
+  same requests run without speculation (``roofline.latency.plain_counterpart``), the TPOT speedup and what a round
+  cost in plain decode steps (tokens per step x TPOT with / TPOT without): speculation pays while the tokens per
+  step exceed it.
 """
 
 from __future__ import annotations
@@ -23,8 +30,9 @@ from .. import units as U
 from ..bounds import COMPUTE, MEMORY, roof_for
 from ..errors import RooflineError
 from ..speculative import seconds, verify_step
+from ..latency import plain_counterpart
 from .expert_rules import moe_decode_phase
-from .findings import Finding, finding
+from .findings import Finding, finding, register
 
 SPEC_K = 3              # drafts per verify step priced: the setting EAGLE and MTP deployments commonly run
 SPEC_ACCEPTANCE = 0.7   # a per-token acceptance a good draft commonly reaches (EAGLE-class drafts and DeepSeek-V3's
@@ -111,3 +119,48 @@ def speculation_findings(a, backend: str, several: bool = False, src: str = "") 
             {"k": k, "steps": [{"where": s.where, "round_decode_steps": r, "break_even_acceptance": x}
                                for s, r, x in not_pays]}))
     return out
+
+
+def _measured(x) -> list:
+    """``speculation-measured`` for one latency configuration (a ``latency_rules.ConfigRun``)."""
+    s = x.s
+    sp = s.speculation or {}
+    a = sp.get("acceptance", sp.get("accept_rate"))
+    y = sp.get("tokens_per_step", sp.get("accept_length"))
+    if not isinstance(a, (int, float)) or not isinstance(y, (int, float)) or a != a or y != y:
+        return []
+    k = sp.get("k")
+    kk = f"K = {k}" if isinstance(k, int) and k >= 1 else "K unknown"
+    model = f"E = (1 - a^(K+1)) / (1 - a) = {F.expected_tokens(min(a, 1), k):.2f} tokens per step at independent " \
+            f"acceptance {a:.3f}" if isinstance(k, int) and k >= 1 else ""
+    base = plain_counterpart(s, x.others)
+    tw, tb = s.tpot.get("p50", float("nan")), base.tpot.get("p50", float("nan")) if base else float("nan")
+    head = f"{x.tag}Speculation measured: acceptance {a:.3f}, tokens/step {y:.2f} ({kk})"
+    data = {"acceptance": a, "tokens_per_step": y, "k": k, "expected_tokens_independent":
+            F.expected_tokens(min(a, 1), k) if isinstance(k, int) and k >= 1 else None}
+    if base is None or not (tw > 0 and tb > 0):
+        return [Finding("speculation-measured", head + ".", (model + "; " if model else "") +
+                        "no run of the same requests without speculation to set it against (a server's counters, or "
+                        "a file without it)", "run `roofline latency ... --spec K --draft MODEL` in process for the "
+                        "TPOT beside the plain run, or price it with `roofline explain --spec K --acceptance A`",
+                        x.src, data)]
+    rates = [r for r in sp.get("per_position") or () if isinstance(r, (int, float)) and r == r]
+    pos = " / ".join(f"{r:.2f}" for r in rates)
+    speed, cost = tb / tw, y * tw / tb
+    pays = speed > 1
+    data.update(tpot_p50_s=tw, plain_tpot_p50_s=tb, speedup=speed, round_decode_steps=cost, plain=base.config)
+    verdict = f"{speed:.2f}x the plain run's TPOT p50 ({U.seconds(tb)} -> {U.seconds(tw)}): it " + \
+              ("pays" if pays else "does not pay")
+    detail = (f"a round costs {cost:.2f} plain decode steps (tokens/step x TPOT with / TPOT without), so speculation "
+              f"pays while the tokens per step exceed {cost:.2f}; measured {y:.2f}" + (f"; {model}" if model else "")
+              + (" (more than measured: rounds that drafted fewer than K near a request's end, or acceptance "
+                 "falling with the position" + (f": per position {pos}" if pos else "") + ")"
+                 if data["expected_tokens_independent"] and y < data["expected_tokens_independent"] - 0.05 else ""))
+    act = ("keep it; a longer draft (larger K) pays while the round's cost in decode steps stays under its tokens per "
+           "step" if pays else
+           "the round costs more than it yields here: a cheaper draft, a smaller K or a smaller batch (`roofline "
+           "explain --spec K --acceptance A` says the batch where it stops paying)")
+    return [Finding("speculation-measured", f"{head}: {verdict}.", detail, act, x.src, data)]
+
+
+register("latency", "speculation-measured", _measured, order=80)
