@@ -15,6 +15,10 @@ grouped GEMM, ``kernels.moe``; the torch peer loops over experts in the input dt
 
 MLA (``kernels.mla``): ``mla_decode`` is the absorbed Triton kernel / its batched torch peer; ``mla_prefill`` is
 the naive torch path (SDPA) on both backends (``prefill_attention`` needs V's head dim equal to Q/K's).
+
+Gated DeltaNet (``kernels.deltanet``): ``causal_conv1d`` (with its conv state), ``delta_gates``, ``delta_prefill``
+(the chunked rule) and ``delta_decode`` (the recurrent step) on a slot state, ``gated_rmsnorm``, and the gated
+attention's ``sigmoid_gate``: Triton kernels, or transformers' torch fallbacks.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from types import SimpleNamespace
 from roofline.errors import RooflineError
 
 from . import decode_attention as DA
+from . import deltanet as DN
 from . import embedding as E
 from . import geglu as G
 from . import kv_append as KV
@@ -76,13 +81,18 @@ _OPS = {
         rope=P.rope, kv_append=KV.kv_append, prefill_attention=PA.prefill_attention,
         decode_attention=DA.decode_attention, residual_add=R.residual_add, swiglu=S.swiglu, geglu=G.geglu,
         moe_experts=MOE.moe_experts, route=RT.route,
-        mla_decode=MLA.mla_decode, mla_prefill=MLA.mla_prefill),
+        mla_decode=MLA.mla_decode, mla_prefill=MLA.mla_prefill,
+        causal_conv1d=DN.causal_conv1d, delta_gates=DN.delta_gates, delta_prefill=DN.gated_delta_prefill,
+        delta_decode=DN.gated_delta_decode, gated_rmsnorm=DN.gated_rmsnorm, sigmoid_gate=DN.sigmoid_gate),
     "torch": SimpleNamespace(
         name="torch", embedding=E.reference, rmsnorm=N.reference, add_rmsnorm=N.add_reference, linear=_torch_linear,
         rope=_torch_rope, kv_append=KV.reference, prefill_attention=_torch_prefill,
         decode_attention=_torch_decode, residual_add=R.reference, swiglu=S.reference, geglu=G.reference,
         moe_experts=MOE.torch_moe, route=RT.route,
-        mla_decode=MLA.torch_decode, mla_prefill=MLA.mla_prefill),
+        mla_decode=MLA.torch_decode, mla_prefill=MLA.mla_prefill,
+        causal_conv1d=DN.conv_reference, delta_gates=DN.gates_reference, delta_prefill=DN.chunk_reference,
+        delta_decode=DN.recurrent_reference, gated_rmsnorm=DN.gated_norm_reference,
+        sigmoid_gate=DN.sigmoid_gate_reference),
 }
 
 

@@ -354,12 +354,17 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
     return ops
 
 
+# layer_types kinds with formulas and no kernels yet: what the run paths refuse (Gated DeltaNet's "linear" runs)
+NOT_RUN: dict = {}       # kind -> what it is, for the refusal
+
+
 def check_runnable(cfg: ModelConfig) -> None:
-    """A one-line RooflineError for a model whose ops have formulas but no kernels yet (Gated DeltaNet: issue
-    32): what builds or times a model (``kernels``, ``profile``) calls it before anything runs."""
-    if cfg.linear_layers:
-        raise RooflineError(f"{cfg.name}: Gated DeltaNet layers are costed but not run yet: roofline explain and the "
-                            "cost commands take this model; profile, latency, serve and check do not.")
+    """A one-line RooflineError for a model with a layer kind of ``NOT_RUN`` (formulas, no kernels yet): what
+    builds or times a model (``kernels``, ``profile``) calls it before anything runs."""
+    kinds = [t for t in dict.fromkeys(cfg.layer_types) if t in NOT_RUN]
+    if kinds:
+        raise RooflineError(f"{cfg.name}: {NOT_RUN[kinds[0]]} layers are costed but not run yet: roofline explain and "
+                            "the cost commands take this model; profile, latency, serve and check do not.")
 
 
 @lru_cache(maxsize=64)
