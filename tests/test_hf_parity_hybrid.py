@@ -1,0 +1,101 @@
+"""Logits parity with transformers for a Gated DeltaNet hybrid (issue 32): tests/hf_tiny_moe.py's tiny qwen3_next
+(DeltaNet on layers 0, 1, 3, gated attention with partial RoPE on layer 2, routed experts with a sigmoid-gated
+shared expert, one dense layer) run through our model on its real weights: prefill, decode, chunked prefill,
+prefix reuse of a whole cached sequence (the state cache keeps each slot's state at its end) and the one-line
+refusal of a shorter prefix; every logit row within 1e-4 of transformers' largest logit, on both backends (Triton
+interpreted: fewer steps), and a prompt past one chunk of 64 (the chunked rule's chunk boundary)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import hf_tiny_moe as H
+from kernels.model import LlamaModel
+from roofline.errors import RooflineError
+from roofline.models import load_model
+
+TOL = 1e-4
+
+
+def close(ours, theirs):
+    ours = np.asarray(ours.detach() if isinstance(ours, torch.Tensor) else ours, dtype=np.float64)
+    err = np.abs(ours - theirs).max() / np.abs(theirs).max()
+    assert err < TOL, f"max |ours - transformers| = {err:.2e} of the largest logit"
+
+
+def built(model_type):
+    H.require(model_type)
+    return H.checkpoint(model_type), H.reference(model_type)
+
+
+def model(folder, n, backend="torch"):
+    return LlamaModel(load_model(folder), dtype="fp32", backend=backend, max_slots=3, max_len=n + 2)
+
+
+@pytest.mark.parametrize("model_type", H.HYBRID)
+def test_the_reader_finds_the_hybrid(model_type):
+    cfg = load_model(H.checkpoint(model_type))
+    assert cfg.linear_layers == (0, 1, 3) and cfg.attention_layers == (2,) and cfg.attn_gate
+    assert (cfg.linear_k_heads, cfg.linear_v_heads, cfg.linear_k_dim, cfg.linear_v_dim, cfg.linear_conv) == \
+        (2, 4, 16, 24, 4)
+    assert cfg.moe_layers == H.MOE_LAYERS[model_type] and cfg.shared_gate and cfg.rotary_dim == 8
+
+
+@pytest.mark.parametrize("model_type", H.HYBRID)
+def test_prefill_then_decode(model_type):
+    folder, ref = built(model_type)
+    seq = torch.tensor(ref.sequence)
+    m = model(folder, len(seq))
+    assert m.weights_info["weights"] == "checkpoint"
+    close(m.prefill(seq[: ref.prompt], 0), ref.decode[ref.prompt - 1])
+    for pos in range(ref.prompt, len(seq)):
+        close(m.decode_step(seq[pos: pos + 1], [0])[0], ref.decode[pos])
+    close(m.forward_full(seq[None]), ref.prefill)
+
+
+@pytest.mark.parametrize("model_type", H.HYBRID)
+def test_chunked_prefill_and_prefix_reuse(model_type):
+    folder, ref = built(model_type)
+    seq = torch.tensor(ref.sequence)
+    n = len(seq)
+    m = model(folder, n)
+    for start in range(0, n - 4, 4):
+        m.prefill(seq[start: start + 4], 0, logits=False)
+    close(m.prefill(seq[start + 4:], 0), ref.prefill[n - 1])
+    m.reset(0)
+    m.prefill(seq[: n - 6], 0, logits=False)              # the source holds exactly the prefix: its state is kept
+    close(m.prefill_with_prefix(seq, 1, 0, n - 6), ref.prefill[n - 1])
+    close(m.decode_step(seq[n - 6: n - 5], [0])[0], ref.prefill[n - 6])    # the source runs on from its own state
+    with pytest.raises(RooflineError) as e:
+        m.prefill_with_prefix(seq, 2, 0, n - 8)
+    assert str(e.value) == (f"cannot reuse a prefix of {n - 8} tokens of slot 0 holding {n - 5}: its Gated DeltaNet "
+                            f"layers keep their state after all {n - 5} tokens only; reuse all {n - 5}, or prefill "
+                            "from scratch.")
+
+
+@pytest.mark.parametrize("model_type", H.HYBRID)
+def test_a_prompt_past_one_chunk(model_type):
+    """80 tokens: two chunks of 64 (the second partial), then a chunk after the cached 80 and a decode step."""
+    folder = H.checkpoint(model_type)
+    toks = H.tokens(84, 1)
+    theirs = H.prefill_logits(folder, toks)
+    m = model(folder, 84)
+    close(m.forward_full(torch.tensor([toks])), theirs)
+    m.prefill(torch.tensor(toks[:80]), 0, logits=False)
+    close(m.prefill(torch.tensor(toks[80:83]), 0), theirs[82])
+    close(m.decode_step(torch.tensor(toks[83:84]), [0])[0], theirs[83])
+
+
+@pytest.mark.parametrize("model_type", H.HYBRID)
+def test_triton_kernels_on_real_weights(model_type):
+    """The DeltaNet kernels (chunked rule from zeros and from a state, the recurrent step, the conv with its
+    state, the gates, the gated norm, the output gate) interpreted here, with prefix reuse of the whole source."""
+    folder, ref = built(model_type)
+    seq = torch.tensor(ref.sequence)
+    m = model(folder, len(seq), "triton")
+    m.prefill(seq[:5], 0, logits=False)
+    close(m.prefill(seq[5:10], 0), ref.decode[9])
+    close(m.decode_step(seq[10:11], [0])[0], ref.decode[10])
+    close(m.prefill_with_prefix(seq[:13], 1, 0, 11), ref.prefill[12])
