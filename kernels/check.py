@@ -56,6 +56,7 @@ from . import router as RT
 from . import swiglu as S
 from ._common import HAS_CUDA, dtype_name, torch_dtype
 from .backend import get_ops
+from . import check_deltanet  # noqa: F401  (registers the Gated DeltaNet rows)
 from .check_fp4 import fp4_rows
 from .check_fp8 import fp8_checks
 from .check_result import rel_err, result as _result
@@ -268,7 +269,11 @@ def _model_checks(backend, dt, dev, quick, model="tiny"):
     whole = m2.prefill(toks[0], 3)
     yield "model chunked prefill = unchunked", chunked, whole, f"chunks {c1}+{c2}+{S - c1 - c2} vs {S}"
     reuse = S // 2 + 1
-    reused = m2.prefill_with_prefix(toks[0], 1, 3, reuse)
+    src = 3
+    if cfg.linear_layers:             # a DeltaNet state is kept at a slot's end: reuse a whole cached prompt
+        src = 0
+        m2.prefill(toks[0, :reuse], src, logits=False)
+    reused = m2.prefill_with_prefix(toks[0], 1, src, reuse)
     yield "model prefix reuse = full prefill", reused, whole, f"{reuse} of {S} tokens reused"
     other_be = "torch" if backend == "triton" else "triton"
     yield f"model {backend} = {other_be} backend", make(other_be).forward_full(toks), full, "forward_full logits"
