@@ -9,13 +9,16 @@ Hv dv channels, activation dtype), read and rewritten by every call (a fresh seq
 
 Kernels (every load upcast to fp32, fp32 math, one cast at each store):
 
-* ``_chunk_kernel``, grid (B, Hv, cdiv(dv, BLOCK_V)): one program streams its sequence's chunks of ``chunk`` tokens
-  (``formulas.DELTA_CHUNK`` = 64: the formula's convention and FLA's) with a [dk, BLOCK_V] slice of the state in
-  registers. Per chunk: q and k l2-normalised (q x dk^-0.5), the cumulative decay, A = (beta k) k^T x decay
-  (strictly lower), T = (I + A)^-1 by forward substitution (row by row, in registers), u = T (beta v),
-  w = T (beta k exp(g_cum)), v_new = u - w S, o = (q exp(g_cum)) S + (q k^T x decay, causal) v_new, and
-  S <- S exp(g_last) + (k exp(g_last - g_cum))^T v_new: transformers' ``torch_chunk_gated_delta_rule`` step by
-  step (the last partial chunk padded with zeros as it pads).
+* The chunked rule in chunks of ``chunk`` tokens (``formulas.DELTA_CHUNK`` = 64: the formula's convention and
+  FLA's), transformers' ``torch_chunk_gated_delta_rule`` step by step (the last partial chunk padded with zeros as
+  it pads), in two kernels (one held every [chunk, dk] tile at once and spilled: the compile check):
+  ``_chunk_prep_kernel``, grid (B, Hv, chunks), every chunk at once: k l2-normalised, the cumulative decay g_cum,
+  A = (beta k) k^T x decay (strictly lower), T = (I + A)^-1 by forward substitution (row by row, in registers),
+  w = T (beta k exp(g_cum)) and u = T (beta v), written to fp32 scratch ([B, Hv, chunks x chunk, dk / dv]: HBM
+  traffic the formula does not count); ``_chunk_kernel``, grid (B, Hv, cdiv(dv, BLOCK_V)): one program scans its
+  sequence's chunks with a [dk, BLOCK_V] slice of the state in registers: v_new = u - w S,
+  o = (q exp(g_cum)) S + (q k^T x decay, causal) v_new (q l2-normalised, x dk^-0.5), and
+  S <- S exp(g_last) + (k exp(g_last - g_cum))^T v_new.
 * ``_recurrent_kernel``, grid (B, Hv, cdiv(dv, BLOCK_V)): one token per sequence; the state slice read once,
   decayed, updated by the delta rule, read by q, written once (``torch_recurrent_gated_delta_rule``).
 * ``_conv_kernel``, grid (B, cdiv(T, BLOCK_T), cdiv(C, BLOCK_C)): the depthwise causal conv (the first
@@ -51,11 +54,52 @@ def _l2norm_rows(x, eps):
 
 
 @triton.jit
-def _chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, o_ptr, s_ptr, slot_ptr, T, GROUP, DK, DV, scale, eps,
-                  sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sv_b, sv_t, sv_h, sg_b, sg_t, so_b, so_t, so_h,
-                  ss_s, ss_h, ss_k,
+def _chunk_prep_kernel(k_ptr, v_ptr, g_ptr, b_ptr, w_ptr, u_ptr, T, GROUP, DK, DV, eps,
+                       sk_b, sk_t, sk_h, sv_b, sv_t, sv_h, sg_b, sg_t, sw_b, sw_h, sw_t, su_b, su_h, su_t,
+                       CHUNK: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, DOT_PREC: tl.constexpr):
+    """One chunk of one sequence and value head: T = (I + A)^-1, w = T (beta k exp(g_cum)), u = T (beta v)."""
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    t0 = tl.program_id(2) * CHUNK
+    offs_c = tl.arange(0, CHUNK)
+    offs_k = tl.arange(0, BLOCK_K)
+    t = t0 + offs_c
+    tmask = t < T
+    kmask = offs_k < DK
+    k = tl.load(k_ptr + b * sk_b + (h // GROUP) * sk_h + t[:, None] * sk_t + offs_k[None, :],
+                mask=tmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + b * sg_b + h + t * sg_t, mask=tmask, other=0.0).to(tl.float32)
+    beta = tl.load(b_ptr + b * sg_b + h + t * sg_t, mask=tmask, other=0.0).to(tl.float32)
+    k = _l2norm_rows(k, eps)
+    gc = tl.cumsum(g, 0)
+    rows = offs_c[:, None]
+    strict = rows > offs_c[None, :]
+    kb = k * beta[:, None]
+    A = tl.dot(kb, tl.trans(k), input_precision=DOT_PREC) * tl.exp(tl.where(strict, gc[:, None] - gc[None, :], 0.0))
+    A = tl.where(strict, A, 0.0)
+    Tm = tl.where(rows == offs_c[None, :], 1.0, 0.0)                # (I + A)^-1, row i from rows 0..i-1
+    for i in range(1, CHUNK):
+        a_i = tl.sum(tl.where(rows == i, A, 0.0), 0)                                    # A[i, :]
+        r_i = tl.sum(a_i[:, None] * Tm, 0)                                              # sum_j A[i, j] Tm[j, :]
+        Tm = tl.where(rows == i, Tm - r_i[None, :], Tm)
+    w = tl.dot(Tm, kb * tl.exp(gc)[:, None], input_precision=DOT_PREC)                 # [CHUNK, BLOCK_K]
+    tl.store(w_ptr + b * sw_b + h * sw_h + t[:, None] * sw_t + offs_k[None, :], w, mask=kmask[None, :])
+    for v0 in range(0, DV, BLOCK_V):
+        offs_v = v0 + tl.arange(0, BLOCK_V)
+        vmask = offs_v < DV
+        v = tl.load(v_ptr + b * sv_b + h * sv_h + t[:, None] * sv_t + offs_v[None, :],
+                    mask=tmask[:, None] & vmask[None, :], other=0.0).to(tl.float32)
+        u = tl.dot(Tm, v * beta[:, None], input_precision=DOT_PREC)                    # [CHUNK, BLOCK_V]
+        tl.store(u_ptr + b * su_b + h * su_h + t[:, None] * su_t + offs_v[None, :], u, mask=vmask[None, :])
+
+
+@triton.jit
+def _chunk_kernel(q_ptr, k_ptr, g_ptr, w_ptr, u_ptr, o_ptr, s_ptr, slot_ptr, T, GROUP, DK, DV, scale, eps,
+                  sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sg_b, sg_t, sw_b, sw_h, sw_t, su_b, su_h, su_t,
+                  so_b, so_t, so_h, ss_s, ss_h, ss_k,
                   CHUNK: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, HAS_STATE: tl.constexpr,
                   DOT_PREC: tl.constexpr):
+    """The scan over one sequence's chunks for one value head and value block, the state slice in registers."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     vb = tl.program_id(2)
@@ -72,43 +116,30 @@ def _chunk_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, o_ptr, s_ptr, slot_ptr, T, 
         S = tl.load(s_ptrs, mask=smask, other=0.0).to(tl.float32)                      # [BLOCK_K, BLOCK_V]
     else:
         S = tl.zeros((BLOCK_K, BLOCK_V), tl.float32)
-    rows = offs_c[:, None]
-    causal = rows >= offs_c[None, :]
-    strict = rows > offs_c[None, :]
+    causal = offs_c[:, None] >= offs_c[None, :]
     q_base = q_ptr + b.to(tl.int64) * sq_b + kh * sq_h
     k_base = k_ptr + b.to(tl.int64) * sk_b + kh * sk_h
-    v_base = v_ptr + b.to(tl.int64) * sv_b + h * sv_h
     g_base = g_ptr + b.to(tl.int64) * sg_b + h
-    b_base = b_ptr + b.to(tl.int64) * sg_b + h
+    w_base = w_ptr + b.to(tl.int64) * sw_b + h * sw_h
+    u_base = u_ptr + b.to(tl.int64) * su_b + h * su_h
     o_base = o_ptr + b.to(tl.int64) * so_b + h * so_h
     for start in range(0, T, CHUNK):
         t = start + offs_c
         tmask = t < T
         qk_mask = tmask[:, None] & kmask[None, :]
+        g = tl.load(g_base + t * sg_t, mask=tmask, other=0.0).to(tl.float32)
+        gc = tl.cumsum(g, 0)                                                            # [CHUNK]
+        w = tl.load(w_base + t[:, None] * sw_t + offs_k[None, :], mask=kmask[None, :], other=0.0)
+        u = tl.load(u_base + t[:, None] * su_t + offs_v[None, :], mask=vmask[None, :], other=0.0)
+        vn = u - tl.dot(w, S, input_precision=DOT_PREC)                                # v_new [CHUNK, BLOCK_V]
         q = tl.load(q_base + t[:, None] * sq_t + offs_k[None, :], mask=qk_mask, other=0.0).to(tl.float32)
         k = tl.load(k_base + t[:, None] * sk_t + offs_k[None, :], mask=qk_mask, other=0.0).to(tl.float32)
-        v = tl.load(v_base + t[:, None] * sv_t + offs_v[None, :], mask=tmask[:, None] & vmask[None, :],
-                    other=0.0).to(tl.float32)
-        g = tl.load(g_base + t * sg_t, mask=tmask, other=0.0).to(tl.float32)
-        beta = tl.load(b_base + t * sg_t, mask=tmask, other=0.0).to(tl.float32)
         q = _l2norm_rows(q, eps) * scale
         k = _l2norm_rows(k, eps)
-        gc = tl.cumsum(g, 0)                                                            # [CHUNK]
-        decay = tl.exp(tl.where(causal, gc[:, None] - gc[None, :], 0.0))
-        decay = tl.where(causal, decay, 0.0)
-        kb = k * beta[:, None]
-        A = tl.where(strict, tl.dot(kb, tl.trans(k), input_precision=DOT_PREC) * decay, 0.0)
-        Tm = tl.where(rows == offs_c[None, :], 1.0, 0.0)            # (I + A)^-1, row i from rows 0..i-1
-        for i in range(1, CHUNK):
-            a_i = tl.sum(tl.where(rows == i, A, 0.0), 0)                               # A[i, :]
-            r_i = tl.sum(a_i[:, None] * Tm, 0)                                         # sum_j A[i, j] Tm[j, :]
-            Tm = tl.where(rows == i, Tm - r_i[None, :], Tm)
-        egc = tl.exp(gc)
-        u = tl.dot(Tm, v * beta[:, None], input_precision=DOT_PREC)                    # [CHUNK, BLOCK_V]
-        w = tl.dot(Tm, kb * egc[:, None], input_precision=DOT_PREC)                    # [CHUNK, BLOCK_K]
-        vn = u - tl.dot(w, S, input_precision=DOT_PREC)
-        attn = tl.where(causal, tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * decay, 0.0)
-        o = tl.dot(q * egc[:, None], S, input_precision=DOT_PREC) + tl.dot(attn, vn, input_precision=DOT_PREC)
+        attn = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * tl.exp(tl.where(causal, gc[:, None] - gc[None, :],
+                                                                                    0.0))
+        attn = tl.where(causal, attn, 0.0)
+        o = tl.dot(q * tl.exp(gc)[:, None], S, input_precision=DOT_PREC) + tl.dot(attn, vn, input_precision=DOT_PREC)
         tl.store(o_base + t[:, None] * so_t + offs_v[None, :], o.to(o_ptr.dtype.element_ty),
                  mask=tmask[:, None] & vmask[None, :])
         glast = tl.sum(tl.where(offs_c == CHUNK - 1, gc, 0.0), 0)     # padded g are 0: the last real token's
@@ -175,10 +206,10 @@ def _conv_kernel(x_ptr, w_ptr, cs_ptr, slot_ptr, y_ptr, T, C, sx_b, sx_t, sy_b, 
     if tb == 0:                                   # the new state: the last KSIZE - 1 inputs of [state, x]
         js = tl.arange(0, BLOCK_S)
         jmask = js < KSIZE - 1
-        src = T - (KSIZE - 1) + js
-        new = tl.load(x_base + src[:, None] * sx_t + offs_c[None, :],
-                      mask=((src >= 0) & jmask)[:, None] & cmask[None, :], other=0.0)
-        new += tl.load(cs_base + (KSIZE - 1 + src)[:, None], mask=((src < 0) & jmask)[:, None] & cmask[None, :],
+        last = T - (KSIZE - 1) + js
+        new = tl.load(x_base + last[:, None] * sx_t + offs_c[None, :],
+                      mask=((last >= 0) & jmask)[:, None] & cmask[None, :], other=0.0)
+        new += tl.load(cs_base + (KSIZE - 1 + last)[:, None], mask=((last < 0) & jmask)[:, None] & cmask[None, :],
                        other=0.0).to(new.dtype)
         tl.debug_barrier()                        # every read of the old state (this program's) before the write
         tl.store(cs_base + js[:, None], new.to(cs_ptr.dtype.element_ty), mask=jmask[:, None] & cmask[None, :])
@@ -244,12 +275,13 @@ def _check_delta(q, k, v, g, beta, state, slots, T=None):
     return B, Hk, Hv, dk, dv
 
 
-def delta_config(dk: int, dv: int, *, chunk: int = F.DELTA_CHUNK) -> dict:
-    """Block sizes of the delta-rule kernels: the whole key width (l2-normalised in the kernel), value blocks of
-    up to 32 (the state slice [dk, 32] fp32 beside the chunk's [chunk, dk] tiles), 8 warps for the chunked
-    kernel's [chunk, chunk] tiles."""
+def delta_config(dk: int, dv: int, *, chunk: int = F.DELTA_CHUNK, dtype=torch.bfloat16) -> dict:
+    """Block sizes of the chunked kernels: the whole key width (l2-normalised in the kernel), value blocks of
+    up to 32 (the state slice [dk, 32] fp32 beside the chunk's [chunk, dk] tiles), 8 warps for the [chunk, chunk]
+    tiles (16 in fp32, whose IEEE dots are FMA loops: the compile check), one stage: the scan's loop is not
+    software-pipelined (three stages of its [chunk, dk] tiles passed sm_90's shared memory)."""
     return dict(block_k=max(16, next_pow2(dk)), block_v=max(16, min(32, next_pow2(dv))), chunk=chunk,
-                num_warps=8 if chunk >= 64 else 4)
+                num_warps=(16 if dtype == torch.float32 else 8) if chunk >= 64 else 4, num_stages=1)
 
 
 def gated_delta_prefill(q, k, v, g, beta, state, slots, *, has_state: bool = False, chunk: int = F.DELTA_CHUNK,
@@ -263,15 +295,23 @@ def gated_delta_prefill(q, k, v, g, beta, state, slots, *, has_state: bool = Fal
         raise ValueError(f"chunk must be a power of two of at least 16 (tl.dot's operands), got {chunk}.")
     out = torch.empty(B, T, Hv, dv, dtype=q.dtype, device=q.device) if out is None else out
     check_tensor("out", out, (B, T, Hv, dv), dtype=q.dtype)
-    c = delta_config(dk, dv, chunk=chunk)
+    c = delta_config(dk, dv, chunk=chunk, dtype=q.dtype)
     if B == 0 or T == 0:
         return out
-    launch(_chunk_kernel, (B, Hv, cdiv(dv, c["block_v"])), q, k, v, g, beta, out, state, slots, T, Hv // Hk, dk, dv,
-           dk ** -0.5, L2_EPS, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-           v.stride(0), v.stride(1), v.stride(2), g.stride(0), g.stride(1), out.stride(0), out.stride(1),
-           out.stride(2), state.stride(0), state.stride(1), state.stride(2),
-           CHUNK=chunk, BLOCK_K=c["block_k"], BLOCK_V=c["block_v"], HAS_STATE=bool(has_state),
-           DOT_PREC=_prec(q.dtype), num_warps=c["num_warps"])
+    n_chunks, prec = cdiv(T, chunk), _prec(q.dtype)
+    w = torch.empty(B, Hv, n_chunks * chunk, dk, dtype=torch.float32, device=q.device)    # the chunks' w and u
+    u = torch.empty(B, Hv, n_chunks * chunk, dv, dtype=torch.float32, device=q.device)
+    strides = (k.stride(0), k.stride(1), k.stride(2))
+    ws, us = (w.stride(0), w.stride(1), w.stride(2)), (u.stride(0), u.stride(1), u.stride(2))
+    launch(_chunk_prep_kernel, (B, Hv, n_chunks), k, v, g, beta, w, u, T, Hv // Hk, dk, dv, L2_EPS, *strides,
+           v.stride(0), v.stride(1), v.stride(2), g.stride(0), g.stride(1), *ws, *us,
+           CHUNK=chunk, BLOCK_K=c["block_k"], BLOCK_V=c["block_v"], DOT_PREC=prec, num_warps=c["num_warps"],
+           num_stages=c["num_stages"])
+    launch(_chunk_kernel, (B, Hv, cdiv(dv, c["block_v"])), q, k, g, w, u, out, state, slots, T, Hv // Hk, dk, dv,
+           dk ** -0.5, L2_EPS, q.stride(0), q.stride(1), q.stride(2), *strides, g.stride(0), g.stride(1), *ws, *us,
+           out.stride(0), out.stride(1), out.stride(2), state.stride(0), state.stride(1), state.stride(2),
+           CHUNK=chunk, BLOCK_K=c["block_k"], BLOCK_V=c["block_v"], HAS_STATE=bool(has_state), DOT_PREC=prec,
+           num_warps=c["num_warps"], num_stages=c["num_stages"])
     return out
 
 

@@ -27,7 +27,7 @@ def delta_gates(ctx, spec):
 @runner("gated_delta")
 def gated_delta(ctx, spec):
     K, d, dims = ctx.K, ctx.delta, spec.dims
-    conf = delta_config(dims["k_dim"], dims["v_dim"], chunk=dims["chunk"]) if ctx.triton else {}
+    conf = delta_config(dims["k_dim"], dims["v_dim"], chunk=dims["chunk"], dtype=ctx.dt) if ctx.triton else {}
     if ctx.phase == "decode":
         q, k, v = d.q[:, 0], d.k[:, 0], d.v[:, 0]
         g, beta = d.g[:, 0].contiguous(), d.beta[:, 0].contiguous()

@@ -99,3 +99,40 @@ def test_triton_kernels_on_real_weights(model_type):
     close(m.prefill(seq[5:10], 0), ref.decode[9])
     close(m.decode_step(seq[10:11], [0])[0], ref.decode[10])
     close(m.prefill_with_prefix(seq[:13], 1, 0, 11), ref.prefill[12])
+
+
+@pytest.mark.parametrize("model_type", H.HYBRID)
+def test_profile_records_the_formulas_costs(model_type, tmp_path, monkeypatch):
+    """`roofline profile` on the tiny checkpoint, torch backend: a point per op of both phases, each recorded with
+    the workload's cost of that op (the DeltaNet ops' from roofline.formulas.deltanet, by hand here too)."""
+    from click.testing import CliRunner
+
+    from profiler import ceilings as C
+    from profiler import kernel_checks as R
+    from profiler.cli import main
+    from roofline import formulas as F
+    from roofline import workload as W
+    from roofline.devices import cpu_device
+    from roofline.records import read_results
+
+    monkeypatch.setattr(R, "validate_kernels", lambda backends, dtype, device="cpu": [])
+    monkeypatch.setattr(C, "get_ceilings", lambda device="cpu", **kw: C.Ceilings(
+        cpu_device(C.device_name("cpu"), {"fp32": 1e11, "bf16": 5e10}, 2e10), None,
+        {"bandwidth": {}, "gemm": {}, "label": "achievable"}))
+    folder, out = H.checkpoint(model_type), tmp_path / "out"
+    r = CliRunner().invoke(main, ["profile", "--device", "cpu", "--model", str(folder), "--phases", "prefill,decode",
+                                  "--batches", "2", "--contexts", "9", "--backends", "torch", "--dtype", "fp32",
+                                  "--budget-ms", "1", "--quick", "--out", str(out), "--no-report", "--quiet"])
+    assert r.exit_code == 0, r.output
+    rf = read_results(out / "results.jsonl")
+    cfg = load_model(folder)
+    got = {(m.point.phase, m.point.op): m.point.cost for m in rf.measurements}
+    for phase, make in (("prefill", W.prefill), ("decode", W.decode)):
+        ph = make(cfg, 2, 9, act_dtype="fp32", weight_dtype="fp32", kv_dtype="fp32")
+        for op in ("conv1d", "delta_gates", "gated_delta", "gated_norm", "attn_output_gate", "in_proj_qkvz"):
+            assert got[(phase, op)] == ph.op(op).cost, (phase, op)
+    dec = F.gated_delta_decode(2, 2, 4, 16, 24, act_dtype="fp32")
+    assert got[("decode", "gated_delta")] == dec and dec.flops == 2 * 4 * (7 * 16 * 24 + 2 * 24)
+    assert got[("prefill", "gated_delta")] == F.gated_delta_prefill(2, 9, 2, 4, 16, 24, act_dtype="fp32")
+    assert got[("decode", "conv1d")] == F.causal_conv1d(2, 2, 2 * 2 * 16 + 4 * 24, 4, act_dtype="fp32",
+                                                          reads_state=True)
