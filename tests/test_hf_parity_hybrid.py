@@ -1,6 +1,7 @@
-"""Logits parity with transformers for a Gated DeltaNet hybrid (issue 32): tests/hf_tiny_moe.py's tiny qwen3_next
+"""Logits parity with transformers for Gated DeltaNet hybrids (issue 32): tests/hf_tiny_moe.py's tiny qwen3_next
 (DeltaNet on layers 0, 1, 3, gated attention with partial RoPE on layer 2, routed experts with a sigmoid-gated
-shared expert, one dense layer) run through our model on its real weights: prefill, decode, chunked prefill,
+shared expert, one dense layer) and qwen3_5_text (the same layers with Qwen3.5's four DeltaNet projections, dense
+MLPs) run through our model on its real weights: prefill, decode, chunked prefill,
 prefix reuse of a whole cached sequence (the state cache keeps each slot's state at its end) and the one-line
 refusal of a shorter prefix; every logit row within 1e-4 of transformers' largest logit, on both backends (Triton
 interpreted: fewer steps), and a prompt past one chunk of 64 (the chunked rule's chunk boundary)."""
@@ -40,7 +41,8 @@ def test_the_reader_finds_the_hybrid(model_type):
     assert cfg.linear_layers == (0, 1, 3) and cfg.attention_layers == (2,) and cfg.attn_gate
     assert (cfg.linear_k_heads, cfg.linear_v_heads, cfg.linear_k_dim, cfg.linear_v_dim, cfg.linear_conv) == \
         (2, 4, 16, 24, 4)
-    assert cfg.moe_layers == H.MOE_LAYERS[model_type] and cfg.shared_gate and cfg.rotary_dim == 8
+    assert cfg.moe_layers == H.MOE_LAYERS[model_type] and cfg.shared_gate == bool(cfg.moe_layers)
+    assert cfg.rotary_dim == 8 and cfg.norm_offset and cfg.qk_norm
 
 
 @pytest.mark.parametrize("model_type", H.HYBRID)
@@ -129,7 +131,8 @@ def test_profile_records_the_formulas_costs(model_type, tmp_path, monkeypatch):
     got = {(m.point.phase, m.point.op): m.point.cost for m in rf.measurements}
     for phase, make in (("prefill", W.prefill), ("decode", W.decode)):
         ph = make(cfg, 2, 9, act_dtype="fp32", weight_dtype="fp32", kv_dtype="fp32")
-        for op in ("conv1d", "delta_gates", "gated_delta", "gated_norm", "attn_output_gate", "in_proj_qkvz"):
+        proj = "in_proj_qkvz" if model_type == "qwen3_next" else "in_proj_qkv"
+        for op in ("conv1d", "delta_gates", "gated_delta", "gated_norm", "attn_output_gate", proj, "out_proj"):
             assert got[(phase, op)] == ph.op(op).cost, (phase, op)
     dec = F.gated_delta_decode(2, 2, 4, 16, 24, act_dtype="fp32")
     assert got[("decode", "gated_delta")] == dec and dec.flops == 2 * 4 * (7 * 16 * 24 + 2 * 24)
