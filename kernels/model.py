@@ -17,6 +17,10 @@ kv_append, attention, o_proj, residual, mlp_norm, gate/up_proj, swiglu, down_pro
 and qk-norm, sliding windows, Gemma's GeGLU, embedding scale, four norms and softcaps where the config
 has them). Weights load from a checkpoint folder with ``kernels.checkpoint.load_weights``; a quantized checkpoint's
 weights stay in its format where this backend runs it, else are dequantized at load: ``notes`` says which.
+Gated DeltaNet layers (Qwen3-Next, Qwen3.5: layer_types "linear", ``deltanet_mixer``) keep a state cache beside the
+KV cache: per linear layer and slot, the conv state [C, kernel - 1] and the recurrent state [Hv, dk, dv] fp32, at the
+slot's end (a prefill from length 0 starts from zeros; a chunk after cached tokens continues from them); prefix reuse
+copies a source's states only when the whole source is reused, and refuses a shorter prefix in one line.
 Tensor parallelism: ``LlamaModel(..., tp=kernels.tp.TPGroup(rank, world))`` inside an initialised
 torch.distributed group holds this rank's shard of the same seeded weights (``kernels.tp``); its
 logits equal the single-device model's.
@@ -321,6 +325,15 @@ class LlamaModel:
         # MoE: tokens routed to each expert of each layer since the model was built ([L, E]; rows of dense layers 0)
         self.expert_counts = torch.zeros(cfg.n_layers, cfg.n_experts, dtype=torch.long) if cfg.n_experts else None
         self._counting = {i: self._counting_ops(i) for i in cfg.moe_layers}
+        self.conv_state = self.delta_state = None
+        self._linear = {i: j for j, i in enumerate(cfg.linear_layers)}
+        if cfg.linear_layers:   # Gated DeltaNet's state cache, per linear layer and slot (kernels.deltanet)
+            n = len(cfg.linear_layers)
+            C = 2 * cfg.linear_k_heads * cfg.linear_k_dim + cfg.linear_v_heads * cfg.linear_v_dim
+            self.conv_state = torch.zeros(n, self.max_slots, C, cfg.linear_conv - 1, dtype=self.dtype,
+                                          device=self.device)                # the last kernel - 1 conv inputs
+            self.delta_state = torch.zeros(n, self.max_slots, cfg.linear_v_heads, cfg.linear_k_dim, cfg.linear_v_dim,
+                                           dtype=torch.float32, device=self.device)   # the recurrent state
         if cfg.mla:   # the latent cache: c_kv [L, slots, max_len, R] and the rope key [L, slots, max_len, P]
             self.k_cache = torch.zeros(cfg.n_layers, self.max_slots, self.max_len, cfg.kv_lora_rank,
                                        dtype=self.dtype, device=self.device)
@@ -336,14 +349,6 @@ class LlamaModel:
             self.k_scale = torch.zeros(shape[:-1], dtype=torch.float32, device=self.device)
             self.v_scale = torch.zeros(shape[:-1], dtype=torch.float32, device=self.device)
         self.lengths = torch.zeros(self.max_slots, dtype=torch.long)             # host-side, per slot
-        self.conv_state = self.delta_state = None
-        self._linear = {i: j for j, i in enumerate(cfg.linear_layers)}
-        if cfg.linear_layers:   # Gated DeltaNet's state cache, per linear layer and slot (kernels.deltanet)
-            n, C = len(cfg.linear_layers), 2 * cfg.linear_k_heads * cfg.linear_k_dim + cfg.linear_v_heads * cfg.linear_v_dim
-            self.conv_state = torch.zeros(n, self.max_slots, C, cfg.linear_conv - 1, dtype=self.dtype,
-                                          device=self.device)                # the last kernel - 1 conv inputs
-            self.delta_state = torch.zeros(n, self.max_slots, cfg.linear_v_heads, cfg.linear_k_dim, cfg.linear_v_dim,
-                                           dtype=torch.float32, device=self.device)   # the recurrent state
 
     def _delta(self, slots, decode: bool, has_state: bool, conv=None, state=None) -> DeltaState | None:
         """The call's DeltaState over every linear layer ([n_linear, S, ...] caches: the model's unless given)."""
