@@ -105,3 +105,20 @@ def test_costs_are_the_formulas():
     from roofline import formulas as F
     assert DN.prefill_cost(2, 100, 2, 4, 8, 12, "bf16") == F.gated_delta_prefill(2, 100, 2, 4, 8, 12)
     assert DN.decode_cost(2, 2, 4, 8, 12, torch.float32) == F.gated_delta_decode(2, 2, 4, 8, 12, act_dtype="fp32")
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_roofline_checks_rows_fail_on_a_one_percent_gate_or_decay(backend):
+    """kernels.check_deltanet's rows pass as they are and fail (past fp32's 1e-5) with beta or g 1% off: every row
+    that reads the gate, or the decay."""
+    from kernels.backend import get_ops
+    from kernels.check_deltanet import TOL, deltanet_rows
+    from kernels.check_result import rel_err
+
+    ops, cpu = get_ops(backend), torch.device("cpu")
+    rows = lambda **kw: {n: rel_err(o, r) for n, o, r, _ in deltanet_rows(ops, torch.float32, cpu, **kw)}  # noqa: E731
+    assert max(rows().values()) <= TOL["fp32"]
+    for kw, reads in (({"gate_error": 0.01}, ("gated_delta", "beta", "gated_rmsnorm", "sigmoid_gate")),
+                      ({"decay_error": 0.01}, ("gated_delta", "delta_gates g"))):
+        failed = {n for n, e in rows(**kw).items() if e > TOL["fp32"]}
+        assert failed == {n for n in rows() if any(w in n for w in reads)} and len(failed) >= 4, (kw, failed)
