@@ -38,6 +38,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from roofline.errors import RooflineError
 from roofline.latency import RequestTimeline
 
 from .scheduler import BLOCK_SIZE, PrefixCache, Scheduler, StepPlan, block_hashes
@@ -141,6 +142,10 @@ class Engine:
     def __init__(self, model, *, chunk_budget: int | None = None, prefix_cache: bool = True,
                  block_size: int = BLOCK_SIZE, clock=None, on_token=None, on_finish=None, config: str = ""):
         self.model = model
+        cfg = getattr(model, "cfg", None)
+        if prefix_cache and getattr(cfg, "linear_layers", ()):   # kernels.model keeps a DeltaNet state at a slot's end
+            raise RooflineError(f"{cfg.name}: its Gated DeltaNet layers keep their state after a slot's last token "
+                                "only, so a prefix cache cannot reuse part of a prompt: run with --no-prefix-cache.")
         self.sched = Scheduler(len(model.lengths), budget=chunk_budget, prefix_cache=prefix_cache,
                                block_size=block_size)
         self.clock = clock or WallClock(getattr(model, "device", None))

@@ -139,3 +139,23 @@ def test_profile_records_the_formulas_costs(model_type, tmp_path, monkeypatch):
     assert got[("prefill", "gated_delta")] == F.gated_delta_prefill(2, 9, 2, 4, 16, 24, act_dtype="fp32")
     assert got[("decode", "conv1d")] == F.causal_conv1d(2, 2, 2 * 2 * 16 + 4 * 24, 4, act_dtype="fp32",
                                                           reads_state=True)
+
+
+@pytest.mark.parametrize("model_type", H.HYBRID[:1])
+def test_serving_runs_without_a_prefix_cache_and_refuses_one(model_type):
+    """The continuous-batching engine (latency, serve) on the hybrid: two overlapping requests (decoded in one batch,
+    prefilled in chunks of 4 beside it) generate what each generates alone; a prefix cache (part of a prompt reused)
+    is refused in one line before anything runs."""
+    from profiler.serving import RequestSpec, serve
+
+    folder = H.checkpoint(model_type)
+    m = LlamaModel(load_model(folder), dtype="fp32", backend="torch", max_slots=2, max_len=40)
+    specs = [RequestSpec(0, 0.0, "a hybrid model", 6), RequestSpec(1, 0.0, "keeps its state", 6)]
+    together = serve(m, specs, prefix_cache=False, chunk_budget=6)
+    assert max(st["decode"] for st in together.steps) == 2
+    for spec in specs:
+        assert together.texts[spec.id] == serve(m, [spec], prefix_cache=False).texts[spec.id]
+    with pytest.raises(RooflineError) as e:
+        serve(m, specs)
+    assert str(e.value) == (f"{m.cfg.name}: its Gated DeltaNet layers keep their state after a slot's last token "
+                            "only, so a prefix cache cannot reuse part of a prompt: run with --no-prefix-cache.")
