@@ -10,7 +10,8 @@ same (dtype-rounded) inputs. Error = max |out - ref| / max |ref| (NaN anywhere -
 Architecture checks (``_architecture_checks``): a linear's bias, GeGLU, sliding-window attention (with and
 without a cached prefix; decode lengths on both sides of the window) and logit softcapping.
 MLA checks (``_mla_checks``): the absorbed MLA decode against its fp64 reference; the naive prefill's torch
-path.
+path. Gated DeltaNet rows (``kernels.check_deltanet``, group "deltanet"): the chunked rule, the recurrent step, the
+conv with its state, the gates, the gated norm and the output gate against transformers' fallbacks.
 Model checks (model "tiny", 2 layers, 12 tokens quick): prefill + decode steps equal one
 forward_full over the sequence (two slots of different lengths decoded in one batch); chunked prefill equals
 unchunked; prefix reuse equals a full prefill; the triton backend equals the torch backend.
