@@ -11,7 +11,8 @@ Verify attention (``_verify_checks``, speculative decoding's verify step: k + 1 
 among them). Architecture checks (``_architecture_checks``): a linear's bias, GeGLU, sliding-window attention (with and
 without a cached prefix; decode lengths on both sides of the window) and logit softcapping.
 MLA checks (``_mla_checks``): the absorbed MLA decode against its fp64 reference; the naive prefill's torch
-path.
+path. Gated DeltaNet rows (``kernels.check_deltanet``, group "deltanet"): the chunked rule, the recurrent step, the
+conv with its state, the gates, the gated norm and the output gate against transformers' fallbacks.
 Model checks (model "tiny", 2 layers, 12 tokens quick): prefill + decode steps equal one
 forward_full over the sequence (two slots of different lengths decoded in one batch); chunked prefill equals
 unchunked; prefix reuse equals a full prefill; the triton backend equals the torch backend.
@@ -57,6 +58,7 @@ from . import router as RT
 from . import swiglu as S
 from ._common import HAS_CUDA, dtype_name, torch_dtype
 from .backend import get_ops
+from . import check_deltanet  # noqa: F401  (registers the Gated DeltaNet rows)
 from .check_fp4 import fp4_rows
 from . import check_mamba  # noqa: F401  (registers the Mamba-2 rows)
 from .check_fp8 import fp8_checks
@@ -309,7 +311,11 @@ def _model_checks(backend, dt, dev, quick, model="tiny"):
     whole = m2.prefill(toks[0], 3)
     yield "model chunked prefill = unchunked", chunked, whole, f"chunks {c1}+{c2}+{S - c1 - c2} vs {S}"
     reuse = S // 2 + 1
-    reused = m2.prefill_with_prefix(toks[0], 1, 3, reuse)
+    src = 3
+    if cfg.linear_layers:             # a DeltaNet state is kept at a slot's end: reuse a whole cached prompt
+        src = 0
+        m2.prefill(toks[0, :reuse], src, logits=False)
+    reused = m2.prefill_with_prefix(toks[0], 1, src, reuse)
     yield "model prefix reuse = full prefill", reused, whole, f"{reuse} of {S} tokens reused"
     other_be = "torch" if backend == "triton" else "triton"
     yield f"model {backend} = {other_be} backend", make(other_be).forward_full(toks), full, "forward_full logits"

@@ -222,6 +222,8 @@ def _convert(ws, name: str, t: torch.Tensor, dtype, device) -> torch.Tensor:
         t = torch.cat([t[:, :off], t[:, order], t[:, off + dim:]], dim=1).reshape(shape)
     if ws.role == "vector" and t.dim() == 2 and t.shape[0] == 1:
         t = t[0]                     # ERNIE keeps its correction bias as [1, E]
+    if ws.role == "vector" and t.dim() == 3 and t.shape[1] == 1:
+        t = t[:, 0]                  # a depthwise Conv1d's weight [C, 1, kernel] (Gated DeltaNet's conv1d)
     if ws.role == "linear":
         t = t.t()
     if tuple(t.shape) != tuple(ws.shape):

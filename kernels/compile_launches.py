@@ -399,3 +399,46 @@ def mamba_launches(rec, where, phase, batch, context, dt) -> None:
 def _ssd_scan(rec, c) -> None:
     if c.batch in MAMBA_BATCHES and (c.phase == "decode" or c.context == MAMBA_CONTEXT):
         mamba_launches(rec, c.where, c.phase, c.batch, c.context, c.dt)
+
+
+# Gated DeltaNet (issue 32): Qwen3NextConfig's defaults (Qwen3-Next-80B-A3B: 16 key, 32 value heads of 128,
+# conv kernel 4), at a bounded sample of the quick set's combos (``DELTANET_BATCHES``: the kernels' constexprs do
+# not depend on the batch; the conv's token block does on the prefill's length)
+DELTANET_SHAPE = dict(k_heads=16, v_heads=32, k_dim=128, v_dim=128, kernel=4)
+DELTANET_BATCHES = (1, 64)
+
+
+def deltanet_launches(rec, where, phase, batch, context, dt) -> None:
+    """``kernels.deltanet``'s launchers on meta tensors: the conv with its state, the gates, the chunked rule
+    (prefill) or the recurrent step (decode), the gated RMSNorm, and the gated attention's output gate."""
+    from . import deltanet as DN
+
+    meta = torch.device("meta")
+    e = lambda *s, d=dt: torch.empty(*s, dtype=d, device=meta)  # noqa: E731
+    Hk, Hv, dk, dv, K = (DELTANET_SHAPE[k] for k in ("k_heads", "v_heads", "k_dim", "v_dim", "kernel"))
+    n = context if phase == "prefill" else 1
+    T, C, slots = batch * n, 2 * Hk * dk + Hv * dv, torch.empty(batch, dtype=torch.long, device=meta)
+    f32 = torch.float32
+    rec.context = dict(where, op="deltanet conv1d")
+    DN.causal_conv1d(e(batch, n, C), e(C, K), e(batch, C, K - 1), slots)
+    rec.context = dict(where, op="deltanet gates")
+    DN.delta_gates(e(T, Hv), e(T, Hv), e(Hv), e(Hv))
+    rec.context = dict(where, op="deltanet gated_delta")
+    if phase == "prefill":
+        DN.gated_delta_prefill(e(batch, n, Hk, dk), e(batch, n, Hk, dk), e(batch, n, Hv, dv), e(batch, n, Hv, d=f32),
+                               e(batch, n, Hv), e(batch, Hv, dk, dv, d=f32), slots, has_state=True)
+        DN.gated_delta_prefill(e(batch, n, Hk, dk), e(batch, n, Hk, dk), e(batch, n, Hv, dv), e(batch, n, Hv, d=f32),
+                               e(batch, n, Hv), e(batch, Hv, dk, dv, d=f32), slots)
+    else:
+        DN.gated_delta_decode(e(batch, Hk, dk), e(batch, Hk, dk), e(batch, Hv, dv), e(batch, Hv, d=f32),
+                              e(batch, Hv), e(batch, Hv, dk, dv, d=f32), slots)
+    rec.context = dict(where, op="deltanet gated_norm")
+    DN.gated_rmsnorm(e(T * Hv, dv), e(T * Hv, dv), e(dv))
+    rec.context = dict(where, op="attn_output_gate")
+    DN.sigmoid_gate(e(T, 16 * 256), e(T, 16 * 256))          # Qwen3-Next's 16 heads of 256
+
+
+@launches("gated_delta")
+def _gated_delta(rec, c) -> None:
+    if c.batch in DELTANET_BATCHES:
+        deltanet_launches(rec, c.where, c.phase, c.batch, c.context, c.dt)

@@ -17,6 +17,10 @@ kv_append, attention, o_proj, residual, mlp_norm, gate/up_proj, swiglu, down_pro
 and qk-norm, sliding windows, Gemma's GeGLU, embedding scale, four norms and softcaps where the config
 has them). Weights load from a checkpoint folder with ``kernels.checkpoint.load_weights``; a quantized checkpoint's
 weights stay in its format where this backend runs it, else are dequantized at load: ``notes`` says which.
+Gated DeltaNet layers (Qwen3-Next, Qwen3.5: layer_types "linear", ``deltanet_mixer``) keep a state cache beside the
+KV cache: per linear layer and slot, the conv state [C, kernel - 1] and the recurrent state [Hv, dk, dv] fp32, at the
+slot's end (a prefill from length 0 starts from zeros; a chunk after cached tokens continues from them); prefix reuse
+copies a source's states only when the whole source is reused, and refuses a shorter prefix in one line.
 Tensor parallelism: ``LlamaModel(..., tp=kernels.tp.TPGroup(rank, world))`` inside an initialised
 torch.distributed group holds this rank's shard of the same seeded weights (``kernels.tp``); its
 logits equal the single-device model's.
@@ -75,7 +79,7 @@ def attention_options(cfg: ModelConfig, layer: int) -> dict:
 
 
 def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend,
-                      reduce=None, kv_scales=None, attn_kw=None):
+                      reduce=None, kv_scales=None, attn_kw=None, delta=None):
     """One layer on T token rows; ``attend(q, k_cache, v_cache, **kw) -> o`` is the prefill or decode attention.
 
     The ops are ``roofline.layer.model_ops``'s, in its order; which ones run follows the config: q/k/v (and
@@ -84,7 +88,9 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     ``reduce`` (tensor parallelism: an all-reduce) sums the row-parallel o_proj and down_proj partial
     outputs before each residual add; ``cfg`` then holds one rank's heads and intermediate size.
     ``kv_scales`` = (k_scale, v_scale) of an 8-bit cache: kv_append writes them, and ``attend`` gets
-    them as ``scales=``. A linear's weight may be a ``kernels.quant_weight.QuantWeight`` (ops.linear takes both)."""
+    them as ``scales=``. A linear's weight may be a ``kernels.quant_weight.QuantWeight`` (ops.linear takes both).
+    A Gated DeltaNet layer (its weights have ``w_conv``) mixes with ``deltanet_mixer`` on ``delta`` (its
+    ``DeltaState``) instead of attending."""
     reduce = reduce or (lambda t: t)
     akw = dict(attn_kw or {})
     if "sinks" in w:
@@ -96,7 +102,14 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
         a = reduce(_linear(ops, mla_attention(ops, cfg, w, h, cos, sin, pos, tok_slot, k_cache, v_cache, attend),
                            w, "wo", "bo"))
         return _mlp(ops, cfg, w, ops.residual_add(x, a), reduce)
-    q = _linear(ops, h, w, "wq", "bq").view(T, cfg.n_heads, D)           # q: [T, Hq, D]
+    if "w_conv" in w:                                                    # Gated DeltaNet (attn_kw: its state)
+        return _mlp(ops, cfg, w, ops.residual_add(x, deltanet_mixer(ops, cfg, w, h, delta)), reduce)
+    gate = None
+    if cfg.attn_gate:                                                    # Qwen3-Next: each head's q, then its gate
+        qg = _linear(ops, h, w, "wq", "bq").view(T, cfg.n_heads, 2 * D)
+        q, gate = qg[..., :D].contiguous(), qg[..., D:].reshape(T, cfg.q_dim)
+    else:
+        q = _linear(ops, h, w, "wq", "bq").view(T, cfg.n_heads, D)       # q: [T, Hq, D]
     k = _linear(ops, h, w, "wk", "bk").view(T, cfg.n_kv_heads, D)        # k: [T, Hkv, D]
     v = _linear(ops, h, w, "wv", "bv").view(T, cfg.n_kv_heads, D)        # v: [T, Hkv, D]
     if "q_norm" in w and cfg.qk_norm_whole:                              # OLMo-2: over the whole projection
@@ -122,12 +135,53 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     else:
         ops.kv_append(k, v, k_cache, v_cache, tok_slot, pos, scales=kv_scales)
         o = attend(q, k_cache, v_cache, scales=kv_scales, **akw)
-    a = reduce(_linear(ops, o.reshape(T, cfg.q_dim), w, "wo", "bo"))
+    o = o.reshape(T, cfg.q_dim)
+    if gate is not None:
+        o = ops.sigmoid_gate(o, gate)
+    a = reduce(_linear(ops, o, w, "wo", "bo"))
     if "post_attn_norm" in w:
         a = ops.rmsnorm(a, w["post_attn_norm"], eps)
     if cfg.residual_multiplier:                                          # Granite: x + m * branch
         a = a * cfg.residual_multiplier
     return _mlp(ops, cfg, w, ops.residual_add(x, a), reduce)
+
+
+def deltanet_mixer(ops, cfg: ModelConfig, w: dict, h, st: "DeltaState"):
+    """Gated DeltaNet on the rows h [B * T, H] of ``st.batch`` sequences: the input projections (Qwen3-Next's fused
+    in_proj_qkvz / in_proj_ba grouped per key head, as transformers' fix_query_key_value_ordering splits them;
+    Qwen3.5's four), the causal conv1d over q, k, v with the slots' conv states, the gates, the chunked rule
+    (prefill) or the recurrent step (decode) on the slots' recurrent states, the gated RMSNorm by z, out_proj."""
+    N, B = h.shape[0], st.batch
+    Hk, Hv, dk, dv = cfg.linear_k_heads, cfg.linear_v_heads, cfg.linear_k_dim, cfg.linear_v_dim
+    r = Hv // Hk
+    if "w_in_proj_qkvz" in w:
+        m = ops.linear(h, w["w_in_proj_qkvz"]).view(N, Hk, 2 * dk + 2 * r * dv)
+        q, k, v, z = torch.split(m, [dk, dk, r * dv, r * dv], dim=-1)
+        b, a = torch.split(ops.linear(h, w["w_in_proj_ba"]).view(N, Hk, 2 * r), [r, r], dim=-1)
+        qkv = torch.cat([q.reshape(N, Hk * dk), k.reshape(N, Hk * dk), v.reshape(N, Hv * dv)], dim=-1)
+        z, b, a = z.reshape(N * Hv, dv), b.reshape(N, Hv), a.reshape(N, Hv)
+    else:
+        qkv = ops.linear(h, w["w_in_proj_qkv"])
+        z = ops.linear(h, w["w_in_proj_z"]).view(N * Hv, dv)
+        b, a = ops.linear(h, w["w_in_proj_b"]), ops.linear(h, w["w_in_proj_a"])
+    x = ops.causal_conv1d(qkv.view(B, N // B, -1), w["w_conv"], st.conv, st.slots)     # [B, T, C]
+    q, k, v = torch.split(x, [Hk * dk, Hk * dk, Hv * dv], dim=-1)
+    g, beta = ops.delta_gates(a, b, w["a_log"], w["dt_bias"])                           # [N, Hv]
+    T = N // B
+    if st.decode:
+        o = ops.delta_decode(q.reshape(B, Hk, dk), k.reshape(B, Hk, dk), v.reshape(B, Hv, dv), g, beta, st.state,
+                             st.slots)
+    else:
+        o = ops.delta_prefill(q.reshape(B, T, Hk, dk), k.reshape(B, T, Hk, dk), v.reshape(B, T, Hv, dv),
+                              g.view(B, T, Hv), beta.view(B, T, Hv), st.state, st.slots, has_state=st.has_state)
+    o = ops.gated_rmsnorm(o.reshape(N * Hv, dv), z.contiguous(), w["w_gnorm"], cfg.rms_eps)
+    return ops.linear(o.view(N, Hv * dv), w["w_out"])
+
+
+class DeltaState(SimpleNamespace):
+    """What a Gated DeltaNet layer's call reads: its conv and recurrent states ([S, C, kernel - 1], [S, Hv, dk,
+    dv] fp32), the slots [B] of the ``batch`` sequences, ``decode`` (one token each) and ``has_state`` (a prefill
+    after cached tokens)."""
 
 
 def _mlp(ops, cfg: ModelConfig, w: dict, x, reduce):
@@ -291,6 +345,15 @@ class LlamaModel:
         # MoE: tokens routed to each expert of each layer since the model was built ([L, E]; rows of dense layers 0)
         self.expert_counts = torch.zeros(cfg.n_layers, cfg.n_experts, dtype=torch.long) if cfg.n_experts else None
         self._counting = {i: self._counting_ops(i) for i in cfg.moe_layers}
+        self.conv_state = self.delta_state = None
+        self._linear = {i: j for j, i in enumerate(cfg.linear_layers)}
+        if cfg.linear_layers:   # Gated DeltaNet's state cache, per linear layer and slot (kernels.deltanet)
+            n = len(cfg.linear_layers)
+            C = 2 * cfg.linear_k_heads * cfg.linear_k_dim + cfg.linear_v_heads * cfg.linear_v_dim
+            self.conv_state = torch.zeros(n, self.max_slots, C, cfg.linear_conv - 1, dtype=self.dtype,
+                                          device=self.device)                # the last kernel - 1 conv inputs
+            self.delta_state = torch.zeros(n, self.max_slots, cfg.linear_v_heads, cfg.linear_k_dim, cfg.linear_v_dim,
+                                           dtype=torch.float32, device=self.device)   # the recurrent state
         if cfg.mla:   # the latent cache: c_kv [L, slots, max_len, R] and the rope key [L, slots, max_len, P]
             self.k_cache = torch.zeros(cfg.n_layers, self.max_slots, self.max_len, cfg.kv_lora_rank,
                                        dtype=self.dtype, device=self.device)
@@ -306,6 +369,14 @@ class LlamaModel:
             self.k_scale = torch.zeros(shape[:-1], dtype=torch.float32, device=self.device)
             self.v_scale = torch.zeros(shape[:-1], dtype=torch.float32, device=self.device)
         self.lengths = torch.zeros(self.max_slots, dtype=torch.long)             # host-side, per slot
+
+    def _delta(self, slots, decode: bool, has_state: bool, conv=None, state=None) -> DeltaState | None:
+        """The call's DeltaState over every linear layer ([n_linear, S, ...] caches: the model's unless given)."""
+        if not self._linear:
+            return None
+        return DeltaState(batch=slots.shape[0], slots=slots, decode=decode, has_state=has_state,
+                          conv=self.conv_state if conv is None else conv, state=self.delta_state if state is None
+                          else state)
 
     def _scales(self, i):
         """Layer ``i``'s (k_scale, v_scale) of an 8-bit cache, or None."""
@@ -362,14 +433,17 @@ class LlamaModel:
             ep = {"moe_experts": partial(ep_experts, self.ops.moe_experts, self.tp)}
         return SimpleNamespace(**{**vars(self.ops), "route": route, **ep})
 
-    def _layer(self, i, x, pos, tok_slot, k_cache, v_cache, attend, scales=None):
+    def _layer(self, i, x, pos, tok_slot, k_cache, v_cache, attend, scales=None, delta=None):
+        if i in self._linear:                            # this layer's slice of the call's DeltaState
+            j = self._linear[i]
+            delta = DeltaState(**{**vars(delta), "conv": delta.conv[j], "state": delta.state[j]})
         cos, sin = self.local_rope if self.cfg.windows[i] else (self.cos, self.sin)
         if i in self.cfg.nope_layers:
             cos = sin = None
         ops = self._counting[i] if i in self._counting else self.ops
         return transformer_layer(ops, self.lcfg, self.w["layers"][i], x, cos, sin, pos, tok_slot,
                                  k_cache, v_cache, attend, self.tp.all_reduce if self.tp is not None else None,
-                                 kv_scales=scales, attn_kw=attention_options(self.cfg, i))
+                                 kv_scales=scales, attn_kw=attention_options(self.cfg, i), delta=delta)
 
     # ---- phases -------------------------------------------------------------------------
     def prefill(self, tokens, slot: int, logits: bool = True, all_logits: bool = False) -> torch.Tensor | None:
@@ -402,9 +476,12 @@ class LlamaModel:
         if cfg.mla:
             attend = mla_prefill_attend(ops, cfg, slots, p, n)
 
+        if p == 0 and self._linear:                                        # a fresh sequence: zero states
+            self.conv_state[:, s].zero_()
+        delta = self._delta(slots, False, p > 0)
         x = self._embed(tokens)                                            # x: [n, H]
         for i in range(len(self.w["layers"])):
-            x = self._layer(i, x, pos, tok_slot, self.k_cache[i], self.v_cache[i], attend, self._scales(i))
+            x = self._layer(i, x, pos, tok_slot, self.k_cache[i], self.v_cache[i], attend, self._scales(i), delta)
         self.lengths[s] = p + n
         if all_logits:
             return self._logits(x)                                         # [n, vocab] fp32
@@ -441,9 +518,10 @@ class LlamaModel:
         if self.cfg.mla:
             attend = mla_decode_attend(ops, self.lcfg, lens, slots_d, max_len)   # this rank's heads
 
+        delta = self._delta(slots_d, True, True)
         x = self._embed(tokens)                                            # x: [B, H]
         for i in range(len(self.w["layers"])):
-            x = self._layer(i, x, pos, slots_d, self.k_cache[i], self.v_cache[i], attend, self._scales(i))
+            x = self._layer(i, x, pos, slots_d, self.k_cache[i], self.v_cache[i], attend, self._scales(i), delta)
         self.lengths[slots_h] = pos_h + 1
         return self._logits(x)                                             # [B, vocab] fp32
 
@@ -469,13 +547,17 @@ class LlamaModel:
 
         if cfg.mla:
             attend = mla_prefill_attend(ops, cfg, zero[:1], 0, S)
+        delta = None
+        if self._linear:                                                   # fresh states of one sequence
+            delta = self._delta(zero[:1], False, False, torch.zeros_like(self.conv_state[:, :1]),
+                                torch.zeros_like(self.delta_state[:, :1]))
         x = self._embed(tokens[0])
         for i in range(len(self.w["layers"])):
             kc = torch.empty(shape, dtype=self.k_cache.dtype, device=self.device)   # the cache's dtype (8-bit too)
             vc = torch.empty(vshape, dtype=self.k_cache.dtype, device=self.device)
             sc = None if self.k_scale is None else (torch.empty(shape[:-1], device=self.device),
                                                     torch.empty(shape[:-1], device=self.device))
-            x = self._layer(i, x, pos, zero, kc, vc, attend, sc)
+            x = self._layer(i, x, pos, zero, kc, vc, attend, sc, delta)
         return self._logits(x)                                             # [S, vocab] fp32
 
     # ---- cache management ---------------------------------------------------------------
@@ -486,6 +568,13 @@ class LlamaModel:
         if n < 0 or n > have:
             raise RooflineError(f"cannot reuse a prefix of {n} tokens: slot {src} holds {have}; "
                                 f"give 0..{have}.")
+        if self._linear and 0 < n < have:     # the state cache keeps each slot's state at its end only
+            raise RooflineError(f"cannot reuse a prefix of {n} tokens of slot {src} holding {have}: its Gated DeltaNet "
+                                f"layers keep their state after all {have} tokens only; reuse all {have}, or prefill "
+                                "from scratch.")
+        if self._linear and src != dst and n:
+            self.conv_state[:, dst].copy_(self.conv_state[:, src])
+            self.delta_state[:, dst].copy_(self.delta_state[:, src])
         if src != dst and n and self.cfg.mla:          # latent caches: [L, slots, max_len, R or P]
             self.k_cache[:, dst, :n].copy_(self.k_cache[:, src, :n])
             self.v_cache[:, dst, :n].copy_(self.v_cache[:, src, :n])

@@ -67,18 +67,45 @@ def one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, prec=None, 
 
 def timed_layers(cfg: ModelConfig) -> tuple:
     """The layers whose weights a sweep builds: the first, and the first routed one when the model has dense
-    layers too (DeepSeek's first 3 are dense): every op of the op list then has its weights."""
+    layers too (DeepSeek's first 3 are dense), and a hybrid's first attention and first DeltaNet layer: every op
+    of the op list then has its weights."""
     moe = cfg.moe_layers
     dense = [i for i in range(cfg.n_layers) if i not in moe]
-    return tuple(sorted((dense[0], moe[0]))) if moe and dense else (0,)
+    picks = {dense[0], moe[0]} if moe and dense else {0}
+    if cfg.linear_layers:
+        picks |= {cfg.linear_layers[0], cfg.attention_layers[0]} if cfg.attention_layers else {cfg.linear_layers[0]}
+    return tuple(sorted(picks))
 
 
 def _with_picks(cfg: ModelConfig, picks: tuple) -> ModelConfig:
-    """A config of len(picks) layers laid out as those layers are in ``cfg`` (which are dense, which routed)."""
+    """A config of len(picks) layers laid out as those layers are in ``cfg`` (which are dense, which routed,
+    which DeltaNet)."""
     one = cfg.with_layers(len(picks))
+    if cfg.linear_layers:
+        one = replace(one, layer_types=tuple(cfg.layer_types[i] for i in picks))
     if not cfg.n_experts:
         return one
     return replace(one, dense_layers=tuple(j for j, i in enumerate(picks) if i not in cfg.moe_layers))
+
+
+@dataclass
+class DeltaInputs:
+    """Gated DeltaNet's inputs of the point: the conv's [B, n, C] input and the B sequences' conv states
+    [B, C, kernel - 1], a and b [T, Hv], q, k [B, n, Hk, dk], v [B, n, Hv, dv], g (fp32), beta [B, n, Hv], the
+    recurrent states [B, Hv, dk, dv] fp32 (random: as the KV cache), the rule's output o and z [T Hv, dv]."""
+
+    qkv: torch.Tensor
+    conv: torch.Tensor
+    a: torch.Tensor
+    b: torch.Tensor
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    g: torch.Tensor
+    beta: torch.Tensor
+    state: torch.Tensor
+    o: torch.Tensor
+    z: torch.Tensor
 
 
 @dataclass
@@ -157,6 +184,7 @@ class RunContext:
     widths: dict = field(default_factory=dict)
     routing: Routing | None = None
     latent: Latent | None = None
+    delta: DeltaInputs | None = None
 
     @property
     def dname(self) -> str:
@@ -234,7 +262,21 @@ def build_context(cfg: ModelConfig, phase: str, batch: int, context: int, *, K, 
         c.routing = _routing(c)
     if cfg.mla:
         c.latent = _latent(c)
+    if cfg.linear_layers:
+        c.delta = _delta(c)
     return c
+
+
+def _delta(c: RunContext) -> DeltaInputs:
+    """Gated DeltaNet's inputs of this point (``DeltaInputs``), drawn after the others."""
+    cfg, rnd, B, n, T = c.cfg, c.rnd, c.B, c.n, c.T
+    Hk, Hv, dk, dv = cfg.linear_k_heads, cfg.linear_v_heads, cfg.linear_k_dim, cfg.linear_v_dim
+    C = 2 * Hk * dk + Hv * dv
+    f32 = lambda *s: rnd(*s).float()  # noqa: E731
+    g = -f32(B, n, Hv).abs() * 0.1                                        # decays in log space: <= 0
+    return DeltaInputs(rnd(B, n, C), rnd(B, C, cfg.linear_conv - 1), rnd(T, Hv), rnd(T, Hv), rnd(B, n, Hk, dk),
+                       rnd(B, n, Hk, dk), rnd(B, n, Hv, dv), g, rnd(B, n, Hv).sigmoid(), f32(B, Hv, dk, dv),
+                       rnd(T * Hv, dv), rnd(T * Hv, dv))
 
 
 def _kv_cache(c: RunContext, seed: int, rnd) -> None:

@@ -48,10 +48,10 @@ from roofline.models import ModelConfig
 from roofline.parallel import COLLECTIVE_OPS, EP_COLLECTIVES
 from roofline.speculative import verify_step
 
-from . import runners_attention, runners_mamba, runners_mla, runners_moe, runners_rows  # noqa: F401  (their kinds)
+from . import runners_attention, runners_deltanet, runners_mamba, runners_mla, runners_moe, runners_rows  # noqa: F401
 from ._common import dtype_name, torch_dtype
 from .backend import get_ops
-from .model import attention_options, transformer_layer
+from .model import DeltaState, attention_options, transformer_layer
 from .runner_context import RunContext, build_context
 from .run_precision import check_run, check_tp, run_precision
 from .runner_registry import builder
@@ -115,6 +115,9 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
                         spec_k=spec_k)
     table = {name: builder(spec.kind)(ctx, spec) for name, spec in specs.items() if name in names}
     table["layer"] = _layer_runner(ctx)
+    if cfg.linear_layers:       # a hybrid's "layer" runs layer 0 (DeltaNet): the cost of its own ops, not the mean
+        table["layer"][1]["cost"] = sum((ph.op(s.name).cost for s in specs.values() if s.per_layer and 0 in s.layers),
+                                        Cost(0, 0))
     if tp is not None:
         table.update(_collective_runners(ph, tp, torch.zeros(ctx.T, cfg.hidden, device=dev, dtype=dt),
                                          torch.zeros(len(ctx.last), ctx.sh.vocab, device=dev, dtype=dt),
@@ -154,10 +157,14 @@ def _layer_runner(ctx: RunContext) -> tuple:
         layer_ops = SimpleNamespace(**{**vars(K), "moe_experts": partial(local_experts, K.moe_experts, ctx.tp.rank)})
     args = (layer_ops, ctx.lcfg, ctx.lw, ctx.x, ctx.cos, ctx.sin, ctx.pos, ctx.tok_slot, *caches)
     akw = dict(kv_scales=ctx.kv_scales, attn_kw=attention_options(cfg, first))
+    if first in cfg.linear_layers:     # a Gated DeltaNet layer: the point's states
+        akw["delta"] = DeltaState(batch=ctx.B, slots=ctx.slots, decode=ctx.phase == "decode",
+                                  has_state=ctx.phase == "decode", conv=ctx.delta.conv, state=ctx.delta.state)
     conf = (({"attention": ctx.attn_cfg} if ctx.triton else {})
             | ({"collectives": "not included: timed as attn_allreduce, mlp_allreduce"} if ctx.tp else {})
             | ({"weights": ctx.prec.describe()} if ctx.qw else {})
             | ({"kv_cache": ctx.kv_cfg["kv_cache"]} if ctx.qkv else {})
+            | ({"layer": "layer 0, Gated DeltaNet: its own ops' cost"} if first in cfg.linear_layers else {})
             | ({"layer": "the first layer's attention (window "
                          f"{cfg.windows[first] or 'none'}); layers differ"} if len(set(cfg.windows)) > 1 else {}))
     return (lambda: transformer_layer(*args, **akw)), conf

@@ -169,11 +169,12 @@ def check_launches(rec, parts, skipped: list) -> None:
     """Replay ``roofline check --full``'s checks (``parts`` from ``check_parts``) under the recorder ``rec``,
     on CPU tensors: the launchers size every launch for the recorder's SM count and nothing runs."""
     from . import check as CK   # these import triton: deferred, the variant list reads without it
+    from .check_deltanet import deltanet_rows
     from ._common import torch_dtype
     from .backend import get_ops
 
     ops, cpu = get_ops("triton"), torch.device("cpu")
-    runs = {"kernels": lambda dt: CK._kernel_checks(ops, dt, cpu, False),
+    runs = {"kernels": lambda dt: (*CK._kernel_checks(ops, dt, cpu, False), *deltanet_rows(ops, dt, cpu)),
             "quant": lambda dt: CK._quant_checks(ops, dt, cpu, False),
             "model": lambda dt: CK._model_checks("triton", dt, cpu, False),
             "quant model": lambda dt: CK._quant_model_checks("triton", dt, cpu, False)}

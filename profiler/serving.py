@@ -44,6 +44,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from roofline.errors import RooflineError
 from roofline.latency import RequestTimeline
 
 from .scheduler import BLOCK_SIZE, PrefixCache, Scheduler, StepPlan, block_hashes
@@ -160,6 +161,10 @@ class Engine:
         if draft is not None:
             check_draft(model, draft)
         self.draft, self.spec_k = draft, spec_k
+        cfg = getattr(model, "cfg", None)
+        if prefix_cache and getattr(cfg, "linear_layers", ()):   # kernels.model keeps a DeltaNet state at a slot's end
+            raise RooflineError(f"{cfg.name}: its Gated DeltaNet layers keep their state after a slot's last token "
+                                "only, so a prefix cache cannot reuse part of a prompt: run with --no-prefix-cache.")
         self.sched = Scheduler(len(model.lengths), budget=chunk_budget, prefix_cache=prefix_cache,
                                block_size=block_size)
         self.clock = clock or WallClock(getattr(model, "device", None))

@@ -81,6 +81,7 @@ BUILT_WITH = "5.24.0"
 MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "glm4_moe", "minimax_m2", "ernie4_5_moe",
                "hy_v3")
 WRAPPED = ("qwen3_vl_moe",)   # multimodal wrappers of an MoE text model (built whole, run on text)
+HYBRID = ("qwen3_next", "qwen3_5_text")   # Gated DeltaNet hybrids (issue 32): tests/test_hf_parity_hybrid.py
 WINDOW = H.WINDOW          # gpt_oss's sliding layers
 ROPE_INTERLEAVE = True     # DeepseekV3Config's default in 5.24 (the tiny config leaves it unset): see test
 LAYERS = 3
@@ -139,6 +140,26 @@ _CONFIGS = {
                                              num_local_experts=4, num_experts_per_tok=2, moe_layers=[1, 2],
                                              no_rope_layers=[1, 1, 0], attention_chunk_size=6, floor_scale=4,
                                              attn_scale=0.5, use_qk_norm=True, rope_theta=10000.0)),
+    # Gated DeltaNet on layers 0, 1, 3 (2 key heads of 16, 4 value heads of 24, conv kernel 4), gated attention on
+    # layer 2 (head_dim 32, RoPE on its first 8: partial_rotary_factor 0.25); 8 experts, top-2, renormalised, a
+    # sigmoid-gated shared expert of 48 on layers 0, 2, 3; layer 1 dense (96)
+    "qwen3_next": ("Qwen3NextConfig", dict(num_hidden_layers=4, intermediate_size=96, moe_intermediate_size=32,
+                                           num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+                                           shared_expert_intermediate_size=48, decoder_sparse_step=1,
+                                           mlp_only_layers=[1], head_dim=32, partial_rotary_factor=0.25,
+                                           linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                                           linear_value_head_dim=24, linear_conv_kernel_dim=4,
+                                           layer_types=["linear_attention", "linear_attention", "full_attention",
+                                                        "linear_attention"], rope_theta=10000.0)),
+    # Qwen3.5's text model: the same layers with its four DeltaNet projections (in_proj_qkv, _z, _b, _a), a dense MLP
+    "qwen3_5_text": ("Qwen3_5TextConfig", dict(num_hidden_layers=4, intermediate_size=96, head_dim=32,
+                                               linear_num_key_heads=2, linear_num_value_heads=4,
+                                               linear_key_head_dim=16, linear_value_head_dim=24,
+                                               linear_conv_kernel_dim=4,
+                                               layer_types=["linear_attention", "linear_attention",
+                                                            "full_attention", "linear_attention"],
+                                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                "partial_rotary_factor": 0.25})),
     "gpt_oss": ("GptOssConfig", dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16,
                                      sliding_window=WINDOW, attention_bias=True, swiglu_limit=7.0,
                                      layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
@@ -156,7 +177,7 @@ _VISION = {"qwen3_vl_moe": dict(depth=1, hidden_size=32, intermediate_size=48, n
 # Which layers run experts (the others a dense MLP): what a reader of these configs must find.
 MOE_LAYERS = {"mixtral": (0, 1, 2), "qwen2_moe": (0, 2), "qwen3_moe": (0, 1, 2), "deepseek_v3": (1, 2),
               "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2), "minimax_m2": (0, 1, 2), "qwen3_vl_moe": (0, 1, 2),
-              "ernie4_5_moe": (0, 1), "hy_v3": (0, 2), "llama4_text": (1, 2)}
+              "ernie4_5_moe": (0, 1), "hy_v3": (0, 2), "llama4_text": (1, 2), "qwen3_next": (0, 2, 3), "qwen3_5_text": ()}
 
 LINEAR_STD, EMBED_STD, BIAS_STD = H.LINEAR_STD, H.EMBED_STD, H.BIAS_STD
 ROUTER_STD = 0.5     # router logits ~N(0, 4): decisive choices, top-k margins far above fp32 rounding
@@ -171,7 +192,8 @@ CLAMP_DOWN_STD = 0.02  # gpt_oss down weights: the clamped SwiGLU's outputs (up 
 def require(model_type: str) -> None:
     """Skip the calling test when the installed transformers cannot build ``model_type`` as written here."""
     if model_type not in _CONFIGS:
-        raise ValueError(f"model_type {model_type!r} has no tiny MoE config: known are {', '.join(MODEL_TYPES)}")
+        raise ValueError(f"model_type {model_type!r} has no tiny MoE config: known are "
+                         f"{', '.join(MODEL_TYPES + WRAPPED + HYBRID)}")
     cls_name = _CONFIGS[model_type][0]
     if not hasattr(transformers, cls_name):
         pytest.skip(f"transformers {version()} has no {cls_name}: the {model_type} fixture needs a newer one")

@@ -211,17 +211,23 @@ def test_explain_prints_the_split_per_kind(tmp_path):
             in text)
 
 
-REFUSAL = ("toy-hybrid: Gated DeltaNet layers are costed but not run yet: roofline explain and the cost commands "
-           "take this model; profile, latency, serve and check do not.")
-
-
-def test_the_run_paths_refuse_in_one_line():
+def test_the_run_paths_refuse_a_kind_without_kernels_in_one_line(monkeypatch):
+    """Gated DeltaNet runs (kernels.deltanet): the model and the runners build; a layer kind registered in
+    roofline.layer.NOT_RUN (formulas, no kernels) is refused before anything runs."""
     from kernels.model import LlamaModel
     from kernels.runners import make_runners
+    from roofline import layer as LY
 
+    assert "linear" not in LY.NOT_RUN
+    assert {r.name for r in make_runners(HYB, "decode", 1, 8, dtype="fp32", backend="torch")} >= {
+        "conv1d", "delta_gates", "gated_delta", "gated_norm", "attn_output_gate", "layer"}
+    LlamaModel(HYB, dtype="fp32", backend="torch", max_len=16)
+    monkeypatch.setitem(LY.NOT_RUN, "linear", "Gated DeltaNet")
+    refusal = ("toy-hybrid: Gated DeltaNet layers are costed but not run yet: roofline explain and the cost commands "
+               "take this model; profile, latency, serve and check do not.")
     with pytest.raises(RooflineError) as e:        # profile's runners (and roofline check's)
         make_runners(HYB, "decode", 1, 8, dtype="fp32", backend="torch")
-    assert str(e.value) == REFUSAL
+    assert str(e.value) == refusal
     with pytest.raises(RooflineError) as e:        # latency's and serve's model
         LlamaModel(HYB, dtype="fp32", backend="torch")
-    assert str(e.value) == REFUSAL
+    assert str(e.value) == refusal
