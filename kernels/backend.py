@@ -15,15 +15,21 @@ grouped GEMM, ``kernels.moe``; the torch peer loops over experts in the input dt
 
 MLA (``kernels.mla``): ``mla_decode`` is the absorbed Triton kernel / its batched torch peer; ``mla_prefill`` is
 the naive torch path (SDPA) on both backends (``prefill_attention`` needs V's head dim equal to Q/K's).
+DeepSeek Sparse Attention (``kernels.dsa``): ``index_scores`` (the indexer's Triton kernel / its batched torch
+peer), ``mla_sparse_decode`` (the absorbed decode over the selected latents / its torch peer); ``layernorm`` (the
+indexer's k_norm) is torch's on both.
 """
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import torch
+
 from roofline.errors import RooflineError
 
 from . import decode_attention as DA
+from . import dsa as DSA
 from . import embedding as E
 from . import geglu as G
 from . import kv_append as KV
@@ -70,19 +76,25 @@ def _torch_prefill(q, k_cache, v_cache, slots, cached=0, *, causal=True, sm_scal
                    softcap=softcap, scales=scales, chunk=chunk)
 
 
+def _layernorm(x, w, b, eps):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
 _OPS = {
     "triton": SimpleNamespace(
         name="triton", embedding=E.embedding, rmsnorm=N.rmsnorm, add_rmsnorm=N.add_rmsnorm, linear=_triton_linear,
         rope=P.rope, kv_append=KV.kv_append, prefill_attention=PA.prefill_attention,
         decode_attention=DA.decode_attention, residual_add=R.residual_add, swiglu=S.swiglu, geglu=G.geglu,
         moe_experts=MOE.moe_experts, route=RT.route,
-        mla_decode=MLA.mla_decode, mla_prefill=MLA.mla_prefill),
+        mla_decode=MLA.mla_decode, mla_prefill=MLA.mla_prefill, index_scores=DSA.index_scores,
+        mla_sparse_decode=DSA.mla_sparse_decode, layernorm=_layernorm),
     "torch": SimpleNamespace(
         name="torch", embedding=E.reference, rmsnorm=N.reference, add_rmsnorm=N.add_reference, linear=_torch_linear,
         rope=_torch_rope, kv_append=KV.reference, prefill_attention=_torch_prefill,
         decode_attention=_torch_decode, residual_add=R.reference, swiglu=S.reference, geglu=G.reference,
         moe_experts=MOE.torch_moe, route=RT.route,
-        mla_decode=MLA.torch_decode, mla_prefill=MLA.mla_prefill),
+        mla_decode=MLA.torch_decode, mla_prefill=MLA.mla_prefill, index_scores=DSA.scores_reference,
+        mla_sparse_decode=DSA.torch_sparse_decode, layernorm=_layernorm),
 }
 
 

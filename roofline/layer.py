@@ -399,15 +399,16 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
 
 
 def check_runnable(cfg: ModelConfig) -> None:
-    """A one-line RooflineError for a model whose ops have formulas but no kernels yet (Gated DeltaNet, DeepSeek
-    Sparse Attention: issue 32): what builds or times a model (``kernels``, ``profile``) calls it before anything
-    runs."""
+    """A one-line RooflineError for a model whose ops have formulas but no kernels yet (Gated DeltaNet, GLM-5's
+    shared indexer layers: issue 32): what builds or times a model (``kernels``, ``profile``) calls it before
+    anything runs. DeepSeek Sparse Attention with an indexer in every layer runs (``kernels.dsa``)."""
     if cfg.linear_layers:
         raise RooflineError(f"{cfg.name}: Gated DeltaNet layers are costed but not run yet: roofline explain and the "
                             "cost commands take this model; profile, latency, serve and check do not.")
-    if cfg.index_topk:
-        raise RooflineError(f"{cfg.name}: DeepSeek Sparse Attention is costed but not run yet: roofline explain and "
-                            "the cost commands take this model; profile, latency, serve and check do not.")
+    if cfg.index_shared:
+        raise RooflineError(f"{cfg.name}: DeepSeek Sparse Attention's shared indexer layers (index_shared, GLM-5) are "
+                            "costed but not run yet: roofline explain and the cost commands take this model; profile, "
+                            "latency, serve and check do not (an indexer in every layer runs).")
 
 
 @lru_cache(maxsize=64)
