@@ -21,6 +21,7 @@ from roofline.models import ModelConfig
 from ._common import dtype_name
 from .checkpoint import load_weights
 from .decode_attention import decode_config
+from .dsa import index_topk
 from .model import mla_decode_attend, mla_prefill_attend, route
 from .weights import init_weights, seeded_generator
 from .prefill_attention import DEQUANT_NOTE, attention_config
@@ -108,6 +109,23 @@ class Latent:
 
 
 @dataclass
+class Index:
+    """DeepSeek Sparse Attention's indexer state of the point: its key cache [B, S, Di], the new rows' query
+    [T, Hi, Di], key [T, Di] and head weights [T, Hi] (fp32), each query row's slot and visible keys, and the
+    scores and the selection ([T, S] fp32, [T, min(topk, S)] int32) computed once from them (what index_topk
+    and the sparse attention read)."""
+
+    cache: torch.Tensor
+    q: torch.Tensor
+    k: torch.Tensor
+    w: torch.Tensor
+    slots: torch.Tensor
+    limits: torch.Tensor
+    scores: torch.Tensor
+    indices: torch.Tensor
+
+
+@dataclass
 class RunContext:
     """One profiling point of one rank: read by every runner builder (``kernels.runner_registry``)."""
 
@@ -157,6 +175,7 @@ class RunContext:
     widths: dict = field(default_factory=dict)
     routing: Routing | None = None
     latent: Latent | None = None
+    index: Index | None = None
 
     @property
     def dname(self) -> str:
@@ -232,6 +251,8 @@ def build_context(cfg: ModelConfig, phase: str, batch: int, context: int, *, K, 
         c.routing = _routing(c)
     if cfg.mla:
         c.latent = _latent(c)
+    if cfg.index_topk:
+        c.index = _index(c)
     return c
 
 
@@ -295,3 +316,21 @@ def _latent(c: RunContext) -> Latent:
     q_nope, q_pe = rnd(T, Hq, cfg.qk_nope_dim), rnd(T, Hq, cfg.qk_rope_dim)
     k_pe, c_lat = rnd(T, 1, cfg.qk_rope_dim), rnd(T, cfg.kv_lora_rank)
     return Latent(ckv, kpe, att, q_nope, q_pe, k_pe, c_lat)
+
+
+def _index(c: RunContext) -> Index:
+    """The indexer's state of this point (drawn after the latent state): its key cache and new rows, each query
+    row's slot and visible keys (prefill: positions 0..n-1; decode: the whole context + 1), the scores and the
+    selection (on the meta device: empty tensors of their shapes)."""
+    cfg, rnd, T, S = c.cfg, c.rnd, c.T, c.kv_len
+    Hi, Di = cfg.index_n_heads, cfg.index_head_dim
+    cache, q, k = rnd(c.B, S, Di), rnd(T, Hi, Di), rnd(T, Di)
+    w = rnd(T, Hi).float()
+    limits = c.pos + 1
+    if c.dev.type == "meta":
+        scores = torch.empty(T, S, dtype=torch.float32, device=c.dev)
+        indices = torch.empty(T, min(cfg.index_topk, S), dtype=torch.int32, device=c.dev)
+    else:
+        scores = c.K.index_scores(q, w, cache, c.tok_slot, limits, max_len=S)
+        indices = index_topk(scores, cfg.index_topk)
+    return Index(cache, q, k, w, c.tok_slot, limits, scores, indices)

@@ -47,7 +47,7 @@ from roofline.layer import model_ops
 from roofline.models import ModelConfig
 from roofline.parallel import COLLECTIVE_OPS, EP_COLLECTIVES
 
-from . import runners_attention, runners_mla, runners_moe, runners_rows  # noqa: F401  (register their kinds)
+from . import runners_attention, runners_dsa, runners_mla, runners_moe, runners_rows  # noqa: F401  (register their kinds)
 from ._common import dtype_name, torch_dtype
 from .backend import get_ops
 from .model import attention_options, transformer_layer
@@ -137,7 +137,8 @@ def _layer_runner(ctx: RunContext) -> tuple:
     if ctx.ep:
         layer_ops = SimpleNamespace(**{**vars(K), "moe_experts": partial(local_experts, K.moe_experts, ctx.tp.rank)})
     args = (layer_ops, ctx.lcfg, ctx.lw, ctx.x, ctx.cos, ctx.sin, ctx.pos, ctx.tok_slot, *caches)
-    akw = dict(kv_scales=ctx.kv_scales, attn_kw=attention_options(cfg, first))
+    akw = dict(kv_scales=ctx.kv_scales, attn_kw=attention_options(cfg, first),
+               index_cache=ctx.index.cache if ctx.index is not None else None)
     conf = (({"attention": ctx.attn_cfg} if ctx.triton else {})
             | ({"collectives": "not included: timed as attn_allreduce, mlp_allreduce"} if ctx.tp else {})
             | ({"weights": ctx.prec.describe()} if ctx.qw else {})

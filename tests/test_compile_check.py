@@ -109,7 +109,7 @@ def test_discovery_covers_every_kernel_and_grids_fit(tmp_path):
             "_embedding_kernel", "_linear_int8_kernel", "_linear_int4_kernel", "_geglu_kernel",
             "_mla_decode_split_kernel", "_mla_decode_merge_kernel",
             "_moe_gate_up_kernel", "_moe_down_kernel", "_linear_fp8_kernel", "_act_quant_kernel",
-            "_linear_fp4_kernel"} == kernels_seen
+            "_linear_fp4_kernel", "_index_scores_kernel", "_mla_sparse_split_kernel"} == kernels_seen
     # "a few hundred" for one target: 576 with the sink (GPT-OSS), quantized-expert and 8-bit KV + sink variants;
     # 602 (+26) with FP8 (issue 29): 10 W8A8 GEMMs, 6 act quants, 10 attention over a per-tensor fp8 KV cache;
     # 630 (+28) with FP4: mxfp4 / nvfp4 q_proj linears and GPT-OSS / Mixtral experts in bf16; 659 (+21) with Llama-4's
