@@ -351,7 +351,7 @@ def _selection_margin(model_type: str, router, logits: torch.Tensor, chosen: tor
     if model_type == "ernie4_5_moe":                  # softmax + the correction bias (moe_statics)
         bias = router.moe_statics.e_score_correction_bias.double().reshape(-1)
         return _margin(logits.softmax(dim=-1) + bias, chosen)
-    if model_type in ("deepseek_v3", "glm4_moe"):      # the same grouped sigmoid routing
+    if model_type in ("deepseek_v3", "deepseek_v32", "glm4_moe"):      # the same grouped sigmoid routing
         n_group, topk_group = router.num_group, router.topk_group
         s = logits.sigmoid() + router.e_score_correction_bias.double()
         per = s.shape[1] // n_group
