@@ -190,14 +190,15 @@ def mla_attention(ops, cfg: ModelConfig, w: dict, h, cos, sin, pos, tok_slot, ck
     their caches ([slots, L, R], [slots, L, P]), then ``attend(q_nope, q_pe, ckv_cache, kpe_cache, w)`` (naive
     prefill or absorbed decode: ``mla_prefill_attend`` / ``mla_decode_attend``) -> [T, H * v_head_dim].
     DeepSeek Sparse Attention (``cfg.index_topk``): the indexer's query, key (appended to ``index_cache``) and
-    head weights go to ``attend`` as ``index=``, which attends to each query's top-k (``indexer``)."""
+    head weights go to ``attend`` as ``index=``, which attends to each query's top-k (``indexer``); a layer with
+    no indexer of its own (GLM-5's "shared") passes ``SHARED``: the selection the step's last indexer made."""
     T, Hq, N, P, R = h.shape[0], cfg.n_heads, cfg.qk_nope_dim, cfg.qk_rope_dim, cfg.kv_lora_rank
     index = None
     if "wq_a" in w:
         q_resid = ops.rmsnorm(ops.linear(h, w["wq_a"]), w["q_a_norm"], cfg.rms_eps)
         q = ops.linear(q_resid, w["wq_b"])
-        if cfg.index_topk:
-            index = indexer(ops, cfg, w, h, q_resid, cos, sin, pos, tok_slot, index_cache)
+        if cfg.index_topk:               # GLM-5's shared layers (no indexer weights) reuse the last selection
+            index = indexer(ops, cfg, w, h, q_resid, cos, sin, pos, tok_slot, index_cache) if "wi_q" in w else SHARED
     else:
         q = ops.linear(h, w["wq"])
     q = q.view(T, Hq, N + P)
@@ -212,6 +213,7 @@ def mla_attention(ops, cfg: ModelConfig, w: dict, h, cos, sin, pos, tok_slot, ck
 
 
 INDEX_NORM_EPS = 1e-6     # transformers' DeepseekV32Indexer.k_norm (nn.LayerNorm(head_dim, eps=1e-6))
+SHARED = "shared"         # attend's index on a layer that reuses the previous indexer's selection (GLM-5)
 
 
 def indexer(ops, cfg: ModelConfig, w: dict, h, q_resid, cos, sin, pos, tok_slot, index_cache) -> tuple:
@@ -228,10 +230,14 @@ def indexer(ops, cfg: ModelConfig, w: dict, h, q_resid, cos, sin, pos, tok_slot,
     return qi, wi, index_cache
 
 
-def _select(ops, cfg: ModelConfig, index, slots, limits, max_len: int):
-    """Each query row's top-k key indices [T, min(topk, max_len)] (int32, -1: none) from ``indexer``'s output."""
+def _select(ops, cfg: ModelConfig, index, slots, limits, max_len: int, last: dict):
+    """Each query row's top-k key indices [T, min(topk, max_len)] (int32, -1: none) from ``indexer``'s output,
+    kept in ``last`` (the attend closure's: one step, every layer) for the ``SHARED`` layers after it."""
+    if isinstance(index, str):
+        return last["indices"]
     qi, wi, icache = index
-    return DSA.index_topk(ops.index_scores(qi, wi, icache, slots, limits, max_len=max_len), cfg.index_topk)
+    last["indices"] = DSA.index_topk(ops.index_scores(qi, wi, icache, slots, limits, max_len=max_len), cfg.index_topk)
+    return last["indices"]
 
 
 def _kv_b(cfg: ModelConfig, w: dict):
@@ -242,6 +248,8 @@ def _kv_b(cfg: ModelConfig, w: dict):
 def mla_prefill_attend(ops, cfg: ModelConfig, slots, cached: int, n: int):
     """Naive MLA for n new tokens per sequence after ``cached``: every key's latent up-projected to per-head
     K (nope, + the shared rope key) and V, then causal attention (``ops.mla_prefill``, a torch path)."""
+    last = {}
+
     def attend(q_nope, q_pe, ckv, kpe, w, index=None):
         B, S, Hq = slots.shape[0], cached + n, cfg.n_heads
         N, V = cfg.qk_nope_dim, cfg.v_head_dim
@@ -252,7 +260,7 @@ def mla_prefill_attend(ops, cfg: ModelConfig, slots, cached: int, n: int):
         keep = None
         if index is not None:          # DSA: each query attends to its top-k of the keys up to its own
             lim = (cached + 1 + torch.arange(n, device=q.device)).repeat(B)
-            idx = _select(ops, cfg, index, slots.repeat_interleave(n), lim, S)
+            idx = _select(ops, cfg, index, slots.repeat_interleave(n), lim, S, last)
             keep = DSA.selection_mask(idx, S).view(B, n, S)
         o = ops.mla_prefill(q, k, kvb[..., N:], sm_scale=cfg.scale, cached=cached, keep=keep)
         return o.reshape(B * n, Hq, V)
@@ -262,12 +270,14 @@ def mla_prefill_attend(ops, cfg: ModelConfig, slots, cached: int, n: int):
 def mla_decode_attend(ops, cfg: ModelConfig, lengths, slots, max_len: int):
     """Absorbed MLA for one new token per sequence: q_nope W_UK -> the latent query, ``ops.mla_decode`` over the
     latent cache, the latent output times W_UV."""
+    last = {}
+
     def attend(q_nope, q_pe, ckv, kpe, w, index=None):
         wb = _kv_b(cfg, w)                                                # [R, H, N + V]
         N = cfg.qk_nope_dim
         q_lat = torch.einsum("bhn,rhn->bhr", q_nope, wb[..., :N])
         if index is not None:          # DSA: the latents the indexer selected
-            idx = _select(ops, cfg, index, slots, lengths, max_len)
+            idx = _select(ops, cfg, index, slots, lengths, max_len, last)
             o_lat = ops.mla_sparse_decode(q_lat.contiguous(), q_pe, ckv, kpe, idx, slots, sm_scale=cfg.scale)
         else:
             o_lat = ops.mla_decode(q_lat.contiguous(), q_pe, ckv, kpe, lengths, slots, sm_scale=cfg.scale,

@@ -79,7 +79,7 @@ transformers = pytest.importorskip("transformers")
 
 BUILT_WITH = "5.24.0"
 MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "glm4_moe", "minimax_m2", "ernie4_5_moe",
-               "hy_v3", "deepseek_v32")
+               "hy_v3", "deepseek_v32", "glm_moe_dsa")
 WRAPPED = ("qwen3_vl_moe",)   # multimodal wrappers of an MoE text model (built whole, run on text)
 WINDOW = H.WINDOW          # gpt_oss's sliding layers
 INDEX_TOPK = 6            # deepseek_v32: keys each query attends to (of 20 positions)
@@ -117,6 +117,15 @@ _CONFIGS = {
                                                qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=24,
                                                rope_scaling=None, rope_theta=10000.0, attention_bias=False,
                                                index_topk=INDEX_TOPK, index_n_heads=8, index_head_dim=16)),
+    # GLM-5's: the same sizes, its indexer's RoPE on interleaved pairs, layer 1 reusing layer 0's selection
+    # ("shared"), one expert group (its default), the first layer dense
+    "glm_moe_dsa": ("GlmMoeDsaConfig", dict(num_key_value_heads=4, intermediate_size=96, moe_intermediate_size=32,
+                                            n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=1,
+                                            routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
+                                            q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                                            v_head_dim=24, rope_theta=10000.0, attention_bias=False,
+                                            index_topk=INDEX_TOPK, index_n_heads=8, index_head_dim=16,
+                                            indexer_types=["full", "shared", "full"])),
     # partial rotary (half of head_dim 32), q/k/v biases, qk-norm, the first layer dense, DeepSeek's routing
     "glm4_moe": ("Glm4MoeConfig", dict(intermediate_size=96, moe_intermediate_size=32, n_routed_experts=8,
                                        num_experts_per_tok=3, n_group=4, topk_group=2, n_shared_experts=1,
@@ -164,7 +173,7 @@ _VISION = {"qwen3_vl_moe": dict(depth=1, hidden_size=32, intermediate_size=48, n
                                 num_position_embeddings=16, deepstack_visual_indexes=[0], patch_size=4)}
 
 # Which layers run experts (the others a dense MLP): what a reader of these configs must find.
-MOE_LAYERS = {"mixtral": (0, 1, 2), "qwen2_moe": (0, 2), "qwen3_moe": (0, 1, 2), "deepseek_v3": (1, 2), "deepseek_v32": (1, 2),
+MOE_LAYERS = {"mixtral": (0, 1, 2), "qwen2_moe": (0, 2), "qwen3_moe": (0, 1, 2), "deepseek_v3": (1, 2), "deepseek_v32": (1, 2), "glm_moe_dsa": (1, 2),
               "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2), "minimax_m2": (0, 1, 2), "qwen3_vl_moe": (0, 1, 2),
               "ernie4_5_moe": (0, 1), "hy_v3": (0, 2), "llama4_text": (1, 2)}
 
@@ -351,7 +360,7 @@ def _selection_margin(model_type: str, router, logits: torch.Tensor, chosen: tor
     if model_type == "ernie4_5_moe":                  # softmax + the correction bias (moe_statics)
         bias = router.moe_statics.e_score_correction_bias.double().reshape(-1)
         return _margin(logits.softmax(dim=-1) + bias, chosen)
-    if model_type in ("deepseek_v3", "deepseek_v32", "glm4_moe"):      # the same grouped sigmoid routing
+    if model_type in ("deepseek_v3", "deepseek_v32", "glm4_moe", "glm_moe_dsa"):      # the same grouped sigmoid routing
         n_group, topk_group = router.num_group, router.topk_group
         s = logits.sigmoid() + router.e_score_correction_bias.double()
         per = s.shape[1] // n_group

@@ -303,21 +303,14 @@ def test_explain_prints_the_capped_kv_read_beside_the_indexers(tmp_path):
             in text)
 
 
-def test_the_run_paths_take_an_indexer_in_every_layer_and_refuse_shared_ones_in_one_line(tmp_path):
+def test_the_run_paths_take_both_families(tmp_path):
     from kernels.model import LlamaModel
     from kernels.runners import make_runners
 
-    v32 = _load(_tiny("deepseek_v32"), tmp_path / "v32")
-    names = [r.name for r in make_runners(v32, "decode", 1, 8, dtype="fp32", backend="torch")]
-    assert {"index_scores", "index_topk", "attention"} <= set(names)
-    assert LlamaModel(v32, dtype="fp32", backend="torch", max_len=16).index_cache.shape == (3, 8, 16, 16)
-    m = _load(_tiny("glm_moe_dsa"), tmp_path / "glm")
-    refusal = (f"{m.name}: DeepSeek Sparse Attention's shared indexer layers (index_shared, GLM-5) are costed but "
-               "not run yet: roofline explain and the cost commands take this model; profile, latency, serve and "
-               "check do not (an indexer in every layer runs).")
-    with pytest.raises(RooflineError) as e:        # profile's runners (and roofline check's)
-        make_runners(m, "decode", 1, 8, dtype="fp32", backend="torch")
-    assert str(e.value) == refusal
-    with pytest.raises(RooflineError) as e:        # latency's and serve's model
-        LlamaModel(m, dtype="fp32", backend="torch")
-    assert str(e.value) == refusal
+    for name, layers in (("deepseek_v32", 3), ("glm_moe_dsa", 2)):
+        m = _load(_tiny(name), tmp_path / name)
+        names = [r.name for r in make_runners(m, "decode", 1, 8, dtype="fp32", backend="torch")]
+        assert {"index_scores", "index_topk", "attention"} <= set(names)
+        model = LlamaModel(m, dtype="fp32", backend="torch", max_len=16)
+        assert model.index_cache.shape == (3, 8, 16, 16)
+        assert sum("wi_q" in w for w in model.w["layers"]) == layers
