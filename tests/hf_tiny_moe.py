@@ -401,6 +401,39 @@ def routing(folder, token_ids, model_type: str | None = None) -> list:
     return sorted(out, key=lambda r: r.layer)
 
 
+def index_margins(folder, token_ids) -> list:
+    """DeepSeek Sparse Attention: per indexer layer of one uncached forward over ``token_ids``, the smallest gap,
+    over the queries that see more than index_topk keys, between the k-th and the (k+1)-th highest index score
+    (how far from a tie transformers' selection was). Read from transformers' own scores: its indexers' topk
+    calls, wrapped while each indexer runs."""
+    margins = []
+    orig = torch.Tensor.topk
+
+    def topk(self, k, dim=-1, *a, **kw):
+        v = orig(self, min(k + 1, self.shape[-1]), dim=dim).values
+        seen = v[..., -1] > -1e30 if self.shape[-1] > k else torch.zeros(v.shape[:-1], dtype=torch.bool)
+        if seen.any():                            # masked (future) keys carry finfo.min, not -inf
+            margins.append(float((v[..., k - 1] - v[..., k])[seen].min()))
+        return orig(self, k, dim, *a, **kw)
+
+    def wrap(fwd):
+        def run(*a, **kw):
+            torch.Tensor.topk = topk
+            try:
+                return fwd(*a, **kw)
+            finally:
+                torch.Tensor.topk = orig
+        return run
+
+    with one_thread(), torch.no_grad():
+        model = _load(folder)
+        for _, m in model.named_modules():
+            if type(m).__name__.endswith("Indexer"):
+                m.forward = wrap(m.forward)
+        model(input_ids=torch.tensor([[int(t) for t in token_ids]]), use_cache=False)
+    return margins
+
+
 # the session's checkpoints and references (14 given + 6 greedy = 20 positions: past gpt_oss's window of 8)
 _FIXTURES = H.SessionFixtures(build_checkpoint, reference_logits, "roofline-hf-tiny-moe-")
 checkpoint, reference = _FIXTURES.checkpoint, _FIXTURES.reference

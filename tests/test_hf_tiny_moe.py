@@ -158,3 +158,13 @@ def test_gpt_oss_swiglu_clamp_bites():
             swiglu_limit=1e9).eval()
         logits = loose(input_ids=torch.tensor([list(r.sequence)])).logits[0].numpy()
     assert _rel(logits, r.prefill) > 1e-2
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v32", "glm_moe_dsa"])
+def test_the_indexers_select_far_from_ties(model_type):
+    """Every indexer layer (GLM-5's tiny: 2 of 3, layer 1 shared) chooses its top-k with a gap above fp32 noise
+    (seen: 3.4e-4 and 5.4e-5 the smallest), and some queries see more keys than index_topk."""
+    M.require(model_type)
+    margins = M.index_margins(M.checkpoint(model_type), M.reference(model_type).sequence)
+    assert len(margins) == {"deepseek_v32": 3, "glm_moe_dsa": 2}[model_type]
+    assert min(margins) > 1e-5, margins
