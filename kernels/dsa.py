@@ -120,13 +120,6 @@ def index_topk(scores: torch.Tensor, topk: int) -> torch.Tensor:
     return idx.masked_fill(vals == float("-inf"), -1).to(torch.int32)
 
 
-def select(q, w, k_cache, slots, limits, *, max_len: int, topk: int, triton_scores: bool = True) -> torch.Tensor:
-    """The indexer's selection: ``index_scores`` (the Triton kernel, or ``scores_reference``) then
-    ``index_topk``: [T, min(topk, max_len)] int32."""
-    fn = index_scores if triton_scores else scores_reference
-    return index_topk(fn(q, w, k_cache, slots, limits, max_len=max_len), topk)
-
-
 def selection_mask(indices: torch.Tensor, keys: int) -> torch.Tensor:
     """[T, keys] bool: True at the keys row t selected (indices -1 are none)."""
     keep = torch.zeros(indices.shape[0], keys + 1, dtype=torch.bool, device=indices.device)

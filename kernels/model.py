@@ -29,7 +29,10 @@ same seeded (or the checkpoint's) weights at build time (norms, the router and t
 KV head (``kernels.quant``). Under tensor parallelism every rank quantizes the full weights, then keeps its
 shard of the quantized values (``kernels.tp``), and its 8-bit cache holds its KV heads. Latent attention's projections are quantized
 too; its kv_b_proj runs quantized in prefill and, dequantized once at load, in the absorbed decode
-(``kernels.quant.absorbed_kv_b``).
+(``kernels.quant.absorbed_kv_b``). DeepSeek Sparse Attention (``cfg.index_topk``: DeepSeek-V3.2, GLM-5): the
+indexer's key cache ``index_cache`` [n_layers, max_slots, max_len, index_head_dim] beside the latent cache (the
+activation dtype, not the engines' fp8 that ``formulas.dsa`` prices), each query attending to its top-k
+(``indexer``, ``kernels.dsa``); GLM-5's shared layers reuse the step's last selection.
 """
 
 from __future__ import annotations

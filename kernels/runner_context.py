@@ -4,7 +4,8 @@ routing and latent cache), built once per point by ``build_context``, and the on
 points share (``one_layer_weights``).
 
 Inputs are drawn from ``seed + 1`` in a fixed order (the hidden rows, q/k/v heads, the attention output, the
-MLP's gate/up/activation, the caches, token ids, the last rows and logits, then the latent state), so a point's
+MLP's gate/up/activation, the caches, token ids, the last rows and logits, then the latent state, then DSA's
+indexer state), so a point's
 inputs do not depend on which ops it runs; ``rows_of`` draws a [T, width] input per new width on first use.
 On the meta device (the compile check) inputs are empty tensors: shapes only.
 """

@@ -30,6 +30,11 @@ hidden 64, vocab 256, experts of intermediate 32, exercising every feature of th
 - hy_v3: 8 experts, top-3, sigmoid scores + a non-zero ``mlp.expert_bias`` (the MoE block's
   e_score_correction_bias buffer, N(0, E_BIAS_STD)) to choose, renormalised x 2.826; one shared expert
   (``mlp.shared_mlp``, 32); qk-norm; q/k/v/o biases; ``mlp_layer_types`` makes layer 1 dense (96); head_dim 16.
+- deepseek_v32: deepseek_v3's sizes and routing + DeepSeek Sparse Attention's indexer (8 heads of 16, RoPE
+  half-split on its first 8) in every layer, each query attending to its top ``INDEX_TOPK`` (6) of the 20
+  positions' keys (``index_margins``: how far from a tie transformers' selection was).
+- glm_moe_dsa: the same sizes, one expert group; its indexer's RoPE on interleaved pairs; layer 1 "shared"
+  (``indexer_types``: no indexer, layer 0's selection).
 
 ``build_checkpoint`` saves it (config.json + model.safetensors) with seeded weights: hf_tiny's scales, plus
 router weights N(0, ROUTER_STD) so the routing is decisive (different tokens pick different experts, the

@@ -3,7 +3,7 @@ and the top-k's formulas pinned by exact integers, the layer as data (the indexe
 one), the indexer's key cache in the capacity estimate beside the latent one, a decode step's KV read capped at
 the top-k, the readers' parameter counts against transformers' on the meta device, prefill FLOPs against
 FlopCounterMode's count of transformers' forward (part by part, after the stated conventions), the split explain
-prints, and the run paths' one-line refusal."""
+prints, and that the run paths take both families (kernels.dsa; tests/test_dsa_kernels.py, the parity tests)."""
 
 from __future__ import annotations
 
