@@ -78,6 +78,8 @@ def timed_layers(cfg: ModelConfig) -> tuple:
 def _with_picks(cfg: ModelConfig, picks: tuple) -> ModelConfig:
     """A config of len(picks) layers laid out as those layers are in ``cfg`` (which are dense, which routed)."""
     one = cfg.with_layers(len(picks))
+    if cfg.index_shared:                  # GLM-5: which picked layers reuse a selection (layer 0 never does)
+        one = replace(one, index_shared=tuple(j for j, i in enumerate(picks) if i in cfg.index_shared))
     if not cfg.n_experts:
         return one
     return replace(one, dense_layers=tuple(j for j, i in enumerate(picks) if i not in cfg.moe_layers))

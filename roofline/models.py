@@ -205,8 +205,9 @@ class ModelConfig:
             types = tuple(types[i % len(types)] for i in range(n_layers))
         dense = tuple(i for i in self.dense_layers if i < n_layers)
         nope = tuple(i for i in self.nope_layers if i < n_layers)
+        shared = tuple(i for i in self.index_shared if i < n_layers)
         return replace(self, n_layers=n_layers, layer_types=types, dense_layers=dense, nope_layers=nope,
-                       name=f"{self.name} ({n_layers} layers)")
+                       index_shared=shared, name=f"{self.name} ({n_layers} layers)")
 
     def to_dict(self) -> dict:
         d = asdict(self)

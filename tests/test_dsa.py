@@ -164,6 +164,7 @@ def test_glm_5s_indexer_schedule_is_transformers(tmp_path):
     assert m.index_layers == tuple(i for i, t in enumerate(theirs.indexer_types) if t == "full") == (0, 1, 2, 6, 10)
     m = _read(tmp_path, {**base, "index_topk_pattern": "FSSF" * 3})
     assert m.index_shared == (1, 2, 5, 6, 9, 10)
+    assert m.with_layers(4).index_shared == (1, 2) and m.with_layers(1).index_shared == ()    # shrunk: its own
     note = _read(tmp_path, {**base, "indexer_rope_interleave": False}).notes
     assert any(n.startswith("indexer_rope_interleave = false (a boolean) rotates the indexer's RoPE dims "
                             "half-split instead of interleaved") for n in note), note
