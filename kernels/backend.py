@@ -23,17 +23,23 @@ Mamba-2 (``kernels.mamba``, ``kernels.conv1d``): ``conv1d`` (the causal conv wit
 Gated DeltaNet (``kernels.deltanet``): ``causal_conv1d`` (with its conv state), ``delta_gates``, ``delta_prefill``
 (the chunked rule) and ``delta_decode`` (the recurrent step) on a slot state, ``gated_rmsnorm``, and the gated
 attention's ``sigmoid_gate``: Triton kernels, or transformers' torch fallbacks.
+DeepSeek Sparse Attention (``kernels.dsa``): ``index_scores`` (the indexer's Triton kernel / its batched torch
+peer), ``mla_sparse_decode`` (the absorbed decode over the selected latents / its torch peer); ``layernorm`` (the
+indexer's k_norm) is torch's on both.
 """
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import torch
+
 from roofline.errors import RooflineError
 
 from . import decode_attention as DA
 from . import conv1d as CV
 from . import deltanet as DN
+from . import dsa as DSA
 from . import embedding as E
 from . import geglu as G
 from . import kv_append as KV
@@ -81,6 +87,10 @@ def _torch_prefill(q, k_cache, v_cache, slots, cached=0, *, causal=True, sm_scal
                    softcap=softcap, scales=scales, chunk=chunk)
 
 
+def _layernorm(x, w, b, eps):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
 _OPS = {
     "triton": SimpleNamespace(
         name="triton", embedding=E.embedding, rmsnorm=N.rmsnorm, add_rmsnorm=N.add_rmsnorm, linear=_triton_linear,
@@ -88,7 +98,8 @@ _OPS = {
         decode_attention=DA.decode_attention, verify_attention=DA.verify_attention, residual_add=R.residual_add,
         swiglu=S.swiglu, geglu=G.geglu,
         moe_experts=MOE.moe_experts, route=RT.route,
-        mla_decode=MLA.mla_decode, mla_prefill=MLA.mla_prefill,
+        mla_decode=MLA.mla_decode, mla_prefill=MLA.mla_prefill, index_scores=DSA.index_scores,
+        mla_sparse_decode=DSA.mla_sparse_decode, layernorm=_layernorm,
         conv1d=CV.causal_conv1d, ssd_prefill=MB.ssd_prefill, ssd_decode=MB.ssd_decode,
         gated_group_rmsnorm=MB.gated_group_rmsnorm,
         causal_conv1d=DN.causal_conv1d, delta_gates=DN.delta_gates, delta_prefill=DN.gated_delta_prefill,
@@ -99,7 +110,8 @@ _OPS = {
         decode_attention=_torch_decode, verify_attention=DA.torch_verify, residual_add=R.reference, swiglu=S.reference,
         geglu=G.reference,
         moe_experts=MOE.torch_moe, route=RT.route,
-        mla_decode=MLA.torch_decode, mla_prefill=MLA.mla_prefill,
+        mla_decode=MLA.torch_decode, mla_prefill=MLA.mla_prefill, index_scores=DSA.scores_reference,
+        mla_sparse_decode=DSA.torch_sparse_decode, layernorm=_layernorm,
         conv1d=CV.reference, ssd_prefill=MB.ssd_reference, ssd_decode=MB.step_reference,
         gated_group_rmsnorm=MB.gated_norm_reference,
         causal_conv1d=DN.conv_reference, delta_gates=DN.gates_reference, delta_prefill=DN.chunk_reference,

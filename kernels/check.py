@@ -13,6 +13,7 @@ without a cached prefix; decode lengths on both sides of the window) and logit s
 MLA checks (``_mla_checks``): the absorbed MLA decode against its fp64 reference; the naive prefill's torch
 path. Gated DeltaNet rows (``kernels.check_deltanet``, group "deltanet"): the chunked rule, the recurrent step, the
 conv with its state, the gates, the gated norm and the output gate against transformers' fallbacks.
+DSA checks (``_dsa_checks``): the indexer's k_norm, scores and top-k, and the sparse MLA decode.
 Model checks (model "tiny", 2 layers, 12 tokens quick): prefill + decode steps equal one
 forward_full over the sequence (two slots of different lengths decoded in one batch); chunked prefill equals
 unchunked; prefix reuse equals a full prefill; the triton backend equals the torch backend.
@@ -41,6 +42,7 @@ import torch
 from roofline.models import load_model
 
 from . import decode_attention as DA
+from . import dsa as DSA
 from . import embedding as E
 from . import geglu as G
 from . import kv_append as KV
@@ -144,6 +146,7 @@ def _kernel_checks(ops, dt, dev, quick):
     yield from _architecture_checks(ops, dev, rnd, nan, tri)
     yield from _mla_checks(ops, dev, rnd, nan, tri, quick)
     yield from _moe_checks(ops, dev, rnd, nan, tri, quick)
+    yield from _dsa_checks(ops, dev, rnd, nan, tri, quick)    # last: the draws before it stay as they were
 
 
 # (T = k + 1 queries, Hq, Hkv, D, lengths, config, keywords): ragged lengths (one of exactly T: the queries alone),
@@ -193,6 +196,46 @@ def _mla_checks(ops, dev, rnd, nan, tri, quick):
         o = ops.mla_prefill(q, k, v, sm_scale=QK ** -0.5, cached=cached)
         ref = MLA.mla_prefill_reference(q.double(), k.double(), v.double(), sm_scale=QK ** -0.5, cached=cached)
         yield f"mla_prefill B={B} n={n} p={cached} H={H} qk={QK} v={V}", o, ref, "torch path (SDPA)"
+
+def _dsa_checks(ops, dev, rnd, nan, tri, quick):
+    """DeepSeek Sparse Attention (issue 32, ``kernels.dsa``): the indexer's k_norm (LayerNorm with its bias); its
+    scores (8 heads padded to 16, Di 24 padded to 32, rows seeing 1, 13, every and no key, two
+    slots, 16-key blocks) against fp64 with the -inf pattern compared; the top-k selection from them against the
+    fp64 scores' (sorted indices: one wrong key fails the row); the head weights matter (a row with w shifted
+    by 1% of its size fails the scores row: ``test_dsa_kernels``); the sparse absorbed decode over selections
+    with -1 holes and an empty one, two head blocks and 3 splits (DeepSeek-V3.2's 128 heads, rank 512, top-2048
+    of 4,097 in the full set)."""
+    dbl = lambda *ts: [t.double() for t in ts]  # noqa: E731
+    x, lw, lb = rnd(5, 24), rnd(24), rnd(24)
+    ref = (x.double() - x.double().mean(-1, keepdim=True)) / (x.double().var(-1, unbiased=False, keepdim=True)
+                                                              + 1e-6).sqrt() * lw.double() + lb.double()
+    yield "layernorm T=5 D=24", ops.layernorm(x, lw, lb, 1e-6), ref, "torch layer_norm (both backends)"
+    T, Hi, Di, L, topk = 5, 8, 24, 70, 6
+    q, w, kc = rnd(T, Hi, Di), rnd(T, Hi).float(), rnd(3, L, Di)
+    slots, lim = torch.tensor([2, 0, 1, 2, 0], device=dev), torch.tensor([1, 13, 70, 65, 0], device=dev)
+    sc = ops.index_scores(q, w, kc, slots, lim, max_len=L, **({"block_n": 16} if tri else {}))
+    sref = DSA.scores_reference(*dbl(q, w, kc), slots, lim, max_len=L).double()
+    fin = torch.isfinite(sref)
+    yield (f"index_scores T={T} Hi={Hi} Di={Di} limits={lim.tolist()}",
+           sc[fin] if torch.equal(torch.isfinite(sc), fin) else sc, sref[fin], "block_n=16" if tri else "")
+    sel, want = DSA.index_topk(sc, topk), DSA.index_topk(sref.float(), topk)
+    yield (f"index_topk T={T} k={topk}", sel.sort(-1).values.double(), want.sort(-1).values.double(),
+           "torch.topk of the kernel's scores vs the fp64 scores'")
+    cases = [(20, 32, 16, 64, [[3, 5, -1, 0, 60, 2], [-1] * 6, [1, 2, 3, 4, 5, 6]], dict(block_n=16, splits=3))]
+    if not quick:
+        g = torch.Generator().manual_seed(5)
+        cases += [(128, 512, 64, 4097, [torch.randperm(4097, generator=g)[:2048].tolist()], {})]
+    for H, Rk, Pr, L, idx, cfg in cases:
+        B = len(idx)
+        ql, qp, ckv, kpe = rnd(B, H, Rk), rnd(B, H, Pr), rnd(4, L, Rk), rnd(4, L, Pr)
+        ix, sl = torch.tensor(idx, dtype=torch.int32, device=dev), torch.tensor([3, 0, 1][:B], device=dev)
+        scale = (Rk // 4 + Pr) ** -0.5
+        o = ops.mla_sparse_decode(ql, qp, ckv, kpe, ix, sl, sm_scale=scale, **(dict(cfg, out=nan(B, H, Rk))
+                                                                                if tri else {}))
+        ref = DSA.sparse_reference(*dbl(ql, qp, ckv, kpe), ix, sl, sm_scale=scale)
+        yield (f"mla_sparse_decode B={B} K={ix.shape[1]} H={H} R={Rk} P={Pr}", o, ref,
+               ", ".join(f"{k}={v}" for k, v in cfg.items() if tri))
+
 
 def _architecture_checks(ops, dev, rnd, nan, tri):
     """What other dense architectures add (issue 20): a linear's bias (Qwen2), GeGLU (Gemma), sliding-window
@@ -594,10 +637,11 @@ def run_checks(backend="triton", dtype="fp32", device=None, quick=True, *,
 
 
 # The groups of rows, registered by the op kinds they check (kernels.runner_registry: the same registry the runners
-# and the compile check's launches are in). Kinds no group names (scale, gate, latent_append: a multiply, a
-# sigmoid-gated sum, a copy) run only inside the model and are checked through the transformers parity tests.
+# and the compile check's launches are in). Kinds no group names (scale, gate, latent_append, index_append: a
+# multiply, a sigmoid-gated sum, two copies) run only inside the model and are checked through the transformers
+# parity tests.
 _ROW_KINDS = ("embedding", "norm", "linear", "rope", "kv_append", "attention", "residual", "activation", "softcap",
-              "mla_attention", "mla_up", "router", "experts")
+              "mla_attention", "mla_up", "router", "experts", "layernorm", "index_scores", "index_topk")
 
 
 def _judged(rows, tol, dt):

@@ -13,7 +13,9 @@ entry once per Llama-2-7B / Llama-3-8B combo).
 - linear: a q_proj-shaped linear with a bias (BIAS on; int8 and int4 weights too in the 16-bit dtypes; mxfp4 and
   nvfp4 in bf16: ``kernels.linear_fp4``, ``FP4_DTYPES``);
 - activation: GeGLU (Gemma);
-- mla_attention: ``kernels.mla.mla_decode`` at DeepSeek-V3's shapes (``MLA_SHAPE``) in the 16-bit dtypes;
+- mla_attention: ``kernels.mla.mla_decode`` at DeepSeek-V3's shapes (``MLA_SHAPE``) in the 16-bit dtypes, and in
+  bf16 DeepSeek-V3.2's sparse decode over its top-2048 (``kernels.dsa.mla_sparse_decode``, ``DSA_SHAPE``);
+- index_scores: DeepSeek-V3.2's indexer scores (64 heads of 128) in bf16, every combo's queries over its keys;
 - experts: ``kernels.moe.moe_experts`` at Mixtral-8x7B's and GPT-OSS-20B's shapes (``MOE_SHAPES``), float and
   quantized (``MOE_QUANT``), FP4 in bf16 (``MOE_FP4``: GPT-OSS's own mxfp4, Mixtral's shapes in nvfp4) and fp8
   in bf16 (``MOE_FP8``: GPT-OSS's shapes per channel, Mixtral's in DeepSeek's 128 x 128 blocks; weight-only, the
@@ -36,6 +38,7 @@ import torch
 from roofline.formulas import INT4_GROUP
 
 from . import decode_attention as DA
+from . import dsa as DSA
 from . import geglu as G
 from . import linear as L
 from . import linear_int4 as L4
@@ -69,6 +72,34 @@ def mla_launches(rec, where, batch, context, dt) -> None:
                    torch.empty(batch, context + 1, P, dtype=dt, device=meta),
                    torch.empty(batch, dtype=torch.int32, device=meta), torch.arange(batch, device=meta),
                    sm_scale=192 ** -0.5, max_len=context + 1)
+
+
+# DeepSeek-V3.2's sparse attention (issue 32): the indexer's 64 heads of 128, top-2048; MLA_SHAPE's latent attention;
+# bf16 only (a bounded sample: the same kernels in fp16 differ only in the load's dtype)
+DSA_SHAPE = dict(index_n_heads=64, index_head_dim=128, topk=2048)
+DSA_DTYPES = ("bf16",)
+
+
+def dsa_launches(rec, where, phase, batch, context, dt) -> None:
+    """``kernels.dsa.index_scores`` (decode: one query per sequence over context + 1 keys; prefill: the context's
+    queries over it) and, at decode, ``mla_sparse_decode`` over min(topk, context + 1) selected latents."""
+    meta = torch.device("meta")
+    Hi, Di, topk = DSA_SHAPE["index_n_heads"], DSA_SHAPE["index_head_dim"], DSA_SHAPE["topk"]
+    keys = context + (1 if phase == "decode" else 0)
+    T = batch if phase == "decode" else batch * context
+    rec.context = dict(where, op="index_scores")
+    DSA.index_scores(torch.empty(T, Hi, Di, dtype=dt, device=meta), torch.empty(T, Hi, device=meta),
+                     torch.empty(batch, keys, Di, dtype=dt, device=meta), torch.empty(T, dtype=torch.long, device=meta),
+                     torch.empty(T, dtype=torch.long, device=meta), max_len=keys)
+    if phase != "decode":
+        return
+    H, R, P = MLA_SHAPE["n_heads"], MLA_SHAPE["kv_lora_rank"], MLA_SHAPE["rope_dim"]
+    rec.context = dict(where, op="mla_sparse_decode")
+    DSA.mla_sparse_decode(torch.empty(batch, H, R, dtype=dt, device=meta), torch.empty(batch, H, P, dtype=dt, device=meta),
+                          torch.empty(batch, keys, R, dtype=dt, device=meta),
+                          torch.empty(batch, keys, P, dtype=dt, device=meta),
+                          torch.empty(batch, min(topk, keys), dtype=torch.int32, device=meta),
+                          torch.arange(batch, device=meta), sm_scale=192 ** -0.5)
 
 
 # The fused MoE expert GEMM (issue 21) at two real shapes: Mixtral-8x7B (H 4096, I 14336, 8 experts, top-2, SwiGLU)
@@ -344,6 +375,12 @@ def _activation(rec, c) -> None:
 def _mla_attention(rec, c) -> None:
     if c.phase == "decode" and dtype_name(c.dt) in MLA_DTYPES:
         mla_launches(rec, dict(c.where, model="deepseek-v3"), c.batch, c.context, c.dt)
+
+
+@launches("index_scores")
+def _index_scores(rec, c) -> None:
+    if dtype_name(c.dt) in DSA_DTYPES:
+        dsa_launches(rec, dict(c.where, model="deepseek-v3.2"), c.phase, c.batch, c.context, c.dt)
 
 
 @launches("experts")

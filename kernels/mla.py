@@ -206,9 +206,16 @@ def mla_decode(q_nope_latent: torch.Tensor, q_pe: torch.Tensor, ckv_cache: torch
            mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
            BLOCK_H=c["block_h"], BLOCK_N=c["block_n"], BLOCK_R=BR, BLOCK_P=max(16, next_pow2(P)), UPCAST=INTERPRET,
            DOT_PREC=prec, num_warps=c["num_warps"], num_stages=c["num_stages"])
-    launch(_mla_decode_merge_kernel, (B, H), mid_o, mid_lse, out, R, c["splits"], mid_o.stride(0), mid_o.stride(1),
+    return merge_partials(mid_o, mid_lse, out)
+
+
+def merge_partials(mid_o: torch.Tensor, mid_lse: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Stage 2: out [B, H, R] from the splits' partial outputs mid_o [B, H, splits, >= R] (fp32) and their base-2
+    log-sum-exps mid_lse [B, H, splits] (also ``kernels.dsa``'s sparse decode)."""
+    B, H, R = out.shape
+    launch(_mla_decode_merge_kernel, (B, H), mid_o, mid_lse, out, R, mid_o.shape[2], mid_o.stride(0), mid_o.stride(1),
            mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1), out.stride(0), out.stride(1),
-           BLOCK_S=max(2, next_pow2(c["splits"])), BLOCK_R=min(MERGE_BLOCK_R, BR))
+           BLOCK_S=max(2, next_pow2(mid_o.shape[2])), BLOCK_R=min(MERGE_BLOCK_R, max(16, next_pow2(R))))
     return out
 
 
@@ -266,15 +273,19 @@ def unabsorb_output(o_latent: torch.Tensor, w_uv: torch.Tensor) -> torch.Tensor:
 # ---- prefill: the naive form, a torch path -----------------------------------------------------------------
 
 def mla_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sm_scale: float, cached: int = 0,
-                causal: bool = True) -> torch.Tensor:
+                causal: bool = True, keep: torch.Tensor | None = None) -> torch.Tensor:
     """Naive MLA prefill, a TORCH path (SDPA): q [B, n, H, nope + rope] at positions cached..cached+n-1,
     k [B, cached + n, H, nope + rope] and v [B, cached + n, H, v_dim] (the latents up-projected by kv_b_proj,
     k_pe broadcast to every head); o [B, n, H, v_dim]. ``kernels.prefill_attention`` is not used: its V must
-    have Q/K's head dim."""
+    have Q/K's head dim. ``keep`` [B, n, cached + n] bool: the keys each query may see besides causality
+    (DeepSeek Sparse Attention's top-k: ``kernels.dsa.selection_mask``; each row keeps at least its diagonal)."""
     B, n, H, D = _check_prefill(q, k, v, cached)
     qq, kk, vv = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     kw = dict(scale=float(sm_scale))
-    if causal and cached:
+    if keep is not None:
+        check_tensor("keep", keep, (B, n, cached + n), dtype=torch.bool, device=q.device)
+        kw["attn_mask"] = (keep & _visible(cached, n, q.device) if causal else keep)[:, None]
+    elif causal and cached:
         kw["attn_mask"] = _visible(cached, n, q.device)
     else:
         kw["is_causal"] = causal

@@ -33,7 +33,10 @@ same seeded (or the checkpoint's) weights at build time (norms, the router and t
 KV head (``kernels.quant``). Under tensor parallelism every rank quantizes the full weights, then keeps its
 shard of the quantized values (``kernels.tp``), and its 8-bit cache holds its KV heads. Latent attention's projections are quantized
 too; its kv_b_proj runs quantized in prefill and, dequantized once at load, in the absorbed decode
-(``kernels.quant.absorbed_kv_b``).
+(``kernels.quant.absorbed_kv_b``). DeepSeek Sparse Attention (``cfg.index_topk``: DeepSeek-V3.2, GLM-5): the
+indexer's key cache ``index_cache`` [n_layers, max_slots, max_len, index_head_dim] beside the latent cache (the
+activation dtype, not the engines' fp8 that ``formulas.dsa`` prices), each query attending to its top-k
+(``indexer``, ``kernels.dsa``); GLM-5's shared layers reuse the step's last selection.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from roofline.errors import RooflineError
 from roofline.models import ModelConfig
 
 from ._common import dtype_name, torch_dtype
+from . import dsa as DSA
 from .backend import get_ops
 from .checkpoint import load_weights
 from .quant import KV_DTYPES, decode_kv_b, kv_storage, prepare_model_torch, quantize_model_weights
@@ -79,7 +83,7 @@ def attention_options(cfg: ModelConfig, layer: int) -> dict:
 
 
 def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend,
-                      reduce=None, kv_scales=None, attn_kw=None, delta=None):
+                      reduce=None, kv_scales=None, attn_kw=None, delta=None, index_cache=None):
     """One layer on T token rows; ``attend(q, k_cache, v_cache, **kw) -> o`` is the prefill or decode attention.
 
     The ops are ``roofline.layer.model_ops``'s, in its order; which ones run follows the config: q/k/v (and
@@ -90,7 +94,8 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     ``kv_scales`` = (k_scale, v_scale) of an 8-bit cache: kv_append writes them, and ``attend`` gets
     them as ``scales=``. A linear's weight may be a ``kernels.quant_weight.QuantWeight`` (ops.linear takes both).
     A Gated DeltaNet layer (its weights have ``w_conv``) mixes with ``deltanet_mixer`` on ``delta`` (its
-    ``DeltaState``) instead of attending."""
+    ``DeltaState``) instead of attending.
+    ``index_cache`` [slots, L, Di]: DeepSeek Sparse Attention's indexer keys of this layer (``mla_attention``)."""
     reduce = reduce or (lambda t: t)
     akw = dict(attn_kw or {})
     if "sinks" in w:
@@ -99,8 +104,8 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     T, D, eps = x.shape[0], cfg.head_dim, cfg.rms_eps
     h = ops.rmsnorm(x, w["attn_norm"], eps) if "attn_norm" in w else x    # OLMo-2: no norm before attention
     if cfg.mla:
-        a = reduce(_linear(ops, mla_attention(ops, cfg, w, h, cos, sin, pos, tok_slot, k_cache, v_cache, attend),
-                           w, "wo", "bo"))
+        a = reduce(_linear(ops, mla_attention(ops, cfg, w, h, cos, sin, pos, tok_slot, k_cache, v_cache, attend,
+                                              index_cache), w, "wo", "bo"))
         return _mlp(ops, cfg, w, ops.residual_add(x, a), reduce)
     if "w_conv" in w:                                                    # Gated DeltaNet (attn_kw: its state)
         return _mlp(ops, cfg, w, ops.residual_add(x, deltanet_mixer(ops, cfg, w, h, delta)), reduce)
@@ -236,13 +241,21 @@ def moe_mlp(ops, cfg: ModelConfig, w: dict, h):
     return y
 
 
-def mla_attention(ops, cfg: ModelConfig, w: dict, h, cos, sin, pos, tok_slot, ckv_cache, kpe_cache, attend):
+def mla_attention(ops, cfg: ModelConfig, w: dict, h, cos, sin, pos, tok_slot, ckv_cache, kpe_cache, attend,
+                  index_cache=None):
     """DeepSeek's latent attention on T rows: q (low-rank), the latent c_kv and the rope key appended to
     their caches ([slots, L, R], [slots, L, P]), then ``attend(q_nope, q_pe, ckv_cache, kpe_cache, w)`` (naive
-    prefill or absorbed decode: ``mla_prefill_attend`` / ``mla_decode_attend``) -> [T, H * v_head_dim]."""
+    prefill or absorbed decode: ``mla_prefill_attend`` / ``mla_decode_attend``) -> [T, H * v_head_dim].
+    DeepSeek Sparse Attention (``cfg.index_topk``): the indexer's query, key (appended to ``index_cache``) and
+    head weights go to ``attend`` as ``index=``, which attends to each query's top-k (``indexer``); a layer with
+    no indexer of its own (GLM-5's "shared") passes ``SHARED``: the selection the step's last indexer made."""
     T, Hq, N, P, R = h.shape[0], cfg.n_heads, cfg.qk_nope_dim, cfg.qk_rope_dim, cfg.kv_lora_rank
+    index = None
     if "wq_a" in w:
-        q = ops.linear(ops.rmsnorm(ops.linear(h, w["wq_a"]), w["q_a_norm"], cfg.rms_eps), w["wq_b"])
+        q_resid = ops.rmsnorm(ops.linear(h, w["wq_a"]), w["q_a_norm"], cfg.rms_eps)
+        q = ops.linear(q_resid, w["wq_b"])
+        if cfg.index_topk:               # GLM-5's shared layers (no indexer weights) reuse the last selection
+            index = indexer(ops, cfg, w, h, q_resid, cos, sin, pos, tok_slot, index_cache) if "wi_q" in w else SHARED
     else:
         q = ops.linear(h, w["wq"])
     q = q.view(T, Hq, N + P)
@@ -252,8 +265,36 @@ def mla_attention(ops, cfg: ModelConfig, w: dict, h, cos, sin, pos, tok_slot, ck
     ops.rope(q_pe, k_pe, cos, sin, pos)
     ckv_cache[tok_slot, pos] = c.to(ckv_cache.dtype)
     kpe_cache[tok_slot, pos] = k_pe[:, 0].to(kpe_cache.dtype)
-    o = attend(q[..., :N], q_pe, ckv_cache, kpe_cache, w)                # [T, H, V]
+    o = attend(q[..., :N], q_pe, ckv_cache, kpe_cache, w, **({"index": index} if index else {}))   # [T, H, V]
     return o.reshape(T, Hq * cfg.v_head_dim)
+
+
+INDEX_NORM_EPS = 1e-6     # transformers' DeepseekV32Indexer.k_norm (nn.LayerNorm(head_dim, eps=1e-6))
+SHARED = "shared"         # attend's index on a layer that reuses the previous indexer's selection (GLM-5)
+
+
+def indexer(ops, cfg: ModelConfig, w: dict, h, q_resid, cos, sin, pos, tok_slot, index_cache) -> tuple:
+    """DeepSeek Sparse Attention's lightning indexer on T rows (transformers' DeepseekV32Indexer): q = wq_b(q
+    latent) [T, Hi, Di], k = LayerNorm(wk(h)) [T, Di] (appended to ``index_cache`` [slots, L, Di]), RoPE
+    (half-split) on the first qk_rope_dim of each, the head weights weights_proj(h) x Hi^-0.5 in fp32 ->
+    (q, w, index_cache) for ``attend``'s selection (``kernels.dsa``)."""
+    T, Hi, Di, P = h.shape[0], cfg.index_n_heads, cfg.index_head_dim, cfg.qk_rope_dim
+    qi = ops.linear(q_resid, w["wi_q"]).view(T, Hi, Di)
+    ki = ops.layernorm(ops.linear(h, w["wi_k"]), w["wi_knorm"], w["bi_knorm"], INDEX_NORM_EPS).view(T, 1, Di)
+    ops.rope(qi[..., :P], ki[..., :P], cos, sin, pos)
+    wi = ops.linear(h, w["wi_w"]).float() * Hi ** -0.5
+    index_cache[tok_slot, pos] = ki[:, 0].to(index_cache.dtype)
+    return qi, wi, index_cache
+
+
+def _select(ops, cfg: ModelConfig, index, slots, limits, max_len: int, last: dict):
+    """Each query row's top-k key indices [T, min(topk, max_len)] (int32, -1: none) from ``indexer``'s output,
+    kept in ``last`` (the attend closure's: one step, every layer) for the ``SHARED`` layers after it."""
+    if isinstance(index, str):
+        return last["indices"]
+    qi, wi, icache = index
+    last["indices"] = DSA.index_topk(ops.index_scores(qi, wi, icache, slots, limits, max_len=max_len), cfg.index_topk)
+    return last["indices"]
 
 
 def _kv_b(cfg: ModelConfig, w: dict):
@@ -264,14 +305,21 @@ def _kv_b(cfg: ModelConfig, w: dict):
 def mla_prefill_attend(ops, cfg: ModelConfig, slots, cached: int, n: int):
     """Naive MLA for n new tokens per sequence after ``cached``: every key's latent up-projected to per-head
     K (nope, + the shared rope key) and V, then causal attention (``ops.mla_prefill``, a torch path)."""
-    def attend(q_nope, q_pe, ckv, kpe, w):
+    last = {}
+
+    def attend(q_nope, q_pe, ckv, kpe, w, index=None):
         B, S, Hq = slots.shape[0], cached + n, cfg.n_heads
         N, V = cfg.qk_nope_dim, cfg.v_head_dim
         c = ckv[slots, :S]                                                # [B, S, R]
         kvb = ops.linear(c.reshape(B * S, -1), w["wkv_b"]).view(B, S, Hq, N + V)    # quantized or float
         k = torch.cat([kvb[..., :N], kpe[slots, :S][:, :, None, :].expand(B, S, Hq, -1)], dim=-1)
         q = torch.cat([q_nope, q_pe], dim=-1).reshape(B, n, Hq, -1)
-        o = ops.mla_prefill(q, k, kvb[..., N:], sm_scale=cfg.scale, cached=cached)
+        keep = None
+        if index is not None:          # DSA: each query attends to its top-k of the keys up to its own
+            lim = (cached + 1 + torch.arange(n, device=q.device)).repeat(B)
+            idx = _select(ops, cfg, index, slots.repeat_interleave(n), lim, S, last)
+            keep = DSA.selection_mask(idx, S).view(B, n, S)
+        o = ops.mla_prefill(q, k, kvb[..., N:], sm_scale=cfg.scale, cached=cached, keep=keep)
         return o.reshape(B * n, Hq, V)
     return attend
 
@@ -279,12 +327,18 @@ def mla_prefill_attend(ops, cfg: ModelConfig, slots, cached: int, n: int):
 def mla_decode_attend(ops, cfg: ModelConfig, lengths, slots, max_len: int):
     """Absorbed MLA for one new token per sequence: q_nope W_UK -> the latent query, ``ops.mla_decode`` over the
     latent cache, the latent output times W_UV."""
-    def attend(q_nope, q_pe, ckv, kpe, w):
+    last = {}
+
+    def attend(q_nope, q_pe, ckv, kpe, w, index=None):
         wb = _kv_b(cfg, w)                                                # [R, H, N + V]
         N = cfg.qk_nope_dim
         q_lat = torch.einsum("bhn,rhn->bhr", q_nope, wb[..., :N])
-        o_lat = ops.mla_decode(q_lat.contiguous(), q_pe, ckv, kpe, lengths, slots, sm_scale=cfg.scale,
-                               max_len=max_len)
+        if index is not None:          # DSA: the latents the indexer selected
+            idx = _select(ops, cfg, index, slots, lengths, max_len, last)
+            o_lat = ops.mla_sparse_decode(q_lat.contiguous(), q_pe, ckv, kpe, idx, slots, sm_scale=cfg.scale)
+        else:
+            o_lat = ops.mla_decode(q_lat.contiguous(), q_pe, ckv, kpe, lengths, slots, sm_scale=cfg.scale,
+                                   max_len=max_len)
         return torch.einsum("bhr,rhv->bhv", o_lat, wb[..., N:])
     return attend
 
@@ -341,6 +395,7 @@ class LlamaModel:
         if cfg.rope_local_theta and (cfg.rope_local_theta != cfg.rope_theta or cfg.rope_yarn):
             self.local_rope = rope_tables(self.max_len, rd, cfg.rope_local_theta, self.device)
         self.k_scale = self.v_scale = None
+        self.index_cache = None
         self.lengths = torch.zeros(self.max_slots, dtype=torch.long)             # host-side, per slot
         # MoE: tokens routed to each expert of each layer since the model was built ([L, E]; rows of dense layers 0)
         self.expert_counts = torch.zeros(cfg.n_layers, cfg.n_experts, dtype=torch.long) if cfg.n_experts else None
@@ -359,6 +414,9 @@ class LlamaModel:
                                        dtype=self.dtype, device=self.device)
             self.v_cache = torch.zeros(cfg.n_layers, self.max_slots, self.max_len, cfg.qk_rope_dim,
                                        dtype=self.dtype, device=self.device)
+            if cfg.index_topk:   # DSA: the indexer's keys [L, slots, max_len, Di], in the activation dtype (kernels.dsa)
+                self.index_cache = torch.zeros(cfg.n_layers, self.max_slots, self.max_len, cfg.index_head_dim,
+                                               dtype=self.dtype, device=self.device)
             return
         shape = (cfg.n_layers, self.max_slots, self.lcfg.n_kv_heads, self.max_len, cfg.head_dim)
         cache_dt = kv_storage(self.kv_dtype) if self.kv_dtype in KV_DTYPES else self.dtype
@@ -433,7 +491,7 @@ class LlamaModel:
             ep = {"moe_experts": partial(ep_experts, self.ops.moe_experts, self.tp)}
         return SimpleNamespace(**{**vars(self.ops), "route": route, **ep})
 
-    def _layer(self, i, x, pos, tok_slot, k_cache, v_cache, attend, scales=None, delta=None):
+    def _layer(self, i, x, pos, tok_slot, k_cache, v_cache, attend, scales=None, delta=None, index_cache=None):
         if i in self._linear:                            # this layer's slice of the call's DeltaState
             j = self._linear[i]
             delta = DeltaState(**{**vars(delta), "conv": delta.conv[j], "state": delta.state[j]})
@@ -443,7 +501,9 @@ class LlamaModel:
         ops = self._counting[i] if i in self._counting else self.ops
         return transformer_layer(ops, self.lcfg, self.w["layers"][i], x, cos, sin, pos, tok_slot,
                                  k_cache, v_cache, attend, self.tp.all_reduce if self.tp is not None else None,
-                                 kv_scales=scales, attn_kw=attention_options(self.cfg, i), delta=delta)
+                                 kv_scales=scales, attn_kw=attention_options(self.cfg, i), delta=delta,
+                                 index_cache=self.index_cache[i] if index_cache is None and self.index_cache is not None
+                                 else index_cache)
 
     # ---- phases -------------------------------------------------------------------------
     def prefill(self, tokens, slot: int, logits: bool = True, all_logits: bool = False) -> torch.Tensor | None:
@@ -557,7 +617,9 @@ class LlamaModel:
             vc = torch.empty(vshape, dtype=self.k_cache.dtype, device=self.device)
             sc = None if self.k_scale is None else (torch.empty(shape[:-1], device=self.device),
                                                     torch.empty(shape[:-1], device=self.device))
-            x = self._layer(i, x, pos, zero, kc, vc, attend, sc, delta)
+            ic = None if self.index_cache is None else torch.empty(1, S, cfg.index_head_dim, dtype=self.dtype,
+                                                                   device=self.device)
+            x = self._layer(i, x, pos, zero, kc, vc, attend, sc, delta, ic)
         return self._logits(x)                                             # [S, vocab] fp32
 
     # ---- cache management ---------------------------------------------------------------
@@ -578,6 +640,8 @@ class LlamaModel:
         if src != dst and n and self.cfg.mla:          # latent caches: [L, slots, max_len, R or P]
             self.k_cache[:, dst, :n].copy_(self.k_cache[:, src, :n])
             self.v_cache[:, dst, :n].copy_(self.v_cache[:, src, :n])
+            if self.index_cache is not None:
+                self.index_cache[:, dst, :n].copy_(self.index_cache[:, src, :n])
         elif src != dst and n:
             self.k_cache[:, dst, :, :n].copy_(self.k_cache[:, src, :, :n])
             self.v_cache[:, dst, :, :n].copy_(self.v_cache[:, src, :, :n])

@@ -4,7 +4,8 @@ routing and latent cache), built once per point by ``build_context``, and the on
 points share (``one_layer_weights``).
 
 Inputs are drawn from ``seed + 1`` in a fixed order (the hidden rows, q/k/v heads, the attention output, the
-MLP's gate/up/activation, the caches, token ids, the last rows and logits, then the latent state), so a point's
+MLP's gate/up/activation, the caches, token ids, the last rows and logits, then the latent state, then DSA's
+indexer state), so a point's
 inputs do not depend on which ops it runs; ``rows_of`` draws a [T, width] input per new width on first use.
 On the meta device (the compile check) inputs are empty tensors: shapes only.
 """
@@ -21,6 +22,7 @@ from roofline.models import ModelConfig
 from ._common import dtype_name
 from .checkpoint import load_weights
 from .decode_attention import decode_config, verify_config
+from .dsa import index_topk
 from .model import mla_decode_attend, mla_prefill_attend, route
 from .weights import init_weights, seeded_generator
 from .prefill_attention import DEQUANT_NOTE, attention_config
@@ -83,6 +85,8 @@ def _with_picks(cfg: ModelConfig, picks: tuple) -> ModelConfig:
     one = cfg.with_layers(len(picks))
     if cfg.linear_layers:
         one = replace(one, layer_types=tuple(cfg.layer_types[i] for i in picks))
+    if cfg.index_shared:                  # GLM-5: which picked layers reuse a selection (layer 0 never does)
+        one = replace(one, index_shared=tuple(j for j, i in enumerate(picks) if i in cfg.index_shared))
     if not cfg.n_experts:
         return one
     return replace(one, dense_layers=tuple(j for j, i in enumerate(picks) if i not in cfg.moe_layers))
@@ -132,6 +136,23 @@ class Latent:
     q_pe: torch.Tensor
     k_pe: torch.Tensor
     c_lat: torch.Tensor
+
+
+@dataclass
+class Index:
+    """DeepSeek Sparse Attention's indexer state of the point: its key cache [B, S, Di], the new rows' query
+    [T, Hi, Di], key [T, Di] and head weights [T, Hi] (fp32), each query row's slot and visible keys, and the
+    scores and the selection ([T, S] fp32, [T, min(topk, S)] int32) computed once from them (what index_topk
+    and the sparse attention read)."""
+
+    cache: torch.Tensor
+    q: torch.Tensor
+    k: torch.Tensor
+    w: torch.Tensor
+    slots: torch.Tensor
+    limits: torch.Tensor
+    scores: torch.Tensor
+    indices: torch.Tensor
 
 
 @dataclass
@@ -185,6 +206,7 @@ class RunContext:
     routing: Routing | None = None
     latent: Latent | None = None
     delta: DeltaInputs | None = None
+    index: Index | None = None
 
     @property
     def dname(self) -> str:
@@ -264,6 +286,8 @@ def build_context(cfg: ModelConfig, phase: str, batch: int, context: int, *, K, 
         c.latent = _latent(c)
     if cfg.linear_layers:
         c.delta = _delta(c)
+    if cfg.index_topk:
+        c.index = _index(c)
     return c
 
 
@@ -349,3 +373,21 @@ def _latent(c: RunContext) -> Latent:
     q_nope, q_pe = rnd(T, Hq, cfg.qk_nope_dim), rnd(T, Hq, cfg.qk_rope_dim)
     k_pe, c_lat = rnd(T, 1, cfg.qk_rope_dim), rnd(T, cfg.kv_lora_rank)
     return Latent(ckv, kpe, att, q_nope, q_pe, k_pe, c_lat)
+
+
+def _index(c: RunContext) -> Index:
+    """The indexer's state of this point (drawn after the latent state): its key cache and new rows, each query
+    row's slot and visible keys (prefill: positions 0..n-1; decode: the whole context + 1), the scores and the
+    selection (on the meta device: empty tensors of their shapes)."""
+    cfg, rnd, T, S = c.cfg, c.rnd, c.T, c.kv_len
+    Hi, Di = cfg.index_n_heads, cfg.index_head_dim
+    cache, q, k = rnd(c.B, S, Di), rnd(T, Hi, Di), rnd(T, Di)
+    w = rnd(T, Hi).float()
+    limits = c.pos + 1
+    if c.dev.type == "meta":
+        scores = torch.empty(T, S, dtype=torch.float32, device=c.dev)
+        indices = torch.empty(T, min(cfg.index_topk, S), dtype=torch.int32, device=c.dev)
+    else:
+        scores = c.K.index_scores(q, w, cache, c.tok_slot, limits, max_len=S)
+        indices = index_topk(scores, cfg.index_topk)
+    return Index(cache, q, k, w, c.tok_slot, limits, scores, indices)

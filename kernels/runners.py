@@ -48,7 +48,8 @@ from roofline.models import ModelConfig
 from roofline.parallel import COLLECTIVE_OPS, EP_COLLECTIVES
 from roofline.speculative import verify_step
 
-from . import runners_attention, runners_deltanet, runners_mamba, runners_mla, runners_moe, runners_rows  # noqa: F401
+from . import (runners_attention, runners_deltanet, runners_dsa, runners_mamba, runners_mla,  # noqa: F401
+               runners_moe, runners_rows)  # (each registers its kinds)
 from ._common import dtype_name, torch_dtype
 from .backend import get_ops
 from .model import DeltaState, attention_options, transformer_layer
@@ -156,7 +157,8 @@ def _layer_runner(ctx: RunContext) -> tuple:
     if ctx.ep:
         layer_ops = SimpleNamespace(**{**vars(K), "moe_experts": partial(local_experts, K.moe_experts, ctx.tp.rank)})
     args = (layer_ops, ctx.lcfg, ctx.lw, ctx.x, ctx.cos, ctx.sin, ctx.pos, ctx.tok_slot, *caches)
-    akw = dict(kv_scales=ctx.kv_scales, attn_kw=attention_options(cfg, first))
+    akw = dict(kv_scales=ctx.kv_scales, attn_kw=attention_options(cfg, first),
+               index_cache=ctx.index.cache if ctx.index is not None else None)
     if first in cfg.linear_layers:     # a Gated DeltaNet layer: the point's states
         akw["delta"] = DeltaState(batch=ctx.B, slots=ctx.slots, decode=ctx.phase == "decode",
                                   has_state=ctx.phase == "decode", conv=ctx.delta.conv, state=ctx.delta.state)

@@ -12,6 +12,9 @@ from .runner_registry import runner
 def rope(ctx, spec):
     K, cos, sin, pos = ctx.K, ctx.cos, ctx.sin, ctx.pos
     q, k = (ctx.latent.q_pe, ctx.latent.k_pe) if ctx.latent is not None else (ctx.q, ctx.k)
+    if spec.name == "index_rope":                         # DSA's indexer: its first qk_rope_dim of q and k
+        P = ctx.cfg.qk_rope_dim
+        q, k = ctx.index.q[..., :P], ctx.index.k[:, None, :P]
     return (lambda: K.rope(q, k, cos, sin, pos)), {}
 
 

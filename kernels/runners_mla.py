@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from .dsa import selection_mask
 from .quant import decode_kv_b
 from .runner_registry import runner
 from .runners_linear import linear_run_config
@@ -47,6 +48,11 @@ def mla_attention(ctx, spec):
     cfg, K, rnd, lat = ctx.cfg, ctx.K, ctx.rnd, ctx.latent
     T, B, n, kv_len, Hq = ctx.T, ctx.B, ctx.n, ctx.kv_len, ctx.lcfg.n_heads
     R, N, V, P = cfg.kv_lora_rank, cfg.qk_nope_dim, cfg.v_head_dim, cfg.qk_rope_dim
+    if ctx.phase == "decode" and ctx.index is not None:    # DSA: over the latents the indexer selected
+        q_lat, idx, slots = rnd(T, Hq, R), ctx.index.indices, ctx.slots
+        return ((lambda: K.mla_sparse_decode(q_lat, lat.q_pe, lat.ckv, lat.kpe, idx, slots, sm_scale=cfg.scale)),
+                {"form": "sparse absorbed decode (Triton mla_sparse_decode)" if ctx.triton else
+                 "sparse absorbed decode (torch path)", "topk": cfg.index_topk})
     if ctx.phase == "decode":        # the absorbed query [T, Hq, R] over the latent cache
         q_lat, lens_, slots = rnd(T, Hq, R), ctx.pos + 1, ctx.slots
         return ((lambda: K.mla_decode(q_lat, lat.q_pe, lat.ckv, lat.kpe, lens_, slots, sm_scale=cfg.scale,
@@ -54,5 +60,9 @@ def mla_attention(ctx, spec):
                 {"form": "absorbed decode (Triton mla_decode)" if ctx.triton else "absorbed decode (torch path)"})
     # naive prefill: per-head q [B, n, Hq, N + P] against every key's up-projected K and V
     qf, kf, vf = rnd(B, n, Hq, N + P), rnd(B, kv_len, Hq, N + P), rnd(B, kv_len, Hq, V)
+    if ctx.index is not None:        # DSA: each query's top-k of the keys up to its own, as a mask
+        keep = selection_mask(ctx.index.indices, kv_len).view(B, n, kv_len)
+        return (lambda: K.mla_prefill(qf, kf, vf, sm_scale=cfg.scale, cached=0, keep=keep)), {
+            "form": "naive prefill under the top-k mask (torch SDPA path)", "topk": cfg.index_topk}
     return (lambda: K.mla_prefill(qf, kf, vf, sm_scale=cfg.scale, cached=0)), {
         "form": "naive prefill (torch SDPA path)"}

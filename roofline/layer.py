@@ -301,15 +301,20 @@ def _indexer_ops(cfg: ModelConfig) -> list:
     L, H, Hi, Di = len(every), cfg.hidden, cfg.index_n_heads, cfg.index_head_dim
     pre = "self_attn.indexer."
 
-    def lin(name, k, n, key, hf):
-        return _linear(name, "attention", k, n, key, f"{pre}{hf}.weight", "replicated", L, every, module="mla")
+    # GLM-5 rotates the indexer's rope dims as interleaved pairs: q's, k's (and k_norm's) rows loaded de-interleaved
+    perm = (Di, 0, cfg.qk_rope_dim) if cfg.index_rope_interleave else ()
+
+    def lin(name, k, n, key, hf, rope=()):
+        return _linear(name, "attention", k, n, key, f"{pre}{hf}.weight", "replicated", L, every, module="mla",
+                       rope=rope)
 
     return [
-        lin("index_wq_b", cfg.q_lora_rank, Hi * Di, "wi_q", "wq_b"),
-        lin("index_wk", H, Di, "wi_k", "wk"),
+        lin("index_wq_b", cfg.q_lora_rank, Hi * Di, "wi_q", "wq_b", perm),
+        lin("index_wk", H, Di, "wi_k", "wk", perm),
         OpSpec("index_k_norm", "layernorm", "layer", "attention", L,
-               (WeightSpec("wi_knorm", (Di,), "norm", f"{pre}k_norm.weight"),
-                WeightSpec("bi_knorm", (Di,), "bias", f"{pre}k_norm.bias")), {"width": Di, "rows": 1}, every, "norm"),
+               (WeightSpec("wi_knorm", (Di,), "norm", f"{pre}k_norm.weight", rope=perm),
+                WeightSpec("bi_knorm", (Di,), "bias", f"{pre}k_norm.bias", rope=perm)), {"width": Di, "rows": 1},
+               every, "norm"),
         OpSpec("index_rope", "rope", "layer", "attention", L, (),
                {"n_heads": Hi, "n_kv_heads": 1, "head_dim": cfg.qk_rope_dim}, every),
         OpSpec("index_append", "index_append", "layer", "attention", L, (), {"head_dim": Di}, every),
@@ -414,6 +419,7 @@ def check_runnable(cfg: ModelConfig) -> None:
     if what:
         raise RooflineError(f"{cfg.name}: {what} are costed but not run yet: roofline explain and "
                             "the cost commands take this model; profile, latency, serve and check do not.")
+    # Gated DeltaNet and DeepSeek Sparse Attention run (kernels.deltanet, kernels.dsa), GLM-5's shared indexer layers too
 
 
 @lru_cache(maxsize=64)

@@ -133,6 +133,8 @@ class ModelConfig:
     index_n_heads: int = 0         # the indexer's query heads
     index_head_dim: int = 0        # its query/key width (RoPE on its first qk_rope_dim)
     index_shared: tuple = ()       # layers with no indexer of their own: the previous one's selection (GLM-5)
+    index_rope_interleave: bool = False  # the indexer's rope dims rotated as interleaved pairs (GLM-5): loaded
+                                         # de-interleaved, as rope_interleave
     # How the checkpoint stores its weights (roofline.precision.checkpoint: its quantization_config or ModelOpt's
     # hf_quant_config.json, read by the family reader); None: unquantized. roofline.layer.precision_of resolves it.
     quantization: Quantization | None = None
@@ -236,8 +238,9 @@ class ModelConfig:
         dense = tuple(i for i in self.dense_layers if i < n_layers)
         nope = tuple(i for i in self.nope_layers if i < n_layers)
         no_mlp = tuple(i for i in self.no_mlp_layers if i < n_layers)
+        shared = tuple(i for i in self.index_shared if i < n_layers)
         return replace(self, n_layers=n_layers, layer_types=types, dense_layers=dense, nope_layers=nope,
-                       no_mlp_layers=no_mlp, name=f"{self.name} ({n_layers} layers)")
+                       no_mlp_layers=no_mlp, index_shared=shared, name=f"{self.name} ({n_layers} layers)")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -286,8 +289,8 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
                             f"{show_value(m.activation)} was given.")
     for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "norm_offset", "sandwich_norms", "embed_scale",
                  "attn_sinks", "norm_topk", "router_bias", "router_correction", "expert_bias", "shared_gate",
-                 "rope_interleave", "pre_norms", "qk_norm_whole", "attn_gate", "qk_l2_norm", "routed_input",
-                 "mamba_conv_bias", "mamba_proj_bias", "mamba_norm"):
+                 "rope_interleave", "index_rope_interleave", "pre_norms", "qk_norm_whole", "attn_gate", "qk_l2_norm",
+                 "routed_input", "mamba_conv_bias", "mamba_proj_bias", "mamba_norm"):
         bool_field(where, name, getattr(m, name))
     for name in ("query_scale", "attn_softcap", "final_softcap", "rope_local_theta", "embed_multiplier",
                  "residual_multiplier", "logits_scaling"):

@@ -30,6 +30,11 @@ hidden 64, vocab 256, experts of intermediate 32, exercising every feature of th
 - hy_v3: 8 experts, top-3, sigmoid scores + a non-zero ``mlp.expert_bias`` (the MoE block's
   e_score_correction_bias buffer, N(0, E_BIAS_STD)) to choose, renormalised x 2.826; one shared expert
   (``mlp.shared_mlp``, 32); qk-norm; q/k/v/o biases; ``mlp_layer_types`` makes layer 1 dense (96); head_dim 16.
+- deepseek_v32: deepseek_v3's sizes and routing + DeepSeek Sparse Attention's indexer (8 heads of 16, RoPE
+  half-split on its first 8) in every layer, each query attending to its top ``INDEX_TOPK`` (6) of the 20
+  positions' keys (``index_margins``: how far from a tie transformers' selection was).
+- glm_moe_dsa: the same sizes, one expert group; its indexer's RoPE on interleaved pairs; layer 1 "shared"
+  (``indexer_types``: no indexer, layer 0's selection).
 
 ``build_checkpoint`` saves it (config.json + model.safetensors) with seeded weights: hf_tiny's scales, plus
 router weights N(0, ROUTER_STD) so the routing is decisive (different tokens pick different experts, the
@@ -79,10 +84,11 @@ transformers = pytest.importorskip("transformers")
 
 BUILT_WITH = "5.24.0"
 MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "glm4_moe", "minimax_m2", "ernie4_5_moe",
-               "hy_v3")
+               "hy_v3", "deepseek_v32", "glm_moe_dsa")
 WRAPPED = ("qwen3_vl_moe",)   # multimodal wrappers of an MoE text model (built whole, run on text)
 HYBRID = ("qwen3_next", "qwen3_5_text")   # Gated DeltaNet hybrids (issue 32): tests/test_hf_parity_hybrid.py
 WINDOW = H.WINDOW          # gpt_oss's sliding layers
+INDEX_TOPK = 6            # deepseek_v32: keys each query attends to (of 20 positions)
 ROPE_INTERLEAVE = True     # DeepseekV3Config's default in 5.24 (the tiny config leaves it unset): see test
 LAYERS = 3
 
@@ -108,6 +114,24 @@ _CONFIGS = {
                                              first_k_dense_replace=1, q_lora_rank=48, kv_lora_rank=32,
                                              qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=24,
                                              rope_scaling=None, rope_theta=10000.0, attention_bias=False)),
+    # DeepSeek-V3's tiny config + the lightning indexer: 8 heads of 16 (RoPE on its first 8), top-INDEX_TOPK of the
+    # keys, fewer than the 20 positions, so decode past position INDEX_TOPK and every prefill past it select
+    "deepseek_v32": ("DeepseekV32Config", dict(num_key_value_heads=4, intermediate_size=96, moe_intermediate_size=32,
+                                               n_routed_experts=8, num_experts_per_tok=3, n_group=4, topk_group=2,
+                                               n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+                                               first_k_dense_replace=1, q_lora_rank=48, kv_lora_rank=32,
+                                               qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=24,
+                                               rope_scaling=None, rope_theta=10000.0, attention_bias=False,
+                                               index_topk=INDEX_TOPK, index_n_heads=8, index_head_dim=16)),
+    # GLM-5's: the same sizes, its indexer's RoPE on interleaved pairs, layer 1 reusing layer 0's selection
+    # ("shared"), one expert group (its default), the first layer dense
+    "glm_moe_dsa": ("GlmMoeDsaConfig", dict(num_key_value_heads=4, intermediate_size=96, moe_intermediate_size=32,
+                                            n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=1,
+                                            routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
+                                            q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                                            v_head_dim=24, rope_theta=10000.0, attention_bias=False,
+                                            index_topk=INDEX_TOPK, index_n_heads=8, index_head_dim=16,
+                                            indexer_types=["full", "shared", "full"])),
     # partial rotary (half of head_dim 32), q/k/v biases, qk-norm, the first layer dense, DeepSeek's routing
     "glm4_moe": ("Glm4MoeConfig", dict(intermediate_size=96, moe_intermediate_size=32, n_routed_experts=8,
                                        num_experts_per_tok=3, n_group=4, topk_group=2, n_shared_experts=1,
@@ -175,7 +199,7 @@ _VISION = {"qwen3_vl_moe": dict(depth=1, hidden_size=32, intermediate_size=48, n
                                 num_position_embeddings=16, deepstack_visual_indexes=[0], patch_size=4)}
 
 # Which layers run experts (the others a dense MLP): what a reader of these configs must find.
-MOE_LAYERS = {"mixtral": (0, 1, 2), "qwen2_moe": (0, 2), "qwen3_moe": (0, 1, 2), "deepseek_v3": (1, 2),
+MOE_LAYERS = {"mixtral": (0, 1, 2), "qwen2_moe": (0, 2), "qwen3_moe": (0, 1, 2), "deepseek_v3": (1, 2), "deepseek_v32": (1, 2), "glm_moe_dsa": (1, 2),
               "gpt_oss": (0, 1, 2), "glm4_moe": (1, 2), "minimax_m2": (0, 1, 2), "qwen3_vl_moe": (0, 1, 2),
               "ernie4_5_moe": (0, 1), "hy_v3": (0, 2), "llama4_text": (1, 2), "qwen3_next": (0, 2, 3), "qwen3_5_text": ()}
 
@@ -363,7 +387,7 @@ def _selection_margin(model_type: str, router, logits: torch.Tensor, chosen: tor
     if model_type == "ernie4_5_moe":                  # softmax + the correction bias (moe_statics)
         bias = router.moe_statics.e_score_correction_bias.double().reshape(-1)
         return _margin(logits.softmax(dim=-1) + bias, chosen)
-    if model_type in ("deepseek_v3", "glm4_moe"):      # the same grouped sigmoid routing
+    if model_type in ("deepseek_v3", "deepseek_v32", "glm4_moe", "glm_moe_dsa"):      # the same grouped sigmoid routing
         n_group, topk_group = router.num_group, router.topk_group
         s = logits.sigmoid() + router.e_score_correction_bias.double()
         per = s.shape[1] // n_group
@@ -402,6 +426,39 @@ def routing(folder, token_ids, model_type: str | None = None) -> list:
             out.append(LayerRouting(layer, logits.float().numpy().copy(), idx.numpy().copy(), weights.float().numpy().copy(), counts,
                                     _selection_margin(model_type, mod, logits, idx, inp)))
     return sorted(out, key=lambda r: r.layer)
+
+
+def index_margins(folder, token_ids) -> list:
+    """DeepSeek Sparse Attention: per indexer layer of one uncached forward over ``token_ids``, the smallest gap,
+    over the queries that see more than index_topk keys, between the k-th and the (k+1)-th highest index score
+    (how far from a tie transformers' selection was). Read from transformers' own scores: its indexers' topk
+    calls, wrapped while each indexer runs."""
+    margins = []
+    orig = torch.Tensor.topk
+
+    def topk(self, k, dim=-1, *a, **kw):
+        v = orig(self, min(k + 1, self.shape[-1]), dim=dim).values
+        seen = v[..., -1] > -1e30 if self.shape[-1] > k else torch.zeros(v.shape[:-1], dtype=torch.bool)
+        if seen.any():                            # masked (future) keys carry finfo.min, not -inf
+            margins.append(float((v[..., k - 1] - v[..., k])[seen].min()))
+        return orig(self, k, dim, *a, **kw)
+
+    def wrap(fwd):
+        def run(*a, **kw):
+            torch.Tensor.topk = topk
+            try:
+                return fwd(*a, **kw)
+            finally:
+                torch.Tensor.topk = orig
+        return run
+
+    with one_thread(), torch.no_grad():
+        model = _load(folder)
+        for _, m in model.named_modules():
+            if type(m).__name__.endswith("Indexer"):
+                m.forward = wrap(m.forward)
+        model(input_ids=torch.tensor([[int(t) for t in token_ids]]), use_cache=False)
+    return margins
 
 
 # the session's checkpoints and references (14 given + 6 greedy = 20 positions: past gpt_oss's window of 8)

@@ -3,7 +3,7 @@ and the top-k's formulas pinned by exact integers, the layer as data (the indexe
 one), the indexer's key cache in the capacity estimate beside the latent one, a decode step's KV read capped at
 the top-k, the readers' parameter counts against transformers' on the meta device, prefill FLOPs against
 FlopCounterMode's count of transformers' forward (part by part, after the stated conventions), the split explain
-prints, and the run paths' one-line refusal."""
+prints, and that the run paths take both families (kernels.dsa; tests/test_dsa_kernels.py, the parity tests)."""
 
 from __future__ import annotations
 
@@ -164,6 +164,7 @@ def test_glm_5s_indexer_schedule_is_transformers(tmp_path):
     assert m.index_layers == tuple(i for i, t in enumerate(theirs.indexer_types) if t == "full") == (0, 1, 2, 6, 10)
     m = _read(tmp_path, {**base, "index_topk_pattern": "FSSF" * 3})
     assert m.index_shared == (1, 2, 5, 6, 9, 10)
+    assert m.with_layers(4).index_shared == (1, 2) and m.with_layers(1).index_shared == ()    # shrunk: its own
     note = _read(tmp_path, {**base, "indexer_rope_interleave": False}).notes
     assert any(n.startswith("indexer_rope_interleave = false (a boolean) rotates the indexer's RoPE dims "
                             "half-split instead of interleaved") for n in note), note
@@ -303,16 +304,14 @@ def test_explain_prints_the_capped_kv_read_beside_the_indexers(tmp_path):
             in text)
 
 
-def test_the_run_paths_refuse_in_one_line(tmp_path):
+def test_the_run_paths_take_both_families(tmp_path):
     from kernels.model import LlamaModel
     from kernels.runners import make_runners
 
-    m = _load(_tiny("deepseek_v32"), tmp_path)
-    refusal = (f"{m.name}: DeepSeek Sparse Attention is costed but not run yet: roofline explain and the cost "
-               "commands take this model; profile, latency, serve and check do not.")
-    with pytest.raises(RooflineError) as e:        # profile's runners (and roofline check's)
-        make_runners(m, "decode", 1, 8, dtype="fp32", backend="torch")
-    assert str(e.value) == refusal
-    with pytest.raises(RooflineError) as e:        # latency's and serve's model
-        LlamaModel(m, dtype="fp32", backend="torch")
-    assert str(e.value) == refusal
+    for name, layers in (("deepseek_v32", 3), ("glm_moe_dsa", 2)):
+        m = _load(_tiny(name), tmp_path / name)
+        names = [r.name for r in make_runners(m, "decode", 1, 8, dtype="fp32", backend="torch")]
+        assert {"index_scores", "index_topk", "attention"} <= set(names)
+        model = LlamaModel(m, dtype="fp32", backend="torch", max_len=16)
+        assert model.index_cache.shape == (3, 8, 16, 16)
+        assert sum("wi_q" in w for w in model.w["layers"]) == layers

@@ -82,7 +82,7 @@ def bare_configs(tmp_path_factory):
 # (experts E, top-k, expert intermediate I) of each tiny config: written out, not read back from it
 TINY_MOE = {"mixtral": (8, 2, 32), "qwen2_moe": (8, 4, 32), "qwen3_moe": (8, 2, 32), "deepseek_v3": (8, 3, 32),
             "gpt_oss": (4, 2, 32), "glm4_moe": (8, 3, 32), "minimax_m2": (8, 3, 32), "ernie4_5_moe": (8, 3, 32),
-            "hy_v3": (8, 3, 32)}
+            "hy_v3": (8, 3, 32), "deepseek_v32": (8, 3, 32), "glm_moe_dsa": (8, 3, 32)}
 
 
 @pytest.mark.parametrize("model_type", M.MODEL_TYPES)

@@ -62,7 +62,8 @@ def test_chunked_prefill_and_prefix_reuse(model_type):
     close(m.prefill_with_prefix(seq, 1, 0, n - 6), ref.prefill[n - 1])
 
 
-@pytest.mark.parametrize("model_type", ["deepseek_v3", "gpt_oss", "glm4_moe", "minimax_m2", "ernie4_5_moe", "hy_v3"])
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "gpt_oss", "glm4_moe", "minimax_m2", "ernie4_5_moe", "hy_v3",
+                                        "deepseek_v32", "glm_moe_dsa"])
 def test_triton_kernels_on_real_weights(model_type):
     """The fused MoE grouped GEMM and (DeepSeek) the absorbed MLA decode kernel, interpreted here."""
     folder, ref = built(model_type)
@@ -148,3 +149,63 @@ def test_qwen3_vl_moe_reads_its_experts_as_published_too(tmp_path):
         m = model(published, len(seq), backend)
         close(m.prefill(seq[:10], 0), ref.decode[9])
         close(m.decode_step(seq[10:11], [0])[0], ref.decode[10])
+
+
+DSA = ("deepseek_v32", "glm_moe_dsa")
+
+
+@pytest.mark.parametrize("model_type", DSA)
+def test_deepseek_sparse_attention_on_triton_every_phase(model_type):
+    """DeepSeek-V3.2 and GLM-5 on the Triton backend (the indexer's scores kernel, the sparse MLA decode): prefill
+    past index_topk, decode steps, chunked prefill and prefix reuse, each equal to transformers'."""
+    folder, ref = built(model_type)
+    seq = torch.tensor(ref.sequence)
+    n = len(seq)
+    m = model(folder, n, "triton")
+    assert m.cfg.index_topk == H.INDEX_TOPK < ref.prompt + 3 < n
+    close(m.prefill(seq[: ref.prompt], 0), ref.decode[ref.prompt - 1])
+    for pos in range(ref.prompt, ref.prompt + 3):
+        close(m.decode_step(seq[pos: pos + 1], [0])[0], ref.decode[pos])
+    for start in range(0, n - 8, 8):
+        m.prefill(seq[start: start + 8], 1, logits=False)
+    close(m.prefill(seq[start + 8:], 1), ref.prefill[n - 1])
+    close(m.prefill_with_prefix(seq, 2, 1, n - 6), ref.prefill[n - 1])
+
+
+def _far(ours, theirs) -> bool:
+    ours = np.asarray(ours.detach(), dtype=np.float64).reshape(theirs.shape)
+    return np.abs(ours - theirs).max() / np.abs(theirs).max() > 1e-2
+
+
+@pytest.mark.parametrize("model_type", DSA)
+def test_deepseek_sparse_attention_needs_its_selection(model_type):
+    """With index_topk at the sequence length (every key selected: dense MLA) the logits leave transformers'
+    far past the tolerance, prefill and decode: the top-k selection is what the parity above checks."""
+    from dataclasses import replace
+    folder, ref = built(model_type)
+    seq = torch.tensor(ref.sequence)
+    cfg = load_model(folder)
+    assert cfg.index_topk == H.INDEX_TOPK and cfg.index_n_heads == 8 and cfg.index_head_dim == 16
+    assert {"index_wq_b", "index_wk", "index_k_norm", "index_scores", "index_topk"} <= set(op_names(cfg))
+    dense = LlamaModel(replace(cfg, index_topk=len(seq)), dtype="fp32", backend="torch", max_slots=3,
+                       max_len=len(seq) + 2)
+    assert _far(dense.forward_full(seq[None]), ref.prefill)
+    dense.prefill(seq[: ref.prompt], 0)
+    for pos in range(ref.prompt, len(seq)):
+        last = dense.decode_step(seq[pos: pos + 1], [0])[0]
+    assert _far(last, ref.decode[-1])
+
+
+def test_glm5_needs_its_interleaved_indexer_rope_and_its_shared_layer():
+    """GLM-5's tiny checkpoint: layer 1 reuses layer 0's selection (no indexer weights of its own), its indexer's
+    RoPE rotates interleaved pairs; read half-split (as DeepSeek-V3.2's) the logits leave transformers'."""
+    from dataclasses import replace
+    folder, ref = built("glm_moe_dsa")
+    seq = torch.tensor(ref.sequence)
+    cfg = load_model(folder)
+    assert cfg.index_shared == (1,) and cfg.index_layers == (0, 2) and cfg.index_rope_interleave
+    m = LlamaModel(cfg, dtype="fp32", backend="torch", max_slots=3, max_len=len(seq) + 2)
+    assert "wi_q" in m.w["layers"][0] and "wi_q" not in m.w["layers"][1]
+    half = LlamaModel(replace(cfg, index_rope_interleave=False), dtype="fp32", backend="torch", max_slots=3,
+                      max_len=len(seq) + 2)
+    assert _far(half.forward_full(seq[None]), ref.prefill)

@@ -107,14 +107,14 @@ def test_kernels_that_need_a_higher_target_are_not_unreached_on_a_lower_one():
 
 
 def test_roofline_check_enumerates_the_same_registry():
-    """Every kind with a runner has roofline check rows, but for the three that run only inside the model (checked
+    """Every kind with a runner has roofline check rows, but for the four that run only inside the model (checked
     by the transformers parity tests); a group registered here runs in its part, in its order."""
     import kernels.check as CK
     import kernels.runners  # noqa: F401  (registers the package's kinds)
     from kernels.check_result import CheckResult
 
     covered = {k for g in RR.CHECKS.values() for k in g.kinds}
-    assert set(RR.RUNNERS) - covered == {"scale", "gate", "latent_append"}
+    assert set(RR.RUNNERS) - covered == {"scale", "gate", "latent_append", "index_append"}
     assert [g.name for g in RR.check_groups()] == ["kernels", "mamba", "deltanet", "model", "quantized", "fp8", "fp4",
                                                    "quantized model"]
     RR.checks("toy rows", "kernels", ("toy",), order=5)(

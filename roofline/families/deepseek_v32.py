@@ -106,6 +106,7 @@ def read_glm_moe_dsa(r: HFReader) -> None:
         r.refuse("indexer_types", "starts with a shared layer (transformers needs a full indexer before any shared "
                                   "one)")
     r.arch["index_shared"] = tuple(i for i, t in enumerate(types) if t == "shared")
+    r.arch["index_rope_interleave"] = True       # transformers' GlmMoeDsaIndexer: apply_rotary_pos_emb_interleave
 
 
 register(Family("deepseek_v32", read_deepseek_v32, tensors=DEEPSEEK_TENSORS, head_dim=latent_head_dim,
