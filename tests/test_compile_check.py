@@ -120,7 +120,7 @@ def test_discovery_covers_every_kernel_and_grids_fit(tmp_path):
     # chunked attention (the CHUNK variants of prefill and decode); +30 with the verify step (issue 34: 26 verify
     # split variants, int8 KV included, the rest the merges of its T x Hq rows); +37 with Mamba-2 (issue 32: its
     # bounded sample, compile_launches.MAMBA_*, and roofline check's mamba rows); +44 with Gated DeltaNet (issue 32:
-    # its 7 kernels at Qwen3-Next's sizes and roofline check's shapes, 3 dtypes); +8 with DSA (DeepSeek-V3.2's shapes, bf16)
+    # its 7 kernels at Qwen3-Next's sizes and roofline check's shapes, 3 dtypes); +8 with DSA (V3.2's shapes, bf16)
     assert 150 <= len(rows) <= 830
     mamba = [r for r in rows if r["kernel"] in ("_conv1d_kernel", "_gated_group_norm_kernel")
              or r["kernel"].startswith("_ssd_")]

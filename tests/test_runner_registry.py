@@ -115,12 +115,12 @@ def test_roofline_check_enumerates_the_same_registry():
 
     covered = {k for g in RR.CHECKS.values() for k in g.kinds}
     assert set(RR.RUNNERS) - covered == {"scale", "gate", "latent_append", "index_append"}
-    assert [g.name for g in RR.check_groups()] == ["kernels", "mamba", "deltanet", "model", "quantized", "fp8", "fp4",
+    assert [g.name for g in RR.check_groups()] == ["kernels", "deltanet", "mamba", "model", "quantized", "fp8", "fp4",
                                                    "quantized model"]
     RR.checks("toy rows", "kernels", ("toy",), order=5)(
         lambda ops, dt, dev, quick, model: [CheckResult("toy T=3", 0.0, 1e-5, True, ops.name)])
     try:
-        assert [g.name for g in RR.check_groups(("kernels",))] == ["toy rows", "kernels", "mamba", "deltanet"]
+        assert [g.name for g in RR.check_groups(("kernels",))] == ["toy rows", "kernels", "deltanet", "mamba"]
         rows = CK.run_checks(backend="torch", dtype="fp32", parts=("kernels",))
         assert rows[0] == CheckResult("toy T=3", 0.0, 1e-5, True, "torch") and len(rows) > 1
     finally:

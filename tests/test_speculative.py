@@ -368,4 +368,4 @@ def test_diagnose_is_silent_on_speculation_without_a_whole_decode_step(tmp_path)
 
 def test_explain_linear_refuses_the_speculation_options():
     r = run("explain", "linear", "--tokens", "4", "--in", "64", "--out", "64", "--spec", "3", "--acceptance", "0.8")
-    assert r.exit_code != 0 and "--spec, --acceptance, --draft and --mtp price a model's decode" in r.output
+    assert r.exit_code != 0 and "--spec, --acceptance, --draft, --mtp and --vs-context price a model's decode" in r.output
