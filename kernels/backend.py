@@ -20,7 +20,7 @@ the naive torch path (SDPA) on both backends (``prefill_attention`` needs V's he
 Mamba-2 (``kernels.mamba``, ``kernels.conv1d``): ``conv1d`` (the causal conv with its bias and conv state),
 ``ssd_prefill`` (the SSD chunked scan to the slot's final state), ``ssd_decode`` (the recurrent step) and
 ``gated_group_rmsnorm``: Triton kernels, or transformers' torch path.
-Gated DeltaNet (``kernels.deltanet``): ``causal_conv1d`` (with its conv state), ``delta_gates``, ``delta_prefill``
+Gated DeltaNet (``kernels.deltanet``; its conv is Mamba-2's ``conv1d`` with no bias): ``delta_gates``, ``delta_prefill``
 (the chunked rule) and ``delta_decode`` (the recurrent step) on a slot state, ``gated_rmsnorm``, and the gated
 attention's ``sigmoid_gate``: Triton kernels, or transformers' torch fallbacks.
 DeepSeek Sparse Attention (``kernels.dsa``): ``index_scores`` (the indexer's Triton kernel / its batched torch
@@ -102,7 +102,7 @@ _OPS = {
         mla_sparse_decode=DSA.mla_sparse_decode, layernorm=_layernorm,
         conv1d=CV.causal_conv1d, ssd_prefill=MB.ssd_prefill, ssd_decode=MB.ssd_decode,
         gated_group_rmsnorm=MB.gated_group_rmsnorm,
-        causal_conv1d=DN.causal_conv1d, delta_gates=DN.delta_gates, delta_prefill=DN.gated_delta_prefill,
+        delta_gates=DN.delta_gates, delta_prefill=DN.gated_delta_prefill,
         delta_decode=DN.gated_delta_decode, gated_rmsnorm=DN.gated_rmsnorm, sigmoid_gate=DN.sigmoid_gate),
     "torch": SimpleNamespace(
         name="torch", embedding=E.reference, rmsnorm=N.reference, add_rmsnorm=N.add_reference, linear=_torch_linear,
@@ -114,7 +114,7 @@ _OPS = {
         mla_sparse_decode=DSA.torch_sparse_decode, layernorm=_layernorm,
         conv1d=CV.reference, ssd_prefill=MB.ssd_reference, ssd_decode=MB.step_reference,
         gated_group_rmsnorm=MB.gated_norm_reference,
-        causal_conv1d=DN.conv_reference, delta_gates=DN.gates_reference, delta_prefill=DN.chunk_reference,
+        delta_gates=DN.gates_reference, delta_prefill=DN.chunk_reference,
         delta_decode=DN.recurrent_reference, gated_rmsnorm=DN.gated_norm_reference,
         sigmoid_gate=DN.sigmoid_gate_reference),
 }

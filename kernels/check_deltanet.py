@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from . import conv1d as CV
 from . import deltanet as DN
 from ._common import dtype_name
 from .check_result import rel_err, result
@@ -57,8 +58,8 @@ def deltanet_rows(ops, dt, dev, gate_error: float = 0.0, decay_error: float = 0.
     for T in (1, 19):
         x, cs = rnd(B, T, C), rnd(3, C, K - 1)
         c1, c2 = cs.clone(), cs.float().clone()
-        y = ops.causal_conv1d(x, w, c1, slots)
-        yield (f"causal_conv1d B={B} T={T} C={C} k={K}", y, DN.conv_reference(x.float(), w.float(), c2, slots),
+        y = ops.conv1d(x, w, None, c1, slots)
+        yield (f"causal_conv1d B={B} T={T} C={C} k={K}", y, CV.reference(x.float(), w.float(), None, c2, slots),
                "from the slots' conv states" + ("; decode update" if T == 1 else ""))
         yield f"causal_conv1d state T={T}", c1, c2, "the last k - 1 inputs"
     a, b = rnd(9, Hv) * 3, rnd(9, Hv)

@@ -448,6 +448,7 @@ DELTANET_BATCHES = (1, 64)
 def deltanet_launches(rec, where, phase, batch, context, dt) -> None:
     """``kernels.deltanet``'s launchers on meta tensors: the conv with its state, the gates, the chunked rule
     (prefill) or the recurrent step (decode), the gated RMSNorm, and the gated attention's output gate."""
+    from . import conv1d as CV
     from . import deltanet as DN
 
     meta = torch.device("meta")
@@ -457,7 +458,7 @@ def deltanet_launches(rec, where, phase, batch, context, dt) -> None:
     T, C, slots = batch * n, 2 * Hk * dk + Hv * dv, torch.empty(batch, dtype=torch.long, device=meta)
     f32 = torch.float32
     rec.context = dict(where, op="deltanet conv1d")
-    DN.causal_conv1d(e(batch, n, C), e(C, K), e(batch, C, K - 1), slots)
+    CV.causal_conv1d(e(batch, n, C), e(C, K), None, e(batch, C, K - 1), slots)
     rec.context = dict(where, op="deltanet gates")
     DN.delta_gates(e(T, Hv), e(T, Hv), e(Hv), e(Hv))
     rec.context = dict(where, op="deltanet gated_delta")

@@ -1,5 +1,6 @@
-"""Gated DeltaNet (Qwen3-Next, Qwen3.5): the short causal conv1d with its state, the gates, the chunked gated delta
-rule (prefill) and its recurrent step (decode), the gated RMSNorm; and the gated attention's x * sigmoid(gate).
+"""Gated DeltaNet (Qwen3-Next, Qwen3.5): the gates, the chunked gated delta rule (prefill) and its recurrent step
+(decode), the gated RMSNorm; and the gated attention's x * sigmoid(gate). Its short causal conv1d over q, k, v with
+the conv state is ``kernels.conv1d``'s (Mamba-2's too: no bias here).
 
 Shapes (one layer): q, k [B, T, Hk, dk], v [B, T, Hv, dv] (each q/k head serves Hv / Hk consecutive value heads,
 as transformers' repeat_interleave); g (the decay, log space, fp32) and beta [B, T, Hv]. A sequence's recurrent
@@ -21,15 +22,12 @@ Kernels (every load upcast to fp32, fp32 math, one cast at each store):
   S <- S exp(g_last) + (k exp(g_last - g_cum))^T v_new.
 * ``_recurrent_kernel``, grid (B, Hv, cdiv(dv, BLOCK_V)): one token per sequence; the state slice read once,
   decayed, updated by the delta rule, read by q, written once (``torch_recurrent_gated_delta_rule``).
-* ``_conv_kernel``, grid (B, cdiv(T, BLOCK_T), cdiv(C, BLOCK_C)): the depthwise causal conv (the first
-  kernel - 1 inputs from the conv state) and SiLU; the programs of the first token block write the new state
-  after their reads (a barrier between: only they read it).
 * ``_gates_kernel`` (beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias)), ``_gated_norm_kernel``
   (rmsnorm(x) w x silu(z), one row per token and value head), ``_sigmoid_gate_kernel``.
 
-The torch references (``chunk_reference``, ``recurrent_reference``, ``conv_reference``, ...) are transformers 5.24's
+The torch references (``chunk_reference``, ``recurrent_reference``, ...) are transformers 5.24's
 torch fallbacks (modeling_qwen3_next.py: ``torch_chunk_gated_delta_rule``, ``torch_recurrent_gated_delta_rule``,
-``causal_conv1d_update``, ``Qwen3NextRMSNormGated``) with the slot states gathered and scattered around them:
+``Qwen3NextRMSNormGated``) with the slot states gathered and scattered around them:
 the torch backend runs them. ``*_cost`` are ``roofline.formulas.deltanet``'s.
 """
 
@@ -179,43 +177,6 @@ def _recurrent_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, o_ptr, s_ptr, slot_ptr,
 
 
 @triton.jit
-def _conv_kernel(x_ptr, w_ptr, cs_ptr, slot_ptr, y_ptr, T, C, sx_b, sx_t, sy_b, sy_t, sc_s, sc_c,
-                 KSIZE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr):
-    b = tl.program_id(0)
-    tb = tl.program_id(1)
-    offs_t = tb * BLOCK_T + tl.arange(0, BLOCK_T)
-    offs_c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = offs_c < C
-    slot = tl.load(slot_ptr + b).to(tl.int64)
-    x_base = x_ptr + b.to(tl.int64) * sx_b
-    cs_base = cs_ptr + slot * sc_s + offs_c[None, :] * sc_c
-    acc = tl.zeros((BLOCK_T, BLOCK_C), tl.float32)
-    for j in tl.static_range(KSIZE):
-        src = offs_t - (KSIZE - 1) + j                                    # the input position this tap reads
-        inx = (src >= 0) & (offs_t < T)
-        val = tl.load(x_base + src[:, None] * sx_t + offs_c[None, :], mask=inx[:, None] & cmask[None, :],
-                      other=0.0).to(tl.float32)
-        ins = (src < 0) & (offs_t < T)
-        val += tl.load(cs_base + (KSIZE - 1 + src)[:, None], mask=ins[:, None] & cmask[None, :],
-                       other=0.0).to(tl.float32)
-        wj = tl.load(w_ptr + offs_c * KSIZE + j, mask=cmask, other=0.0).to(tl.float32)
-        acc += val * wj[None, :]
-    y = acc / (1.0 + tl.exp(-acc))                                        # SiLU
-    tl.store(y_ptr + b.to(tl.int64) * sy_b + offs_t[:, None] * sy_t + offs_c[None, :], y.to(y_ptr.dtype.element_ty),
-             mask=(offs_t < T)[:, None] & cmask[None, :])
-    if tb == 0:                                   # the new state: the last KSIZE - 1 inputs of [state, x]
-        js = tl.arange(0, BLOCK_S)
-        jmask = js < KSIZE - 1
-        last = T - (KSIZE - 1) + js
-        new = tl.load(x_base + last[:, None] * sx_t + offs_c[None, :],
-                      mask=((last >= 0) & jmask)[:, None] & cmask[None, :], other=0.0)
-        new += tl.load(cs_base + (KSIZE - 1 + last)[:, None], mask=((last < 0) & jmask)[:, None] & cmask[None, :],
-                       other=0.0).to(new.dtype)
-        tl.debug_barrier()                        # every read of the old state (this program's) before the write
-        tl.store(cs_base + js[:, None], new.to(cs_ptr.dtype.element_ty), mask=jmask[:, None] & cmask[None, :])
-
-
-@triton.jit
 def _gates_kernel(a_ptr, b_ptr, alog_ptr, dt_ptr, g_ptr, beta_ptr, N, HV, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < N * HV
@@ -327,33 +288,6 @@ def gated_delta_decode(q, k, v, g, beta, state, slots, *, out=None) -> torch.Ten
                dk, dv, dk ** -0.5, L2_EPS, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0),
                v.stride(1), g.stride(0), out.stride(0), out.stride(1), state.stride(0), state.stride(1),
                state.stride(2), BLOCK_K=c["block_k"], BLOCK_V=c["block_v"], num_warps=4)
-    return out
-
-
-def conv_config(T: int, C: int) -> dict:
-    return dict(block_t=min(16, max(8, next_pow2(T))), block_c=min(128, next_pow2(C)), num_warps=4)
-
-
-def causal_conv1d(x, weight, conv_state, slots, *, out=None) -> torch.Tensor:
-    """y [B, T, C] = silu(depthwise causal conv of x [B, T, C] by weight [C, kernel]), the first kernel - 1
-    inputs of each sequence from ``conv_state[slots[b]]`` [S, C, kernel - 1], which then holds its last
-    kernel - 1 inputs."""
-    check_tensor("x", x, (None, None, None), dtypes=FLOAT_DTYPES)
-    B, T, C = x.shape
-    check_tensor("weight", weight, (C, None), dtypes=FLOAT_DTYPES, device=x.device)
-    K = weight.shape[1]
-    check_tensor("conv_state", conv_state, (None, C, K - 1), dtype=x.dtype, device=x.device)
-    check_tensor("slots", slots, (B,), dtypes=(torch.int32, torch.int64), device=x.device)
-    if not weight.is_contiguous():
-        raise ValueError("weight must be contiguous ([C, kernel]).")
-    out = torch.empty_like(x) if out is None else out
-    check_tensor("out", out, (B, T, C), dtype=x.dtype)
-    c = conv_config(T, C)
-    if B and T:
-        launch(_conv_kernel, (B, cdiv(T, c["block_t"]), cdiv(C, c["block_c"])), x, weight, conv_state, slots, out,
-               T, C, x.stride(0), x.stride(1), out.stride(0), out.stride(1), conv_state.stride(0),
-               conv_state.stride(1), KSIZE=K, BLOCK_T=c["block_t"], BLOCK_C=c["block_c"],
-               BLOCK_S=max(2, next_pow2(K - 1)), num_warps=c["num_warps"])
     return out
 
 
@@ -480,19 +414,6 @@ def torch_recurrent_gated_delta_rule(query, key, value, g, beta, initial_state=N
     return out, (state if output_final_state else None)
 
 
-def torch_causal_conv1d_update(hidden_states, conv_state, weight, bias=None, activation="silu"):
-    """transformers' torch ``causal_conv1d_update`` (hidden_states [B, C, T], conv_state [B, C, state_len], updated
-    in place); its state of kernel - 1 inputs here (transformers' cache keeps kernel: the first is never read)."""
-    _, hidden_size, seq_len = hidden_states.shape
-    state_len = conv_state.shape[-1]
-    new = torch.cat([conv_state, hidden_states], dim=-1).to(weight.dtype)
-    conv_state.copy_(new[:, :, -state_len:])
-    out = Fn.conv1d(new, weight.unsqueeze(1), bias, padding=0, groups=hidden_size)[:, :, -seq_len:]
-    if activation is not None:
-        out = Fn.silu(out)
-    return out.to(hidden_states.dtype)
-
-
 def chunk_reference(q, k, v, g, beta, state, slots, *, has_state: bool = False, chunk: int = F.DELTA_CHUNK):
     """``gated_delta_prefill`` in torch: the slots' states gathered, transformers' chunked rule, scattered back."""
     init = state[slots] if has_state else None
@@ -509,14 +430,6 @@ def recurrent_reference(q, k, v, g, beta, state, slots):
                                                 use_qk_l2norm_in_kernel=True)
     state[slots] = final
     return o[:, 0]
-
-
-def conv_reference(x, weight, conv_state, slots):
-    """``causal_conv1d`` in torch: transformers' conv update on the slots' gathered states."""
-    cs = conv_state[slots]
-    y = torch_causal_conv1d_update(x.transpose(1, 2), cs, weight)
-    conv_state[slots] = cs
-    return y.transpose(1, 2)
 
 
 def gates_reference(a, b, a_log, dt_bias):
@@ -551,7 +464,3 @@ def prefill_cost(batch, new_tokens, k_heads, v_heads, k_dim, v_dim, dtype="bf16"
 
 def decode_cost(batch, k_heads, v_heads, k_dim, v_dim, dtype="bf16"):
     return F.gated_delta_decode(batch, k_heads, v_heads, k_dim, v_dim, act_dtype=_d(dtype))
-
-
-def conv_cost(tokens, batch, channels, kernel, dtype="bf16", *, reads_state=False):
-    return F.causal_conv1d(tokens, batch, channels, kernel, act_dtype=_d(dtype), reads_state=reads_state)

@@ -169,7 +169,7 @@ def deltanet_mixer(ops, cfg: ModelConfig, w: dict, h, st: "DeltaState"):
         qkv = ops.linear(h, w["w_in_proj_qkv"])
         z = ops.linear(h, w["w_in_proj_z"]).view(N * Hv, dv)
         b, a = ops.linear(h, w["w_in_proj_b"]), ops.linear(h, w["w_in_proj_a"])
-    x = ops.causal_conv1d(qkv.view(B, N // B, -1), w["w_conv"], st.conv, st.slots)     # [B, T, C]
+    x = ops.conv1d(qkv.view(B, N // B, -1), w["w_conv"], None, st.conv, st.slots)     # [B, T, C]
     q, k, v = torch.split(x, [Hk * dk, Hk * dk, Hv * dv], dim=-1)
     g, beta = ops.delta_gates(a, b, w["a_log"], w["dt_bias"])                           # [N, Hv]
     T = N // B

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 from roofline import formulas as F
 
-from .deltanet import conv_config, delta_config
+from .conv1d import conv1d_config
+from .deltanet import delta_config
 from .runner_registry import runner
 
 
 @runner("conv1d")
 def conv1d(ctx, spec):
     K, d, wt = ctx.K, ctx.delta, ctx.lw["w_conv"]
-    return (lambda: K.causal_conv1d(d.qkv, wt, d.conv, ctx.slots)), (
-        conv_config(ctx.n, spec.dims["channels"]) if ctx.triton else {})
+    return (lambda: K.conv1d(d.qkv, wt, None, d.conv, ctx.slots)), (
+        conv1d_config(ctx.n, spec.dims["channels"]) if ctx.triton else {})
 
 
 @runner("delta_gates")

@@ -111,7 +111,7 @@ def test_discovery_covers_every_kernel_and_grids_fit(tmp_path):
             "_moe_gate_up_kernel", "_moe_down_kernel", "_linear_fp8_kernel", "_act_quant_kernel",
             "_linear_fp4_kernel", "_verify_split_kernel", "_conv1d_kernel", "_ssd_cumsum_kernel",
             "_ssd_chunk_state_kernel", "_ssd_state_pass_kernel", "_ssd_chunk_scan_kernel", "_ssd_step_kernel",
-            "_gated_group_norm_kernel", "_chunk_prep_kernel", "_chunk_kernel", "_recurrent_kernel", "_conv_kernel",
+            "_gated_group_norm_kernel", "_chunk_prep_kernel", "_chunk_kernel", "_recurrent_kernel",
             "_gates_kernel", "_gated_norm_kernel", "_sigmoid_gate_kernel", "_index_scores_kernel",
             "_mla_sparse_split_kernel"} == kernels_seen
     # "a few hundred" for one target: 576 with the sink (GPT-OSS), quantized-expert and 8-bit KV + sink variants;
