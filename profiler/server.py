@@ -57,7 +57,7 @@ SHUTDOWN_MESSAGE = "the server is shutting down: the request was stopped before 
 class EngineThread:
     """The model's thread: it drains the inbox between steps and steps the engine while requests are live."""
 
-    def __init__(self, model, *, chunk_budget=None, prefix_cache=True, block_size=16, draft=None, spec_k=0):
+    def __init__(self, model, *, chunk_budget=None, prefix_cache=None, block_size=16, draft=None, spec_k=0):
         self.model, self.kw = model, dict(chunk_budget=chunk_budget, prefix_cache=prefix_cache, block_size=block_size,
                                           draft=draft, spec_k=spec_k)
         self.spec_k = spec_k

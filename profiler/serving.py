@@ -53,7 +53,29 @@ from .timing import timestamp
 from .tokenizer import ByteTokenizer, StreamDecoder
 
 __all__ = ["BLOCK_SIZE", "Engine", "FakeClock", "PrefixCache", "RequestSpec", "ServingRun", "WallClock", "block_hashes",
-           "serve", "warmup"]
+           "prefix_cache_for", "serve", "state_layer_kinds", "warmup"]
+
+
+def state_layer_kinds(cfg) -> str:
+    """The layer kinds of ``cfg`` that keep a recurrent state at a slot's end only ('Gated DeltaNet', 'Mamba-2', or
+    both joined by 'and'); '' for a model whose every mixer reads a KV cache."""
+    kinds = [name for name, field_ in (("Gated DeltaNet", "linear_layers"), ("Mamba-2", "mamba_layers"))
+             if getattr(cfg, field_, ())]
+    return " and ".join(kinds)
+
+
+def prefix_cache_for(cfg, asked: bool | None) -> bool:
+    """Whether the engine reuses cached prompt blocks: ``asked`` (--prefix-cache / --no-prefix-cache), or by default
+    on, and off for a model with state layers (``kernels.model`` keeps their state after a slot's last token only,
+    so part of a prompt cannot be reused). Asking for it on such a model is refused in one line."""
+    kinds = state_layer_kinds(cfg)
+    if asked is None:
+        return not kinds
+    if asked and kinds:
+        raise RooflineError(f"{cfg.name}: its {kinds} layers keep their state after a slot's last token only, so a "
+                            "prefix cache cannot reuse part of a prompt: leave out --prefix-cache (the default is off "
+                            "for this model) or pass --no-prefix-cache.")
+    return bool(asked)
 
 
 @dataclass(frozen=True)
@@ -151,7 +173,7 @@ class Engine:
     min(K, tokens it still needs - 1) drafts, and every round is recorded in the step's ``rounds``.
     """
 
-    def __init__(self, model, *, chunk_budget: int | None = None, prefix_cache: bool = True,
+    def __init__(self, model, *, chunk_budget: int | None = None, prefix_cache: bool | None = None,
                  block_size: int = BLOCK_SIZE, clock=None, on_token=None, on_finish=None, config: str = "",
                  sampler: Sampler | None = None, draft=None, spec_k: int = 0):
         self.model = model
@@ -161,10 +183,7 @@ class Engine:
         if draft is not None:
             check_draft(model, draft)
         self.draft, self.spec_k = draft, spec_k
-        cfg = getattr(model, "cfg", None)
-        if prefix_cache and getattr(cfg, "linear_layers", ()):   # kernels.model keeps a DeltaNet state at a slot's end
-            raise RooflineError(f"{cfg.name}: its Gated DeltaNet layers keep their state after a slot's last token "
-                                "only, so a prefix cache cannot reuse part of a prompt: run with --no-prefix-cache.")
+        prefix_cache = prefix_cache_for(getattr(model, "cfg", None), prefix_cache)   # None: the model's default
         self.sched = Scheduler(len(model.lengths), budget=chunk_budget, prefix_cache=prefix_cache,
                                block_size=block_size)
         self.clock = clock or WallClock(getattr(model, "device", None))
@@ -316,7 +335,7 @@ class Engine:
                 self._deliver(r, int(t))
 
 
-def serve(model, specs, *, chunk_budget: int | None = None, prefix_cache: bool = True,
+def serve(model, specs, *, chunk_budget: int | None = None, prefix_cache: bool | None = None,
           block_size: int = BLOCK_SIZE, clock=None, on_token=None, on_finish=None, config: str = "",
           sampler: Sampler | None = None, draft=None, spec_k: int = 0) -> ServingRun:
     """Run ``specs`` through a continuous-batching loop on ``model``; see the module docstring.

@@ -144,9 +144,10 @@ def test_profile_records_the_formulas_costs(model_type, tmp_path, monkeypatch):
 @pytest.mark.parametrize("model_type", H.HYBRID[:1])
 def test_serving_runs_without_a_prefix_cache_and_refuses_one(model_type):
     """The continuous-batching engine (latency, serve) on the hybrid: two overlapping requests (decoded in one batch,
-    prefilled in chunks of 4 beside it) generate what each generates alone; a prefix cache (part of a prompt reused)
-    is refused in one line before anything runs."""
-    from profiler.serving import RequestSpec, serve
+    prefilled in chunks of 4 beside it) generate what each generates alone; by default the prefix cache is off for
+    it (the engine's default is the model's), and asking for one (part of a prompt reused) is refused in one line
+    before anything runs."""
+    from profiler.serving import RequestSpec, prefix_cache_for, serve
 
     folder = H.checkpoint(model_type)
     m = LlamaModel(load_model(folder), dtype="fp32", backend="torch", max_slots=2, max_len=40)
@@ -154,8 +155,37 @@ def test_serving_runs_without_a_prefix_cache_and_refuses_one(model_type):
     together = serve(m, specs, prefix_cache=False, chunk_budget=6)
     assert max(st["decode"] for st in together.steps) == 2
     for spec in specs:
-        assert together.texts[spec.id] == serve(m, [spec], prefix_cache=False).texts[spec.id]
+        assert together.texts[spec.id] == serve(m, [spec]).texts[spec.id]     # the default: no prefix cache
+    assert prefix_cache_for(m.cfg, None) is False and prefix_cache_for(m.cfg, False) is False
     with pytest.raises(RooflineError) as e:
-        serve(m, specs)
+        serve(m, specs, prefix_cache=True)
     assert str(e.value) == (f"{m.cfg.name}: its Gated DeltaNet layers keep their state after a slot's last token "
-                            "only, so a prefix cache cannot reuse part of a prompt: run with --no-prefix-cache.")
+                            "only, so a prefix cache cannot reuse part of a prompt: leave out --prefix-cache (the "
+                            "default is off for this model) or pass --no-prefix-cache.")
+
+
+def test_latency_on_the_hybrid_runs_with_the_prefix_cache_off_by_default(tmp_path):
+    """`roofline latency --model <hybrid>` with no prefix-cache flag runs (the default is off for a model with state
+    layers, and the header says so); `--prefix-cache` is refused in one line before anything runs; a dense model's
+    default stays on."""
+    import json
+
+    from click.testing import CliRunner
+
+    from profiler.cli import main
+    from profiler.serving import prefix_cache_for
+    from roofline.models import PRESETS
+
+    folder, out = H.checkpoint(H.HYBRID[0]), tmp_path / "out"
+    args = ["latency", "--model", str(folder), "--device", "cpu", "--backend", "torch", "--requests", "2",
+            "--prompt-tokens", "6", "--output-tokens", "3", "--rate", "100", "--chunk", "4", "--max-slots", "2",
+            "--out", str(out)]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in (out / "latency.jsonl").read_text().splitlines()]
+    summaries = [row for row in rows if row.get("type") == "latency-summary"]
+    assert [s["settings"]["prefix_cache"] for s in summaries] == [False]
+    r = CliRunner().invoke(main, args + ["--prefix-cache", "--overwrite"])
+    assert r.exit_code != 0 and "leave out --prefix-cache (the default is off for this model)" in r.output
+    assert "Traceback" not in r.output
+    assert prefix_cache_for(PRESETS["llama-3-8b"], None) is True

@@ -41,6 +41,7 @@ from ..cli_args import (dtype_option, float_dtype_option, mode_of, mode_options,
                         resolve_device, spec_options, threads_option, torch_device)
 from ..endpoint_run import EndpointRun, run_endpoint
 from ..latency_run import LatencyRun, run_latency
+from ..serving import prefix_cache_for
 from ..run import Interrupted, strict_json
 
 MAX_RATE = 1e6      # arrivals per second: beyond this every request arrives at once anyway
@@ -173,7 +174,9 @@ def _seconds(v, name: str) -> float:
 @click.option("--sweep-chunks", default=None, help="several budgets, e.g. 16,64,256,none (none: whole prompts)")
 @click.option("--shared-prefix", type=int, default=0, show_default=True,
               help="tokens every prompt shares; with the prefix cache on, a no-reuse baseline runs too")
-@click.option("--prefix-cache/--no-prefix-cache", default=True, show_default=True)
+@click.option("--prefix-cache/--no-prefix-cache", default=None,
+              help="reuse cached prompt blocks across requests  [default: on; off for a model with Gated DeltaNet or Mamba-2 "
+              "layers, whose state is kept at a slot's end only]")
 @click.option("--block-size", type=int, default=16, show_default=True, help="prefix-cache block (tokens)")
 @click.option("--max-slots", type=int, default=8, show_default=True, help="KV-cache slots: most concurrent requests")
 @threads_option("CPU threads for torch; default on a CPU: one less than the cores (recorded)")
@@ -232,7 +235,8 @@ def latency(model, backend, dtype, torch_device, prompt_tokens, output_tokens, n
     budgets = _budget_list(sweep_chunks) if sweep_chunks is not None else [_check_budget(chunk)]
     run = LatencyRun(model=model, backend=backend, dtype=dtype, device=torch_device, prompt_tokens=prompt_tokens,
                      output_tokens=output_tokens, requests=n_requests, rate=rate, arrival=arrival, seed=seed,
-                     budgets=tuple(budgets), shared_prefix=shared_prefix, prefix_cache=prefix_cache,
+                     budgets=tuple(budgets), shared_prefix=shared_prefix,
+                     prefix_cache=prefix_cache_for(model, prefix_cache),
                      block_size=block_size, max_slots=max_slots, threads=threads, slo=parse_slo(slo), out=out_dir,
                      mode=mode, weight_dtype=weight_dtype, kv_dtype=kv_dtype, group_size=group_size,
                      zero_point=zero_point, spec=spec_k or 0, draft=draft, draft_arg=ctx.meta.get("draft_arg", ""),

@@ -27,7 +27,7 @@ from ..cli_args import float_dtype_option, model_option, quant_options, spec_opt
 from ..latency_run import build_draft, check_capacity, check_quant, check_spec
 from ..run import cpu_threads_default
 from ..server import GRACE_S, EngineThread, make_app
-from ..serving import warmup
+from ..serving import prefix_cache_for, warmup
 from ..timing import cpu_threads
 
 MAX_QUEUE = 1 << 16
@@ -108,7 +108,9 @@ def bind(host: str, port: int) -> socket.socket:
 @click.option("--port", type=int, default=8000, show_default=True, help="0 = any free port (printed)")
 @click.option("--model-name", default=None, help="the id clients ask for (default: the model's name)")
 @click.option("--chunk", default="64", show_default=True, help="token budget per step, or none (whole prompts)")
-@click.option("--prefix-cache/--no-prefix-cache", default=True, show_default=True)
+@click.option("--prefix-cache/--no-prefix-cache", default=None,
+              help="reuse cached prompt blocks across requests  [default: on; off for a model with Gated DeltaNet or Mamba-2 "
+              "layers, whose state is kept at a slot's end only]")
 @click.option("--block-size", type=int, default=16, show_default=True, help="prefix-cache block (tokens)")
 @click.option("--max-slots", type=int, default=8, show_default=True, help="KV-cache slots: most running requests")
 @click.option("--max-queue", type=int, default=64, show_default=True,
@@ -145,7 +147,7 @@ def serve(model, backend, dtype, torch_device, host, port, model_name, chunk, pr
 
         torch_device = "cuda" if torch.cuda.is_available() else "cpu"
     run = ServeRun(model=model, backend=backend, dtype=dtype, device=torch_device, name=model_name or model.name,
-                   budget=budget, prefix_cache=prefix_cache, block_size=block_size, max_slots=max_slots,
+                   budget=budget, prefix_cache=prefix_cache_for(model, prefix_cache), block_size=block_size, max_slots=max_slots,
                    max_queue=max_queue, max_len=max_len, seed=seed, threads=threads, grace=grace,
                    weight_dtype=weight_dtype, kv_dtype=kv_dtype, group_size=group_size, zero_point=zero_point,
                    spec=spec_k or 0, draft=draft)
