@@ -216,13 +216,15 @@ class Engine:
     def _deliver(self, r, model_id: int):
         r.last = model_id
         piece = r.stream.push(model_id)
+        last = self.sched.on_token_delivered(r.spec.id) or (model_id in r.spec.stop_ids
+                                                            and len(r.deliveries) + 1 >= r.spec.min_tokens)
+        if last:                          # the last token carries the text's tail (an incomplete UTF-8 sequence)
+            piece += r.stream.flush()
         r.text += piece
         if self.on_token is not None:
             self.on_token(r.spec.id, model_id, piece)
         r.deliveries.append(self.now())
-        if self.sched.on_token_delivered(r.spec.id):
-            self._finish(r)
-        elif model_id in r.spec.stop_ids and len(r.deliveries) >= r.spec.min_tokens:
+        if last:
             self._finish(r)
 
     def arrive(self, spec: RequestSpec) -> None:
