@@ -40,14 +40,22 @@ _HYBRID_KEYS = LLAMA_LIKE_KEYS + Keys({
         "mamba_ssm_dtype": ("a recurrent state held in another dtype than fp32", (None, "float32"))},
     irrelevant=("mtp_num_hidden_layers", "mtp_use_dedicated_embeddings"))
 _ROUTED_KEYS = Keys({"moe_intermediate_size": 512, "shared_expert_intermediate_size": 512, "num_experts": None})
+# the published Qwen3-Next configs also say use_sliding_window (false), which Qwen3NextConfig does not read
 QWEN3_NEXT_KEYS = _HYBRID_KEYS + _ROUTED_KEYS + Keys({
     **sizes(151936, 2048, 5632, 48, 16, 2, 32768, 1e-6, head_dim=256), "num_experts": 512,
-    "num_experts_per_tok": 10, "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": None})
-QWEN3_5_KEYS = _HYBRID_KEYS + Keys(sizes(248320, 4096, 12288, 32, 16, 4, 32768, 1e-6, head_dim=256))
+    "num_experts_per_tok": 10, "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": None},
+    refused={"use_sliding_window": ("a sliding window (transformers' Qwen3-Next attends over the whole context)",
+                                    (None, False))})
+# Qwen3.5's published configs give its mrope in rope_parameters (mrope_section, mrope_interleaved): for text, every
+# section sees the same position, so it rotates as plain RoPE
+_MROPE = Keys(rope=("mrope_section", "mrope_interleaved"))
+QWEN3_5_KEYS = _HYBRID_KEYS + _MROPE + Keys(sizes(248320, 4096, 12288, 32, 16, 4, 32768, 1e-6, head_dim=256))
 # Qwen3.5-MoE has no dense MLP and no intermediate_size (irrelevant: a bare config need not give it): 512 (its
 # experts' width) fills ModelConfig.intermediate, which no op of a model routed on every layer reads
-QWEN3_5_MOE_KEYS = _HYBRID_KEYS + _ROUTED_KEYS + Keys({
+# its published configs (as transformers prints them) say mlp_only_layers [], which Qwen3_5MoeTextConfig does not read
+QWEN3_5_MOE_KEYS = _HYBRID_KEYS + _MROPE + _ROUTED_KEYS + Keys({
     **sizes(248320, 2048, 512, 40, 16, 2, 32768, 1e-6, head_dim=256), "num_experts": 256, "num_experts_per_tok": 8},
+    refused={"mlp_only_layers": ("dense MLP layers (transformers' Qwen3.5-MoE routes every layer)", (None, []))},
     irrelevant=("intermediate_size",))
 
 
