@@ -9,7 +9,9 @@ Nemotron-3-Nano-30B-A3B, Falcon-H1-7B, DeepSeek-V3.2 and GLM-5, each from its pu
 - prefill FLOPs within 2% of FlopCounterMode's count of transformers' forward (tests/hf_counts.py) on the config
   with its layers cut to a prefix that holds every kind of layer (nothing else shrunk: the meta device needs no
   memory), after the stated conventions;
-- ``roofline explain --model <file>`` exits 0 and prints the per-kind split line."""
+- ``roofline explain --model <file>`` exits 0 and prints the per-kind split line;
+
+and the presets cited from these files are the published configs, field for field."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from roofline import workload as W
 from roofline.capacity import index_bytes, kv_bytes, state_bytes
 from roofline.errors import RooflineError
 from roofline.layer import model_ops, model_params
-from roofline.models import load_model
+from roofline.models import PRESETS, load_model
 
 HYBRID = Path(__file__).parent / "data" / "hf_configs" / "hybrid"
 CONTEXTS = (4096, 131072)
@@ -302,3 +304,16 @@ def test_what_the_published_files_say_reads_and_what_they_turn_off_is_refused(tm
     assert str(e.value) == ("quantization_config: scale_fmt 'e8m0' is not modelled (null, or ue8m0: power-of-two "
                             "scales stored in fp32).")
 
+
+# ---- presets: the published files, field for field
+
+PRESET_OF = {"qwen3-next-80b-a3b": "qwen3-next-80b-a3b-instruct", "qwen3.5-397b-a17b": "qwen3.5-397b-a17b",
+             "qwen3.6-35b-a3b": "qwen3.6-35b-a3b", "deepseek-v3.2": "deepseek-v3.2", "glm-5": "glm-5"}
+
+
+@pytest.mark.parametrize("name", sorted(PRESET_OF))
+def test_the_preset_is_the_published_config(name):
+    m, p = model(PRESET_OF[name]), PRESETS[name]
+    differ = [f for f in p.__dataclass_fields__ if f not in ("name", "notes") and getattr(p, f) != getattr(m, f)]
+    assert differ == []
+    assert model_params(p) == PARAMS[PRESET_OF[name]]
