@@ -40,7 +40,7 @@ MODELS = {
     "deepseek-v3.2": (4, 2560, ("attention", "moe", "dense")),     # 3 dense layers, then MoE; past index_topk
     "glm-5": (4, 2560, ("attention", "moe", "dense")),
 }
-# ours, by transformers: stored parameters of the text model (the routers' correction biases with them)
+# the text model's parameters, ours and transformers' (its routers' correction biases, buffers there, with them)
 PARAMS = {
     "qwen3-next-80b-a3b-instruct": 79_674_391_296,
     "qwen3.5-397b-a17b": 396_346_350_336,
@@ -75,7 +75,7 @@ from hf_counts import flop_split, stored_params  # noqa: E402  (transformers' ow
 
 def hf_config(d: dict):
     """transformers' config of a published file: its text model for a multimodal wrapper; without the
-    quantization_config (the weights' storage, which from_config would not build on the meta device)."""
+    quantization_config (how the weights are stored, not the model's shapes)."""
     d = {k: v for k, v in d.items() if k != "quantization_config"}
     c = transformers.CONFIG_MAPPING[d["model_type"]].from_dict(d)
     return c.get_text_config() if "text_config" in d else c
