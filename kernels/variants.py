@@ -35,9 +35,9 @@ tiles with split-K), replayed on small CPU tensors under the recorder (nothing r
 computed and thrown away); the full set adds its model checks (the tiny model) and every dtype. ``--model
 check`` compiles only these.
 
-The full set also runs every preset of ``roofline.models.PRESETS`` (dense, MoE, MLA; tiny ones included) through
-its runners on ``PRESET_GRID`` (Llama-2-7B and Llama-3-8B keep ``FULL``); GPT-OSS's attention runs the Triton
-kernels' sink variants there too. A runner whose torch path reads tensor values cannot run on meta tensors: it
+The full set also runs every preset of ``roofline.models.PRESETS`` (dense, MoE, MLA, Gated DeltaNet hybrids, DSA;
+tiny ones included) through its runners on ``PRESET_GRID`` (Llama-2-7B and Llama-3-8B keep ``FULL``); GPT-OSS's
+attention runs the Triton kernels' sink variants there too. A runner whose torch path reads tensor values cannot run on meta tensors: it
 launches no Triton kernel and is listed as skipped, as is a quantized pass a model refuses (int4 groups that do
 not divide K).
 

@@ -286,14 +286,11 @@ def test_the_html_report_renders_the_figure_in_chromium(qwen, tmp_path):
     assert shot[..., :3].std() > 0.05
 
 
-def test_a_mamba_hybrids_counterpart_has_its_mamba_layers_as_attention_and_no_state(tmp_path):
-    """Nemotron-3-Nano (its published config, tests/test_mamba.py): 6 attention + 23 Mamba-2 + 23 MLP-only layers;
-    the counterpart attends in all 29 mixer layers. KV per token and attention layer: 2 KV heads x 128 x 2 (K, V)
-    x 2 bytes = 1,024; the state (23 x 2,134,016 bytes) constant in the context."""
-    from test_mamba import NANO
-
-    (tmp_path / "config.json").write_text(json.dumps(NANO))
-    m = load_model(tmp_path)
+def test_a_mamba_hybrids_counterpart_has_its_mamba_layers_as_attention_and_no_state():
+    """Nemotron-3-Nano (its published config, tests/data/hf_configs/hybrid/): 6 attention + 23 Mamba-2 + 23 MLP-only
+    layers; the counterpart attends in all 29 mixer layers. KV per token and attention layer: 2 KV heads x 128 x 2
+    (K, V) x 2 bytes = 1,024; the state (23 x 2,134,016 bytes) constant in the context."""
+    m = load_model(Path(__file__).parent / "data" / "hf_configs" / "hybrid" / "nemotron-3-nano-30b-a3b.json")
     d = dense_counterpart(m)
     assert len(m.mamba_layers) == 23 and len(m.attention_layers) == 6
     assert d.mamba_layers == () and len(d.attention_layers) == 29 and d.no_mlp_layers == m.no_mlp_layers

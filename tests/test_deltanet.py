@@ -109,6 +109,7 @@ def test_state_is_counted_with_the_kv_cache_and_constant_in_context():
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+from hf_counts import flop_split  # noqa: E402  (transformers' own counts)
 
 TOY = dict(vocab_size=256, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
            head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
@@ -149,39 +150,13 @@ def test_the_published_defaults_read_as_the_hybrid_they_are(tmp_path):
     assert state_bytes(m) == 36 * (2_097_152 + 49_152) == 77_266_944
 
 
-def _theirs(c, seq: int) -> dict:
-    """FlopCounterMode's count of one prefill (batch 1, real weights on the CPU, eager attention and experts):
-    nn.Linear, the conv1d and the delta rule's products (inside linear_attn), attention's (inside self_attn)."""
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(c, attn_implementation="eager",
-                                                          experts_implementation="eager").eval()
-    from torch.utils.flop_counter import FlopCounterMode
-
-    counter = FlopCounterMode(display=False)
-    with torch.no_grad(), counter:
-        model(input_ids=torch.zeros(1, seq, dtype=torch.long), use_cache=False, logits_to_keep=1)
-    counts = counter.get_flop_counts()
-    root = type(model).__name__
-    out = {"linear": 0, "conv": 0, "delta": 0, "attention": 0}
-    for fqn, m in model.named_modules():
-        got = counts.get(f"{root}.{fqn}", {})
-        if isinstance(m, torch.nn.Linear):
-            out["linear"] += sum(got.values())
-        elif fqn.endswith("linear_attn"):
-            out["conv"] += sum(v for k, v in got.items() if "convolution" in str(k))
-            out["delta"] += sum(v for k, v in got.items() if "bmm" in str(k))
-        elif fqn.endswith("self_attn"):
-            out["attention"] += sum(v for k, v in got.items() if "bmm" in str(k))
-    return out
-
-
 @pytest.mark.parametrize("name", ["qwen3_next_dense", "qwen3_5_text"])
 @pytest.mark.parametrize("seq", [100, 128])
 def test_prefill_flops_match_flopcountermode_after_the_conventions(name, seq, tmp_path):
     c = _configs(True)[name]
     c.save_pretrained(tmp_path)
     cfg = load_model(str(tmp_path))
-    theirs = _theirs(c, seq)
+    theirs = flop_split(c, seq)
     ph = W.prefill(cfg, 1, seq, act_dtype="fp32")
     kinds = {o.name: o.kind for o in model_ops(cfg)}
     ours = {k: sum(o.total.flops for o in ph.ops if kinds[o.name] == k)
@@ -193,7 +168,7 @@ def test_prefill_flops_match_flopcountermode_after_the_conventions(name, seq, tm
     conv = ours["conv1d"] - n_lin * 4 * seq * ch
     delta = ours["gated_delta"] - n_lin * F.delta_solve_flops(F.delta_chunks(seq), 4, 8, 12)
     assert conv == pytest.approx(theirs["conv"] * seq / (seq + K - 1), rel=1e-12)
-    assert delta == theirs["delta"]
+    assert delta == theirs["scan"]
     assert ours["attention"] == pytest.approx(theirs["attention"] / 2, rel=0.02)
     assert ours["linear"] == pytest.approx(theirs["linear"], rel=0.02)
 

@@ -20,6 +20,7 @@ from roofline.models import ModelConfig, load_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+from hf_counts import flop_split, stored_params  # noqa: E402  (transformers' own counts)
 
 
 # ---- formulas, by hand
@@ -202,54 +203,10 @@ def test_parameter_counts_equal_transformers_on_the_meta_device(name, small, tmp
     ours = model_params(_load(c, tmp_path))
     with torch.device("meta"):
         hf = transformers.AutoModelForCausalLM.from_config(c)
-    theirs = sum(p.numel() for p in hf.parameters()) + sum(   # the routers' correction bias: a buffer
-        b.numel() for n, b in hf.named_buffers() if n.endswith("e_score_correction_bias"))
-    assert ours == theirs
+    assert ours == stored_params(hf)     # the routers' correction bias: a buffer there
 
 
 # ---- FLOPs against FlopCounterMode
-
-def _theirs(c, seq: int, meta: bool) -> dict:
-    """FlopCounterMode's count of one prefill (batch 1, eager attention): real weights on the CPU with eager experts,
-    or the meta device with batched_mm experts (k experts per token from shapes alone). Split: every nn.Linear
-    (the indexer's wq_b, wk, weights_proj among them), the indexer's products (q k^T, the weighted sum), the
-    attention's (inside self_attn, outside its linears and its indexer), the routed experts, the routers."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    kw = {"attn_implementation": "eager", "experts_implementation": "batched_mm" if meta else "eager"}
-    if meta:
-        with torch.device("meta"):
-            model = transformers.AutoModelForCausalLM.from_config(c, **kw).eval()
-    else:
-        torch.manual_seed(0)
-        model = transformers.AutoModelForCausalLM.from_config(c, **kw).eval()
-    dev = "meta" if meta else "cpu"
-    ids = torch.arange(seq, device=dev).unsqueeze(0) % c.vocab_size
-    counter = FlopCounterMode(display=False)
-    with torch.no_grad(), counter:
-        model(input_ids=ids, attention_mask=torch.ones(1, seq, dtype=torch.long, device=dev), use_cache=False,
-              logits_to_keep=1)
-    counts = counter.get_flop_counts()
-    root = type(model).__name__
-
-    def got(fqn):
-        return sum(counts.get(f"{root}.{fqn}", {}).values())
-
-    out = {"linear": 0, "indexer": 0, "attention": 0, "experts": 0, "router": 0}
-    for fqn, m in model.named_modules():
-        if isinstance(m, torch.nn.Linear):
-            out["linear"] += got(fqn)
-        elif fqn.endswith("self_attn.indexer"):
-            out["indexer"] += got(fqn) - sum(got(f"{fqn}.{g}") for g, _ in m.named_children())
-        elif fqn.endswith("self_attn"):
-            out["attention"] += got(fqn) - sum(got(f"{fqn}.{g}") for g, _ in m.named_children())
-        elif fqn.endswith("mlp.experts"):
-            out["experts"] += got(fqn)
-        elif fqn.endswith("mlp.gate"):
-            out["router"] += got(fqn)
-    assert sum(out.values()) == sum(counts["Global"].values())        # nothing counted elsewhere
-    return out
-
 
 @pytest.mark.parametrize("name, seq, meta", [
     ("deepseek_v32", 40, False), ("glm_moe_dsa", 40, False), ("deepseek_v32", 12, False),
@@ -262,7 +219,7 @@ def test_prefill_flops_match_flopcountermode_after_the_conventions(name, seq, me
     else:
         c = _tiny(name)
     cfg = _load(c, tmp_path)
-    theirs = _theirs(c, seq, meta)
+    theirs = flop_split(c, seq, meta)
     ph = W.prefill(cfg, 1, seq, act_dtype="fp32")
     kinds = {o.name: o.kind for o in model_ops(cfg)}
     ours: dict = {}

@@ -109,19 +109,13 @@ def test_state_is_counted_with_the_kv_cache_and_constant_in_context():
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+from hf_counts import flop_split, stored_params  # noqa: E402  (transformers' own counts)
 
 TOY = dict(vocab_size=256, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
            intermediate_size=96, mamba_num_heads=4, mamba_head_dim=8, ssm_state_size=16, n_groups=2, conv_kernel=4,
            chunk_size=32, max_position_embeddings=512)
 MOE = dict(n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, moe_shared_expert_intermediate_size=48,
            n_group=2, topk_group=1, routed_scaling_factor=2.5)
-
-
-def _stored(hf) -> int:
-    """transformers' parameters + the routers' e_score_correction_bias (a buffer there, a tensor of the checkpoint
-    and a weight here)."""
-    return (sum(p.numel() for p in hf.parameters())
-            + sum(b.numel() for n, b in hf.named_buffers() if n.endswith("e_score_correction_bias")))
 
 
 def _configs(small: bool) -> dict:
@@ -144,7 +138,7 @@ def test_parameter_counts_equal_transformers_on_the_meta_device(small, tmp_path)
         ours = model_params(load_model(str(tmp_path / name)))
         with torch.device("meta"):
             hf = transformers.AutoModelForCausalLM.from_config(c)
-        assert ours == _stored(hf), name
+        assert ours == stored_params(hf), name
 
 
 def test_the_toy_reads_as_the_hybrid_it_is(tmp_path):
@@ -185,41 +179,12 @@ def test_latent_experts_and_other_state_dtypes_are_refused_in_one_line(tmp_path)
         load_model(str(tmp_path / "bf16"))
 
 
-def _theirs(c, seq: int) -> dict:
-    """FlopCounterMode's count of one prefill (batch 1, real weights on the CPU, eager attention and experts, the
-    torch path of the conv and the scan): nn.Linear, the conv1d and the scan's einsums (inside a Mamba mixer),
-    attention's, the router's and the experts' products."""
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(c, attn_implementation="eager",
-                                                          experts_implementation="eager").eval()
-    from torch.utils.flop_counter import FlopCounterMode
-
-    counter = FlopCounterMode(display=False)
-    with torch.no_grad(), counter:
-        model(input_ids=torch.zeros(1, seq, dtype=torch.long), use_cache=False, logits_to_keep=1)
-    counts = counter.get_flop_counts()
-    root = type(model).__name__
-    out = {"linear": 0, "conv": 0, "scan": 0, "attention": 0, "router": 0, "experts": 0}
-    for fqn, m in model.named_modules():
-        got = counts.get(f"{root}.{fqn}", {})
-        if isinstance(m, torch.nn.Linear):
-            out["linear"] += sum(got.values())
-        elif type(m).__name__ == "NemotronHMamba2Mixer":
-            out["conv"] += sum(v for k, v in got.items() if "convolution" in str(k))
-            out["scan"] += sum(v for k, v in got.items() if "bmm" in str(k))
-        elif type(m).__name__ == "NemotronHAttention":
-            out["attention"] += sum(v for k, v in got.items() if "bmm" in str(k))
-        elif type(m).__name__ in ("NemotronHTopkRouter", "NemotronHExperts"):
-            out["router" if "Router" in type(m).__name__ else "experts"] += sum(got.values())
-    return out
-
-
 @pytest.mark.parametrize("seq", [100, 128])
 def test_moe_prefill_flops_match_flopcountermode_after_the_conventions(seq, tmp_path):
     c = _configs(True)["moe"]
     c.save_pretrained(tmp_path)
     cfg = load_model(str(tmp_path))
-    theirs = _theirs(c, seq)
+    theirs = flop_split(c, seq)
     ph = W.prefill(cfg, 1, seq, act_dtype="fp32")
     kinds = {o.name: o.kind for o in model_ops(cfg)}
     ours = {k: sum(o.total.flops for o in ph.ops if kinds[o.name] == k) for k in ("linear", "router", "experts")}
@@ -238,7 +203,7 @@ def test_prefill_flops_match_flopcountermode_after_the_conventions(seq, tmp_path
     c = _configs(True)["pattern"]
     c.save_pretrained(tmp_path)
     cfg = load_model(str(tmp_path))
-    theirs = _theirs(c, seq)
+    theirs = flop_split(c, seq)
     ph = W.prefill(cfg, 1, seq, act_dtype="fp32")
     kinds = {o.name: o.kind for o in model_ops(cfg)}
     ours = {k: sum(o.total.flops for o in ph.ops if kinds[o.name] == k)
@@ -458,66 +423,6 @@ def test_falcon_h1_explain_splits_kv_and_state(tmp_path):
     text = explain_step(ExplainSpec(m, find_device("h100"), phase="decode", batch=1, context=131072)).text()
     assert ("at context 131,072: 32 attention layers read 17.2 GB of KV, 32 Mamba-2 layers read 33.8 MB of state"
             in text)
-
-
-
-# ---- Nemotron-3-Nano-30B-A3B: its published config.json (transformers 4.55.4's keys; the copy other projects'
-# tests reproduce, nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B), read as a whole
-
-NANO = {"architectures": ["NemotronHForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
-        "bos_token_id": 1, "chunk_size": 128, "conv_kernel": 4, "eos_token_id": 2, "expand": 2, "head_dim": 128,
-        "hidden_dropout": 0.0, "hidden_size": 2688,
-        "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", "initializer_range": 0.02,
-        "intermediate_size": 1856, "layer_norm_epsilon": 1e-05, "mamba_head_dim": 64, "mamba_hidden_act": "silu",
-        "mamba_num_heads": 64, "mamba_proj_bias": False, "mamba_ssm_cache_dtype": "float32",
-        "max_position_embeddings": 262144, "mlp_bias": False, "mlp_hidden_act": "relu2", "model_type": "nemotron_h",
-        "moe_intermediate_size": 1856, "moe_shared_expert_intermediate_size": 3712, "n_group": 1, "n_groups": 8,
-        "n_routed_experts": 128, "n_shared_experts": 1, "norm_eps": 1e-05, "norm_topk_prob": True,
-        "num_attention_heads": 32, "num_experts_per_tok": 6, "num_hidden_layers": 52, "num_key_value_heads": 2,
-        "num_logits_to_keep": 1, "pad_token_id": 0, "partial_rotary_factor": 1.0, "rescale_prenorm_residual": True,
-        "residual_in_fp32": False, "rope_theta": 10000, "routed_scaling_factor": 2.5, "sliding_window": None,
-        "ssm_state_size": 128, "tie_word_embeddings": False, "time_step_floor": 0.0001, "time_step_max": 0.1,
-        "time_step_min": 0.001, "topk_group": 1, "torch_dtype": "bfloat16", "transformers_version": "4.55.4",
-        "use_bias": False, "use_cache": True, "use_conv_bias": True, "use_mamba_kernels": True, "vocab_size": 131072}
-
-
-def test_nemotron_3_nano_parameters_state_and_kv_by_hand(tmp_path):
-    (tmp_path / "config.json").write_text(__import__("json").dumps(NANO))
-    m = load_model(str(tmp_path))
-    assert (len(m.mamba_layers), len(m.moe_layers), len(m.attention_layers)) == (23, 23, 6)
-    with torch.device("meta"):
-        hf = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(tmp_path))
-    assert model_params(m) == _stored(hf) == 31_577_940_288
-    # per Mamba-2 layer: 64 heads x 64 x 128 x 4 bytes + (4,096 + 2 x 8 x 128) channels x 3 x 2 bytes
-    assert state_bytes(m) == 23 * (2_097_152 + 36_864) == 49_082_368
-    for ctx, kv in ((4096, 25_165_824), (131072, 805_306_368)):     # 6 layers x 2 KV heads x 128 x 2 x 2 bytes
-        assert kv == 6 * ctx * 2 * 128 * 2 * 2
-        assert kv_bytes(m, 1, ctx) == kv + 49_082_368
-        assert W.decode(m, 1, ctx).kv_cache_read_bytes == kv
-
-
-def test_nemotron_3_nano_shrunk_prefill_flops_within_two_percent_of_flopcountermode(tmp_path):
-    """Nano's widths, shrunk to one block of each kind (M, E, *), 16 experts and a 1,024-token vocabulary: the
-    step's total FLOPs after the conventions (the conv's SiLU and bias, the scan's state passing, the routing,
-    the experts' relu2 / weighting / sum) within 2% of FlopCounterMode's, eager attention's full square halved."""
-    d = dict(NANO, hybrid_override_pattern="ME*", num_hidden_layers=3, n_routed_experts=16, vocab_size=1024)
-    (tmp_path / "config.json").write_text(__import__("json").dumps(d))
-    c = transformers.AutoConfig.from_pretrained(tmp_path)
-    cfg = load_model(str(tmp_path))
-    seq = 130
-    theirs = _theirs(c, seq)
-    ph = W.prefill(cfg, 1, seq, act_dtype="fp32")
-    kinds = {o.name: o.kind for o in model_ops(cfg)}
-    ours = {k: sum(o.total.flops for o in ph.ops if kinds[o.name] == k)
-            for k in ("linear", "conv1d", "ssd_scan", "attention", "router", "experts")}
-    ch, chunks, k, I, H = 4096 + 2 * 8 * 128, F.ssd_chunks(seq, 128), 6, 1856, 2688
-    adjusted = (ours["linear"] + ours["conv1d"] - 5 * seq * ch
-                + ours["ssd_scan"] + 64 * (2 * (chunks + 1) ** 2 - 2 * chunks) * 64 * 128
-                + 2 * ours["attention"]
-                + ours["router"] - F.routing(seq, 16, k, kind="sigmoid_group", score_bias=True).flops
-                + ours["experts"] - (2 * seq * k * I + seq * k * H + seq * (k - 1) * H))
-    assert adjusted == pytest.approx(sum(theirs.values()), rel=0.02)
-    assert ours["linear"] == theirs["linear"] and ours["experts"] > theirs["experts"]
 
 
 

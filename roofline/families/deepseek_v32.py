@@ -15,11 +15,13 @@ the gathered top-k's (``formulas.dsa``'s conventions).
 
 from __future__ import annotations
 
+import math
+
 from ..errors import RooflineError
 from .deepseek_v3 import DEEPSEEK_KEYS, DEEPSEEK_TENSORS, latent_head_dim, read_deepseek_v3
 from .llama import sizes
 from .reader import HFReader, Keys
-from .registry import Family, register
+from .registry import Family, preset, register
 
 _INDEX = ("index_topk", "index_n_heads", "index_head_dim")
 _DSA_KEYS = Keys({k: v for k, v in DEEPSEEK_KEYS.modelled.items()}, dict(DEEPSEEK_KEYS.numerics),
@@ -109,7 +111,32 @@ def read_glm_moe_dsa(r: HFReader) -> None:
     r.arch["index_rope_interleave"] = True       # transformers' GlmMoeDsaIndexer: apply_rotary_pos_emb_interleave
 
 
+_CITED = " (tests/data/hf_configs/hybrid/, its README citing the public copies it was read from)"
+
 register(Family("deepseek_v32", read_deepseek_v32, tensors=DEEPSEEK_TENSORS, head_dim=latent_head_dim,
-                keys=DEEPSEEK_V32_KEYS))
+                keys=DEEPSEEK_V32_KEYS, presets=(
+    preset("deepseek-v3.2", 7168, 18432, 61, 128, 128, 129280, 163840, head_dim=192, rms_eps=1e-6, n_experts=256,
+           n_active=8, moe_intermediate=2048, router="sigmoid_group", routed_scale=2.5, n_group=8, topk_group=4,
+           router_correction=True, shared_intermediate=2048, dense_layers=(0, 1, 2), q_lora_rank=1536,
+           kv_lora_rank=512, qk_rope_dim=64, qk_nope_dim=128, v_head_dim=128, rope_interleave=True, mtp_layers=1,
+           query_scale=192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2, rope_yarn=(40.0, 32.0, 1.0, 4096, 1.0, True),
+           index_topk=2048, index_n_heads=64, index_head_dim=128,
+           quantization={"source": "quantization_config", "config": {
+               "activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "scale_fmt": "ue8m0",
+               "weight_block_size": [128, 128]}},
+           source="deepseek-ai/DeepSeek-V3.2's config.json" + _CITED + ": DeepSeek-V3's MLA and experts (FP8 "
+                  "128x128 blocks, UE8M0 scales) with a lightning indexer on every layer (64 heads of 128) choosing "
+                  "2,048 tokens for MLA; 671.88B parameters (transformers' count), its MTP layer not part of a step"),
+)))
 register(Family("glm_moe_dsa", read_glm_moe_dsa, tensors=DEEPSEEK_TENSORS, head_dim=latent_head_dim,
-                keys=GLM_MOE_DSA_KEYS))
+                keys=GLM_MOE_DSA_KEYS, presets=(
+    preset("glm-5", 6144, 12288, 78, 64, 64, 154880, 202752, head_dim=256, rope_theta=1e6, n_experts=256,
+           n_active=8, moe_intermediate=2048, router="sigmoid_group", routed_scale=2.5, router_correction=True,
+           shared_intermediate=2048, dense_layers=(0, 1, 2), q_lora_rank=2048, kv_lora_rank=512, qk_rope_dim=64,
+           qk_nope_dim=192, v_head_dim=256, rope_interleave=True, mtp_layers=1, query_scale=256 ** -0.5,
+           index_topk=2048, index_n_heads=32, index_head_dim=128, index_rope_interleave=True,
+           source="zai-org/GLM-5's config.json" + _CITED + ": 78 layers of MLA (64 heads, q rank 2,048, nope 192, "
+                  "v 256) each with its indexer (32 heads of 128, every layer full), 2,048 tokens chosen; 256 "
+                  "experts of 2,048, top-8 in one group, x2.5, a shared expert, the first 3 layers dense; 743.91B "
+                  "parameters (transformers' count), its MTP layer not part of a step"),
+)))

@@ -95,9 +95,15 @@ def _fields(q: dict, source: str, allowed: tuple) -> None:
 
 # ------------------------------------------------------------------------------------------------ the methods
 def _fp8(q: dict, source: str) -> Quantization:
-    _fields(q, source, ("quant_method", "fmt", "activation_scheme", "weight_block_size", "modules_to_not_convert"))
+    _fields(q, source, ("quant_method", "fmt", "activation_scheme", "weight_block_size", "modules_to_not_convert",
+                        "scale_fmt"))
     if q.get("fmt", "e4m3") not in ("e4m3", "float8_e4m3fn"):      # MiniMax-M2 writes torch's name of e4m3
         _refuse(source, f"fmt {q['fmt']!r}", "is not modelled (e4m3 only: e4m3 or float8_e4m3fn)")
+    # DeepSeek-V3.2's "ue8m0": every block scale a power of two (its inference rounds the activations' scales up
+    # to one), still stored as an fp32 weight_scale_inv per 128 x 128 block: the same bytes, other numerics
+    if q.get("scale_fmt") not in (None, "ue8m0"):
+        _refuse(source, f"scale_fmt {q['scale_fmt']!r}", "is not modelled (null, or ue8m0: power-of-two scales "
+                                                          "stored in fp32)")
     block = q.get("weight_block_size", [128, 128])
     if list(block or []) != [128, 128]:
         _refuse(source, f"weight_block_size {block!r}", "is not modelled (128 x 128 blocks only)")
