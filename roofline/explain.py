@@ -160,14 +160,15 @@ def explain_phase(phase, device: Device, link=None) -> dict:
 
 def phase_table_text(d: dict) -> str:
     """Plain-text table of ``explain_phase``'s dict (one instance per row; count beside)."""
-    hdr = f"{'op':<14}{'count':>6}{'FLOPs':>14}{'bytes':>13}{'FLOP/B':>10}  {'bound':<8}{'time':>11}"
+    w = max([14] + [len(o["name"]) + 1 for o in d["ops"]])      # the op column fits the longest name
+    hdr = f"{'op':<{w}}{'count':>6}{'FLOPs':>14}{'bytes':>13}{'FLOP/B':>10}  {'bound':<8}{'time':>11}"
     rows = [hdr, "-" * len(hdr)]
     for o in d["ops"]:
-        rows.append(f"{o['name']:<14}{o['count']:>6}{U.flops(o['flops']):>14}{U.nbytes(o['bytes']):>13}"
+        rows.append(f"{o['name']:<{w}}{o['count']:>6}{U.flops(o['flops']):>14}{U.nbytes(o['bytes']):>13}"
                     f"{U.intensity(o['intensity']):>10}  {o['bound']:<8}{U.seconds(o['time_s']):>11}")
     t = d["total"]
     rows.append("-" * len(hdr))
-    rows.append(f"{'step total':<14}{'':>6}{U.flops(t['flops']):>14}{U.nbytes(t['bytes']):>13}"
+    rows.append(f"{'step total':<{w}}{'':>6}{U.flops(t['flops']):>14}{U.nbytes(t['bytes']):>13}"
                 f"{U.intensity(t['intensity']):>10}  {t['bound']:<8}{U.seconds(t['time_s']):>11}")
     rows.append("(FLOPs, bytes and time are for one instance; the total counts every instance.)")
     return "\n".join(rows)
