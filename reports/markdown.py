@@ -70,7 +70,8 @@ def render(report, out_dir: Path) -> str:
                   f"{cell(h.git_sha[:12]) or '-'}; versions: "
                   f"{cell(', '.join(f'{k} {v}' for k, v in h.versions.items())) or '-'}", ""]
     for fig, paths in report.compare:
-        lines += ["## Runs side by side", "", f"![{cell(fig.title)}]({rel_path(_linked(paths, report.link), out_dir)})", "",
+        link = rel_path(_linked(paths, report.link), out_dir)
+        lines += ["## Runs side by side", "", f"![{cell(fig.title)}]({link})", "",
                   f"*{cell(fig.caption)}*", ""]
     lines += ["## Cost conventions", "", "```", conventions_text(), "```", ""]
     if any(trace_section.is_trace(r.rf) for r in report.runs):

@@ -100,8 +100,9 @@ def roof_chart(header, dtypes, xs, ys) -> RoofChart:
                 up = higher(c)
                 roofs.append(Roof(f"ceiling:peak:{c.dtype}:{which}", (start, x_hi), (c.value, c.value), color, style,
                                   width, f"{c.dtype} {U.si(c.value, 'FLOP/s')} ({c.source})",
-                                  f"ceiling-label:peak:{c.dtype}:{which}", (x_hi / 1.15, c.value * (1.12 if up else 0.9)),
-                                  "right", "bottom" if up else "top", False))
+                                  f"ceiling-label:peak:{c.dtype}:{which}",
+                                  (x_hi / 1.15, c.value * (1.12 if up else 0.9)), "right", "bottom" if up else "top",
+                                  False))
     roofs += cache_roofs(levels, max((c.value for c in used if c.kind == "peak"), default=None), dev.bandwidth,
                          x_lo, y_lo)
     ridge = None

@@ -2,8 +2,9 @@
 
 ``plotted(rf)``: the op results that belong on a FLOP/s roofline; ``step_markers(a)``: the steps drawn as their
 own marker; ``point_labels(a, shown, above)``: the callouts (points above their roof, the headline steps'
-verdicts) in the order they are placed; ``verdict_text``, ``ceilings_said``, ``ridge_text``: the words; ``predicted(a)``: the points of the predicted-vs-measured chart. The
-matplotlib roofline (``reports.roofline_plot``) and the trace report's own SVG (``reports.svg_roofline``) share
+verdicts) in the order they are placed; ``verdict_text``, ``ceilings_said``, ``ridge_text``: the words;
+``predicted(a)``: the points of the predicted-vs-measured chart. The matplotlib figures (``reports.roofline_plot``,
+``reports.time_plot``) and the trace report's own SVGs (``reports.svg_roofline``, ``reports.svg_predicted``) share
 them, with the marker sizes (pt^2) and the ridge label's spots.
 """
 

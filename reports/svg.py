@@ -8,8 +8,9 @@ it, so ``reports.hover`` marks and the HTML overlay use the same units), y growi
 Text is measured with our own metrics: ``text_width`` sums DejaVu Sans advance widths (``ADVANCE``, ASCII, in
 font units of 2,048 per em; the few other characters the report writes in ``WIDE``), and every text is written
 with ``FONT_FAMILY`` (DejaVu Sans first, then the fonts nearest its widths), so the layout computed here is the
-one a browser draws. ``Svg.text`` returns the text's box, and ``Svg.texts`` holds every text's corners (gid, corners), so
-placement code and tests check that no two overlap (``overlaps`` for boxes, ``quads_overlap`` for turned texts).
+one a browser draws. ``Svg.text`` returns the text's box, and ``Svg.texts`` holds every text's corners (gid,
+corners), so placement code and tests check that no two overlap (``overlaps`` for boxes, ``quads_overlap`` for
+turned texts).
 
 ``LogScale`` and ``LinearScale`` map data to points; ``log_ticks`` (decades, minor ticks at 2 and 5, thinned
 when the labels would not fit) and ``linear_ticks`` (steps of 1, 2, 2.5, 5 x 10^k) choose ticks; ``Axes`` draws
@@ -64,6 +65,26 @@ def text_extent(text: str, size: float) -> tuple:
 def overlaps(a, b) -> bool:
     """Do boxes (x0, y0, x1, y1) ``a`` and ``b`` intersect (touching edges do not)?"""
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def segment_hits_box(p0, p1, box) -> bool:
+    """Does the segment p0-p1 pass through the box (x0, y0, x1, y1)? (Liang-Barsky clipping.)"""
+    (ax, ay), (bx, by) = p0, p1
+    dx, dy = bx - ax, by - ay
+    lo, hi = 0.0, 1.0
+    for p, q in ((-dx, ax - box[0]), (dx, box[2] - ax), (-dy, ay - box[1]), (dy, box[3] - ay)):
+        if p == 0:
+            if q < 0:
+                return False
+            continue
+        t = q / p
+        if p < 0:
+            lo = max(lo, t)
+        else:
+            hi = min(hi, t)
+        if lo > hi:
+            return False
+    return True
 
 
 def grow(box, pad: float) -> tuple:

@@ -92,7 +92,8 @@ def predicted_svg(rf, run: str) -> tuple:
                 svg.marker("o", *ax.px(r.predicted_s, r.instance_s), math.sqrt(ABOVE_AREA), "none", ABOVE_ROOF_COLOR,
                            1.3)
     x, y = ax.px(lo * 30, lo * 30)
-    svg.text(x + 3, y + 3, "at the roof: measured = predicted", 7.5, ha="left", va="top", rotation=angle, gid="pred-label:roof")
+    svg.text(x + 3, y + 3, "at the roof: measured = predicted", 7.5, ha="left", va="top", rotation=angle,
+             gid="pred-label:roof")
     x, y = ax.px(lo * 3, lo * 3 / OVERHEAD_FRACTION)
     svg.text(x - 3, y - 3, f"{U.percent(OVERHEAD_FRACTION)} of roof: overhead above", 7.5, "#808080", ha="left",
              va="bottom", rotation=angle, gid="pred-label:overhead")

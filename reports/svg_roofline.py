@@ -6,7 +6,8 @@ traced op and shape (``roof_points.plotted``) at (intensity, achieved FLOP/s), m
 category (``palette.CATEGORY_COLORS``), area = share of the traced time, p20-p80 error bars; each phase step
 (``roof_points.step_markers``) as a large white marker with a black edge; points above their roof circled in red;
 the callouts (``roof_points.point_labels``: above-roof points, the headline steps' verdicts) each at the first of
-``CALLOUT_SPOTS`` that stays inside the axes and touches no marker and no other text; the ridge label at the first
+``CALLOUT_SPOTS`` that stays inside the axes and touches no marker and no other text (nor, where a spot is free of
+them, a roof line); the ridge label at the first
 of ``RIDGE_SPOTS`` clear of the other texts and the legend (and, where one is free of them, of the markers); a
 bandwidth roof's label slid along its slope off the markers. The legend sits in the lower right corner.
 
@@ -29,9 +30,9 @@ from .labels import OFFSETS, PAD, busy_line
 from .palette import ABOVE_ROOF_COLOR, CATEGORY_COLORS, MEASURED_COLOR, PHASE_MARKER, category_color
 from .roof_geometry import DASHES, roof_chart
 from .roof_points import RIDGE_SPOTS, STEP_SIZE, ceilings_said, plotted, point_labels, ridge_text, step_markers
-from .svg import (BOX_PAD, LABEL_SIZE, LEGEND_SIZE, Axes, Entry, LogScale, Svg, fitting_stride, grow, inside, leader, legend,
-                  legend_size, log_ticks, overlaps, text_box, text_extent, text_width, tick_band, tick_width,
-                  title_height)
+from .svg import (BOX_PAD, LABEL_SIZE, LEGEND_SIZE, Axes, Entry, LogScale, Svg, fitting_stride, grow, inside, leader,
+                  legend, legend_size, log_ticks, overlaps, quads_overlap, segment_hits_box, text_box, text_extent,
+                  text_quad, text_width, tick_band, tick_width, title_height)
 from .tables import POINT_COLUMNS, POINT_TIP, STEP_COLUMNS, STEP_TIP, phase_rows, point_rows, tip_text
 
 WIDTH, HEIGHT = 720.0, 460.8      # points: the matplotlib figure's 10 x 6.4 inches
@@ -147,7 +148,7 @@ def roofline_svg(rf, run: str) -> tuple:
     entries = legend_entries(rf, ms, shown, above, chart)
     lw, lh = legend_size(entries)
     pad = 0.5 * LEGEND_SIZE
-    taken = [legend(svg, entries, right - pad - lw, bottom - pad - lh)]
+    taken = [_quad(legend(svg, entries, right - pad - lw, bottom - pad - lh))]   # the texts' corners, turned ones too
     marker_boxes = [(x - math.sqrt(s) / 2, y - math.sqrt(s) / 2, x + math.sqrt(s) / 2, y + math.sqrt(s) / 2)
                     for x, y, s in markers]
     for roof in chart.roofs:
@@ -155,14 +156,16 @@ def roofline_svg(rf, run: str) -> tuple:
             taken.append(_slope_label(svg, ax, roof, slope, marker_boxes, taken))
         else:
             x, y = ax.px(*roof.label_xy)
-            taken.append(svg.text(x, y, roof.label, LABEL_FONT, roof.color, roof.ha, roof.va, gid=roof.label_gid,
-                                  boxed=True))
+            taken.append(_quad(svg.text(x, y, roof.label, LABEL_FONT, roof.color, roof.ha, roof.va,
+                                        gid=roof.label_gid, boxed=True)))
     if chart.ridge is not None:
-        taken.append(_ridge_label(svg, area, (rx, ry), chart.ridge, marker_boxes, taken))
+        taken.append(_quad(_ridge_label(svg, area, (rx, ry), chart.ridge, marker_boxes, taken)))
+    lines = [(ax.px(*p), ax.px(*q)) for roof in chart.roofs for p, q in zip(zip(roof.xs, roof.ys),
+                                                                              list(zip(roof.xs, roof.ys))[1:])]
     for name, (x, y), text, color in point_labels(a, shown, above):
-        box = _callout(svg, area, ax.px(x, y), name, text, color, marker_boxes, taken)
+        box = _callout(svg, area, ax.px(x, y), name, text, color, marker_boxes, taken, lines)
         if box is not None:
-            taken.append(box)
+            taken.append(_quad(box))
     ax.xticks(xmaj, [f"{v:g}" for v in xmaj], xmin)
     ax.yticks(ymaj, ylabels, ymin)
     ax.spines()
@@ -200,20 +203,34 @@ def _hits(box, boxes) -> bool:
     return any(overlaps(box, b) for b in boxes)
 
 
+def _quad(box) -> list:
+    return [(box[0], box[1]), (box[2], box[1]), (box[2], box[3]), (box[0], box[3])]
+
+
+def _covers(quad, taken) -> bool:
+    """Does ``quad`` (a text's corners) touch any of the texts ``taken``?"""
+    return any(quads_overlap(quad, q) for q in taken)
+
+
 def _slope_label(svg, ax, roof, angle, markers, taken) -> tuple:
-    """A bandwidth roof's label along its line: at its anchor, or slid up the slope (x 1.6 each try, short of the
-    elbow) to the first place whose turned text covers no marker and no text drawn before."""
+    """A bandwidth roof's label along its line: at its anchor, or slid along the slope (x 1.6 a step, up to short of
+    the elbow, then down) to the nearest place inside the axes whose turned text covers no marker and no text drawn
+    before (then: no text); at its anchor when there is none. Returns its corners."""
     x0, y0 = roof.label_xy
     elbow = roof.xs[1]
-    tries = [x0 * 1.6 ** k for k in range(12) if x0 * 1.6 ** k * 4 <= elbow or k == 0]
-    for lx in tries:
-        px, py = ax.px(lx, lx * y0 / x0)
-        box = text_box(px, py, roof.label, LABEL_FONT, roof.ha, roof.va, angle)
-        if inside(box, ax.box) and not _turned_hits(px, py, roof, angle, markers) and not _hits(box, taken):
-            break
-    else:
-        px, py = ax.px(x0, y0)
-    return svg.text(px, py, roof.label, LABEL_FONT, roof.color, roof.ha, roof.va, angle, gid=roof.label_gid)
+    tries = [x0] + [x0 * 1.6 ** k for k in range(1, 12) if x0 * 1.6 ** k * 4 <= elbow] + [x0 / 1.6 ** k
+                                                                                        for k in range(1, 12)]
+    for avoid_markers in (True, False):
+        for lx in tries:
+            px, py = ax.px(lx, lx * y0 / x0)
+            quad = text_quad(px, py, roof.label, LABEL_FONT, roof.ha, roof.va, angle)
+            clear = not (avoid_markers and _turned_hits(px, py, roof, angle, markers)) and not _covers(quad, taken)
+            if clear and inside(text_box(px, py, roof.label, LABEL_FONT, roof.ha, roof.va, angle), ax.box):
+                svg.text(px, py, roof.label, LABEL_FONT, roof.color, roof.ha, roof.va, angle, gid=roof.label_gid)
+                return quad
+    px, py = ax.px(x0, y0)
+    svg.text(px, py, roof.label, LABEL_FONT, roof.color, roof.ha, roof.va, angle, gid=roof.label_gid)
+    return text_quad(px, py, roof.label, LABEL_FONT, roof.ha, roof.va, angle)
 
 
 def _turned_hits(px, py, roof, angle, markers) -> bool:
@@ -242,22 +259,27 @@ def _ridge_label(svg, area, at, ridge, markers, taken) -> tuple:
         for dx, dy, ha, va in RIDGE_SPOTS:
             x, y = at[0] + dx, at[1] - dy
             box = text_box(x, y, text, 8.0, ha, va)
-            if inside(box, area) and not _hits(box, taken) and not (avoid and _hits(box, markers)):
+            if inside(box, area) and not _covers(_quad(box), taken) and not (avoid and _hits(box, markers)):
                 return svg.text(x, y, text, 8.0, MEASURED_COLOR, ha, va, gid=f"ridge-label:{ridge[2]}", boxed=True)
     dx, dy, ha, va = RIDGE_SPOTS[0]
     return svg.text(at[0] + dx, at[1] - dy, text, 8.0, MEASURED_COLOR, ha, va, gid=f"ridge-label:{ridge[2]}",
                     boxed=True)
 
 
-def _callout(svg, area, at, name, text, color, markers, taken):
-    """A callout at the first of CALLOUT_SPOTS around ``at`` that stays inside the axes and touches no marker and
-    no text (PAD kept clear); a leader line joins it to its point. None when no spot is free (left out)."""
-    for dx, dy in CALLOUT_SPOTS:
-        ha = "left" if dx > 1 else "right" if dx < -1 else "center"
-        va = "bottom" if dy > 1 else "top" if dy < -1 else "center"
-        x, y = at[0] + dx, at[1] - dy
-        box = grow(text_box(x, y, text, LABEL_FONT, ha, va), PAD)
-        if inside(box, area) and not _hits(box, markers) and not _hits(box, taken):
+def _callout(svg, area, at, name, text, color, markers, taken, lines=()):
+    """A callout at the first of CALLOUT_SPOTS around ``at`` that stays inside the axes and touches no marker, no
+    text (PAD kept clear) and, where a spot is free of them, no roof line (``lines``: segments); a leader line joins
+    it to its point. None when no spot is free (left out)."""
+    for avoid_lines in (True, False):
+        for dx, dy in CALLOUT_SPOTS:
+            ha = "left" if dx > 1 else "right" if dx < -1 else "center"
+            va = "bottom" if dy > 1 else "top" if dy < -1 else "center"
+            x, y = at[0] + dx, at[1] - dy
+            box = grow(text_box(x, y, text, LABEL_FONT, ha, va), PAD)
+            if not inside(box, area) or _hits(box, markers) or _covers(_quad(box), taken):
+                continue
+            if avoid_lines and any(segment_hits_box(p, q, box) for p, q in lines):
+                continue
             drawn = svg.text(x, y, text, LABEL_FONT, color, ha, va, gid=f"point-label:{name}", boxed=True)
             leader(svg, grow(drawn, BOX_PAD * LABEL_FONT), at[0], at[1], color)
             return box
