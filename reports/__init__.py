@@ -6,6 +6,10 @@ Rendering only: takes recorded results, never measures. ::
     paths = write_report(["roofline-out/results.jsonl"], "roofline-report")
     paths["html"], paths["markdown"], paths["png:roofline"]
 
+``roofline trace`` asks ``write_report(..., own_svg=True)``: its roofline, predicted-vs-measured and idle
+figures are drawn by our own SVG writer (``reports.svg_figures``) without importing matplotlib, PNGs only with
+``png=True``.
+
 Several files are reported side by side (one colour per run/device); files whose models
 differ are still reported, with a note saying so. Bad input raises ``RooflineError``
 naming the file (and line) at fault.

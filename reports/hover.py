@@ -9,6 +9,9 @@ a comparison's k-th matched op. Nothing is drawn. Once the figure's layout is fi
 x 72), which ``reports.html`` lays over the chart as focusable, invisible targets linked to the
 table row that holds the point's numbers.
 
+The trace report's own SVG figures (``reports.svg_roofline``, ``reports.svg_predicted``) know where they draw each
+point and make their ``Mark``s directly (``bounded`` applies the same limit); the HTML lays both kinds over alike.
+
 Large files: every point is registered, but beyond ``HOVER_MAX`` ordinary points in one figure
 only the ``priority`` ones keep a mark (step markers, points above their roof): the table still
 lists every point. Marks outside their axes (clipped points) are dropped.

@@ -42,11 +42,20 @@ def tag_css() -> str:
 CATEGORY_COLORS = {"gemm": "#1f77b4", "attention": "#d62728", "norm": "#2ca02c", "activation": "#9467bd",
                    "rope": "#8c564b", "kv_write": "#e377c2", "elementwise": "#ff7f0e", "reduction": "#bcbd22",
                    "softmax": "#17becf", "copy": "#7f7f7f", "cast": "#aaaaaa", "gather": "#98df8a",
-                   "scatter": "#c5b0d5", "fill": "#c7c7c7"}
+                   "scatter": "#c5b0d5", "fill": "#c7c7c7", "moe": "#393b79", "quantize": "#dbdb8d"}
+OTHER_CATEGORY_COLOR = "#555555"
 
 
 def category_color(category: str):
-    return CATEGORY_COLORS.get(category, "#555555")
+    return CATEGORY_COLORS.get(category, OTHER_CATEGORY_COLOR)
+
+
+def category_legend(categories) -> list:
+    """[(category, colour)] for a legend of the ``categories`` drawn: those with a colour in ``CATEGORY_COLORS``'s
+    order, then any other (a rule of your own's) in grey, by name."""
+    cats = set(categories)
+    return ([(c, col) for c, col in CATEGORY_COLORS.items() if c in cats]
+            + [(c or "uncategorised", OTHER_CATEGORY_COLOR) for c in sorted(cats - set(CATEGORY_COLORS))])
 
 
 # A handful of batch sizes reads best as distinct colours in a legend; a colour ramp only past this many.

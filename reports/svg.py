@@ -67,6 +67,16 @@ def overlaps(a, b) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
+def box_quad(box) -> list:
+    """The corners of a box (x0, y0, x1, y1), as ``text_quad`` gives them."""
+    return [(box[0], box[1]), (box[2], box[1]), (box[2], box[3]), (box[0], box[3])]
+
+
+def covers(quad, quads) -> bool:
+    """Does ``quad`` touch any of ``quads`` (corner lists)?"""
+    return any(quads_overlap(quad, q) for q in quads)
+
+
 def segment_hits_box(p0, p1, box) -> bool:
     """Does the segment p0-p1 pass through the box (x0, y0, x1, y1)? (Liang-Barsky clipping.)"""
     (ax, ay), (bx, by) = p0, p1

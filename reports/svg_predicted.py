@@ -19,10 +19,11 @@ from roofline.analysis import analyze
 from roofline.bounds import OVERHEAD_FRACTION
 
 from . import hover
-from .palette import ABOVE_ROOF_COLOR, CATEGORY_COLORS, MEASURED_COLOR, PHASE_MARKER, category_color
+from .palette import ABOVE_ROOF_COLOR, MEASURED_COLOR, PHASE_MARKER, category_color, category_legend
 from .roof_points import EDGE_PAD, predicted
-from .svg import (LABEL_SIZE, Axes, Entry, LogScale, Svg, fitting_stride, legend, legend_size, log_ticks,
-                  text_extent, text_width, tick_band, tick_width, title_height)
+from .svg import (LABEL_SIZE, Axes, Entry, LogScale, Svg, box_quad, covers, fitting_stride, inside, legend,
+                  legend_size, log_ticks, text_box, text_extent, text_quad, text_width, tick_band, tick_width,
+                  title_height)
 from .tables import POINT_COLUMNS, POINT_TIP, point_rows, tip_text
 
 WIDTH, HEIGHT = 547.2, 446.4      # points: the matplotlib figure's 7.6 x 6.2 inches
@@ -39,14 +40,31 @@ def limits(ok) -> tuple:
     return 10 ** math.floor(math.log10(lo / EDGE_PAD)), 10 ** math.ceil(math.log10(hi * EDGE_PAD))
 
 
+def _along(svg, ax, x, ratio, offset, text, color, va, angle, markers, gid) -> None:
+    """A diagonal's label along its line (y = ``ratio`` x), starting at data x ``x`` and ``offset`` points off it:
+    there, or slid along the line (x 2 a step, up then down) to the nearest place inside the axes where it covers
+    no marker (``markers``: corner lists); there when none is free."""
+    def at(v):
+        px, py = ax.px(v, v * ratio)
+        return px + offset[0], py + offset[1]
+
+    for pick in [x] + [x * f for k in range(1, 8) for f in (2 ** k, 2 ** -k)]:
+        px, py = at(pick)
+        if inside(text_box(px, py, text, 7.5, "left", va, angle), ax.box) and not covers(
+                text_quad(px, py, text, 7.5, "left", va, angle), markers):
+            break
+    else:
+        px, py = at(x)
+    svg.text(px, py, text, 7.5, color, ha="left", va=va, rotation=angle, gid=gid)
+
+
 def predicted_svg(rf, run: str) -> tuple:
     """(SVG text, [hover.Mark]) of a trace's predicted-vs-measured chart (it has points: ``predicted(a)``)."""
     a = analyze(rf)
     ok = predicted(a)
     lo, hi = limits(ok)
     svg = Svg(WIDTH, HEIGHT)
-    cats = {r.m.config.get("category", "") for r in ok}
-    entries = [Entry(c, "patch", category_color(c)) for c in CATEGORY_COLORS if c in cats]
+    entries = [Entry(c, "patch", col) for c, col in category_legend(r.m.config.get("category", "") for r in ok)]
     lw, lh = legend_size(entries, "op category")
 
     top = MARGIN + title_height(TITLE)
@@ -71,7 +89,7 @@ def predicted_svg(rf, run: str) -> tuple:
     index = hover.result_index(a)
     rows = list(point_rows(a, run))
     bounded = len(ok) > hover.HOVER_MAX
-    marks = []
+    marks, markers = [], []          # markers: (x, y, radius) for the diagonals' labels to keep off
     for phase, shape in PHASE_MARKER.items():
         sel = [r for r in ok if r.point.phase == phase]
         if not sel:
@@ -83,20 +101,21 @@ def predicted_svg(rf, run: str) -> tuple:
                 titled = not bounded or r.above_roof
                 svg.marker(shape, x, y, math.sqrt(POINT_AREA), category_color(r.m.config.get("category", "")),
                            "#ffffff", 0.3, 0.9, title=tip_text(POINT_TIP, POINT_COLUMNS, rows[i]) if titled else None)
+                markers.append((x, y, math.sqrt(POINT_AREA) / 2))
                 if titled and ax.holds(x, y):
                     marks.append(hover.Mark("p", i, round(x, 2), round(y, 2), hover.MIN_RADIUS, bounded))
     above = [r for r in ok if r.above_roof]
     if above:
         with svg.group("pred-above-roof", clip=ax.clip):
             for r in above:
-                svg.marker("o", *ax.px(r.predicted_s, r.instance_s), math.sqrt(ABOVE_AREA), "none", ABOVE_ROOF_COLOR,
-                           1.3)
-    x, y = ax.px(lo * 30, lo * 30)
-    svg.text(x + 3, y + 3, "at the roof: measured = predicted", 7.5, ha="left", va="top", rotation=angle,
-             gid="pred-label:roof")
-    x, y = ax.px(lo * 3, lo * 3 / OVERHEAD_FRACTION)
-    svg.text(x - 3, y - 3, f"{U.percent(OVERHEAD_FRACTION)} of roof: overhead above", 7.5, "#808080", ha="left",
-             va="bottom", rotation=angle, gid="pred-label:overhead")
+                x, y = ax.px(r.predicted_s, r.instance_s)
+                svg.marker("o", x, y, math.sqrt(ABOVE_AREA), "none", ABOVE_ROOF_COLOR, 1.3)
+                markers.append((x, y, math.sqrt(ABOVE_AREA) / 2))
+    quads = [box_quad((x - r, y - r, x + r, y + r)) for x, y, r in markers]
+    _along(svg, ax, lo * 30, 1.0, (3, 3), "at the roof: measured = predicted", MEASURED_COLOR, "top", angle, quads,
+           "pred-label:roof")
+    _along(svg, ax, lo * 3, 1 / OVERHEAD_FRACTION, (-3, -3), f"{U.percent(OVERHEAD_FRACTION)} of roof: overhead above",
+           "#808080", "bottom", angle, quads, "pred-label:overhead")
     ax.xticks(xmaj, [U.seconds(v) for v in xmaj], xmin)
     ax.yticks(ymaj, [U.seconds(v) for v in ymaj], ymin)
     ax.spines()

@@ -27,11 +27,11 @@ from roofline.analysis import analyze
 
 from . import hover
 from .labels import OFFSETS, PAD, busy_line
-from .palette import ABOVE_ROOF_COLOR, CATEGORY_COLORS, MEASURED_COLOR, PHASE_MARKER, category_color
+from .palette import ABOVE_ROOF_COLOR, MEASURED_COLOR, PHASE_MARKER, category_color, category_legend
 from .roof_geometry import DASHES, roof_chart
 from .roof_points import RIDGE_SPOTS, STEP_SIZE, ceilings_said, plotted, point_labels, ridge_text, step_markers
 from .svg import (BOX_PAD, LABEL_SIZE, LEGEND_SIZE, Axes, Entry, LogScale, Svg, fitting_stride, grow, inside, leader,
-                  legend, legend_size, log_ticks, overlaps, quads_overlap, segment_hits_box, text_box, text_extent,
+                  box_quad, covers, legend, legend_size, log_ticks, overlaps, segment_hits_box, text_box, text_extent,
                   text_quad, text_width, tick_band, tick_width, title_height)
 from .tables import POINT_COLUMNS, POINT_TIP, STEP_COLUMNS, STEP_TIP, phase_rows, point_rows, tip_text
 
@@ -148,24 +148,24 @@ def roofline_svg(rf, run: str) -> tuple:
     entries = legend_entries(rf, ms, shown, above, chart)
     lw, lh = legend_size(entries)
     pad = 0.5 * LEGEND_SIZE
-    taken = [_quad(legend(svg, entries, right - pad - lw, bottom - pad - lh))]   # the texts' corners, turned ones too
+    taken = [box_quad(legend(svg, entries, right - pad - lw, bottom - pad - lh))]   # the texts' corners, turned ones too
     marker_boxes = [(x - math.sqrt(s) / 2, y - math.sqrt(s) / 2, x + math.sqrt(s) / 2, y + math.sqrt(s) / 2)
                     for x, y, s in markers]
     for roof in chart.roofs:
         if roof.along_slope:
-            taken.append(_slope_label(svg, ax, roof, slope, marker_boxes, taken))
+            taken.append(_slope_label(svg, ax, roof, slope, [box_quad(b) for b in marker_boxes], taken))
         else:
             x, y = ax.px(*roof.label_xy)
-            taken.append(_quad(svg.text(x, y, roof.label, LABEL_FONT, roof.color, roof.ha, roof.va,
+            taken.append(box_quad(svg.text(x, y, roof.label, LABEL_FONT, roof.color, roof.ha, roof.va,
                                         gid=roof.label_gid, boxed=True)))
     if chart.ridge is not None:
-        taken.append(_quad(_ridge_label(svg, area, (rx, ry), chart.ridge, marker_boxes, taken)))
+        taken.append(box_quad(_ridge_label(svg, area, (rx, ry), chart.ridge, marker_boxes, taken)))
     lines = [(ax.px(*p), ax.px(*q)) for roof in chart.roofs for p, q in zip(zip(roof.xs, roof.ys),
                                                                               list(zip(roof.xs, roof.ys))[1:])]
     for name, (x, y), text, color in point_labels(a, shown, above):
         box = _callout(svg, area, ax.px(x, y), name, text, color, marker_boxes, taken, lines)
         if box is not None:
-            taken.append(_quad(box))
+            taken.append(box_quad(box))
     ax.xticks(xmaj, [f"{v:g}" for v in xmaj], xmin)
     ax.yticks(ymaj, ylabels, ymin)
     ax.spines()
@@ -185,8 +185,7 @@ def legend_entries(rf, ms, shown, above, chart) -> list:
     out = [Entry(p, "marker", "#555555", PHASE_MARKER[p]) for p in PHASE_MARKER if any(r.point.phase == p for r in ms)]
     out += [Entry(f"{p} step (its ops summed)", "marker", "#ffffff", PHASE_MARKER[p], MEASURED_COLOR, 1.8, 10.0)
             for p in PHASE_MARKER if any(s.phase == p for s in shown)]
-    out += [Entry(c, "marker", category_color(c)) for c in CATEGORY_COLORS
-            if any(r.m.config.get("category") == c for r in ms)]
+    out += [Entry(c, "marker", col) for c, col in category_legend(r.m.config.get("category", "") for r in ms)]
     out.append(Entry(f"{dev.source} ceilings{ceilings_said(rf.header)}", "line", MEASURED_COLOR))
     if chart.sheet:
         out.append(Entry("datasheet ceilings", "line", "#888888", dash=DASHES["datasheet"]))
@@ -203,15 +202,6 @@ def _hits(box, boxes) -> bool:
     return any(overlaps(box, b) for b in boxes)
 
 
-def _quad(box) -> list:
-    return [(box[0], box[1]), (box[2], box[1]), (box[2], box[3]), (box[0], box[3])]
-
-
-def _covers(quad, taken) -> bool:
-    """Does ``quad`` (a text's corners) touch any of the texts ``taken``?"""
-    return any(quads_overlap(quad, q) for q in taken)
-
-
 def _slope_label(svg, ax, roof, angle, markers, taken) -> tuple:
     """A bandwidth roof's label along its line: at its anchor, or slid along the slope (x 1.6 a step, up to short of
     the elbow, then down) to the nearest place inside the axes whose turned text covers no marker and no text drawn
@@ -224,31 +214,13 @@ def _slope_label(svg, ax, roof, angle, markers, taken) -> tuple:
         for lx in tries:
             px, py = ax.px(lx, lx * y0 / x0)
             quad = text_quad(px, py, roof.label, LABEL_FONT, roof.ha, roof.va, angle)
-            clear = not (avoid_markers and _turned_hits(px, py, roof, angle, markers)) and not _covers(quad, taken)
+            clear = not (avoid_markers and covers(quad, markers)) and not covers(quad, taken)
             if clear and inside(text_box(px, py, roof.label, LABEL_FONT, roof.ha, roof.va, angle), ax.box):
                 svg.text(px, py, roof.label, LABEL_FONT, roof.color, roof.ha, roof.va, angle, gid=roof.label_gid)
                 return quad
     px, py = ax.px(x0, y0)
     svg.text(px, py, roof.label, LABEL_FONT, roof.color, roof.ha, roof.va, angle, gid=roof.label_gid)
     return text_quad(px, py, roof.label, LABEL_FONT, roof.ha, roof.va, angle)
-
-
-def _turned_hits(px, py, roof, angle, markers) -> bool:
-    """Does the turned label anchored at (px, py) cover any marker box? (Each marker's centre in the label's own
-    frame against the label's rectangle grown by the marker's half width.)"""
-    w, h = text_extent(roof.label, LABEL_FONT)
-    x0 = w * 0 if roof.ha == "left" else -w
-    top = -h if roof.va == "bottom" else 0.0
-    t = math.radians(angle)
-    c, s = math.cos(t), math.sin(t)
-    for b in markers:
-        mx, my = (b[0] + b[2]) / 2 - px, (b[1] + b[3]) / 2 - py
-        r = (b[2] - b[0]) / 2
-        u, v = mx * c - my * s, mx * s + my * c            # undo the turn
-        lead = text_width(roof.label[:len(roof.label) - len(roof.label.lstrip())], LABEL_FONT)   # the leading blanks
-        if x0 + lead - r <= u <= x0 + w + r and top - r <= v <= top + h + r:
-            return True
-    return False
 
 
 def _ridge_label(svg, area, at, ridge, markers, taken) -> tuple:
@@ -259,7 +231,7 @@ def _ridge_label(svg, area, at, ridge, markers, taken) -> tuple:
         for dx, dy, ha, va in RIDGE_SPOTS:
             x, y = at[0] + dx, at[1] - dy
             box = text_box(x, y, text, 8.0, ha, va)
-            if inside(box, area) and not _covers(_quad(box), taken) and not (avoid and _hits(box, markers)):
+            if inside(box, area) and not covers(box_quad(box), taken) and not (avoid and _hits(box, markers)):
                 return svg.text(x, y, text, 8.0, MEASURED_COLOR, ha, va, gid=f"ridge-label:{ridge[2]}", boxed=True)
     dx, dy, ha, va = RIDGE_SPOTS[0]
     return svg.text(at[0] + dx, at[1] - dy, text, 8.0, MEASURED_COLOR, ha, va, gid=f"ridge-label:{ridge[2]}",
@@ -276,7 +248,7 @@ def _callout(svg, area, at, name, text, color, markers, taken, lines=()):
             va = "bottom" if dy > 1 else "top" if dy < -1 else "center"
             x, y = at[0] + dx, at[1] - dy
             box = grow(text_box(x, y, text, LABEL_FONT, ha, va), PAD)
-            if not inside(box, area) or _hits(box, markers) or _covers(_quad(box), taken):
+            if not inside(box, area) or _hits(box, markers) or covers(box_quad(box), taken):
                 continue
             if avoid_lines and any(segment_hits_box(p, q, box) for p, q in lines):
                 continue

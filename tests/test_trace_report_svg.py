@@ -143,6 +143,15 @@ def test_a_turned_text_s_box_holds_its_corners():
     assert box == pytest.approx((100 - h, 100 - w, 100, 100))
 
 
+def test_every_category_drawn_has_a_legend_row():
+    from reports.palette import OTHER_CATEGORY_COLOR, category_legend
+
+    assert category_legend(["quantize", "my_rule", "gemm", "moe", "gemm"]) == [
+        ("gemm", CATEGORY_COLORS["gemm"]), ("moe", CATEGORY_COLORS["moe"]), ("quantize", CATEGORY_COLORS["quantize"]),
+        ("my_rule", OTHER_CATEGORY_COLOR)]
+    assert len(set(CATEGORY_COLORS.values())) == len(CATEGORY_COLORS)
+
+
 # ---------------------------------------------------------------- the roofline
 
 def test_the_roofline_draws_each_point_with_its_hover_title(gpu_new):
@@ -212,6 +221,15 @@ def test_the_predicted_chart_draws_every_point_and_the_diagonals(sglang):
     texts = {gid: t for gid, _, t in _texts(root)}
     assert texts["pred-label:roof"] == "at the roof: measured = predicted"
     assert texts["pred-label:overhead"] == "25% of roof: overhead above"
+    # the diagonals' labels lie along their lines (turned 45 degrees: the axes are square here) and cover no point
+    quads = {gid: q for gid, q, _ in _texts(root)}
+    for gid in ("pred-label:roof", "pred-label:overhead"):
+        (x0, y0), (x1, y1) = quads[gid][:2]
+        assert math.degrees(math.atan2(y0 - y1, x1 - x0)) == pytest.approx(45, abs=2)
+        for m in _markers(root, "pred:decode"):
+            cx, cy = _centre(m.get("d"))
+            r = math.sqrt(30) / 2
+            assert not S.quads_overlap(quads[gid], S.box_quad((cx - r, cy - r, cx + r, cy + r))), gid
     assert [t for gid, _, t in _texts(root) if gid.startswith("xticks:")] == ["1 ns", "10 ns", "100 ns", "1 us",
                                                                              "10 us", "100 us", "1 ms"]
     assert [t for gid, _, t in _texts(root) if gid.startswith("legend:")][0] == "op category"
@@ -312,3 +330,17 @@ def test_the_trace_report_does_not_import_matplotlib_unless_png(tmp_path):
                                                                               "roofline.svg"]
     got = _fresh(["trace", DATA / "gpu_new.json", "--out", tmp_path / "b", "--quiet", "--png"])
     assert got["code"] == 0 and got["matplotlib"] is True
+
+
+def test_a_figure_our_writer_does_not_draw_is_still_matplotlib_s_in_report_order(tmp_path):
+    # two ranks with their all-reduces (tests/data/traces/ranks): the interconnect figure is matplotlib's, as SVG
+    out = _trace(tmp_path / "o", DATA / "ranks")
+    assert sorted(p.name for p in (out / "figures").iterdir()) == ["idle.svg", "interconnect.svg", "predicted.svg",
+                                                                   "roofline.svg"]
+    assert "<dc:title>Matplotlib" in (out / "figures" / "interconnect.svg").read_text()[:2000]
+    html = (out / "report.html").read_text()
+    assert re.findall(r'<figure id="fig-([a-z]+)"', html) == ["roofline", "predicted", "idle", "interconnect"]
+    md = (out / "report.md").read_text()
+    assert "](figures/interconnect.svg)" in md and "](figures/idle.svg)" in md
+    png = _trace(tmp_path / "p", DATA / "ranks", "--png")
+    assert sorted(p.suffix for p in (png / "figures").iterdir()).count(".png") == 4
