@@ -2,8 +2,8 @@
 
 Matplotlib draws in one thread, and a report's figures are independent: on a machine with
 several cores, ``render(jobs, folder)`` forks worker processes that build and save a share of
-the figures each (PNG and SVG), returning only their titles, captions, paths and hover marks
-(``reports.hover``: where each explained point sits in the SVG). The workers
+the figures each (PNG and SVG, or the formats a job names), returning only their titles, captions,
+paths and hover marks (``reports.hover``: where each explained point sits in the SVG). The workers
 inherit the analysed result files through ``fork`` (nothing is pickled but indices); they run
 matplotlib only. Where ``fork`` is unavailable (not Linux), with one core (or one left idle by the
 load: ``idle_cores``), for fewer than

@@ -104,7 +104,8 @@ def _gaps(svg, ax, gaps, t0, prefix, edge) -> None:
     titled = len(gaps) <= HAIRLINE_UP_TO
     for cause in CAUSES:
         sel = [(s, e) for s, e, c in gaps if c == cause]
-        # a gap narrower than its hairline is drawn that wide (centred), so it still shows
+        # edged in its own colour, ``edge`` points wide (a hairline while there are few gaps): a gap narrower than a
+        # pixel still shows
         spans = [(s - t0, e - t0) for s, e in sel]
         _bars(svg, ax, spans, f"{prefix}:{cause}", CAUSE_COLORS[cause], edge=CAUSE_COLORS[cause] if edge else None,
               width=edge, titles=[f"{cause} gap: {U.seconds(e - s)} at {U.seconds(s)}" for s, e in sel]
@@ -125,7 +126,7 @@ def _crosses(a, b) -> bool:
 def _levels(ax, items, levels):
     """[(x pt, y data, text, ha)]: each item at the first of ``levels`` where it touches no text placed before and no
     leader crosses a text, trying the items in each order (largest gap first, then the others: at most 3! orders)
-    until one places them all; None past the deepest level."""
+    until one places them all; else the first order's, an item with no free level at the deepest."""
     best = None
     for order in permutations(items):
         placed, out = [], []
