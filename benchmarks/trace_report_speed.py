@@ -6,8 +6,8 @@
 
 The trace is the SGLang Qwen3-8B decode step the tests write (tests/test_trace_engines_sglang.py: 469 kernels,
 335 kB). The earlier commit's tree is ``git archive``d into a temporary folder; then the same command (the default
-``roofline trace FILE --model qwen3-8b --mix decode=8x4096``: read, cost, report with its three figures as PNG
-and SVG) runs in a fresh process alternately from each tree, ``--reps`` times each, with
+``roofline trace FILE --model qwen3-8b --mix decode=8x4096``: read, cost, report with its three figures: PNG and
+SVG by matplotlib before 5c8adf8, SVG by our own writer since, PNG only with --png) runs in a fresh process alternately from each tree, ``--reps`` times each, with
 ``ROOFLINE_RENDER_PROCESSES=1`` (the figures drawn in the command's own process), so both see the same machine
 load. Printed: each run's CPU seconds (user + system of the child: on a shared machine its wall time mostly
 measures the other processes) and wall seconds, the medians and after / before of each.

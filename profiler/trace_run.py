@@ -59,6 +59,7 @@ class TraceRun:
     mix: object = None                           # engine steps' KV lengths (roofline.traces.engine_steps.StepMix)
     mode: str = "new"
     report: bool = True
+    png: bool = False                            # the report's figures as PNG too (matplotlib); else SVG only
     command: str = ""
 
 
@@ -213,8 +214,8 @@ def _run(run: TraceRun, say) -> TraceRunResult:
     steps = analyze(rf).steps if mine.measurements else []
     report = None
     if run.report and mine.measurements:
-        from reports import write_report     # matplotlib (~0.5 s): only when a report is drawn
-        report = write_report([rf], out)
+        from reports import write_report     # its own SVGs: matplotlib only with png
+        report = write_report([rf], out, own_svg=True, png=run.png)
     return TraceRunResult(path, [results[r].summary for r in sorted(results)], steps, header, notes, report,
                           expectation, breakdown, comms, op_rows(mine.measurements), how, rank)
 

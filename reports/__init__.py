@@ -6,6 +6,10 @@ Rendering only: takes recorded results, never measures. ::
     paths = write_report(["roofline-out/results.jsonl"], "roofline-report")
     paths["html"], paths["markdown"], paths["png:roofline"]
 
+``roofline trace`` asks ``write_report(..., own_svg=True)``: its roofline, predicted-vs-measured and idle
+figures are drawn by our own SVG writer (``reports.svg_figures``) without importing matplotlib, PNGs only with
+``png=True``.
+
 Several files are reported side by side (one colour per run/device); files whose models
 differ are still reported, with a note saying so. Bad input raises ``RooflineError``
 naming the file (and line) at fault.
@@ -48,6 +52,7 @@ class ReportData:
     runs: list
     compare: list = field(default_factory=list)   # (ReportFigure, {fmt: Path})
     notes: list = field(default_factory=list)
+    link: str = "png"                             # the figure files report.md links: "svg" for our own SVGs
 
 
 def load(paths_or_result_files) -> list[ResultFile]:
@@ -113,15 +118,19 @@ def _run_notes(a) -> list[str]:
 SOURCES_FILE = ".report-sources.json"   # the result files report.html, report.md and figures/ were made from
 
 
-def write_report(paths_or_result_files, out_dir="roofline-report") -> dict[str, Path]:
+def write_report(paths_or_result_files, out_dir="roofline-report", *, own_svg: bool = False,
+                 png: bool = True) -> dict[str, Path]:
     """Render figures, ``report.html`` and ``report.md`` into ``out_dir``; returns {name: path}.
 
     Names: "html", "markdown", and "png:<figure>" / "svg:<figure>" per figure (prefixed by
     the run's slug when there are several runs).
-    """
-    from .figures import compare_figures, figure_builders   # matplotlib: deferred, reading results needs none
-    from .render import render
 
+    ``own_svg`` (what ``roofline trace`` asks): a trace's roofline, predicted-vs-measured and idle figures are drawn
+    by our own SVG writer (``reports.svg_figures``: matplotlib is not imported), as SVG only unless ``png`` (then
+    matplotlib draws their PNGs too); its other figures (a context curve, the interconnect), where it has them,
+    are still matplotlib's, as SVG (and PNG with ``png``). Without ``own_svg`` every figure is matplotlib's, as
+    PNG and SVG (the profile report's).
+    """
     rfs = load(paths_or_result_files)
     analyses = [analyze(rf) for rf in rfs]   # every number below comes from these
     out = Path(out_dir)
@@ -135,25 +144,47 @@ def write_report(paths_or_result_files, out_dir="roofline-report") -> dict[str, 
     except OSError as e:
         raise RooflineError(f"cannot create the report folder {out}: {e.strerror}.") from None
     several = len(rfs) > 1
-    runs, written, jobs, owner = [], {}, [], []
+    runs, written, jobs, owner, own = [], {}, [], [], {}
     names = run_labels(rfs) if several else [rfs[0].header.device.name]   # as the side-by-side legend says
     for i, (rf, a, name) in enumerate(zip(rfs, analyses, names), start=1):
         runs.append(RunData(i, name, rf, a, notes=_run_notes(a)))
         prefix = f"{i}-{_slug(rf.header.device.key or rf.header.device.name)}-" if several else ""
-        for _, build in figure_builders(rf):
-            jobs.append((prefix, build))
+        mine = own_svg and rf.header.kind == "trace"
+        if mine:       # our own SVGs, written here; matplotlib only for what they do not draw (and the PNGs)
+            own[i] = _own_figures(rf, name, out / "figures", prefix)
+            for fig, paths in own[i].values():
+                written[f"svg:{prefix}{fig.key}"] = paths["svg"]
+        builders = _figure_builders(rf, own.get(i, {}), png) if mine else _matplotlib_builders(rf)
+        for key, build, formats in builders:
+            jobs.append((prefix, build, formats))
             owner.append((runs[-1], prefix))
     if len(rfs) > 1:
+        from .figures import compare_figures
+
         jobs.append(("", lambda: compare_figures(rfs)))
         owner.append((None, ""))
-    report = ReportData(runs)
+    report = ReportData(runs, link="svg" if own else "png")
     report.notes += [(f"{run.name}: " if several else "") + run.analysis.noise_note for run in runs
                      if run.analysis.noise_note]          # said first, above every table and figure
-    for (run, prefix), figs in zip(owner, render(jobs, out / "figures")):
+    drawn = []
+    if jobs:
+        from .render import render      # matplotlib: deferred, a trace's own SVGs need none
+
+        drawn = render(jobs, out / "figures")
+    for (run, prefix), figs in zip(owner, drawn):
         for fig, paths in figs:
-            (run.figures if run is not None else report.compare).append((fig, paths))
+            mine = own.get(run.index, {}) if run is not None else {}
+            if fig.key in mine:                     # a PNG of one of our own SVG figures
+                mine[fig.key][1].update(paths)
+            else:
+                (run.figures if run is not None else report.compare).append((fig, paths))
             for fmt, p in paths.items():
                 written[f"{fmt}:{prefix}{fig.key}"] = p
+    for run in runs:
+        if run.index in own:          # in report order: ours and matplotlib's
+            order = [k for k in _trace_keys(run.rf)]
+            figs = {f.key: (f, p) for f, p in run.figures} | own[run.index]
+            run.figures = [figs[k] for k in order if k in figs]
     models = sorted({rf.header.model_name for rf in rfs})
     if len(models) > 1:
         report.notes.append(f"These files profile different models ({', '.join(models)}): they are reported side "
@@ -170,6 +201,44 @@ def write_report(paths_or_result_files, out_dir="roofline-report") -> dict[str, 
     except OSError as e:
         raise RooflineError(f"cannot write the report into {out}: {e.strerror or e}.") from None
     return {"html": html_path, "markdown": md_path, **written}
+
+
+def _matplotlib_builders(rf) -> list:
+    from .figures import figure_builders   # matplotlib: deferred, reading results needs none
+
+    return [(key, build, ("png", "svg")) for key, build in figure_builders(rf)]
+
+
+def _trace_keys(rf) -> list:
+    from .figure_kinds import trace_figure_keys
+
+    return trace_figure_keys(rf)
+
+
+def _own_figures(rf, name: str, folder: Path, prefix: str) -> dict:
+    """{key: (Drawn, {"svg": path})} of a trace's figures our own SVG writer draws, written to ``folder``."""
+    from .report_figure import Drawn
+    from .svg_figures import own_figures
+
+    out = {}
+    for f in own_figures(rf, name):
+        p = folder / f"{prefix}{f.key}.svg"
+        try:
+            p.write_text(f.svg, encoding="utf-8")
+        except OSError as e:
+            raise RooflineError(f"cannot write the figure {p}: {e.strerror or e}.") from None
+        out[f.key] = (Drawn(f.key, f.title, f.caption, f.marks), {"svg": p})
+    return out
+
+
+def _figure_builders(rf, own: dict, png: bool) -> list:
+    """The matplotlib jobs a trace's report still needs beside its own SVGs: the PNGs of ours (with ``png``) and
+    the figures ours do not draw (SVG, and PNG with ``png``). None: matplotlib is not imported."""
+    if not png and all(k in own for k in _trace_keys(rf)):
+        return []
+    extra = ("png",) if png else ()
+    return [(key, build, extra if key in own else ("svg",) + extra)
+            for key, build, _ in _matplotlib_builders(rf) if key not in own or png]
 
 
 def _remove_stale(folder: Path, keep: set) -> None:

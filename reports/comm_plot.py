@@ -21,25 +21,13 @@ import numpy as np
 
 from roofline import formulas as F
 from roofline import units as U
-from roofline.analysis import COMMUNICATION, analyze
+from roofline.analysis import analyze
 from roofline.ranks import balance_text
 
+from .figure_kinds import collective_points, has_collectives  # noqa: F401
 from .style import DATASHEET_COLOR, MEASURED_COLOR, device_color, styled
 
 MARKERS = {"embedding_allreduce": "s", "attn_allreduce": "o", "mlp_allreduce": "D", "lm_head_gather": "^"}
-
-
-def collective_points(rf) -> list:
-    """(message bytes, bus bandwidth, op, rank) of every ok collective measurement with its sizes recorded."""
-    out = []
-    for r in analyze(rf).results:
-        if not (r.ok and r.off_roof == COMMUNICATION):
-            continue
-        d = r.m.config.get("detail", {})
-        msg, wire = d.get("message_bytes"), d.get("wire_bytes")
-        if msg and wire and r.instance_s > 0:
-            out.append((float(msg), wire / r.instance_s, r.op, r.m.rank))
-    return out
 
 
 def _roof(ax, link, ranks, xs, gid, color, ls, label):
@@ -82,10 +70,6 @@ def plot_collectives(ax, rf, *, title: str | None = None):
     ax.set_ylabel("bus bandwidth (bytes on the wire / time)")
     ax.set_title(title or f"Collectives on {h.device.name} over {ranks} ranks: the interconnect roof")
     return ax
-
-
-def has_collectives(rf) -> bool:
-    return bool(collective_points(rf))
 
 
 def balance_caption(rf) -> str:

@@ -19,22 +19,17 @@ from __future__ import annotations
 from matplotlib.ticker import NullLocator
 
 from roofline import units as U
-from roofline.context_curve import ContextCurve, context_curve, linear_kind
+from roofline.context_curve import ContextCurve, context_curve
 from roofline.errors import RooflineError
 from roofline.explain import ExplainSpec
 
+from .figure_kinds import has_context_curve
 from .style import styled
 
 MODEL_COLOR = "#1f77b4"
 DENSE_COLOR = "#d62728"
 CROSS_COLOR = "#2ca02c"
 FLOATS = ("fp32", "bf16", "fp16")
-
-
-def has_context_curve(rf) -> bool:
-    """Whether the header's model has layers a dense counterpart is drawn against."""
-    m = getattr(rf.header, "model", None)
-    return m is not None and bool(linear_kind(m))
 
 
 def report_curve(rf) -> ContextCurve | None:

@@ -16,21 +16,17 @@ from roofline import units as U
 from roofline.analysis import analyze
 from roofline.bounds import OVERHEAD_FRACTION
 
+from .captions import BOUNDED_NOTE, predicted_caption, roofline_caption  # noqa: F401
 from .comm_plot import balance_caption, has_collectives, plot_collectives
 from .context_plot import context_caption, has_context_curve, plot_context, report_curve
 from .expert_plot import expert_caption, expert_sweep, has_experts, plot_experts
 from .idle_plot import has_idle_timeline, idle_figure
 from .latency_figures import latency_section
 from .report_figure import ReportFigure
-from .roofline_plot import plot_roofline, plotted, step_markers, zero_flop_ops
-from .style import CATEGORY_COLORS, RASTER_ABOVE, category_color, new_figure, op_color, op_names, run_model
+from .roofline_plot import plot_roofline
+from .style import CATEGORY_COLORS, category_color, new_figure, op_color, op_names, run_model
 from .sweep_plot import plot_compare, plot_fraction_sweep, plot_intensity_sweep, style_note, sweep_slices
 from .time_plot import align_diagonals, plot_predicted_vs_measured, plot_time_breakdown, predicted, step_times
-
-
-# past RASTER_ABOVE points a chart's markers are raster and its hover targets bounded (reports.hover)
-BOUNDED_NOTE = (f" Over {RASTER_ABOVE:,} points: in the HTML report only the steps and the points above their roof "
-                "explain themselves on hover; the points table lists every one.")
 
 
 def _op_legend(fig, rf, ops):
@@ -45,37 +41,7 @@ def _op_legend(fig, rf, ops):
 def roofline_figure(rf) -> ReportFigure:
     fig, ax = new_figure(10, 6.4)
     plot_roofline(ax, rf)
-    dev = rf.header.device
-    zero = zero_flop_ops(rf)
-    above = [r for r in plotted(rf) if r.above_roof]
-    trace = rf.header.kind == "trace"
-    if not trace:
-        cap = (f"{len(plotted(rf))} measured points at (arithmetic intensity, achieved FLOP/s = FLOPs / median time); "
-               "error bars span the p20-p80 times. Marker shape: phase; colour: batch; size: context. ")
-    else:
-        cap = (f"{len(plotted(rf))} traced ops (one point per op and shape) at (arithmetic intensity, achieved FLOP/s = "
-               "FLOPs / mean instance time); error bars span the p20-p80 instance times. Marker shape: phase; colour: "
-               "op category; area: share of the traced time. Uncosted ops and collectives are not on the chart. ")
-    cap += (f"Solid: the ceilings used to classify ({dev.source}; a dtype it did not measure keeps its datasheet "
-            "figure); dashed: the datasheet's. "
-            "Vector ops (norms, rope, residuals, swiglu) compute in fp32 and sit under the fp32 roof.")
-    steps = step_markers(analyze(rf))
-    if steps:
-        n_all = sum(1 for s in analyze(rf).steps if s.cost.flops > 0)
-        cap += (" Large black-edged markers: each phase step (its ops summed: the step's intensity and FLOPs / step "
-                "time), " + ("every step" if len(steps) == n_all else f"the {len(steps)} headline steps of {n_all}")
-                + "; the smallest and largest per phase carry their verdict (\"no verdict\" for a step timed on a "
-                "busy host).")
-    if zero:
-        cap += (f" {', '.join(zero)} do no FLOPs, so they cannot sit on a FLOP/s roofline: they are left off "
-                "this chart and appear in the table with their bytes/s.")
-    if above:
-        cap += (f" {len(above)} point(s) circled in red run above their roof: that is a counting error or cache "
-                "reuse (e.g. data served from L2), not a win.")
-    if len(plotted(rf)) > RASTER_ABOVE:
-        cap += BOUNDED_NOTE
-    note = analyze(rf).noise_note       # the table's WARNING first: what to do for numbers to trust
-    return ReportFigure("roofline", "Roofline", fig, (f"WARNING: {note} " if note else "") + cap)
+    return ReportFigure("roofline", "Roofline", fig, roofline_caption(rf))
 
 
 def time_figure(rf, phase) -> ReportFigure | None:
@@ -124,15 +90,7 @@ def predicted_figure(rf) -> ReportFigure:
         ops = {r.op for r in analyze(rf).ok}
         _op_legend(fig, rf, ops)
     align_diagonals(ax)          # the legend moved the axes: the diagonals' labels follow their lines
-    cap = ("Each op instance's median time against the roofline's prediction with this file's ceilings: "
-           "max(FLOPs / peak, bytes / bandwidth). On the diagonal an op runs at its roof; above the dashed "
-           "line it runs under a quarter of it. Points below the diagonal beat the roof (circled): check "
-           "the byte count or cache reuse. Circles: decode; triangles: prefill"
-           + ("; pentagons: a forward of unknown phase (a counters run's kernel launches, a trace's forward)."
-              if any(r.point.phase == "forward" for r in analyze(rf).ok) else "."))
-    if len(analyze(rf).ok) > RASTER_ABOVE:
-        cap += BOUNDED_NOTE
-    return ReportFigure("predicted", "Measured vs predicted", fig, cap)
+    return ReportFigure("predicted", "Measured vs predicted", fig, predicted_caption(rf))
 
 
 def latency_figures(rf) -> list[ReportFigure]:

@@ -9,6 +9,9 @@ a comparison's k-th matched op. Nothing is drawn. Once the figure's layout is fi
 x 72), which ``reports.html`` lays over the chart as focusable, invisible targets linked to the
 table row that holds the point's numbers.
 
+The trace report's own SVG figures (``reports.svg_roofline``, ``reports.svg_predicted``) know where they draw each
+point and make their ``Mark``s directly (``bounded`` applies the same limit); the HTML lays both kinds over alike.
+
 Large files: every point is registered, but beyond ``HOVER_MAX`` ordinary points in one figure
 only the ``priority`` ones keep a mark (step markers, points above their roof): the table still
 lists every point. Marks outside their axes (clipped points) are dropped.
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .style import RASTER_ABOVE
+from .palette import RASTER_ABOVE
 
 HOVER_MAX = RASTER_ABOVE   # beyond this many ordinary points in one figure, only priority points get a mark
 MIN_RADIUS = 4.0           # points: a target smaller than this is hard to hit with a mouse
@@ -83,8 +86,12 @@ def marks(fig) -> list:
                 continue
             out.append(Mark(kind, int(index), round(float(x) * scale, 2), round(height_pt - float(y) * scale, 2),
                             round(float(r), 1), priority))
-    ordinary = sum(not m.priority for m in out)
-    if ordinary > HOVER_MAX:
-        out = [m for m in out if m.priority]
-    return out
+    return bounded(out)
+
+
+def bounded(marks: list) -> list:
+    """``marks``, or only their priority ones when the ordinary ones number over ``HOVER_MAX``."""
+    if sum(not m.priority for m in marks) > HOVER_MAX:
+        return [m for m in marks if m.priority]
+    return marks
 

@@ -21,7 +21,7 @@ from roofline import formulas
 from roofline import units as U
 
 from . import trace_section
-from .style import tag_css
+from .palette import tag_css
 from .tables import POINT_COLUMNS, POINT_TIP, STEP_COLUMNS, STEP_TIP, ceiling_rows, phase_rows, point_rows
 
 CSS = """

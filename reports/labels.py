@@ -26,8 +26,6 @@ import numpy as np
 
 from roofline.verdicts.comparison import differing_settings, setting_text
 
-from .style import freeze_layout
-
 PAD = 2.0   # pixels kept clear around every label
 OFFSETS = [(r * math.cos(math.radians(a)), r * math.sin(math.radians(a)))
            for r in (12, 24, 40, 60) for a in (45, 135, -45, -135, 90, -90, 0, 180)]   # points, nearest first
@@ -78,6 +76,8 @@ def place_labels(ax, wanted, markers, *, fontsize: float = 7.5, relayout: bool =
     layout engine itself."""
     if not wanted:
         return []
+    from .style import freeze_layout    # matplotlib: this module's other helpers need none
+
     fig = ax.figure
     if relayout:
         freeze_layout(fig)        # the labels are measured on this layout: solved once, kept for the save

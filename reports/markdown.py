@@ -1,5 +1,6 @@
 """The markdown summary written beside the HTML report: verdicts, ceilings, step table,
-notes, links to the PNG figures, run metadata and the cost conventions.
+notes, links to the figures (the PNGs; a trace report's own SVGs, ``ReportData.link``), run metadata and the
+cost conventions.
 
 ``render(report, out_dir) -> str``; figure links are relative to ``out_dir``.
 """
@@ -32,6 +33,11 @@ def rel_path(p: Path, out_dir: Path) -> str:
         return p.as_posix()
 
 
+def _linked(paths: dict, fmt: str) -> Path:
+    """The file of a figure report.md links: ``fmt`` ("png", or "svg" for a trace's own SVGs) where it was written."""
+    return paths.get(fmt) or paths.get("svg") or paths["png"]
+
+
 def render(report, out_dir: Path) -> str:
     lines = ["# Roofline report", ""]
     lines += [f"> {cell(n)}" for n in report.notes] + ([""] if report.notes else [])
@@ -58,12 +64,14 @@ def render(report, out_dir: Path) -> str:
             lines += ["", "</details>", ""]
         lines += [f"- {cell(n)}" for n in run.notes] + ([""] if run.notes else [])
         for fig, paths in run.figures:
-            lines += [f"![{cell(fig.title)}]({rel_path(paths['png'], out_dir)})", "", f"*{cell(fig.caption)}*", ""]
+            lines += [f"![{cell(fig.title)}]({rel_path(_linked(paths, report.link), out_dir)})", "",
+                      f"*{cell(fig.caption)}*", ""]
         lines += [f"Command: {cell(h.command) or '-'}  ", f"Started: {cell(h.started) or '-'}, git "
                   f"{cell(h.git_sha[:12]) or '-'}; versions: "
                   f"{cell(', '.join(f'{k} {v}' for k, v in h.versions.items())) or '-'}", ""]
     for fig, paths in report.compare:
-        lines += ["## Runs side by side", "", f"![{cell(fig.title)}]({rel_path(paths['png'], out_dir)})", "",
+        link = rel_path(_linked(paths, report.link), out_dir)
+        lines += ["## Runs side by side", "", f"![{cell(fig.title)}]({link})", "",
                   f"*{cell(fig.caption)}*", ""]
     lines += ["## Cost conventions", "", "```", conventions_text(), "```", ""]
     if any(trace_section.is_trace(r.rf) for r in report.runs):

@@ -2,8 +2,8 @@
 
 Matplotlib draws in one thread, and a report's figures are independent: on a machine with
 several cores, ``render(jobs, folder)`` forks worker processes that build and save a share of
-the figures each (PNG and SVG), returning only their titles, captions, paths and hover marks
-(``reports.hover``: where each explained point sits in the SVG). The workers
+the figures each (PNG and SVG, or the formats a job names), returning only their titles, captions,
+paths and hover marks (``reports.hover``: where each explained point sits in the SVG). The workers
 inherit the analysed result files through ``fork`` (nothing is pickled but indices); they run
 matplotlib only. Where ``fork`` is unavailable (not Linux), with one core (or one left idle by the
 load: ``idle_cores``), for fewer than
@@ -16,35 +16,26 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import hover
+from .report_figure import Drawn
 from .style import save
 
 PARALLEL_FROM = 2     # one builder: nothing to share. A trace's 3 figures, 2 cores at load 1-1.9: run_trace 0.79-1.16 s
                       # in two processes against 1.28-1.45 s in one (fork after matplotlib is imported: ~30 ms)
 WORKERS = 2          # at most; ROOFLINE_RENDER_PROCESSES sets it (1: draw here, e.g. when the cores are taken)
 
-_JOBS: list = []      # (stem prefix, build) set before forking; the workers index into it
-
-
-@dataclass(frozen=True)
-class Drawn:
-    """What the HTML and markdown need of a figure once it is on disk."""
-
-    key: str
-    title: str
-    caption: str
-    marks: tuple = ()   # reports.hover.Mark: where its explained points sit in the SVG
+FORMATS = ("png", "svg")   # what a job writes unless it says (a third item: e.g. ("png",) beside our own SVG)
+_JOBS: list = []      # (stem prefix, build[, formats]) set before forking; the workers index into it
 
 
 def _draw(i: int, folder: str) -> list:
-    prefix, build = _JOBS[i]
+    prefix, build, formats = (_JOBS[i] + (FORMATS,))[:3]
     out = []
     for fig in build():
-        paths = save(fig.figure, Path(folder) / f"{prefix}{fig.key}")
-        marks = tuple(hover.marks(fig.figure))   # the layout is final once saved
+        paths = save(fig.figure, Path(folder) / f"{prefix}{fig.key}", formats)
+        marks = tuple(hover.marks(fig.figure)) if "svg" in formats else ()   # the layout is final once saved
         fig.figure.clear()
         out.append((Drawn(fig.key, fig.title, fig.caption, marks), {k: str(v) for k, v in paths.items()}))
     return out
@@ -74,7 +65,7 @@ def idle_cores(cores: int, load=None) -> int:
 
 
 def render(jobs, folder: Path) -> list:
-    """``jobs``: [(stem prefix, build)] -> per job, [(Drawn, {fmt: Path})] in job order."""
+    """``jobs``: [(stem prefix, build[, formats])] -> per job, [(Drawn, {fmt: Path})] in job order."""
     global _JOBS
     _JOBS = list(jobs)
     try:

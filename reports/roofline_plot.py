@@ -49,35 +49,22 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.lines import Line2D
 
 from roofline import units as U
-from roofline.analysis import CACHE_RESIDENT, HOST_BUSY, UNRELIABLE, analyze, cache_ceilings, ceilings, level_points
+from roofline.analysis import analyze, level_points
 
 from . import hover
 from .hover import marker_radius
 from .labels import boxes_hit, busy_line, label_box, marker_boxes, place_labels
+from .roof_geometry import CACHE_ROOF_COLOR, DASHES, roof_chart
+from .roof_points import (MAX_ABOVE_LABELS, MAX_STEP_MARKERS, RIDGE_SPOTS, STEP_SIZE, WITHHELD,  # noqa: F401
+                          ceilings_said, context_size, plotted, point_labels, ridge_text, step_markers, verdict_text,
+                          zero_flop_ops)
 from .style import (ABOVE_ROOF_COLOR, BATCH_CMAP, CATEGORY_COLORS, DATASHEET_COLOR, LABEL_ZORDER, MEASURED_COLOR,
                     PHASE_MARKER, RASTER_ABOVE, UNSIZED_COLOR, batch_palette, category_color, freeze_layout, log_log,
                     styled)
 
 
 BATCH_CMAP_OBJ = matplotlib.colormaps[BATCH_CMAP]
-CACHE_ROOF_COLOR = "#6a51a3"   # the cache levels' roofs: apart from the DRAM roof's colour
-CACHE_ROOF_STYLE = (0, (6, 2, 1, 2))
-
-
-def plotted(result_file) -> list:
-    """``OpResult``s that belong on a FLOP/s roofline: ok and with FLOPs."""
-    return [r for r in analyze(result_file).results if r.ok and r.point.cost.flops > 0]
-
-
-def zero_flop_ops(result_file) -> list[str]:
-    """Names of measured ops that do no FLOPs (kept off the chart)."""
-    return sorted({r.op for r in analyze(result_file).results if r.ok and r.point.cost.flops == 0
-                   and not r.off_roof})
-
-
-def context_size(context, lo: float = 128) -> float:
-    """Marker area for a context length: grows with log2(context)."""
-    return 16 + 9 * max(0.0, math.log2(max(context, 1) / lo))
+CACHE_ROOF_STYLE = (0, DASHES["cache"])
 
 
 def _label(ax, x, y, text, color, gid, *, va="bottom", ha="left"):
@@ -86,131 +73,37 @@ def _label(ax, x, y, text, color, gid, *, va="bottom", ha="left"):
     return t
 
 
+def _line_style(roof):
+    dash = DASHES[roof.style]
+    return (0, dash) if dash else "-"
+
+
 def draw_ceilings(ax, header, dtypes, xs, ys) -> tuple:
-    """Log-log axes holding points (xs, ys), the ceilings of ``header``'s device for ``dtypes`` and its ridge;
-    returns (datasheet ceilings drawn, bandwidth labels to align with ``align_to_slope``)."""
-    dev = header.device
-    used, sheet = ceilings(header, dtypes)
-    xs = np.asarray(xs, dtype=float) if len(xs) else np.array([1.0])
-    ys = np.asarray(ys, dtype=float) if len(ys) else np.array([1e12])
-    levels = cache_ceilings(header)
-    peaks = [c.value for c in used + sheet if c.kind == "peak"]
-    bws = [c.value for c in used + sheet + levels if c.kind == "bandwidth" and c.value > 0]
-    elbows = [p / b for p in peaks for b in bws] or [1.0]
-    x_lo = 10 ** math.floor(math.log10(min(xs.min(), min(elbows)) / 2))
-    x_hi = 10 ** math.ceil(math.log10(max(xs.max(), max(elbows)) * 3))
-    y_hi = 10 ** math.ceil(math.log10(max(peaks + [ys.max()]) * 2))
-    y_lo = 10 ** math.floor(math.log10(max(min(ys.min(), x_lo * min(bws or [1.0])), 1.0)))
+    """Log-log axes holding points (xs, ys), the ceilings of ``header``'s device for ``dtypes`` and its ridge
+    (``reports.roof_geometry.roof_chart``: where each goes); returns (datasheet ceilings drawn, bandwidth labels to
+    align with ``align_to_slope``)."""
+    chart = roof_chart(header, dtypes, xs, ys)
     log_log(ax)
-    ax.set_xlim(x_lo, x_hi)
-    ax.set_ylim(y_lo, y_hi)
+    ax.set_xlim(chart.x_lo, chart.x_hi)
+    ax.set_ylim(chart.y_lo, chart.y_hi)
     ax.xaxis.set_major_formatter(lambda v, _: f"{v:g}")
     ax.yaxis.set_major_formatter(lambda v, _: U.si(v, "FLOP/s"))
-
-    # a datasheet ceiling the run also classifies with is drawn once, solid, labelled "datasheet"
-    sheet = [c for c in sheet if not any(u.kind == c.kind and u.dtype == c.dtype and
-                                         math.isclose(u.value, c.value, rel_tol=1e-9) for u in used)]
     slope_labels = []
-
-    def higher(c):  # the upper of two close lines is labelled above it, the lower one below
-        rivals = [o.value for o in used + sheet if o.kind == c.kind and o.dtype == c.dtype and o is not c]
-        return all(c.value >= v for v in rivals)
-
-    for group, solid in ((sheet, False), (used, True)):
-        color = MEASURED_COLOR if solid else DATASHEET_COLOR
-        ls = "-" if solid else (0, (5, 3))
-        top = max((c.value for c in group if c.kind == "peak"), default=None)
-        for c in group:
-            if c.kind == "bandwidth":
-                if c.value <= 0 or top is None:
-                    continue
-                elbow = top / c.value
-                ax.plot([x_lo, elbow], [x_lo * c.value, top], color=color, ls=ls, lw=1.6 if solid else 1.1,
-                        gid=f"ceiling:bandwidth:{'used' if solid else 'datasheet'}")
-                lx = max(x_lo * 2.5, y_lo * 3 / c.value)
-                t = ax.text(lx, lx * c.value, f"  {U.si(c.value, 'B/s')} ({c.source})", color=color, fontsize=7.5,
-                            va="bottom" if higher(c) else "top", ha="left", rotation_mode="anchor", zorder=5,
-                            gid=f"ceiling-label:bandwidth:{'used' if solid else 'datasheet'}")
-                slope_labels.append(t)
-            else:
-                bw = next((b.value for b in group if b.kind == "bandwidth" and b.value > 0), None)
-                start = c.value / bw if bw else x_lo
-                ax.plot([start, x_hi], [c.value, c.value], color=color, ls=ls, lw=1.6 if solid else 1.1,
-                        gid=f"ceiling:peak:{c.dtype}:{'used' if solid else 'datasheet'}")
-                up = higher(c)
-                _label(ax, x_hi / 1.15, c.value * (1.12 if up else 0.9),
-                       f"{c.dtype} {U.si(c.value, 'FLOP/s')} ({c.source})", color,
-                       f"ceiling-label:peak:{c.dtype}:{'used' if solid else 'datasheet'}",
-                       ha="right", va="bottom" if up else "top")
-
-    slope_labels += draw_cache_roofs(ax, levels, max((c.value for c in used if c.kind == "peak"), default=None),
-                                     dev.bandwidth, x_lo, y_lo)
-
-    if dev.bandwidth > 0 and header.dtype in dev.peak_flops:
-        peak = dev.peak_flops[header.dtype]
-        ridge = peak / dev.bandwidth
-        ax.plot([ridge], [peak], marker="D", ms=6, color=MEASURED_COLOR, ls="none", zorder=6,
-                gid=f"ridge:{header.dtype}")
-        ax.plot([ridge, ridge], [y_lo, peak], color=MEASURED_COLOR, lw=0.7, ls=":", zorder=1)
-        ax.annotate(f"ridge {U.intensity(ridge)} FLOP/byte ({header.dtype})", (ridge, peak),
-                    xytext=(-8, 6), textcoords="offset points", fontsize=8, color=MEASURED_COLOR, ha="right",
-                    gid=f"ridge-label:{header.dtype}", zorder=LABEL_ZORDER,
+    for r in chart.roofs:
+        ax.plot(list(r.xs), list(r.ys), color=r.color, ls=_line_style(r), lw=r.width, gid=r.gid)
+        if r.along_slope:
+            slope_labels.append(ax.text(*r.label_xy, r.label, color=r.color, fontsize=7.5, va=r.va, ha=r.ha,
+                                        rotation_mode="anchor", zorder=5, gid=r.label_gid))
+        else:
+            _label(ax, *r.label_xy, r.label, r.color, r.label_gid, ha=r.ha, va=r.va)
+    if chart.ridge is not None:
+        ridge, peak, dtype = chart.ridge
+        ax.plot([ridge], [peak], marker="D", ms=6, color=MEASURED_COLOR, ls="none", zorder=6, gid=f"ridge:{dtype}")
+        ax.plot([ridge, ridge], [chart.y_lo, peak], color=MEASURED_COLOR, lw=0.7, ls=":", zorder=1)
+        ax.annotate(ridge_text(chart.ridge), (ridge, peak), xytext=(-8, 6), textcoords="offset points", fontsize=8,
+                    color=MEASURED_COLOR, ha="right", gid=f"ridge-label:{dtype}", zorder=LABEL_ZORDER,
                     bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
-
-    return sheet, slope_labels
-
-
-def draw_cache_roofs(ax, levels, top, dram, x_lo, y_lo) -> list:
-    """One dash-dotted bandwidth roof per cache level (``analysis.cache_ceilings``) up to its elbow with the
-    highest peak ``top``, then along that peak to the DRAM roof's elbow (``dram`` B/s), as Nsight Compute's
-    hierarchical roofline draws them; labelled "L3 180 GB/s (measured, 33.6 MB)", the faster level's label
-    above its line, the others' below and further right. Returns the labels (to align to the slope)."""
-    out = []
-    if top is None:
-        return out
-    fastest = max((c.value for c in levels), default=0.0)
-    for i, c in enumerate(levels):
-        elbow = top / c.value
-        xs, ys = [x_lo, elbow], [x_lo * c.value, top]
-        if dram > 0 and top / dram > elbow:
-            xs.append(top / dram)
-            ys.append(top)
-        ax.plot(xs, ys, color=CACHE_ROOF_COLOR, ls=CACHE_ROOF_STYLE, lw=1.2, gid=f"ceiling:cache:{c.level}")
-        up = c.value >= fastest
-        lx = max(x_lo * 2.5, y_lo * 3 / c.value)
-        if not up:   # further along its slope, short of its elbow: apart from the faster level's label
-            lx = max(lx, min(lx * 4 ** (i + 1), elbow / 8))
-        out.append(ax.text(lx, lx * c.value, f"  {c.level} {U.si(c.value, 'B/s')} ({c.source}, {U.nbytes(c.size_bytes)})",
-                           color=CACHE_ROOF_COLOR, fontsize=7.5, va="bottom" if up else "top", ha="left",
-                           rotation_mode="anchor", zorder=5, gid=f"ceiling-label:cache:{c.level}"))
-    return out
-
-
-def ceilings_said(header) -> str:
-    """Which measured ceilings judge the run, as its header records them (``RunHeader.ceilings``): " (cached,
-    quiet, 1 thread)", " (measured with the run, on a busy host, 2 threads)"; "" for a datasheet's."""
-    c = header.ceilings or {}
-    if not c or header.device.source != "measured":
-        return ""
-    parts = ["cached" if c.get("cached") else "measured with the run",
-             "on a busy host" if HOST_BUSY in c.get("flags", ()) else "quiet"]
-    threads = (c.get("cache_key") or {}).get("threads")
-    if threads:
-        parts.append(f"{threads} thread{'s' if threads > 1 else ''}")
-    return " (" + ", ".join(parts) + ")"
-
-
-WITHHELD = f"{UNRELIABLE}, no verdict (host-busy)"   # the table's word for a step whose verdict is withheld
-
-
-def verdict_text(s) -> str:
-    """A step's verdict in a few words: 'memory-bound', 'cache-resident (L3)', 'compute-bound (L3 roof)'; the
-    withheld verdict of a step timed on a busy host (``Step.reliable``) is withheld here too."""
-    if not s.reliable:
-        return WITHHELD
-    if s.label == CACHE_RESIDENT:
-        return f"cache-resident ({s.roof.level_name})"
-    return f"{s.label}-bound" + (f" ({s.roof.level_name} roof)" if s.roof.level_name else "")
+    return list(chart.sheet), slope_labels
 
 
 LEVEL_MARKERS = {"L2": "s", "L1": "D"}   # Nsight Compute's hierarchical roofline: one point per memory level
@@ -350,55 +243,6 @@ def plot_roofline(ax, result_file, *, colorbar: bool = True, title: str | None =
     clear_ridge_label(ax, boxes, relayout=not slope_labels)     # else align_to_slope laid out
     place_labels(ax, point_labels(a, shown, above), boxes, relayout=False)
     return ax
-
-
-STEP_SIZE = 190        # pt^2: a step's marker, well above any op's
-MAX_STEP_MARKERS = 24  # more steps than this: only the headline steps (smallest and largest per phase) are marked
-MAX_ABOVE_LABELS = 3   # points above their roof named on the chart (all are circled, and listed in the notes)
-
-
-def step_markers(a) -> list:
-    """The steps drawn as their own marker: all of them, or the headline steps of a large sweep."""
-    ok = [s for s in a.steps if s.cost.flops > 0 and s.time_s > 0]
-    if len(ok) <= MAX_STEP_MARKERS:
-        return ok
-    head = {id(s) for s in a.headline()}
-    return [s for s in ok if id(s) in head]
-
-
-def point_labels(a, shown, above) -> list:
-    """[(name, (x, y), text, colour)] in the order they are placed: above-roof points (worst first), then the
-    headline steps' verdicts."""
-    out = []
-    for r in sorted(above, key=lambda r: -r.roof_fraction)[:MAX_ABOVE_LABELS]:
-        p = r.point
-        out.append((f"above:{p.phase}:{p.op}:{p.batch}:{p.context}", (r.m.intensity, r.m.achieved_flops),
-                    f"{p.op} b{p.batch} c{p.context}: {U.percent(r.roof_fraction)} of roof\n"
-                    "(above roof: byte count or cache reuse)", ABOVE_ROOF_COLOR))
-    head = {id(s) for s in a.headline()}
-    several = len(a.backends) > 1
-    for s in shown:
-        if id(s) in head:
-            on = f" {s.backend}" if several else ""
-            q = "".join(f":{n}-{v}" for n, v in (("w", s.key.weight_dtype), ("kv", s.key.kv_dtype)) if v != s.dtype)
-            out.append((f"step:{s.phase}:{s.backend}:{s.batch}:{s.context}{q}", (s.intensity, s.achieved_flops),
-                        f"{s.phase} step{_where(s)}{on}: {verdict_text(s)}"
-                        + (f", {U.percent(s.roof_fraction)}" if s.reliable else ""),
-                        MEASURED_COLOR))
-    return out
-
-
-def _where(s) -> str:
-    """' b8/ctx1024' after a step's phase; nothing for a forward of unknown phase (its ``where`` is its phase)."""
-    rest = s.where[len(s.phase):] if s.where.startswith(s.phase) else " " + s.where
-    return rest.rstrip()
-
-
-# where the ridge label may sit, nearest first: (dx, dy) points from the ridge, ha, va. Above-left of the ridge is
-# the usual spot; a ridge near the right edge puts it on the peak's label, so under the flat roof, right of the
-# ridge, comes next (the slope runs below-left, where no spot is offered: the label would cross it)
-RIDGE_SPOTS = ((-8, 6, "right", "bottom"), (8, -6, "left", "top"), (-8, 22, "right", "bottom"),
-               (8, -22, "left", "top"), (-8, 38, "right", "bottom"))
 
 
 def clear_ridge_label(ax, markers=(), *, relayout: bool = True):

@@ -9,6 +9,7 @@ HTML writer escapes it.
 from __future__ import annotations
 
 import math
+import re
 
 from roofline import units as U
 from roofline.analysis import ceilings
@@ -28,6 +29,25 @@ STEP_TIP = ("{phase} step · {backend} (its ops summed)\nbatch {batch} · contex
             "step time {step time} (p20-p80 {p20-p80}); at the roof {at the roof}\n"
             "{FLOPs} · {bytes} · {FLOP/byte} FLOP/byte (ridge {ridge})\n{FLOP/s} · {bytes/s}\n"
             "roof {roof %} · {label} (by sum {by sum}, by mix {by mix})")
+
+
+def tip_text(template: str, columns, row) -> str:
+    """A tooltip from a row's cells, as the HTML's script writes it: each ``{column}`` of ``template`` replaced by
+    its cell's text, a line whose cells are all empty ("", "-", "n/a") left out (the trace report's own SVG
+    figures give each point this as its ``<title>``)."""
+    cells = dict(zip(columns, (str(text).strip() for text, _ in row)))
+    out = []
+    for line in template.split("\n"):
+        filled = [False]
+
+        def cell(m):
+            v = cells.get(m.group(1), "")
+            filled[0] = filled[0] or v not in ("", "-", "n/a")
+            return v
+        text = re.sub(r"\{([^}]+)\}", cell, line)
+        if filled[0]:
+            out.append(text)
+    return "\n".join(out)
 
 
 def dtype_text(p) -> str:

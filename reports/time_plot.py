@@ -25,6 +25,7 @@ from roofline.bounds import OVERHEAD_FRACTION
 
 from . import hover
 from .labels import busy_line
+from .roof_points import EDGE_PAD, predicted  # noqa: F401
 from .roofline_plot import align_to_slope
 from .style import (ABOVE_ROOF_COLOR, MAX_BAR_LABELS, PHASE_MARKER, RASTER_ABOVE, category_color, log_log, op_color,
                     op_names, run_model, styled)
@@ -79,14 +80,6 @@ def plot_time_breakdown(ax, result_file, phase: str):
                  + busy_line(analyze(result_file), keys))
     ax.grid(axis="x", visible=False)
     return ax
-
-
-EDGE_PAD = 1.5   # a point stays at least this factor (0.18 decade) inside the predicted-vs-measured limits
-
-
-def predicted(a) -> list:
-    """The op results with a prediction to compare with (on the roofline, moving something)."""
-    return [r for r in a.ok if not r.off_roof and r.predicted_s > 0]
 
 
 @styled

@@ -8,7 +8,8 @@
     roofline trace --capture --out roofline-trace -- python my_script.py ARGS
 
 Writes OUT/results.jsonl (kind "trace": ``roofline report`` and ``roofline diagnose`` read it
-like a profile) and OUT/report.html; prints GPU time, the shares of costed and uncosted time,
+like a profile), OUT/report.html, OUT/report.md and the figures as SVG (OUT/figures/*.svg, drawn by
+``reports.svg_figures`` without matplotlib; ``--png``: their PNGs too, drawn by matplotlib); prints GPU time, the shares of costed and uncosted time,
 each phase's verdict and the top ops (``--json``: one JSON object instead).
 """
 
@@ -63,9 +64,12 @@ from ..trace_run import TraceRun, run_trace
 @click.option("--overwrite", is_flag=True, help="replace OUT/results.jsonl if it exists")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (summary, steps, paths) on stdout")
 @click.option("--no-report", is_flag=True, help="write the results file only")
+@click.option("--png", is_flag=True, help="also write the report's figures as PNG (drawn by matplotlib: about 1 s "
+              "more); by default they are SVG only, drawn without matplotlib, which the HTML embeds and report.md "
+              "links")
 @click.option("--quiet", is_flag=True, help="no notes on stderr")
 def trace(args, capture, skip_forwards, captures, markers, mix, rule_files, model, device_name, device_file, peak_tflops,
-          bandwidth_gbs, ceilings, rank, out_dir, overwrite, as_json, no_report, quiet):
+          bandwidth_gbs, ceilings, rank, out_dir, overwrite, as_json, no_report, png, quiet):
     """Put the ops of a PyTorch profiler (Kineto) trace on the roofline.
 
     \b
@@ -90,7 +94,7 @@ def trace(args, capture, skip_forwards, captures, markers, mix, rule_files, mode
     run = TraceRun(trace=str(path), out=str(out), captures=tuple(captures), markers=tuple(markers), model=model,
                    device=device, peak_of_trace_dtype=given_peak, ceilings=ceilings, rank=rank, mix=step_mix,
                    mode=mode_of(False, overwrite),
-                   report=not no_report, command=command_line(f"roofline trace {path}"))
+                   report=not no_report, png=png, command=command_line(f"roofline trace {path}"))
     result = run_trace(run, say=say)
     for n in result.notes:
         say(f"note: {n}")
