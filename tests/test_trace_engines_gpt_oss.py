@@ -142,3 +142,12 @@ def test_the_experts_are_moe_not_reduction_or_attention_and_the_step_is_costed_p
     bare = analyze_trace(rep, captures=[cap], mix=MIX).summary
     moe_and_attention = sum(3 + 2 + 30 + 18 + (9 if M.windows[n] else 14) for n in range(M.n_layers))
     assert bare["uncosted_s"] == pytest.approx(moe_and_attention * 1e-6, rel=1e-9)
+
+
+def test_a_replay_without_its_capture_takes_the_decode_batch_from_the_annotation(tmp_path):
+    """No attention op with its lengths (a replay, no capture): the decode's batch is the vLLM annotation's 27
+    sequences, not the GEMM rows' guess; its context is said to be unknown."""
+    replay = build(tmp_path)[0]
+    dec = analyze_trace(replay).summary["phases"]["decode"]
+    assert (dec["batch"], dec["context"]) == (27, 0)
+    assert dec["how"] == "batch from its vllm step annotation (context unknown: no attention op with its lengths)"

@@ -142,6 +142,20 @@ def test_the_mixed_step_is_costed_to_all_of_its_gpu_time_and_without_the_mix_its
     assert without["uncosted_share"] == pytest.approx(32 * 60 / kernel_us, rel=1e-9)
 
 
+def test_without_the_mix_the_trace_says_what_to_pass_and_takes_the_batch_from_the_annotation(tmp_path):
+    """vLLM's annotation says requests and tokens, not KV lengths: the notes name the --mix to fill in (this
+    step's counts), and the phase's batch is the annotation's, not an assumed 1 from the GEMM rows."""
+    tr, _ = build(tmp_path)
+    r = analyze_trace(tr, model=M)
+    assert ("1 vllm step(s) say their requests and tokens but not their KV lengths (the engine's annotations never "
+            "do): their attention is costed only where its lengths are known; give them with --mix, e.g. --mix "
+            "prefill=1x512@CACHED,decode=31xCONTEXT for 'execute_context_1(512)_generation_31(31)'.") in r.notes
+    pre = r.summary["phases"]["prefill"]
+    assert (pre["batch"], pre["context"], pre["how"]) == (1, 512 + 31, "batch from its vllm step annotation, "
+                                                                      "tokens from its GEMM rows")
+    assert not [n for n in analyze_trace(tr, model=M, mix=MIX).notes if "KV lengths" in n]
+
+
 def test_the_engines_step_is_the_phase_its_ops_are_measured_in(tmp_path):
     """The step annotation places the ops: the mixed step (a chunk beside 31 decodes) counts as prefill, said in the
     method; no op is left in 'forward (phase unknown)'."""

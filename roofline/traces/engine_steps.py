@@ -311,4 +311,23 @@ def find_steps(trace, mix: StepMix | str | None = None) -> EngineSteps:
     if disagree:
         out.notes.append(f"{disagree} engine step(s) annotated with other counts than --mix {mix.text()}: their "
                          "KV lengths are unknown, so their attention is uncosted.")
+    unknown = [s for s in steps if s.mix is None and s.mode != "idle"]
+    if unknown and mix is None:
+        out.notes.append(_lengths_note(unknown))
     return out
+
+
+def _lengths_note(steps: list) -> str:
+    """What to pass when the engine's annotations say a step's requests and tokens but not their KV lengths (no
+    engine's annotation does): the first step's counts as a --mix to fill in."""
+    s = steps[0]
+    parts = []
+    if s.prefill_requests or s.prefill_tokens:
+        n, t = s.prefill_requests or 1, s.prefill_tokens
+        parts.append(f"prefill={n}x{t // n if t else 'TOKENS'}@CACHED")
+    if s.decode_requests or s.decode_tokens:
+        parts.append(f"decode={s.decode_requests or s.decode_tokens}xCONTEXT")
+    example = ",".join(parts) or "decode=BATCHxCONTEXT"
+    return (f"{len(steps)} {s.engine} step(s) say their requests and tokens but not their KV lengths (the engine's "
+            f"annotations never do): their attention is costed only where its lengths are known; give them with "
+            f"--mix, e.g. --mix {example} for {s.name!r}.")

@@ -233,7 +233,7 @@ def plan_phases(trace, instances, markers=None, engine=None) -> PhasePlan:
         steps = {s for ph, s in zip(plan.phase, step_of) if ph == p}
         if steps:
             plan.steps[p] = max(len(steps), 1)
-    _shapes(instances, plan, fwd)
+    _shapes(instances, plan, fwd, engine)
     return plan
 
 
@@ -339,7 +339,19 @@ def matmul_attention(instances, idx) -> dict | None:
     return None
 
 
-def _shapes(instances, plan: PhasePlan, fwd) -> None:
+def _annotated_batch(engine, phase: str) -> tuple:
+    """(batch, how) from the first engine step of ``phase`` whose annotation says its sequences (a decode step's
+    decode requests, a prefill's prefill requests), or (None, "")."""
+    for st in (engine.steps if engine is not None else ()):
+        if ENGINE_PHASE[st.mode] != phase:
+            continue
+        n = st.decode_requests if phase == "decode" else st.prefill_requests
+        if n:
+            return n, f"{st.engine} step annotation"
+    return None, ""
+
+
+def _shapes(instances, plan: PhasePlan, fwd, engine=None) -> None:
     for p in PLAN_PHASES:
         idx = [i for i, ph in enumerate(plan.phase) if ph == p]
         if not idx:
@@ -361,8 +373,14 @@ def _shapes(instances, plan: PhasePlan, fwd) -> None:
             shape["how"] = how
         else:
             gm = next((instances[i].detail.get("m") for i in idx if instances[i].category == "gemm"), None)
+            said, by = _annotated_batch(engine, p)
             if p == "prefill":
-                shape = {"batch": 1, "context": gm or 1, "cached": 0, "how": "from its GEMM rows (batch 1 assumed)"}
+                shape = ({"batch": said, "context": gm or 1, "cached": 0,
+                          "how": f"batch from its {by}, tokens from its GEMM rows"} if said else
+                         {"batch": 1, "context": gm or 1, "cached": 0, "how": "from its GEMM rows (batch 1 assumed)"})
+            elif said:
+                shape = {"batch": said, "context": 0, "cached": 0,
+                         "how": f"batch from its {by} (context unknown: no attention op with its lengths)"}
             else:
                 shape = {"batch": gm or 1, "context": 0, "cached": 0,
                          "how": "from its GEMM rows (context unknown: no attention op)"}
