@@ -404,8 +404,9 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
     return ops
 
 
-# layer_types kinds with formulas and no kernels yet: what the run paths refuse (Gated DeltaNet's "linear" runs)
-NOT_RUN: dict = {"mamba": "Mamba-2", "hybrid": "Mamba-2", "mlp": "MLP-only (no mixer)"}   # kind -> what it is, for the refusal
+# layer_types kinds with formulas and no kernels yet: what the run paths refuse (Gated DeltaNet's "linear" and
+# Mamba-2's "mamba" run)
+NOT_RUN: dict = {"hybrid": "Mamba-2 beside attention", "mlp": "MLP-only (no mixer)"}   # kind -> what it is
 
 
 def check_runnable(cfg: ModelConfig) -> None:

@@ -275,7 +275,7 @@ def test_explain_prints_the_split_per_kind(tmp_path):
             in text)
 
 
-REFUSAL = ("toy-mamba: Mamba-2 layers are costed but not run yet: roofline explain and the cost commands "
+REFUSAL = ("toy-mamba: MLP-only (no mixer) layers are costed but not run yet: roofline explain and the cost commands "
            "take this model; profile, latency, serve and check do not.")
 
 
