@@ -269,6 +269,9 @@ def _mlp(ops, cfg: ModelConfig, w: dict, x, reduce):
 
 
 def dense_mlp(ops, cfg: ModelConfig, w: dict, h):
+    """down(act(gate) x up), or down(relu2(up)) (Nemotron-H: no gate)."""
+    if cfg.activation == "relu2":
+        return _linear(ops, ops.relu2(_linear(ops, h, w, "w_up", "b_up")), w, "w_down", "b_down")
     act = ops.swiglu if cfg.activation == "silu" else ops.geglu
     a = act(_linear(ops, h, w, "w_gate", "b_gate"), _linear(ops, h, w, "w_up", "b_up"))    # a: [T, I]
     return _linear(ops, a, w, "w_down", "b_down")
@@ -296,12 +299,13 @@ def moe_mlp(ops, cfg: ModelConfig, w: dict, h):
         weights, ids = torch.ones(T * k, 1, dtype=torch.float32, device=h.device), ids.reshape(T * k, 1)
     else:
         h_in = h
-    y = ops.moe_experts(h_in, w["experts_gate"], w["experts_up"], w["experts_down"], weights, ids, activation=cfg.expert_activation, b_gate=w.get("experts_gate_bias"),
+    y = ops.moe_experts(h_in, w.get("experts_gate"), w["experts_up"], w["experts_down"], weights, ids, activation=cfg.expert_activation, b_gate=w.get("experts_gate_bias"),
                         b_up=w.get("experts_up_bias"), b_down=w.get("experts_down_bias"))
     if cfg.routed_input and k > 1:
         y = y.view(T, k, -1).sum(dim=1)
-    if "ws_gate" in w:
-        s = ops.swiglu(ops.linear(h, w["ws_gate"]), ops.linear(h, w["ws_up"]))
+    if "ws_up" in w:
+        u = ops.linear(h, w["ws_up"])
+        s = ops.swiglu(ops.linear(h, w["ws_gate"]), u) if "ws_gate" in w else ops.relu2(u)   # Nemotron-H: relu2
         s = ops.linear(s, w["ws_down"])
         if "ws_gate_vec" in w:                                # Qwen2-MoE: sigmoid(x w) scales the shared expert
             s = torch.sigmoid(ops.linear(h, w["ws_gate_vec"])) * s
