@@ -15,6 +15,8 @@ cross a chunk boundary), in_proj and out_proj with biases:
   (0.2, 1.5) clamps the prefill scan's dt on both sides, and bites: transformers' cached decode step clamps nothing,
   so its logits after a cached prefill differ from one full forward's by some 4% of the largest (``reference``'s
   decode and prefill rows are each compared with ours on the same path).
+- granitemoehybrid_dense (a variant of it, not a model_type): no experts, so the shared MLP (48) is the whole MLP;
+  attention on layer 0 without RoPE, Mamba-2 on 1 and 2; dt unclamped.
 
 ``build_checkpoint`` saves it with hf_tiny_moe's seeded draw (2-D weights N(0, 0.1), 1-D ones (A_log, D, dt_bias,
 biases) N(0, 0.3), norm weights U(0.6, 1.4), decisive routers); ``reference`` / ``prefill_logits`` / ``checkpoint``
@@ -36,7 +38,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 BUILT_WITH = "5.24.0"
-MODEL_TYPES = ("nemotron_h",)
+MODEL_TYPES = ("nemotron_h", "granitemoehybrid", "granitemoehybrid_dense")   # the last: a variant of the second
 
 _COMMON = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
                max_position_embeddings=256, initializer_range=0.02, use_cache=True, pad_token_id=0, bos_token_id=1,
@@ -56,10 +58,17 @@ _CONFIGS = {
         num_experts_per_tok=2, layer_types=["mamba", "attention", "mamba"], position_embedding_type="rope",
         mamba_expand=1, embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.1,
         logits_scaling=2.5, rms_norm_eps=1e-6, time_step_limit=(0.2, 1.5), **_MAMBA)),
+    # the same without experts: the shared MLP is the whole MLP (its input_linear halves as gate_proj / up_proj),
+    # attention without RoPE (position_embedding_type none), dt unclamped (time_step_limit's default)
+    "granitemoehybrid_dense": ("GraniteMoeHybridConfig", dict(
+        num_hidden_layers=3, intermediate_size=32, shared_intermediate_size=48, num_local_experts=0,
+        layer_types=["attention", "mamba", "mamba"], mamba_expand=1, embedding_multiplier=12.0,
+        residual_multiplier=0.22, attention_multiplier=0.1, logits_scaling=2.5, rms_norm_eps=1e-6, **_MAMBA)),
 }
 # what a reader of these configs must find
 LAYERS = {"nemotron_h": dict(mamba=(0,), attention=(2,), moe=(1,), no_mlp=(0, 2), head_dim=8),
-          "granitemoehybrid": dict(mamba=(0, 2), attention=(1,), moe=(0, 1, 2), no_mlp=(), head_dim=16)}
+          "granitemoehybrid": dict(mamba=(0, 2), attention=(1,), moe=(0, 1, 2), no_mlp=(), head_dim=16),
+          "granitemoehybrid_dense": dict(mamba=(1, 2), attention=(0,), moe=(), no_mlp=(), head_dim=16)}
 
 
 def require(model_type: str) -> None:

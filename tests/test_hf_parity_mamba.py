@@ -1,7 +1,7 @@
 """Logits parity with transformers for Mamba-2 hybrids (issue 32): tests/hf_tiny_mamba.py's tiny nemotron_h (blocks M,
 E, *, -: a Mamba-2 mixer alone, relu2 experts + shared expert alone, attention without RoPE alone, a relu2 MLP alone)
-and granitemoehybrid (Mamba-2, attention, Mamba-2 mixers, each with SwiGLU experts beside the shared MLP, Granite's
-multipliers, a dt clamp that bites) run through our model on their real weights: prefill, decode, chunked prefill
+granitemoehybrid (Mamba-2, attention, Mamba-2 mixers, each with SwiGLU experts beside the shared MLP, Granite's
+multipliers, a dt clamp that bites) and its variant without experts (the shared MLP alone, attention without RoPE) run through our model on their real weights: prefill, decode, chunked prefill
 (chunks of 4 and 7 across the scan's chunk of 16), two slots of different lengths decoded together, prefix reuse of a
 whole cached sequence (the state cache keeps each slot's state at its end) and the one-line refusal of a shorter
 prefix; every logit row within 1e-4 of transformers' largest logit on the same path (a cached prefill then decode
@@ -48,12 +48,14 @@ def test_the_reader_finds_the_layers(model_type):
         (want["mamba"], want["attention"], want["moe"], want["no_mlp"])
     assert (cfg.mamba_heads, cfg.mamba_head_dim, cfg.mamba_state, cfg.mamba_groups, cfg.mamba_conv, cfg.mamba_chunk,
             cfg.mamba_conv_bias, cfg.mamba_proj_bias) == (4, want["head_dim"], 8, 2, 4, 16, True, True)
-    assert (cfg.mamba_dt_min, cfg.mamba_dt_max) == ((0.001, 0.0) if model_type == "nemotron_h" else (0.2, 1.5))
+    assert (cfg.mamba_dt_min, cfg.mamba_dt_max) == {"nemotron_h": (0.001, 0.0), "granitemoehybrid": (0.2, 1.5),
+                                                    "granitemoehybrid_dense": (0.0, 0.0)}[model_type]
     if model_type == "nemotron_h":
         assert (cfg.activation, cfg.expert_activation, cfg.rms_eps, cfg.nope_layers) == ("relu2", "relu2", 1e-5, (2,))
     else:
         assert (cfg.embed_multiplier, cfg.residual_multiplier, cfg.query_scale, cfg.logits_scaling) == \
             (12.0, 0.22, 0.1, 2.5)
+        assert cfg.nope_layers == (() if model_type == "granitemoehybrid" else (0,))
 
 
 @pytest.mark.parametrize("model_type", H.MODEL_TYPES)
