@@ -121,13 +121,26 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
         m = mamba_mixer(ops, cfg, w, h, mamba)
         if "wk" not in w:
             return _mixer_residual(ops, cfg, w, x, m, reduce)
-        a = attention_mixer(ops, cfg, w, h, cos, sin, pos, tok_slot, k_cache, v_cache, attend, reduce, kv_scales,
-                            akw)
+        a = attention_mixer(ops, cfg, w, _scaled(h, cfg, "attention_in_multiplier"), cos, sin, pos, tok_slot,
+                            k_cache, v_cache, attend, reduce, kv_scales, akw)
+        a = _scaled(a, cfg, "attention_out_multiplier")                  # Falcon-H1: mamba x m + attention x m'
         return _mixer_residual(ops, cfg, w, x, ops.residual_add(m, a), reduce)
     if "w_conv" in w:                                                    # Gated DeltaNet (attn_kw: its state)
         return _mlp(ops, cfg, w, ops.residual_add(x, deltanet_mixer(ops, cfg, w, h, delta)), reduce)
     a = attention_mixer(ops, cfg, w, h, cos, sin, pos, tok_slot, k_cache, v_cache, attend, reduce, kv_scales, akw)
     return _mixer_residual(ops, cfg, w, x, a, reduce)
+
+
+def layer_scale(cfg: ModelConfig, name: str, default=1.0):
+    """A per-layer multiplier of ``cfg.layer_scales`` (Falcon-H1's muP: a float, or a tuple for ssm_multipliers and
+    mlp_multipliers), ``default`` where the config has none."""
+    return dict(cfg.layer_scales).get(name, default)
+
+
+def _scaled(t, cfg: ModelConfig, name: str, factor=None):
+    """t x the multiplier ``name`` (or ``factor``), t itself for 1 (a multiplier of 1 is no op: the cost model's)."""
+    f = layer_scale(cfg, name) if factor is None else factor
+    return t if f == 1.0 else t * f
 
 
 def _mixer_residual(ops, cfg: ModelConfig, w: dict, x, a, reduce):
@@ -150,7 +163,8 @@ def attention_mixer(ops, cfg: ModelConfig, w: dict, h, cos, sin, pos, tok_slot, 
         q, gate = qg[..., :D].contiguous(), qg[..., D:].reshape(T, cfg.q_dim)
     else:
         q = _linear(ops, h, w, "wq", "bq").view(T, cfg.n_heads, D)       # q: [T, Hq, D]
-    k = _linear(ops, h, w, "wk", "bk").view(T, cfg.n_kv_heads, D)        # k: [T, Hkv, D]
+    k = _scaled(_linear(ops, h, w, "wk", "bk"), cfg, "key_multiplier").view(T, cfg.n_kv_heads, D)   # Falcon-H1's
+                                                                         # key_multiplier; k: [T, Hkv, D]
     v = _linear(ops, h, w, "wv", "bv").view(T, cfg.n_kv_heads, D)        # v: [T, Hkv, D]
     if "q_norm" in w and cfg.qk_norm_whole:                              # OLMo-2: over the whole projection
         q = ops.rmsnorm(q.reshape(T, cfg.q_dim), w["q_norm"], eps).view(T, cfg.n_heads, D)
@@ -183,15 +197,21 @@ def attention_mixer(ops, cfg: ModelConfig, w: dict, h, cos, sin, pos, tok_slot, 
 
 def mamba_mixer(ops, cfg: ModelConfig, w: dict, h, st: "MambaState"):
     """Mamba-2 on the rows h [B * T, H] of ``st.batch`` sequences (transformers' torch_forward): in_proj to z, x, B, C,
-    dt (in that order), the causal conv1d over x, B, C (its bias, SiLU) with the slots' conv states, the SSD scan
+    dt (in that order; Falcon-H1: h x ssm_in_multiplier first, each of the five x its ssm_multipliers factor after), the causal conv1d over x, B, C (its bias, SiLU) with the slots' conv states, the SSD scan
     (chunked prefill after the slots' states when ``st.has_state``, clamping dt to the config's limits; the recurrent
     step in decode, which clamps nothing, as transformers' cached step), the gated RMSNorm of y x silu(z) in
-    mamba_groups groups (or y x silu(z) alone: ``mamba_norm`` False), out_proj -> [B * T, H]."""
+    mamba_groups groups (Falcon-H1's order: each group's norm, then x silu(z): ``mamba_norm_first``; or y x silu(z)
+    alone: ``mamba_norm`` False), out_proj (Falcon-H1: x ssm_out_multiplier) -> [B * T, H]."""
     N, B = h.shape[0], st.batch
     T = N // B
     Hm, P, G, Ns = cfg.mamba_heads, cfg.mamba_head_dim, cfg.mamba_groups, cfg.mamba_state
     inner, gn = Hm * P, G * Ns
-    z, xbc, dt = torch.split(_linear(ops, h, w, "w_in_proj", "b_in_proj"), [inner, inner + 2 * gn, Hm], dim=-1)
+    zxbcdt = _linear(ops, _scaled(h, cfg, "ssm_in_multiplier"), w, "w_in_proj", "b_in_proj")
+    mup = layer_scale(cfg, "ssm_multipliers", (1.0,) * 5)               # Falcon-H1: z, x, B, C, dt x its own factor
+    if any(f != 1.0 for f in mup):
+        zxbcdt = torch.cat([_scaled(t, cfg, "", f) for t, f in zip(torch.split(
+            zxbcdt, [inner, inner, gn, gn, Hm], dim=-1), mup)], dim=-1)
+    z, xbc, dt = torch.split(zxbcdt, [inner, inner + 2 * gn, Hm], dim=-1)
     xbc = ops.conv1d(xbc.reshape(B, T, -1), w["w_conv"], w.get("b_conv"), st.conv, st.slots)      # [B, T, C]
     x, Bm, Cm = torch.split(xbc, [inner, gn, gn], dim=-1)
     ssd = (w["A_log"], w["dt_bias"], w["D"], st.state, st.slots)
@@ -203,11 +223,16 @@ def mamba_mixer(ops, cfg: ModelConfig, w: dict, h, st: "MambaState"):
                             chunk=cfg.mamba_chunk, has_state=st.has_state,
                             dt_limit=(cfg.mamba_dt_min, cfg.mamba_dt_max or float("inf")))
     y = y.reshape(N, inner)
-    if cfg.mamba_norm:
+    if cfg.mamba_norm and cfg.mamba_norm_first:                          # Falcon-H1: norm(y) per group, x silu(z)
+        gs, wn = inner // G, w["w_gnorm"]
+        y = torch.cat([ops.rmsnorm(y[:, g * gs:(g + 1) * gs].contiguous(), wn[g * gs:(g + 1) * gs], cfg.rms_eps)
+                       for g in range(G)], dim=-1) if G > 1 else ops.rmsnorm(y, wn, cfg.rms_eps)
+        y = ops.swiglu(z.contiguous(), y)
+    elif cfg.mamba_norm:
         y = ops.gated_group_rmsnorm(y, z, w["w_gnorm"], G, cfg.rms_eps)
     else:                                                                # Falcon-H1: y x silu(z)
         y = ops.swiglu(z.contiguous(), y)
-    return _linear(ops, y, w, "w_out", "b_out_proj")
+    return _scaled(_linear(ops, y, w, "w_out", "b_out_proj"), cfg, "ssm_out_multiplier")
 
 
 class MambaState(SimpleNamespace):
@@ -273,8 +298,9 @@ def dense_mlp(ops, cfg: ModelConfig, w: dict, h):
     if cfg.activation == "relu2":
         return _linear(ops, ops.relu2(_linear(ops, h, w, "w_up", "b_up")), w, "w_down", "b_down")
     act = ops.swiglu if cfg.activation == "silu" else ops.geglu
-    a = act(_linear(ops, h, w, "w_gate", "b_gate"), _linear(ops, h, w, "w_up", "b_up"))    # a: [T, I]
-    return _linear(ops, a, w, "w_down", "b_down")
+    gm, dm = layer_scale(cfg, "mlp_multipliers", (1.0, 1.0))            # Falcon-H1: gate x m, down's output x m'
+    a = act(_scaled(_linear(ops, h, w, "w_gate", "b_gate"), cfg, "", gm), _linear(ops, h, w, "w_up", "b_up"))
+    return _scaled(_linear(ops, a, w, "w_down", "b_down"), cfg, "", dm)     # a: [T, I]
 
 
 def route(ops, cfg: ModelConfig, w: dict, h):

@@ -404,9 +404,9 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
     return ops
 
 
-# layer_types kinds with formulas and no kernels yet: what the run paths refuse (Gated DeltaNet's "linear", Mamba-2's
-# "mamba" and Nemotron-H's MLP-only "mlp" blocks run)
-NOT_RUN: dict = {"hybrid": "Mamba-2 beside attention"}   # kind -> what it is, for the refusal
+# layer_types kinds with formulas and no kernels yet: what the run paths refuse (kind -> what it is, for the refusal).
+# Empty: every kind runs (Gated DeltaNet's "linear", Mamba-2's "mamba", Falcon-H1's "hybrid", Nemotron-H's "mlp").
+NOT_RUN: dict = {}
 
 
 def check_runnable(cfg: ModelConfig) -> None:
@@ -416,8 +416,8 @@ def check_runnable(cfg: ModelConfig) -> None:
     if kinds:
         raise RooflineError(f"{cfg.name}: {NOT_RUN[kinds[0]]} layers are costed but not run yet: roofline explain "
                             "and the cost commands take this model; profile, latency, serve and check do not.")
-    # Gated DeltaNet, Mamba-2 (and Nemotron-H's mixer-only and MLP-only blocks, relu2 MLPs and experts) and DeepSeek
-    # Sparse Attention run (kernels.deltanet, kernels.mamba, kernels.relu2, kernels.dsa), GLM-5's shared indexer layers
+    # Gated DeltaNet, Mamba-2 (alone, beside attention, Nemotron-H's mixer-only and MLP-only blocks, relu2 MLPs and
+    # experts) and DeepSeek Sparse Attention run (kernels.deltanet, kernels.mamba, kernels.relu2, kernels.dsa)
 
 
 @lru_cache(maxsize=64)

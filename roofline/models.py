@@ -113,6 +113,8 @@ class ModelConfig:
     mamba_conv_bias: bool = False  # a bias on the conv1d (use_conv_bias)
     mamba_proj_bias: bool = False  # biases on in_proj and out_proj (use_bias / mamba_proj_bias)
     mamba_norm: bool = True        # the gated RMSNorm of y by z; False: y x silu(z) alone (Falcon-H1's mamba_rms_norm)
+    mamba_norm_first: bool = False  # the gated norm's order: norm(y) x silu(z) (Falcon-H1's mamba_norm_before_gate);
+                                    # False: norm(y x silu(z)) (Nemotron-H, Granite-4.0-H); the same work either way
     mamba_dt_min: float = 0.0      # the prefill scan clamps softplus(dt + dt_bias) to [min, max] (transformers'
     mamba_dt_max: float = 0.0      # time_step_limit; Nemotron-H's (time_step_min, inf)); 0: no bound; numerics only
     # layers with a mixer (attention, DeltaNet, Mamba) and no MLP (Nemotron-H's "M" and "*" blocks); layer_types
@@ -292,7 +294,7 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
     for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "norm_offset", "sandwich_norms", "embed_scale",
                  "attn_sinks", "norm_topk", "router_bias", "router_correction", "expert_bias", "shared_gate",
                  "rope_interleave", "index_rope_interleave", "pre_norms", "qk_norm_whole", "attn_gate", "qk_l2_norm",
-                 "routed_input", "mamba_conv_bias", "mamba_proj_bias", "mamba_norm"):
+                 "routed_input", "mamba_conv_bias", "mamba_proj_bias", "mamba_norm", "mamba_norm_first"):
         bool_field(where, name, getattr(m, name))
     for name in ("query_scale", "attn_softcap", "final_softcap", "rope_local_theta", "embed_multiplier",
                  "residual_multiplier", "logits_scaling"):

@@ -17,6 +17,12 @@ cross a chunk boundary), in_proj and out_proj with biases:
   decode and prefill rows are each compared with ours on the same path).
 - granitemoehybrid_dense (a variant of it, not a model_type): no experts, so the shared MLP (48) is the whole MLP;
   attention on layer 0 without RoPE, Mamba-2 on 1 and 2; dt unclamped.
+- falcon_h1: 2 layers, each attention (RoPE, head_dim 16, biases) and Mamba-2 (mamba_d_ssm 32) side by side on the
+  same normed input, summed, then a SwiGLU MLP of 96; y x silu(z) (no gated norm: mamba_rms_norm false); every muP
+  multiplier away from 1 (``_FALCON``: the embedding's, lm_head's, attention's in / key / out, the SSM's in / out and
+  its five in_proj outputs', the MLP's gate and down).
+- falcon_h1_norm: the same with mamba_rms_norm (norm before gate: each group's RMSNorm, then x silu(z)) and
+  time_step_limit (0.2, 1.5).
 
 ``build_checkpoint`` saves it with hf_tiny_moe's seeded draw (2-D weights N(0, 0.1), 1-D ones (A_log, D, dt_bias,
 biases) N(0, 0.3), norm weights U(0.6, 1.4), decisive routers); ``reference`` / ``prefill_logits`` / ``checkpoint``
@@ -38,13 +44,21 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 BUILT_WITH = "5.24.0"
-MODEL_TYPES = ("nemotron_h", "granitemoehybrid", "granitemoehybrid_dense")   # the last: a variant of the second
+# the tiny models (a "_" variant is its model_type's config with other settings)
+MODEL_TYPES = ("nemotron_h", "granitemoehybrid", "granitemoehybrid_dense", "falcon_h1", "falcon_h1_norm")
 
 _COMMON = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
                max_position_embeddings=256, initializer_range=0.02, use_cache=True, pad_token_id=0, bos_token_id=1,
                eos_token_id=2, tie_word_embeddings=False)
 _MAMBA = dict(mamba_n_heads=4, mamba_d_state=8, mamba_n_groups=2, mamba_d_conv=4, mamba_chunk_size=16,
               mamba_conv_bias=True, mamba_proj_bias=True)
+
+# Falcon-H1: every muP multiplier away from 1, biases on attention and both Mamba projections, RoPE on every dim
+_FALCON = dict(head_dim=16, intermediate_size=96, mamba_d_ssm=32, attention_bias=True, projectors_bias=True,
+               rope_theta=10000.0, rms_norm_eps=1e-6, embedding_multiplier=2.0, lm_head_multiplier=0.5,
+               key_multiplier=0.7, attention_in_multiplier=1.3, attention_out_multiplier=0.8, ssm_in_multiplier=1.2,
+               ssm_out_multiplier=0.9, ssm_multipliers=[1.1, 0.9, 1.2, 0.8, 1.3], mlp_multipliers=[1.4, 0.6],
+               **_MAMBA)
 
 _CONFIGS = {
     "nemotron_h": ("NemotronHConfig", dict(
@@ -64,11 +78,17 @@ _CONFIGS = {
         num_hidden_layers=3, intermediate_size=32, shared_intermediate_size=48, num_local_experts=0,
         layer_types=["attention", "mamba", "mamba"], mamba_expand=1, embedding_multiplier=12.0,
         residual_multiplier=0.22, attention_multiplier=0.1, logits_scaling=2.5, rms_norm_eps=1e-6, **_MAMBA)),
+    "falcon_h1": ("FalconH1Config", dict(num_hidden_layers=2, **_FALCON)),
+    # the same with the gated RMSNorm in Falcon-H1's order (each group's norm, then x silu(z)) and a dt clamp
+    "falcon_h1_norm": ("FalconH1Config", dict(num_hidden_layers=2, mamba_rms_norm=True, mamba_norm_before_gate=True,
+                                              time_step_limit=(0.2, 1.5), **_FALCON)),
 }
 # what a reader of these configs must find
 LAYERS = {"nemotron_h": dict(mamba=(0,), attention=(2,), moe=(1,), no_mlp=(0, 2), head_dim=8),
           "granitemoehybrid": dict(mamba=(0, 2), attention=(1,), moe=(0, 1, 2), no_mlp=(), head_dim=16),
-          "granitemoehybrid_dense": dict(mamba=(1, 2), attention=(0,), moe=(), no_mlp=(), head_dim=16)}
+          "granitemoehybrid_dense": dict(mamba=(1, 2), attention=(0,), moe=(), no_mlp=(), head_dim=16),
+          "falcon_h1": dict(mamba=(0, 1), attention=(0, 1), moe=(), no_mlp=(), head_dim=8),
+          "falcon_h1_norm": dict(mamba=(0, 1), attention=(0, 1), moe=(), no_mlp=(), head_dim=8)}
 
 
 def require(model_type: str) -> None:

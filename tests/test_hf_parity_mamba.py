@@ -1,7 +1,9 @@
 """Logits parity with transformers for Mamba-2 hybrids (issue 32): tests/hf_tiny_mamba.py's tiny nemotron_h (blocks M,
 E, *, -: a Mamba-2 mixer alone, relu2 experts + shared expert alone, attention without RoPE alone, a relu2 MLP alone)
 granitemoehybrid (Mamba-2, attention, Mamba-2 mixers, each with SwiGLU experts beside the shared MLP, Granite's
-multipliers, a dt clamp that bites) and its variant without experts (the shared MLP alone, attention without RoPE) run through our model on their real weights: prefill, decode, chunked prefill
+multipliers, a dt clamp that bites), its variant without experts (the shared MLP alone, attention without RoPE), and
+falcon_h1 (attention and Mamba-2 side by side in every layer, every muP multiplier away from 1; y x silu(z), or the
+gated RMSNorm in its norm-then-gate order with a dt clamp) run through our model on their real weights: prefill, decode, chunked prefill
 (chunks of 4 and 7 across the scan's chunk of 16), two slots of different lengths decoded together, prefix reuse of a
 whole cached sequence (the state cache keeps each slot's state at its end) and the one-line refusal of a shorter
 prefix; every logit row within 1e-4 of transformers' largest logit on the same path (a cached prefill then decode
@@ -49,9 +51,17 @@ def test_the_reader_finds_the_layers(model_type):
     assert (cfg.mamba_heads, cfg.mamba_head_dim, cfg.mamba_state, cfg.mamba_groups, cfg.mamba_conv, cfg.mamba_chunk,
             cfg.mamba_conv_bias, cfg.mamba_proj_bias) == (4, want["head_dim"], 8, 2, 4, 16, True, True)
     assert (cfg.mamba_dt_min, cfg.mamba_dt_max) == {"nemotron_h": (0.001, 0.0), "granitemoehybrid": (0.2, 1.5),
-                                                    "granitemoehybrid_dense": (0.0, 0.0)}[model_type]
+                                                    "granitemoehybrid_dense": (0.0, 0.0), "falcon_h1": (0.0, 0.0),
+                                                    "falcon_h1_norm": (0.2, 1.5)}[model_type]
     if model_type == "nemotron_h":
         assert (cfg.activation, cfg.expert_activation, cfg.rms_eps, cfg.nope_layers) == ("relu2", "relu2", 1e-5, (2,))
+    elif model_type.startswith("falcon_h1"):
+        norm = model_type == "falcon_h1_norm"
+        assert cfg.layer_types == ("hybrid", "hybrid") and (cfg.mamba_norm, cfg.mamba_norm_first) == (norm, norm)
+        assert (cfg.embed_multiplier, cfg.logits_scaling, cfg.qkv_bias, cfg.o_bias) == (2.0, 2.0, True, True)
+        assert dict(cfg.layer_scales) == {
+            "ssm_in_multiplier": 1.2, "ssm_out_multiplier": 0.9, "attention_in_multiplier": 1.3, "key_multiplier": 0.7,
+            "attention_out_multiplier": 0.8, "mlp_multipliers": (1.4, 0.6), "ssm_multipliers": (1.1, 0.9, 1.2, 0.8, 1.3)}
     else:
         assert (cfg.embed_multiplier, cfg.residual_multiplier, cfg.query_scale, cfg.logits_scaling) == \
             (12.0, 0.22, 0.1, 2.5)

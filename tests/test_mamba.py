@@ -276,9 +276,9 @@ def test_explain_prints_the_split_per_kind(tmp_path):
 
 
 def test_the_model_runs_every_block_kind_and_refuses_what_has_no_kernels_in_one_line(monkeypatch):
-    """The toy's Mamba-2, attention-only and MLP-only blocks run in our model (tests/test_hf_parity_mamba.py checks
-    the logits against transformers'); Falcon-H1's "hybrid" layers (attention and Mamba-2 side by side) are refused
-    by name while roofline.layer.NOT_RUN lists them, before anything runs."""
+    """The toy's Mamba-2, attention-only and MLP-only blocks run in our model, and Falcon-H1's "hybrid" layers
+    (attention and Mamba-2 side by side) too (tests/test_hf_parity_mamba.py checks the logits against transformers');
+    a layer kind registered in roofline.layer.NOT_RUN (none is now) is refused by name before anything runs."""
     import torch
 
     from kernels.model import LlamaModel
@@ -290,6 +290,8 @@ def test_the_model_runs_every_block_kind_and_refuses_what_has_no_kernels_in_one_
     hybrid = ModelConfig("toy-falcon", 64, 96, 2, 4, 2, 256, 512, head_dim=16,
                          layer_types=("hybrid", "hybrid"), mamba_heads=4, mamba_head_dim=8, mamba_state=16,
                          mamba_groups=2, mamba_conv=4, mamba_chunk=32)
+    assert LY.NOT_RUN == {}
+    LlamaModel(hybrid, dtype="fp32", backend="torch", max_len=16).forward_full(torch.tensor([[5, 6, 7]]))
     monkeypatch.setitem(LY.NOT_RUN, "hybrid", "Mamba-2 beside attention")
     with pytest.raises(RooflineError) as e:        # latency's and serve's model
         LlamaModel(hybrid, dtype="fp32", backend="torch")
