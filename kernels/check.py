@@ -363,7 +363,8 @@ def _model_checks(backend, dt, dev, quick, model="tiny"):
     yield "model chunked prefill = unchunked", chunked, whole, f"chunks {c1}+{c2}+{S - c1 - c2} vs {S}"
     reuse = S // 2 + 1
     src = 3
-    if cfg.linear_layers:             # a DeltaNet state is kept at a slot's end: reuse a whole cached prompt
+    if cfg.linear_layers or cfg.mamba_layers:   # a DeltaNet / Mamba-2 state is kept at a slot's end: reuse a whole
+                                                # cached prompt
         src = 0
         m2.prefill(toks[0, :reuse], src, logits=False)
     reused = m2.prefill_with_prefix(toks[0], 1, src, reuse)

@@ -121,9 +121,9 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
         m = mamba_mixer(ops, cfg, w, h, mamba)
         if "wk" not in w:
             return _mixer_residual(ops, cfg, w, x, m, reduce)
-        a = attention_mixer(ops, cfg, w, _scaled(h, cfg, "attention_in_multiplier"), cos, sin, pos, tok_slot,
-                            k_cache, v_cache, attend, reduce, kv_scales, akw)
-        a = _scaled(a, cfg, "attention_out_multiplier")                  # Falcon-H1: mamba x m + attention x m'
+        a = attention_mixer(ops, cfg, w, _times(h, layer_scale(cfg, "attention_in_multiplier")), cos, sin, pos,
+                            tok_slot, k_cache, v_cache, attend, reduce, kv_scales, akw)
+        a = _times(a, layer_scale(cfg, "attention_out_multiplier"))     # Falcon-H1: mamba x m + attention x m'
         return _mixer_residual(ops, cfg, w, x, ops.residual_add(m, a), reduce)
     if "w_conv" in w:                                                    # Gated DeltaNet (attn_kw: its state)
         return _mlp(ops, cfg, w, ops.residual_add(x, deltanet_mixer(ops, cfg, w, h, delta)), reduce)
@@ -137,9 +137,8 @@ def layer_scale(cfg: ModelConfig, name: str, default=1.0):
     return dict(cfg.layer_scales).get(name, default)
 
 
-def _scaled(t, cfg: ModelConfig, name: str, factor=None):
-    """t x the multiplier ``name`` (or ``factor``), t itself for 1 (a multiplier of 1 is no op: the cost model's)."""
-    f = layer_scale(cfg, name) if factor is None else factor
+def _times(t, f: float):
+    """t x a multiplier, t itself for 1 (a multiplier of 1 is no op: the cost model's)."""
     return t if f == 1.0 else t * f
 
 
@@ -163,8 +162,8 @@ def attention_mixer(ops, cfg: ModelConfig, w: dict, h, cos, sin, pos, tok_slot, 
         q, gate = qg[..., :D].contiguous(), qg[..., D:].reshape(T, cfg.q_dim)
     else:
         q = _linear(ops, h, w, "wq", "bq").view(T, cfg.n_heads, D)       # q: [T, Hq, D]
-    k = _scaled(_linear(ops, h, w, "wk", "bk"), cfg, "key_multiplier").view(T, cfg.n_kv_heads, D)   # Falcon-H1's
-                                                                         # key_multiplier; k: [T, Hkv, D]
+    k = _times(_linear(ops, h, w, "wk", "bk"), layer_scale(cfg, "key_multiplier"))   # Falcon-H1's key multiplier
+    k = k.view(T, cfg.n_kv_heads, D)                                     # k: [T, Hkv, D]
     v = _linear(ops, h, w, "wv", "bv").view(T, cfg.n_kv_heads, D)        # v: [T, Hkv, D]
     if "q_norm" in w and cfg.qk_norm_whole:                              # OLMo-2: over the whole projection
         q = ops.rmsnorm(q.reshape(T, cfg.q_dim), w["q_norm"], eps).view(T, cfg.n_heads, D)
@@ -197,7 +196,8 @@ def attention_mixer(ops, cfg: ModelConfig, w: dict, h, cos, sin, pos, tok_slot, 
 
 def mamba_mixer(ops, cfg: ModelConfig, w: dict, h, st: "MambaState"):
     """Mamba-2 on the rows h [B * T, H] of ``st.batch`` sequences (transformers' torch_forward): in_proj to z, x, B, C,
-    dt (in that order; Falcon-H1: h x ssm_in_multiplier first, each of the five x its ssm_multipliers factor after), the causal conv1d over x, B, C (its bias, SiLU) with the slots' conv states, the SSD scan
+    dt (in that order; Falcon-H1: h x ssm_in_multiplier first, each of the five x its ssm_multipliers factor after),
+    the causal conv1d over x, B, C (its bias, SiLU) with the slots' conv states, the SSD scan
     (chunked prefill after the slots' states when ``st.has_state``, clamping dt to the config's limits; the recurrent
     step in decode, which clamps nothing, as transformers' cached step), the gated RMSNorm of y x silu(z) in
     mamba_groups groups (Falcon-H1's order: each group's norm, then x silu(z): ``mamba_norm_first``; or y x silu(z)
@@ -206,10 +206,10 @@ def mamba_mixer(ops, cfg: ModelConfig, w: dict, h, st: "MambaState"):
     T = N // B
     Hm, P, G, Ns = cfg.mamba_heads, cfg.mamba_head_dim, cfg.mamba_groups, cfg.mamba_state
     inner, gn = Hm * P, G * Ns
-    zxbcdt = _linear(ops, _scaled(h, cfg, "ssm_in_multiplier"), w, "w_in_proj", "b_in_proj")
+    zxbcdt = _linear(ops, _times(h, layer_scale(cfg, "ssm_in_multiplier")), w, "w_in_proj", "b_in_proj")
     mup = layer_scale(cfg, "ssm_multipliers", (1.0,) * 5)               # Falcon-H1: z, x, B, C, dt x its own factor
     if any(f != 1.0 for f in mup):
-        zxbcdt = torch.cat([_scaled(t, cfg, "", f) for t, f in zip(torch.split(
+        zxbcdt = torch.cat([_times(t, f) for t, f in zip(torch.split(
             zxbcdt, [inner, inner, gn, gn, Hm], dim=-1), mup)], dim=-1)
     z, xbc, dt = torch.split(zxbcdt, [inner, inner + 2 * gn, Hm], dim=-1)
     xbc = ops.conv1d(xbc.reshape(B, T, -1), w["w_conv"], w.get("b_conv"), st.conv, st.slots)      # [B, T, C]
@@ -232,7 +232,7 @@ def mamba_mixer(ops, cfg: ModelConfig, w: dict, h, st: "MambaState"):
         y = ops.gated_group_rmsnorm(y, z, w["w_gnorm"], G, cfg.rms_eps)
     else:                                                                # Falcon-H1: y x silu(z)
         y = ops.swiglu(z.contiguous(), y)
-    return _scaled(_linear(ops, y, w, "w_out", "b_out_proj"), cfg, "ssm_out_multiplier")
+    return _times(_linear(ops, y, w, "w_out", "b_out_proj"), layer_scale(cfg, "ssm_out_multiplier"))
 
 
 class MambaState(SimpleNamespace):
@@ -299,8 +299,8 @@ def dense_mlp(ops, cfg: ModelConfig, w: dict, h):
         return _linear(ops, ops.relu2(_linear(ops, h, w, "w_up", "b_up")), w, "w_down", "b_down")
     act = ops.swiglu if cfg.activation == "silu" else ops.geglu
     gm, dm = layer_scale(cfg, "mlp_multipliers", (1.0, 1.0))            # Falcon-H1: gate x m, down's output x m'
-    a = act(_scaled(_linear(ops, h, w, "w_gate", "b_gate"), cfg, "", gm), _linear(ops, h, w, "w_up", "b_up"))
-    return _scaled(_linear(ops, a, w, "w_down", "b_down"), cfg, "", dm)     # a: [T, I]
+    a = act(_times(_linear(ops, h, w, "w_gate", "b_gate"), gm), _linear(ops, h, w, "w_up", "b_up"))   # a: [T, I]
+    return _times(_linear(ops, a, w, "w_down", "b_down"), dm)
 
 
 def route(ops, cfg: ModelConfig, w: dict, h):

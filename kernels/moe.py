@@ -238,8 +238,8 @@ def _moe_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, h_ptr, sorted_ptr
                 bg = bg.to(tl.float32)
             bu = bu.to(tl.float32)
         elif QUANT != 0:
-            if GATED:
-                bg = bg.to(a.dtype)                      # dequantized in registers: exact (|q| <= 127, -8..7, FP4, e4m3)
+            if GATED:                                    # dequantized in registers: exact (|q| <= 127, -8..7, FP4, e4m3)
+                bg = bg.to(a.dtype)
             bu = bu.to(a.dtype)
         if QUANT == 6:                                   # fp8 128 x 128 blocks: the tile's one block row of K
             so = e * stride_se + (k0 // GROUP) * stride_sg + (offs_n // GROUP) * stride_sn
@@ -386,8 +386,8 @@ def _check_inputs(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_u
     if activation not in ACTIVATIONS:
         raise RooflineError(f"unknown MoE activation {activation!r}: choose one of {', '.join(ACTIVATIONS)}.")
     if (w_gate is None) != (activation in UNGATED):
-        raise ValueError(f"the {activation} experts take {'no gate weight (w_gate None)' if activation in UNGATED else 'a gate weight'}"
-                         f": pass w_gate{' None' if activation in UNGATED else ' [E, H, I]'}.")
+        want = "no gate weight: pass w_gate None" if activation in UNGATED else "a gate weight: pass w_gate [E, H, I]"
+        raise ValueError(f"the {activation} experts take {want}.")
     if w_gate is None:                           # ungated: the up weight stands in for the gate's checks
         w_gate, b_gate = w_up, b_up
     if isinstance(w_gate, QuantExperts) or isinstance(w_down, QuantExperts):

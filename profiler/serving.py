@@ -162,9 +162,11 @@ class Engine:
             check_draft(model, draft)
         self.draft, self.spec_k = draft, spec_k
         cfg = getattr(model, "cfg", None)
-        if prefix_cache and getattr(cfg, "linear_layers", ()):   # kernels.model keeps a DeltaNet state at a slot's end
-            raise RooflineError(f"{cfg.name}: its Gated DeltaNet layers keep their state after a slot's last token "
-                                "only, so a prefix cache cannot reuse part of a prompt: run with --no-prefix-cache.")
+        kind = ("Gated DeltaNet" if getattr(cfg, "linear_layers", ()) else "Mamba-2" if getattr(cfg, "mamba_layers", ())
+                else "")                     # kernels.model keeps a DeltaNet or Mamba-2 state at a slot's end only
+        if prefix_cache and kind:
+            raise RooflineError(f"{cfg.name}: its {kind} layers keep their state after a slot's last token only, so a "
+                                "prefix cache cannot reuse part of a prompt: run with --no-prefix-cache.")
         self.sched = Scheduler(len(model.lengths), budget=chunk_budget, prefix_cache=prefix_cache,
                                block_size=block_size)
         self.clock = clock or WallClock(getattr(model, "device", None))

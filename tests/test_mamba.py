@@ -2,7 +2,8 @@
 data (each Nemotron-H block a layer with its mixer or its MLP), the SSM and conv state's bytes in the capacity
 estimate (constant in the context) and in a decode step's reads, the reader's parameter counts against
 transformers' on the meta device, prefill FLOPs against FlopCounterMode's count of transformers' torch path
-(after the stated conventions), the split explain prints, and the run paths' one-line refusal."""
+(after the stated conventions), the split explain prints, and that the model runs every block kind (logits against
+transformers': tests/test_hf_parity_mamba.py)."""
 
 from __future__ import annotations
 
