@@ -11,6 +11,8 @@ the triton backend runs the format's kernel (``weight_format(dtype).triton_linea
 a dequantize reference (``quant.torch_linear``). An 8-bit KV cache goes through the same ``kv_append`` and attention
 ops with ``scales=(k_scale, v_scale)``.
 
+``relu2`` (``kernels.relu2``): Nemotron-H's ungated MLP activation relu(x)^2.
+
 Mixture of experts: ``route`` (``kernels.router``: torch on both backends) and ``moe_experts`` (the fused
 grouped GEMM, ``kernels.moe``; the torch peer loops over experts in the input dtype).
 
@@ -48,6 +50,7 @@ from . import mamba as MB
 from . import mla as MLA
 from . import moe as MOE
 from . import prefill_attention as PA
+from . import relu2 as R2
 from . import residual as R
 from . import rmsnorm as N
 from . import rope as P
@@ -96,7 +99,7 @@ _OPS = {
         name="triton", embedding=E.embedding, rmsnorm=N.rmsnorm, add_rmsnorm=N.add_rmsnorm, linear=_triton_linear,
         rope=P.rope, kv_append=KV.kv_append, prefill_attention=PA.prefill_attention,
         decode_attention=DA.decode_attention, verify_attention=DA.verify_attention, residual_add=R.residual_add,
-        swiglu=S.swiglu, geglu=G.geglu,
+        swiglu=S.swiglu, geglu=G.geglu, relu2=R2.relu2,
         moe_experts=MOE.moe_experts, route=RT.route,
         mla_decode=MLA.mla_decode, mla_prefill=MLA.mla_prefill, index_scores=DSA.index_scores,
         mla_sparse_decode=DSA.mla_sparse_decode, layernorm=_layernorm,
@@ -108,7 +111,7 @@ _OPS = {
         name="torch", embedding=E.reference, rmsnorm=N.reference, add_rmsnorm=N.add_reference, linear=_torch_linear,
         rope=_torch_rope, kv_append=KV.reference, prefill_attention=_torch_prefill,
         decode_attention=_torch_decode, verify_attention=DA.torch_verify, residual_add=R.reference, swiglu=S.reference,
-        geglu=G.reference,
+        geglu=G.reference, relu2=R2.reference,
         moe_experts=MOE.torch_moe, route=RT.route,
         mla_decode=MLA.torch_decode, mla_prefill=MLA.mla_prefill, index_scores=DSA.scores_reference,
         mla_sparse_decode=DSA.torch_sparse_decode, layernorm=_layernorm,

@@ -52,6 +52,7 @@ from . import linear_int8 as L8
 from . import mla as MLA
 from . import moe as MOE
 from . import prefill_attention as PA
+from . import relu2 as R2
 from . import residual as R
 from . import rmsnorm as N
 from . import rope as P
@@ -251,6 +252,8 @@ def _architecture_checks(ops, dev, rnd, nan, tri):
     gt, up = rnd(3, 1500), rnd(3, 1500)
     yield "geglu T=3 I=1500", ops.geglu(gt, up, out=nan(3, 1500)) if tri else ops.geglu(gt, up), \
         G.reference(*dbl(gt, up)), "gelu(tanh) x up"
+    yield "relu2 T=3 I=1500", ops.relu2(up, out=nan(3, 1500)) if tri else ops.relu2(up), R2.reference(*dbl(up)), \
+        "relu(x)^2 (Nemotron-H)"
     acfg = dict(block_m=16, block_n=16) if tri else {}
     for B, n, p, W, cap in [(2, 37, 0, 5, None), (1, 23, 29, 20, None), (1, 30, 10, 25, None),
                             (2, 19, 5, None, 3.0), (1, 41, 13, 9, 2.5)]:
@@ -301,7 +304,9 @@ def _moe_checks(ops, dev, rnd, nan, tri, quick):
     cases = [(37, 6, 2, 40, 24, "silu", False, dict(block_m=16, block_n=16, block_k=16)),
              (37, 6, 2, 40, 24, "swiglu_oai", True, dict(block_m=16, block_n=16, block_k=16)),
              (1, 8, 2, 64, 48, "silu", False, {}), (5, 4, 3, 48, 40, "swiglu_oai", True, {}),
-             (40, 2, 1, 40, 24, "silu", False, {})]      # tiled: 40 rows on one expert
+             (40, 2, 1, 40, 24, "silu", False, {}),      # tiled: 40 rows on one expert
+             (37, 6, 2, 40, 24, "relu2", False, dict(block_m=16, block_n=16, block_k=16)),   # no gate (Nemotron-H)
+             (5, 4, 3, 48, 40, "relu2", True, {})]
     if not quick:
         cases += [(300, 8, 2, 256, 128, "silu", False, {}), (16, 8, 2, 512, 256, "swiglu_oai", True, {})]
     for T, E, k, H, I, act, bias, cfg in cases:  # noqa: E741
@@ -309,11 +314,14 @@ def _moe_checks(ops, dev, rnd, nan, tri, quick):
         logits[:, 0] += 2.0                                                  # expert 0 takes most tokens
         logits[:, E - 1] = -1e9                                              # expert E-1 takes none
         w, ids = RT.route(logits, k, kind="softmax_topk")
-        args = (rnd(T, H), rnd(E, H, I) * 0.3, rnd(E, H, I) * 0.3, rnd(E, I, H) * 0.3, w, ids)
+        ungated = act in MOE.UNGATED                                         # up -> relu2 -> down: no gate
+        args = (rnd(T, H), None if ungated else rnd(E, H, I) * 0.3, rnd(E, H, I) * 0.3, rnd(E, I, H) * 0.3, w, ids)
         bb = dict(b_gate=rnd(E, I), b_up=rnd(E, I), b_down=rnd(E, H)) if bias else {}
+        if ungated:
+            bb.pop("b_gate", None)
         y = ops.moe_experts(*args, activation=act, **bb, **(dict(cfg, out=nan(T, H)) if tri else {}))
-        ref = MOE.reference(*[a.double() if a.is_floating_point() else a for a in args], activation=act,
-                            compute_dtype=torch.float64, **{n: b.double() for n, b in bb.items()})
+        ref = MOE.reference(*[a.double() if a is not None and a.is_floating_point() else a for a in args],
+                            activation=act, compute_dtype=torch.float64, **{n: b.double() for n, b in bb.items()})
         how = MOE.moe_config(T, E, k, H, I, args[0].dtype, dev, **cfg)["kind"] if tri else "expert loop"
         yield (f"moe_experts T={T} E={E} k={k} {act}" + (" +bias" if bias else ""), y, ref,
                f"{how}; expert 0 loaded, expert {E - 1} empty" + (", " + ", ".join(f"{a}={v}" for a, v in cfg.items())
@@ -355,7 +363,8 @@ def _model_checks(backend, dt, dev, quick, model="tiny"):
     yield "model chunked prefill = unchunked", chunked, whole, f"chunks {c1}+{c2}+{S - c1 - c2} vs {S}"
     reuse = S // 2 + 1
     src = 3
-    if cfg.linear_layers:             # a DeltaNet state is kept at a slot's end: reuse a whole cached prompt
+    if cfg.linear_layers or cfg.mamba_layers:   # a DeltaNet / Mamba-2 state is kept at a slot's end: reuse a whole
+                                                # cached prompt
         src = 0
         m2.prefill(toks[0, :reuse], src, logits=False)
     reused = m2.prefill_with_prefix(toks[0], 1, src, reuse)

@@ -44,8 +44,9 @@ from .weights import layer_weights
 
 # Buffers some checkpoints carry that are recomputed, not weights (RoPE's inverse frequencies).
 _IGNORED = ("rotary_emb.inv_freq",)
-# Where the decoder's tensors sit in the files: a causal LM's "model.", or a multimodal model's text part.
-_PREFIXES = (*TEXT_PREFIXES, "")
+# Where the decoder's tensors sit in the files: a causal LM's "model.", a multimodal model's text part, or Nemotron-H's
+# "backbone." (its checkpoints' backbone.embeddings, backbone.layers.N.mixer..., backbone.norm_f).
+_PREFIXES = (*TEXT_PREFIXES, "backbone.", "")
 
 
 def runs_as_stored(backend, dtype: str, role: str = "linear", device=None) -> bool:

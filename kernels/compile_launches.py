@@ -12,7 +12,7 @@ entry once per Llama-2-7B / Llama-3-8B combo).
   ``roofline check``'s own);
 - linear: a q_proj-shaped linear with a bias (BIAS on; int8 and int4 weights too in the 16-bit dtypes; mxfp4 and
   nvfp4 in bf16: ``kernels.linear_fp4``, ``FP4_DTYPES``);
-- activation: GeGLU (Gemma);
+- activation: GeGLU (Gemma) and ReLU² (Nemotron-H: one input);
 - mla_attention: ``kernels.mla.mla_decode`` at DeepSeek-V3's shapes (``MLA_SHAPE``) in the 16-bit dtypes, and in
   bf16 DeepSeek-V3.2's sparse decode over its top-2048 (``kernels.dsa.mla_sparse_decode``, ``DSA_SHAPE``);
 - index_scores: DeepSeek-V3.2's indexer scores (64 heads of 128) in bf16, every combo's queries over its keys;
@@ -20,7 +20,8 @@ entry once per Llama-2-7B / Llama-3-8B combo).
   quantized (``MOE_QUANT``), FP4 in bf16 (``MOE_FP4``: GPT-OSS's own mxfp4, Mixtral's shapes in nvfp4) and fp8
   in bf16 (``MOE_FP8``: GPT-OSS's shapes per channel, Mixtral's in DeepSeek's 128 x 128 blocks; weight-only, the
   e4m3 bytes decoded as integers, so on every target). FP4 is the dequantizing path on every target (sm_80, sm_90,
-  and sm_100 too: ``kernels.fp4`` says why);
+  and sm_100 too: ``kernels.fp4`` says why); Nemotron-3-Nano's relu2 experts without a gate (``MOE_UNGATED_SHAPES``),
+  float;
 - FP8 (``fp8_launches``, on targets with fp8 only: ``FP8_CAPABILITY``; sm_80 has none, and the launcher refuses a
   GPU without it in one line): the W8A8 GEMM at a q_proj shape in both scale layouts (per channel with per-token
   activations, 128 x 128 blocks with 1 x 128 groups) with the activation quantization before it, and attention
@@ -49,6 +50,7 @@ from . import linear_fp4 as LF4
 from . import mla as MLA
 from . import moe as MOE
 from . import prefill_attention as PA
+from . import relu2 as R2
 from . import rmsnorm as N
 from ._common import dtype_name
 from .quant_weight import QuantExperts, QuantWeight
@@ -107,6 +109,8 @@ def dsa_launches(rec, where, phase, batch, context, dt) -> None:
 # skinny configuration, prefill the tiled one.
 MOE_SHAPES = (("mixtral-8x7b", dict(H=4096, I=14336, E=8, k=2, activation="silu", bias=False)),
               ("gpt-oss-20b", dict(H=2880, I=2880, E=32, k=4, activation="swiglu_oai", bias=True)))
+# experts without a gate (relu2: the gate-up kernel's GATED false), float only: Nemotron-3-Nano's
+MOE_UNGATED_SHAPES = (("nemotron-3-nano", dict(H=2688, I=1856, E=128, k=6)),)
 
 
 # Quantized experts: (dtypes it runs in, weight dtype, int4 group or None for each shape's own, zero points)
@@ -173,6 +177,12 @@ def moe_launches(rec, where, phase, batch, context, dt) -> None:
             q = [meta_fp8_weight(MOE_FP8[model], K, N, (E,)) for K, N in ((H, I), (H, I), (I, H))]
             rec.context = dict(where, model=model, op=f"moe_experts w={MOE_FP8[model]}")
             MOE.moe_experts(e(T, H), *q, *route, activation=s["activation"], **bb)
+    for model, s in MOE_UNGATED_SHAPES:
+        E, H, I, k = s["E"], s["H"], s["I"], s["k"]  # noqa: E741
+        e = lambda *shape: torch.empty(*shape, dtype=dt, device=meta)  # noqa: E731
+        route = (torch.empty(T, k, device=meta), torch.empty(T, k, dtype=torch.int64, device=meta))
+        rec.context = dict(where, model=model, op="moe_experts relu2")
+        MOE.moe_experts(e(T, H), None, e(E, H, I), e(E, I, H), *route, activation="relu2")
 
 
 WINDOW, SOFTCAP = 4096, 50.0   # Mistral-7B's and Gemma-2's sliding window; Gemma-2's attention softcap
@@ -228,6 +238,8 @@ def geglu_launches(rec, where, cfg, T, dt) -> None:
     rec.context = dict(where, op="geglu")
     g = torch.empty(T, cfg.intermediate, dtype=dt, device=torch.device("meta"))
     G.geglu(g, g)
+    rec.context = dict(where, op="relu2")          # Nemotron-H's ungated MLP: the same flat launch, one input
+    R2.relu2(g)
 
 
 def sink_launches(rec, where, cfg, phase, batch, context, dt) -> None:

@@ -21,6 +21,9 @@ Gated DeltaNet layers (Qwen3-Next, Qwen3.5: layer_types "linear", ``deltanet_mix
 KV cache: per linear layer and slot, the conv state [C, kernel - 1] and the recurrent state [Hv, dk, dv] fp32, at the
 slot's end (a prefill from length 0 starts from zeros; a chunk after cached tokens continues from them); prefix reuse
 copies a source's states only when the whole source is reused, and refuses a shorter prefix in one line.
+Mamba-2 layers (Nemotron-H, Granite-4.0-H: layer_types "mamba"; Falcon-H1's "hybrid", beside attention; ``mamba_mixer``)
+keep theirs the same way: per Mamba layer and slot, the conv state [C, kernel - 1] (activation dtype) and the SSM state
+[H, P, N] fp32 (``mamba_conv``, ``ssm_state``).
 Tensor parallelism: ``LlamaModel(..., tp=kernels.tp.TPGroup(rank, world))`` inside an initialised
 torch.distributed group holds this rank's shard of the same seeded weights (``kernels.tp``); its
 logits equal the single-device model's.
@@ -83,7 +86,7 @@ def attention_options(cfg: ModelConfig, layer: int) -> dict:
 
 
 def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot, k_cache, v_cache, attend,
-                      reduce=None, kv_scales=None, attn_kw=None, delta=None, index_cache=None):
+                      reduce=None, kv_scales=None, attn_kw=None, delta=None, index_cache=None, mamba=None):
     """One layer on T token rows; ``attend(q, k_cache, v_cache, **kw) -> o`` is the prefill or decode attention.
 
     The ops are ``roofline.layer.model_ops``'s, in its order; which ones run follows the config: q/k/v (and
@@ -95,27 +98,72 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     them as ``scales=``. A linear's weight may be a ``kernels.quant_weight.QuantWeight`` (ops.linear takes both).
     A Gated DeltaNet layer (its weights have ``w_conv``) mixes with ``deltanet_mixer`` on ``delta`` (its
     ``DeltaState``) instead of attending.
-    ``index_cache`` [slots, L, Di]: DeepSeek Sparse Attention's indexer keys of this layer (``mla_attention``)."""
+    ``index_cache`` [slots, L, Di]: DeepSeek Sparse Attention's indexer keys of this layer (``mla_attention``).
+    A Mamba-2 layer (its weights have ``w_in_proj``) mixes with ``mamba_mixer`` on ``mamba`` (its ``MambaState``); a
+    "hybrid" one (Falcon-H1: attention weights too) sums the two mixers' outputs. A layer with no mixer (Nemotron-H's
+    MLP blocks: no attention, DeltaNet or Mamba-2 weights) runs its MLP alone; one with no MLP weights (its mixer
+    blocks) returns after the mixer's residual."""
     reduce = reduce or (lambda t: t)
     akw = dict(attn_kw or {})
     if "sinks" in w:
         akw["sinks"] = w["sinks"]
     # x: [T, H]   pos, tok_slot: [T]   k_cache, v_cache: [slots, Hkv, L, D]
-    T, D, eps = x.shape[0], cfg.head_dim, cfg.rms_eps
-    h = ops.rmsnorm(x, w["attn_norm"], eps) if "attn_norm" in w else x    # OLMo-2: no norm before attention
+    eps = cfg.rms_eps
     if cfg.mla:
+        h = ops.rmsnorm(x, w["attn_norm"], eps) if "attn_norm" in w else x
         a = reduce(_linear(ops, mla_attention(ops, cfg, w, h, cos, sin, pos, tok_slot, k_cache, v_cache, attend,
                                               index_cache), w, "wo", "bo"))
         return _mlp(ops, cfg, w, ops.residual_add(x, a), reduce)
+    if "wk" not in w and "w_in_proj" not in w and "w_conv" not in w:    # no mixer (Nemotron-H's MLP blocks)
+        return _mlp(ops, cfg, w, x, reduce)
+    h = ops.rmsnorm(x, w["attn_norm"], eps) if "attn_norm" in w else x    # OLMo-2: no norm before attention
+    if "w_in_proj" in w:                                                 # Mamba-2 (and Falcon-H1's attention beside)
+        m = mamba_mixer(ops, cfg, w, h, mamba)
+        if "wk" not in w:
+            return _mixer_residual(ops, cfg, w, x, m, reduce)
+        a = attention_mixer(ops, cfg, w, _times(h, layer_scale(cfg, "attention_in_multiplier")), cos, sin, pos,
+                            tok_slot, k_cache, v_cache, attend, reduce, kv_scales, akw)
+        a = _times(a, layer_scale(cfg, "attention_out_multiplier"))     # Falcon-H1: mamba x m + attention x m'
+        return _mixer_residual(ops, cfg, w, x, ops.residual_add(m, a), reduce)
     if "w_conv" in w:                                                    # Gated DeltaNet (attn_kw: its state)
         return _mlp(ops, cfg, w, ops.residual_add(x, deltanet_mixer(ops, cfg, w, h, delta)), reduce)
+    a = attention_mixer(ops, cfg, w, h, cos, sin, pos, tok_slot, k_cache, v_cache, attend, reduce, kv_scales, akw)
+    return _mixer_residual(ops, cfg, w, x, a, reduce)
+
+
+def layer_scale(cfg: ModelConfig, name: str, default=1.0):
+    """A per-layer multiplier of ``cfg.layer_scales`` (Falcon-H1's muP: a float, or a tuple for ssm_multipliers and
+    mlp_multipliers), ``default`` where the config has none."""
+    return dict(cfg.layer_scales).get(name, default)
+
+
+def _times(t, f: float):
+    """t x a multiplier, t itself for 1 (a multiplier of 1 is no op: the cost model's)."""
+    return t if f == 1.0 else t * f
+
+
+def _mixer_residual(ops, cfg: ModelConfig, w: dict, x, a, reduce):
+    """The mixer's branch a into the residual (Gemma's norm after it, Granite's multiplier), then the MLP half."""
+    if "post_attn_norm" in w:
+        a = ops.rmsnorm(a, w["post_attn_norm"], cfg.rms_eps)
+    if cfg.residual_multiplier:                                          # Granite: x + m * branch
+        a = a * cfg.residual_multiplier
+    return _mlp(ops, cfg, w, ops.residual_add(x, a), reduce)
+
+
+def attention_mixer(ops, cfg: ModelConfig, w: dict, h, cos, sin, pos, tok_slot, k_cache, v_cache, attend, reduce,
+                    kv_scales, akw):
+    """Attention on the normed rows h [T, H] (``transformer_layer``'s): q/k/v, their norms, RoPE, the KV cache,
+    ``attend``, the output gate and o_proj (reduced under tensor parallelism) -> [T, H]."""
+    T, D, eps = h.shape[0], cfg.head_dim, cfg.rms_eps
     gate = None
     if cfg.attn_gate:                                                    # Qwen3-Next: each head's q, then its gate
         qg = _linear(ops, h, w, "wq", "bq").view(T, cfg.n_heads, 2 * D)
         q, gate = qg[..., :D].contiguous(), qg[..., D:].reshape(T, cfg.q_dim)
     else:
         q = _linear(ops, h, w, "wq", "bq").view(T, cfg.n_heads, D)       # q: [T, Hq, D]
-    k = _linear(ops, h, w, "wk", "bk").view(T, cfg.n_kv_heads, D)        # k: [T, Hkv, D]
+    k = _times(_linear(ops, h, w, "wk", "bk"), layer_scale(cfg, "key_multiplier"))   # Falcon-H1's key multiplier
+    k = k.view(T, cfg.n_kv_heads, D)                                     # k: [T, Hkv, D]
     v = _linear(ops, h, w, "wv", "bv").view(T, cfg.n_kv_heads, D)        # v: [T, Hkv, D]
     if "q_norm" in w and cfg.qk_norm_whole:                              # OLMo-2: over the whole projection
         q = ops.rmsnorm(q.reshape(T, cfg.q_dim), w["q_norm"], eps).view(T, cfg.n_heads, D)
@@ -143,12 +191,54 @@ def transformer_layer(ops, cfg: ModelConfig, w: dict, x, cos, sin, pos, tok_slot
     o = o.reshape(T, cfg.q_dim)
     if gate is not None:
         o = ops.sigmoid_gate(o, gate)
-    a = reduce(_linear(ops, o, w, "wo", "bo"))
-    if "post_attn_norm" in w:
-        a = ops.rmsnorm(a, w["post_attn_norm"], eps)
-    if cfg.residual_multiplier:                                          # Granite: x + m * branch
-        a = a * cfg.residual_multiplier
-    return _mlp(ops, cfg, w, ops.residual_add(x, a), reduce)
+    return reduce(_linear(ops, o, w, "wo", "bo"))
+
+
+def mamba_mixer(ops, cfg: ModelConfig, w: dict, h, st: "MambaState"):
+    """Mamba-2 on the rows h [B * T, H] of ``st.batch`` sequences (transformers' torch_forward): in_proj to z, x, B, C,
+    dt (in that order; Falcon-H1: h x ssm_in_multiplier first, each of the five x its ssm_multipliers factor after),
+    the causal conv1d over x, B, C (its bias, SiLU) with the slots' conv states, the SSD scan
+    (chunked prefill after the slots' states when ``st.has_state``, clamping dt to the config's limits; the recurrent
+    step in decode, which clamps nothing, as transformers' cached step), the gated RMSNorm of y x silu(z) in
+    mamba_groups groups (Falcon-H1's order: each group's norm, then x silu(z): ``mamba_norm_first``; or y x silu(z)
+    alone: ``mamba_norm`` False), out_proj (Falcon-H1: x ssm_out_multiplier) -> [B * T, H]."""
+    N, B = h.shape[0], st.batch
+    T = N // B
+    Hm, P, G, Ns = cfg.mamba_heads, cfg.mamba_head_dim, cfg.mamba_groups, cfg.mamba_state
+    inner, gn = Hm * P, G * Ns
+    zxbcdt = _linear(ops, _times(h, layer_scale(cfg, "ssm_in_multiplier")), w, "w_in_proj", "b_in_proj")
+    mup = layer_scale(cfg, "ssm_multipliers", (1.0,) * 5)               # Falcon-H1: z, x, B, C, dt x its own factor
+    if any(f != 1.0 for f in mup):
+        zxbcdt = torch.cat([_times(t, f) for t, f in zip(torch.split(
+            zxbcdt, [inner, inner, gn, gn, Hm], dim=-1), mup)], dim=-1)
+    z, xbc, dt = torch.split(zxbcdt, [inner, inner + 2 * gn, Hm], dim=-1)
+    xbc = ops.conv1d(xbc.reshape(B, T, -1), w["w_conv"], w.get("b_conv"), st.conv, st.slots)      # [B, T, C]
+    x, Bm, Cm = torch.split(xbc, [inner, gn, gn], dim=-1)
+    ssd = (w["A_log"], w["dt_bias"], w["D"], st.state, st.slots)
+    if st.decode:
+        y = ops.ssd_decode(x.reshape(B, Hm, P), dt, Bm.reshape(B, G, Ns), Cm.reshape(B, G, Ns), *ssd)
+    else:
+        y = ops.ssd_prefill(x.reshape(B, T, Hm, P), dt.reshape(B, T, Hm), Bm.reshape(B, T, G, Ns),
+                            Cm.reshape(B, T, G, Ns), *ssd,
+                            chunk=cfg.mamba_chunk, has_state=st.has_state,
+                            dt_limit=(cfg.mamba_dt_min, cfg.mamba_dt_max or float("inf")))
+    y = y.reshape(N, inner)
+    if cfg.mamba_norm and cfg.mamba_norm_first:                          # Falcon-H1: norm(y) per group, x silu(z)
+        gs, wn = inner // G, w["w_gnorm"]
+        y = torch.cat([ops.rmsnorm(y[:, g * gs:(g + 1) * gs].contiguous(), wn[g * gs:(g + 1) * gs], cfg.rms_eps)
+                       for g in range(G)], dim=-1) if G > 1 else ops.rmsnorm(y, wn, cfg.rms_eps)
+        y = ops.swiglu(z.contiguous(), y)
+    elif cfg.mamba_norm:
+        y = ops.gated_group_rmsnorm(y, z, w["w_gnorm"], G, cfg.rms_eps)
+    else:                                                                # Falcon-H1: y x silu(z)
+        y = ops.swiglu(z.contiguous(), y)
+    return _times(_linear(ops, y, w, "w_out", "b_out_proj"), layer_scale(cfg, "ssm_out_multiplier"))
+
+
+class MambaState(SimpleNamespace):
+    """What a Mamba-2 layer's call reads: its conv and SSM states ([S, C, kernel - 1] in the activation dtype, [S, H,
+    P, N] fp32), the slots [B] of the ``batch`` sequences, ``decode`` (one token each) and ``has_state`` (a prefill
+    after cached tokens)."""
 
 
 def deltanet_mixer(ops, cfg: ModelConfig, w: dict, h, st: "DeltaState"):
@@ -190,7 +280,10 @@ class DeltaState(SimpleNamespace):
 
 
 def _mlp(ops, cfg: ModelConfig, w: dict, x, reduce):
-    """The MLP half of a layer after the attention residual: a dense gated MLP, or routed experts (+ shared)."""
+    """The MLP half of a layer after the attention residual: a dense gated MLP, or routed experts (+ shared); none in
+    a layer without MLP weights (Nemotron-H's mixer blocks)."""
+    if "w_down" not in w and "router" not in w:
+        return x
     h = ops.rmsnorm(x, w["mlp_norm"], cfg.rms_eps) if "mlp_norm" in w else x
     d = reduce(moe_mlp(ops, cfg, w, h) if "router" in w else dense_mlp(ops, cfg, w, h))
     if "post_mlp_norm" in w:
@@ -201,9 +294,13 @@ def _mlp(ops, cfg: ModelConfig, w: dict, x, reduce):
 
 
 def dense_mlp(ops, cfg: ModelConfig, w: dict, h):
+    """down(act(gate) x up), or down(relu2(up)) (Nemotron-H: no gate)."""
+    if cfg.activation == "relu2":
+        return _linear(ops, ops.relu2(_linear(ops, h, w, "w_up", "b_up")), w, "w_down", "b_down")
     act = ops.swiglu if cfg.activation == "silu" else ops.geglu
-    a = act(_linear(ops, h, w, "w_gate", "b_gate"), _linear(ops, h, w, "w_up", "b_up"))    # a: [T, I]
-    return _linear(ops, a, w, "w_down", "b_down")
+    gm, dm = layer_scale(cfg, "mlp_multipliers", (1.0, 1.0))            # Falcon-H1: gate x m, down's output x m'
+    a = act(_times(_linear(ops, h, w, "w_gate", "b_gate"), gm), _linear(ops, h, w, "w_up", "b_up"))   # a: [T, I]
+    return _times(_linear(ops, a, w, "w_down", "b_down"), dm)
 
 
 def route(ops, cfg: ModelConfig, w: dict, h):
@@ -228,12 +325,13 @@ def moe_mlp(ops, cfg: ModelConfig, w: dict, h):
         weights, ids = torch.ones(T * k, 1, dtype=torch.float32, device=h.device), ids.reshape(T * k, 1)
     else:
         h_in = h
-    y = ops.moe_experts(h_in, w["experts_gate"], w["experts_up"], w["experts_down"], weights, ids, activation=cfg.expert_activation, b_gate=w.get("experts_gate_bias"),
+    y = ops.moe_experts(h_in, w.get("experts_gate"), w["experts_up"], w["experts_down"], weights, ids, activation=cfg.expert_activation, b_gate=w.get("experts_gate_bias"),
                         b_up=w.get("experts_up_bias"), b_down=w.get("experts_down_bias"))
     if cfg.routed_input and k > 1:
         y = y.view(T, k, -1).sum(dim=1)
-    if "ws_gate" in w:
-        s = ops.swiglu(ops.linear(h, w["ws_gate"]), ops.linear(h, w["ws_up"]))
+    if "ws_up" in w:
+        u = ops.linear(h, w["ws_up"])
+        s = ops.swiglu(ops.linear(h, w["ws_gate"]), u) if "ws_gate" in w else ops.relu2(u)   # Nemotron-H: relu2
         s = ops.linear(s, w["ws_down"])
         if "ws_gate_vec" in w:                                # Qwen2-MoE: sigmoid(x w) scales the shared expert
             s = torch.sigmoid(ops.linear(h, w["ws_gate_vec"])) * s
@@ -409,6 +507,15 @@ class LlamaModel:
                                           device=self.device)                # the last kernel - 1 conv inputs
             self.delta_state = torch.zeros(n, self.max_slots, cfg.linear_v_heads, cfg.linear_k_dim, cfg.linear_v_dim,
                                            dtype=torch.float32, device=self.device)   # the recurrent state
+        self.mamba_conv = self.ssm_state = None
+        self._mamba = {i: j for j, i in enumerate(cfg.mamba_layers)}
+        if cfg.mamba_layers:    # Mamba-2's state cache, per Mamba layer and slot (kernels.mamba, kernels.conv1d)
+            n, Hm, P, Ns = len(cfg.mamba_layers), cfg.mamba_heads, cfg.mamba_head_dim, cfg.mamba_state
+            C = Hm * P + 2 * cfg.mamba_groups * Ns
+            self.mamba_conv = torch.zeros(n, self.max_slots, C, cfg.mamba_conv - 1, dtype=self.dtype,
+                                          device=self.device)                # the last kernel - 1 conv inputs
+            self.ssm_state = torch.zeros(n, self.max_slots, Hm, P, Ns, dtype=torch.float32,
+                                         device=self.device)                 # the SSM state
         if cfg.mla:   # the latent cache: c_kv [L, slots, max_len, R] and the rope key [L, slots, max_len, P]
             self.k_cache = torch.zeros(cfg.n_layers, self.max_slots, self.max_len, cfg.kv_lora_rank,
                                        dtype=self.dtype, device=self.device)
@@ -435,6 +542,19 @@ class LlamaModel:
         return DeltaState(batch=slots.shape[0], slots=slots, decode=decode, has_state=has_state,
                           conv=self.conv_state if conv is None else conv, state=self.delta_state if state is None
                           else state)
+
+    def _mamba_state(self, slots, decode: bool, has_state: bool, conv=None, state=None) -> MambaState | None:
+        """The call's MambaState over every Mamba-2 layer ([n_mamba, S, ...] caches: the model's unless given)."""
+        if not self._mamba:
+            return None
+        return MambaState(batch=slots.shape[0], slots=slots, decode=decode, has_state=has_state,
+                          conv=self.mamba_conv if conv is None else conv, state=self.ssm_state if state is None
+                          else state)
+
+    @property
+    def state_kind(self) -> str:
+        """The kind of layer that keeps a state at a slot's end ("Gated DeltaNet", "Mamba-2"), or ""."""
+        return "Gated DeltaNet" if self._linear else "Mamba-2" if self._mamba else ""
 
     def _scales(self, i):
         """Layer ``i``'s (k_scale, v_scale) of an 8-bit cache, or None."""
@@ -491,10 +611,14 @@ class LlamaModel:
             ep = {"moe_experts": partial(ep_experts, self.ops.moe_experts, self.tp)}
         return SimpleNamespace(**{**vars(self.ops), "route": route, **ep})
 
-    def _layer(self, i, x, pos, tok_slot, k_cache, v_cache, attend, scales=None, delta=None, index_cache=None):
+    def _layer(self, i, x, pos, tok_slot, k_cache, v_cache, attend, scales=None, delta=None, index_cache=None,
+               mamba=None):
         if i in self._linear:                            # this layer's slice of the call's DeltaState
             j = self._linear[i]
             delta = DeltaState(**{**vars(delta), "conv": delta.conv[j], "state": delta.state[j]})
+        if i in self._mamba:                             # this layer's slice of the call's MambaState
+            j = self._mamba[i]
+            mamba = MambaState(**{**vars(mamba), "conv": mamba.conv[j], "state": mamba.state[j]})
         cos, sin = self.local_rope if self.cfg.windows[i] else (self.cos, self.sin)
         if i in self.cfg.nope_layers:
             cos = sin = None
@@ -503,7 +627,7 @@ class LlamaModel:
                                  k_cache, v_cache, attend, self.tp.all_reduce if self.tp is not None else None,
                                  kv_scales=scales, attn_kw=attention_options(self.cfg, i), delta=delta,
                                  index_cache=self.index_cache[i] if index_cache is None and self.index_cache is not None
-                                 else index_cache)
+                                 else index_cache, mamba=mamba)
 
     # ---- phases -------------------------------------------------------------------------
     def prefill(self, tokens, slot: int, logits: bool = True, all_logits: bool = False) -> torch.Tensor | None:
@@ -538,10 +662,13 @@ class LlamaModel:
 
         if p == 0 and self._linear:                                        # a fresh sequence: zero states
             self.conv_state[:, s].zero_()
-        delta = self._delta(slots, False, p > 0)
+        if p == 0 and self._mamba:
+            self.mamba_conv[:, s].zero_()
+        delta, mamba = self._delta(slots, False, p > 0), self._mamba_state(slots, False, p > 0)
         x = self._embed(tokens)                                            # x: [n, H]
         for i in range(len(self.w["layers"])):
-            x = self._layer(i, x, pos, tok_slot, self.k_cache[i], self.v_cache[i], attend, self._scales(i), delta)
+            x = self._layer(i, x, pos, tok_slot, self.k_cache[i], self.v_cache[i], attend, self._scales(i), delta,
+                            mamba=mamba)
         self.lengths[s] = p + n
         if all_logits:
             return self._logits(x)                                         # [n, vocab] fp32
@@ -578,10 +705,11 @@ class LlamaModel:
         if self.cfg.mla:
             attend = mla_decode_attend(ops, self.lcfg, lens, slots_d, max_len)   # this rank's heads
 
-        delta = self._delta(slots_d, True, True)
+        delta, mamba = self._delta(slots_d, True, True), self._mamba_state(slots_d, True, True)
         x = self._embed(tokens)                                            # x: [B, H]
         for i in range(len(self.w["layers"])):
-            x = self._layer(i, x, pos, slots_d, self.k_cache[i], self.v_cache[i], attend, self._scales(i), delta)
+            x = self._layer(i, x, pos, slots_d, self.k_cache[i], self.v_cache[i], attend, self._scales(i), delta,
+                            mamba=mamba)
         self.lengths[slots_h] = pos_h + 1
         return self._logits(x)                                             # [B, vocab] fp32
 
@@ -611,6 +739,10 @@ class LlamaModel:
         if self._linear:                                                   # fresh states of one sequence
             delta = self._delta(zero[:1], False, False, torch.zeros_like(self.conv_state[:, :1]),
                                 torch.zeros_like(self.delta_state[:, :1]))
+        mamba = None
+        if self._mamba:
+            mamba = self._mamba_state(zero[:1], False, False, torch.zeros_like(self.mamba_conv[:, :1]),
+                                      torch.zeros_like(self.ssm_state[:, :1]))
         x = self._embed(tokens[0])
         for i in range(len(self.w["layers"])):
             kc = torch.empty(shape, dtype=self.k_cache.dtype, device=self.device)   # the cache's dtype (8-bit too)
@@ -619,7 +751,7 @@ class LlamaModel:
                                                     torch.empty(shape[:-1], device=self.device))
             ic = None if self.index_cache is None else torch.empty(1, S, cfg.index_head_dim, dtype=self.dtype,
                                                                    device=self.device)
-            x = self._layer(i, x, pos, zero, kc, vc, attend, sc, delta, ic)
+            x = self._layer(i, x, pos, zero, kc, vc, attend, sc, delta, ic, mamba)
         return self._logits(x)                                             # [S, vocab] fp32
 
     # ---- cache management ---------------------------------------------------------------
@@ -630,13 +762,16 @@ class LlamaModel:
         if n < 0 or n > have:
             raise RooflineError(f"cannot reuse a prefix of {n} tokens: slot {src} holds {have}; "
                                 f"give 0..{have}.")
-        if self._linear and 0 < n < have:     # the state cache keeps each slot's state at its end only
-            raise RooflineError(f"cannot reuse a prefix of {n} tokens of slot {src} holding {have}: its Gated DeltaNet "
-                                f"layers keep their state after all {have} tokens only; reuse all {have}, or prefill "
-                                "from scratch.")
+        if self.state_kind and 0 < n < have:     # the state cache keeps each slot's state at its end only
+            raise RooflineError(f"cannot reuse a prefix of {n} tokens of slot {src} holding {have}: its "
+                                f"{self.state_kind} layers keep their state after all {have} tokens only; reuse all "
+                                f"{have}, or prefill from scratch.")
         if self._linear and src != dst and n:
             self.conv_state[:, dst].copy_(self.conv_state[:, src])
             self.delta_state[:, dst].copy_(self.delta_state[:, src])
+        if self._mamba and src != dst and n:
+            self.mamba_conv[:, dst].copy_(self.mamba_conv[:, src])
+            self.ssm_state[:, dst].copy_(self.ssm_state[:, src])
         if src != dst and n and self.cfg.mla:          # latent caches: [L, slots, max_len, R or P]
             self.k_cache[:, dst, :n].copy_(self.k_cache[:, src, :n])
             self.v_cache[:, dst, :n].copy_(self.v_cache[:, src, :n])

@@ -12,7 +12,8 @@ As serving engines do it (vLLM's fused_moe is the model; this is our own code):
 2. ``_moe_gate_up_kernel``: one launch over (blocks x I tiles): gathers the block's token rows of x, two
    accumulators x W_gate[e] and x W_up[e] (+ biases), the activation in fp32, h [T*k, I] stored at the
    entry's row. "silu": silu(g) * u (SwiGLU); "swiglu_oai" (GPT-OSS): g = min(g, limit),
-   u = clamp(u, -limit, limit), h = (u + 1) * g * sigmoid(alpha * g).
+   u = clamp(u, -limit, limit), h = (u + 1) * g * sigmoid(alpha * g); "relu2" (Nemotron-H, ``UNGATED``: w_gate
+   None): one accumulator x W_up[e], h = relu(u)^2 (the kernel's GATED false reads no gate).
 3. ``_moe_down_kernel``: one launch over (blocks x H tiles): h W_down[e] (+ bias), times the entry's routing
    weight, stored at the entry's row of the partials [T*k, H].
 4. The k partial outputs of each token are summed (``torch.sum`` over [T, k, H], fp32 accumulation).
@@ -80,7 +81,8 @@ from .fp4 import check_fp4_weight, fp4_tile, is_fp4, scale_bytes_view, scale_cod
 from .quant import torch_linear
 from .quant_weight import QuantExperts, check_group, weight_format
 
-ACTIVATIONS = ("silu", "swiglu_oai")
+ACTIVATIONS = ("silu", "swiglu_oai", "relu2")
+UNGATED = ("relu2",)      # up -> act -> down, no gate weight (Nemotron-H): w_gate is None
 SKINNY_ROWS = 16          # at most this many rows per expert on average: the skinny (decode) configuration
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) per configuration and dtype kind
 # Two accumulators (gate and up) per tile: the 16-bit skinny tile streams K in 64s and the tiled one takes 8 warps
@@ -122,9 +124,13 @@ def moe_align(ids: torch.Tensor, n_experts: int, block_m: int) -> MoeAlign:
 
 @triton.jit
 def _act(g, u, alpha, limit, ACT: tl.constexpr):
-    """The expert activation on fp32 gate/up tiles: silu(g) * u, or GPT-OSS's clamped SwiGLU."""
+    """The expert activation on fp32 gate/up tiles: silu(g) * u, GPT-OSS's clamped SwiGLU, or relu(u)^2 (no gate:
+    g is not read)."""
     if ACT == 0:
         h = g / (1.0 + tl.exp(-g)) * u
+    elif ACT == 2:
+        r = tl.maximum(u, 0.0)
+        h = r * r
     else:
         g = tl.minimum(g, limit)
         u = tl.minimum(tl.maximum(u, -limit), limit)
@@ -182,9 +188,10 @@ def _moe_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, h_ptr, sorted_ptr
                         alpha, limit, sg_ptr, su_ptr, zg_ptr, zu_ptr, stride_se, stride_sg, stride_sn, tg_ptr, tu_ptr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ACT: tl.constexpr,
                         BIAS: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, QUANT: tl.constexpr,
-                        GROUP: tl.constexpr, ZERO_POINT: tl.constexpr):
+                        GROUP: tl.constexpr, ZERO_POINT: tl.constexpr, GATED: tl.constexpr):
     # x [T, K]   w_gate, w_up [E, K, N] (quantized: stored [E, N, K] / [E, N, K/2])   h [T*k, N]   (K = H, N = I)
     # scales: int8 [E, N], int4 (and zero points) [E, K/g, N]; FP4 [E, N, K/g] bytes + nvfp4 tensor scales [E]
+    # GATED false (relu2: up -> act -> down): no gate weight is read, no gate accumulator kept
     pid = tl.program_id(0)
     pid_m = pid % NUM_BLOCKS                      # neighbouring programs: blocks of one expert, same weight tile
     pid_n = pid // NUM_BLOCKS
@@ -207,57 +214,71 @@ def _moe_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, bg_ptr, bu_ptr, h_ptr, sorted_ptr
                     other=0.0)
         w_mask = kmask[:, None] & nmask[None, :]
         if QUANT >= 5:                                   # fp8 e4m3: decoded to fp32 in registers
-            bg = _fp8_tile(wg, offs_k, offs_n, w_mask, stride_wk, stride_wn)
+            if GATED:
+                bg = _fp8_tile(wg, offs_k, offs_n, w_mask, stride_wk, stride_wn)
             bu = _fp8_tile(wu, offs_k, offs_n, w_mask, stride_wk, stride_wn)
         elif QUANT >= 3:                                 # FP4: dequantized to fp32 in registers (kernels.fp4)
-            bg = fp4_tile(wg, sg_ptr + e * stride_se, offs_k, offs_n, w_mask, stride_wk, stride_wn, stride_sg,
-                          stride_sn, GROUP, QUANT - 2)
+            if GATED:
+                bg = fp4_tile(wg, sg_ptr + e * stride_se, offs_k, offs_n, w_mask, stride_wk, stride_wn, stride_sg,
+                              stride_sn, GROUP, QUANT - 2)
             bu = fp4_tile(wu, su_ptr + e * stride_se, offs_k, offs_n, w_mask, stride_wk, stride_wn, stride_sg,
                           stride_sn, GROUP, QUANT - 2)
         elif QUANT == 2:
-            bg = _w_tile(wg, offs_k, offs_n, w_mask, stride_wk, stride_wn, QUANT)
+            if GATED:
+                bg = _w_tile(wg, offs_k, offs_n, w_mask, stride_wk, stride_wn, QUANT)
             bu = _w_tile(wu, offs_k, offs_n, w_mask, stride_wk, stride_wn, QUANT)
         else:   # one offset for both tiles (two _w_tile calls cost the float variant a 4 B spill on sm_80)
             w_off = offs_k[:, None].to(tl.int64) * stride_wk + offs_n[None, :] * stride_wn
-            bg = tl.load(wg + w_off, mask=w_mask, other=0)
+            if GATED:
+                bg = tl.load(wg + w_off, mask=w_mask, other=0)
             bu = tl.load(wu + w_off, mask=w_mask, other=0)
         if UPCAST:
             a = a.to(tl.float32)
-            bg = bg.to(tl.float32)
+            if GATED:
+                bg = bg.to(tl.float32)
             bu = bu.to(tl.float32)
         elif QUANT != 0:
-            bg = bg.to(a.dtype)                          # dequantized in registers: exact (|q| <= 127, -8..7, FP4, e4m3)
+            if GATED:                                    # dequantized in registers: exact (|q| <= 127, -8..7, FP4, e4m3)
+                bg = bg.to(a.dtype)
             bu = bu.to(a.dtype)
         if QUANT == 6:                                   # fp8 128 x 128 blocks: the tile's one block row of K
             so = e * stride_se + (k0 // GROUP) * stride_sg + (offs_n // GROUP) * stride_sn
-            s_g = tl.load(sg_ptr + so, mask=nmask, other=0.0)
+            if GATED:
+                s_g = tl.load(sg_ptr + so, mask=nmask, other=0.0)
+                acc_g += tl.dot(a, bg, input_precision=DOT_PREC) * s_g[None, :]
             s_u = tl.load(su_ptr + so, mask=nmask, other=0.0)
-            acc_g += tl.dot(a, bg, input_precision=DOT_PREC) * s_g[None, :]
             acc_u += tl.dot(a, bu, input_precision=DOT_PREC) * s_u[None, :]
         elif QUANT == 2:                                 # int4: the tile's one group, its scales per column
             so = e * stride_se + (k0 // GROUP) * stride_sg + offs_n
-            s_g = tl.load(sg_ptr + so, mask=nmask, other=0.0).to(tl.float32)
+            if GATED:
+                s_g = tl.load(sg_ptr + so, mask=nmask, other=0.0).to(tl.float32)
+                acc_g += tl.dot(a, bg, input_precision=DOT_PREC) * s_g[None, :]
             s_u = tl.load(su_ptr + so, mask=nmask, other=0.0).to(tl.float32)
-            acc_g += tl.dot(a, bg, input_precision=DOT_PREC) * s_g[None, :]
             acc_u += tl.dot(a, bu, input_precision=DOT_PREC) * s_u[None, :]
             if ZERO_POINT:                               # + zero[n] x sum_k x[m, k] over the tile
                 rs = tl.sum(a.to(tl.float32), 1)[:, None]
-                acc_g += rs * tl.load(zg_ptr + so, mask=nmask, other=0.0).to(tl.float32)[None, :]
+                if GATED:
+                    acc_g += rs * tl.load(zg_ptr + so, mask=nmask, other=0.0).to(tl.float32)[None, :]
                 acc_u += rs * tl.load(zu_ptr + so, mask=nmask, other=0.0).to(tl.float32)[None, :]
         else:
-            acc_g = tl.dot(a, bg, acc_g, input_precision=DOT_PREC)
+            if GATED:
+                acc_g = tl.dot(a, bg, acc_g, input_precision=DOT_PREC)
             acc_u = tl.dot(a, bu, acc_u, input_precision=DOT_PREC)
     if QUANT == 4:                                       # nvfp4: the experts' fp32 tensor scales, once
-        acc_g = acc_g * tl.load(tg_ptr + e)
+        if GATED:
+            acc_g = acc_g * tl.load(tg_ptr + e)
         acc_u = acc_u * tl.load(tu_ptr + e)
     if QUANT == 1:                                       # int8: the per-channel scales, once on the accumulators
-        acc_g = acc_g * tl.load(sg_ptr + e * stride_se + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+        if GATED:
+            acc_g = acc_g * tl.load(sg_ptr + e * stride_se + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
         acc_u = acc_u * tl.load(su_ptr + e * stride_se + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
     if QUANT == 5:                                       # fp8 per channel (per tensor: stride_sn 0), once
-        acc_g = acc_g * tl.load(sg_ptr + e * stride_se + offs_n * stride_sn, mask=nmask, other=0.0)[None, :]
+        if GATED:
+            acc_g = acc_g * tl.load(sg_ptr + e * stride_se + offs_n * stride_sn, mask=nmask, other=0.0)[None, :]
         acc_u = acc_u * tl.load(su_ptr + e * stride_se + offs_n * stride_sn, mask=nmask, other=0.0)[None, :]
     if BIAS:
-        acc_g += tl.load(bg_ptr + e * stride_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+        if GATED:
+            acc_g += tl.load(bg_ptr + e * stride_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
         acc_u += tl.load(bu_ptr + e * stride_be + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
     h = _act(acc_g, acc_u, alpha, limit, ACT)
     rows = entry.to(tl.int64)
@@ -364,6 +385,11 @@ def moe_config(T: int, E: int, k: int, H: int, I: int, dtype=torch.bfloat16, dev
 def _check_inputs(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down):
     if activation not in ACTIVATIONS:
         raise RooflineError(f"unknown MoE activation {activation!r}: choose one of {', '.join(ACTIVATIONS)}.")
+    if (w_gate is None) != (activation in UNGATED):
+        want = "no gate weight: pass w_gate None" if activation in UNGATED else "a gate weight: pass w_gate [E, H, I]"
+        raise ValueError(f"the {activation} experts take {want}.")
+    if w_gate is None:                           # ungated: the up weight stands in for the gate's checks
+        w_gate, b_gate = w_up, b_up
     if isinstance(w_gate, QuantExperts) or isinstance(w_down, QuantExperts):
         E, H, I, dt, dev = _check_quant(w_gate, w_up, w_down)  # noqa: E741
     else:
@@ -492,6 +518,9 @@ def moe_experts(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_g
     scales, mxfp4 / nvfp4, fp8 per channel / per tensor / 128 x 128 blocks: ``QUANT_CODES``)."""
     # x: [T, H]   w_gate, w_up: [E, H, I]   w_down: [E, I, H]   weights, ids: [T, k]   y: [T, H]
     T, E, H, I, k = _check_inputs(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down)
+    gated = w_gate is not None
+    if not gated:                                # relu2: the kernel reads no gate (GATED false); up fills its slots
+        w_gate, b_gate = w_up, b_up
     if out is None:
         out = torch.empty(T, H, dtype=x.dtype, device=x.device)
     check_tensor("out", out, (T, H), dtype=x.dtype, device=x.device)
@@ -524,7 +553,7 @@ def moe_experts(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_g
            b_gate if bias else wg, b_up if bias else wu, h, al.sorted_ids, al.block_expert, al.n_padded,
            I, H, tk, k, blocks, x.stride(0), *gst,
            b_gate.stride(0) if bias else 0, h.stride(0), float(alpha), float(limit), sg, su, zg, zu, *sst, tg, tu,
-           ACT=ACTIVATIONS.index(activation), BIAS=bias, UPCAST=upcast, DOT_PREC=prec, **qopts, **opts)
+           ACT=ACTIVATIONS.index(activation), BIAS=bias, UPCAST=upcast, DOT_PREC=prec, GATED=gated, **qopts, **opts)
     launch(_moe_down_kernel, (blocks * cdiv(H, c["block_n"]),), h, wd, b_down if bias else wd, rw, part,
            al.sorted_ids, al.block_expert, al.n_padded, H, I, tk, blocks, h.stride(0), *dst,
            b_down.stride(0) if bias else 0, part.stride(0), sd, zd, *dsst, td,
@@ -561,10 +590,14 @@ def _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_dow
     for e in torch.unique(ids).tolist():
         tok, pos = torch.where(ids == e)
         xs = xc[tok]
-        g, u = mm(xs, w_gate, e, ct), mm(xs, w_up, e, ct)
-        if b_gate is not None:
-            g, u = g + b_gate[e].to(ct), u + b_up[e].to(ct)
-        if activation == "silu":
+        u = mm(xs, w_up, e, ct)
+        g = mm(xs, w_gate, e, ct) if w_gate is not None else None      # relu2 experts: no gate
+        if b_up is not None:
+            u = u + b_up[e].to(ct)
+            g = g + b_gate[e].to(ct) if g is not None else None
+        if activation == "relu2":                   # transformers' ReLUSquaredActivation
+            hh = torch.square(torch.relu(u))
+        elif activation == "silu":
             hh = torch.nn.functional.silu(g) * u
         else:
             g, u = g.clamp(max=limit), u.clamp(-limit, limit)
@@ -581,7 +614,7 @@ def reference(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_gat
     """The plain loop over experts in fp32 (``compute_dtype`` torch.float64 for checks); y in x's dtype. Quantized
     experts (``QuantExperts``) multiply by their dequantized weights."""
     ct = compute_dtype or (torch.float64 if x.dtype == torch.float64 else torch.float32)
-    mm = _dequant_mm if isinstance(w_gate, QuantExperts) else _float_mm
+    mm = _dequant_mm if isinstance(w_up, QuantExperts) else _float_mm
     return _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down, alpha, limit, ct, mm)
 
 
@@ -591,7 +624,7 @@ def torch_moe(x, w_gate, w_up, w_down, weights, ids, *, activation="silu", b_gat
     quantized experts run each expert's ``QuantWeight`` through ``kernels.quant.torch_linear`` (aten's int8 /
     int4 GEMM where this torch has it, else its dequantize reference: ``QuantExperts.torch_impl``); fp8 experts
     x @ the weight dequantized to x's dtype (weight-only, as the fused kernel: the activations are not quantized)."""
-    mm = _quant_mm if isinstance(w_gate, QuantExperts) else _float_mm
+    mm = _quant_mm if isinstance(w_up, QuantExperts) else _float_mm
     y = _loop(x, w_gate, w_up, w_down, weights, ids, activation, b_gate, b_up, b_down, alpha, limit, x.dtype, mm)
     return y if out is None else out.copy_(y)
 

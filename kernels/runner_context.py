@@ -69,22 +69,28 @@ def one_layer_weights(cfg: ModelConfig, dt, dev, seed: int, tp=None, prec=None, 
 
 def timed_layers(cfg: ModelConfig) -> tuple:
     """The layers whose weights a sweep builds: the first, and the first routed one when the model has dense
-    layers too (DeepSeek's first 3 are dense), and a hybrid's first attention and first DeltaNet layer: every op
-    of the op list then has its weights."""
+    layers too (DeepSeek's first 3 are dense), a hybrid's first attention and first DeltaNet or Mamba-2 layer (and
+    Nemotron-H's first dense MLP block): every op of the op list then has its weights."""
     moe = cfg.moe_layers
     dense = [i for i in range(cfg.n_layers) if i not in moe]
     picks = {dense[0], moe[0]} if moe and dense else {0}
     if cfg.linear_layers:
         picks |= {cfg.linear_layers[0], cfg.attention_layers[0]} if cfg.attention_layers else {cfg.linear_layers[0]}
+    if cfg.mamba_layers:        # a Mamba-2 layer, an attention layer, an MLP one (Nemotron-H's blocks hold one each)
+        mlp = [i for i in cfg.mlp_layers if i not in moe]
+        picks |= {cfg.mamba_layers[0]} | ({cfg.attention_layers[0]} if cfg.attention_layers else set()) | (
+            {mlp[0]} if mlp else set())
     return tuple(sorted(picks))
 
 
 def _with_picks(cfg: ModelConfig, picks: tuple) -> ModelConfig:
     """A config of len(picks) layers laid out as those layers are in ``cfg`` (which are dense, which routed,
-    which DeltaNet)."""
+    which DeltaNet or Mamba-2, which without RoPE or MLP)."""
     one = cfg.with_layers(len(picks))
-    if cfg.linear_layers:
-        one = replace(one, layer_types=tuple(cfg.layer_types[i] for i in picks))
+    if cfg.linear_layers or cfg.mamba_layers:
+        one = replace(one, layer_types=tuple(cfg.layer_types[i] for i in picks),
+                      nope_layers=tuple(j for j, i in enumerate(picks) if i in cfg.nope_layers),
+                      no_mlp_layers=tuple(j for j, i in enumerate(picks) if i in cfg.no_mlp_layers))
     if cfg.index_shared:                  # GLM-5: which picked layers reuse a selection (layer 0 never does)
         one = replace(one, index_shared=tuple(j for j, i in enumerate(picks) if i in cfg.index_shared))
     if not cfg.n_experts:
@@ -109,6 +115,19 @@ class DeltaInputs:
     beta: torch.Tensor
     state: torch.Tensor
     o: torch.Tensor
+    z: torch.Tensor
+
+
+@dataclass
+class MambaInputs:
+    """Mamba-2's inputs of the point: the conv's [B, n, C] input (x, B, C) and the B sequences' conv states
+    [B, C, kernel - 1], the SSM states [B, H, P, N] fp32 (random: as the KV cache), the scan's output y and z
+    [T, inner] (the gated norm's)."""
+
+    xbc: torch.Tensor
+    conv: torch.Tensor
+    state: torch.Tensor
+    y: torch.Tensor
     z: torch.Tensor
 
 
@@ -206,6 +225,7 @@ class RunContext:
     routing: Routing | None = None
     latent: Latent | None = None
     delta: DeltaInputs | None = None
+    mamba: MambaInputs | None = None
     index: Index | None = None
 
     @property
@@ -286,6 +306,8 @@ def build_context(cfg: ModelConfig, phase: str, batch: int, context: int, *, K, 
         c.latent = _latent(c)
     if cfg.linear_layers:
         c.delta = _delta(c)
+    if cfg.mamba_layers:
+        c.mamba = _mamba(c)
     if cfg.index_topk:
         c.index = _index(c)
     return c
@@ -301,6 +323,15 @@ def _delta(c: RunContext) -> DeltaInputs:
     return DeltaInputs(rnd(B, n, C), rnd(B, C, cfg.linear_conv - 1), rnd(T, Hv), rnd(T, Hv), rnd(B, n, Hk, dk),
                        rnd(B, n, Hk, dk), rnd(B, n, Hv, dv), g, rnd(B, n, Hv).sigmoid(), f32(B, Hv, dk, dv),
                        rnd(T * Hv, dv), rnd(T * Hv, dv))
+
+
+def _mamba(c: RunContext) -> MambaInputs:
+    """Mamba-2's inputs of this point (``MambaInputs``), drawn after the others."""
+    cfg, rnd, B, n, T = c.cfg, c.rnd, c.B, c.n, c.T
+    Hm, P, G, N = cfg.mamba_heads, cfg.mamba_head_dim, cfg.mamba_groups, cfg.mamba_state
+    inner = Hm * P
+    return MambaInputs(rnd(B, n, inner + 2 * G * N), rnd(B, inner + 2 * G * N, cfg.mamba_conv - 1),
+                       rnd(B, Hm, P, N).float(), rnd(T, inner), rnd(T, inner))
 
 
 def _kv_cache(c: RunContext, seed: int, rnd) -> None:

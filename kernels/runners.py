@@ -52,7 +52,7 @@ from . import (runners_attention, runners_deltanet, runners_dsa, runners_mamba, 
                runners_moe, runners_rows)  # (each registers its kinds)
 from ._common import dtype_name, torch_dtype
 from .backend import get_ops
-from .model import DeltaState, attention_options, transformer_layer
+from .model import DeltaState, MambaState, attention_options, transformer_layer
 from .runner_context import RunContext, build_context
 from .run_precision import check_run, check_tp, run_precision
 from .runner_registry import builder
@@ -116,7 +116,7 @@ def make_runners(cfg: ModelConfig, phase: str, batch: int, context: int, *, dtyp
                         spec_k=spec_k)
     table = {name: builder(spec.kind)(ctx, spec) for name, spec in specs.items() if name in names}
     table["layer"] = _layer_runner(ctx)
-    if cfg.linear_layers:       # a hybrid's "layer" runs layer 0 (DeltaNet): the cost of its own ops, not the mean
+    if cfg.linear_layers or cfg.mamba_layers:   # a hybrid's "layer" runs layer 0: its own ops' cost, not the mean
         table["layer"][1]["cost"] = sum((ph.op(s.name).cost for s in specs.values() if s.per_layer and 0 in s.layers),
                                         Cost(0, 0))
     if tp is not None:
@@ -156,17 +156,25 @@ def _layer_runner(ctx: RunContext) -> tuple:
     layer_ops = K
     if ctx.ep:
         layer_ops = SimpleNamespace(**{**vars(K), "moe_experts": partial(local_experts, K.moe_experts, ctx.tp.rank)})
-    args = (layer_ops, ctx.lcfg, ctx.lw, ctx.x, ctx.cos, ctx.sin, ctx.pos, ctx.tok_slot, *caches)
+    # a Mamba-2 hybrid's layer 0 with its own weights (ctx.lw merges the picked layers': a mixer and an MLP each)
+    lw = ctx.w["layers"][0] if cfg.mamba_layers else ctx.lw
+    cos, sin = (None, None) if cfg.mamba_layers and first in cfg.nope_layers else (ctx.cos, ctx.sin)
+    args = (layer_ops, ctx.lcfg, lw, ctx.x, cos, sin, ctx.pos, ctx.tok_slot, *caches)
     akw = dict(kv_scales=ctx.kv_scales, attn_kw=attention_options(cfg, first),
                index_cache=ctx.index.cache if ctx.index is not None else None)
     if first in cfg.linear_layers:     # a Gated DeltaNet layer: the point's states
         akw["delta"] = DeltaState(batch=ctx.B, slots=ctx.slots, decode=ctx.phase == "decode",
                                   has_state=ctx.phase == "decode", conv=ctx.delta.conv, state=ctx.delta.state)
+    if first in cfg.mamba_layers:      # a Mamba-2 layer: the point's states
+        akw["mamba"] = MambaState(batch=ctx.B, slots=ctx.slots, decode=ctx.phase == "decode",
+                                  has_state=ctx.phase == "decode", conv=ctx.mamba.conv, state=ctx.mamba.state)
     conf = (({"attention": ctx.attn_cfg} if ctx.triton else {})
             | ({"collectives": "not included: timed as attn_allreduce, mlp_allreduce"} if ctx.tp else {})
             | ({"weights": ctx.prec.describe()} if ctx.qw else {})
             | ({"kv_cache": ctx.kv_cfg["kv_cache"]} if ctx.qkv else {})
             | ({"layer": "layer 0, Gated DeltaNet: its own ops' cost"} if first in cfg.linear_layers else {})
+            | ({"layer": f"layer 0, {'Mamba-2 beside attention' if cfg.layer_types[0] == 'hybrid' else 'Mamba-2'}: "
+                         "its own ops' cost"} if first in cfg.mamba_layers else {})
             | ({"layer": "the first layer's attention (window "
                          f"{cfg.windows[first] or 'none'}); layers differ"} if len(set(cfg.windows)) > 1 else {}))
     return (lambda: transformer_layer(*args, **akw)), conf

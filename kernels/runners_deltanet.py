@@ -1,7 +1,8 @@
 """Runners of Gated DeltaNet's op kinds (``roofline.ops.deltanet``): the causal conv1d over q, k, v with the point's
 conv states, the gates, the gated delta rule (the chunked prefill from zeros, the recurrent decode step on the
 point's states after ``context`` tokens), the gated RMSNorm, and the gated attention's output gate. Inputs are the
-context's ``delta`` (``kernels.runner_context.DeltaInputs``); the states are random, as the KV cache is."""
+context's ``delta`` (``kernels.runner_context.DeltaInputs``); the states are random, as the KV cache is. The conv1d
+and gated_norm kinds are Mamba-2's too: a Mamba-2 model's point runs ``kernels.runners_mamba``'s."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from roofline import formulas as F
 from .conv1d import conv1d_config
 from .deltanet import delta_config
 from .runner_registry import runner
+from .runners_mamba import mamba_conv1d, mamba_gated_norm
 
 
 @runner("conv1d")
 def conv1d(ctx, spec):
+    if ctx.mamba is not None:                     # Mamba-2's, over x, B, C with its bias
+        return mamba_conv1d(ctx, spec)
     K, d, wt = ctx.K, ctx.delta, ctx.lw["w_conv"]
     return (lambda: K.conv1d(d.qkv, wt, None, d.conv, ctx.slots)), (
         conv1d_config(ctx.n, spec.dims["channels"]) if ctx.triton else {})
@@ -41,6 +45,8 @@ def gated_delta(ctx, spec):
 
 @runner("gated_norm")
 def gated_norm(ctx, spec):
+    if ctx.mamba is not None:                     # Mamba-2's, in groups over the inner width
+        return mamba_gated_norm(ctx, spec)
     K, d, wt, eps = ctx.K, ctx.delta, ctx.lw["w_gnorm"], ctx.cfg.rms_eps
     return (lambda: K.gated_rmsnorm(d.o, d.z, wt, eps)), {}
 

@@ -32,11 +32,11 @@ def experts(ctx, spec):
     if ctx.ep:
         return _ep_experts(ctx, spec)
     K, lw, h, rt, e_kw = ctx.K, ctx.lw, ctx.h, ctx.routing, _expert_kw(ctx)
-    return ((lambda: K.moe_experts(h, lw["experts_gate"], lw["experts_up"], lw["experts_down"], rt.weights, rt.ids,
+    return ((lambda: K.moe_experts(h, lw.get("experts_gate"), lw["experts_up"], lw["experts_down"], rt.weights, rt.ids,
                                    **e_kw)),
             {"experts_touched": rt.touched, "of": ctx.cfg.n_experts, "expert_imbalance": rt.imbalance,
              "routing": "this point's own (random rows through the layer's router)"}
-            | expert_weights_config(lw["experts_gate"], K.name))
+            | expert_weights_config(lw["experts_up"], K.name))
 
 
 def _ep_experts(ctx, spec) -> tuple:
@@ -54,7 +54,7 @@ def _ep_experts(ctx, spec) -> tuple:
 
     def fn():
         if rows:
-            K.moe_experts(xs, lw["experts_gate"], lw["experts_up"], lw["experts_down"], w_, ids_, **e_kw)
+            K.moe_experts(xs, lw.get("experts_gate"), lw["experts_up"], lw["experts_down"], w_, ids_, **e_kw)
         own.zero_().index_add_(0, plan.token, back)
 
     distinct = int(torch.unique(plan.recv_ids).numel()) if ctx.dev.type != "meta" else 0
@@ -64,7 +64,7 @@ def _ep_experts(ctx, spec) -> tuple:
     return fn, {"cost": cost, "experts_touched": distinct, "of": sh.n_experts, "rows": rows,
                 "routing": "this point's own (random rows through the layer's router), dispatched to this rank's "
                            f"experts {sh.experts(rank).start}..{sh.experts(rank).stop - 1}"} | expert_weights_config(
-        lw["experts_gate"], K.name)
+        lw["experts_up"], K.name)
 
 
 @runner("gate")

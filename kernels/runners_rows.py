@@ -1,6 +1,6 @@
 """Runners of the row-wise op kinds: the embedding gather, the embedding scale, RMSNorm (the layer's norms, the
-qk-norms per head, the final norm), the residual add, the MLP activation (SwiGLU / GeGLU) and the final logit
-softcap."""
+qk-norms per head, the final norm), the residual add, the MLP activation (SwiGLU / GeGLU / ReLU²) and the final
+logit softcap."""
 
 from __future__ import annotations
 
@@ -21,9 +21,15 @@ def embedding(ctx, spec):
 
 @runner("scale")
 def scale(ctx, spec):
-    s_ = torch.tensor(spec.dims["factor"], dtype=ctx.dt, device=ctx.dev)
-    # the logits' scale, Llama-4's query temperature (a factor per position: timed as one), or the embedding's
-    x = ctx.logits if spec.part == "post" else ctx.q if spec.group == "attention" else ctx.x
+    f = spec.dims["factor"]
+    if isinstance(f, tuple):        # Falcon-H1's mup vector: a factor per part of in_proj's output, one per column
+        s_ = torch.ones(spec.dims["width"], dtype=ctx.dt, device=ctx.dev)
+    else:
+        s_ = torch.tensor(f, dtype=ctx.dt, device=ctx.dev)
+    # the logits' scale, Llama-4's query temperature (a factor per position: timed as one), the embedding's, or a
+    # layer's multiplier on rows of its width (Falcon-H1's muP)
+    x = (ctx.logits if spec.part == "post" else ctx.q if spec.name == "attn_temperature"
+         else ctx.x if spec.part == "pre" else ctx.rows_of(spec.dims["width"]))
     return (lambda: x * s_), {}
 
 
@@ -56,7 +62,10 @@ def residual(ctx, spec):
 @runner("activation")
 def activation(ctx, spec):
     K, width = ctx.K, spec.dims["width"]
-    if width != ctx.lcfg.intermediate:                    # a shared expert's (its own width)
+    if spec.dims.get("fn") == "relu2":                    # Nemotron-H's MLP or shared expert: relu(up)^2, no gate
+        u = ctx.up if width == ctx.lcfg.intermediate else ctx.rnd(ctx.T, width)
+        return (lambda: K.relu2(u)), {}
+    if width != ctx.lcfg.intermediate:                    # a shared expert's (its own width), Mamba-2's y x silu(z)
         g2, u2 = ctx.rnd(ctx.T, width), ctx.rnd(ctx.T, width)
         return (lambda: K.swiglu(g2, u2)), {}
     fn = K.swiglu if ctx.cfg.activation == "silu" else K.geglu

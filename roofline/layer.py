@@ -404,22 +404,20 @@ def _moe_ops(cfg: ModelConfig, sh: Shard, layers: tuple) -> list:
     return ops
 
 
-# layer_types kinds with formulas and no kernels yet: what the run paths refuse (Gated DeltaNet's "linear" runs)
-NOT_RUN: dict = {"mamba": "Mamba-2", "hybrid": "Mamba-2", "mlp": "MLP-only (no mixer)"}   # kind -> what it is, for the refusal
+# layer_types kinds with formulas and no kernels yet: what the run paths refuse (kind -> what it is, for the refusal).
+# Empty: every kind runs (Gated DeltaNet's "linear", Mamba-2's "mamba", Falcon-H1's "hybrid", Nemotron-H's "mlp").
+NOT_RUN: dict = {}
 
 
 def check_runnable(cfg: ModelConfig) -> None:
     """A one-line RooflineError for a model with a layer kind of ``NOT_RUN`` (formulas, no kernels in the model
-    yet: Mamba-2's, whose kernels exist but no state cache in ``kernels.model``) or a Nemotron-H block part the model
-    does not run: what builds or times a model (``kernels``, ``profile``) calls it before anything runs."""
+    yet): what builds or times a model (``kernels``, ``profile``) calls it before anything runs."""
     kinds = [t for t in dict.fromkeys(cfg.layer_types) if t in NOT_RUN]
-    what = (f"{NOT_RUN[kinds[0]]} layers" if kinds
-            else "layers with a mixer and no MLP" if cfg.no_mlp_layers
-            else "relu2 MLPs" if "relu2" in (cfg.activation, cfg.expert_activation) else "")
-    if what:
-        raise RooflineError(f"{cfg.name}: {what} are costed but not run yet: roofline explain and "
-                            "the cost commands take this model; profile, latency, serve and check do not.")
-    # Gated DeltaNet and DeepSeek Sparse Attention run (kernels.deltanet, kernels.dsa), GLM-5's shared indexer layers too
+    if kinds:
+        raise RooflineError(f"{cfg.name}: {NOT_RUN[kinds[0]]} layers are costed but not run yet: roofline explain "
+                            "and the cost commands take this model; profile, latency, serve and check do not.")
+    # Gated DeltaNet, Mamba-2 (alone, beside attention, Nemotron-H's mixer-only and MLP-only blocks, relu2 MLPs and
+    # experts) and DeepSeek Sparse Attention run (kernels.deltanet, kernels.mamba, kernels.relu2, kernels.dsa)
 
 
 @lru_cache(maxsize=64)

@@ -113,6 +113,10 @@ class ModelConfig:
     mamba_conv_bias: bool = False  # a bias on the conv1d (use_conv_bias)
     mamba_proj_bias: bool = False  # biases on in_proj and out_proj (use_bias / mamba_proj_bias)
     mamba_norm: bool = True        # the gated RMSNorm of y by z; False: y x silu(z) alone (Falcon-H1's mamba_rms_norm)
+    mamba_norm_first: bool = False  # the gated norm's order: norm(y) x silu(z) (Falcon-H1's mamba_norm_before_gate);
+                                    # False: norm(y x silu(z)) (Nemotron-H, Granite-4.0-H); the same work either way
+    mamba_dt_min: float = 0.0      # the prefill scan clamps softplus(dt + dt_bias) to [min, max] (transformers'
+    mamba_dt_max: float = 0.0      # time_step_limit; Nemotron-H's (time_step_min, inf)); 0: no bound; numerics only
     # layers with a mixer (attention, DeltaNet, Mamba) and no MLP (Nemotron-H's "M" and "*" blocks); layer_types
     # "mlp" names the layers with an MLP and no mixer (its "-" blocks)
     no_mlp_layers: tuple = ()
@@ -290,7 +294,7 @@ def _check_arch(m: "ModelConfig", where: str) -> None:
     for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "norm_offset", "sandwich_norms", "embed_scale",
                  "attn_sinks", "norm_topk", "router_bias", "router_correction", "expert_bias", "shared_gate",
                  "rope_interleave", "index_rope_interleave", "pre_norms", "qk_norm_whole", "attn_gate", "qk_l2_norm",
-                 "routed_input", "mamba_conv_bias", "mamba_proj_bias", "mamba_norm"):
+                 "routed_input", "mamba_conv_bias", "mamba_proj_bias", "mamba_norm", "mamba_norm_first"):
         bool_field(where, name, getattr(m, name))
     for name in ("query_scale", "attn_softcap", "final_softcap", "rope_local_theta", "embed_multiplier",
                  "residual_multiplier", "logits_scaling"):
@@ -434,6 +438,13 @@ def _check_mamba(m: "ModelConfig", where: str) -> None:
     elif any(given):
         raise RooflineError(f"{where}: {', '.join(MAMBA_FIELDS)} size Mamba-2 layers, but layer_types names no "
                             "\"mamba\" layer: give layer_types or leave them 0.")
+    for name in ("mamba_dt_min", "mamba_dt_max"):
+        v = getattr(m, name)
+        if v != 0:
+            object.__setattr__(m, name, float_field(where, name, v, " (0 means no bound)"))
+    if m.mamba_dt_max and m.mamba_dt_max < m.mamba_dt_min:
+        raise RooflineError(f"{where}: mamba_dt_max ({m.mamba_dt_max}) is below mamba_dt_min ({m.mamba_dt_min}): "
+                            "give min <= max (0: no bound).")
     nm = m.no_mlp_layers
     if (not isinstance(nm, (list, tuple)) or any(isinstance(i, bool) or not isinstance(i, int) for i in nm)
             or any(not 0 <= i < m.n_layers or (m.layer_types and m.layer_types[i] == "mlp") for i in nm)):

@@ -113,14 +113,15 @@ def test_discovery_covers_every_kernel_and_grids_fit(tmp_path):
             "_ssd_chunk_state_kernel", "_ssd_state_pass_kernel", "_ssd_chunk_scan_kernel", "_ssd_step_kernel",
             "_gated_group_norm_kernel", "_chunk_prep_kernel", "_chunk_kernel", "_recurrent_kernel",
             "_gates_kernel", "_gated_norm_kernel", "_sigmoid_gate_kernel", "_index_scores_kernel",
-            "_mla_sparse_split_kernel"} == kernels_seen
+            "_mla_sparse_split_kernel", "_relu2_kernel"} == kernels_seen
     # "a few hundred" for one target: 576 with the sink (GPT-OSS), quantized-expert and 8-bit KV + sink variants;
     # 602 (+26) with FP8 (issue 29): 10 W8A8 GEMMs, 6 act quants, 10 attention over a per-tensor fp8 KV cache;
     # 630 (+28) with FP4: mxfp4 / nvfp4 q_proj linears and GPT-OSS / Mixtral experts in bf16; 659 (+21) with Llama-4's
     # chunked attention (the CHUNK variants of prefill and decode); +30 with the verify step (issue 34: 26 verify
     # split variants, int8 KV included, the rest the merges of its T x Hq rows); +37 with Mamba-2 (issue 32: its
     # bounded sample, compile_launches.MAMBA_*, and roofline check's mamba rows); +44 with Gated DeltaNet (issue 32:
-    # its 7 kernels at Qwen3-Next's sizes and roofline check's shapes, 3 dtypes); +8 with DSA (V3.2's shapes, bf16)
+    # its 7 kernels at Qwen3-Next's sizes and roofline check's shapes, 3 dtypes); +8 with DSA (V3.2's shapes, bf16);
+    # ReLU² and the ungated relu2 experts (Nemotron-H, issue 32: float only)
     assert 150 <= len(rows) <= 830
     mamba = [r for r in rows if r["kernel"] in ("_conv1d_kernel", "_gated_group_norm_kernel")
              or r["kernel"].startswith("_ssd_")]

@@ -35,7 +35,8 @@ def test_run_checks_every_kernel_passes(dtype):
     res = run_checks("triton", dtype, parts=("kernels",))
     names = {r.name.split()[0] for r in res}
     assert {"linear", "rmsnorm", "add_rmsnorm", "rope", "swiglu", "residual_add", "embedding", "kv_append",
-            "prefill_attn", "decode_attn"} <= names
+            "prefill_attn", "decode_attn", "relu2"} <= names
+    assert {r.name for r in res} >= {"moe_experts T=37 E=6 k=2 relu2", "moe_experts T=5 E=4 k=3 relu2 +bias"}
     bad = [str(r) for r in res if not r.passed]
     assert not bad, bad
     assert all(r.tol == KERNEL_TOL[dtype] for r in res)

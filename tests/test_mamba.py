@@ -2,7 +2,8 @@
 data (each Nemotron-H block a layer with its mixer or its MLP), the SSM and conv state's bytes in the capacity
 estimate (constant in the context) and in a decode step's reads, the reader's parameter counts against
 transformers' on the meta device, prefill FLOPs against FlopCounterMode's count of transformers' torch path
-(after the stated conventions), the split explain prints, and the run paths' one-line refusal."""
+(after the stated conventions), the split explain prints, and that the model runs every block kind (logits against
+transformers': tests/test_hf_parity_mamba.py)."""
 
 from __future__ import annotations
 
@@ -240,20 +241,28 @@ def test_explain_prints_the_split_per_kind(tmp_path):
             in text)
 
 
-REFUSAL = ("toy-mamba: Mamba-2 layers are costed but not run yet: roofline explain and the cost commands "
-           "take this model; profile, latency, serve and check do not.")
+def test_the_model_runs_every_block_kind_and_refuses_what_has_no_kernels_in_one_line(monkeypatch):
+    """The toy's Mamba-2, attention-only and MLP-only blocks run in our model, and Falcon-H1's "hybrid" layers
+    (attention and Mamba-2 side by side) too (tests/test_hf_parity_mamba.py checks the logits against transformers');
+    a layer kind registered in roofline.layer.NOT_RUN (none is now) is refused by name before anything runs."""
+    import torch
 
-
-def test_the_run_paths_refuse_in_one_line():
     from kernels.model import LlamaModel
-    from kernels.runners import make_runners
+    from roofline import layer as LY
 
-    with pytest.raises(RooflineError) as e:        # profile's runners (and roofline check's)
-        make_runners(HYB, "decode", 1, 8, dtype="fp32", backend="torch")
-    assert str(e.value) == REFUSAL
+    m = LlamaModel(HYB, dtype="fp32", backend="torch", max_len=16)
+    full = m.forward_full(torch.tensor([[5, 6, 7, 8]]))
+    assert torch.allclose(m.prefill(torch.tensor([5, 6, 7, 8]), 0), full[3], atol=1e-5, rtol=1e-5)
+    hybrid = ModelConfig("toy-falcon", 64, 96, 2, 4, 2, 256, 512, head_dim=16,
+                         layer_types=("hybrid", "hybrid"), mamba_heads=4, mamba_head_dim=8, mamba_state=16,
+                         mamba_groups=2, mamba_conv=4, mamba_chunk=32)
+    assert LY.NOT_RUN == {}
+    LlamaModel(hybrid, dtype="fp32", backend="torch", max_len=16).forward_full(torch.tensor([[5, 6, 7]]))
+    monkeypatch.setitem(LY.NOT_RUN, "hybrid", "Mamba-2 beside attention")
     with pytest.raises(RooflineError) as e:        # latency's and serve's model
-        LlamaModel(HYB, dtype="fp32", backend="torch")
-    assert str(e.value) == REFUSAL
+        LlamaModel(hybrid, dtype="fp32", backend="torch")
+    assert str(e.value) == ("toy-falcon: Mamba-2 beside attention layers are costed but not run yet: roofline "
+                            "explain and the cost commands take this model; profile, latency, serve and check do not.")
 
 
 # ---- Granite-4.0-H (granitemoehybrid): Mamba-2 and attention mixers, each layer with its MLP

@@ -4,7 +4,8 @@ layer runs attention and a Mamba-2 mixer side by side on the same normed input, 
 
 The Mamba-2 mixer: in_proj (mamba_proj_bias) to z, x, B, C, dt of width mamba_d_ssm (or mamba_expand x hidden),
 the conv1d (mamba_conv_bias), the SSD scan by mamba_chunk_size, then the gated RMSNorm in mamba_n_groups groups
-when mamba_rms_norm, else y x silu(z) alone (``ModelConfig.mamba_norm``), and out_proj (projectors_bias, which must
+when mamba_rms_norm (in mamba_norm_before_gate's order: norm(y) x silu(z) by default, ``mamba_norm_first``), else
+y x silu(z) alone (``ModelConfig.mamba_norm``), and out_proj (projectors_bias, which must
 equal mamba_proj_bias: one bias setting for both here). The attention: RoPE on every head dimension, biases with
 attention_bias, k x key_multiplier.
 
@@ -29,17 +30,16 @@ from .registry import Family, register
 FALCON_H1_KEYS = LLAMA_LIKE_KEYS + Keys({
     **sizes(128000, 4096, 14336, 32, 32, 8, 8192, 1e-5), "mamba_d_ssm": 1024, "mamba_n_heads": 128,
     "mamba_d_head": "auto", "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4, "mamba_expand": 2,
-    "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_proj_bias": False, "mamba_rms_norm": False,
+    "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_proj_bias": False, "time_step_limit": None,
+    "mamba_rms_norm": False, "mamba_norm_before_gate": True,
     "projectors_bias": False, "lm_head_multiplier": 1.0, "embedding_multiplier": 1.0,
     "mlp_multipliers": None, "key_multiplier": 1.0, "attention_out_multiplier": 1.0, "attention_in_multiplier": 1.0,
     "ssm_multipliers": None, "ssm_in_multiplier": 1.0, "ssm_out_multiplier": 1.0, "attention_bias": False,
     "mlp_bias": False},
-    numerics={"mamba_norm_before_gate": (True, "orders the gated RMSNorm (norm then gate; False: gate then norm), "
-                                               "the same work either way")},
-    # time_step_limit clamps dt inside the scan (elementwise, not counted: numerics only; JSON turns its tuple into
-    # a list, so it is not compared as a numerics key); num_logits_to_keep: generation only; the published configs'
-    # attn_layer_indices and mamba_use_mlp are read by no transformers code (every layer attends and has its MLP)
-    irrelevant=("time_step_limit", "num_logits_to_keep", "attn_layer_indices", "mamba_use_mlp"))
+    # time_step_limit (default (0, inf)) is the prefill scan's dt clamp (ModelConfig.mamba_dt_min / max);
+    # num_logits_to_keep: generation only; the published configs' attn_layer_indices and mamba_use_mlp are read by no
+    # transformers code (every layer attends and has its MLP)
+    irrelevant=("num_logits_to_keep", "attn_layer_indices", "mamba_use_mlp"))
 
 _MULTIPLIERS = ("ssm_in_multiplier", "ssm_out_multiplier", "attention_in_multiplier", "key_multiplier",
                 "attention_out_multiplier", "lm_head_multiplier", "embedding_multiplier")
@@ -80,7 +80,8 @@ def read_falcon_h1(r: HFReader) -> None:
         mamba_heads=heads, mamba_head_dim=d_head, mamba_state=r.count("mamba_d_state", 256), mamba_groups=groups,
         mamba_conv=r.count("mamba_d_conv", 4), mamba_chunk=r.count("mamba_chunk_size", 256),
         mamba_conv_bias=r.flag("mamba_conv_bias", True), mamba_proj_bias=r.flag("mamba_proj_bias"),
-        mamba_norm=r.flag("mamba_rms_norm"),
+        mamba_norm=r.flag("mamba_rms_norm"), **r.dt_limit(),
+        mamba_norm_first=r.flag("mamba_rms_norm") and r.flag("mamba_norm_before_gate", True),
         embed_multiplier=m["embedding_multiplier"] if m["embedding_multiplier"] != 1.0 else 0.0,
         logits_scaling=1.0 / m["lm_head_multiplier"] if m["lm_head_multiplier"] != 1.0 else 0.0)
     # the per-layer multipliers, placed by ``_edit``

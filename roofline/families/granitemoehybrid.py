@@ -9,8 +9,8 @@ RMSNorm in mamba_n_groups groups, out_proj) or attention (RoPE only with positio
 none). Every layer then runs its MLP: routed experts (num_local_experts of intermediate_size, a top-k then a
 softmax over the k logits: ``topk_softmax``) beside the shared MLP (shared_intermediate_size, SwiGLU, ungated),
 or with num_local_experts 0 the shared MLP alone (a dense SwiGLU of shared_intermediate_size: ``_dense_width``).
-The checkpoint keeps the shared MLP's gate and up in one input_linear and the experts' in one gate_up_proj:
-named as those tensors here; their real weights are not loaded (the run paths refuse Mamba-2 layers).
+The checkpoint keeps the shared MLP's gate and up in one input_linear (its halves, gate first), the experts' in one
+input_linear [E, 2I, H] and their down in one output_linear: loaded as those slices.
 """
 
 from __future__ import annotations
@@ -22,10 +22,13 @@ from .llama import LLAMA_LIKE_KEYS, llama_like, sizes
 from .reader import HFReader, Keys
 from .registry import Family, Tensors, register
 
-GRANITE_H_TENSORS = Tensors(moe=dict(router="block_sparse_moe.router.weight",
-                                     gate="block_sparse_moe.experts.gate_up_proj",
-                                     up="block_sparse_moe.experts.gate_up_proj",
-                                     down="block_sparse_moe.experts.down_proj", shared="shared_mlp."))
+# the checkpoints' layout (what save_pretrained writes): the experts' gate and up the halves of one input_linear
+# [E, 2I, H], down one output_linear [E, H, I], the router's linear router.layer
+GRANITE_H_TENSORS = Tensors(moe=dict(router="block_sparse_moe.router.layer.weight",
+                                     gate="block_sparse_moe.input_linear.weight",
+                                     up="block_sparse_moe.input_linear.weight",
+                                     down="block_sparse_moe.output_linear.weight", shared="shared_mlp."),
+                            halved_gate_up=True, experts_out_in=True)
 
 # GraniteMoeHybridConfig (transformers 5.24): every field with its default
 GRANITE_H_KEYS = LLAMA_LIKE_KEYS + Keys({
@@ -33,11 +36,11 @@ GRANITE_H_KEYS = LLAMA_LIKE_KEYS + Keys({
     "residual_multiplier": 1.0, "attention_multiplier": 1.0, "logits_scaling": 1.0, "num_local_experts": 8,
     "num_experts_per_tok": 2, "shared_intermediate_size": 1024, "position_embedding_type": None, "layer_types": None,
     "layers_block_type": None, "mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_head": "auto",
-    "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_proj_bias": False},
-    # time_step_limit clamps dt inside the scan (elementwise, not counted: numerics only; JSON turns its tuple into
-    # a list, so it is not compared as a numerics key); the published configs' normalization_function ("rmsnorm")
-    # is read by no transformers code (every norm is its RMSNorm)
-    irrelevant=("time_step_limit", "normalization_function"))
+    "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_proj_bias": False,
+    "time_step_limit": None},
+    # time_step_limit (default (0, inf)) is the prefill scan's dt clamp (ModelConfig.mamba_dt_min / max); the published
+    # configs' normalization_function ("rmsnorm") is read by no transformers code (every norm is its RMSNorm)
+    irrelevant=("normalization_function",))
 
 _KINDS = {"linear_attention": "mamba", "mamba": "mamba", "full_attention": "full", "attention": "full"}
 
@@ -81,7 +84,7 @@ def read_granitemoehybrid(r: HFReader) -> None:
         layer_types=types, nope_layers=() if rope else tuple(i for i, t in enumerate(types) if t == "full"),
         mamba_heads=heads, mamba_head_dim=d_head, mamba_state=r.count("mamba_d_state", 256), mamba_groups=groups,
         mamba_conv=r.count("mamba_d_conv", 4), mamba_chunk=r.count("mamba_chunk_size", 256),
-        mamba_conv_bias=r.flag("mamba_conv_bias", True), mamba_proj_bias=r.flag("mamba_proj_bias"))
+        mamba_conv_bias=r.flag("mamba_conv_bias", True), mamba_proj_bias=r.flag("mamba_proj_bias"), **r.dt_limit())
     if r.get("num_local_experts", 8):
         r.arch.update(n_experts=r.experts("num_local_experts"), n_active=r.count("num_experts_per_tok", 2),
                       moe_intermediate=r.size("intermediate_size"), router="topk_softmax", norm_topk=True,
@@ -94,13 +97,16 @@ _RENAME = (("mlp.gate_proj.", "shared_mlp.input_linear."), ("mlp.up_proj.", "sha
 
 
 def _names(cfg, sh, ops: list) -> list:
-    """The shared MLP's tensors: gate and up in input_linear, down in output_linear (costed as separate linears)."""
-    def hf(name: str) -> str:
+    """The shared MLP's tensors: gate and up the halves of input_linear [2S, H] (gate first: transformers' chunk(2)),
+    down output_linear (costed as separate linears)."""
+    def renamed(w):
         for a, b in _RENAME:
-            if name.startswith(a):
-                return b + name[len(a):]
-        return name
-    return [replace(o, weights=tuple(replace(w, hf=hf(w.hf)) for w in o.weights)) for o in ops]
+            if w.hf.startswith(a):
+                which = 0 if "gate_proj." in a else 1 if "up_proj." in a else None     # [H, S]: S of 2S rows
+                part = {} if which is None else {"part": (which, (w.shape[1],) * 2)}
+                return replace(w, hf=b + w.hf[len(a):], **part)
+        return w
+    return [replace(o, weights=tuple(renamed(w) for w in o.weights)) for o in ops]
 
 
 register(Family("granitemoehybrid", read_granitemoehybrid, tensors=GRANITE_H_TENSORS, keys=GRANITE_H_KEYS,

@@ -25,7 +25,9 @@ from .registry import Family, Tensors, register
 _BLOCKS = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
 
 # NemotronHConfig (transformers 5.24): every field with its default. num_hidden_layers is derived from the pattern
-# (``_layer_count``); rms_norm_eps is not its key (layer_norm_epsilon is: numerics only).
+# (``_layer_count``); rms_norm_eps is not its key (layer_norm_epsilon is: every RMSNorm's epsilon); time_step_min is
+# the prefill scan's lower clamp of dt (its mixer's time_step_limit is (time_step_min, inf); the config's own
+# time_step_limit is read by no forward pass).
 NEMOTRON_H_KEYS = Keys({
     "vocab_size": 131072, "hidden_size": 4096, "tie_word_embeddings": False, "num_attention_heads": 32,
     "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 4096, "intermediate_size": 21504,
@@ -35,10 +37,8 @@ NEMOTRON_H_KEYS = Keys({
     "num_hidden_layers": None, "rms_norm_eps": None, "rope_theta": None,
     "n_routed_experts": 8, "moe_intermediate_size": 7688, "moe_shared_expert_intermediate_size": 7688,
     "num_experts_per_tok": 2, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1, "norm_topk_prob": True,
-    "num_nextn_predict_layers": 0},
-    numerics={"layer_norm_epsilon": (1e-5, "sets every RMSNorm's epsilon (the model's notes keep 1e-5)"),
-              "time_step_min": (0.001, "clamps dt from below in the scan (elementwise, not counted)"),
-              "residual_in_fp32": (False, "keeps the residual stream in fp32 (transformers' model ignores it)")},
+    "num_nextn_predict_layers": 0, "layer_norm_epsilon": 1e-5, "time_step_min": 0.001},
+    numerics={"residual_in_fp32": (False, "keeps the residual stream in fp32 (transformers' model ignores it)")},
     refused={
         "sliding_window": ("a windowed attention layer (transformers' Nemotron-H attends over the whole context)",
                            (None,)),
@@ -99,7 +99,8 @@ def read_nemotron_h(r: HFReader) -> None:
         no_mlp_layers=tuple(i for i, t in enumerate(types) if t != "mlp"),
         mamba_heads=heads, mamba_head_dim=r.count("mamba_head_dim", 64), mamba_state=r.count("ssm_state_size", 128),
         mamba_groups=groups, mamba_conv=r.count("conv_kernel", 4), mamba_chunk=r.count("chunk_size", 128),
-        mamba_conv_bias=r.flag("use_conv_bias", True), mamba_proj_bias=r.flag("use_bias"))
+        mamba_conv_bias=r.flag("use_conv_bias", True), mamba_proj_bias=r.flag("use_bias"),
+        rms_eps=r.number("layer_norm_epsilon") or 1e-5, mamba_dt_min=r.number("time_step_min"))
     if "moe" in blocks:     # DeepSeek-V3's sigmoid routing (correction bias, groups, scale) over relu2 experts
         r.arch.update(
             n_experts=r.experts("n_routed_experts"), n_active=r.count("num_experts_per_tok", 2),
@@ -126,10 +127,11 @@ def _names(cfg, sh, ops: list) -> list:
     return [replace(o, weights=tuple(replace(w, hf=hf(w.hf)) for w in o.weights)) for o in ops]
 
 
-# the MoE block's tensors (renamed from mlp. to mixer. by ``_names``); the experts are two 3-D tensors
+# the MoE block's tensors (renamed from mlp. to mixer. by ``_names``); the experts one up_proj and one down_proj each
+# (the checkpoints' layout, what save_pretrained writes; no gate); the decoder under backbone. (kernels.checkpoint)
 NEMOTRON_H_TENSORS = Tensors(moe=dict(router="mlp.gate.weight", correction="mlp.gate.e_score_correction_bias",
-                                      gate="mlp.experts.up_proj", up="mlp.experts.up_proj",
-                                      down="mlp.experts.down_proj", shared="mlp.shared_experts."))
+                                      gate="mlp.experts.{e}.up_proj.weight", up="mlp.experts.{e}.up_proj.weight",
+                                      down="mlp.experts.{e}.down_proj.weight", shared="mlp.shared_experts."))
 
 register(Family("nemotron_h", read_nemotron_h, tensors=NEMOTRON_H_TENSORS, keys=NEMOTRON_H_KEYS, edit_ops=_names,
                 normalize=_layer_count))

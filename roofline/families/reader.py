@@ -205,6 +205,19 @@ class HFReader:
         v = self.d.get(key)
         return 0.0 if v is None else float_field(self.where, key, v)
 
+    def dt_limit(self, key="time_step_limit") -> dict:
+        """Mamba-2's dt clamp [min, max] (transformers' time_step_limit, default (0, inf); its config files spell an
+        infinite max {"__float__": "Infinity"}) as ModelConfig's mamba_dt_min / mamba_dt_max (0: no bound)."""
+        v = self.get(key, [0.0, float("inf")])
+        if isinstance(v, (list, tuple)):     # transformers 5 saves inf as {"__float__": "Infinity"}
+            v = [float("inf") if x == {"__float__": "Infinity"} else x for x in v]
+        if (not isinstance(v, (list, tuple)) or len(v) != 2
+                or any(isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or x < 0 for x in v)
+                or v[1] < v[0]):
+            self.refuse(key, "must be [min, max] with 0 <= min <= max (dt's clamp in the Mamba-2 scan)")
+        lo, hi = float(v[0]), float(v[1])
+        return {"mamba_dt_min": lo, "mamba_dt_max": 0.0 if hi == float("inf") else hi}
+
     def count(self, key, default, minimum: int = 1) -> int:
         """An integer of at least ``minimum`` (absent or null: ``default``)."""
         return int_field(self.where, key, self.get(key, default), minimum)
