@@ -8,31 +8,18 @@ interpreted: fewer steps), and a prompt past one chunk of 64 (the chunked rule's
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 import hf_tiny_moe as H
 from kernels.model import LlamaModel
+from parity import close, model, prefill_then_decode
 from roofline.errors import RooflineError
 from roofline.models import load_model
-
-TOL = 1e-4
-
-
-def close(ours, theirs):
-    ours = np.asarray(ours.detach() if isinstance(ours, torch.Tensor) else ours, dtype=np.float64)
-    err = np.abs(ours - theirs).max() / np.abs(theirs).max()
-    assert err < TOL, f"max |ours - transformers| = {err:.2e} of the largest logit"
-
 
 def built(model_type):
     H.require(model_type)
     return H.checkpoint(model_type), H.reference(model_type)
-
-
-def model(folder, n, backend="torch"):
-    return LlamaModel(load_model(folder), dtype="fp32", backend=backend, max_slots=3, max_len=n + 2)
 
 
 @pytest.mark.parametrize("model_type", H.HYBRID)
@@ -47,14 +34,7 @@ def test_the_reader_finds_the_hybrid(model_type):
 
 @pytest.mark.parametrize("model_type", H.HYBRID)
 def test_prefill_then_decode(model_type):
-    folder, ref = built(model_type)
-    seq = torch.tensor(ref.sequence)
-    m = model(folder, len(seq))
-    assert m.weights_info["weights"] == "checkpoint"
-    close(m.prefill(seq[: ref.prompt], 0), ref.decode[ref.prompt - 1])
-    for pos in range(ref.prompt, len(seq)):
-        close(m.decode_step(seq[pos: pos + 1], [0])[0], ref.decode[pos])
-    close(m.forward_full(seq[None]), ref.prefill)
+    prefill_then_decode(*built(model_type))
 
 
 @pytest.mark.parametrize("model_type", H.HYBRID)

@@ -17,37 +17,18 @@ import torch
 
 import hf_tiny_moe as H
 from kernels.model import LlamaModel
+from parity import close, model, prefill_then_decode
 from roofline.layer import op_names
 from roofline.models import load_model
-
-TOL = 1e-4
-
-
-def close(ours, theirs):
-    ours = np.asarray(ours.detach() if isinstance(ours, torch.Tensor) else ours, dtype=np.float64)
-    err = np.abs(ours - theirs).max() / np.abs(theirs).max()
-    assert err < TOL, f"max |ours - transformers| = {err:.2e} of the largest logit"
-
 
 def built(model_type):
     H.require(model_type)
     return H.checkpoint(model_type), H.reference(model_type)
 
 
-def model(folder, n, backend="torch"):
-    return LlamaModel(load_model(folder), dtype="fp32", backend=backend, max_slots=3, max_len=n + 2)
-
-
 @pytest.mark.parametrize("model_type", H.MODEL_TYPES + H.WRAPPED)
 def test_prefill_then_decode(model_type):
-    folder, ref = built(model_type)
-    seq = torch.tensor(ref.sequence)
-    m = model(folder, len(seq))
-    assert m.weights_info["weights"] == "checkpoint"
-    close(m.prefill(seq[: ref.prompt], 0), ref.decode[ref.prompt - 1])
-    for pos in range(ref.prompt, len(seq)):
-        close(m.decode_step(seq[pos: pos + 1], [0])[0], ref.decode[pos])
-    close(m.forward_full(seq[None]), ref.prefill)
+    prefill_then_decode(*built(model_type))
 
 
 @pytest.mark.parametrize("model_type", H.MODEL_TYPES + H.WRAPPED)
