@@ -21,6 +21,7 @@ from parity import close, model, prefill_then_decode
 from roofline.layer import op_names
 from roofline.models import load_model
 
+
 def built(model_type):
     H.require(model_type)
     return H.checkpoint(model_type), H.reference(model_type)
