@@ -18,8 +18,10 @@ def test_check_json_torch_backend():
     # (Llama-4's sigmoid_topk, ERNIE's softmax_topk + bias) and 3 chunked attentions (Llama-4: 2 prefill, 1 decode);
     # the verify step (issue 34): 5 float rows and 1 over an int8 cache; issue 32: Mamba-2 13 rows, Gated DeltaNet
     # 16 (the chunked rule and its state x 3, the decode step and its state, 2 convs and their states, 2 gates, the
-    # gated norm, the output gate), DSA 4 (k_norm, scores, top-k, the sparse decode)
-    assert len(rows) == 22 + 11 + 5 + 8 + 26 + 5 + 2 + (18 + 6 + 6 + 10) + (6 + 4) + (2 + 3) + (5 + 1) + 13 + 16 + 4
+    # gated norm, the output gate), DSA 4 (k_norm, scores, top-k, the sparse decode), Nemotron-H's relu2 3 (the
+    # activation, ungated relu2 experts with and without biases)
+    assert len(rows) == (22 + 11 + 5 + 8 + 26 + 5 + 2 + (18 + 6 + 6 + 10) + (6 + 4) + (2 + 3) + (5 + 1) + 13 + 16 + 4
+                         + 3)
     names = [r["name"] for r in rows]
     assert sum(n.startswith("route ") for n in names) == 5 and sum(" chunk=" in n and n.endswith("_attn", 0, n.index(" ")) for n in names) == 3
     assert sum(n.startswith("moe_experts int") for n in names) == 5 and sum("KV +sinks" in n for n in names) == 2

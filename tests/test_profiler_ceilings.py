@@ -100,3 +100,32 @@ def test_gpu_ceilings_beside_the_datasheet(tmp_path, monkeypatch):
     if c.datasheet is not None:   # a catalogued GPU: measured / datasheet, HBM copies reach 60-100%
         r = c.details["vs_datasheet"]
         assert 0.5 < r["bandwidth"] < 1.05 and 0.3 < r["bf16"] < 1.05
+
+
+def test_a_gemm_shape_past_the_budget_stops_the_larger_ones(monkeypatch):
+    """On a CPU without a dtype's instructions one bf16 call of 2048^3 takes about a minute (three repetitions:
+    minutes): once a shape's call is past the shape's budget the larger shapes are not timed, and the result says
+    which and why. Times are injected (no real GEMM is timed)."""
+    from types import SimpleNamespace
+
+    from profiler import ceilings as C
+
+    medians = {(8, 8, 8): 0.5, (16, 16, 16): 99.0}
+    timed = []
+
+    def fake_measure(call, device, **kw):
+        shape = call()
+        timed.append(shape)
+        return SimpleNamespace(median_s=medians[shape])
+
+    monkeypatch.setattr(C, "measure", fake_measure)
+    out = C._best_gemm("cpu", ((8, 8, 8), (16, 16, 16)), True, lambda m, n, k: (lambda: (m, n, k)))
+    assert timed == [(8, 8, 8)]
+    assert out["best_flops"] == 2 * 8 ** 3 / 0.5 and out["best_shape"] == [8, 8, 8]
+    assert out["skipped_shapes"] == [[16, 16, 16]]
+    assert out["skipped_why"] == ("one call of [8, 8, 8] took 0.5 s, past the 0.1 s budget of a shape: the larger "
+                                  "ones were not timed")
+    medians[(8, 8, 8)] = 0.01                                   # under the budget: every shape is timed
+    timed.clear()
+    out = C._best_gemm("cpu", ((8, 8, 8), (16, 16, 16)), True, lambda m, n, k: (lambda: (m, n, k)))
+    assert timed == [(8, 8, 8), (16, 16, 16)] and "skipped_shapes" not in out
