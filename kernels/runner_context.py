@@ -23,7 +23,8 @@ from ._common import dtype_name
 from .checkpoint import load_weights
 from .decode_attention import decode_config, verify_config
 from .dsa import index_topk
-from .model import mla_decode_attend, mla_prefill_attend, route
+from .mla_layer import mla_decode_attend, mla_prefill_attend
+from .model import route
 from .weights import init_weights, seeded_generator
 from .prefill_attention import DEQUANT_NOTE, attention_config
 from .quant import KV_DTYPES, kv_storage, prepare_model_torch, quantize_kv_rows, quantize_model_weights

@@ -6,7 +6,7 @@ are linears (``runners_linear``), its RoPE the rope runner's, the sparse attenti
 from __future__ import annotations
 
 from .dsa import index_topk
-from .model import INDEX_NORM_EPS
+from .mla_layer import INDEX_NORM_EPS
 from .runner_registry import runner
 
 
